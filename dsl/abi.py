@@ -1,0 +1,48 @@
+"""The kernel calling convention shared by codegen (lowering/) and the launcher (runtime/).
+
+The entry block arguments of a `tile.func` are the kernel's run-time parameters
+(constexprs and integers specialized to 1 are folded away by the frontend).
+Each becomes one or more PTX parameters, in order:
+
+- a scalar of type T: one T;
+- a tensor view `x` of rank r: the base pointer, then its r shape extents, then
+  the strides whose value is not known at compile time (ViewType.strides[d] is
+  None), all in the view's index type (i32 or i64).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional
+
+from .dtypes import DType
+from .ir.types import ScalarType, ViewType
+
+__all__ = ["ParamSlot", "param_slots"]
+
+
+@dataclass(frozen=True)
+class ParamSlot:
+    arg: int                 # index of the kernel argument this slot comes from
+    kind: str                # "ptr" | "scalar" | "shape" | "stride"
+    dtype: Optional[DType]   # element type for ptr, value type otherwise
+    dim: int = -1            # for shape/stride slots
+
+    @property
+    def name(self) -> str:
+        return {"ptr": f"a{self.arg}_ptr", "scalar": f"a{self.arg}",
+                "shape": f"a{self.arg}_shape{self.dim}", "stride": f"a{self.arg}_stride{self.dim}"}[self.kind]
+
+
+def param_slots(arg_types) -> List[ParamSlot]:
+    """The flat PTX parameter list for the kernel arguments' IR types."""
+    out: List[ParamSlot] = []
+    for i, t in enumerate(arg_types):
+        if isinstance(t, ViewType):
+            out.append(ParamSlot(i, "ptr", t.dtype))
+            out.extend(ParamSlot(i, "shape", t.index, d) for d in range(t.rank))
+            out.extend(ParamSlot(i, "stride", t.index, d) for d in range(t.rank) if t.strides[d] is None)
+        elif isinstance(t, ScalarType):
+            out.append(ParamSlot(i, "scalar", t.dtype))
+        else:
+            raise TypeError(f"kernel argument {i} has type {t}, which cannot be passed to a kernel")
+    return out

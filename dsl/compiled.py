@@ -1,0 +1,26 @@
+"""What the compiler hands the runtime: text of every stage plus launch metadata."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+from .abi import ParamSlot
+
+__all__ = ["CompiledKernel"]
+
+
+@dataclass
+class CompiledKernel:
+    name: str                        # the PTX entry's symbol
+    asm: Dict[str, Any]              # "tile", "gpu", "llvm", "ptx" text; "cubin" bytes when ptxas ran
+    metadata: Dict[str, Any]         # num_warps, num_stages, shared (bytes), arch, ...
+    params: List[ParamSlot] = field(default_factory=list)
+    arg_names: List[str] = field(default_factory=list)   # the run-time kernel arguments, in order
+
+    @property
+    def num_warps(self) -> int:
+        return self.metadata["num_warps"]
+
+    @property
+    def shared(self) -> int:
+        return self.metadata.get("shared", 0)

@@ -1,0 +1,177 @@
+"""Parse the textual IR back into a Module with the lark grammar in grammar.lark."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import LarkError
+
+from ..dtypes import DType
+from .core import ATTR_REGISTRY, Block, Location, Module, Region, UNKNOWN_LOC, VerifyError, lookup_op
+from .types import PointerType, ScalarType, TileType, ViewType
+
+__all__ = ["parse", "IRParseError"]
+
+
+class IRParseError(ValueError):
+    """Text that is not valid tilec IR; the message gives line and column."""
+
+
+@lru_cache(maxsize=1)
+def _parser() -> Lark:
+    text = resources.files(__package__).joinpath("grammar.lark").read_text()
+    return Lark(text, parser="lalr", maybe_placeholders=True, propagate_positions=False)
+
+
+@v_args(inline=True)
+class _Attrs(Transformer):
+    """Turns attribute and type subtrees into Python values and Type objects."""
+
+    def int_attr(self, t): return int(t)
+    def float_attr(self, t): return float(t)
+    def inf_attr(self): return float("inf")
+    def neginf_attr(self): return float("-inf")
+    def nan_attr(self): return float("nan")
+    def true_attr(self): return True
+    def false_attr(self): return False
+    def none_attr(self): return None
+    def str_attr(self, t): return json.loads(t)
+    def list_attr(self, *xs): return [x for x in xs if x is not None] if xs != (None,) else []
+    def type_attr(self, t): return t
+
+    def attr_entry(self, name, value):
+        return (str(name), value)
+
+    def attr_dict(self, *entries):
+        return dict(e for e in entries if e is not None)
+
+    def dialect_attr(self, name, fields):
+        cls = ATTR_REGISTRY.get(str(name))
+        if cls is None:
+            raise IRParseError(f"unknown attribute #{name}")
+        return cls.from_fields(fields)
+
+    def scalar_type(self, t): return ScalarType(DType.get(str(t)))
+
+    def ptr_type(self, t, space=None):
+        return PointerType(DType.get(str(t)), int(space) if space is not None else 1)
+
+    def tile_type(self, dims, elem, enc=None):
+        shape = tuple(int(d) for d in str(dims).split("x") if d)
+        return TileType(shape, elem, enc)
+
+    def stride(self, t=None):
+        return None if t is None else int(t)
+
+    def view_type(self, dims, dtype, *rest):
+        *strides, index, align = rest
+        rank = int(str(dims).rstrip("x"))
+        strides = list(strides)
+        return ViewType(DType.get(str(dtype)), rank, tuple(strides), DType.get(str(index)), int(align))
+
+
+class _Builder:
+    """Walks the parse tree, creating values, blocks and ops in order."""
+
+    def __init__(self):
+        self.values = {}
+        self.attrs = _Attrs()
+
+    def value(self, tok: Token):
+        try:
+            return self.values[str(tok)]
+        except KeyError:
+            raise IRParseError(f"line {tok.line}: use of undefined value {tok}") from None
+
+    def define(self, tok: Token, v):
+        name = str(tok)
+        if name in self.values:
+            raise IRParseError(f"line {tok.line}: value {name} defined twice")
+        self.values[name] = v
+        v.name_hint = name[1:] if not name[1:].isdigit() else None
+
+    def module(self, tree) -> Module:
+        attrs, ops = {}, []
+        for c in tree.children:
+            if c.data == "attr_dict":
+                attrs = self.attrs.transform(c)
+            else:
+                ops.append(c)
+        m = Module(attrs=attrs)
+        for o in ops:
+            m.body.append(self.op(o))
+        return m
+
+    def op(self, tree):
+        results = operands = attrs = regions = types = None
+        loc = UNKNOWN_LOC
+        name = None
+        seen_name = False
+        for c in tree.children:
+            if isinstance(c, Token) and c.type == "OPNAME":
+                name, seen_name = c, True
+            elif c is None:
+                continue
+            elif c.data == "value_list":
+                if seen_name:
+                    operands = c
+                else:
+                    results = c
+            elif c.data == "attr_dict":
+                attrs = self.attrs.transform(c)
+            elif c.data == "regions":
+                regions = c
+            elif c.data == "type_list":
+                types = [self.attrs.transform(t) for t in c.children]
+            elif c.data == "loc":
+                f, line, col = c.children
+                loc = Location(json.loads(f), int(line), int(col))
+        try:
+            cls = lookup_op(str(name))
+        except VerifyError as e:
+            raise IRParseError(f"line {name.line}: {e}") from None
+        attrs = attrs or {}
+        for k, spec in cls.attributes.items():
+            if spec.kind == "dtype" and isinstance(attrs.get(k), ScalarType):
+                attrs[k] = attrs[k].dtype
+        ops = [self.value(t) for t in operands.children] if operands else []
+        result_toks = results.children if results else []
+        types = types or []
+        if len(types) != len(result_toks):
+            raise IRParseError(f"line {name.line}: {len(result_toks)} results but {len(types)} types")
+        op = cls(ops, types, attrs, (), loc)
+        if regions:
+            for r in regions.children:
+                op.add_region(self.region(r))
+        for tok, res in zip(result_toks, op.results):
+            self.define(tok, res)
+        return op
+
+    def region(self, tree) -> Region:
+        reg = Region()
+        for b in tree.children:
+            reg.add_block(self.block(b))
+        return reg
+
+    def block(self, tree) -> Block:
+        blk = Block()
+        for c in tree.children[1:]:
+            if c is None:
+                continue
+            if c.data == "block_arg":
+                tok, ty = c.children
+                self.define(tok, blk.add_arg(self.attrs.transform(ty)))
+            else:
+                blk.append(self.op(c))
+        return blk
+
+
+def parse(text: str) -> Module:
+    """Parse IR text (as printed by `print_module`) into a Module."""
+    try:
+        tree = _parser().parse(text)
+    except LarkError as e:
+        raise IRParseError(f"invalid IR: {e}") from None
+    return _Builder().module(tree.children[0])
