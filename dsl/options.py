@@ -1,0 +1,61 @@
+"""Compile options: the reserved launch keywords, validated before any LLVM call."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Optional
+
+__all__ = ["CompileOptions", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
+
+# Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
+RESERVED_KWARGS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "stream")
+
+# Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
+# ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
+SUPPORTED_ARCHS = {
+    "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78,
+    "sm_90": 78, "sm_90a": 80,
+    "sm_100": 86, "sm_100a": 86, "sm_120": 87, "sm_120a": 87,
+}
+
+
+def parse_arch(arch) -> str:
+    """Normalize `arch` ("sm_90a", "90a", 90, (9, 0)) or raise ValueError naming what is allowed."""
+    if isinstance(arch, tuple) and len(arch) == 2:
+        arch = f"sm_{arch[0]}{arch[1]}"
+    elif isinstance(arch, int):
+        arch = f"sm_{arch}"
+    if not isinstance(arch, str) or not re.fullmatch(r"(sm_)?\d+a?", arch):
+        raise ValueError(f"arch must look like 'sm_90a', got {arch!r}")
+    if not arch.startswith("sm_"):
+        arch = "sm_" + arch
+    if arch not in SUPPORTED_ARCHS:
+        raise ValueError(f"unsupported arch {arch!r}; tilec targets {', '.join(SUPPORTED_ARCHS)}")
+    return arch
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    num_warps: int = 4
+    num_stages: int = 3
+    arch: Optional[str] = None      # None: the current device's, or sm_90a with none
+    fast_math: bool = False
+    debug: bool = False
+
+    def validated(self) -> "CompileOptions":
+        if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
+            raise ValueError(f"num_stages must be an int from 1 to 8, got {self.num_stages!r}")
+        arch = parse_arch(self.arch) if self.arch is not None else None
+        return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug))
+
+    def with_arch(self, default_arch: str) -> "CompileOptions":
+        return self if self.arch is not None else replace(self, arch=parse_arch(default_arch))
+
+
+def split_options(kwargs: dict):
+    """Split launch keywords into (CompileOptions fields, stream, the rest)."""
+    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "arch", "fast_math", "debug") if k in kwargs}
+    stream = kwargs.pop("stream", None)
+    return opts, stream, kwargs
