@@ -272,7 +272,9 @@ class Op:
 
     def error(self, msg: str) -> VerifyError:
         where = f" at {self.loc}" if self.loc.known else ""
-        return VerifyError(f"'{self.name}'{where}: {msg}")
+        err = VerifyError(f"'{self.name}'{where}: {msg}")
+        err.loc = self.loc  # lets the pass pipeline point CompilationError at the source line
+        return err
 
     def __repr__(self) -> str:
         from .printer import print_op

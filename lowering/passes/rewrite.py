@@ -1,0 +1,180 @@
+"""Shared helpers of the local rewrite passes: constants, replacement, a pattern driver.
+
+A pattern is a function `pattern(op) -> bool` that either rewrites `op` (replacing
+its results and erasing it, or changing it in place) and returns True, or leaves
+the IR untouched and returns False. `apply_patterns` runs a table of them
+(op class -> patterns) over a module until none fires.
+"""
+from __future__ import annotations
+
+import math
+
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from tilec.ir import Block, Module, Op, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import ScalarType, TileType, element_type
+
+__all__ = [
+    "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "replace_op", "dtype_of",
+    "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
+]
+
+Pattern = Callable[[Op], bool]
+PatternTable = Dict[type, Sequence[Pattern]]
+
+
+class _NotConstant:
+    def __repr__(self) -> str:
+        return "NOT_CONSTANT"
+
+
+# Constants may hold 0, False or None-like values, so "not a constant" needs its own marker.
+NOT_CONSTANT = _NotConstant()
+
+
+def constant_of(v: Value):
+    """The value attribute of the tile.constant defining `v`, or NOT_CONSTANT."""
+    op = v.owner
+    if isinstance(op, T.ConstantOp):
+        return op.attrs["value"]
+    return NOT_CONSTANT
+
+
+def is_constant(v: Value, *values) -> bool:
+    """`v` is a constant; if `values` are given, one equal (as a number) to one of them.
+
+    Booleans compare as 0/1 so that a mask written `true` or `1` is recognized alike.
+    """
+    c = constant_of(v)
+    if c is NOT_CONSTANT:
+        return False
+    return not values or any(_same_number(c, w) for w in values)
+
+
+def _same_number(c, w) -> bool:
+    if isinstance(c, (list, dict)) or c != w:
+        return False
+    # 0.0 and -0.0 compare equal but are different constants (x + -0.0 == x, x + 0.0 is not)
+    return not (c == 0 and math.copysign(1.0, c) != math.copysign(1.0, w))
+
+
+def dtype_of(v: Value):
+    e = element_type(v.type)
+    return e.dtype if isinstance(e, ScalarType) else None
+
+
+def normalize_constant(dtype, value):
+    """The Python value a constant of `dtype` holds: bool for i1, int for ints, float for floats."""
+    if dtype.is_bool:
+        return bool(value)
+    if dtype.is_int:
+        return int(value)
+    return float(value)
+
+
+def make_constant(before: Op, type_, value) -> Value:
+    """Insert a tile.constant of `type_` holding `value` just before `before`."""
+    value = normalize_constant(element_type(type_).dtype, value)
+    c = T.ConstantOp([], [type_], {"value": value}, (), before.loc)
+    blk = before.parent
+    blk.insert(blk.ops.index(before), c)
+    return c.result
+
+
+def replace_op(op: Op, values: Sequence[Value]) -> None:
+    """Replace every use of `op`'s results by `values` and erase `op`."""
+    for r, v in zip(op.results, values):
+        if r is not v:
+            r.replace_all_uses_with(v)
+    op.erase()
+
+
+def inline_block_before(block: Block, op: Op) -> List[Value]:
+    """Move `block`'s ops (its terminator excluded) before `op`; return the terminator's operands.
+
+    The caller replaces the block arguments' uses first when the block has any.
+    """
+    dest = op.parent
+    term = block.terminator
+    for o in list(block.ops):
+        if o is term:
+            break
+        block.ops.remove(o)
+        dest.insert(dest.ops.index(op), o)
+    return list(term.operands) if term is not None else []
+
+
+def _writes_anywhere(op: Op) -> bool:
+    return any(o.has_trait("writes") or isinstance(o, T.WhileOp) for o in op.walk())
+
+
+def is_side_effect_free(op: Op) -> bool:
+    """Op whose only effect is its results: no writes, and nothing inside that writes.
+
+    Reads count as free: dropping an unused read changes no observable state.
+    tile.while is never free (it may not terminate).
+    """
+    if op.has_trait("writes") or op.has_trait("terminator") or isinstance(op, (T.WhileOp, T.FuncOp)):
+        return False
+    return not (op.regions and _writes_anywhere(op))
+
+
+def is_removable(op: Op) -> bool:
+    """Unused op that DCE may erase."""
+    return is_side_effect_free(op) and all(not r.uses for r in op.results)
+
+
+def _patterns_for(table: PatternTable, cls: type, cache: dict) -> List[Pattern]:
+    pats = cache.get(cls)
+    if pats is None:
+        pats = [p for k in cls.__mro__ if k in table for p in table[k]]
+        cache[cls] = pats
+    return pats
+
+
+def _attached(op: Op, module: Module) -> bool:
+    while True:
+        blk = op.parent
+        if blk is None:
+            return False
+        if blk is module.body:
+            return True
+        if blk.parent is None or blk.parent.parent is None:
+            return False
+        op = blk.parent.parent
+
+
+def apply_patterns(module: Module, table: PatternTable, max_rounds: int = 64) -> int:
+    """Apply `table` to every op until no pattern fires; return the number of rewrites.
+
+    Each round walks the module in pre-order; an op erased by an earlier rewrite in
+    the same round is skipped. A table that keeps firing past `max_rounds` is a bug
+    in a pattern (two rewrites undoing each other), reported as such.
+    """
+    cache: dict = {}
+    total = 0
+    for _ in range(max_rounds):
+        fired = 0
+        for op in list(module.walk()):
+            if not _attached(op, module):
+                continue  # erased (or inside an erased op) by an earlier rewrite this round
+            for pat in _patterns_for(table, type(op), cache):
+                if pat(op):
+                    fired += 1
+                    break
+        total += fired
+        if not fired:
+            return total
+    raise RuntimeError(f"rewrite patterns did not reach a fixed point in {max_rounds} rounds")
+
+
+def values_defined_in(op: Op) -> Iterable[int]:
+    """ids of every value defined inside `op`'s regions (block arguments and results)."""
+    for o in op.walk():
+        if o is not op:
+            yield from (id(r) for r in o.results)
+        for r in o.regions:
+            for b in r.blocks:
+                yield from (id(a) for a in b.args)
+
