@@ -1,0 +1,149 @@
+"""Loading compiled kernels into a device's context, once per (compiled kernel, device).
+
+The cubin is loaded when the compiler produced one for this device's arch;
+otherwise the PTX goes through the driver's JIT with its info and error logs
+captured (the info log says registers, spills and shared memory; the error log
+goes into the exception when loading fails).
+"""
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+from ..compiled import CompiledKernel
+from . import driver
+from .driver import DriverError, check, cu
+
+__all__ = ["LoadedKernel", "Resources", "load", "resources"]
+
+_LOG_BYTES = 1 << 16
+_load_lock = threading.Lock()
+_SPILL_RE = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one CTA of a kernel uses on a device, and the occupancy that allows."""
+    registers: int            # per thread
+    shared: int               # bytes per CTA, static + dynamic
+    spill_stores: int         # bytes per thread
+    spill_loads: int
+    local_bytes: int          # per thread (spills and local arrays)
+    threads_per_block: int
+    max_blocks_per_sm: int    # from cuOccupancyMaxActiveBlocksPerMultiprocessor
+    device: str
+
+    @property
+    def spills(self) -> int:
+        return self.spill_stores + self.spill_loads
+
+    def __str__(self) -> str:
+        return (f"{self.registers} registers, {self.shared} B shared, {self.spills} B spilled, "
+                f"{self.local_bytes} B local, {self.max_blocks_per_sm} CTA(s)/SM of "
+                f"{self.threads_per_block} threads on {self.device}")
+
+
+@dataclass
+class LoadedKernel:
+    function: object          # CUfunction
+    module: object            # CUmodule
+    device: int
+    shared: int               # dynamic shared bytes to pass at launch
+    threads: int              # 32 * num_warps
+    info_log: str
+    resources: Resources
+
+
+def load(compiled: CompiledKernel, device: int) -> LoadedKernel:
+    """The CUfunction of `compiled` on `device`, loading the module on first use."""
+    per_dev = compiled.__dict__.get("_tilec_loaded")
+    if per_dev is not None and device in per_dev:
+        return per_dev[device]
+    with _load_lock:
+        per_dev = compiled.__dict__.setdefault("_tilec_loaded", {})
+        if device not in per_dev:
+            per_dev[device] = _load(compiled, device)
+        return per_dev[device]
+
+
+def _load(compiled: CompiledKernel, device: int) -> LoadedKernel:
+    dev = driver.ensure_context(device)
+    d = cu()
+    cubin = compiled.asm.get("cubin")
+    info_log = ""
+    if cubin and compiled.metadata.get("arch") == dev.arch:
+        module = check(d.cuModuleLoadData(bytes(cubin)), "cuModuleLoadData", compiled.name)
+    else:
+        module, info_log = _jit_ptx(compiled, dev)
+    fn = check(d.cuModuleGetFunction(module, compiled.name.encode()), "cuModuleGetFunction", compiled.name)
+    threads = 32 * int(compiled.metadata.get("num_warps", 4))
+    shared = int(compiled.metadata.get("shared", 0))
+    attr = d.CUfunction_attribute
+    static_shared = _fattr(fn, attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, compiled.name)
+    if shared + static_shared > dev.max_shared_per_block_optin:
+        raise DriverError(f"kernel '{compiled.name}' needs {shared + static_shared} bytes of shared memory "
+                          f"per CTA; {dev.name} allows {dev.max_shared_per_block_optin}. Use smaller tiles "
+                          f"or fewer pipeline stages (num_stages).")
+    if shared > 48 * 1024:
+        # Above 48 KB the kernel must opt in to the larger dynamic shared carve-out.
+        check(d.cuFuncSetAttribute(fn, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", compiled.name)
+    max_threads = _fattr(fn, attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, compiled.name)
+    if threads > max_threads:
+        raise DriverError(f"kernel '{compiled.name}' is compiled for {threads} threads per CTA "
+                          f"(num_warps={threads // 32}) but its register use allows at most {max_threads} "
+                          f"on {dev.name}; lower num_warps or the tile sizes")
+    stores, loads = _spills(info_log, compiled)
+    blocks = check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(fn, threads, shared),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor", compiled.name)
+    res = Resources(
+        registers=_fattr(fn, attr.CU_FUNC_ATTRIBUTE_NUM_REGS, compiled.name),
+        shared=static_shared + shared,
+        spill_stores=stores, spill_loads=loads,
+        local_bytes=_fattr(fn, attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, compiled.name),
+        threads_per_block=threads, max_blocks_per_sm=int(blocks), device=dev.name)
+    return LoadedKernel(fn, module, device, shared, threads, info_log, res)
+
+
+def _fattr(fn, a, name: str) -> int:
+    return int(check(cu().cuFuncGetAttribute(a, fn), "cuFuncGetAttribute", name))
+
+
+def _jit_ptx(compiled: CompiledKernel, dev):
+    d = cu()
+    ptx = compiled.asm.get("ptx")
+    if not ptx:
+        raise DriverError(f"kernel '{compiled.name}' has no PTX to load")
+    info, err = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
+    opt = d.CUjit_option
+    options = [opt.CU_JIT_INFO_LOG_BUFFER, opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+               opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+               opt.CU_JIT_LOG_VERBOSE]
+    values = [info, _LOG_BYTES, err, _LOG_BYTES, 1]
+    image = (ptx.encode() if isinstance(ptx, str) else bytes(ptx)) + b"\0"
+    res, module = d.cuModuleLoadDataEx(image, len(options), options, values)
+    info_log, err_log = _cstr(info), _cstr(err)
+    if res.value != 0:
+        raise DriverError(f"loading kernel '{compiled.name}' for {dev.name} ({dev.arch}) failed in "
+                          f"cuModuleLoadDataEx: {getattr(res, 'name', res)}"
+                          + (f"\nJIT log:\n{err_log}" if err_log else ""))
+    return module, info_log
+
+
+def _cstr(buf: bytearray) -> str:
+    return bytes(buf).split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+def _spills(info_log: str, compiled: CompiledKernel):
+    m = _SPILL_RE.search(info_log)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    meta = compiled.metadata
+    return int(meta.get("spill_stores", meta.get("spills", 0))), int(meta.get("spill_loads", 0))
+
+
+def resources(compiled: CompiledKernel, device: Optional[int] = None) -> Resources:
+    """Registers, shared memory, spills and occupancy of `compiled` on `device` (loads it)."""
+    return load(compiled, driver.current_device() if device is None else device).resources

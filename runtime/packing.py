@@ -1,0 +1,114 @@
+"""Argument packers: built once per prepared launch, run on every call.
+
+A packer is a small generated function that writes each PTX parameter
+(`compiled.params`, from dsl/abi.param_slots) into one field of a ctypes
+structure allocated once. cuLaunchKernel receives the address of a prebuilt
+array that points at those fields, so a call costs one field store per
+parameter and no tuples or per-call type conversion.
+
+Integers of every width travel in 8-byte fields: the driver copies only the
+parameter's size (known from the kernel image) from each address, and on a
+little-endian host the low bytes of an int64 are the narrower integer.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import List
+
+import numpy as np
+
+from ..abi import ParamSlot
+from ..compiled import CompiledKernel
+
+__all__ = ["build_packer", "field_type"]
+
+
+def _f16_bits(v) -> int:
+    return int(np.asarray(v, dtype=np.float16).view(np.uint16))
+
+
+def _bf16_bits(v) -> int:
+    bits = int(np.asarray(v, dtype=np.float32).view(np.uint32))
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _f8_bits(name):
+    def conv(v) -> int:
+        try:
+            import ml_dtypes  # noqa: PLC0415
+        except ImportError:
+            raise TypeError(f"passing an {name} scalar needs ml_dtypes installed") from None
+        t = {"f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}[name]
+        return int(np.asarray(v, dtype=np.float32).astype(t).view(np.uint8))
+    return conv
+
+
+_CONVERT = {"f16": _f16_bits, "bf16": _bf16_bits, "f8e4m3": _f8_bits("f8e4m3"), "f8e5m2": _f8_bits("f8e5m2")}
+
+
+def field_type(slot: ParamSlot):
+    """The ctypes type that holds one parameter."""
+    if slot.kind == "ptr":
+        return ctypes.c_uint64
+    name = slot.dtype.name if slot.dtype is not None else "i64"
+    if slot.kind == "scalar":
+        if name == "f32":
+            return ctypes.c_float
+        if name == "f64":
+            return ctypes.c_double
+        if name in _CONVERT:
+            return ctypes.c_uint16 if name in ("f16", "bf16") else ctypes.c_uint8
+        if name == "u64":
+            return ctypes.c_uint64
+    return ctypes.c_int64
+
+
+def _param_index(compiled: CompiledKernel, params: List[str]) -> List[int]:
+    """Kernel-parameter index of each run-time argument of the compiled entry."""
+    if not compiled.arg_names:  # a hand-built CompiledKernel: run-time args are the parameters
+        return list(range(len(params)))
+    where = {n: i for i, n in enumerate(params)}
+    missing = [n for n in compiled.arg_names if n not in where]
+    if missing:
+        raise ValueError(f"kernel '{compiled.name}' was compiled with arguments {missing} that the "
+                         f"Python function does not have")
+    return [where[n] for n in compiled.arg_names]
+
+
+def build_packer(compiled: CompiledKernel, params: List[str]):
+    """(pack(vals, infos), address of the kernelParams array) for `compiled`.
+
+    `vals` are the call's arguments in parameter order; `infos[i]` is
+    (ptr, shape, strides_in_elements, dtype, device) for array parameters.
+    """
+    slots = compiled.params
+    pidx = _param_index(compiled, params)
+    fields = [(f"f{k}", field_type(s)) for k, s in enumerate(slots)]
+    Buffer = type(f"Params_{compiled.name}", (ctypes.Structure,), {"_fields_": fields})
+    buf = Buffer()
+    base = ctypes.addressof(buf)
+    addrs = (ctypes.c_void_p * max(len(slots), 1))(
+        *[base + getattr(Buffer, name).offset for name, _ in fields])
+
+    lines = ["def pack(vals, infos):"]
+    env = {"buf": buf}
+    for k, s in enumerate(slots):
+        i = pidx[s.arg]
+        if s.kind == "ptr":
+            lines.append(f"    buf.f{k} = infos[{i}][0]")
+        elif s.kind == "shape":
+            lines.append(f"    buf.f{k} = infos[{i}][1][{s.dim}]")
+        elif s.kind == "stride":
+            lines.append(f"    buf.f{k} = infos[{i}][2][{s.dim}]")
+        elif s.dtype is not None and s.dtype.name in _CONVERT:
+            env[f"conv{k}"] = _CONVERT[s.dtype.name]
+            lines.append(f"    buf.f{k} = conv{k}(vals[{i}])")
+        else:
+            lines.append(f"    buf.f{k} = vals[{i}]")
+    if len(lines) == 1:
+        lines.append("    pass")
+    code = "\n".join(lines)
+    exec(compile(code, f"<tilec packer for {compiled.name}>", "exec"), env)  # noqa: S102 - generated above
+    pack = env["pack"]
+    pack.buffer, pack.addresses, pack.source = buf, addrs, code  # keep both alive with the function
+    return pack, (ctypes.addressof(addrs) if slots else 0)
