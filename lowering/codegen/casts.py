@@ -1,0 +1,151 @@
+"""Conversions between every pair of tilec dtypes.
+
+Semantics (numpy's, which the interpreter follows):
+- float -> int truncates toward zero and saturates (NaN -> 0), as PTX cvt.rzi does;
+- anything -> bool is "!= 0" (NaN -> True);
+- float -> narrower float rounds to nearest even; f8 conversions saturate to the
+  largest finite value (PTX `.satfinite`), NaN stays NaN.
+f8 values are i8 bit patterns. Decoding is exact bit manipulation everywhere;
+encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_89+ and the same
+rounding done with integer operations on older targets. Conversions from f64
+to bf16/f8 go through f32 (a double rounding, off by one ulp in rare ties).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+from llvmlite import ir
+
+from ...dtypes import DType, float32
+from .types import F16, F32, I1, I8, I16, I32, llvm_scalar
+
+__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "arch_number"]
+
+# e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
+_F8 = {
+    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, max_val=448.0, nan=0x7F),
+    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, max_val=57344.0, nan=0x7F),
+}
+
+
+def arch_number(arch: str) -> int:
+    return int("".join(c for c in arch[3:] if c.isdigit()))
+
+
+def f8_bits(v: float, name: str) -> int:
+    """Host-side encoding of a Python float (for constants), same rounding as the device."""
+    p = _F8[name]
+    if np.isnan(v):
+        return p["nan"]
+    sign = 0x80 if (v < 0 or (v == 0 and np.signbit(v))) else 0
+    a = abs(v)
+    if a >= p["max_val"]:
+        return sign | p["max_code"]
+    min_normal = 2.0 ** (1 - p["bias"])
+    if a < min_normal:
+        return sign | int(np.rint(a * 2.0 ** (p["bias"] - 1 + p["man"])))
+    u = struct.unpack("<I", struct.pack("<f", np.float32(a)))[0]
+    shift = 23 - p["man"]
+    r = u + ((1 << (shift - 1)) - 1) + ((u >> shift) & 1)
+    code = (r >> shift) - ((127 - p["bias"]) << p["man"])
+    return sign | min(code, p["max_code"])
+
+
+def f8_decode_f32(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
+    """i8 bits -> f32, exact."""
+    if name == "f8e5m2":  # e5m2 is the top byte of an IEEE half
+        h = b.bitcast(b.shl(b.zext(x, I16), ir.Constant(I16, 8)), F16)
+        return b.fpext(h, F32)
+    u = b.zext(x, I32)
+    sign = b.shl(b.and_(u, ir.Constant(I32, 0x80)), ir.Constant(I32, 24))
+    e = b.and_(b.lshr(u, ir.Constant(I32, 3)), ir.Constant(I32, 0xF))
+    m = b.and_(u, ir.Constant(I32, 7))
+    normal = b.or_(b.shl(b.add(e, ir.Constant(I32, 120)), ir.Constant(I32, 23)),
+                   b.shl(m, ir.Constant(I32, 20)))
+    sub = b.bitcast(b.fmul(b.uitofp(m, F32), ir.Constant(F32, 2.0 ** -9)), I32)
+    mag = b.select(b.icmp_unsigned("==", e, ir.Constant(I32, 0)), sub, normal)
+    is_nan = b.icmp_unsigned("==", b.and_(u, ir.Constant(I32, 0x7F)), ir.Constant(I32, 0x7F))
+    mag = b.select(is_nan, ir.Constant(I32, 0x7FC00000), mag)
+    return b.bitcast(b.or_(mag, sign), F32)
+
+
+def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Value:
+    """f32 -> i8 bits, round to nearest even, saturating to the largest finite value."""
+    if arch_number(arch) >= 89:
+        kind = "e4m3x2" if name == "f8e4m3" else "e5m2x2"
+        fty = ir.FunctionType(I16, [F32, F32])
+        pair = b.asm(fty, f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
+                     [ir.Constant(F32, 0.0), x], False)
+        return b.trunc(pair, I8)  # the second source lands in the low byte
+    p = _F8[name]
+    u = b.bitcast(x, I32)
+    sign = b.trunc(b.lshr(u, ir.Constant(I32, 24)), I8)
+    sign = b.and_(sign, ir.Constant(I8, 0x80))
+    a = b.and_(u, ir.Constant(I32, 0x7FFFFFFF))
+    af = b.bitcast(a, F32)
+    shift = 23 - p["man"]
+    r = b.add(a, b.add(ir.Constant(I32, (1 << (shift - 1)) - 1),
+                       b.and_(b.lshr(a, ir.Constant(I32, shift)), ir.Constant(I32, 1))))
+    normal = b.sub(b.lshr(r, ir.Constant(I32, shift)), ir.Constant(I32, (127 - p["bias"]) << p["man"]))
+    sub_scaled = b.fmul(af, ir.Constant(F32, 2.0 ** (p["bias"] - 1 + p["man"])))
+    rint = b.call(_declare(b, "llvm.rint.f32", F32, [F32]), [sub_scaled])
+    sub = b.fptoui(rint, I32)
+    is_sub = b.fcmp_ordered("<", af, ir.Constant(F32, 2.0 ** (1 - p["bias"])))
+    code = b.select(is_sub, sub, normal)
+    code = b.select(b.fcmp_ordered(">=", af, ir.Constant(F32, p["max_val"])), ir.Constant(I32, p["max_code"]), code)
+    code = b.select(b.icmp_unsigned(">", a, ir.Constant(I32, 0x7F800000)), ir.Constant(I32, p["nan"]), code)
+    return b.or_(b.trunc(code, I8), sign)
+
+
+def _declare(b: ir.IRBuilder, name, ret, args):
+    m = b.module
+    fn = m.globals.get(name)
+    if fn is None:
+        fn = ir.Function(m, ir.FunctionType(ret, args), name)
+    return fn
+
+
+def _to_float(b, x, src: DType, dst_ty):
+    if src.is_bool or src.kind == "u":
+        return b.uitofp(x, dst_ty)
+    return b.sitofp(x, dst_ty)
+
+
+def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> ir.Value:
+    """Convert one element from `src` to `dst`."""
+    if src is dst:
+        return x
+    if src.is_fp8:
+        return convert(b, f8_decode_f32(b, x, src.name), float32, dst, arch)
+    if dst.is_fp8:
+        return f8_encode_f32(b, convert(b, x, src, float32, arch), dst.name, arch)
+    dty = llvm_scalar(dst)
+    if dst.is_bool:
+        if src.is_float:
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+    if dst.is_int:
+        if src.is_float:
+            sat = "llvm.fptosi.sat" if dst.kind == "i" else "llvm.fptoui.sat"
+            fn = _declare(b, f"{sat}.i{dst.bits}.{x.type.intrinsic_name}", dty, [x.type])
+            return b.call(fn, [x])
+        if dst.bits == src.bits:
+            return x
+        if dst.bits < src.bits:
+            return b.trunc(x, dty)
+        return b.sext(x, dty) if src.kind == "i" else b.zext(x, dty)
+    # dst is a float
+    if not src.is_float:
+        return _to_float(b, x, src, dty)
+    if {src.name, dst.name} == {"f16", "bf16"}:
+        return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
+    if dst.name == "bf16" and src.name == "f64":
+        return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
+    if dst.bits > src.bits:
+        return b.fpext(x, dty)
+    return b.fptrunc(x, dty)
+
+
+def cast_bool(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    return x if x.type == I1 else b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))

@@ -1,0 +1,10 @@
+"""Imports every module that registers codegen rules (importing is registering)."""
+from __future__ import annotations
+
+import importlib.util
+
+from . import rules_arith, rules_control, rules_debug, rules_memory, rules_shape  # noqa: F401
+
+# The gpu dialect's rules live beside these; they exist once the gpu dialect does.
+if importlib.util.find_spec(__package__ + ".rules_gpu") is not None:
+    from . import rules_gpu  # noqa: F401

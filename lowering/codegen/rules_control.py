@@ -1,0 +1,111 @@
+"""Structured control flow: tile.for / tile.while / tile.if become basic blocks and phis.
+
+Loop-carried tiles become one phi per register element (see walker.flatten).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...ir import tile_ops as T
+from .casts import cast_bool
+from .walker import flatten, lower_region, rule, unflatten
+
+
+def _phis(b, like):
+    return [b.phi(v.type) for v in flatten(like)]
+
+
+def _add_incoming(phis, vals, block):
+    for p, v in zip(phis, flatten(vals)):
+        p.add_incoming(v, block)
+
+
+def _yielded(ctx, term, what):
+    if term is None:
+        raise ValueError(f"{what} region has no terminator")
+    return [ctx.get(v) for v in term.operands]
+
+
+@rule(T.ForOp)
+def _for(ctx, op):
+    b = ctx.builder
+    lb, ub, step = (ctx.get(v) for v in op.operands[:3])
+    inits = [ctx.get(v) for v in op.group("inits")]
+    pre = b.block
+    header, body, exit_ = ctx.new_block("for.header"), ctx.new_block("for.body"), ctx.new_block("for.exit")
+    b.branch(header)
+    b.position_at_end(header)
+    iv = b.phi(lb.type, name="iv")
+    carried = _phis(b, inits)
+    iv.add_incoming(lb, pre)
+    _add_incoming(carried, inits, pre)
+    # range() semantics for either sign of the step; a constant step folds the select away.
+    up = b.icmp_signed("<", iv, ub)
+    down = b.icmp_signed(">", iv, ub)
+    positive = b.icmp_signed(">", step, ir.Constant(step.type, 0))
+    b.cbranch(b.select(positive, up, down), body, exit_)
+    b.position_at_end(body)
+    cur = unflatten(list(carried), inits)
+    term = lower_region(ctx, op.body, [iv] + cur)
+    nxt = _yielded(ctx, term, "tile.for body")
+    latch = b.block
+    iv_next = b.add(iv, step, name="iv.next")
+    b.branch(header)
+    iv.add_incoming(iv_next, latch)
+    _add_incoming(carried, nxt, latch)
+    b.position_at_end(exit_)
+    for r, v in zip(op.results, unflatten(list(carried), inits)):
+        ctx.set(r, v)
+
+
+@rule(T.WhileOp)
+def _while(ctx, op):
+    b = ctx.builder
+    inits = [ctx.get(v) for v in op.operands]
+    pre = b.block
+    before, after, exit_ = ctx.new_block("while.cond"), ctx.new_block("while.body"), ctx.new_block("while.exit")
+    b.branch(before)
+    b.position_at_end(before)
+    carried = _phis(b, inits)
+    _add_incoming(carried, inits, pre)
+    term = lower_region(ctx, op.regions[0].block, unflatten(list(carried), inits))
+    if term is None or term.name != "tile.condition":
+        raise ValueError("the before region of tile.while must end in tile.condition")
+    cond = cast_bool(b, ctx.get(term.operands[0]))
+    fwd = [ctx.get(v) for v in term.operands[1:]]
+    b.cbranch(cond, after, exit_)
+    # The results are the values forwarded by tile.condition when it says stop.
+    b.position_at_end(after)
+    # The forwarded values dominate the body and the exit, so both read them directly.
+    term2 = lower_region(ctx, op.regions[1].block, fwd)
+    nxt = _yielded(ctx, term2, "tile.while body")
+    _add_incoming(carried, nxt, b.block)
+    b.branch(before)
+    b.position_at_end(exit_)
+    for r, v in zip(op.results, fwd):
+        ctx.set(r, v)
+
+
+@rule(T.IfOp)
+def _if(ctx, op):
+    b = ctx.builder
+    cond = cast_bool(b, ctx.get(op.operands[0]))
+    then, els, merge = ctx.new_block("if.then"), ctx.new_block("if.else"), ctx.new_block("if.end")
+    b.cbranch(cond, then, els)
+    outs = []
+    for blk, region in ((then, op.regions[0]), (els, op.regions[1])):
+        b.position_at_end(blk)
+        vals = []
+        if region.blocks:
+            term = lower_region(ctx, region.block, [])
+            vals = _yielded(ctx, term, "tile.if branch") if op.results else []
+        outs.append((vals, b.block))
+        b.branch(merge)
+    b.position_at_end(merge)
+    if op.results:
+        like = outs[0][0]
+        phis = _phis(b, like)
+        for vals, blk in outs:
+            _add_incoming(phis, vals, blk)
+        for r, v in zip(op.results, unflatten(list(phis), like)):
+            ctx.set(r, v)

@@ -1,0 +1,154 @@
+"""The rule table and the one walker that drives codegen.
+
+    @rule(tile_ops.AddOp)
+    def _add(ctx, op): ...
+
+A rule reads its operands with `ctx.get`/`ctx.elems` and binds its results with
+`ctx.set`. The walker visits the ops of a block in order; ops with regions
+(for/while/if) lower their regions through `lower_region`. Any exception in a
+rule becomes a `CompilationError` naming the kernel, the op and its location.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+from llvmlite import ir
+
+from ...abi import param_slots
+from ...errors import CompilationError
+from ...ir.core import Block, Module, Op
+from ...ir.types import ViewType
+from .context import CodegenContext, ViewValue
+from .types import global_ptr, llvm_scalar
+
+__all__ = ["rule", "RULES", "lower_block", "lower_region", "generate", "flatten", "unflatten"]
+
+RULES: Dict[type, Callable[[CodegenContext, Op], None]] = {}
+
+
+def rule(*op_classes):
+    """Register the decorated function as the lowering of `op_classes`."""
+    def deco(fn):
+        for cls in op_classes:
+            if cls in RULES and RULES[cls] is not fn:
+                raise ValueError(f"two codegen rules for {cls.name}")
+            RULES[cls] = fn
+        return fn
+    return deco
+
+
+def _find_rule(op: Op):
+    # Exact class first: some ops subclass others (store_masked < store) but lower differently.
+    fn = RULES.get(type(op))
+    if fn is None:
+        raise ValueError(f"no codegen rule for '{op.name}' (a lowering pass should have removed it)")
+    return fn
+
+
+def lower_op(ctx: CodegenContext, op: Op) -> None:
+    try:
+        _find_rule(op)(ctx, op)
+    except CompilationError:
+        raise
+    except Exception as e:  # any failure inside a rule is reported against the user's op
+        raise CompilationError(f"cannot lower '{op.name}': {e}", loc=op.loc,
+                               kernel=ctx.kernel_name, stage=f"codegen of {op.name}") from e
+
+
+def lower_block(ctx: CodegenContext, block: Block) -> Optional[Op]:
+    """Lower every op of `block` except its terminator, which is returned."""
+    for op in block.ops:
+        if op.has_trait("terminator"):
+            return op
+        lower_op(ctx, op)
+    return None
+
+
+def lower_region(ctx: CodegenContext, block: Block, args: List[object]) -> Optional[Op]:
+    """Bind `args` to the block's arguments, lower its ops, return its terminator."""
+    for a, v in zip(block.args, args):
+        ctx.set(a, v)
+    return lower_block(ctx, block)
+
+
+def flatten(vals: List[object]) -> List[ir.Value]:
+    """Values (scalars or element lists) as one flat list, e.g. for phis."""
+    out: List[ir.Value] = []
+    for v in vals:
+        if isinstance(v, list):
+            out.extend(v)
+        else:
+            out.append(v)
+    return out
+
+
+def unflatten(flat: List[ir.Value], like: List[object]) -> List[object]:
+    """Regroup `flat` into the structure of `like`."""
+    out, i = [], 0
+    for v in like:
+        if isinstance(v, list):
+            out.append(flat[i:i + len(v)])
+            i += len(v)
+        else:
+            out.append(flat[i])
+            i += 1
+    return out
+
+
+def _kernel_function(module: ir.Module, name: str, arg_types) -> tuple:
+    slots = param_slots(arg_types)
+    ptys = [global_ptr() if s.kind == "ptr" else llvm_scalar(s.dtype) for s in slots]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), ptys), name)
+    fn.calling_convention = "ptx_kernel"
+    for a, s in zip(fn.args, slots):
+        a.name = s.name
+    return fn, slots
+
+
+def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
+    by_arg: Dict[int, list] = {}
+    for a, s in zip(ctx.func.args, slots):
+        by_arg.setdefault(s.arg, []).append((s, a))
+    for i, barg in enumerate(entry.args):
+        t = barg.type
+        got = by_arg[i]
+        if isinstance(t, ViewType):
+            ptr = got[0][1]
+            shape = [a for s, a in got if s.kind == "shape"]
+            dyn = {s.dim: a for s, a in got if s.kind == "stride"}
+            strides = [dyn[d] if st is None else ctx.const(t.index, st) for d, st in enumerate(t.strides)]
+            ctx.set(barg, ViewValue(ptr, shape, strides))
+        else:
+            ctx.set(barg, got[0][1])
+
+
+def _annotate(module: ir.Module, fn: ir.Function, num_warps: int) -> None:
+    # Launch bound: lets ptxas budget registers for exactly this many threads.
+    ann = module.add_named_metadata("nvvm.annotations")
+    ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), 32 * num_warps)]))
+
+
+def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "") -> ir.Module:
+    """Lower a gpu-IR module holding one kernel to an llvmlite module."""
+    from . import rules  # noqa: F401  (registers every rule)
+
+    func = module.func()
+    name = func.attrs["sym_name"]
+    num_warps = int(module.attrs.get("num_warps", getattr(options, "num_warps", 4)))
+    llmod = ir.Module(name=name)
+    llmod.triple = triple
+    if data_layout:
+        llmod.data_layout = data_layout
+    entry = func.regions[0].block
+    try:
+        fn, slots = _kernel_function(llmod, name, [a.type for a in entry.args])
+    except TypeError as e:
+        raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
+    ctx = CodegenContext(llmod, fn, name, options, num_warps)
+    _bind_params(ctx, entry, slots)
+    term = lower_block(ctx, entry)
+    if term is not None and term.operands:
+        raise CompilationError("a kernel cannot return values", loc=term.loc, kernel=name, stage="codegen")
+    ctx.builder.ret_void()
+    _annotate(llmod, fn, num_warps)
+    return llmod
