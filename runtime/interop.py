@@ -123,7 +123,11 @@ def array_info(obj):
         reader = _readers[cls]
     except KeyError:
         reader = _readers[cls] = _reader_for(cls)
-    return reader(obj) if reader is not None else None
+    if reader is not None:
+        return reader(obj)
+    if hasattr(obj, "__cuda_array_interface__"):  # set per instance rather than on the class
+        return _read_cai(obj)
+    return None
 
 
 _registered = False

@@ -29,7 +29,7 @@ from . import driver, interop
 from .packing import build_packer
 from .stream import stream_handle
 
-__all__ = ["launch", "kernel_state", "PreparedLaunch"]
+__all__ = ["launch", "launch_compiled", "preload", "kernel_state", "PreparedLaunch"]
 
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
 _OFFSET_LIMIT = 2 ** 31
@@ -117,7 +117,7 @@ def _describe(kernel):
 
 def _is_constexpr_annotation(ann) -> bool:
     if isinstance(ann, str):
-        return ann.split(".")[-1] == "constexpr"
+        return ann.strip("'\" ").split(".")[-1] == "constexpr"
     return getattr(ann, "__name__", None) == "constexpr"
 
 
@@ -252,6 +252,24 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         driver.check((res,), "cuLaunchKernel", p.name)
 
 
+def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
+    """Install an already compiled kernel for the signature of (args, kwargs): later launches
+    of `kernel` with that signature use it without specializing or compiling (ahead-of-time
+    compiled or cached kernels; also how the runtime is tested without the compiler)."""
+    from . import module  # noqa: PLC0415
+    state = kernel_state(kernel)
+    kwargs = dict(kwargs or {})
+    opt_items = tuple((k, kwargs.pop(k)) for k in ("num_warps", "num_stages", "arch", "fast_math", "debug")
+                      if k in kwargs)
+    kwargs.pop("stream", None)
+    vals = state.bind(args, kwargs)
+    parts, _, device = _signature(state, vals)
+    device = driver.current_device() if device is None else device
+    prepared = PreparedLaunch(compiled, module.load(compiled, device), state)
+    with state.lock:
+        state.table[(tuple(parts), opt_items)] = prepared
+
+
 def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch:
     from .. import compiler, specialize  # noqa: PLC0415 - the frontend/compiler load on first launch
     from . import module  # noqa: PLC0415
@@ -272,3 +290,32 @@ def prepared_launch_count(kernel) -> int:
     """How many signatures of `kernel` have a prepared launcher (for tests and diagnostics)."""
     return len(kernel_state(kernel).table)
 
+
+
+def launch_compiled(compiled, grid, *args, stream=None):
+    """Launch an already compiled kernel (e.g. one read from the cache) with its run-time
+    arguments in `compiled.arg_names` order; same packer and launch path as `launch`."""
+    from . import module  # noqa: PLC0415
+    names = list(compiled.arg_names) or [f"a{i}" for i in range(len(args))]
+    if len(args) != len(names):
+        raise TypeError(f"kernel '{compiled.name}' takes {len(names)} run-time argument(s) "
+                        f"({', '.join(names)}), got {len(args)}")
+    infos = [interop.array_info(a) if type(a) not in (int, float, bool) else None for a in args]
+    devs = {i[4] for i in infos if i is not None}
+    if len(devs) > 1:
+        raise ValueError(f"kernel '{compiled.name}': arguments are on different devices {sorted(devs)}")
+    device = devs.pop() if devs else driver.current_device()
+    per_dev = compiled.__dict__.setdefault("_tilec_prepared", {})
+    prepared = per_dev.get(device)
+    if prepared is None:
+        loaded = module.load(compiled, device)
+        prepared = per_dev[device] = PreparedLaunch.__new__(PreparedLaunch)
+        prepared.compiled, prepared.loaded, prepared.device, prepared.name = compiled, loaded, device, compiled.name
+        prepared.function, prepared.threads, prepared.shared = loaded.function, loaded.threads, loaded.shared
+        prepared.pack, prepared.params_addr = build_packer(compiled, names)
+        prepared.lock = threading.Lock()
+    driver.ensure_context(device)
+    gx, gy, gz = _grid3(grid, compiled.name)
+    if gx and gy and gz:
+        h = stream_handle(stream) if stream is not None else _default_stream(list(args), device)
+        _cu_launch(prepared, gx, gy, gz, h, args, infos)
