@@ -18,6 +18,8 @@ from tilec.ir import Module, VerifyError, verify
 from tilec.options import CompileOptions
 
 from .passes import canonicalize, cse, dce, fold
+from .passes.index_width import index_width
+from .passes.lower_views import lower_views
 
 __all__ = ["PIPELINE", "TILE_PASSES", "get_pass", "pass_names", "run_passes", "run_pipeline", "dump_to_directory"]
 
@@ -34,6 +36,8 @@ TILE_PASSES: List[Tuple[str, Pass]] = [
 # The compiler's passes, in the order they run.
 PIPELINE: List[Tuple[str, Pass]] = [
     *TILE_PASSES,
+    ("index_width", index_width),
+    ("lower_views", lower_views),
 ]
 
 
@@ -83,8 +87,8 @@ def run_passes(module: Module, names: Sequence[str], options: Optional[CompileOp
     kwargs = dataclasses.asdict(options)
     check = _verify_enabled(options, verify_each)
     kernel = _kernel_name(module)
-    for name in names:
-        fn = get_pass(name)
+    passes = [(name, get_pass(name)) for name in names]  # unknown names fail before any pass runs
+    for name, fn in passes:
         try:
             module = fn(module, **kwargs)
             if check:

@@ -363,6 +363,17 @@ class Module:
     __hash__ = None  # type: ignore[assignment]
 
 
+def _same_attr(a, b) -> bool:
+    """Attribute equality where NaN equals NaN (a NaN constant must survive a round trip)."""
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_attr(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_attr(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def ir_equal(a: Module, b: Module, compare_locs: bool = True) -> bool:
     """Structural equality: same ops, attributes, types, locations and use-def graph."""
     if a.attrs != b.attrs:
@@ -379,7 +390,7 @@ def ir_equal(a: Module, b: Module, compare_locs: bool = True) -> bool:
         return all(same_op(o, p) for o, p in zip(x.ops, y.ops))
 
     def same_op(x: Op, y: Op) -> bool:
-        if x.name != y.name or x.attrs != y.attrs or len(x.operands) != len(y.operands):
+        if x.name != y.name or not _same_attr(x.attrs, y.attrs) or len(x.operands) != len(y.operands):
             return False
         if compare_locs and x.loc != y.loc:
             return False

@@ -68,11 +68,11 @@ def _binary_identity(op: Op, identity_ok) -> bool:
 
 
 def _binary_absorb(op: Op, absorbing) -> bool:
-    """x op z -> z (either side) where `absorbing(z)` holds: z is then a constant."""
+    """x op z -> z (either side) where `absorbing(z)` holds."""
     a, b = op.operands
     for z in (b, a):
         if absorbing(z):
-            return _to_constant(op, constant_of(z))
+            return _forward(op, z)
     return False
 
 

@@ -69,6 +69,7 @@ def _rebuild_with_results(op: Op, operands, keep: List[int]) -> Op:
     blk = op.parent
     blk.insert(blk.ops.index(op), new)
     for j, i in enumerate(keep):
+        new.results[j].name_hint = op.results[i].name_hint
         op.results[i].replace_all_uses_with(new.results[j])
     op.erase()
     return new

@@ -33,7 +33,7 @@ _NARROW_FLOATS = {"f16", "bf16", "f8e4m3", "f8e5m2"}
 
 
 def _int_divisor_nonzero(args, dtype):
-    return not dtype.is_int or all(args[1] != 0)
+    return not dtype.is_int or bool(args[1] != 0)
 
 
 def _shift_in_range(args, dtype):

@@ -1,0 +1,110 @@
+"""lower_views: tensor-view loads and stores become masked pointer-tile accesses.
+
+    %t = tile.load_view %x, %i, %j {shape = [BM, BN], padding = 0.0}
+
+becomes, with I the offset type chosen by index_width (`_index`):
+
+    rows = splat(i * BM : I) + arange(0, BM) : I          (one 1-D tile per dimension)
+    cols = splat(j * BN : I) + arange(0, BN) : I
+    off  = broadcast(expand(rows)) * stride0 + broadcast(expand(cols))    (stride 1 folded)
+    mask = broadcast(expand(rows < shape0)) & broadcast(expand(cols < shape1))
+    %t   = tile.load_masked splat(view_ptr x) + off, mask, splat(padding)
+
+("offset" mode starts at the indices themselves and also masks negative
+coordinates.) Strides known at compile time become constants; the others come
+from tile.view_dim. Later passes then only see pointer accesses, and axis_info
+finds the contiguity (arange along a unit-stride dimension) that vectorizes them.
+"""
+from __future__ import annotations
+
+from typing import List
+
+from tilec import dtypes as dt
+from tilec.ir import Builder, Module, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import ScalarType, TileType
+
+from .index_width import view_index_dtype
+
+__all__ = ["lower_views"]
+
+
+def _cast(b: Builder, v: Value, to: dt.DType) -> Value:
+    cur = v.type.element.dtype if isinstance(v.type, TileType) else v.type.dtype
+    return v if cur is to else b.value(T.CastOp, v, to=to)
+
+
+def _const(b: Builder, ty, value) -> Value:
+    return b.create(T.ConstantOp, result_types=[ty], value=value).result
+
+
+def _to_full(b: Builder, v: Value, dim: int, shape) -> Value:
+    """A 1-D tile along `dim` expanded and broadcast to the whole tile `shape`."""
+    rank = len(shape)
+    for d in range(rank):
+        if d != dim:
+            v = b.value(T.ExpandDimsOp, v, axis=d)
+    if v.type.shape != tuple(shape):
+        v = b.value(T.BroadcastOp, v, shape=list(shape))
+    return v
+
+
+def _padding(op, dtype: dt.DType):
+    p = op.attrs.get("padding", 0)
+    if dtype.is_bool:
+        return bool(p)
+    if dtype.is_int:
+        return int(p)
+    return float(p)
+
+
+def _lower(op) -> None:
+    b = Builder().before(op)
+    b.loc = op.loc
+    view = op.operands[0]
+    vt = view.type
+    idx_t = dt.DType.get(op.attrs["_index"]) if "_index" in op.attrs else view_index_dtype(op)
+    shape = list(op.attrs["shape"]) if isinstance(op, T.LoadViewOp) else list(op.operands[-1].type.shape)
+    offset_mode = op.attrs.get("mode", "index") == "offset"
+    offset = mask = None
+    for d, index in enumerate(op.group("indices")):
+        n = shape[d]
+        start = _cast(b, index, idx_t)
+        if not offset_mode and n != 1:
+            start = b.value(T.MulOp, start, _const(b, ScalarType(idx_t), n))
+        coords = _cast(b, b.value(T.ArangeOp, start=0, end=n), idx_t)
+        coords = b.value(T.AddOp, b.value(T.SplatOp, start, shape=[n]), coords)
+        extent = b.value(T.ViewDimOp, view, dim=d, kind="shape")
+        extent = _cast(b, extent, idx_t)
+        inside = b.value(T.CmpOp, coords, b.value(T.SplatOp, extent, shape=[n]), pred="lt")
+        if offset_mode:
+            zero = b.value(T.SplatOp, _const(b, ScalarType(idx_t), 0), shape=[n])
+            inside = b.value(T.AndOp, inside, b.value(T.CmpOp, coords, zero, pred="ge"))
+        stride = vt.strides[d]
+        if stride is None:
+            s = _cast(b, b.value(T.ViewDimOp, view, dim=d, kind="stride"), idx_t)
+            coords = b.value(T.MulOp, coords, b.value(T.SplatOp, s, shape=[n]))
+        elif stride != 1:
+            coords = b.value(T.MulOp, coords, _const(b, TileType((n,), ScalarType(idx_t)), stride))
+        term = _to_full(b, coords, d, shape)
+        inside = _to_full(b, inside, d, shape)
+        offset = term if offset is None else b.value(T.AddOp, offset, term)
+        mask = inside if mask is None else b.value(T.AndOp, mask, inside)
+    base = b.value(T.ViewPtrOp, view)
+    ptrs = b.value(T.AddPtrOp, b.value(T.SplatOp, base, shape=shape), offset)
+    if isinstance(op, T.LoadViewOp):
+        rt = op.results[0].type
+        other = _const(b, rt, _padding(op, vt.dtype))
+        new = b.value(T.LoadMaskedOp, ptrs, mask, other)
+        new.name_hint = op.results[0].name_hint
+        op.results[0].replace_all_uses_with(new)
+    else:
+        b.create(T.StoreMaskedOp, ptrs, op.operands[-1], mask)
+    op.erase()
+
+
+def lower_views(module: Module, **_options) -> Module:
+    todo: List = [op for op in module.walk() if isinstance(op, (T.LoadViewOp, T.StoreViewOp))]
+    for op in todo:
+        _lower(op)
+    return module

@@ -1,0 +1,32 @@
+"""Shared test set-up: the IR verifier runs after every pass, and GPU tests skip without a GPU."""
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+
+# Every pipeline run in the tests verifies the IR after each pass (tilec.lowering.pipeline).
+os.environ.setdefault("TILEC_VERIFY", "1")
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_available() -> bool:
+    """A CUDA driver with at least one device answers (never raises)."""
+    try:
+        from cuda.bindings import driver
+        err, = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
+    if gpu_items and not gpu_available():
+        skip = pytest.mark.skip(reason="no NVIDIA GPU and driver found")
+        for it in gpu_items:
+            it.add_marker(skip)
