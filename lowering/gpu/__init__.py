@@ -1,2 +1,4 @@
 """The gpu dialect: distributed and shared-memory layouts, and the ops that use them."""
 from .layouts import *  # noqa: F401,F403
+from . import ops  # noqa: F401  (registers the gpu dialect)
+from .ops import *  # noqa: F401,F403
