@@ -1,97 +1,87 @@
 """Constant folding: evaluate elementwise ops whose operands are all tile.constant.
 
 A tile.constant holds one value (a tile constant is uniform), so an elementwise op
-on constants is itself a constant: the op is evaluated once, on 0-d numpy arrays of
-the operand dtype, and replaced by a tile.constant of its result type.
+on constants is itself a constant: the op is evaluated once and replaced by a
+tile.constant of its result type.
 
-The arithmetic is the interpreter's: fixed-width integers wrap around, `//` and `%`
-round toward negative infinity (numpy's floor_divide/remainder agree with Python),
-floats are IEEE f32/f64, casts from floats to integers truncate toward zero.
+Evaluation calls the interpreter's own numpy functions (tilec.interpreter), so a
+folded kernel computes exactly what the interpreter computes for the unfolded one:
+integers wrap at their width, `//` and `%` round toward negative infinity, i1 is
+arithmetic modulo 2, shifts by the width or more give 0 (or the sign fill), floats
+are IEEE in their own width (f16, bf16, f8 rounded to nearest even).
 
-An op is left for run time when compile-time evaluation could disagree with the
-hardware or when the result is undefined:
-- operands or result of a narrow float type (f16, bf16, f8): their rounding lives
-  in the interpreter's emulation, not here;
-- transcendental functions, pow, rsqrt, sigmoid, erf, fma: not correctly rounded
-  (libm and the GPU's approximations differ in the last bits), fma needs one rounding;
-- integer division or remainder by zero, shifts by a negative amount or by the bit
-  width or more, float-to-integer casts of NaN or out-of-range values.
+Left for run time, because the compile-time value could differ from the hardware's:
+- transcendental functions, pow, rsqrt, sigmoid, erf: not correctly rounded, and
+  libm's last bits differ from the GPU's approximations;
+- f64 fma (numpy has no fused multiply-add in f64);
+- float-to-integer casts of NaN or of values out of the target's range.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tilec import dtypes as dt
+from tilec.interpreter import numerics as nm
+from tilec.interpreter.rules_elementwise import elementwise_fn
 from tilec.ir import Module, Op
 from tilec.ir import tile_ops as T
 
 from .rewrite import NOT_CONSTANT, constant_of, dtype_of, make_constant, replace_op
 
-__all__ = ["fold", "evaluate", "FOLDERS", "to_numpy_scalar"]
+__all__ = ["fold", "evaluate", "FOLDABLE"]
 
-_NARROW_FLOATS = {"f16", "bf16", "f8e4m3", "f8e5m2"}
-
-
-def _int_divisor_nonzero(args, dtype):
-    return not dtype.is_int or bool(args[1] != 0)
-
-
-def _shift_in_range(args, dtype):
-    return 0 <= int(args[1]) < dtype.bits
-
-
-# op name -> (numpy evaluation of the operand arrays, precondition or None)
-FOLDERS = {
-    "tile.add": (lambda a, b: a + b, None),
-    "tile.sub": (lambda a, b: a - b, None),
-    "tile.mul": (lambda a, b: a * b, None),
-    "tile.div": (lambda a, b: a / b, None),
-    "tile.floordiv": (np.floor_divide, _int_divisor_nonzero),
-    "tile.mod": (np.remainder, _int_divisor_nonzero),
-    "tile.minimum": (np.minimum, None),
-    "tile.maximum": (np.maximum, None),
-    "tile.and": (np.bitwise_and, None),
-    "tile.or": (np.bitwise_or, None),
-    "tile.xor": (np.bitwise_xor, None),
-    "tile.shl": (np.left_shift, _shift_in_range),
-    "tile.shr": (np.right_shift, _shift_in_range),
-    "tile.neg": (np.negative, None),
-    "tile.invert": (np.invert, None),
-    "tile.abs": (np.abs, None),
-    "tile.sqrt": (np.sqrt, None),
-    "tile.floor": (np.floor, None),
-    "tile.ceil": (np.ceil, None),
-    "tile.select": (lambda c, a, b: np.where(c, a, b), None),
-}
-
-_BOOL_OPS = {"tile.and", "tile.or", "tile.xor", "tile.invert", "tile.minimum", "tile.maximum",
-             "tile.select", "tile.cast", "tile.cmp"}
+# Elementwise ops computed by `elementwise_fn` whose results are exact (correctly rounded).
+FOLDABLE = frozenset({
+    T.AddOp, T.SubOp, T.MulOp, T.DivOp, T.FloorDivOp, T.ModOp, T.MinimumOp, T.MaximumOp,
+    T.AndOp, T.OrOp, T.XorOp, T.ShlOp, T.ShrOp, T.NegOp, T.InvertOp, T.AbsOp,
+    T.SqrtOp, T.FloorOp, T.CeilOp,
+})
 
 _CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
         "gt": np.greater, "ge": np.greater_equal}
 
 
-def to_numpy_scalar(value, dtype: dt.DType) -> np.ndarray:
-    """A 0-d array of `dtype`'s storage type holding `value` (integers wrap to the width)."""
-    if dtype.is_int:
-        v = int(value) & ((1 << dtype.bits) - 1)
-        if dtype.is_signed and v >= 1 << (dtype.bits - 1):
-            v -= 1 << dtype.bits
-        return np.array(v, dtype=dtype.np)
-    return np.array(value, dtype=dtype.np)
+def _int_range(d: dt.DType):
+    if d.kind == "i":
+        return -(1 << (d.bits - 1)), (1 << (d.bits - 1)) - 1
+    return 0, (1 << d.bits) - 1
 
 
-def _cast(x: np.ndarray, src: dt.DType, dst: dt.DType):
+def _cast(x, src: dt.DType, dst: dt.DType):
     if src.is_float and dst.is_int:
         v = float(x)
-        if v != v:
+        if v != v or abs(v) == float("inf"):
             return NOT_CONSTANT
-        lo, hi = (-(1 << (dst.bits - 1)), (1 << (dst.bits - 1)) - 1) if dst.is_signed else (0, (1 << dst.bits) - 1)
-        t = int(v)  # truncation toward zero, as numpy's astype
-        if not lo <= t <= hi:
+        lo, hi = _int_range(dst)
+        if not lo <= int(v) <= hi:  # int() truncates toward zero, as the cast does
             return NOT_CONSTANT
-        return np.array(t, dtype=dst.np)
-    return x.astype(dst.np)
+    return nm.cast(x, dst)
+
+
+def _compute(op: Op, args: list, d: dt.DType):
+    cls = type(op)
+    if cls is T.CastOp:
+        return _cast(args[0], d, op.attrs["to"])
+    if cls is T.BitcastOp:
+        return nm.from_bits(nm.to_bits(args[0], d), op.attrs["to"])
+    if cls is T.CmpOp:
+        return _CMP[op.attrs["pred"]](args[0], args[1])
+    if cls is T.SelectOp:
+        return np.where(args[0], args[1], args[2])[()]
+    if cls is T.FmaOp:
+        return NOT_CONSTANT if d is dt.float64 else nm.fma(args[0], args[1], args[2], d)
+    if cls in FOLDABLE:
+        return elementwise_fn(cls, d)(*args)
+    return NOT_CONSTANT
+
+
+def _python_value(x, d: dt.DType):
+    x = np.asarray(x)[()]
+    if d.is_bool:
+        return bool(x)
+    if d.is_int:
+        return int(x)
+    return float(x)
 
 
 def evaluate(op: Op, values: list):
@@ -99,27 +89,14 @@ def evaluate(op: Op, values: list):
     as a Python number, or NOT_CONSTANT when it must be left for run time."""
     in_types = [dtype_of(v) for v in op.operands]
     out_type = dtype_of(op.results[0])
-    if any(t is None or t.name in _NARROW_FLOATS for t in in_types + [out_type]):
-        return NOT_CONSTANT
-    if in_types[-1].is_bool and op.name not in _BOOL_OPS:
-        return NOT_CONSTANT  # i1 arithmetic has no agreed meaning (numpy: or, hardware: xor)
-    args = [to_numpy_scalar(v, t) for v, t in zip(values, in_types)]
+    if any(t is None for t in in_types) or out_type is None:
+        return NOT_CONSTANT  # pointers
+    args = [nm.const_value(v, t) for v, t in zip(values, in_types)]
     with np.errstate(all="ignore"):
-        if isinstance(op, T.CastOp):
-            res = _cast(args[0], in_types[0], out_type)
-        elif isinstance(op, T.CmpOp):
-            res = _CMP[op.attrs["pred"]](args[0], args[1])
-        else:
-            entry = FOLDERS.get(op.name)
-            if entry is None:
-                return NOT_CONSTANT
-            fn, ok = entry
-            if ok is not None and not ok(args, in_types[-1]):
-                return NOT_CONSTANT
-            res = fn(*args)
+        res = _compute(op, args, in_types[-1])
     if res is NOT_CONSTANT:
         return NOT_CONSTANT
-    return np.asarray(res).astype(out_type.np).item()
+    return _python_value(res, out_type)
 
 
 def _fold_op(op: Op) -> bool:
