@@ -34,6 +34,7 @@ _STICKY = {
     "CUDA_ERROR_TENSOR_MEMORY_LEAK", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
 }
 _broken_reason: Dict[int, str] = {}
+last_kernel: Optional[str] = None   # set by the launcher: faults surface later, at a sync
 
 
 def _no_driver(err: BaseException) -> DriverError:
@@ -105,11 +106,17 @@ def check(result, call: str, kernel: Optional[str] = None):
 def _error(res, call: str, kernel: Optional[str]) -> DriverError:
     name = _result_name(res)
     text = _result_text(_driver, res) if _driver is not None else ""
-    where = f"{call}" + (f" (kernel '{kernel}')" if kernel else "")
+    if kernel is None and name in _STICKY and last_kernel:
+        kernel = last_kernel
+        where = f"{call} (after kernel '{kernel}', the last one launched)"
+    else:
+        where = f"{call}" + (f" (kernel '{kernel}')" if kernel else "")
     msg = f"{where} failed: {name}" + (f": {text}" if text else "")
     if name in _STICKY:
         dev = current_device()
         _broken_reason.setdefault(dev, f"{name} in {where}")
+        if name == "CUDA_ERROR_ASSERT":
+            msg += ". A device_assert failed (the device printed its message and source line above)"
         msg += (f". The GPU reported a fault; the CUDA context of device {dev} is now unusable: "
                 f"every further launch, copy or allocation on it will fail, so restart the process. "
                 f"Run with compute-sanitizer, or TILEC_INTERPRET=1, to find the faulting access.")

@@ -244,6 +244,7 @@ def _stream_obj(h: int):
 def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
     d = driver.cu()
     stream = _stream_obj(h)
+    driver.last_kernel = p.name
     with p.lock:  # the packed buffer is shared: pack and launch as one step
         p.pack(vals, infos)
         (res,) = d.cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, stream,
