@@ -1,0 +1,256 @@
+"""The `tilec` command: print any stage of a kernel's compilation.
+
+    tilec --version
+    tilec ir   FILE:KERNEL --sig SIG [--after PASS] [--passes]
+    tilec llvm FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] ...
+    tilec ptx  FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] [--ptxas] ...
+
+User mistakes (a missing file, an unknown kernel or pass, a bad signature or option,
+a kernel that does not compile) print one clean message to stderr and exit with
+status 2 (usage) or 1 (compilation); TILEC_DEBUG=1 shows the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+from .errors import CompilationError, debug_enabled
+
+__all__ = ["main", "load_kernel"]
+
+
+class UsageError(Exception):
+    """A mistake in the command line or in what it names (exit status 2)."""
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("tilec")
+    except Exception:  # running from a source tree that is not installed
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------- loading kernels
+def _split_target(target: str):
+    path, sep, name = target.rpartition(":")
+    if not sep or not path or not name:
+        raise UsageError(f"expected FILE:KERNEL (e.g. examples/vector_add.py:add_kernel), got {target!r}")
+    return Path(path), name
+
+
+def load_kernel(target: str):
+    """The @tilec.kernel called KERNEL in the Python file FILE, for `target` = 'FILE:KERNEL'."""
+    path, name = _split_target(target)
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    mod_name = "_tilec_cli_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # the file may import modules that sit next to it
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        spec.loader.exec_module(module)
+    except CompilationError:
+        raise
+    except SystemExit as e:
+        raise UsageError(f"{path} exited while being imported (status {e.code}); "
+                         "guard its script part with `if __name__ == \"__main__\":`") from None
+    except Exception as e:
+        raise UsageError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.remove(str(path.resolve().parent))
+    kernel = getattr(module, name, None)
+    if kernel is None:
+        found = sorted(n for n, v in vars(module).items() if _is_kernel(v))
+        hint = f"; kernels in it: {', '.join(found)}" if found else "; it defines no @tilec.kernel"
+        raise UsageError(f"{path} has no kernel named {name!r}{hint}")
+    if not _is_kernel(kernel):
+        raise UsageError(f"{path}:{name} is a {type(kernel).__name__}, not a @tilec.kernel")
+    return kernel
+
+
+def _is_kernel(obj) -> bool:
+    try:
+        from .kernel import Kernel
+    except ImportError:
+        return False
+    return isinstance(obj, Kernel)
+
+
+def _parse_sig(kernel, text: Optional[str]):
+    from .specialize import parse_signature
+    try:
+        return parse_signature(kernel, text or "")
+    except (ValueError, TypeError, KeyError) as e:
+        raise UsageError(f"bad --sig: {e}") from e
+
+
+def _options(args):
+    from .options import CompileOptions
+    fields = {"num_warps": args.num_warps, "num_stages": args.num_stages, "arch": args.arch,
+              "fast_math": args.fast_math, "debug": args.debug}
+    try:
+        return CompileOptions(**{k: v for k, v in fields.items() if v is not None}).validated()
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+# ----------------------------------------------------------------------------- commands
+def _cmd_ir(args) -> int:
+    from tilec.lowering.pipeline import pass_names, run_pipeline
+    if args.passes:
+        print("\n".join(dict.fromkeys(pass_names())))
+        return 0
+    if args.target is None:
+        raise UsageError("tilec ir needs FILE:KERNEL (or --passes)")
+    if args.after is not None and args.after not in pass_names():
+        raise UsageError(f"unknown pass {args.after!r}; passes are: {', '.join(dict.fromkeys(pass_names()))}")
+    kernel = load_kernel(args.target)
+    spec = _parse_sig(kernel, args.sig)
+    module = kernel.ir(spec)
+    if args.after is not None:
+        module = run_pipeline(module, _options(args), stop_after=args.after)
+    sys.stdout.write(str(module))
+    return 0
+
+
+def _compile(args):
+    from .compiler import compile_kernel
+    kernel = load_kernel(args.target)
+    spec = _parse_sig(kernel, args.sig)
+    return compile_kernel(kernel, spec, _options(args))
+
+
+def _cmd_llvm(args) -> int:
+    sys.stdout.write(_compile(args).asm["llvm"])
+    return 0
+
+
+def _ptxas_report(ptx: str, arch: str) -> str:
+    """ptxas's resource report (registers, spills, shared memory) for `ptx`."""
+    ptxas = _find_ptxas()
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "kernel.ptx"
+        src.write_text(ptx)
+        cmd = [ptxas, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "kernel.cubin")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise CompilationError(f"ptxas rejected the PTX:\n{proc.stderr.strip()}", stage="ptxas")
+    return proc.stderr + proc.stdout
+
+
+def _find_ptxas() -> str:
+    try:
+        from tilec.lowering.target import find_ptxas
+        found = find_ptxas()
+    except ImportError:
+        found = None
+    found = found or shutil.which("ptxas")
+    if not found:
+        raise CompilationError("--ptxas needs ptxas: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`")
+    return str(found)
+
+
+def _cmd_ptx(args) -> int:
+    compiled = _compile(args)
+    ptx = compiled.asm["ptx"]
+    sys.stdout.write(ptx)
+    if args.ptxas:
+        arch = compiled.metadata.get("arch") or args.arch or "sm_90a"
+        sys.stdout.write("\n// ptxas -v report\n")
+        sys.stdout.write("".join(f"// {line}\n" for line in _ptxas_report(ptx, arch).splitlines()))
+    return 0
+
+
+# ----------------------------------------------------------------------------- argument parsing
+def _signature_help() -> str:
+    try:
+        from .specialize import parse_signature
+    except ImportError:
+        return "SIG names a type or value for every kernel parameter, e.g. 'x=f32[?], n=i32, BLOCK=1024'."
+    doc = inspect.getdoc(parse_signature) or ""
+    return "signature syntax (--sig):\n\n" + doc
+
+
+def _add_kernel_args(p: argparse.ArgumentParser, target_required: bool = True) -> None:
+    p.add_argument("target", metavar="FILE:KERNEL", nargs=None if target_required else "?",
+                   help="a Python file and the name of a @tilec.kernel in it")
+    p.add_argument("--sig", metavar="SIG", help="types and constexpr values of the kernel's parameters")
+
+
+def _add_option_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", help="target GPU, e.g. sm_80, sm_90a (default sm_90a)")
+    p.add_argument("--num-warps", type=int, dest="num_warps", help="warps per program (default 4)")
+    p.add_argument("--num-stages", type=int, dest="num_stages", help="software-pipelining stages (default 3)")
+    p.add_argument("--fast-math", action="store_true", default=None, dest="fast_math",
+                   help="allow approximate math functions")
+    p.add_argument("--debug", action="store_true", default=None,
+                   help="verify the IR after every pass, line info in PTX")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tilec", description="tilec: tile-level GPU kernels in Python, compiled to PTX.")
+    parser.add_argument("--version", action="version", version=f"tilec {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    fmt = argparse.RawDescriptionHelpFormatter
+
+    p = sub.add_parser("ir", help="print a kernel's tile IR (after the frontend, or after a pass)",
+                       description="Print the tile IR of a kernel after the frontend, or after the pass --after.",
+                       epilog=_signature_help(), formatter_class=fmt)
+    _add_kernel_args(p, target_required=False)
+    p.add_argument("--after", metavar="PASS", help="run the pipeline up to and including PASS")
+    p.add_argument("--passes", action="store_true", help="list the pipeline's passes and exit")
+    _add_option_args(p)
+    p.set_defaults(func=_cmd_ir)
+
+    p = sub.add_parser("llvm", help="print a kernel's LLVM IR", epilog=_signature_help(), formatter_class=fmt)
+    _add_kernel_args(p)
+    _add_option_args(p)
+    p.set_defaults(func=_cmd_llvm)
+
+    p = sub.add_parser("ptx", help="print a kernel's PTX", epilog=_signature_help(), formatter_class=fmt)
+    _add_kernel_args(p)
+    _add_option_args(p)
+    p.add_argument("--ptxas", action="store_true", help="also assemble it and print ptxas's register/spill report")
+    p.set_defaults(func=_cmd_ptx)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except UsageError as e:
+        if debug_enabled():
+            raise
+        print(f"tilec {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except CompilationError as e:
+        if debug_enabled():
+            raise
+        print(f"tilec {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a compiler bug: still no traceback unless asked for
+        if debug_enabled():
+            raise
+        print(f"tilec {args.command}: internal error: {type(e).__name__}: {e}\n"
+              "(set TILEC_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The `tilec` command line: run as a subprocess (the way users run it) and in-process."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tilec.cli import main
+from tilec.lowering.pipeline import pass_names
+
+KERNEL_SOURCE = textwrap.dedent('''
+    import tilec as tc
+
+
+    @tc.kernel
+    def scale(x, out, alpha, BLOCK: tc.constexpr):
+        pid = tc.program_id(0)
+        t = tc.load(x, index=(pid,), shape=(BLOCK,))
+        tc.store(out, index=(pid,), tile=t * alpha)
+
+
+    not_a_kernel = 3
+''')
+SIG = "x=f32[?], out=f32[?], alpha=f32, BLOCK=128"
+
+
+def run_cli(*args, env_extra=None):
+    env = dict(os.environ)
+    env.pop("TILEC_DEBUG", None)
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "tilec.cli", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+@pytest.fixture
+def kernel_file(tmp_path):
+    path = tmp_path / "scale_kernels.py"
+    path.write_text(KERNEL_SOURCE)
+    return path
+
+
+def _needs_frontend():
+    pytest.importorskip("tilec.kernel")
+    pytest.importorskip("tilec.specialize")
+
+
+def test_version_subprocess():
+    proc = run_cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.startswith("tilec ") and proc.stdout.strip() != "tilec"
+
+
+def test_passes_lists_the_pipeline(capsys):
+    assert main(["ir", "--passes"]) == 0
+    assert capsys.readouterr().out.split() == list(dict.fromkeys(pass_names()))
+
+
+def test_no_command_prints_usage():
+    proc = run_cli()
+    assert proc.returncode == 2 and "usage: tilec" in proc.stderr
+
+
+@pytest.mark.parametrize("target, message", [
+    ("missing_file.py:k", "no such file: missing_file.py"),
+    ("no_colon", "expected FILE:KERNEL"),
+])
+def test_bad_target_is_a_usage_error(capsys, target, message):
+    assert main(["ir", target, "--sig", SIG]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_target_required_without_passes(capsys):
+    assert main(["ir"]) == 2
+    assert "needs FILE:KERNEL" in capsys.readouterr().err
+
+
+def test_unknown_pass_is_rejected_before_loading(capsys, kernel_file):
+    assert main(["ir", f"{kernel_file}:scale", "--sig", SIG, "--after", "no_such_pass"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown pass 'no_such_pass'" in err and "canonicalize" in err
+
+
+def test_bad_option_is_a_usage_error(capsys, kernel_file):
+    _needs_frontend()
+    assert main(["llvm", f"{kernel_file}:scale", "--sig", SIG, "--num-warps", "3"]) == 2
+    assert "num_warps must be a power of two" in capsys.readouterr().err
+
+
+def test_file_that_fails_to_import(capsys, tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("raise RuntimeError('boom at import')\n")
+    assert main(["ir", f"{bad}:k", "--sig", ""]) == 2
+    err = capsys.readouterr().err
+    assert "importing" in err and "boom at import" in err and "Traceback" not in err
+
+
+def test_unknown_kernel_names_the_kernels_found(capsys, kernel_file):
+    _needs_frontend()
+    assert main(["ir", f"{kernel_file}:nope", "--sig", SIG]) == 2
+    err = capsys.readouterr().err
+    assert "no kernel named 'nope'" in err and "scale" in err
+
+
+def test_not_a_kernel(capsys, kernel_file):
+    _needs_frontend()
+    assert main(["ir", f"{kernel_file}:not_a_kernel", "--sig", SIG]) == 2
+    assert "not a @tilec.kernel" in capsys.readouterr().err
+
+
+def test_ir_after_frontend_subprocess(kernel_file):
+    _needs_frontend()
+    proc = run_cli("ir", f"{kernel_file}:scale", "--sig", SIG)
+    assert proc.returncode == 0, proc.stderr
+    assert 'tile.func {sym_name = "scale"' in proc.stdout
+    assert "tile.load_view" in proc.stdout and "tile.mul" in proc.stdout
+
+
+def test_ir_after_a_pass_round_trips(capsys, kernel_file):
+    _needs_frontend()
+    from tilec.ir import parse, verify
+    assert main(["ir", f"{kernel_file}:scale", "--sig", SIG, "--after", "dce"]) == 0
+    verify(parse(capsys.readouterr().out))
+
+
+def test_bad_signature_is_a_usage_error(capsys, kernel_file):
+    _needs_frontend()
+    assert main(["ir", f"{kernel_file}:scale", "--sig", "x=f32[?], out=nonsense"]) == 2
+    err = capsys.readouterr().err
+    assert "bad --sig" in err and "Traceback" not in err
+
+
+def test_ir_help_documents_the_signature_syntax():
+    _needs_frontend()
+    from tilec.specialize import parse_signature
+    proc = run_cli("ir", "--help")
+    assert proc.returncode == 0
+    first_line = (parse_signature.__doc__ or "").strip().splitlines()[0]
+    assert first_line and first_line in proc.stdout
+
+
+def test_compilation_error_exits_1_without_traceback(tmp_path):
+    _needs_frontend()
+    path = tmp_path / "bad_kernel.py"
+    path.write_text(textwrap.dedent('''
+        import tilec as tc
+
+        @tc.kernel
+        def bad(x, BLOCK: tc.constexpr):
+            t = tc.load(x, index=(0,), shape=(BLOCK,))
+            tc.store(x, index=(0,), tile=t + undefined_name)
+    '''))
+    proc = run_cli("ir", f"{path}:bad", "--sig", "x=f32[?], BLOCK=128")
+    assert proc.returncode == 1
+    assert "undefined_name" in proc.stderr and "Traceback" not in proc.stderr
+    debug = run_cli("ir", f"{path}:bad", "--sig", "x=f32[?], BLOCK=128", env_extra={"TILEC_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_ptx_end_to_end(kernel_file):
+    _needs_frontend()
+    pytest.importorskip("tilec.compiler")
+    proc = run_cli("ptx", f"{kernel_file}:scale", "--sig", SIG, "--arch", "sm_80")
+    assert proc.returncode == 0, proc.stderr
+    assert ".target sm_80" in proc.stdout and ".entry" in proc.stdout
