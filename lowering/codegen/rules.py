@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from . import rules_arith, rules_control, rules_debug, rules_memory, rules_shape  # noqa: F401
+from . import rules_arith, rules_control, rules_debug, rules_math, rules_memory, rules_shape  # noqa: F401
 
 # The gpu dialect's rules live beside these; they exist once the gpu dialect does.
 if importlib.util.find_spec(__package__ + ".rules_gpu") is not None:
