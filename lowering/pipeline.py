@@ -20,6 +20,8 @@ from tilec.options import CompileOptions
 from .passes import canonicalize, cse, dce, fold
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
+from .passes.axis_info import axis_info
+from .passes.layouts import assign_layouts
 
 __all__ = ["PIPELINE", "TILE_PASSES", "get_pass", "pass_names", "run_passes", "run_pipeline", "dump_to_directory"]
 
@@ -38,6 +40,8 @@ PIPELINE: List[Tuple[str, Pass]] = [
     *TILE_PASSES,
     ("index_width", index_width),
     ("lower_views", lower_views),
+    ("axis_info", axis_info),
+    ("assign_layouts", assign_layouts),
 ]
 
 

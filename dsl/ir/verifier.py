@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..dtypes import DType
 from .core import Block, Module, Op, VerifyError
-from .types import Type
+from .types import TileType, Type
 
 __all__ = ["verify"]
 
@@ -18,6 +18,14 @@ _KIND_CHECK = {
     "type": lambda v: isinstance(v, Type),
     "any": lambda v: True,
 }
+
+
+def _matches_rule(actual: Type, inferred: Type) -> bool:
+    """A type rule that cannot know a layout (encoding None) accepts any layout of that tile."""
+    if actual == inferred:
+        return True
+    return (isinstance(actual, TileType) and isinstance(inferred, TileType) and inferred.encoding is None
+            and actual.shape == inferred.shape and actual.element == inferred.element)
 
 
 def _verify_generic(op: Op) -> None:
@@ -56,7 +64,8 @@ def _verify_generic(op: Op) -> None:
     if op.has_trait("terminator") and op.parent is not None and op.parent.ops[-1] is not op:
         raise op.error("terminator is not the last op of its block")
     inferred = op.infer_types()
-    if inferred is not None and [r.type for r in op.results] != list(inferred):
+    if inferred is not None and not all(map(_matches_rule, [r.type for r in op.results], list(inferred))) \
+            or inferred is not None and len(inferred) != len(op.results):
         got = ", ".join(str(r.type) for r in op.results)
         want = ", ".join(str(t) for t in inferred)
         raise op.error(f"result types ({got}) do not match the type rule ({want})")

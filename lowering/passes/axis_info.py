@@ -1,0 +1,207 @@
+"""axis_info: contiguity, divisibility and constancy of integer and pointer tiles.
+
+For each dimension d of a value:
+- contiguity[d]: the values come in runs of this many consecutive integers
+  (x, x+1, ...) along d, the runs starting at multiples of it;
+- divisibility[d]: the first value of each run is a multiple of this (bytes for
+  pointers, a power of two);
+- constancy[d]: the values come in runs of this many equal values along d.
+
+The rules (after Triton's axis analysis) cover what index arithmetic is made of:
+constants, arange, splat, broadcast, expand_dims, add/sub/mul, casts between
+integers, addptr, view_ptr (the view's alignment), and kernel arguments marked
+divisible by 16 (`arg_divisibility` on the function). Anything else is unknown
+(1, 1, 1).
+
+The pass stores on every pointer-tile load/store `_vec`: how many consecutive
+elements along the contiguous dimension (`_contig_dim`) one access may move,
+min(contiguity, alignment / element size, 16 bytes / element size, the mask's
+constancy), used by assign_layouts and by codegen's vectorized loads and stores.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+from typing import Dict, Tuple
+
+from tilec.ir import Module, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import PointerType, ScalarType, TileType, ViewType, shape_of
+
+__all__ = ["AxisInfo", "analyze", "axis_info", "MAX_DIV"]
+
+MAX_DIV = 1 << 30  # "divisible by anything" (e.g. the constant 0)
+
+
+@dataclass(frozen=True)
+class AxisInfo:
+    contiguity: Tuple[int, ...]
+    divisibility: Tuple[int, ...]
+    constancy: Tuple[int, ...]
+
+    @staticmethod
+    def unknown(rank: int) -> "AxisInfo":
+        return AxisInfo((1,) * rank, (1,) * rank, (1,) * rank)
+
+    @staticmethod
+    def uniform(shape, div: int) -> "AxisInfo":
+        return AxisInfo((1,) * len(shape), (div,) * len(shape), tuple(shape))
+
+
+def _pow2_div(c: int) -> int:
+    c = abs(int(c))
+    return MAX_DIV if c == 0 else min(MAX_DIV, c & -c)
+
+
+def _elem_bytes(v: Value) -> int:
+    e = v.type.element if isinstance(v.type, TileType) else v.type
+    if isinstance(e, PointerType):
+        return e.pointee.itemsize
+    return 1
+
+
+class _Analysis:
+    def __init__(self):
+        self.info: Dict[int, AxisInfo] = {}
+
+    def get(self, v: Value) -> AxisInfo:
+        i = self.info.get(id(v))
+        return i if i is not None else AxisInfo.unknown(len(shape_of(v.type)))
+
+    def set(self, v: Value, i: AxisInfo) -> None:
+        self.info[id(v)] = i
+
+    def run_func(self, func) -> None:
+        divs = func.attrs.get("arg_divisibility") or []
+        for a, d in zip(func.body.args, list(divs) + [1] * len(func.body.args)):
+            if isinstance(a.type, ScalarType) and a.type.dtype.is_int:
+                self.set(a, AxisInfo((), (), ()) if d <= 1 else AxisInfo((), (d,), ()))
+        for op in func.walk():
+            if op is not func:
+                self.visit(op)
+
+    def visit(self, op) -> None:
+        if not op.results:
+            return
+        r = op.results[0]
+        shape = shape_of(r.type)
+        rank = len(shape)
+        ops = op.operands
+        if isinstance(op, T.ConstantOp) and isinstance(op.attrs["value"], int):
+            self.set(r, AxisInfo.uniform(shape, _pow2_div(op.attrs["value"])))
+        elif isinstance(op, T.ArangeOp):
+            n = shape[0]
+            self.set(r, AxisInfo((n,), (_pow2_div(op.attrs["start"]),), (1,)))
+        elif isinstance(op, T.SplatOp):
+            self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
+        elif isinstance(op, T.ViewPtrOp):
+            self.set(r, AxisInfo((), (max(1, ops[0].type.align),), ()))
+        elif isinstance(op, T.BroadcastOp):
+            s = self.get(ops[0])
+            src = ops[0].type.shape
+            self.set(r, AxisInfo(
+                tuple(1 if a == 1 and b != 1 else c for a, b, c in zip(src, shape, s.contiguity)),
+                s.divisibility,
+                tuple(b if a == 1 else c for a, b, c in zip(src, shape, s.constancy))))
+        elif isinstance(op, T.ExpandDimsOp):
+            s = self.get(ops[0])
+            ax = op.attrs["axis"]
+            if not isinstance(ops[0].type, TileType):
+                self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
+                return
+            ins = lambda t, x: t[:ax] + (x,) + t[ax:]  # noqa: E731
+            self.set(r, AxisInfo(ins(s.contiguity, 1), ins(s.divisibility, min(s.divisibility) if s.divisibility else 1),
+                                 ins(s.constancy, 1)))
+        elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)) and rank:
+            a, b = self.get(ops[0]), self.get(ops[1])
+            scale = _elem_bytes(ops[0]) if isinstance(op, T.AddPtrOp) else 1
+            contig = []
+            for d in range(rank):
+                c = max(gcd(a.contiguity[d], b.constancy[d]),
+                        gcd(b.contiguity[d], a.constancy[d]) if not isinstance(op, T.SubOp) else 1)
+                contig.append(c)
+            div = tuple(min(x, y * scale) for x, y in zip(a.divisibility, b.divisibility))
+            self.set(r, AxisInfo(tuple(contig), div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
+        elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)):
+            a, b = self._scalar_div(ops[0]), self._scalar_div(ops[1])
+            scale = _elem_bytes(ops[0]) if isinstance(op, T.AddPtrOp) else 1
+            self.set(r, AxisInfo((), (min(a, b * scale),), ()))
+        elif isinstance(op, T.MulOp):
+            a, b = self.get(ops[0]), self.get(ops[1])
+            if not rank:
+                self.set(r, AxisInfo((), (min(MAX_DIV, self._scalar_div(ops[0]) * self._scalar_div(ops[1])),), ()))
+                return
+            contig = tuple(max(ca if cb_is_one else 1, cb if ca_is_one else 1)
+                           for ca, cb, ca_is_one, cb_is_one in zip(
+                               a.contiguity, b.contiguity, self._is_one(ops[0], rank), self._is_one(ops[1], rank)))
+            div = tuple(min(MAX_DIV, x * y) for x, y in zip(a.divisibility, b.divisibility))
+            self.set(r, AxisInfo(contig, div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
+        elif isinstance(op, T.CastOp) and r.type and _int_like(r) and _int_like(ops[0]):
+            self.set(r, self.get(ops[0]))
+        elif isinstance(op, T.CmpOp) and rank:
+            a, b = self.get(ops[0]), self.get(ops[1])
+            # a contiguous run compared with a constant splits only where the run meets it
+            const = tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))
+            const = tuple(max(c, min(ca, da, db, cb)) for c, ca, da, db, cb in zip(
+                const, a.contiguity, a.divisibility, b.divisibility, b.constancy))
+            self.set(r, AxisInfo((1,) * rank, (1,) * rank, const))
+        elif isinstance(op, (T.AndOp, T.OrOp)) and rank:
+            a, b = self.get(ops[0]), self.get(ops[1])
+            self.set(r, AxisInfo((1,) * rank, (1,) * rank, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
+
+    def _scalar_div(self, v: Value) -> int:
+        i = self.get(v)
+        return i.divisibility[0] if i.divisibility else 1
+
+    def _is_one(self, v: Value, rank: int):
+        op = v.owner
+        val = op.attrs.get("value") if isinstance(op, T.ConstantOp) else None
+        if isinstance(op, T.SplatOp) and isinstance(op.operands[0].owner, T.ConstantOp):
+            val = op.operands[0].owner.attrs.get("value")
+        return (val == 1 and isinstance(val, int),) * rank
+
+
+def _int_like(v: Value) -> bool:
+    e = v.type.element if isinstance(v.type, TileType) else v.type
+    return isinstance(e, ScalarType) and e.dtype.is_int
+
+
+def analyze(func) -> _Analysis:
+    """Axis info of every value of `func` (`.get(value) -> AxisInfo`)."""
+    a = _Analysis()
+    a.run_func(func)
+    return a
+
+
+_MEM = (T.LoadOp, T.LoadMaskedOp, T.StoreOp, T.StoreMaskedOp)
+
+
+def access_vec(info: _Analysis, op) -> Tuple[int, int]:
+    """(contiguous dimension, elements one access may move) of a pointer-tile access."""
+    ptr = op.operands[0]
+    if not isinstance(ptr.type, TileType):
+        return -1, 1
+    pi = info.get(ptr)
+    rank = ptr.type.rank
+    dim = max(range(rank), key=lambda d: (pi.contiguity[d], d))
+    esize = ptr.type.element.pointee.itemsize
+    vec = min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize))
+    mask = op.operand("mask") if "mask" in [s.rstrip("*?") for s in op.operands_spec] else None
+    if mask is not None and isinstance(mask.type, TileType):
+        vec = min(vec, info.get(mask).constancy[dim])
+    vec = 1 << (max(1, vec).bit_length() - 1)
+    return dim, vec
+
+
+def axis_info(module: Module, **_options) -> Module:
+    for func in module.ops:
+        if not isinstance(func, T.FuncOp):
+            continue
+        info = analyze(func)
+        for op in func.walk():
+            if isinstance(op, _MEM):
+                dim, vec = access_vec(info, op)
+                if dim >= 0:
+                    op.attrs["_contig_dim"] = dim
+                    op.attrs["_vec"] = vec
+    return module

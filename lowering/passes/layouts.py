@@ -1,0 +1,319 @@
+"""assign_layouts: give every tile value a register layout, converting only where needed.
+
+1. Values that must share a layout form groups (union-find): the operands and
+   results of elementwise ops, of loads/stores/atomics, of broadcast (one layout
+   serves both shapes: on the smaller one its bits along broadcast dimensions
+   wrap to copies), and the values a loop or branch carries.
+2. Anchors: each pointer-tile access asks for the blocked layout that gives it
+   `_vec`-element (up to 16-byte) accesses along its contiguous dimension, lanes
+   then warps ordered along that dimension (coalescing). A group takes the
+   widest request among its accesses.
+3. Propagation across ops that relate different layouts, until nothing changes:
+   reduce (result = slice of the input along the axis), expand_dims (input =
+   slice of the result), dot (the FMA operand layouts derive from the
+   accumulator's), reshape/permute (same placement, renumbered coordinates).
+   A group nothing reaches gets a default blocked layout over its largest shape
+   (then propagation resumes).
+4. Types are rewritten; where an op's requirement and its operand's group
+   disagree (placement differs, not merely spelling), a gpu.convert_layout is
+   inserted.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from tilec.ir import Builder, Module, Op, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import TileType
+
+from ..gpu.layouts import (Bases, BlockedLayout, DistributedLayout, LayoutError, LinearLayout, SliceLayout,
+                           default_blocked, equivalent)
+from ..gpu.ops import ConvertLayoutOp
+from .axis_info import axis_info
+
+__all__ = ["assign_layouts", "fma_operand_layout"]
+
+_MEM = (T.LoadOp, T.LoadMaskedOp, T.StoreOp, T.StoreMaskedOp, T.AtomicRMWOp, T.AtomicCASOp)
+
+
+class _Groups:
+    def __init__(self):
+        self.parent: Dict[int, int] = {}
+        self.values: Dict[int, Value] = {}
+
+    def add(self, v: Value) -> None:
+        if isinstance(v.type, TileType) and id(v) not in self.parent:
+            self.parent[id(v)] = id(v)
+            self.values[id(v)] = v
+
+    def find(self, v) -> int:
+        k = v if isinstance(v, int) else id(v)
+        while self.parent[k] != k:
+            self.parent[k] = self.parent[self.parent[k]]
+            k = self.parent[k]
+        return k
+
+    def union(self, *vs: Value) -> None:
+        vs = [v for v in vs if isinstance(v.type, TileType)]
+        for v in vs:
+            self.add(v)
+        for v in vs[1:]:
+            a, b = self.find(vs[0]), self.find(v)
+            if a != b:
+                self.parent[b] = a
+
+    def members(self) -> Dict[int, List[Value]]:
+        out: Dict[int, List[Value]] = {}
+        for k, v in self.values.items():
+            out.setdefault(self.find(k), []).append(v)
+        return out
+
+
+def _build_groups(func) -> _Groups:
+    g = _Groups()
+    for a in func.body.args:
+        g.add(a)
+    for op in func.walk():
+        for v in list(op.operands) + list(op.results):
+            g.add(v)
+        for r in op.regions:
+            for blk in r.blocks:
+                for a in blk.args:
+                    g.add(a)
+        if op.has_trait("elementwise") or isinstance(op, _MEM + (T.BroadcastOp, T.ScanOp)):
+            g.union(*op.operands, *op.results)
+        elif isinstance(op, T.DotOp):
+            g.union(op.operands[2], op.results[0])
+        elif isinstance(op, T.ForOp):
+            y = op.body.terminator
+            for i, init in enumerate(op.group("inits")):
+                g.union(init, op.body.args[i + 1], y.operands[i], op.results[i])
+        elif isinstance(op, T.IfOp):
+            for r in op.regions:
+                for i, v in enumerate(r.block.terminator.operands):
+                    g.union(op.results[i], v)
+        elif isinstance(op, T.WhileOp):
+            before, after = op.regions[0].block, op.regions[1].block
+            cond, y = before.terminator, after.terminator
+            for i, init in enumerate(op.operands):
+                g.union(init, before.args[i], y.operands[i])
+            for j, v in enumerate(cond.operands[1:]):
+                g.union(v, after.args[j], op.results[j])
+    return g
+
+
+def fma_operand_layout(acc: DistributedLayout, acc_shape, op_idx: int, k: int) -> LinearLayout:
+    """Layout of dot operand `op_idx` for the FMA lowering: each thread holds, for every row
+    (A) or column (B) of the accumulator it owns, the whole K extent in registers, K bits
+    first (register index = k + K * row_or_col_index)."""
+    bs = acc.bases(acc_shape)
+    keep = 0 if op_idx == 0 else 1  # the accumulator dimension this operand shares
+
+    def place(b):
+        x = b[keep] if not b[1 - keep] else 0
+        return (x, 0) if op_idx == 0 else (0, x)
+    kbits = [(0, 1 << j) if op_idx == 0 else (1 << j, 0) for j in range(k.bit_length() - 1)]
+    reg = kbits + [place(b) for b in bs.reg if b[keep] and not b[1 - keep]]
+    return LinearLayout(tuple(reg), tuple(place(b) for b in bs.lane), tuple(place(b) for b in bs.warp))
+
+
+def _renumber(bases: Bases, src_shape, dst_shape, coord_map) -> Optional[LinearLayout]:
+    """Bases over src_shape moved to dst_shape by a bit-permuting coordinate map."""
+    out = []
+    for grp in bases:
+        new = []
+        for b in grp:
+            if not any(b):
+                new.append((0,) * len(dst_shape))
+                continue
+            nb = coord_map(b)
+            if nb is None:
+                return None
+            new.append(nb)
+        out.append(tuple(new))
+    try:
+        return LinearLayout(*out)
+    except LayoutError:
+        return None
+
+
+def _flat(c, shape):
+    n = 0
+    for x, s in zip(c, shape):
+        n = n * s + x
+    return n
+
+
+def _unflat(n, shape):
+    out = []
+    for s in reversed(shape):
+        out.append(n % s)
+        n //= s
+    return tuple(reversed(out))
+
+
+def _reshape_layout(layout, src, dst):
+    return _renumber(layout.bases(src), src, dst, lambda b: _unflat(_flat(b, src), dst))
+
+
+class _Assigner:
+    def __init__(self, func, num_warps: int):
+        self.func = func
+        self.num_warps = num_warps
+        self.groups = _build_groups(func)
+        self.layout: Dict[int, DistributedLayout] = {}
+        self.members = self.groups.members()
+
+    def of(self, v: Value) -> Optional[DistributedLayout]:
+        return self.layout.get(self.groups.find(v)) if isinstance(v.type, TileType) else None
+
+    def _shapes(self, gid) -> set:
+        return {tuple(v.type.shape) for v in self.members[gid]}
+
+    def offer(self, v: Value, lay) -> bool:
+        """Give `v`'s group the layout `lay` unless it has one (a #linear fits one shape only)."""
+        if lay is None or not isinstance(v.type, TileType):
+            return False
+        gid = self.groups.find(v)
+        if gid in self.layout:
+            return False
+        if isinstance(lay, LinearLayout) and len(self._shapes(gid)) > 1:
+            return False
+        self.layout[gid] = lay
+        return True
+
+    def anchors(self) -> None:
+        best: Dict[int, Tuple[int, BlockedLayout]] = {}
+        for op in self.func.walk():
+            if isinstance(op, _MEM) and isinstance(op.operands[0].type, TileType):
+                shape = op.operands[0].type.shape
+                vec = op.attrs.get("_vec", 1)
+                dim = op.attrs.get("_contig_dim", len(shape) - 1)
+                order = [dim] + [d for d in range(len(shape) - 1, -1, -1) if d != dim]
+                gid = self.groups.find(op.operands[0])
+                if gid not in best or vec > best[gid][0]:
+                    best[gid] = (vec, default_blocked(shape, self.num_warps, vec, order))
+        for gid, (_, lay) in best.items():
+            self.layout[gid] = lay
+
+    def propagate(self) -> None:
+        changed = True
+        while changed:
+            changed = False
+            for op in self.func.walk():
+                changed |= self._step(op)
+
+    def _step(self, op: Op) -> bool:
+        if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)):
+            src = self.of(op.operands[0])
+            if src is not None and src.rank >= 2:
+                return self.offer(op.results[0], SliceLayout(op.attrs["axis"], src))
+            out = self.of(op.results[0])
+            if isinstance(out, SliceLayout) and out.dim == op.attrs["axis"]:
+                return self.offer(op.operands[0], out.parent)
+        elif isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType):
+            out = self.of(op.results[0])
+            if out is not None:
+                return self.offer(op.operands[0], SliceLayout(op.attrs["axis"], out))
+            src = self.of(op.operands[0])
+            if isinstance(src, SliceLayout) and src.dim == op.attrs["axis"]:
+                return self.offer(op.results[0], src.parent)
+        elif isinstance(op, T.DotOp):
+            acc = self.of(op.results[0])
+            if acc is not None:
+                k = op.operands[0].type.shape[1]
+                shape = op.results[0].type.shape
+                a = self.offer(op.operands[0], fma_operand_layout(acc, shape, 0, k))
+                b = self.offer(op.operands[1], fma_operand_layout(acc, shape, 1, k))
+                return a or b
+        elif isinstance(op, T.ReshapeOp):
+            src, dst = op.operands[0].type.shape, op.results[0].type.shape
+            out = self.of(op.results[0])
+            if out is not None:
+                return self.offer(op.operands[0], _reshape_layout(out, dst, src))
+            inl = self.of(op.operands[0])
+            if inl is not None:
+                return self.offer(op.results[0], _reshape_layout(inl, src, dst))
+        return False
+
+    def defaults(self) -> bool:
+        for gid, vs in self.members.items():
+            if gid not in self.layout:
+                shape = max(self._shapes(gid), key=lambda s: (_numel(s), s))
+                self.layout[gid] = default_blocked(shape, self.num_warps)
+                return True
+        return False
+
+    def required(self, op: Op) -> List[Tuple[int, DistributedLayout]]:
+        """(operand index, layout it must have) for the ops that relate layouts."""
+        if isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType):
+            return [(0, SliceLayout(op.attrs["axis"], self.of(op.results[0])))]
+        if isinstance(op, T.DotOp):
+            acc, shape, k = self.of(op.results[0]), op.results[0].type.shape, op.operands[0].type.shape[1]
+            return [(0, fma_operand_layout(acc, shape, 0, k)), (1, fma_operand_layout(acc, shape, 1, k))]
+        if isinstance(op, T.ReshapeOp):
+            return [(0, _reshape_layout(self.of(op.results[0]), op.results[0].type.shape,
+                                        op.operands[0].type.shape))]
+        if isinstance(op, T.PermuteOp):
+            return [(0, _permute_layout(self.of(op.results[0]), op.results[0].type.shape, op.attrs["order"]))]
+        return []
+
+    def apply(self) -> None:
+        for k, v in self.groups.values.items():
+            lay = self.layout[self.groups.find(k)]
+            v.type = TileType(v.type.shape, v.type.element, lay)
+        for op in list(self.func.walk()):
+            for idx, want in self.required(op):
+                self._convert_operand(op, idx, want)
+            if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)) and op.operands[0].type.rank >= 2:
+                want = SliceLayout(op.attrs["axis"], op.operands[0].type.encoding)
+                r = op.results[0]
+                if not equivalent(want, r.type.encoding, r.type.shape):
+                    final = r.type
+                    r.type = TileType(final.shape, final.element, want)
+                    b = Builder().before(op)
+                    b.index += 1
+                    cv = b.create(ConvertLayoutOp, r, result_types=[final], loc=op.loc).result
+                    for user, i in list(r.uses):
+                        if user is not cv.owner:
+                            user.set_operand(i, cv)
+
+    def _convert_operand(self, op: Op, idx: int, want) -> None:
+        v = op.operands[idx]
+        if want is None or equivalent(v.type.encoding, want, v.type.shape):
+            return
+        b = Builder().before(op)
+        cv = b.create(ConvertLayoutOp, v, result_types=[TileType(v.type.shape, v.type.element, want)],
+                      loc=op.loc).result
+        op.set_operand(idx, cv)
+
+
+def _permute_layout(out_layout, out_shape, order):
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    src_shape = tuple(out_shape[inv[d]] for d in range(len(order)))
+    return _renumber(out_layout.bases(out_shape), out_shape, src_shape,
+                     lambda b: tuple(b[inv[d]] for d in range(len(order))))
+
+
+def _numel(s) -> int:
+    n = 1
+    for x in s:
+        n *= x
+    return n
+
+
+def assign_layouts(module: Module, num_warps: int = 4, **_options) -> Module:
+    if not any("_vec" in op.attrs for op in module.walk() if isinstance(op, _MEM)):
+        axis_info(module)
+    for func in module.ops:
+        if not isinstance(func, T.FuncOp):
+            continue
+        a = _Assigner(func, num_warps)
+        a.anchors()
+        a.propagate()
+        while a.defaults():
+            a.propagate()
+        a.apply()
+    return module
