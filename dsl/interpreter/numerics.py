@@ -148,13 +148,14 @@ _BITS_TYPE = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
 
 
 def to_bits(x, d: dt.DType):
-    """The bit patterns of values of `d`, as an unsigned integer of d's width."""
+    """The bit patterns of values of `d`, as an unsigned integer of d's width (NaNs of
+    bf16 keep their payload; f8 NaNs become the canonical 0x7F / 0xFF)."""
     a = np.asarray(x)
     if d is dt.bfloat16:
         return (a.astype(F32).view(np.uint32) >> np.uint32(16)).astype(np.uint16)[()]
     if d.is_fp8:
         table = _F8_TABLES[d.name]
-        finite = np.nan_to_num(table, nan=np.inf)  # codes in value order up to inf / NaN
+        finite = np.where(np.isnan(table), np.inf, table)  # codes in value order up to inf / NaN
         ax = np.abs(a.astype(F64))
         code = np.minimum(np.searchsorted(finite, ax), 127).astype(np.uint8)
         code = np.where(np.isnan(ax), np.uint8(0x7F), code)
