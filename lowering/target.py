@@ -21,9 +21,10 @@ from typing import Dict, Optional, Tuple
 
 from ..errors import CompilationError
 from ..options import SUPPORTED_ARCHS, parse_arch
+from .ptxas import find_ptxas  # noqa: F401  (the CLI looks it up here)
 
 __all__ = ["TRIPLE", "ptx_version_for", "driver_ptx_cap", "target_machine", "data_layout",
-           "optimize_and_emit", "LLVMResult", "MAX_LLVM_PTX"]
+           "optimize_and_emit", "LLVMResult", "MAX_LLVM_PTX", "find_ptxas"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # The newest PTX ISA LLVM 22's NVPTX backend writes.

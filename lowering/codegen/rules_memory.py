@@ -1,6 +1,6 @@
 """Constants, grid ids, views, pointers, loads, stores and atomics.
 
-Vectorization: a load/store whose op carries `vec = N` (set by the layout and
+Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info and
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory and the mask is uniform across them. Masked accesses
@@ -77,7 +77,7 @@ def ir_pointee(t):
 
 
 def _vec(op, n: int) -> int:
-    v = int(op.attrs.get("vec", 1) or 1)
+    v = int(op.attrs.get("_vec", op.attrs.get("vec", 1)) or 1)  # _vec: set by axis_info
     return v if v > 1 and n % v == 0 else 1
 
 

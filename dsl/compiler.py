@@ -1,0 +1,185 @@
+"""The compiler driver: kernel + specialization + options -> CompiledKernel.
+
+    frontend (kernel.ir) -> passes (run_pipeline) -> codegen (llvmlite) -> LLVM O3 -> PTX -> ptxas
+
+Every stage's text lands in `asm` ("tile", "gpu", "llvm", "ptx", and "cubin"
+bytes when ptxas is installed); `metadata` holds num_warps, num_stages, shared
+bytes, arch, PTX version, the time of each stage, and ptxas's report. Options
+are validated before LLVM runs, and any failure is a CompilationError naming
+the kernel, the stage and (when known) the source line.
+
+TILEC_DUMP=<dir> writes `<kernel>.<spec-hash8>.<NN>-<stage>.ir` after the
+frontend and after every pass, then `...-llvm.ll` and `...-ptx.ptx`.
+TILEC_PTXAS=0 skips ptxas (PTX only; the driver JIT-compiles it at load).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from pathlib import Path
+from typing import Callable, Dict, Optional
+
+from .abi import param_slots
+from .compiled import CompiledKernel
+from .errors import CompilationError
+from .options import CompileOptions
+
+__all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key"]
+
+_DEFAULT_ARCH = "sm_90a"
+
+
+def default_arch() -> str:
+    """The current device's arch, or sm_90a when there is no driver or no GPU."""
+    try:
+        from .runtime import driver  # the runtime imports the driver lazily itself
+        if driver.is_available():
+            return driver.get_device().arch
+    except Exception:  # no cuda-python, no libcuda, no device: compile for the default target
+        pass
+    return _DEFAULT_ARCH
+
+
+def _kernel_name(kernel) -> str:
+    return getattr(kernel, "name", None) or getattr(kernel, "__name__", None) or "kernel"
+
+
+def _spec_text(spec) -> str:
+    return repr(spec)
+
+
+def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
+    """Digest of source, specialization, options, arch and tilec version (None when the
+    kernel cannot name its source)."""
+    src = getattr(kernel, "source_hash", None)
+    if src is None:
+        return None
+    try:
+        from . import __version__ as version
+    except ImportError:
+        version = "0"
+    text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), str(version)])
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _cache():
+    try:
+        from .runtime import cache
+    except ImportError:
+        return None
+    return cache if hasattr(cache, "lookup") and hasattr(cache, "store") else None
+
+
+class _Dumper:
+    """Writes one file per stage under TILEC_DUMP."""
+
+    def __init__(self, directory: str, kernel: str, spec):
+        self.root = Path(directory)
+        self.root.mkdir(parents=True, exist_ok=True)
+        h = hashlib.sha256(_spec_text(spec).encode()).hexdigest()[:8]
+        self.stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kernel}.{h}")
+        self.n = 0
+
+    def write(self, stage: str, text: str, ext: str = "ir") -> None:
+        (self.root / f"{self.stem}.{self.n:02d}-{stage}.{ext}").write_text(text)
+        self.n += 1
+
+    def after_pass(self, name: str, module) -> None:
+        self.write(name, str(module))
+
+
+def _stage(name: str, kernel: str, timings: Dict[str, float], fn: Callable):
+    """Run one stage, timing it; errors other than CompilationError get the stage named."""
+    t0 = time.perf_counter()
+    try:
+        return fn()
+    except CompilationError:
+        raise
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise CompilationError(str(e), loc=getattr(e, "loc", None), kernel=kernel, stage=name) from e
+    except Exception as e:  # a compiler bug still surfaces as a compile error with its type
+        raise CompilationError(f"{type(e).__name__}: {e}", kernel=kernel, stage=name) from e
+    finally:
+        timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
+
+
+def _want_ptxas() -> bool:
+    return os.environ.get("TILEC_PTXAS", "1") not in ("0", "")
+
+
+def compile_module(module, options: CompileOptions, kernel_name: Optional[str] = None,
+                   dump: Optional[_Dumper] = None, timings: Optional[Dict[str, float]] = None,
+                   run_ptxas: Optional[bool] = None) -> CompiledKernel:
+    """Compile a tile-IR module (one tile.func) with validated options that name an arch."""
+    from .lowering import target
+    from .lowering.codegen import generate
+    from .lowering.pipeline import run_pipeline
+
+    timings = {} if timings is None else timings
+    func = module.func()
+    symbol = func.attrs["sym_name"]  # the PTX entry's name
+    name = kernel_name or symbol
+    arch = options.arch
+    asm: Dict[str, object] = {"tile": str(module)}
+    arg_types = [a.type for a in func.regions[0].block.args]
+    arg_names = list(func.attrs.get("arg_names", []))
+    params = _stage("abi", name, timings, lambda: param_slots(arg_types))
+    ptx_version = _stage("target selection", name, timings, lambda: target.ptx_version_for(arch))
+    gpu = _stage("passes", name, timings, lambda: run_pipeline(
+        module, options, dump=dump.after_pass if dump else None))
+    asm["gpu"] = str(gpu)
+    layout = target.data_layout(arch)
+    llmod = _stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout))
+    ll_text = str(llmod)
+    res = target.optimize_and_emit(ll_text, arch, ptx_version, kernel=name)
+    for k, v in res.timings.items():
+        timings[k] = v
+    asm["llvm"], asm["ptx"] = res.llvm, res.ptx
+    if dump:
+        dump.write("llvm", res.llvm, "ll")
+        dump.write("ptx", res.ptx, "ptx")
+    metadata = {
+        "name": name, "num_warps": int(gpu.attrs.get("num_warps", options.num_warps)),
+        "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": arch,
+        "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
+        "timings": timings,
+    }
+    if run_ptxas is None:
+        run_ptxas = _want_ptxas()
+    if run_ptxas and target.find_ptxas():
+        from .lowering.ptxas import assemble
+        t0 = time.perf_counter()
+        result = assemble(res.ptx, arch)
+        timings["ptxas"] = time.perf_counter() - t0
+        asm["cubin"] = result.cubin
+        metadata["ptxas"] = result.report()
+    return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None) -> CompiledKernel:
+    """Compile `kernel` for one specialization (see docs/internals.md for the contract)."""
+    name = _kernel_name(kernel)
+    try:
+        options = (options or CompileOptions()).validated()
+        if options.arch is None:
+            options = options.with_arch(default_arch())
+    except ValueError as e:
+        raise CompilationError(str(e), kernel=name, stage="options") from e
+    key = cache_key(kernel, spec, options)
+    cache = _cache() if key is not None else None
+    if cache is not None:
+        hit = cache.lookup(key)
+        if hit is not None:
+            return hit
+    dump_dir = os.environ.get("TILEC_DUMP")
+    dump = _Dumper(dump_dir, name, spec) if dump_dir else None
+    timings: Dict[str, float] = {}
+    module = _stage("frontend", name, timings, lambda: kernel.ir(spec))
+    if dump:
+        dump.write("frontend", str(module))
+    compiled = compile_module(module, options, name, dump, timings)
+    if cache is not None:
+        cache.store(key, compiled)
+    return compiled

@@ -1,0 +1,119 @@
+"""Finding and running ptxas: PTX -> cubin, with its resource report.
+
+ptxas is looked up on PATH, then in the `nvidia-cuda-nvcc` pip wheel (which
+installs `nvidia/cuda_nvcc/bin/ptxas` inside the `nvidia` namespace package),
+then under CUDA_HOME / the usual toolkit directory. `TILEC_PTXAS` names it
+explicitly.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..errors import CompilationError
+
+__all__ = ["find_ptxas", "assemble", "PtxasResult", "parse_report", "PtxasError"]
+
+
+class PtxasError(CompilationError):
+    """ptxas rejected the PTX (the message holds its diagnostics)."""
+
+
+def _wheel_candidates() -> List[Path]:
+    out = []
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cuda_nvcc/bin", "cu13/bin", "cuda_nvcc/cu13/bin"):
+            out.append(Path(root) / sub / "ptxas")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def find_ptxas() -> Optional[str]:
+    """Path of a usable ptxas, or None."""
+    env = os.environ.get("TILEC_PTXAS")
+    if env:
+        return env if os.access(env, os.X_OK) else None
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    cands = _wheel_candidates()
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        cands.append(Path(home) / "bin" / "ptxas")
+    cands.append(Path("/usr/local/cuda/bin/ptxas"))
+    for c in cands:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    return None
+
+
+@dataclass
+class PtxasResult:
+    cubin: bytes
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack: int = 0
+    shared: int = 0
+    warnings: List[str] = field(default_factory=list)
+    log: str = ""
+
+    def report(self) -> Dict[str, object]:
+        return {"registers": self.registers, "spill_stores": self.spill_stores, "spill_loads": self.spill_loads,
+                "stack": self.stack, "shared": self.shared, "warnings": list(self.warnings)}
+
+
+_NUM = {
+    "stack": re.compile(r"(\d+) bytes stack frame"),
+    "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+    "spill_loads": re.compile(r"(\d+) bytes spill loads"),
+    "registers": re.compile(r"Used (\d+) registers"),
+    "shared": re.compile(r"(\d+) bytes smem"),
+}
+
+
+def parse_report(log: str) -> Dict[str, object]:
+    """Registers, spills, stack, shared memory and warnings from `ptxas -v` output
+    (the largest value when several functions are listed)."""
+    out: Dict[str, object] = {}
+    for k, rx in _NUM.items():
+        vals = [int(m) for m in rx.findall(log)]
+        out[k] = max(vals) if vals else 0
+    out["warnings"] = [ln.strip() for ln in log.splitlines() if "warning" in ln.lower()]
+    return out
+
+
+def assemble(ptx: str, arch: str, ptxas: Optional[str] = None, opt_level: int = 3,
+             extra: Optional[List[str]] = None, timeout: float = 300.0) -> PtxasResult:
+    """Assemble `ptx` for `arch` (e.g. "sm_90a") with `ptxas -v`. Raises PtxasError when ptxas
+    fails, FileNotFoundError when there is none."""
+    exe = ptxas or find_ptxas()
+    if exe is None:
+        raise FileNotFoundError("ptxas not found: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`")
+    with tempfile.TemporaryDirectory(prefix="tilec-ptxas-") as d:
+        src, dst = Path(d) / "kernel.ptx", Path(d) / "kernel.cubin"
+        src.write_text(ptx)
+        cmd = [exe, f"-arch={arch}", "-v", f"-O{opt_level}", *(extra or []), str(src), "-o", str(dst)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise PtxasError(f"ptxas took more than {timeout:.0f} s", stage="ptxas") from e
+        log = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise PtxasError(f"ptxas rejected the PTX for {arch}:\n{log.strip()}", stage="ptxas")
+        cubin = dst.read_bytes()
+    r = parse_report(log)
+    return PtxasResult(cubin, r["registers"], r["spill_stores"], r["spill_loads"], r["stack"], r["shared"],
+                       r["warnings"], log)
