@@ -1,0 +1,41 @@
+"""tilec: a Python DSL for tile-level GPU kernels that compiles to PTX.
+
+    import tilec as tc
+
+    @tc.kernel
+    def add(x, y, out, n, BLOCK: tc.constexpr):
+        offs = tc.program_id(0) * BLOCK + tc.arange(0, BLOCK)
+        mask = offs < n
+        tc.store(out.ptr + offs, tc.load(x.ptr + offs, mask=mask) + tc.load(y.ptr + offs, mask=mask), mask=mask)
+"""
+from __future__ import annotations
+
+try:
+    from importlib.metadata import PackageNotFoundError, version as _pkg_version
+    try:
+        __version__ = _pkg_version("tilec")
+    except PackageNotFoundError:
+        __version__ = "0.1.0"
+except ImportError:  # pragma: no cover
+    __version__ = "0.1.0"
+
+from .dtypes import (  # noqa: F401
+    DType, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+    float16, bfloat16, float32, float64, float8e4m3, float8e5m2,
+)
+from .errors import CompilationError, DriverError, InterpreterError  # noqa: F401
+from .options import CompileOptions  # noqa: F401
+from .kernel import Kernel, Func, kernel, func  # noqa: F401
+from .language import (  # noqa: F401
+    constexpr, static_range, interpret,
+    program_id, num_programs, cdiv, arange, zeros, full,
+    load, store, atomic_add, atomic_max, atomic_min, atomic_xchg, atomic_cas,
+    dot, where, minimum, maximum, fma, clamp,
+    exp, exp2, log, log2, sqrt, rsqrt, sin, cos, tanh, sigmoid, erf, floor, ceil, abs,
+    broadcast_to, reshape, permute, trans, expand_dims, cat,
+    sum, max, min, argmax, argmin, prod, cumsum, cumprod, reduce,
+    device_print, device_assert, static_assert,
+    swizzle2d,
+)
+from . import dtypes  # noqa: F401,E402
+from .specialize import Specialization  # noqa: F401,E402

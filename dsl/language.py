@@ -1,0 +1,335 @@
+"""The language users write inside `@tc.kernel` and `@tc.func` functions.
+
+These Python objects only name the operations: the frontend (tilec.frontend)
+recognizes them in a kernel's source and emits tile IR. Called from ordinary
+Python code they raise a RuntimeError saying where they can be used.
+Each builtin's Python signature is the one the frontend checks calls against.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+
+__all__ = [
+    "constexpr", "static_range", "interpret", "interpreting", "is_builtin",
+    "program_id", "num_programs", "cdiv", "arange", "zeros", "full",
+    "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
+    "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
+    "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "abs", "clamp",
+    "broadcast_to", "reshape", "permute", "trans", "expand_dims", "cat",
+    "sum", "max", "min", "argmax", "argmin", "prod", "cumsum", "cumprod", "reduce",
+    "device_print", "device_assert", "static_assert",
+]
+
+
+class constexpr:
+    """Marks a kernel parameter as a compile-time constant (`BLOCK: tc.constexpr`).
+
+    A module-level `X = tc.constexpr(128)` is also read as the constant 128.
+    """
+
+    def __init__(self, value):
+        self.value = value.value if isinstance(value, constexpr) else value
+
+    def __repr__(self) -> str:
+        return f"constexpr({self.value!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, constexpr) and self.value == other.value
+
+    def __hash__(self):
+        return hash(("constexpr", self.value))
+
+
+_BUILTIN_ATTR = "__tilec_builtin__"
+
+
+def is_builtin(obj) -> bool:
+    return getattr(obj, _BUILTIN_ATTR, False)
+
+
+def builtin(fn):
+    """Make `fn` a language builtin: its signature is checked by the frontend,
+    and calling it outside a kernel raises a clear error."""
+
+    @functools.wraps(fn)
+    def outside(*args, **kwargs):
+        raise RuntimeError(f"tc.{fn.__name__} can only be used inside a @tc.kernel or @tc.func")
+
+    setattr(outside, _BUILTIN_ATTR, True)
+    return outside
+
+
+# ----------------------------------------------------------------------------- interpreter mode
+_state = threading.local()
+
+
+def interpreting() -> bool:
+    """True inside `with tc.interpret():` (the environment variable is checked by the kernel)."""
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def interpret():
+    """Run every kernel launched inside this block on the numpy interpreter."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+# ----------------------------------------------------------------------------- grid and iteration
+@builtin
+def static_range(start, end=None, step=1):
+    """`for i in tc.static_range(...)`: a loop over constexpr bounds, unrolled at compile time."""
+
+
+@builtin
+def program_id(axis=0):
+    """The index of this program along grid axis 0, 1 or 2 (an i32 scalar)."""
+
+
+@builtin
+def num_programs(axis=0):
+    """The grid's extent along axis 0, 1 or 2 (an i32 scalar)."""
+
+
+@builtin
+def cdiv(a, b):
+    """Ceiling division `(a + b - 1) // b` of integers."""
+
+
+# ----------------------------------------------------------------------------- tile construction
+@builtin
+def arange(start, end):
+    """The i32 tile `[start, start + 1, ..., end - 1]`; `end - start` must be a power of two."""
+
+
+@builtin
+def zeros(shape, dtype=None):
+    """A tile of `shape` (a constexpr tuple) filled with zeros of `dtype` (default f32)."""
+
+
+@builtin
+def full(shape, value, dtype=None):
+    """A tile of `shape` filled with `value` (a scalar) converted to `dtype`."""
+
+
+# ----------------------------------------------------------------------------- memory
+@builtin
+def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None):
+    """Read memory.
+
+    View form: `tc.load(view, index=(i, j), shape=(BM, BN), padding=0.0)` reads the
+    tile starting at element `index * shape` (`offset=` gives element offsets);
+    out-of-bounds elements read `padding`.
+    Pointer form: `tc.load(ptrs, mask=m, other=0.0)` gathers one element per pointer;
+    masked-off elements read `other`.
+    """
+
+
+@builtin
+def store(pointer, value=None, mask=None, *, index=None, offset=None, tile=None):
+    """Write memory.
+
+    View form: `tc.store(view, index=(i, j), tile=t)`; out-of-bounds elements are skipped,
+    and `t` must have the view's dtype (use `t.astype(view.dtype)`).
+    Pointer form: `tc.store(ptrs, value, mask=m)`.
+    """
+
+
+def _atomic_doc(kind):
+    return (f"Atomic {kind} on a pointer tile (`tc.atomic_{kind}(ptrs, value, mask=m)`) or a view "
+            f"(`tc.atomic_{kind}(view, value, index=(i, j), mask=m)`); returns the old values.")
+
+
+@builtin
+def atomic_add(pointer, value, mask=None, *, index=None, offset=None, sem="acq_rel", scope="gpu"):
+    pass
+
+
+@builtin
+def atomic_max(pointer, value, mask=None, *, index=None, offset=None, sem="acq_rel", scope="gpu"):
+    pass
+
+
+@builtin
+def atomic_min(pointer, value, mask=None, *, index=None, offset=None, sem="acq_rel", scope="gpu"):
+    pass
+
+
+@builtin
+def atomic_xchg(pointer, value, mask=None, *, index=None, offset=None, sem="acq_rel", scope="gpu"):
+    pass
+
+
+for _k in ("add", "max", "min", "xchg"):
+    globals()[f"atomic_{_k}"].__doc__ = _atomic_doc(_k)
+
+
+@builtin
+def atomic_cas(pointer, cmp, value, mask=None, *, index=None, offset=None, sem="acq_rel", scope="gpu"):
+    """Compare-and-swap: where the old value equals `cmp`, store `value`; returns the old values."""
+
+
+# ----------------------------------------------------------------------------- math
+@builtin
+def dot(a, b, acc=None, out_dtype=None, allow_tf32=False):
+    """`acc + a @ b` for 2-D tiles; `acc` defaults to zeros of `out_dtype` (f32)."""
+
+
+@builtin
+def where(cond, x, y):
+    """Elementwise `x if cond else y`, broadcasting all three."""
+
+
+@builtin
+def minimum(x, y):
+    """Elementwise minimum (NaN propagates)."""
+
+
+@builtin
+def maximum(x, y):
+    """Elementwise maximum (NaN propagates)."""
+
+
+@builtin
+def fma(a, b, c):
+    """`a * b + c` with one rounding (floats)."""
+
+
+@builtin
+def clamp(x, lo, hi):
+    """`minimum(maximum(x, lo), hi)`."""
+
+
+def _unary(name, doc):
+    def fn(x):
+        pass
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+exp = _unary("exp", "e**x (integers are converted to f32 first).")
+exp2 = _unary("exp2", "2**x.")
+log = _unary("log", "Natural logarithm.")
+log2 = _unary("log2", "Base-2 logarithm.")
+sqrt = _unary("sqrt", "Square root.")
+rsqrt = _unary("rsqrt", "1 / sqrt(x).")
+sin = _unary("sin", "Sine.")
+cos = _unary("cos", "Cosine.")
+tanh = _unary("tanh", "Hyperbolic tangent.")
+sigmoid = _unary("sigmoid", "1 / (1 + exp(-x)).")
+erf = _unary("erf", "The error function.")
+floor = _unary("floor", "Round toward negative infinity (floats).")
+ceil = _unary("ceil", "Round toward positive infinity (floats).")
+abs = _unary("abs", "Absolute value (the Python builtin `abs` works too).")
+
+
+# ----------------------------------------------------------------------------- shapes
+@builtin
+def broadcast_to(x, shape):
+    """Broadcast `x` to the constexpr `shape` (numpy rules)."""
+
+
+@builtin
+def reshape(x, shape):
+    """Row-major reshape to the constexpr `shape` (same number of elements)."""
+
+
+@builtin
+def permute(x, *dims):
+    """Reorder the dimensions: `tc.permute(t, 1, 0)` or `tc.permute(t, (1, 0))`."""
+
+
+@builtin
+def trans(x):
+    """Transpose a 2-D tile (same as `x.T`)."""
+
+
+@builtin
+def expand_dims(x, axis):
+    """Insert an extent-1 dimension at `axis`."""
+
+
+@builtin
+def cat(a, b, axis=0):
+    """Concatenate two tiles along `axis`."""
+
+
+# ----------------------------------------------------------------------------- reductions and scans
+def _reduction(name, doc):
+    def fn(x, axis=None, keep_dims=False):
+        pass
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return builtin(fn)
+
+
+sum = _reduction("sum", "Sum along `axis` (all elements when None).")
+max = _reduction("max", "Maximum along `axis`.")
+min = _reduction("min", "Minimum along `axis`.")
+prod = _reduction("prod", "Product along `axis`.")
+argmax = _reduction("argmax", "Index (i32) of the first maximum along `axis`.")
+argmin = _reduction("argmin", "Index (i32) of the first minimum along `axis`.")
+
+
+@builtin
+def cumsum(x, axis=0, reverse=False):
+    """Inclusive prefix sum along `axis`."""
+
+
+@builtin
+def cumprod(x, axis=0, reverse=False):
+    """Inclusive prefix product along `axis`."""
+
+
+@builtin
+def reduce(x, axis, combine_fn, keep_dims=False):
+    """Reduce along `axis` with a `@tc.func` combiner taking and returning scalars."""
+
+
+# ----------------------------------------------------------------------------- debugging
+@builtin
+def device_print(fmt, *values):
+    """Print `fmt` and the values (every element of tiles) from each program."""
+
+
+@builtin
+def device_assert(cond, msg=""):
+    """Fail the launch with `msg` where `cond` is false."""
+
+
+@builtin
+def static_assert(cond, msg=""):
+    """A compile-time assertion on a constexpr condition."""
+
+
+# ----------------------------------------------------------------------------- helpers written in the language
+def _swizzle2d(i, j, size_i, size_j, size_g):
+    # Number the (i, j) grid row-major, then walk it in groups of `size_g` rows, column by
+    # column inside a group, so that programs launched together share rows and columns (L2 reuse).
+    linear = i * size_j + j
+    per_group = size_g * size_j
+    group = linear // per_group
+    first_i = group * size_g
+    rows = minimum(size_i - first_i, size_g)
+    within = linear % per_group
+    return first_i + within % rows, within // rows
+
+
+def _make_swizzle2d():
+    from .kernel import Func
+    f = Func(_swizzle2d)
+    f.name = "swizzle2d"
+    f.__doc__ = ("`tc.swizzle2d(i, j, size_i, size_j, size_g) -> (i2, j2)`: grouped program-id ordering; "
+                 "maps the (i, j) program of a size_i x size_j grid to the tile it should compute so that "
+                 "groups of size_g rows are traversed together.")
+    return f
+
+
+swizzle2d = _make_swizzle2d()
+__all__.append("swizzle2d")

@@ -1,0 +1,336 @@
+"""Specialization: what one call of a kernel looks like to the compiler.
+
+`specialize(kernel, args, kwargs)` turns a call's arguments into a frozen,
+hashable `Specialization` (per parameter: a constexpr value, a tensor-view type,
+or a scalar type with its divisibility) plus the run-time arguments in the
+kernel's entry-block order. Arrays are recognized through adapters
+(`register_array_adapter`); numpy is built in, the runtime registers GPU arrays.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from . import dtypes as dt
+from .dtypes import DType
+from .ir.types import ScalarType, Type, ViewType
+
+__all__ = ["ArrayInfo", "ParamSpec", "Specialization", "register_array_adapter", "array_info", "specialize",
+           "parse_signature", "view_type_for", "scalar_spec"]
+
+
+class ArrayInfo(NamedTuple):
+    ptr: int
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]   # in elements
+    dtype: DType
+    device: str                # "cpu", "cuda:0", ...
+
+
+# (predicate, to_info); checked in order, the most recently registered first
+_ADAPTERS: List[Tuple[Callable[[Any], bool], Callable[[Any], ArrayInfo]]] = []
+
+
+def register_array_adapter(predicate: Callable[[Any], bool], to_info: Callable[[Any], ArrayInfo]) -> None:
+    """Teach tilec an array type: `predicate(obj)` says whether `to_info(obj)` applies."""
+    _ADAPTERS.insert(0, (predicate, to_info))
+
+
+def _numpy_info(a: np.ndarray) -> ArrayInfo:
+    item = a.dtype.itemsize
+    if any(s % item for s in a.strides):
+        raise TypeError(f"array strides {a.strides} are not multiples of the element size {item}")
+    return ArrayInfo(a.__array_interface__["data"][0], tuple(a.shape), tuple(s // item for s in a.strides),
+                     dt.from_numpy(a.dtype), "cpu")
+
+
+def array_info(obj) -> Optional[ArrayInfo]:
+    """The ArrayInfo of an array argument, or None when `obj` is not an array."""
+    for pred, to_info in _ADAPTERS:
+        if pred(obj):
+            return to_info(obj)
+    if isinstance(obj, np.ndarray):
+        return _numpy_info(obj)
+    return None
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter of a specialization.
+
+    kind: "view" (type is a ViewType), "scalar" (type is a ScalarType), "constexpr"
+    (value), or "one" (an int argument equal to 1, folded to the constant 1).
+    """
+    name: str
+    kind: str
+    type: Optional[Type] = None
+    value: Any = None
+    divisible_by_16: bool = False
+
+    @property
+    def is_runtime(self) -> bool:
+        return self.kind in ("view", "scalar")
+
+    def text(self) -> str:
+        if self.kind == "constexpr":
+            v = self.value
+            return f"tc.{v.py_name}" if isinstance(v, DType) else repr(v)
+        if self.kind == "one":
+            return "1"
+        if self.kind == "scalar":
+            return self.type.dtype.name + (":16" if self.divisible_by_16 else "")
+        t: ViewType = self.type
+        text = f"{t.dtype.name}[{','.join('?' * t.rank)}]"
+        default = (None,) * (t.rank - 1) + (1,)
+        if t.strides != default:
+            text += ":strided" if all(s is None for s in t.strides) else \
+                ":strides=" + "x".join("?" if s is None else str(s) for s in t.strides)
+        if t.index is dt.int64:
+            text += ":i64"
+        if t.align != 16:
+            text += f":align={t.align}"
+        return text
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """Everything about one call that the generated code depends on; the compile-cache key
+    together with the source hash, options and arch. `str(spec)` is its signature text."""
+    params: Tuple[ParamSpec, ...]
+
+    @property
+    def runtime_params(self) -> List[ParamSpec]:
+        return [p for p in self.params if p.is_runtime]
+
+    @property
+    def arg_names(self) -> List[str]:
+        return [p.name for p in self.runtime_params]
+
+    @property
+    def arg_types(self) -> List[Type]:
+        return [p.type for p in self.runtime_params]
+
+    @property
+    def constexprs(self) -> dict:
+        return {p.name: p.value for p in self.params if not p.is_runtime}
+
+    def __getitem__(self, name: str) -> ParamSpec:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        return ", ".join(f"{p.name}={p.text()}" for p in self.params)
+
+
+# ----------------------------------------------------------------------------- from arguments
+def view_type_for(info: ArrayInfo, name: str = "array") -> ViewType:
+    rank = len(info.shape)
+    if rank == 0:
+        raise TypeError(f"parameter '{name}': 0-d arrays are not supported; pass a Python scalar instead")
+    strides = [None] * rank
+    if info.strides[-1] == 1 or info.shape[-1] == 1:
+        strides[-1] = 1
+    max_offset = sum((s - 1) * abs(st) for s, st in zip(info.shape, info.strides) if s > 0)
+    small = max_offset < 2 ** 31 and all(s < 2 ** 31 for s in info.shape)
+    item = info.dtype.itemsize
+    align = 16 if info.ptr % 16 == 0 else (item if info.ptr % item == 0 else 1)
+    return ViewType(info.dtype, rank, tuple(strides), dt.int32 if small else dt.int64, align)
+
+
+def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
+    """The ParamSpec of a scalar argument, or TypeError naming the parameter."""
+    if isinstance(v, (bool, np.bool_)):
+        return ParamSpec(name, "scalar", ScalarType(dt.bool_))
+    if isinstance(v, (int, np.integer)):
+        d = dt.from_numpy(v.dtype) if isinstance(v, np.integer) else None
+        iv = int(v)
+        if d is None:
+            if not -2 ** 63 <= iv < 2 ** 63:
+                raise TypeError(f"parameter '{name}': the int {iv} does not fit in 64 bits")
+            d = dt.python_scalar_dtype(iv)
+        if iv == 1 and specialize_value:
+            return ParamSpec(name, "one", ScalarType(d), 1)
+        return ParamSpec(name, "scalar", ScalarType(d), divisible_by_16=specialize_value and iv % 16 == 0)
+    if isinstance(v, np.floating):
+        return ParamSpec(name, "scalar", ScalarType(dt.from_numpy(v.dtype)))
+    if isinstance(v, float):
+        return ParamSpec(name, "scalar", ScalarType(dt.float32))
+    raise TypeError(f"parameter '{name}' got a {type(v).__name__}; kernel arguments are arrays or Python "
+                    "ints/floats/bools (mark compile-time parameters `name: tc.constexpr`)")
+
+
+def _check_constexpr(name, v):
+    from .kernel import Func
+    from .language import constexpr
+    if isinstance(v, constexpr):
+        v = v.value
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, tuple):
+        return tuple(_check_constexpr(name, x) for x in v)
+    if v is None or isinstance(v, (bool, int, float, str, DType, Func)):
+        return v
+    raise TypeError(f"parameter '{name}' is a tc.constexpr and needs a Python int, float, bool, str, tuple, "
+                    f"tilec dtype or @tc.func, got a {type(v).__name__}")
+
+
+def specialize(kernel, args, kwargs):
+    """(Specialization, run-time arguments in entry-block order) for a call `kernel(*args, **kwargs)`."""
+    bound = kernel.bind_args(args, kwargs)
+    params, runtime = [], []
+    for name in kernel.param_names:
+        v = bound[name]
+        if name in kernel.constexprs:
+            params.append(ParamSpec(name, "constexpr", value=_check_constexpr(name, v)))
+            continue
+        info = array_info(v)
+        if info is not None:
+            params.append(ParamSpec(name, "view", view_type_for(info, name)))
+            runtime.append(v)
+            continue
+        p = scalar_spec(name, v, name not in kernel.do_not_specialize)
+        params.append(p)
+        if p.is_runtime:
+            runtime.append(v)
+    return Specialization(tuple(params)), runtime
+
+
+# ----------------------------------------------------------------------------- from text
+_DTYPE_ALIASES = {"bool": "i1", **{d.py_name: d.name for d in dt.ALL_DTYPES}}
+
+
+def _dtype_named(s: str) -> Optional[DType]:
+    s = _DTYPE_ALIASES.get(s, s)
+    try:
+        return DType.get(s)
+    except ValueError:
+        return None
+
+
+def _split_top(text: str) -> List[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[(":
+            depth += 1
+        elif ch in "])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+_VIEW_RE = re.compile(r"^([A-Za-z0-9_]+)\[([?,\s]*)\]((?::[^:]+)*)$")
+_SCALAR_RE = re.compile(r"^([A-Za-z0-9_]+)(?::(16|1))?$")
+
+
+def _parse_view(name, m) -> ViewType:
+    d = _dtype_named(m.group(1))
+    if d is None:
+        raise ValueError(f"{name}: unknown dtype {m.group(1)!r}")
+    rank = m.group(2).count("?")
+    if rank == 0:
+        raise ValueError(f"{name}: a view needs at least one dimension, as in f32[?]")
+    strides, index, align = (None,) * (rank - 1) + (1,), dt.int32, 16
+    for opt in filter(None, m.group(3).split(":")):
+        if opt == "strided":
+            strides = (None,) * rank
+        elif opt in ("i64", "i32"):
+            index = DType.get(opt)
+        elif opt.startswith("align="):
+            align = int(opt[6:])
+        elif opt.startswith("strides="):
+            parts = opt[8:].split("x")
+            if len(parts) != rank:
+                raise ValueError(f"{name}: strides= needs {rank} entries")
+            strides = tuple(None if p == "?" else int(p) for p in parts)
+        else:
+            raise ValueError(f"{name}: unknown view option {opt!r} (use :strided, :i64, :align=N)")
+    return ViewType(d, rank, strides, index, align)
+
+
+def _parse_constexpr(name, rhs):
+    for prefix in ("tc.", "tilec."):
+        if rhs.startswith(prefix) and _dtype_named(rhs[len(prefix):]):
+            return _dtype_named(rhs[len(prefix):])
+    if _dtype_named(rhs) is not None:
+        return _dtype_named(rhs)
+    try:
+        return ast.literal_eval(rhs)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"{name} is a tc.constexpr: give a Python literal (1024, 0.5, True, 'relu', (1, 2)) or "
+                         f"a dtype (f16, tc.float16), got {rhs!r}") from None
+
+
+def parse_signature(kernel, text: str) -> Specialization:
+    """A Specialization from signature text, one `name=type` per kernel parameter:
+
+        x=f32[?]            a rank-1 view of f32 (last stride 1, i32 offsets, 16-byte aligned base)
+        y=f16[?,?]          a rank-2 view; one ? per dimension
+        y=f16[?,?]:strided  no stride known statically (also :strides=?x1)
+        y=f32[?,?]:i64      64-bit element offsets (tensors with 2**31 elements or more)
+        y=f32[?]:align=4    base pointer aligned to 4 bytes only
+        n=i32               a scalar (i1/bool, i8..i64, u8..u64, f16, bf16, f32, f64)
+        n=i32:16            an int scalar known to be divisible by 16
+        n=1                 an int parameter specialized to the constant 1
+        BLOCK=1024          a tc.constexpr parameter: a Python literal, or a dtype (f16, tc.float16)
+
+    Entries may also be given positionally, in parameter order. Example:
+    'x=f32[?], y=f32[?], out=f32[?], n=i32, BLOCK=1024'
+    """
+    if not isinstance(text, str):
+        raise TypeError("the signature must be a string like 'x=f32[?], n=i32, BLOCK=1024'")
+    given = {}
+    for i, entry in enumerate(_split_top(text)):
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.+)$", entry)
+        if m:
+            name, rhs = m.group(1), m.group(2).strip()
+        else:
+            if i >= len(kernel.param_names):
+                raise ValueError(f"signature entry {entry!r}: the kernel has only {len(kernel.param_names)} parameters")
+            name, rhs = kernel.param_names[i], entry
+        if name not in kernel.param_names:
+            raise ValueError(f"kernel '{kernel.name}' has no parameter '{name}' (parameters: "
+                             f"{', '.join(kernel.param_names)})")
+        if name in given:
+            raise ValueError(f"parameter '{name}' is given twice")
+        given[name] = rhs
+    params = []
+    for name in kernel.param_names:
+        if name not in given:
+            default = kernel.signature.parameters[name].default
+            if name in kernel.constexprs and default is not kernel.signature.empty:
+                params.append(ParamSpec(name, "constexpr", value=_check_constexpr(name, default)))
+                continue
+            raise ValueError(f"the signature does not give parameter '{name}'")
+        rhs = given[name]
+        if name in kernel.constexprs:
+            params.append(ParamSpec(name, "constexpr", value=_check_constexpr(name, _parse_constexpr(name, rhs))))
+            continue
+        vm = _VIEW_RE.match(rhs)
+        if vm:
+            params.append(ParamSpec(name, "view", _parse_view(name, vm)))
+            continue
+        if rhs == "1":
+            params.append(ParamSpec(name, "one", ScalarType(dt.int32), 1))
+            continue
+        sm = _SCALAR_RE.match(rhs)
+        d = _dtype_named(sm.group(1)) if sm else None
+        if d is None:
+            raise ValueError(f"parameter '{name}': expected a type such as f32[?], f16[?,?]:strided, i32 or i32:16, "
+                             f"got {rhs!r}")
+        div = sm.group(2) == "16"
+        if div and not d.is_int:
+            raise ValueError(f"parameter '{name}': only integer scalars can be marked divisible by 16")
+        params.append(ParamSpec(name, "scalar", ScalarType(d), divisible_by_16=div))
+    return Specialization(tuple(params))
