@@ -39,3 +39,10 @@ from .language import (  # noqa: F401
 )
 from . import dtypes  # noqa: F401,E402
 from .specialize import Specialization  # noqa: F401,E402
+from .autotune import Config, autotune  # noqa: F401,E402
+# Host-side runtime (importing it does not load the CUDA driver). `tc.zeros` stays the
+# in-kernel tile op; device arrays of zeros are `tilec.runtime.zeros`.
+from .runtime import (  # noqa: F401,E402
+    DeviceArray, Event, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
+    set_device, synchronize,
+)
