@@ -22,6 +22,7 @@ from .passes.index_width import index_width
 from .passes.lower_views import lower_views
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
+from .passes.reductions import lower_reductions
 
 __all__ = ["PIPELINE", "TILE_PASSES", "get_pass", "pass_names", "run_passes", "run_pipeline", "dump_to_directory"]
 
@@ -42,6 +43,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("lower_views", lower_views),
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),
+    ("lower_reductions", lower_reductions),
 ]
 
 

@@ -125,13 +125,19 @@ class LocalLoadOp(Op):
 
 @register_op
 class BarrierOp(Op):
-    """All threads of the CTA wait here; shared-memory writes before it are visible after."""
+    """All threads of the CTA wait here; shared-memory writes before it are visible after.
+    `id` names the hardware barrier (0: the one __syncthreads uses)."""
     name = "gpu.barrier"
+    attributes = {"id": A("int", True, 0)}
     num_results = 0
     traits = frozenset({"writes"})
 
     def infer_types(self):
         return []
+
+    def verify_op(self):
+        if not 0 <= self.attrs["id"] < 16:
+            raise self.error("barrier id must be from 0 to 15")
 
 
 @register_op

@@ -278,6 +278,20 @@ class _Assigner:
                         if user is not cv.owner:
                             user.set_operand(i, cv)
 
+    def clamp_vectors(self) -> None:
+        """An access moves `_vec` elements at once only if they are consecutive registers
+        running along its contiguous dimension in the layout its group got."""
+        for op in self.func.walk():
+            if isinstance(op, _MEM) and "_vec" in op.attrs and isinstance(op.operands[0].type, TileType):
+                t = op.operands[0].type
+                dim = op.attrs.get("_contig_dim", t.rank - 1)
+                run = 0
+                for b in t.encoding.bases(t.shape).reg:
+                    if b != tuple((1 << run) if d == dim else 0 for d in range(t.rank)):
+                        break
+                    run += 1
+                op.attrs["_vec"] = min(op.attrs["_vec"], 1 << run)
+
     def _convert_operand(self, op: Op, idx: int, want) -> None:
         v = op.operands[idx]
         if want is None or equivalent(v.type.encoding, want, v.type.shape):
@@ -316,4 +330,5 @@ def assign_layouts(module: Module, num_warps: int = 4, **_options) -> Module:
         while a.defaults():
             a.propagate()
         a.apply()
+        a.clamp_vectors()
     return module
