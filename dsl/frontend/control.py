@@ -196,7 +196,7 @@ class Carried:
             s, leaves = flatten(ctx.scope[n])
             self.structs.append(s)
             for leaf in leaves:
-                self.from_python.append(not isinstance(leaf, TensorValue))
+                self.from_python.append(None if isinstance(leaf, TensorValue) else py_scalar(leaf))
                 self.inits.append(S.to_tensor(ctx, leaf))
         self.node = node
 
@@ -240,9 +240,16 @@ class Carried:
                 continue
             old_scalar = not isinstance(old_t, TileType)
             same_dtype = element_type(new_t) == element_type(old_t)
-            if isinstance(element_type(new_t), ScalarType) and (self.from_python[i] or (old_scalar and same_dtype)):
-                v = S.cast(ctx, self.inits[i], element_type(new_t).dtype)
-                self.inits[i] = S.broadcast_to(ctx, v, new_t.shape) if isinstance(new_t, TileType) else v
+            new_elem = element_type(new_t)
+            shape = new_t.shape if isinstance(new_t, TileType) else ()
+            if isinstance(new_elem, ScalarType) and self.from_python[i] is not None:
+                old = self.inits[i].value.op
+                self.inits[i] = S.constant(ctx, self.from_python[i], new_elem.dtype, shape)
+                if not old.results[0].uses:
+                    old.erase()
+                changed = True
+            elif isinstance(new_elem, ScalarType) and old_scalar and same_dtype:
+                self.inits[i] = S.broadcast_to(ctx, self.inits[i], shape)
                 changed = True
             else:
                 raise ctx.error(f"loop-carried variable '{names[i]}' changes type from {old_t} to {new_t} inside "
