@@ -143,7 +143,7 @@ def register_with_frontend() -> None:
 
     def to_info(obj):
         ptr, shape, strides, dt, dev = array_info(obj)
-        return info_cls(ptr, shape, strides, dt, dev)
+        return info_cls(ptr, shape, strides, dt, f"cuda:{dev}")
 
     specialize.register_array_adapter(lambda obj: _reader_for(type(obj)) not in (None, _reject_host), to_info)
     _registered = True

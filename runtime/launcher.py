@@ -36,13 +36,17 @@ _OFFSET_LIMIT = 2 ** 31
 
 
 def _array_sig(info) -> Tuple:
+    # Mirrors specialize.view_type_for: the low pointer bits decide the alignment, a unit
+    # last stride (or a last extent of 1) a static stride, the reach the index width.
     ptr, shape, strides, dt, dev = info
     reach = 0
+    small = True
     for s, st in zip(shape, strides):
         if s > 1:
             reach += (s - 1) * (st if st >= 0 else -st)
-    last_unit = bool(strides) and strides[-1] == 1
-    return (dt, len(shape), ptr & 15 == 0, last_unit, reach < _OFFSET_LIMIT, dev)
+            small = small and s < _OFFSET_LIMIT
+    last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
+    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev)
 
 
 def _int_sig(v: int) -> Tuple:
@@ -56,6 +60,8 @@ class KernelState:
         self.kernel = kernel
         self.name = getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")
         self.params, self.constexpr, self.defaults = _describe(kernel)
+        if list(getattr(kernel, "param_names", self.params)) != self.params:
+            raise TypeError(f"kernel '{self.name}': parameter list does not match its function")
         self.index = {n: i for i, n in enumerate(self.params)}
         self.table: Dict[Tuple, "PreparedLaunch"] = {}
         self.lock = threading.Lock()
@@ -278,7 +284,7 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     dev = driver.get_device(device)
     options = CompileOptions(**dict(opt_items)).validated().with_arch(dev.arch)
     named = dict(zip(state.params, vals))
-    spec = specialize.specialize(state.kernel, (), named)
+    spec, _ = specialize.specialize(state.kernel, (), named)
     compiled = compiler.compile_kernel(state.kernel, spec, options)
     loaded = module.load(compiled, device)
     prepared = PreparedLaunch(compiled, loaded, state)
