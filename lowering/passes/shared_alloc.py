@@ -1,0 +1,156 @@
+"""allocate_shared: place every shared-memory buffer, reusing space whose lifetimes do not overlap.
+
+Buffers are the gpu.alloc ops, plus a scratch area for each gpu.convert_layout
+that moves data between threads (codegen goes through shared memory for those;
+conversions within a thread's registers need none). Lifetimes are intervals
+over the ops in program order: from the alloc to its last use, where a use
+inside a loop that does not contain the alloc keeps the buffer alive to the
+end of that loop (the next iteration reads it again). A conversion's scratch
+lives for its own op only.
+
+Placement is first fit in order of start, aligned to 16 bytes (128 for a
+swizzled layout, 1024 for the 128-byte swizzle TMA and wgmma use). Offsets go
+into `offset` (alloc) or `_smem_offset` (convert_layout); the kernel's total
+into the function's `_shared_bytes`, which `shared_bytes(module)` returns for
+the compiled kernel's metadata. More than the arch provides is a
+CompilationError naming the kernel.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from tilec.errors import CompilationError
+from tilec.ir import Module, Op
+from tilec.ir import tile_ops as T
+
+from ..gpu.layouts import DistributedLayout
+from ..gpu.ops import AllocOp, ConvertLayoutOp
+
+__all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared"]
+
+# Shared memory one CTA may use (opt-in maximum), per arch.
+SHARED_LIMIT = {
+    "sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
+    "sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024, "sm_100a": 227 * 1024,
+    "sm_120": 99 * 1024, "sm_120a": 99 * 1024,
+}
+_LOOPS = (T.ForOp, T.WhileOp)
+
+
+def convert_needs_shared(src, dst, shape) -> bool:
+    """A conversion moves data between threads unless lanes and warps hold the same elements."""
+    if not (isinstance(src, DistributedLayout) and isinstance(dst, DistributedLayout)):
+        return True
+    a, b = src.bases(shape), dst.bases(shape)
+    return a.lane != b.lane or a.warp != b.warp or sorted(a.reg) != sorted(b.reg)
+
+
+def _numbering(func) -> Tuple[Dict[int, int], Dict[int, int]]:
+    """Program-order index of every op, and the last index inside each op's regions."""
+    index: Dict[int, int] = {}
+    end: Dict[int, int] = {}
+
+    def visit(op: Op) -> None:
+        index[id(op)] = len(index)
+        for r in op.regions:
+            for o in r.block.ops:
+                visit(o)
+        end[id(op)] = len(index) - 1
+    visit(func)
+    return index, end
+
+
+def _enclosing_loops(op: Op) -> List[Op]:
+    out = []
+    p = op.parent_op()
+    while p is not None:
+        if isinstance(p, _LOOPS):
+            out.append(p)
+        p = p.parent_op()
+    return out
+
+
+def _interval(op: Op, index, end) -> Tuple[int, int]:
+    start = index[id(op)]
+    last = start
+    own = set(id(x) for x in _enclosing_loops(op))
+    for r in op.results:
+        for user, _ in r.uses:
+            u = index[id(user)]
+            for loop in _enclosing_loops(user):
+                if id(loop) not in own:
+                    u = max(u, end[id(loop)])
+            last = max(last, u)
+    return start, last
+
+
+def _align(layout) -> int:
+    sw = getattr(layout, "swizzle_bytes", 0)
+    if sw == 128:
+        return 1024
+    if sw or getattr(layout, "max_phase", 1) > 1:
+        return 128
+    return 16
+
+
+def _buffers(func):
+    """(op, size in bytes, alignment, attribute to set) of every buffer of `func`."""
+    out = []
+    for op in func.walk():
+        if isinstance(op, AllocOp):
+            out.append((op, op.nbytes, _align(op.attrs["layout"]), "offset"))
+        elif isinstance(op, ConvertLayoutOp):
+            src, dst = op.operands[0].type, op.results[0].type
+            if convert_needs_shared(src.encoding, dst.encoding, src.shape):
+                elem = src.element
+                size = src.numel * (elem.dtype.itemsize if hasattr(elem, "dtype") else 8)
+                out.append((op, size, 16, "_smem_offset"))
+    return out
+
+
+def _place(bufs, intervals) -> Tuple[List[int], int]:
+    placed: List[Tuple[int, int, int, int]] = []  # (start, end, offset, size)
+    offsets = [0] * len(bufs)
+    order = sorted(range(len(bufs)), key=lambda i: (intervals[i][0], -bufs[i][1]))
+    total = 0
+    for i in order:
+        _, size, align, _ = bufs[i]
+        s, e = intervals[i]
+        live = sorted((o, o + n) for (ps, pe, o, n) in placed if not (pe < s or e < ps))
+        off = 0
+        for lo, hi in live:
+            if off + size <= lo:
+                break
+            off = max(off, -(-hi // align) * align)
+        offsets[i] = off
+        placed.append((s, e, off, size))
+        total = max(total, off + size)
+    return offsets, total
+
+
+def allocate_shared(module: Module, arch=None, **_options) -> Module:
+    limit = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024)
+    for func in module.ops:
+        if not isinstance(func, T.FuncOp):
+            continue
+        index, end = _numbering(func)
+        bufs = _buffers(func)
+        intervals = []
+        for op, _, _, _ in bufs:
+            intervals.append(_interval(op, index, end) if isinstance(op, AllocOp)
+                             else (index[id(op)], index[id(op)]))
+        offsets, total = _place(bufs, intervals)
+        for (op, _, _, attr), off in zip(bufs, offsets):
+            op.attrs[attr] = off
+        func.attrs["_shared_bytes"] = total
+        if total > limit:
+            name = func.attrs.get("sym_name")
+            raise CompilationError(
+                f"needs {total} bytes of shared memory, more than the {limit} bytes {arch or 'sm_90a'} provides; "
+                "use smaller tiles or fewer stages", kernel=name, stage="pass 'allocate_shared'")
+    return module
+
+
+def shared_bytes(module: Module) -> int:
+    """Shared memory the module's kernel uses (after allocate_shared)."""
+    return max((f.attrs.get("_shared_bytes", 0) for f in module.ops if isinstance(f, T.FuncOp)), default=0)
