@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Dict, Tuple
 
 from tilec.ir import Block, Module, Op
+from tilec.ir import tile_ops as T
 from tilec.ir.printer import format_attr
 
-from .rewrite import replace_op
+from .rewrite import dtype_of, replace_op
 
 __all__ = ["cse", "is_cse_candidate"]
 
@@ -27,6 +28,15 @@ def is_cse_candidate(op: Op) -> bool:
     traits = op.traits
     return (bool(op.results) and not op.regions and ("pure" in traits or "elementwise" in traits)
             and "reads" not in traits and "writes" not in traits)
+
+
+def _zero_sign_depends_on_order(op: Op) -> bool:
+    """Float min/max of +0.0 and -0.0 return their first operand (numpy, hence the
+    interpreter), so swapping the operands can change the sign of a zero result."""
+    if not isinstance(op, (T.MinimumOp, T.MaximumOp)):
+        return False
+    d = dtype_of(op.operands[0])
+    return d is not None and d.is_float
 
 
 class _Numbering:
@@ -46,7 +56,7 @@ class _Numbering:
 
 def _key(op: Op, numbering: _Numbering) -> Tuple:
     operands = [numbering.of(v) for v in op.operands]
-    if op.has_trait("commutative"):
+    if op.has_trait("commutative") and not _zero_sign_depends_on_order(op):
         operands.sort()
     # format_attr distinguishes 0.0 from -0.0 and 1 from 1.0 from true, as it must
     attrs = tuple(sorted((k, format_attr(v)) for k, v in op.attrs.items()))
