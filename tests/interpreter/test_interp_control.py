@@ -147,3 +147,28 @@ def test_a_few_thousand_programs_run_quickly():
     run(m, [x, x, out, x.size], (n_prog,))
     assert time.perf_counter() - start < 2.0
     np.testing.assert_array_equal(out, x)
+
+
+def test_reduce_generic_runs_structured_combiners_element_by_element():
+    """A combiner holding a tile.if cannot run on whole halves; it still gives the tree result."""
+    def body(b, out, src):
+        t = b.value(T.LoadViewOp, src, const(b, 0, dt.int32), shape=[8])
+        i32 = scalar(dt.int32)
+
+        def combine(r, p, q):
+            bigger = r.value(T.CmpOp, p, q, pred="gt")
+            pick = r.create(T.IfOp, bigger, result_types=[i32], regions=[
+                region([], lambda s: [p]), region([], lambda s: [s.value(T.SubOp, q, p)])])
+            return [pick.results[0]]
+
+        red = b.value(T.ReduceGenericOp, t, axis=0, regions=[region([i32, i32], combine)])
+        store_scalar(b, out, 0, red)
+
+    x = np.array([5, 9, 1, 4, 2, 2, 8, 3], np.int32)
+    out = np.zeros(1, np.int32)
+    run(build([view(dt.int32, 1), view(dt.int32, 1)], body), [out, x], (1,))
+    v = x.tolist()
+    while len(v) > 1:
+        h = len(v) // 2
+        v = [p if p > q else q - p for p, q in zip(v[:h], v[h:])]
+    assert out[0] == v[0]

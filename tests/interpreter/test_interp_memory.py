@@ -254,3 +254,40 @@ def test_store_into_read_only_array_is_an_interpreter_error():
     x = np.broadcast_to(np.float32(1), (16,))
     with pytest.raises(InterpreterError, match="read-only"):
         run(copy_kernel(dt.float32, 1, 16), [x.reshape(1, 16), x.reshape(1, 16)], (1,))
+
+
+def test_pointer_tiles_may_span_several_arguments():
+    """A select between pointers into two arrays gathers from both."""
+    def body(b, x, y, out):
+        lanes = b.value(T.ArangeOp, start=0, end=8)
+        even = b.value(T.CmpOp, b.value(T.ModOp, lanes, const(b, 2, dt.int32, [8])), const(b, 0, dt.int32, [8]), pred="eq")
+        px = b.value(T.AddPtrOp, b.value(T.SplatOp, b.value(T.ViewPtrOp, x), shape=[8]), lanes)
+        py = b.value(T.AddPtrOp, b.value(T.SplatOp, b.value(T.ViewPtrOp, y), shape=[8]), lanes)
+        vals = b.value(T.LoadOp, b.value(T.SelectOp, even, px, py))
+        b.create(T.StoreViewOp, out, const(b, 0, dt.int32), vals)
+
+    x, y = np.arange(8, dtype=np.float32), -np.arange(8, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    run(build([view(dt.float32, 1)] * 3, body), [x, y, out], (1,))
+    assert out.tolist() == [0, -1, 2, -3, 4, -5, 6, -7]
+
+
+def test_scalar_pointer_load_store_and_atomic():
+    def body(b, mem, flag):
+        p = b.value(T.ViewPtrOp, mem)
+        p3 = b.value(T.AddPtrOp, p, const(b, 3, dt.int64))
+        far = b.value(T.AddPtrOp, p, const(b, 1000, dt.int64))
+        v = b.value(T.LoadMaskedOp, far, flag, const(b, 7.5, dt.bfloat16))  # masked off: never read
+        old = b.value(T.AtomicRMWOp, p3, v, b.value(T.InvertOp, flag), kind="add")
+        b.create(T.StoreOp, p, b.value(T.AddOp, b.value(T.LoadOp, p3), old))
+
+    mem = np.array([0, 0, 0, 1.0], np.float32)  # bf16 values held in f32
+    run(build([view(dt.bfloat16, 1), scalar(dt.bool_)], body), [mem, False], (1,))
+    assert mem.tolist() == [9.5, 0, 0, 8.5]
+
+
+def test_bf16_arrays_in_float32_are_rounded_on_load():
+    x = np.array([1 + 2**-9, 1 + 3 * 2**-8], np.float32)
+    out = np.zeros((1, 2), np.float32)
+    run(copy_kernel(dt.bfloat16, 1, 2), [x.reshape(1, 2), out], (1,))
+    assert out.tolist() == [[1.0, 1 + 2**-6]]
