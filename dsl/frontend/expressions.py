@@ -63,9 +63,10 @@ def _unsupported_message(node) -> str:
 
 def require_constexpr(ctx, value, what, node=None):
     if not is_constexpr(value):
+        got = f"a run-time value of type {value.describe()}" if hasattr(value, "describe") else \
+            "a tuple holding run-time values"
         raise ctx.error(f"{what} must be a compile-time constant (a tc.constexpr, literal or expression of "
-                        f"them), got a run-time value of type {value.describe() if hasattr(value, 'describe') else value}",
-                        node)
+                        f"them), got {got}", node)
     return value
 
 
@@ -88,6 +89,10 @@ def check_global(ctx, name: str, v, node):
         return v
     if isinstance(v, tuple):
         return tuple(check_global(ctx, name, x, node) for x in v)
+    if callable(v):
+        raise ctx.error(f"cannot call '{name}' inside a kernel: only tilec functions (tc.*), @tc.func helpers "
+                        "and range/len/min/max/abs/int/float/bool can be used (decorate it with @tc.func if it is "
+                        "written in the kernel language)", node)
     raise ctx.error(f"global '{name}' (a {type(v).__name__}) cannot be used inside a kernel: only numbers, bools, "
                     "strings, tuples, tilec dtypes, tc.constexpr values, @tc.func helpers and tilec functions "
                     "can be read from globals; pass it as a kernel argument instead", node)

@@ -108,4 +108,6 @@ def py_scalar(x):
 
 def is_constexpr(x) -> bool:
     """Python (compile-time) values are everything but the run-time wrappers."""
+    if isinstance(x, tuple):
+        return all(is_constexpr(v) for v in x)
     return not isinstance(x, (TensorValue, ViewValue, ViewShape, BoundMethod))
