@@ -5,21 +5,23 @@
   arguments and tile.yield gives the next ones.
 - tile.while runs its `before` region, stops when tile.condition's flag is
   false (the forwarded values become the results), else runs `after`.
-- tile.print writes one line per op and program to stdout:
-  `pid (x, y, z) <fmt> <value> <value> ...`, tiles written in full as nested
-  lists on one line, scalars as numpy prints them.
+- tile.print writes what the GPU's vprintf writes, to stdout: with tile
+  operands one line per element, in row-major order,
+  `pid (x, y, z) idx (i, j) <fmt> v1 v2 ...` (a scalar operand repeats on every
+  line); with scalars only, one line `pid (x, y, z) <fmt> v1 ...`. Floats print
+  as C's %f, integers and i1 in decimal.
 - tile.assert fails when any element of its condition is false, raising
   InterpreterError("device_assert failed in program (x, y, z) at file:line: msg").
 """
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from ..errors import InterpreterError
 from ..ir import tile_ops as T
+from ..ir.types import TileType
 from .engine import PID, OpFault, run_body, rule
+from .rules_elementwise import dtype_of
 
 
 def _move(r, src, dst):
@@ -88,20 +90,27 @@ def _pid_text(r) -> str:
     return f"({x}, {y}, {z})"
 
 
-def format_value(v) -> str:
-    if np.ndim(v) == 0:
-        return str(v)
-    return np.array2string(np.asarray(v), threshold=sys.maxsize, max_line_width=sys.maxsize,
-                           separator=", ").replace("\n", "")
+def format_element(v, d) -> str:
+    """One element as the GPU's printf directive for its type writes it."""
+    return f"{float(v):f}" if d.is_float else str(int(v))
 
 
 @rule(T.PrintOp)
 def _print(op, cx):
     vals, fmt = cx.ins(op), op.attrs["fmt"]
+    dtypes = [dtype_of(v) for v in op.operands]
+    tiles = [i for i, v in enumerate(op.operands) if isinstance(v.type, TileType)]
+    shape = op.operands[tiles[0]].type.shape if tiles else None
 
     def step(r):
-        parts = [f"pid {_pid_text(r)}"] + ([fmt] if fmt else []) + [format_value(r[v]) for v in vals]
-        print(" ".join(parts))
+        head = f"pid {_pid_text(r)}"
+        if shape is None:
+            print(head + " " + fmt + "".join(" " + format_element(r[v], d) for v, d in zip(vals, dtypes)))
+            return
+        flat = [np.ravel(r[v]) for v in vals]
+        for k, idx in enumerate(np.ndindex(*shape)):
+            items = "".join(" " + format_element(f[k % f.size], d) for f, d in zip(flat, dtypes))
+            print(f"{head} idx ({', '.join(str(i) for i in idx)}) {fmt}{items}")
     return step
 
 

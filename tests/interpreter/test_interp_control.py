@@ -90,19 +90,22 @@ def test_if_without_results_and_early_return():
 
 
 def test_device_print_format(capsys):
+    """The lines the GPU's vprintf writes: one per tile element, floats as %f."""
     def body(b, x):
-        t = b.value(T.ArangeOp, start=0, end=4)
-        m = b.value(T.ReshapeOp, t, shape=[2, 2])
+        m = b.value(T.ReshapeOp, b.value(T.ArangeOp, start=0, end=4), shape=[2, 2])
         b.create(T.PrintOp, b.value(T.ProgramIdOp, axis=1), x, m, fmt="vals:")
-        b.create(T.PrintOp, fmt="")
+        b.create(T.PrintOp, x, fmt="")
 
     run(build([scalar(dt.float32)], body), [0.5], (1, 2))
-    assert capsys.readouterr().out.splitlines() == [
-        "pid (0, 0, 0) vals: 0 0.5 [[0, 1], [2, 3]]",
-        "pid (0, 0, 0)",
-        "pid (0, 1, 0) vals: 1 0.5 [[0, 1], [2, 3]]",
-        "pid (0, 1, 0)",
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:5] == [
+        "pid (0, 0, 0) idx (0, 0) vals: 0 0.500000 0",
+        "pid (0, 0, 0) idx (0, 1) vals: 0 0.500000 1",
+        "pid (0, 0, 0) idx (1, 0) vals: 0 0.500000 2",
+        "pid (0, 0, 0) idx (1, 1) vals: 0 0.500000 3",
+        "pid (0, 0, 0)  0.500000",
     ]
+    assert lines[5] == "pid (0, 1, 0) idx (0, 0) vals: 1 0.500000 0" and len(lines) == 10
 
 
 def test_device_assert_reports_program_and_line():
