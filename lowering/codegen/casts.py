@@ -3,10 +3,11 @@
 Semantics (numpy's, which the interpreter follows):
 - float -> int truncates toward zero and saturates (NaN -> 0), as PTX cvt.rzi does;
 - anything -> bool is "!= 0" (NaN -> True);
-- float -> narrower float rounds to nearest even; f8 conversions saturate to the
-  largest finite value (PTX `.satfinite`), NaN stays NaN.
+- float -> narrower float rounds to nearest even; overflow follows PyTorch (and the
+  interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN from 464 up.
 f8 values are i8 bit patterns. Decoding is exact bit manipulation everywhere;
-encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_89+ and the same
+encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_89+ (then patches
+the overflow codes, since PTX only offers the saturating form) and the same
 rounding done with integer operations on older targets. Conversions from f64
 to bf16/f8 go through f32 (a double rounding, off by one ulp in rare ties).
 """
@@ -18,14 +19,15 @@ import numpy as np
 from llvmlite import ir
 
 from ...dtypes import DType, float32
-from .types import F16, F32, I1, I8, I16, I32, llvm_scalar
+from .types import F32, I1, I8, I16, I32, llvm_scalar
 
 __all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "arch_number"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
+# `over`: from this magnitude on (ties included) the result is the `over_code`.
 _F8 = {
-    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, max_val=448.0, nan=0x7F),
-    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, max_val=57344.0, nan=0x7F),
+    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, over_code=0x7F, nan=0x7F),
+    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, over_code=0x7C, nan=0x7F),
 }
 
 
@@ -40,8 +42,8 @@ def f8_bits(v: float, name: str) -> int:
         return p["nan"]
     sign = 0x80 if (v < 0 or (v == 0 and np.signbit(v))) else 0
     a = abs(v)
-    if a >= p["max_val"]:
-        return sign | p["max_code"]
+    if a >= p["over"]:
+        return p["nan"] if p["over_code"] == p["nan"] else sign | p["over_code"]
     min_normal = 2.0 ** (1 - p["bias"])
     if a < min_normal:
         return sign | int(np.rint(a * 2.0 ** (p["bias"] - 1 + p["man"])))
@@ -53,32 +55,39 @@ def f8_bits(v: float, name: str) -> int:
 
 
 def f8_decode_f32(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
-    """i8 bits -> f32, exact."""
-    if name == "f8e5m2":  # e5m2 is the top byte of an IEEE half
-        h = b.bitcast(b.shl(b.zext(x, I16), ir.Constant(I16, 8)), F16)
-        return b.fpext(h, F32)
+    """i8 bits -> f32, exact (integer operations only, so any target can run it)."""
+    p = _F8[name]
+    man, ebits = p["man"], 7 - p["man"]
     u = b.zext(x, I32)
     sign = b.shl(b.and_(u, ir.Constant(I32, 0x80)), ir.Constant(I32, 24))
-    e = b.and_(b.lshr(u, ir.Constant(I32, 3)), ir.Constant(I32, 0xF))
-    m = b.and_(u, ir.Constant(I32, 7))
-    normal = b.or_(b.shl(b.add(e, ir.Constant(I32, 120)), ir.Constant(I32, 23)),
-                   b.shl(m, ir.Constant(I32, 20)))
-    sub = b.bitcast(b.fmul(b.uitofp(m, F32), ir.Constant(F32, 2.0 ** -9)), I32)
+    e = b.and_(b.lshr(u, ir.Constant(I32, man)), ir.Constant(I32, (1 << ebits) - 1))
+    m = b.and_(u, ir.Constant(I32, (1 << man) - 1))
+    normal = b.or_(b.shl(b.add(e, ir.Constant(I32, 127 - p["bias"])), ir.Constant(I32, 23)),
+                   b.shl(m, ir.Constant(I32, 23 - man)))
+    sub = b.bitcast(b.fmul(b.uitofp(m, F32), ir.Constant(F32, 2.0 ** (1 - p["bias"] - man))), I32)
     mag = b.select(b.icmp_unsigned("==", e, ir.Constant(I32, 0)), sub, normal)
-    is_nan = b.icmp_unsigned("==", b.and_(u, ir.Constant(I32, 0x7F)), ir.Constant(I32, 0x7F))
-    mag = b.select(is_nan, ir.Constant(I32, 0x7FC00000), mag)
+    low7 = b.and_(u, ir.Constant(I32, 0x7F))
+    if name == "f8e4m3":  # S.1111.111 is NaN; there is no inf
+        mag = b.select(b.icmp_unsigned("==", low7, ir.Constant(I32, 0x7F)), ir.Constant(I32, 0x7FC00000), mag)
+    else:  # exponent all ones: inf (mantissa 0) or NaN
+        top = b.icmp_unsigned("==", e, ir.Constant(I32, (1 << ebits) - 1))
+        special = b.select(b.icmp_unsigned("==", m, ir.Constant(I32, 0)), ir.Constant(I32, 0x7F800000),
+                           ir.Constant(I32, 0x7FC00000))
+        mag = b.select(top, special, mag)
     return b.bitcast(b.or_(mag, sign), F32)
 
 
 def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Value:
-    """f32 -> i8 bits, round to nearest even, saturating to the largest finite value."""
+    """f32 -> i8 bits, round to nearest even, overflow as documented above."""
+    p = _F8[name]
     if arch_number(arch) >= 89:
         kind = "e4m3x2" if name == "f8e4m3" else "e5m2x2"
         fty = ir.FunctionType(I16, [F32, F32])
         pair = b.asm(fty, f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
                      [ir.Constant(F32, 0.0), x], False)
-        return b.trunc(pair, I8)  # the second source lands in the low byte
-    p = _F8[name]
+        code = b.trunc(pair, I8)  # the second source lands in the low byte
+        return _overflow(b, x, code, p)
+    
     u = b.bitcast(x, I32)
     sign = b.trunc(b.lshr(u, ir.Constant(I32, 24)), I8)
     sign = b.and_(sign, ir.Constant(I8, 0x80))
@@ -93,9 +102,18 @@ def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Valu
     sub = b.fptoui(rint, I32)
     is_sub = b.fcmp_ordered("<", af, ir.Constant(F32, 2.0 ** (1 - p["bias"])))
     code = b.select(is_sub, sub, normal)
-    code = b.select(b.fcmp_ordered(">=", af, ir.Constant(F32, p["max_val"])), ir.Constant(I32, p["max_code"]), code)
     code = b.select(b.icmp_unsigned(">", a, ir.Constant(I32, 0x7F800000)), ir.Constant(I32, p["nan"]), code)
-    return b.or_(b.trunc(code, I8), sign)
+    return _overflow(b, x, b.or_(b.trunc(code, I8), sign), p)
+
+
+def _overflow(b, x, code, p):
+    """Replace the code of magnitudes from p["over"] up (inf included) by inf or NaN."""
+    ax = b.call(_declare(b, "llvm.fabs.f32", F32, [F32]), [x])
+    big = b.fcmp_ordered(">=", ax, ir.Constant(F32, p["over"]))
+    if p["over_code"] == p["nan"]:
+        return b.select(big, ir.Constant(I8, p["nan"]), code)
+    sign = b.and_(b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 24)), I8), ir.Constant(I8, 0x80))
+    return b.select(big, b.or_(sign, ir.Constant(I8, p["over_code"])), code)
 
 
 def _declare(b: ir.IRBuilder, name, ret, args):
