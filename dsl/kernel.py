@@ -229,7 +229,7 @@ def normalize_grid(grid, named_args: Dict[str, Any]) -> Tuple[int, int, int]:
     """A launch grid as a 3-tuple: `grid` is 1-3 ints or a callable of the arguments by name."""
     if callable(grid):
         grid = grid(dict(named_args))
-    if isinstance(grid, int) and not isinstance(grid, bool):
+    if hasattr(grid, "__index__") and not isinstance(grid, bool):
         grid = (grid,)
     if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
         raise TypeError(f"the grid must be a tuple of 1 to 3 ints (or a callable returning one), got {grid!r}")
