@@ -55,6 +55,9 @@ def builtin(fn):
 
     @functools.wraps(fn)
     def outside(*args, **kwargs):
+        host = getattr(outside, "__tilec_host__", None)
+        if host is not None:
+            return host(*args, **kwargs)
         raise RuntimeError(f"tc.{fn.__name__} can only be used inside a @tc.kernel or @tc.func")
 
     setattr(outside, _BUILTIN_ATTR, True)
@@ -99,6 +102,15 @@ def num_programs(axis=0):
 @builtin
 def cdiv(a, b):
     """Ceiling division `(a + b - 1) // b` of integers."""
+
+
+def _host_cdiv(a, b):
+    # Grids are computed on the host (`kernel[(tc.cdiv(n, BLOCK),)]`), so this one builtin
+    # also works outside kernels, on Python ints.
+    return -(-a // b)
+
+
+cdiv.__tilec_host__ = _host_cdiv
 
 
 # ----------------------------------------------------------------------------- tile construction
