@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional
 
+import numpy as np
+
 from ..errors import InterpreterError
 from ..ir.core import Block, Module, Op, Region, Value
 from ..ir.verifier import verify
@@ -159,6 +161,7 @@ def compiled(module: Module) -> Program:
         funcs = [o for o in module.ops if o.name == "tile.func"]
         if len(funcs) != 1:
             raise InterpreterError(f"the interpreter runs a module with one tile.func, found {len(funcs)}")
-        prog = Program(funcs[0])
+        with np.errstate(all="ignore"):  # constants such as NaN or inf are folded here
+            prog = Program(funcs[0])
         module.__dict__[_CACHE_ATTR] = prog
     return prog

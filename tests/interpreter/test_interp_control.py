@@ -175,3 +175,14 @@ def test_reduce_generic_runs_structured_combiners_element_by_element():
         h = len(v) // 2
         v = [p if p > q else q - p for p, q in zip(v[:h], v[h:])]
     assert out[0] == v[0]
+
+
+def test_special_constants_compile_without_warnings():
+    def body(b, out):
+        big = const(b, float("inf"), dt.float8e4m3, [4])  # e4m3 has no inf: NaN
+        store_scalar(b, out, 0, b.value(T.CastOp, b.value(T.ReduceOp, big, axis=0, kind="max"), to=dt.float32))
+
+    out = np.zeros(1, np.float32)
+    with np.errstate(all="raise"):
+        run(build([view(dt.float32, 1)], body), [out], (1,))
+    assert np.isnan(out[0])
