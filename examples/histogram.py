@@ -37,7 +37,7 @@ def histogram_kernel(data, hist, BIN_WIDTH: tc.constexpr, NUM_BINS: tc.constexpr
 
 
 SIGNATURES = {
-    "histogram_kernel": "data=i32[?, 1], hist=i32[?, 1], BIN_WIDTH=8, NUM_BINS=64, BLOCK=256",
+    "histogram_kernel": "data=i32[?,?], hist=i32[?,?], BIN_WIDTH=8, NUM_BINS=64, BLOCK=256",
 }
 
 

@@ -48,8 +48,8 @@ def layer_norm_kernel(x, w, b, y, mean_out, rstd_out, eps, BLOCK: tc.constexpr):
 
 
 SIGNATURES = {
-    "layer_norm_kernel": ("x=f16[?, 1], w=f16[1], b=f16[1], y=f16[?, 1], "
-                          "mean_out=f32[1], rstd_out=f32[1], eps=f32, BLOCK=1024"),
+    "layer_norm_kernel": ("x=f16[?,?], w=f16[?], b=f16[?], y=f16[?,?], "
+                          "mean_out=f32[?], rstd_out=f32[?], eps=f32, BLOCK=1024"),
 }
 
 

@@ -40,7 +40,7 @@ def matmul_kernel(a, b, c, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
 
 
 SIGNATURES = {
-    "matmul_kernel": "a=f16[?, 1], b=f16[?, 1], c=f16[?, 1], BM=64, BN=64, BK=32, GROUP_M=4",
+    "matmul_kernel": "a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, GROUP_M=4",
 }
 
 
