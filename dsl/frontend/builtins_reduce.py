@@ -8,7 +8,7 @@ from ..ir.core import Block, Region
 from . import semantic as S
 from .calls import builtin_handler, inline_func
 from .expressions import require_constexpr
-from .values import TensorValue
+from .values import TensorValue, is_py_scalar
 
 
 def _input(ctx, fn, x) -> TensorValue:
@@ -45,6 +45,9 @@ def _keep(ctx, r, axis, flat, keep_dims, rank):
 def _reduction(kind):
     def handler(ctx, node, x, axis, keep_dims):
         fn = f"tc.{kind}"
+        if axis is None and not keep_dims and (is_py_scalar(x) or (isinstance(x, TensorValue) and not x.is_tile
+                                                                   and not x.is_pointer)):
+            return _reduce_scalar(ctx, kind, x)  # a scalar is its own reduction, as in numpy
         x = _input(ctx, fn, x)
         require_constexpr(ctx, keep_dims, "keep_dims")
         rank = len(x.shape)
@@ -54,6 +57,14 @@ def _reduction(kind):
         r = ctx.value(T.ReduceOp, x, axis=ax, kind=kind)
         return _keep(ctx, r, ax, flat, keep_dims, rank)
     return handler
+
+
+def _reduce_scalar(ctx, kind, x):
+    if kind.startswith("arg"):
+        return S.constant(ctx, 0, dt.int32)
+    if isinstance(x, TensorValue) and x.dtype.is_bool and kind in ("sum", "prod"):
+        return S.cast(ctx, x, dt.int32)
+    return x
 
 
 for _kind in ("sum", "max", "min", "prod", "argmax", "argmin"):
