@@ -31,7 +31,7 @@ from ..gpu.layouts import (Bases, BlockedLayout, DistributedLayout, LayoutError,
 from ..gpu.ops import ConvertLayoutOp
 from .axis_info import axis_info
 
-__all__ = ["assign_layouts", "fma_operand_layout"]
+__all__ = ["assign_layouts", "fma_operand_layout", "fma_acc_layout"]
 
 _MEM = (T.LoadOp, T.LoadMaskedOp, T.StoreOp, T.StoreMaskedOp, T.AtomicRMWOp, T.AtomicCASOp)
 
@@ -117,6 +117,21 @@ def fma_operand_layout(acc: DistributedLayout, acc_shape, op_idx: int, k: int) -
     return LinearLayout(tuple(reg), tuple(place(b) for b in bs.lane), tuple(place(b) for b in bs.warp))
 
 
+def fma_acc_layout(shape, num_warps: int) -> BlockedLayout:
+    """Accumulator layout of the FMA dot: lanes 4 x 8 and warps 2-D over the tile, so each
+    thread owns a block of rows and columns as close to square as the tile allows."""
+    m, n = shape
+    tpw = [min(4, m), 32 // min(4, m)]
+    wpc = [1, 1]
+    left = num_warps
+    while left > 1:
+        d = 0 if m // (tpw[0] * wpc[0]) >= n // (tpw[1] * wpc[1]) else 1
+        wpc[d] *= 2
+        left //= 2
+    spt = [max(1, m // (tpw[0] * wpc[0])), max(1, n // (tpw[1] * wpc[1]))]
+    return BlockedLayout(tuple(spt), tuple(tpw), tuple(wpc), (1, 0))
+
+
 def _renumber(bases: Bases, src_shape, dst_shape, coord_map) -> Optional[LinearLayout]:
     """Bases over src_shape moved to dst_shape by a bit-permuting coordinate map."""
     out = []
@@ -195,6 +210,12 @@ class _Assigner:
                     best[gid] = (vec, default_blocked(shape, self.num_warps, vec, order))
         for gid, (_, lay) in best.items():
             self.layout[gid] = lay
+        # an FMA dot's operands hold, per thread, its accumulator rows and columns over all
+        # of K: a square-ish block per thread keeps that small, so the dot outranks accesses
+        for op in self.func.walk():
+            if isinstance(op, T.DotOp):
+                self.layout[self.groups.find(op.results[0])] = fma_acc_layout(op.results[0].type.shape,
+                                                                              self.num_warps)
 
     def propagate(self) -> None:
         changed = True

@@ -11,8 +11,8 @@ lives for its own op only.
 Placement is first fit in order of start, aligned to 16 bytes (128 for a
 swizzled layout, 1024 for the 128-byte swizzle TMA and wgmma use). Offsets go
 into `offset` (alloc) or `_smem_offset` (convert_layout); the kernel's total
-into the function's `_shared_bytes`, which `shared_bytes(module)` returns for
-the compiled kernel's metadata. More than the arch provides is a
+into the function's `_shared_bytes` and the module's `shared` (the compiled
+kernel's metadata["shared"]; `shared_bytes(module)` reads it). More than the arch provides is a
 CompilationError naming the kernel.
 """
 from __future__ import annotations
@@ -130,6 +130,7 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
 
 def allocate_shared(module: Module, arch=None, **_options) -> Module:
     limit = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024)
+    peak = 0
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue
@@ -143,11 +144,13 @@ def allocate_shared(module: Module, arch=None, **_options) -> Module:
         for (op, _, _, attr), off in zip(bufs, offsets):
             op.attrs[attr] = off
         func.attrs["_shared_bytes"] = total
+        peak = max(peak, total)
         if total > limit:
             name = func.attrs.get("sym_name")
             raise CompilationError(
                 f"needs {total} bytes of shared memory, more than the {limit} bytes {arch or 'sm_90a'} provides; "
                 "use smaller tiles or fewer stages", kernel=name, stage="pass 'allocate_shared'")
+    module.attrs["shared"] = peak  # what the compiler reports as metadata["shared"]
     return module
 
 

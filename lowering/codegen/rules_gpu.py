@@ -1,0 +1,258 @@
+"""Codegen rules of the gpu dialect, and of tile.dot through FMAs.
+
+Shared memory is the kernel's dynamic shared array (`ctx.shared_base()`); a
+buffer starts at the byte offset allocate_shared gave it. Reduction stages
+apply their combiner region to scalars with `lower_region`, so one code path
+serves sum, max, argmax and user combiners alike.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from llvmlite import ir
+
+from ...ir import tile_ops as T
+from ...ir.types import TileType
+from ..gpu import ops as G
+from ..gpu.layouts import DistributedLayout
+from ..gpu.stages import axis_bits
+from ..passes.shared_alloc import convert_needs_shared
+from .rules_shape import register_map
+from .types import I32
+from .walker import lower_region, rule
+
+__all__ = ["shuffle", "barrier", "combine"]
+
+_FULL_MASK = ir.Constant(I32, 0xFFFFFFFF)
+
+
+# ----------------------------------------------------------------------------- helpers
+def barrier(ctx, bar_id: int = 0) -> None:
+    ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, bar_id)])
+
+
+def _shfl32(ctx, v, kind: str, offset: int):
+    mode = {"xor": "bfly", "up": "up", "down": "down", "idx": "idx"}[kind]
+    clamp = 0 if kind == "up" else 0x1F
+    suffix = "f32" if isinstance(v.type, ir.FloatType) else "i32"
+    return ctx.intrinsic(f"llvm.nvvm.shfl.sync.{mode}.{suffix}", v.type,
+                         [_FULL_MASK, v, ir.Constant(I32, offset), ir.Constant(I32, clamp)])
+
+
+def shuffle(ctx, v, kind: str, offset: int):
+    """`v` (any scalar up to 64 bits) from another lane; see gpu.shuffle."""
+    b = ctx.builder
+    t = v.type
+    if t == I32 or isinstance(t, ir.FloatType):
+        return _shfl32(ctx, v, kind, offset)
+    bits = t.width if isinstance(t, ir.IntType) else (64 if isinstance(t, ir.DoubleType) else 16)
+    as_int = v if isinstance(t, ir.IntType) else b.bitcast(v, ir.IntType(bits))
+    if bits <= 32:
+        wide = b.zext(as_int, I32) if bits < 32 else as_int
+        out = b.trunc(_shfl32(ctx, wide, kind, offset), ir.IntType(bits)) if bits < 32 else _shfl32(ctx, wide, kind,
+                                                                                                      offset)
+    else:
+        lo = _shfl32(ctx, b.trunc(as_int, I32), kind, offset)
+        hi = _shfl32(ctx, b.trunc(b.lshr(as_int, ir.Constant(ir.IntType(64), 32)), I32), kind, offset)
+        out = b.or_(b.zext(lo, ir.IntType(64)), b.shl(b.zext(hi, ir.IntType(64)), ir.Constant(ir.IntType(64), 32)))
+    return out if isinstance(t, ir.IntType) else b.bitcast(out, t)
+
+
+def combine(ctx, block, a: Sequence, b: Sequence) -> List:
+    """Apply a combiner block (args a..., b...; tile.yield c...) to scalar llvm values."""
+    term = lower_region(ctx, block, list(a) + list(b))
+    return [ctx.get(v) for v in term.operands]
+
+
+def _smem(ctx, byte_offset: int, elem: ir.Type, index):
+    b = ctx.builder
+    base = b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, byte_offset)], inbounds=True)
+    base = b.bitcast(base, elem.as_pointer(addrspace=G.SHARED))
+    return b.gep(base, [_as_value(index)], inbounds=True)
+
+
+def _as_value(v):
+    return ir.Constant(I32, v) if isinstance(v, int) else v
+
+
+def _unique_registers(t: TileType) -> List[int]:
+    """Registers of a thread holding distinct elements (the first of each set of copies)."""
+    seen, out = set(), []
+    for r, off in enumerate(t.encoding.reg_offsets(t.shape)):
+        if off not in seen:
+            seen.add(off)
+            out.append(r)
+    return out
+
+
+def _store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
+    ety = ctx.ltype(t.element)
+    coords = ctx.coords(t)
+    for r in _unique_registers(t):
+        off = layout.offset(t.shape, coords[r], ctx.ops)
+        ctx.builder.store(vals[r], _smem(ctx, byte_offset, ety, _as_value(off)))
+
+
+def _load_tile(ctx, t: TileType, layout, byte_offset: int) -> List:
+    ety = ctx.ltype(t.element)
+    out = []
+    for cs in ctx.coords(t):
+        off = layout.offset(t.shape, cs, ctx.ops)
+        out.append(ctx.builder.load(_smem(ctx, byte_offset, ety, _as_value(off)), typ=ety))
+    return out
+
+
+def _row_major(rank: int):
+    from ..gpu.layouts import SharedLayout
+    return SharedLayout(1, 1, 1, tuple(range(rank - 1, -1, -1)))
+
+
+# ----------------------------------------------------------------------------- layouts and memory
+@rule(G.ConvertLayoutOp)
+def _convert_layout(ctx, op):
+    src, dst = op.operands[0].type, op.result.type
+    if not convert_needs_shared(src.encoding, dst.encoding, src.shape):
+        mapping = register_map([src], dst, ctx.num_warps, lambda c: (0, c))
+        vals = ctx.elems(op.operands[0])
+        ctx.set(op.result, [vals[r] for _, r in mapping])
+        return
+    if "_smem_offset" not in op.attrs:
+        raise ValueError("this conversion goes through shared memory, which allocate_shared has not placed")
+    layout = _row_major(src.rank)
+    off = op.attrs["_smem_offset"]
+    barrier(ctx)  # the scratch may still be read by an earlier use
+    _store_tile(ctx, src, ctx.elems(op.operands[0]), layout, off)
+    barrier(ctx)
+    ctx.set(op.result, _load_tile(ctx, dst, layout, off))
+
+
+@rule(G.AllocOp)
+def _alloc(ctx, op):
+    if op.attrs.get("offset", -1) < 0:
+        raise ValueError("shared buffer has no offset: allocate_shared must run before codegen")
+    ctx.set(op.result, ctx.builder.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, op.attrs["offset"])],
+                                       inbounds=True))
+
+
+@rule(G.LocalStoreOp)
+def _local_store(ctx, op):
+    alloc = op.operands[0].owner
+    _store_tile(ctx, op.operands[1].type, ctx.elems(op.operands[1]), alloc.attrs["layout"], alloc.attrs["offset"])
+
+
+@rule(G.LocalLoadOp)
+def _local_load(ctx, op):
+    alloc = op.operands[0].owner
+    ctx.set(op.result, _load_tile(ctx, op.result.type, alloc.attrs["layout"], alloc.attrs["offset"]))
+
+
+@rule(G.BarrierOp)
+def _barrier(ctx, op):
+    barrier(ctx, op.attrs.get("id", 0))
+
+
+@rule(G.ShuffleOp)
+def _shuffle(ctx, op):
+    ctx.set_elems(op.result, [shuffle(ctx, v, op.attrs["kind"], op.attrs["offset"])
+                              for v in ctx.elems(op.operands[0])])
+
+
+@rule(G.LaneIdOp)
+def _lane_id(ctx, op):
+    ctx.set(op.result, ctx.lane)
+
+
+@rule(G.WarpIdOp)
+def _warp_id(ctx, op):
+    ctx.set(op.result, ctx.warp)
+
+
+# ----------------------------------------------------------------------------- reductions
+def _set_results(ctx, op, per_value: List[List]) -> None:
+    for r, vals in zip(op.results, per_value):
+        ctx.set(r, list(vals) if isinstance(r.type, TileType) else vals[0])
+
+
+@rule(G.ReduceThreadOp)
+def _reduce_thread(ctx, op):
+    t = op.operands[0].type
+    axis = op.attrs["axis"]
+    reg_i = axis_bits(t.encoding.bases(t.shape), axis)[0]
+    n = t.encoding.elems_per_thread(t.shape)
+    keep = [k for k in range(n.bit_length() - 1) if k not in reg_i]
+    inputs = [ctx.elems(v) for v in op.operands]
+    block = op.regions[0].block
+    acc = {}
+    for r in range(n):
+        j = sum(((r >> k) & 1) << i for i, k in enumerate(keep))
+        cur = [vals[r] for vals in inputs]
+        acc[j] = cur if j not in acc else combine(ctx, block, acc[j], cur)
+    outs = [acc[j] for j in range(len(acc))]
+    _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
+
+
+@rule(G.ReduceLanesOp)
+def _reduce_lanes(ctx, op):
+    t = op.operands[0].type
+    lane_i = axis_bits(t.encoding.bases(t.shape), op.attrs["axis"])[1]
+    inputs = [ctx.elems(v) for v in op.operands]
+    block = op.regions[0].block
+    b = ctx.builder
+    outs = []
+    for r in range(len(inputs[0])):
+        cur = [vals[r] for vals in inputs]
+        for k in lane_i:
+            other = [shuffle(ctx, v, "xor", 1 << k) for v in cur]
+            # combine in coordinate order, so that every lane of a pair computes the same value
+            hi = b.icmp_unsigned("!=", b.and_(ctx.lane, ir.Constant(I32, 1 << k)), ir.Constant(I32, 0))
+            lo_vals = [b.select(hi, o, c) for c, o in zip(cur, other)]
+            hi_vals = [b.select(hi, c, o) for c, o in zip(cur, other)]
+            cur = combine(ctx, block, lo_vals, hi_vals)
+        outs.append(cur)
+    _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
+
+
+# ----------------------------------------------------------------------------- dot through FMAs
+def _compress(r: int, positions: Sequence[int]) -> int:
+    return sum(((r >> k) & 1) << i for i, k in enumerate(positions))
+
+
+def _widen(b, v, to: ir.Type, signed: bool):
+    if v.type == to:
+        return v
+    if isinstance(to, ir.IntType):
+        return b.sext(v, to) if signed else b.zext(v, to)
+    return b.fpext(v, to)
+
+
+@rule(T.DotOp)
+def _dot_fma(ctx, op):
+    a_t, b_t, c_t = (v.type for v in op.operands)
+    acc_layout = c_t.encoding
+    if not isinstance(acc_layout, DistributedLayout):
+        raise ValueError("dot needs layouts: run assign_layouts first")
+    k = a_t.shape[1]
+    bases = acc_layout.bases(c_t.shape)
+    m_bits = [i for i, x in enumerate(bases.reg) if x[0] and not x[1]]
+    n_bits = [i for i, x in enumerate(bases.reg) if x[1] and not x[0]]
+    a_vals, b_vals, acc = ctx.elems(op.operands[0]), ctx.elems(op.operands[1]), ctx.elems(op.operands[2])
+    bld = ctx.builder
+    cty = ctx.ltype(c_t.element)
+    is_float = isinstance(cty, (ir.FloatType, ir.DoubleType, ir.HalfType)) or not isinstance(cty, ir.IntType)
+    signed = a_t.dtype.is_signed
+    widened_a = [_widen(bld, v, cty, signed) for v in a_vals]
+    widened_b = [_widen(bld, v, cty, signed) for v in b_vals]
+    fma_name = None
+    if is_float:
+        fma_name = {"float": "llvm.fmuladd.f32", "double": "llvm.fmuladd.f64", "half": "llvm.fmuladd.f16"}[str(cty)]
+    out = []
+    for r, c in enumerate(acc):
+        mi, ni = _compress(r, m_bits), _compress(r, n_bits)
+        for kk in range(k):
+            x, y = widened_a[kk + k * mi], widened_b[kk + k * ni]
+            if is_float:
+                c = ctx.intrinsic(fma_name, cty, [x, y, c])
+            else:
+                c = bld.add(bld.mul(x, y), c)
+        out.append(c)
+    ctx.set(op.result, out)
