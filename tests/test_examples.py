@@ -55,6 +55,28 @@ def test_signatures_name_every_kernel(name):
     assert kernels and set(mod.SIGNATURES) == kernels
 
 
+def _signature_cases():
+    return [(name, kernel) for name in EXAMPLE_NAMES for kernel in load_example(name).SIGNATURES]
+
+
+@pytest.mark.parametrize("name,kernel", _signature_cases())
+def test_example_ir_round_trips(name, kernel):
+    from tilec.ir import parse, print_module, verify
+    mod = load_example(name)
+    k = getattr(mod, kernel)
+    module = k.ir(k.specialization(mod.SIGNATURES[kernel]))
+    assert verify(parse(print_module(module))) == module
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("name,kernel", _signature_cases())
+def test_example_compiles_to_ptx(name, kernel, arch):
+    mod = load_example(name)
+    compiled = getattr(mod, kernel).compile(mod.SIGNATURES[kernel], arch=arch)
+    assert f".entry {compiled.name}" in compiled.asm["ptx"]
+    assert compiled.metadata["arch"] == arch
+
+
 def test_check_reports_a_mismatch_and_the_example_exits_non_zero(capsys):
     harness = load_example("_harness")
     want = np.linspace(0.0, 1.0, 7)
