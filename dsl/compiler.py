@@ -105,6 +105,13 @@ def _stage(name: str, kernel: str, timings: Dict[str, float], fn: Callable):
         timings[name] = timings.get(name, 0.0) + time.perf_counter() - t0
 
 
+def _fresh_ir(kernel, spec):
+    """A tile-IR module the passes may rewrite in place (kernel.ir's cached module is shared
+    with the interpreter, so the compiler lowers its own copy)."""
+    from .frontend import lower_to_ir
+    return lower_to_ir(kernel, spec)
+
+
 def _want_ptxas() -> bool:
     return os.environ.get("TILEC_PTXAS", "1") not in ("0", "")
 
@@ -158,8 +165,9 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
 
 
-def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None) -> CompiledKernel:
-    """Compile `kernel` for one specialization (see docs/internals.md for the contract)."""
+def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_cache: bool = True) -> CompiledKernel:
+    """Compile `kernel` for one specialization (see docs/internals.md for the contract).
+    `use_cache=False` compiles afresh and leaves the cache alone."""
     name = _kernel_name(kernel)
     try:
         options = (options or CompileOptions()).validated()
@@ -168,7 +176,7 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None) -> Co
     except ValueError as e:
         raise CompilationError(str(e), kernel=name, stage="options") from e
     key = cache_key(kernel, spec, options)
-    cache = _cache() if key is not None else None
+    cache = _cache() if key is not None and use_cache else None
     if cache is not None:
         hit = cache.lookup(key)
         if hit is not None:
@@ -176,7 +184,7 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None) -> Co
     dump_dir = os.environ.get("TILEC_DUMP")
     dump = _Dumper(dump_dir, name, spec) if dump_dir else None
     timings: Dict[str, float] = {}
-    module = _stage("frontend", name, timings, lambda: kernel.ir(spec))
+    module = _stage("frontend", name, timings, lambda: _fresh_ir(kernel, spec))
     if dump:
         dump.write("frontend", str(module))
     compiled = compile_module(module, options, name, dump, timings)

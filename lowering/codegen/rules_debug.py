@@ -42,7 +42,7 @@ def _vprintf(ctx, fmt: str, args):
         buf = b.alloca(sty)
         b.position_at_end(saved)
         for i, a in enumerate(args):
-            b.store(a, b.gep(buf, [ir.Constant(I32, 0), ir.Constant(I32, i)], source_etype=sty))
+            b.store(a, b.gep(buf, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
         argp = b.addrspacecast(buf, _GENERIC) if buf.type != _GENERIC else buf
     else:
         argp = ir.Constant(_GENERIC, None)

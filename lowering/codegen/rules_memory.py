@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
-from .casts import cast_bool
+from .casts import arch_number, cast_bool
 from .types import I32
 from .walker import rule
 
@@ -162,11 +162,53 @@ _ORDER = {"relaxed": "monotonic", "acquire": "acquire", "release": "release",
           "acq_rel": "acq_rel", "seq_cst": "seq_cst"}
 
 
-def _ordering(op):
+_SCOPE = {"gpu": 'syncscope("device") ', "cta": 'syncscope("block") ', "cluster": 'syncscope("cluster") ',
+          "sys": ""}
+
+
+def _ordering(op, order=None):
+    """LLVM's `[syncscope(...)] ordering` text (llvmlite prints the ordering verbatim)."""
     sem = op.attrs.get("sem", "acq_rel")
+    scope = op.attrs.get("scope", "gpu")
     if sem not in _ORDER:
         raise ValueError(f"atomic sem must be one of {', '.join(_ORDER)}, got {sem!r}")
-    return _ORDER[sem]
+    if scope not in _SCOPE:
+        raise ValueError(f"atomic scope must be one of {', '.join(_SCOPE)}, got {scope!r}")
+    return _SCOPE[scope] + (order or _ORDER[sem])
+
+
+_ATOM_OP = {"add": "add", "max": "max", "min": "min", "xchg": "exch", "and": "and", "or": "or", "xor": "xor"}
+_REG = {32: "r", 64: "l"}
+
+
+def _ptx_atom(ctx, kind, d, sem, scope):
+    """(asm, constraints) of one PTX `atom` carrying the requested order and scope, or None
+    where PTX has no such instruction (LLVM then expands a CAS loop, which keeps them).
+
+    Inline PTX because LLVM's NVPTX backend drops the order of atomicrmw (it writes a
+    plain, i.e. relaxed, `atom`)."""
+    op = _ATOM_OP[kind]
+    if d.is_float:
+        if kind != "add" or d.bits not in (32, 64):
+            return None
+        ty, reg = f"f{d.bits}", "f" if d.bits == 32 else "d"
+    elif d.bits in (32, 64):
+        if kind in ("max", "min"):
+            ty = f"{'s' if d.kind == 'i' else 'u'}{d.bits}"
+        elif kind == "add":
+            ty = f"u{d.bits}"
+        else:
+            ty = f"b{d.bits}"
+        reg = _REG[d.bits]
+    else:
+        return None
+    ptx_scope = {"gpu": "gpu", "cta": "cta", "cluster": "cluster", "sys": "sys"}[scope]
+    if scope == "cluster" and arch_number(ctx.arch) < 90:
+        raise ValueError("atomic scope 'cluster' needs sm_90 or newer")
+    pre = ""
+    if sem == "seq_cst":  # the PTX memory model's mapping of a seq_cst read-modify-write
+        pre, sem = f"fence.sc.{ptx_scope}; ", "acq_rel"
+    return (f"{pre}atom.{sem}.{ptx_scope}.global.{op}.{ty} $0, [$1], $2;", f"={reg},l,{reg},~{{memory}}")
 
 
 def _rmw_name(kind, d):
@@ -186,10 +228,16 @@ def _atomic_rmw(ctx, op):
     if d.is_fp8 or d.is_bool:
         raise ValueError(f"atomics on {d.name} are not supported")
     order = _ordering(op)
+    ptx = _ptx_atom(ctx, op.attrs["kind"], d, op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu"))
     b = ctx.builder
     out = []
     for p, v, m in zip(ctx.elems(op.operands[0]), ctx.elems(op.operands[1]), ctx.elems(op.operands[2])):
-        out.append(guarded(ctx, m, lambda p=p, v=v: b.atomic_rmw(name, p, v, order),
+        def emit(p=p, v=v):
+            if ptx is not None:
+                asm, cons = ptx
+                return ctx.inline_asm(v.type, asm, cons, [p, v])
+            return b.atomic_rmw(name, p, v, order)
+        out.append(guarded(ctx, m, emit,
                            ir.Constant(v.type, 0 if not d.is_float else 0.0)))
     ctx.set_elems(op.result, out)
 
@@ -197,8 +245,9 @@ def _atomic_rmw(ctx, op):
 @rule(T.AtomicCASOp)
 def _atomic_cas(ctx, op):
     d = ctx.dtype(op.operands[2].type)
+    sem = _ORDER.get(op.attrs.get("sem", "acq_rel"))
     order = _ordering(op)
-    fail = {"acq_rel": "acquire", "release": "monotonic"}.get(order, order)
+    fail = _ordering(op, {"acq_rel": "acquire", "release": "monotonic"}.get(sem, sem))
     b = ctx.builder
     ity = ir.IntType(d.bits)
     out = []
