@@ -55,5 +55,5 @@ def lower_to_ir(kernel, spec) -> Module:
         if debug_enabled():
             raise
         raise CompilationError(f"internal compiler error ({type(e).__name__}: {e}); set TILEC_DEBUG=1 for the "
-                               "compiler traceback", ctx.loc, kernel=kernel.name) from None
+                               "compiler traceback", ctx.failure_loc or ctx.loc, kernel=kernel.name) from None
     return module

@@ -92,6 +92,7 @@ class Context:
         self.call_stack: List[Any] = []   # @tc.func objects being inlined, for recursion checks
         self.loops: List[LoopInfo] = []
         self.in_func = False              # lowering the body of a @tc.func (returns give values)
+        self.failure_loc: Optional[Location] = None
         self._counter = 0
 
     # locations and errors --------------------------------------------------------

@@ -35,6 +35,10 @@ def eval_expr(ctx, node):
         if handler is None:
             raise ctx.error(_unsupported_message(node), node)
         return handler(ctx, node)
+    except Exception:
+        if ctx.failure_loc is None:  # the innermost construct being lowered, for internal errors
+            ctx.failure_loc = ctx.loc
+        raise
     finally:
         ctx.loc = saved
         ctx.builder.loc = saved

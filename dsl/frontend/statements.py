@@ -79,6 +79,10 @@ def lower_stmt(ctx, node) -> None:
         if handler is None:
             raise ctx.error(_unsupported_message(node), node)
         handler(ctx, node)
+    except Exception:
+        if ctx.failure_loc is None:  # the innermost construct being lowered, for internal errors
+            ctx.failure_loc = ctx.loc
+        raise
     finally:
         ctx.loc = saved
         ctx.builder.loc = saved

@@ -344,3 +344,24 @@ def test_launch_argument_errors_name_the_parameter():
             k_loop_only[(1,)](x)
         with pytest.raises(TypeError, match="parameter 'n' got a str"):
             k_loop_only[(1,)](x, "3")
+
+
+@tc.kernel
+def k_add(x):
+    tc.store(x, index=(0,), tile=tc.zeros((4,), tc.float32) + 1.0)
+
+
+def test_internal_errors_are_wrapped_unless_debugging(monkeypatch):
+    import tilec.frontend.expressions as ex
+
+    def broken(ctx, name, a, b):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(ex.S, "binary", broken)
+    monkeypatch.delenv("TILEC_DEBUG", raising=False)
+    with pytest.raises(tc.CompilationError, match=r"internal compiler error \(ZeroDivisionError: boom\)") as info:
+        _compile(k_add, "x=f32[?]")
+    assert info.value.loc.line == inspect.getsourcelines(k_add.fn)[1] + 2
+    monkeypatch.setenv("TILEC_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError, match="boom"):
+        _compile(k_add, "x=f32[?]")
