@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import math
 
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from tilec.ir import Block, Module, Op, Value
 from tilec.ir import tile_ops as T
-from tilec.ir.types import ScalarType, TileType, element_type
+from tilec.ir.types import ScalarType, element_type
 
 __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
+    "normalize_constant",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -167,14 +168,4 @@ def apply_patterns(module: Module, table: PatternTable, max_rounds: int = 64) ->
         if not fired:
             return total
     raise RuntimeError(f"rewrite patterns did not reach a fixed point in {max_rounds} rounds")
-
-
-def values_defined_in(op: Op) -> Iterable[int]:
-    """ids of every value defined inside `op`'s regions (block arguments and results)."""
-    for o in op.walk():
-        if o is not op:
-            yield from (id(r) for r in o.results)
-        for r in o.regions:
-            for b in r.blocks:
-                yield from (id(a) for a in b.args)
 
