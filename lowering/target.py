@@ -3,8 +3,9 @@
 Safety: LLVM ends the whole process (not an exception) on some inputs, e.g. a
 PTX version below the target's minimum or an intrinsic the target cannot
 select. So (1) the arch and PTX version are validated here before LLVM sees
-them, (2) the module is parsed and verified first (those failures are ordinary
-exceptions, turned into CompilationError), and (3) with `isolate=True` (or
+them, (2) the module's NVVM intrinsics are checked against the arch, (3) the
+module is parsed and verified first (those failures are ordinary exceptions,
+turned into CompilationError), and (4) with `isolate=True` (or
 TILEC_LLVM_ISOLATE=1) optimization and emission run in a forked child, so that
 even an LLVM abort only fails the compile. Isolation is off by default because
 every rule emits only intrinsics checked for every supported arch, and a fork
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import re
 import struct
 import time
 from typing import Dict, Optional, Tuple
@@ -23,7 +25,7 @@ from ..errors import CompilationError
 from ..options import SUPPORTED_ARCHS, parse_arch
 from .ptxas import find_ptxas  # noqa: F401  (the CLI looks it up here)
 
-__all__ = ["TRIPLE", "ptx_version_for", "driver_ptx_cap", "target_machine", "data_layout",
+__all__ = ["TRIPLE", "check_intrinsics", "ptx_version_for", "driver_ptx_cap", "target_machine", "data_layout",
            "optimize_and_emit", "LLVMResult", "MAX_LLVM_PTX", "find_ptxas"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -66,6 +68,41 @@ def ptx_version_for(arch: str, needed: int = 0, cap: Optional[int] = None) -> in
         raise ValueError(f"{arch} needs PTX ISA {want // 10}.{want % 10}, but the installed CUDA driver "
                          f"loads at most {cap // 10}.{cap % 10}; update the driver or pick an older arch")
     return want
+
+
+# NVVM intrinsics that only some targets can select (LLVM aborts on the others):
+# name prefix -> oldest sm number, or the set of arch-specific targets that have it.
+_ARCH_INTRINSICS = [
+    ("llvm.nvvm.setmaxnreg", {"sm_90a", "sm_100a"}, True),
+    ("llvm.nvvm.wgmma", {"sm_90a"}, True),
+    ("llvm.nvvm.cp.async.bulk", 90, False),
+    ("llvm.nvvm.fence.proxy", 90, False),
+    ("llvm.nvvm.mbarrier.arrive.expect.tx", 90, False),
+    ("llvm.nvvm.mbarrier.try.wait", 90, False),
+    ("llvm.nvvm.stmatrix", 90, False),
+    ("llvm.nvvm.read.ptx.sreg.cluster", 90, False),
+    ("llvm.nvvm.barrier.cluster", 90, False),
+    ("llvm.nvvm.ff.to.e4m3x2", 89, False),
+    ("llvm.nvvm.ff.to.e5m2x2", 89, False),
+    ("llvm.nvvm.cp.async", 80, False),
+    ("llvm.nvvm.ldmatrix", 75, False),
+]
+_DECL = re.compile(r"^declare[^@]*@\"?(llvm\.nvvm\.[\w.]+)", re.M)
+
+
+def check_intrinsics(ir_text: str, arch: str) -> None:
+    """Raise ValueError naming the first NVVM intrinsic of the module that `arch` cannot run
+    (checked here because LLVM would end the process instead of raising)."""
+    arch = parse_arch(arch)
+    num = int(re.sub(r"\D", "", arch))
+    for name in _DECL.findall(ir_text):
+        for prefix, need, specific in _ARCH_INTRINSICS:
+            if name.startswith(prefix):
+                if specific and arch not in need:
+                    raise ValueError(f"{name} needs {' or '.join(sorted(need))}; the target is {arch}")
+                if not specific and num < need:
+                    raise ValueError(f"{name} needs sm_{need} or newer; the target is {arch}")
+                break
 
 
 _initialized = False
@@ -122,14 +159,20 @@ def _run_llvm(ir_text: str, arch: str, ptx: int, opt: int) -> Tuple[str, str, Di
 
 
 def _run_in_child(ir_text: str, arch: str, ptx: int, opt: int):
-    """Run `_run_llvm` in a forked child; an LLVM abort there becomes an exception here."""
+    """Run `_run_llvm` in a forked child; an LLVM abort there becomes an exception here
+    carrying LLVM's message."""
+    import faulthandler
+    import tempfile
     target_machine(arch, ptx)  # build it before forking so the child inherits it
     r, w = os.pipe()
+    err = tempfile.TemporaryFile()
     pid = os.fork()
     if pid == 0:  # child: never return into the caller's code
         code = 0
         try:
             os.close(r)
+            faulthandler.disable()  # an abort is reported by the parent, not as a Python crash
+            os.dup2(err.fileno(), 2)  # LLVM writes "LLVM ERROR: ..." to stderr before aborting
             try:
                 payload = pickle.dumps(("ok", _run_llvm(ir_text, arch, ptx, opt)))
             except BaseException as e:  # report, do not raise: the parent re-raises
@@ -144,10 +187,14 @@ def _run_in_child(ir_text: str, arch: str, ptx: int, opt: int):
     with os.fdopen(r, "rb") as f:
         data = f.read()
     _, status = os.waitpid(pid, 0)
+    err.seek(0)
+    stderr = err.read().decode(errors="replace").strip()
+    err.close()
     if len(data) < 8:
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         why = f"signal {sig}" if sig else f"exit status {os.WEXITSTATUS(status)}"
-        raise RuntimeError(f"LLVM aborted while compiling ({why}); the module is not valid for {arch}")
+        detail = f": {stderr.splitlines()[0]}" if stderr else ""
+        raise RuntimeError(f"LLVM aborted while compiling for {arch} ({why}){detail}")
     kind, value = pickle.loads(data[8:8 + struct.unpack("<Q", data[:8])[0]])
     if kind == "error":
         raise RuntimeError(value)
@@ -165,6 +212,7 @@ def optimize_and_emit(ir_text: str, arch: str, ptx: Optional[int] = None, opt: i
         arch = parse_arch(arch)
         ptx = ptx_version_for(arch) if ptx is None else ptx
         target_machine(arch, ptx)  # validates the pair before any module reaches LLVM
+        check_intrinsics(ir_text, arch)
     except ValueError as e:
         raise CompilationError(str(e), kernel=kernel, stage="target selection") from e
     if isolate is None:
