@@ -106,19 +106,24 @@ def inline_block_before(block: Block, op: Op) -> List[Value]:
     return list(term.operands) if term is not None else []
 
 
-def _writes_anywhere(op: Op) -> bool:
-    return any(o.has_trait("writes") or isinstance(o, T.WhileOp) for o in op.walk())
+_FREE_TRAITS = ("pure", "elementwise", "reads")
+_STRUCTURED = (T.IfOp, T.ForOp)  # they terminate and have no effect beyond their bodies
 
 
 def is_side_effect_free(op: Op) -> bool:
-    """Op whose only effect is its results: no writes, and nothing inside that writes.
+    """Op whose only effect is its results, so that DCE may drop it when they are unused.
 
-    Reads count as free: dropping an unused read changes no observable state.
-    tile.while is never free (it may not terminate).
+    That is an op with a pure, elementwise or reads trait (dropping an unused read changes
+    no state), or a tile.if / tile.for, provided nothing nested in it writes. Ops that
+    declare none of these (a barrier, a warp collective, an op of a new dialect) are
+    kept; tile.while is kept too (it may not terminate).
     """
-    if op.has_trait("writes") or op.has_trait("terminator") or isinstance(op, (T.WhileOp, T.FuncOp)):
+    if op.has_trait("writes") or op.has_trait("terminator"):
         return False
-    return not (op.regions and _writes_anywhere(op))
+    if not (isinstance(op, _STRUCTURED) or any(op.has_trait(t) for t in _FREE_TRAITS)):
+        return False
+    return all(o.has_trait("terminator") or is_side_effect_free(o)
+               for r in op.regions for b in r.blocks for o in b.ops)
 
 
 def is_removable(op: Op) -> bool:
