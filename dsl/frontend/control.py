@@ -14,94 +14,19 @@ from .. import dtypes as dt
 from .. import language as lang
 from ..ir import tile_ops as T
 from ..ir.core import Block, Region
-from ..ir.types import ScalarType, TileType, element_type
 from . import semantic as S
 from .context import LoopInfo, Undefined
 from .expressions import eval_expr, require_constexpr
 from .statements import lower_block
-from .values import TensorValue, ViewValue, is_constexpr, is_py_scalar, py_scalar
+from .regions import (MISSING, Carried, hint, run_loop, new_block, show, unify, flatten,
+                      materialize, same_struct, unflatten)
+from .values import TensorValue, ViewValue, is_constexpr, py_scalar
 
 __all__ = ["lower_if", "lower_for", "lower_while"]
 
 _BRANCH_ONLY = "is assigned in only one branch of a run-time if, so it is not defined after it; assign it " \
                "before the if"
 _LOOP_ONLY = "is first assigned inside a loop, so it is not defined after the loop; assign it before the loop"
-
-
-# ----------------------------------------------------------------------------- values through regions
-def flatten(v):
-    """(structure, leaves): leaves are run-time values or Python numbers; other values are constants
-    of the structure that must not change."""
-    if isinstance(v, TensorValue) or is_py_scalar(v):
-        return ("leaf",), [v]
-    if isinstance(v, tuple):
-        subs, leaves = [], []
-        for x in v:
-            s, ls = flatten(x)
-            subs.append(s)
-            leaves.extend(ls)
-        return ("tuple", tuple(subs)), leaves
-    return ("const", v), []
-
-
-def unflatten(struct, it):
-    if struct[0] == "leaf":
-        return next(it)
-    if struct[0] == "tuple":
-        return tuple(unflatten(s, it) for s in struct[1])
-    return struct[1]
-
-
-def same_struct(a, b) -> bool:
-    if a[0] != b[0]:
-        return False
-    if a[0] == "tuple":
-        return len(a[1]) == len(b[1]) and all(same_struct(x, y) for x, y in zip(a[1], b[1]))
-    if a[0] == "const":
-        return a[1] is b[1] or (type(a[1]) is type(b[1]) and _safe_eq(a[1], b[1]))
-    return True
-
-
-def _safe_eq(a, b) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
-
-
-def _leaf_type(leaf):
-    if isinstance(leaf, TensorValue):
-        return leaf.type
-    return ScalarType(dt.python_scalar_dtype(py_scalar(leaf)))
-
-
-def materialize(ctx, leaf, ty, name, node) -> TensorValue:
-    """`leaf` as a value of type `ty` (Python numbers become constants)."""
-    if isinstance(leaf, TensorValue):
-        if leaf.type != ty:
-            raise ctx.error(f"'{name}' has type {leaf.type} here but {ty} on another path; give it one type "
-                            "(convert with .astype(...) or tc.broadcast_to(...))", node)
-        return leaf
-    d = element_type(ty)
-    if not isinstance(d, ScalarType):
-        raise ctx.error(f"'{name}' is a pointer on one path and the number {leaf!r} on another", node)
-    if isinstance(py_scalar(leaf), float) and not d.dtype.is_float:
-        raise ctx.error(f"'{name}' is {ty} on one path and the float {leaf!r} on another; make both floats", node)
-    return S.constant(ctx, leaf, d.dtype, ty.shape if isinstance(ty, TileType) else ())
-
-
-def _unify(ctx, name, a, b, node):
-    ta, tb = _leaf_type(a), _leaf_type(b)
-    if isinstance(a, TensorValue) and isinstance(b, TensorValue):
-        if ta != tb:
-            raise ctx.error(f"'{name}' is {ta} in one branch and {tb} in the other; give it one type (convert "
-                            "with .astype(...))", node)
-        return ta
-    if isinstance(a, TensorValue):
-        return ta
-    if isinstance(b, TensorValue):
-        return tb
-    return ScalarType(dt.promote(ta.dtype, tb.dtype))
 
 
 # ----------------------------------------------------------------------------- if
@@ -135,25 +60,25 @@ def lower_if(ctx, node):
     merged, yields = {}, []  # yields: (name, struct, then leaves, else leaves)
     names = list(dict.fromkeys(list(scopes[0]) + list(scopes[1])))
     for name in names:
-        a, b = scopes[0].get(name, _MISSING), scopes[1].get(name, _MISSING)
+        a, b = scopes[0].get(name, MISSING), scopes[1].get(name, MISSING)
         if a is b:
             merged[name] = a
             continue
-        if a is _MISSING or b is _MISSING or isinstance(a, Undefined) or isinstance(b, Undefined):
+        if a is MISSING or b is MISSING or isinstance(a, Undefined) or isinstance(b, Undefined):
             merged[name] = Undefined(name, _BRANCH_ONLY)
             continue
         sa, la = flatten(a)
         sb, lb = flatten(b)
         if not same_struct(sa, sb):
             raise ctx.error(f"'{name}' holds different kinds of values in the two branches of a run-time if "
-                            f"({_show(a)} and {_show(b)}); only numbers, tiles and tuples of them can differ", node)
+                            f"({show(a)} and {show(b)}); only numbers, tiles and tuples of them can differ", node)
         if sa[0] == "const":
             merged[name] = a
             continue
         yields.append((name, sa, la, lb))
     types = []
     for name, _, la, lb in yields:
-        types.extend(_unify(ctx, name, x, y, node) for x, y in zip(la, lb))
+        types.extend(unify(ctx, name, x, y, node) for x, y in zip(la, lb))
     for bi, blk in enumerate(blocks):
         def emit():
             vals = []
@@ -168,140 +93,9 @@ def lower_if(ctx, node):
     it = iter(TensorValue(r) for r in op.results)
     for name, struct, _, _ in yields:
         merged[name] = unflatten(struct, it)
-        _hint(merged[name], name)
+        hint(merged[name], name)
     ctx.scope.clear()
     ctx.scope.update(merged)
-
-
-_MISSING = object()
-
-
-def _show(v) -> str:
-    return v.describe() if hasattr(v, "describe") else repr(v)
-
-
-def _hint(v, name):
-    if isinstance(v, TensorValue) and v.value.name_hint is None and not name.startswith("__"):
-        v.value.name_hint = name
-
-
-# ----------------------------------------------------------------------------- loop-carried state
-class Carried:
-    """The variables a loop carries: their structures, initial leaves and types."""
-
-    def __init__(self, ctx, names, node):
-        self.names = names
-        self.structs, self.inits, self.from_python = [], [], []
-        for n in names:
-            s, leaves = flatten(ctx.scope[n])
-            self.structs.append(s)
-            for leaf in leaves:
-                self.from_python.append(None if isinstance(leaf, TensorValue) else py_scalar(leaf))
-                self.inits.append(S.to_tensor(ctx, leaf))
-        self.node = node
-
-    @property
-    def types(self):
-        return [v.type for v in self.inits]
-
-    def leaf_names(self):
-        out = []
-        for n, s in zip(self.names, self.structs):
-            out.extend([n] * _count_leaves(s))
-        return out
-
-    def bind(self, ctx, values):
-        it = iter(values)
-        for n, s in zip(self.names, self.structs):
-            ctx.scope[n] = unflatten(s, it)
-
-    def collect(self, ctx):
-        leaves = []
-        for n, s in zip(self.names, self.structs):
-            v = ctx.scope.get(n)
-            if isinstance(v, Undefined):
-                raise ctx.error(f"'{n}' {v.why}", self.node)
-            s2, ls = flatten(v)
-            if not same_struct(s, s2):
-                raise ctx.error(f"'{n}' changes from {_show(unflatten(s, iter(self.inits)))} to {_show(v)} inside "
-                                "the loop; only numbers, tiles and tuples of them can change between iterations",
-                                self.node)
-            leaves.extend(ls)
-        return leaves
-
-    def widen(self, ctx, leaves) -> bool:
-        """Give Python-number inits the type the body produces (e.g. `acc = 0` then `acc += tile`).
-        Returns False when nothing can be widened."""
-        changed = False
-        names = self.leaf_names()
-        for i, leaf in enumerate(leaves):
-            new_t, old_t = _leaf_type(leaf), self.inits[i].type
-            if _fits(leaf, old_t):
-                continue
-            old_scalar = not isinstance(old_t, TileType)
-            same_dtype = element_type(new_t) == element_type(old_t)
-            new_elem = element_type(new_t)
-            shape = new_t.shape if isinstance(new_t, TileType) else ()
-            if isinstance(new_elem, ScalarType) and self.from_python[i] is not None:
-                old = self.inits[i].value.op
-                self.inits[i] = S.constant(ctx, self.from_python[i], new_elem.dtype, shape)
-                if not old.results[0].uses:
-                    old.erase()
-                changed = True
-            elif isinstance(new_elem, ScalarType) and old_scalar and same_dtype:
-                self.inits[i] = S.broadcast_to(ctx, self.inits[i], shape)
-                changed = True
-            else:
-                raise ctx.error(f"loop-carried variable '{names[i]}' changes type from {old_t} to {new_t} inside "
-                                "the loop; its type must stay the same (convert with .astype(...) or initialize it "
-                                "with the right shape, e.g. tc.zeros(shape, dtype))", self.node)
-        return changed
-
-    def yield_values(self, ctx, leaves):
-        names = self.leaf_names()
-        return [materialize(ctx, leaf, t, n, self.node).value for leaf, t, n in zip(leaves, self.types, names)]
-
-
-def _count_leaves(struct) -> int:
-    if struct[0] == "leaf":
-        return 1
-    if struct[0] == "tuple":
-        return sum(_count_leaves(s) for s in struct[1])
-    return 0
-
-
-def _fits(leaf, ty) -> bool:
-    """Whether the body's final `leaf` can be yielded as `ty` (Python numbers adopt the type)."""
-    if isinstance(leaf, TensorValue):
-        return leaf.type == ty
-    d = element_type(ty)
-    return isinstance(d, ScalarType) and (d.dtype.is_float or not isinstance(py_scalar(leaf), float))
-
-
-def _discard(block: Block):
-    for op in list(block.ops):
-        for o in list(op.walk()):
-            o.drop_operands()
-
-
-def _new_block(carried: Carried, lead_types=(), lead_names=()):
-    names = list(lead_names) + [n if not n.startswith("__") else None for n in carried.leaf_names()]
-    return Block(list(lead_types) + carried.types, names)
-
-
-def _loop(ctx, carried: Carried, build):
-    """Run `build()` (which makes the regions and returns them with the body's final leaves), widening
-    Python-number inits once when the body gives them another type."""
-    for attempt in range(2):
-        regions, leaves, finish = build()
-        if all(_fits(x, t) for x, t in zip(leaves, carried.types)):
-            finish()
-            return regions
-        for r in regions:
-            _discard(r.block)
-        if attempt == 1 or not carried.widen(ctx, leaves):
-            break
-    raise ctx.error("loop-carried values change type inside the loop", carried.node)
 
 
 def _assigned_names(stmts):
@@ -329,7 +123,7 @@ def _finish_scope(ctx, before, body_names, carried, results, hidden=()):
             ctx.scope[n] = Undefined(n, _LOOP_ONLY)
     carried.bind(ctx, results)
     for n in carried.names:
-        _hint(ctx.scope[n], n)
+        hint(ctx.scope[n], n)
     for n in hidden:
         ctx.scope.pop(n, None)
 
@@ -396,7 +190,7 @@ def _bounds(ctx, lb, ub, step, node):
         d = vd if d is None else dt.promote(d, vd)
     if d.bits < 32:
         d = dt.int32
-    return [S.ensure_int_scalar(ctx, v, f"range bound", d) for v in (lb, ub, step)]
+    return [S.ensure_int_scalar(ctx, v, "range bound", d) for v in (lb, ub, step)]
 
 
 def _for_range(ctx, node, lb, ub, step):
@@ -407,7 +201,7 @@ def _for_range(ctx, node, lb, ub, step):
     before = ctx.scope
 
     def build():
-        blk = _new_block(carried, [lb.type], [target])
+        blk = new_block(carried, [lb.type], [target])
         ctx.scope = dict(before)
         ctx.scope[target] = TensorValue(blk.args[0])
         carried.bind(ctx, [TensorValue(a) for a in blk.args[1:]])
@@ -421,7 +215,7 @@ def _for_range(ctx, node, lb, ub, step):
             T.YieldOp.build(*carried.yield_values(ctx, leaves), loc=ctx.loc)))
         return [Region([blk])], leaves, finish
 
-    regions = _loop(ctx, carried, build)
+    regions = run_loop(ctx, carried, build)
     ctx.scope = before
     op = ctx.create(T.ForOp, lb, ub, step, *carried.inits, result_types=carried.types, regions=regions)
     _finish_scope(ctx, before, body_names + [target], carried, [TensorValue(r) for r in op.results])
@@ -472,7 +266,7 @@ def _while_loop(ctx, node, make_cond, flag, prologue, extra_names, hidden):
     before = ctx.scope
 
     def build():
-        cond_blk, body_blk = _new_block(carried), _new_block(carried)
+        cond_blk, body_blk = new_block(carried), new_block(carried)
         ctx.scope = dict(before)
         carried.bind(ctx, [TensorValue(a) for a in cond_blk.args])
 
@@ -501,7 +295,7 @@ def _while_loop(ctx, node, make_cond, flag, prologue, extra_names, hidden):
             T.YieldOp.build(*carried.yield_values(ctx, leaves), loc=ctx.loc)))
         return [Region([cond_blk]), Region([body_blk])], leaves, finish
 
-    regions = _loop(ctx, carried, build)
+    regions = run_loop(ctx, carried, build)
     ctx.scope = before
     op = ctx.create(T.WhileOp, *carried.inits, result_types=carried.types, regions=regions)
     _finish_scope(ctx, before, body_names, carried, [TensorValue(r) for r in op.results], hidden)

@@ -8,7 +8,7 @@ from typing import Tuple
 from .. import dtypes as dt
 from ..dtypes import DType
 from ..ir import tile_ops as T
-from ..ir.types import PointerType, ScalarType, TileType, is_pow2
+from ..ir.types import ScalarType, TileType, is_pow2
 from .values import TensorValue, ViewValue, is_py_scalar, py_scalar
 
 __all__ = ["constant", "to_tensor", "cast", "broadcast_to", "broadcast_shapes", "binary", "compare",
