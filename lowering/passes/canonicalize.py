@@ -229,7 +229,8 @@ def _retype_uniform(op: Op, source) -> bool:
     owner = source.owner
     if isinstance(owner, T.SplatOp):
         shape = list(op.results[0].type.shape)
-        new = T.SplatOp.build(owner.operands[0], loc=op.loc, shape=shape)
+        # the result type is kept as is: in gpu IR it carries the layout
+        new = T.SplatOp.build(owner.operands[0], loc=op.loc, result_types=[op.results[0].type], shape=shape)
         op.parent.insert(op.parent.ops.index(op), new)
         return _forward(op, new.result)
     return False
@@ -255,7 +256,7 @@ def shape_of_uniform(op: Op) -> bool:
 
 
 def _rebuild(op: Op, cls, source, **attrs) -> bool:
-    new = cls.build(source, loc=op.loc, **attrs)
+    new = cls.build(source, loc=op.loc, result_types=[op.results[0].type], **attrs)
     op.parent.insert(op.parent.ops.index(op), new)
     return _forward(op, new.result)
 
