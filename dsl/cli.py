@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
-import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -117,9 +114,12 @@ def _cmd_ir(args) -> int:
         raise UsageError(f"unknown pass {args.after!r}; passes are: {', '.join(dict.fromkeys(pass_names()))}")
     kernel = load_kernel(args.target)
     spec = _parse_sig(kernel, args.sig)
-    module = kernel.ir(spec)
-    if args.after is not None:
-        module = run_pipeline(module, _options(args), stop_after=args.after)
+    if args.after is None:
+        module = kernel.ir(spec)
+    else:
+        from .frontend import lower_to_ir
+        # a module of its own: the passes rewrite in place, and kernel.ir's is shared
+        module = run_pipeline(lower_to_ir(kernel, spec), _options(args), stop_after=args.after)
     sys.stdout.write(str(module))
     return 0
 
@@ -137,28 +137,12 @@ def _cmd_llvm(args) -> int:
 
 
 def _ptxas_report(ptx: str, arch: str) -> str:
-    """ptxas's resource report (registers, spills, shared memory) for `ptx`."""
-    ptxas = _find_ptxas()
-    with tempfile.TemporaryDirectory() as d:
-        src = Path(d) / "kernel.ptx"
-        src.write_text(ptx)
-        cmd = [ptxas, f"-arch={arch}", "-v", str(src), "-o", str(Path(d) / "kernel.cubin")]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise CompilationError(f"ptxas rejected the PTX:\n{proc.stderr.strip()}", stage="ptxas")
-    return proc.stderr + proc.stdout
-
-
-def _find_ptxas() -> str:
-    try:
-        from tilec.lowering.target import find_ptxas
-        found = find_ptxas()
-    except ImportError:
-        found = None
-    found = found or shutil.which("ptxas")
-    if not found:
-        raise CompilationError("--ptxas needs ptxas: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`")
-    return str(found)
+    """ptxas's own `-v` report (registers, spills, stack, shared memory) for `ptx`."""
+    from tilec.lowering.ptxas import assemble, find_ptxas
+    if find_ptxas() is None:
+        raise CompilationError("--ptxas needs ptxas: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`",
+                               stage="ptxas")
+    return assemble(ptx, arch).log
 
 
 def _cmd_ptx(args) -> int:
