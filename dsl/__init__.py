@@ -37,6 +37,7 @@ from .language import (  # noqa: F401
     device_print, device_assert, static_assert,
     swizzle2d,
 )
+from .random import philox, rand, rand4x, randint, randint4x  # noqa: F401
 from . import dtypes  # noqa: F401,E402
 from .specialize import Specialization  # noqa: F401,E402
 from .autotune import Config, autotune  # noqa: F401,E402
