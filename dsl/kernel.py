@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import functools
 import inspect
 import os
 import types
@@ -105,12 +106,7 @@ class Kernel:
     def run(self, grid, args, kwargs):
         if _interpret_mode():
             return self._interpret(grid, args, kwargs)
-        try:
-            from .runtime.launcher import launch
-        except ImportError as e:
-            raise DriverError(f"the GPU runtime is not available ({e}); run kernels on the CPU interpreter with "
-                              "TILEC_INTERPRET=1 or inside `with tc.interpret():`") from None
-        return launch(self, grid, args, kwargs)
+        return (_gpu_launch or _load_gpu_launch())(self, grid, args, kwargs)
 
     def _interpret(self, grid, args, kwargs):
         opts, _stream, rest = split_options(dict(kwargs))
@@ -220,9 +216,36 @@ def _collect_dependencies(fn, seen: Dict[int, Any], consts: Dict[str, str]) -> N
                 visit_value(f"{mod.__name__}.{node.attr}", getattr(mod, node.attr))
 
 
+_interpreting = None
+
+
 def _interpret_mode() -> bool:
-    from .language import interpreting
-    return interpreting() or os.environ.get("TILEC_INTERPRET", "") not in ("", "0")
+    global _interpreting
+    if _interpreting is None:  # imported once: language imports this module
+        from .language import interpreting
+        _interpreting = interpreting
+    return _interpreting() or _interpret_env()
+
+
+@functools.lru_cache(maxsize=None)
+def _interpret_env() -> bool:
+    # Read once per process: launches are a hot path and os.environ lookups cost ~0.5 us.
+    return os.environ.get("TILEC_INTERPRET", "") not in ("", "0")
+
+
+_gpu_launch = None
+
+
+def _load_gpu_launch():
+    """runtime.launcher.launch, imported on the first GPU launch and kept (launches are a hot path)."""
+    global _gpu_launch
+    try:
+        from .runtime.launcher import launch
+    except ImportError as e:
+        raise DriverError(f"the GPU runtime is not available ({e}); run kernels on the CPU interpreter with "
+                          "TILEC_INTERPRET=1 or inside `with tc.interpret():`") from None
+    _gpu_launch = launch
+    return launch
 
 
 def normalize_grid(grid, named_args: Dict[str, Any]) -> Tuple[int, int, int]:

@@ -29,8 +29,7 @@ def torch_dtype_map(tdtype) -> DType:
 
 
 def _read_device_array(a: DeviceArray):
-    isz = a.dtype.itemsize
-    return a.ptr, a.shape, tuple(s // isz for s in a.strides), a.dtype, a.device
+    return a._info  # noqa: SLF001 - computed once at construction
 
 
 def _read_torch(t):

@@ -26,6 +26,7 @@ from typing import Any, Dict, Tuple
 
 from ..options import CompileOptions
 from . import driver, interop
+from .memory import DeviceArray
 from .packing import build_packer
 from .stream import stream_handle
 
@@ -63,6 +64,8 @@ class KernelState:
         if list(getattr(kernel, "param_names", self.params)) != self.params:
             raise TypeError(f"kernel '{self.name}': parameter list does not match its function")
         self.index = {n: i for i, n in enumerate(self.params)}
+        self.nparams = len(self.params)
+        self.ce_mask = tuple(i in self.constexpr for i in range(self.nparams))
         self.table: Dict[Tuple, "PreparedLaunch"] = {}
         self.lock = threading.Lock()
 
@@ -142,47 +145,23 @@ class PreparedLaunch:
         self.lock = threading.Lock()
 
 
-def _signature(state: KernelState, vals: list):
-    """(key parts, array infos by parameter, device) for one call."""
-    parts = []
-    infos = [None] * len(vals)
-    device = None
-    ce = state.constexpr
-    for i, v in enumerate(vals):
-        if i in ce:
+def _signature(state: KernelState, vals):
+    """(key parts, array infos by parameter, device) for one call (the general path)."""
+    parts, infos, device = [], [], -1
+    for i, (v, ce) in enumerate(zip(vals, state.ce_mask)):
+        if ce:
             parts.append(v)
+            infos.append(None)
             continue
-        t = type(v)
-        if t is int:
-            parts.append(_int_sig(v))
-        elif t is float:
-            parts.append(float)
-        elif t is bool:
-            parts.append(bool)
-        else:
-            info = interop.array_info(v)
-            if info is None:
-                if isinstance(v, int):  # numpy integers, IntEnum
-                    parts.append((t, _int_sig(int(v))))
-                    continue
-                if isinstance(v, float) or hasattr(v, "dtype"):
-                    parts.append(t)
-                    continue
-                raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
-                                f"{t.__name__} to a GPU kernel (expected a GPU array or a number)")
-            infos[i] = info
-            sig = _array_sig(info)
-            if device is None:
-                device = sig[-1]
-            elif sig[-1] != device:
-                raise ValueError(f"kernel '{state.name}': arguments are on different devices "
-                                 f"({device} and {sig[-1]} for {state.params[i]!r}); put every array "
-                                 f"on one device")
-            parts.append(sig)
-    return parts, infos, device
+        sig, info = _classify(state, i, v) if type(v) is not int else (_int_sig(v), None)
+        parts.append(sig)
+        infos.append(info)
+        if info is not None and device != info[4]:
+            device = _one_device(state, device, info[4])
+    return parts, infos, (None if device < 0 else device)
 
 
-def _default_stream(vals: list, device: int) -> int:
+def _default_stream(vals, device: int) -> int:
     torch = sys.modules.get("torch")
     if torch is not None:
         tensor = torch.Tensor
@@ -192,70 +171,172 @@ def _default_stream(vals: list, device: int) -> int:
     return 0
 
 
+_OPTION_NAMES = ("num_warps", "num_stages", "arch", "fast_math", "debug")
+_SUCCESS = None
+_cuLaunchKernel = None
+_torch_tensor = None          # torch.Tensor once torch is imported
+_streams: Dict[int, Any] = {}
+
+
 def launch(kernel, grid, args: tuple, kwargs: dict):
-    """Launch `kernel` on `grid` with `args`/`kwargs` (options and stream= included)."""
-    state = kernel_state(kernel)
+    """Launch `kernel` on `grid` with `args`/`kwargs` (options and stream= included).
+
+    Written for speed: the common argument types are read inline, and everything
+    not on the common path (binding keywords, other array types, errors) is
+    delegated to the slower general helpers above.
+    """
+    try:
+        state = kernel._tilec_launch_state
+    except AttributeError:
+        state = kernel_state(kernel)
     if kwargs:
         kwargs = dict(kwargs)
-        opt_items = tuple((k, kwargs.pop(k)) for k in ("num_warps", "num_stages", "arch", "fast_math", "debug")
-                          if k in kwargs)
+        opt_items = tuple((k, kwargs.pop(k)) for k in _OPTION_NAMES if k in kwargs)
         stream = kwargs.pop("stream", None)
+        vals = state.bind(args, kwargs)
     else:
         opt_items, stream = (), None
-    vals = state.bind(args, kwargs) if (kwargs or len(args) != len(state.params)) else args
-    parts, infos, device = _signature(state, vals)
-    if device is None:
-        device = driver.current_device()
-    key = (tuple(parts), opt_items)
-    prepared = state.table.get(key)
-    if prepared is None:
-        prepared = _prepare(state, key, vals, opt_items, device)
-    driver.ensure_context(device)
+        vals = args if len(args) == state.nparams else state.bind(args, kwargs)
 
-    if callable(grid):
-        grid = grid(dict(zip(state.params, vals)))
-    gx, gy, gz = _grid3(grid, state.name)
-    if gx == 0 or gy == 0 or gz == 0:
-        return None  # an empty grid launches nothing
-    h = stream_handle(stream) if stream is not None else _default_stream(vals, device)
-    _cu_launch(prepared, gx, gy, gz, h, vals, infos)
+    parts = [opt_items]
+    infos = []
+    device = -1
+    has_torch = False
+    tensor_cls = _torch_tensor
+    for v, ce in zip(vals, state.ce_mask):
+        t = type(v)
+        if ce:
+            parts.append(v)
+            infos.append(None)
+        elif t is DeviceArray:
+            sig = v._sig  # noqa: SLF001
+            if sig is None:
+                sig = v._sig = _array_sig(v._info)  # noqa: SLF001
+            parts.append(sig)
+            infos.append(v._info)  # noqa: SLF001
+            if device != sig[5]:
+                device = _one_device(state, device, sig[5])
+        elif t is int:
+            parts.append(("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX))
+            infos.append(None)
+        elif t is float:
+            parts.append(float)
+            infos.append(None)
+        elif t is tensor_cls and v.is_cuda:
+            info = (v.data_ptr(), v.shape, v.stride(), interop.torch_dtype_map(v.dtype), v.get_device())
+            sig = _array_sig(info)
+            parts.append(sig)
+            infos.append(info)
+            has_torch = True
+            if device != info[4]:
+                device = _one_device(state, device, info[4])
+        else:
+            sig, info = _classify(state, len(infos), v)
+            parts.append(sig)
+            infos.append(info)
+            if info is not None:
+                has_torch = has_torch or (tensor_cls is not None and isinstance(v, tensor_cls))
+                if device != info[4]:
+                    device = _one_device(state, device, info[4])
+    if device < 0:
+        device = driver.current_device()
+    prepared = state.table.get(tuple(parts))
+    if prepared is None:
+        prepared = _prepare(state, tuple(parts), vals, opt_items, device)
+    if getattr(driver._tls, "ctx_device", None) != device:  # noqa: SLF001
+        driver.ensure_context(device)
+
+    if type(grid) is not tuple or len(grid) != 1:
+        gx, gy, gz = _grid3(grid(dict(zip(state.params, vals))) if callable(grid) else grid, state.name)
+    else:
+        gx, gy, gz = grid[0], 1, 1
+    if stream is not None:
+        h = stream_handle(stream)
+    elif has_torch:
+        h = sys.modules["torch"]._C._cuda_getCurrentRawStream(device)  # noqa: SLF001
+    else:
+        h = 0
+    s = _streams.get(h)
+    if s is None:
+        s = _streams[h] = driver.cu().CUstream(h)
+    driver.last_kernel = prepared.name
+    try:
+        with prepared.lock:  # the packed buffer is shared: pack and launch as one step
+            prepared.pack(vals, infos)
+            res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
+                                  prepared.shared, s, prepared.params_addr, 0)[0]
+    except (TypeError, OverflowError):
+        _grid3(grid if not callable(grid) else (gx, gy, gz), state.name)  # says what is wrong
+        raise
+    if res is not _SUCCESS:
+        if gx == 0 or gy == 0 or gz == 0:
+            return None  # an empty grid launches nothing
+        driver.check((res,), "cuLaunchKernel", prepared.name)
     return None
 
 
+def _one_device(state: KernelState, device: int, other: int) -> int:
+    if device < 0:
+        return other
+    raise ValueError(f"kernel '{state.name}': arguments are on different devices ({device} and {other}); "
+                     f"put every array on one device")
+
+
+def _classify(state: KernelState, i: int, v):
+    """(signature part, array info or None) of an argument off the common path."""
+    info = interop.array_info(v)
+    if info is not None:
+        return _array_sig(info), info
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return bool, None
+    if isinstance(v, int):  # numpy integers, IntEnum
+        return (type(v), _int_sig(int(v))), None
+    if isinstance(v, float) or (hasattr(v, "dtype") and getattr(v, "shape", None) == ()):
+        return type(v), None
+    raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
+                    f"{type(v).__name__} to a GPU kernel (expected a GPU array or a number)")
+
+
 def _grid3(grid, name: str):
-    if isinstance(grid, int):
-        return grid, 1, 1
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid,)
     try:
         n = len(grid)
     except TypeError:
         n = -1
     if not 1 <= n <= 3:
         raise TypeError(f"kernel '{name}': grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
+    if not all(hasattr(x, "__index__") and not isinstance(x, bool) for x in grid):
+        raise TypeError(f"kernel '{name}': grid extents must be ints, got {grid!r}")
     g = tuple(int(x) for x in grid) + (1,) * (3 - n)
     if min(g) < 0:
         raise ValueError(f"kernel '{name}': grid {grid!r} has a negative extent")
     return g
 
 
-_streams: Dict[int, Any] = {}
-
-
-def _stream_obj(h: int):
-    s = _streams.get(h)
-    if s is None:
-        s = _streams[h] = driver.cu().CUstream(h)
-    return s
+def _bind_driver() -> None:
+    """Cache the driver entry points the hot path calls (after the driver is loaded)."""
+    global _SUCCESS, _cuLaunchKernel, _torch_tensor
+    d = driver.cu()
+    _SUCCESS = d.CUresult.CUDA_SUCCESS
+    _cuLaunchKernel = d.cuLaunchKernel
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _torch_tensor = torch.Tensor
 
 
 def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
-    d = driver.cu()
-    stream = _stream_obj(h)
+    """Pack and launch one prepared kernel (the path of launch_compiled)."""
+    if _cuLaunchKernel is None:
+        _bind_driver()
+    s = _streams.get(h)
+    if s is None:
+        s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = p.name
-    with p.lock:  # the packed buffer is shared: pack and launch as one step
+    with p.lock:
         p.pack(vals, infos)
-        (res,) = d.cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, stream,
-                                  p.params_addr, 0)
-    if res.value != 0:
+        res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, p.params_addr, 0)[0]
+    if res is not _SUCCESS:
         driver.check((res,), "cuLaunchKernel", p.name)
 
 
@@ -273,8 +354,9 @@ def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
     parts, _, device = _signature(state, vals)
     device = driver.current_device() if device is None else device
     prepared = PreparedLaunch(compiled, module.load(compiled, device), state)
+    _bind_driver()
     with state.lock:
-        state.table[(tuple(parts), opt_items)] = prepared
+        state.table[tuple([opt_items] + parts)] = prepared
 
 
 def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch:
@@ -288,6 +370,7 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     compiled = compiler.compile_kernel(state.kernel, spec, options)
     loaded = module.load(compiled, device)
     prepared = PreparedLaunch(compiled, loaded, state)
+    _bind_driver()
     with state.lock:
         state.table[key] = prepared
     return prepared

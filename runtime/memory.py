@@ -111,7 +111,7 @@ def _contiguous_strides(shape: Sequence[int], itemsize: int) -> Tuple[int, ...]:
 class DeviceArray:
     """A strided array in GPU memory (see module doc). Build with tc.empty/zeros/from_numpy."""
 
-    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "__weakref__")
+    __slots__ = ("ptr", "shape", "strides", "dtype", "device", "_owner", "_info", "_sig", "__weakref__")
 
     def __init__(self, ptr: int, shape, strides, dtype: DType, device: int, owner=None):
         self.ptr = int(ptr)
@@ -120,6 +120,10 @@ class DeviceArray:
         self.dtype = dtype
         self.device = int(device)
         self._owner = owner  # keeps the allocation (or a DLPack producer) alive
+        # What the launcher reads on every call, computed once: the array never changes.
+        isz = dtype.itemsize
+        self._info = (self.ptr, self.shape, tuple(s // isz for s in self.strides), dtype, self.device)
+        self._sig = None
 
     # properties --------------------------------------------------------------
     @property
