@@ -42,6 +42,7 @@ class CodegenContext:
         self._coords_cache: Dict[Tuple[object, Tuple[int, ...]], list] = {}
         self._decl_cache: Dict[str, ir.Function] = {}
         self._strings: Dict[str, ir.GlobalVariable] = {}
+        self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
         # The prologue block computes thread ids and layout coordinates once, so that
         # every later block is dominated by them; it branches to `body` at the end.
         self.prologue = func.append_basic_block("prologue")

@@ -98,13 +98,13 @@ class _E:
     def eq(self, a, b):
         return self.b.fcmp_ordered("==", a, b)
 
-    def to_int(self, x):
-        return self.intr(f"llvm.fptosi.sat.i{self.f.ity.width}.{self.f.name}", x, ret=self.f.ity)
-
     def ldexp(self, p, n):
-        """p · 2^n for the float integer n, through two in-range exponent scalings."""
+        """p · 2^n for an integral float n in the clamped exp range (or NaN), through two
+        in-range exponent scalings."""
         b, f = self.b, self.f
-        ni = self.to_int(n)
+        # n is clamped and integral, or NaN (which the product propagates anyway): mapping
+        # NaN to 0 makes a plain conversion defined, cheaper than a saturating one
+        ni = b.fptosi(self.sel(b.fcmp_unordered("uno", n, n), self.c(0.0), n), f.ity)
         n1 = b.ashr(ni, self.ci(1))
         n2 = b.sub(ni, n1)
         s1 = b.bitcast(b.shl(b.add(n1, self.ci(f.bias)), self.ci(f.mbits)), f.ty)
@@ -121,7 +121,7 @@ def _taylor(coef: Callable[[int], float], n: int) -> List[float]:
     return [coef(k) for k in range(n)]
 
 
-_EXP_TERMS = {"f32": 9, "f64": 15}
+_EXP_TERMS = {"f32": 8, "f64": 14}
 _LOG_TERMS = {"f32": 5, "f64": 11}
 _EXP_RANGE = {"f32": (-104.0, 89.0), "f64": (-746.0, 710.0)}
 _EXP2_RANGE = {"f32": (-151.0, 129.0), "f64": (-1076.0, 1025.0)}

@@ -1,0 +1,108 @@
+"""Cold compile time per stage: frontend, passes, codegen, LLVM O3, PTX emission, ptxas.
+
+    python bench/compile_time.py [--repeat 5] [--json out.json] [--no-ptxas]
+
+"Cold" means no compile cache (memory or disk) and a kernel never compiled in this
+process; llvmlite is imported and the NVPTX target initialized before timing, as the
+targets of issue 3 specify (fused softmax < 150 ms to PTX, 4-warp layer norm
+< 250 ms). Each kernel is compiled `--repeat` times; the table shows the median per
+stage, and "to PTX" sums every stage before ptxas.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = [
+    # (example file, kernel, signature, options, target for "to PTX" in ms)
+    ("fused_softmax.py", "softmax_kernel", None, {"num_warps": 4}, 150.0),
+    ("layer_norm.py", "layer_norm_kernel", None, {"num_warps": 4}, 250.0),
+]
+STAGES = ["frontend", "passes", "codegen", "llvm_parse", "llvm_opt", "emit"]
+
+
+def _load_example(name):
+    sys.path.insert(0, str(ROOT / "examples"))
+    spec = importlib.util.spec_from_file_location(f"bench_{name[:-3]}", ROOT / "examples" / name)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _warm_up():
+    """Import and initialize what "llvmlite already imported" covers (not timed)."""
+    import llvmlite.binding  # noqa: F401
+    from tilec.lowering import target
+    target.target_machine("sm_90a", 80)
+
+
+def run(repeat: int, arch: str, ptxas: bool):
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+
+    _warm_up()
+    rows = []
+    for file, kname, sig, opts, goal in CASES:
+        mod = _load_example(file)
+        kernel = getattr(mod, kname)
+        sig = sig or mod.SIGNATURES[kname]
+        samples = []
+        for _ in range(repeat):
+            spec = parse_signature(kernel, sig)
+            t0 = time.perf_counter()
+            ck = compile_kernel(kernel, spec, CompileOptions(arch=arch, **opts), use_cache=False) if ptxas \
+                else _compile_without_ptxas(kernel, spec, CompileOptions(arch=arch, **opts))
+            total = time.perf_counter() - t0
+            t = dict(ck.metadata["timings"])
+            t["total"] = total
+            samples.append(t)
+        med = {k: statistics.median(s.get(k, 0.0) for s in samples) for k in samples[0]}
+        med["to_ptx"] = statistics.median(sum(s.get(k, 0.0) for k in STAGES) for s in samples)
+        rows.append({"kernel": f"{file}:{kname}", "arch": arch, "goal_ms": goal,
+                     "ms": {k: round(v * 1000, 2) for k, v in med.items()},
+                     "ptxas_report": ck.metadata.get("ptxas")})
+    return rows
+
+
+def _compile_without_ptxas(kernel, spec, options):
+    from tilec.compiler import _Dumper, _fresh_ir, compile_module  # noqa: F401
+    options = options.validated()
+    timings = {}
+    t0 = time.perf_counter()
+    module = _fresh_ir(kernel, spec)
+    timings["frontend"] = time.perf_counter() - t0
+    return compile_module(module, options, timings=timings, run_ptxas=False)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--arch", default="sm_90a")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("--no-ptxas", action="store_true", help="stop at PTX")
+    args = p.parse_args(argv)
+    rows = run(args.repeat, args.arch, not args.no_ptxas)
+    cols = STAGES + ["to_ptx", "ptxas", "total"]
+    print(f"{'kernel':40s} " + " ".join(f"{c:>10s}" for c in cols) + "   goal (to PTX)")
+    for r in rows:
+        ms = r["ms"]
+        flag = "ok" if ms["to_ptx"] <= r["goal_ms"] else "SLOW"
+        print(f"{r['kernel']:40s} " + " ".join(f"{ms.get(c, 0.0):10.1f}" for c in cols)
+              + f"   {r['goal_ms']:.0f} ms {flag}")
+    if args.json:
+        info = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
+                "python": platform.python_version(), "command": " ".join(sys.argv), "results": rows}
+        Path(args.json).write_text(json.dumps(info, indent=2))
+
+
+if __name__ == "__main__":
+    main()
