@@ -1,0 +1,11 @@
+"""tilec's standard library of kernels, written in the tilec DSL, each with a plain
+Python entry point (see docs/stdlib.md).
+
+The entry points take torch CUDA tensors, CuPy arrays, `tc.DeviceArray`s or
+any DLPack / __cuda_array_interface__ array (run on the GPU), or numpy arrays
+(run on the CPU interpreter; bf16 as `BF16Array` or ml_dtypes arrays).
+"""
+from ._common import BF16Array
+from .softmax import log_softmax, softmax
+
+__all__ = ["BF16Array", "softmax", "log_softmax"]

@@ -1,0 +1,341 @@
+"""What every stdlib entry point shares: reading array arguments of any kind,
+viewing them as rows, allocating and checking outputs, picking tile sizes, and
+launching on the GPU or on the interpreter.
+
+Array kinds (`Arr.kind`):
+
+- ``"numpy"``: a numpy array. The op runs on the CPU interpreter. bf16 numpy
+  arrays are ml_dtypes' ``bfloat16`` arrays when ml_dtypes is installed.
+- ``"bf16host"``: a `BF16Array`, float32 numpy storage holding bf16 values
+  (the interpreter's own storage for bf16); for numpy users without ml_dtypes.
+- ``"torch"``: a CUDA torch tensor (launched on torch's current stream).
+- ``"cupy"``: a CuPy array.
+- ``"device"``: a `tc.DeviceArray` or any object with ``__cuda_array_interface__``
+  or ``__dlpack__``; outputs for these are DeviceArrays.
+
+Outputs are allocated "like" the first input: same kind and device. Nothing
+here copies an input: a layout that cannot be viewed as the kernel needs is a
+`ValueError` that says how to fix it.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+import tilec as tc
+from tilec import dtypes as _dt
+from tilec.dtypes import DType
+
+__all__ = ["FLOAT_DTYPES", "BF16Array", "Arr", "as_array", "check_float", "check_same_place", "view",
+           "rows_of", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
+           "launch", "contiguous_strides"]
+
+FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
+
+_HOST_KINDS = ("numpy", "bf16host")
+
+
+# ----------------------------------------------------------------------------- bf16 on the host
+class BF16Array:
+    """bf16 values on the host for the interpreter: a float32 ndarray (`.values`)
+    whose every element is a bf16 number.
+
+    ``BF16Array(a)`` rounds `a` to bf16 (nearest even); ``np.asarray(b)`` gives
+    the float32 values back. Pass one wherever an op takes a numpy array to run
+    the op in bf16 on the interpreter; its outputs come back as BF16Arrays too.
+    """
+
+    __slots__ = ("values",)
+    dtype = tc.bfloat16
+
+    def __init__(self, values, _rounded: bool = False):
+        if _rounded:
+            self.values = values
+            return
+        from tilec.interpreter.numerics import cast  # noqa: PLC0415
+        self.values = np.asarray(cast(np.asarray(values, dtype=np.float64), tc.bfloat16), dtype=np.float32)
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self.values.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.values.ndim
+
+    @property
+    def size(self) -> int:
+        return self.values.size
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values if dtype is None else self.values.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"BF16Array({self.values!r})"
+
+
+# ----------------------------------------------------------------------------- reading arguments
+@dataclass(frozen=True)
+class Arr:
+    """One array argument: the user's object and what the kernels need to know about it."""
+    obj: Any
+    kind: str
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]      # in elements
+    dtype: DType
+    device: Optional[int]         # None on the host
+
+    @property
+    def host(self) -> bool:
+        return self.kind in _HOST_KINDS
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def where(self) -> str:
+        return "the host (interpreter)" if self.host else f"cuda:{self.device}"
+
+
+def _module_of(x) -> str:
+    return type(x).__module__.partition(".")[0]
+
+
+def as_array(x, name: str) -> Arr:
+    """Classify `x` (see the module doc); TypeError naming `name` when it is not an array."""
+    if isinstance(x, BF16Array):
+        v = x.values
+        return Arr(x, "bf16host", v.shape, _np_strides(v), tc.bfloat16, None)
+    if isinstance(x, np.ndarray):
+        try:
+            d = _dt.from_numpy(x.dtype)
+        except TypeError:
+            raise TypeError(f"{name}: numpy arrays of dtype {x.dtype} are not supported") from None
+        return Arr(x, "numpy", x.shape, _np_strides(x), d, None)
+    mod = _module_of(x)
+    if mod == "torch" and not x.is_cuda:
+        raise TypeError(f"{name}: a torch tensor on {x.device}; pass a CUDA tensor, or x.numpy() to run on "
+                        "the CPU interpreter")
+    from tilec.runtime.interop import array_info  # noqa: PLC0415
+    info = array_info(x) if mod != "numpy" else None
+    if info is None:
+        raise TypeError(f"{name}: expected an array (numpy, torch, CuPy, tc.DeviceArray, DLPack or "
+                        f"__cuda_array_interface__), got {type(x).__name__}")
+    _ptr, shape, strides, d, dev = info
+    kind = mod if mod in ("torch", "cupy") else "device"
+    return Arr(x, kind, tuple(shape), tuple(strides), d, int(dev))
+
+
+def _np_strides(a: np.ndarray) -> Tuple[int, ...]:
+    item = a.dtype.itemsize
+    if any(s % item for s in a.strides):
+        raise ValueError(f"array strides {a.strides} are not multiples of the element size {item}")
+    return tuple(s // item for s in a.strides)
+
+
+def check_float(a: Arr, name: str, allowed: Sequence[DType] = FLOAT_DTYPES) -> None:
+    """TypeError unless `a` has one of the `allowed` dtypes."""
+    if a.dtype not in allowed:
+        names = ", ".join(d.name for d in allowed)
+        raise TypeError(f"{name}: dtype {a.dtype.name} is not supported (expected one of {names})")
+
+
+def check_same_place(arrays: Dict[str, Arr]) -> None:
+    """TypeError unless every array is on the host, or every one is on one GPU."""
+    items = list(arrays.items())
+    first_name, first = items[0]
+    for name, a in items[1:]:
+        if a.host != first.host or a.device != first.device:
+            raise TypeError(f"{name} is on {a.where()} but {first_name} is on {first.where()}; "
+                            "pass all arrays of one call on the same device")
+
+
+# ----------------------------------------------------------------------------- views
+def contiguous_strides(shape: Sequence[int]) -> Tuple[int, ...]:
+    """Row-major strides in elements."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(out))
+
+
+def view(a: Arr, shape: Sequence[int], strides: Sequence[int]):
+    """The kernel argument viewing `a`'s memory with `shape` and `strides` (elements), no copy.
+
+    Strides may be 0 (broadcasting). numpy -> ndarray, bf16host -> BF16Array,
+    torch -> tensor (so the launch uses torch's stream), others -> DeviceArray.
+    """
+    shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+    if a.kind in _HOST_KINDS:
+        base = a.obj.values if a.kind == "bf16host" else a.obj
+        v = np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
+        return BF16Array(v, _rounded=True) if a.kind == "bf16host" else v
+    if a.kind == "torch":
+        return a.obj.as_strided(shape, strides)
+    from tilec.runtime.interop import array_info  # noqa: PLC0415
+    ptr = array_info(a.obj)[0]
+    isz = a.dtype.itemsize
+    return tc.DeviceArray(ptr, shape, tuple(s * isz for s in strides), a.dtype, a.device, owner=a.obj)
+
+
+def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
+    """`dim` in [0, ndim), accepting negatives as Python does; IndexError otherwise."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(dim).__name__}")
+    if not -ndim <= dim < ndim:
+        raise IndexError(f"{name}={dim} is out of range for an array of {ndim} dimensions")
+    return int(dim) % ndim
+
+
+def rows_of(a: Arr, name: str):
+    """(kernel argument, n_rows, n_cols): `a` seen as a 2-D array of rows of its last
+    dimension, leading dimensions flattened into rows without a copy.
+
+    Needs the last stride to be 1 (for a last dimension longer than 1) and the
+    leading dimensions to be collapsible into one row stride; otherwise a
+    ValueError suggesting a contiguous copy.
+    """
+    if a.ndim == 0:
+        raise ValueError(f"{name}: a 0-d array has no rows; pass an array of at least 1 dimension")
+    n_cols = a.shape[-1]
+    n_rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    if n_rows == 0 or n_cols == 0:  # nothing will be read: any strides do
+        return view(a, (n_rows, n_cols), (max(n_cols, 1), 1)), n_rows, n_cols
+    if n_cols > 1 and a.strides[-1] != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {a.strides} "
+                         f"(elements) for shape {a.shape}; pass a contiguous copy "
+                         "(np.ascontiguousarray / .contiguous())")
+    lead = [(s, st) for s, st in zip(a.shape[:-1], a.strides[:-1]) if s != 1]
+    for (s0, st0), (s1, st1) in zip(lead, lead[1:]):
+        if st0 != st1 * s1:
+            raise ValueError(f"{name}: the leading dimensions of shape {a.shape} with strides {a.strides} "
+                             "(elements) cannot be flattened into rows without a copy; pass a contiguous copy "
+                             "(np.ascontiguousarray / .contiguous())")
+    if lead:
+        row_stride = lead[-1][1]
+    else:
+        row_stride = max(n_cols, 1)
+    return view(a, (n_rows, n_cols), (row_stride, 1)), n_rows, n_cols
+
+
+# ----------------------------------------------------------------------------- outputs
+_TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i32": "int32",
+                "i64": "int64", "i8": "int8", "u8": "uint8", "i16": "int16", "i1": "bool"}
+
+
+def empty_like(a: Arr, shape: Sequence[int], dtype: DType) -> Arr:
+    """A new contiguous array of `shape` and `dtype`, of `a`'s kind and on `a`'s device."""
+    shape = tuple(int(s) for s in shape)
+    if a.kind in _HOST_KINDS:
+        if dtype is tc.bfloat16 and not (a.kind == "numpy" and a.dtype is tc.bfloat16):
+            return as_array(BF16Array(np.empty(shape, np.float32), _rounded=True), "out")
+        np_dtype = a.obj.dtype if dtype is a.dtype and a.kind == "numpy" else dtype.np
+        return as_array(np.empty(shape, np_dtype), "out")
+    if a.kind == "torch":
+        torch = sys.modules["torch"]
+        return as_array(torch.empty(shape, dtype=getattr(torch, _TORCH_NAMES[dtype.name]), device=a.obj.device),
+                        "out")
+    if a.kind == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(a.device):
+            return as_array(cupy.empty(shape, dtype=dtype.np), "out")
+    return as_array(tc.empty(shape, dtype, device=a.device), "out")
+
+
+def output(out, like: Arr, shape: Sequence[int], dtype: DType, name: str = "out") -> Arr:
+    """`out` checked against the expected shape, dtype and place; a new array when it is None."""
+    shape = tuple(int(s) for s in shape)
+    if out is None:
+        return empty_like(like, shape, dtype)
+    o = as_array(out, name)
+    if o.shape != shape:
+        raise ValueError(f"{name} has shape {o.shape}, expected {shape}")
+    if o.dtype is not dtype:
+        raise TypeError(f"{name} has dtype {o.dtype.name}, expected {dtype.name}")
+    if o.host != like.host or o.device != like.device:
+        raise TypeError(f"{name} is on {o.where()} but the input is on {like.where()}")
+    return o
+
+
+# ----------------------------------------------------------------------------- tile sizes
+MAX_SINGLE_TILE = 16384   # longest row held in registers at once (32 f32 values per thread at 16 warps)
+LOOP_TILE = 4096          # tile of the looped path for longer rows
+MIN_TILE_ELEMS = 2048     # short rows: pack rows into one program until a tile has this many elements
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class RowConfig:
+    """How a row-wise kernel is launched: tiles of (rows, block) elements."""
+    block: int        # columns per tile (a power of two)
+    rows: int         # rows per program (a power of two; 1 on the looped path)
+    num_warps: int
+    single: bool      # the whole row fits in one tile
+
+    def grid(self, n_rows: int) -> Tuple[int]:
+        return (tc.cdiv(n_rows, self.rows),)
+
+
+def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
+               loop_tile: int = LOOP_TILE) -> RowConfig:
+    """The row heuristic shared by the row-wise ops.
+
+    - A row of up to `max_single` elements is one tile of next_pow2(n_cols)
+      columns (read once, kept in registers); longer rows loop over tiles of
+      `loop_tile` columns.
+    - Short rows are packed: a program takes next_pow2 rows until its tile
+      holds MIN_TILE_ELEMS elements (never more rows than there are), so tiny
+      rows do not leave most threads idle.
+    - num_warps = tile elements / 512 (16 elements per thread), clamped to
+      1..16.
+    """
+    block = next_pow2(max(n_cols, 1))
+    single = block <= max_single
+    if not single:
+        block = loop_tile
+    rows = 1
+    if single:
+        rows = min(max(MIN_TILE_ELEMS // block, 1), next_pow2(max(n_rows, 1)))
+    num_warps = min(max(block * rows // 512, 1), 16)
+    return RowConfig(block, rows, num_warps, single)
+
+
+# ----------------------------------------------------------------------------- launching
+def launch(kernel, grid, args: Sequence, num_warps: int = 4, **constexprs) -> None:
+    """Run `kernel` on `grid` with `args` (views from `view`/`rows_of`, scalars).
+
+    Host arguments (numpy arrays, BF16Arrays) run on the interpreter, the rest on
+    the GPU with `num_warps`. An empty grid launches nothing.
+    """
+    if any(g == 0 for g in grid):
+        return
+    if any(isinstance(v, (np.ndarray, BF16Array)) for v in args):
+        _interpret(kernel, grid, args, constexprs)
+    else:
+        kernel[tuple(grid)](*args, num_warps=num_warps, **constexprs)
+
+
+def _interpret(kernel, grid, args, constexprs) -> None:
+    """The interpreter run of one launch; BF16Array views become bf16 views of their f32 storage."""
+    from tilec.interpreter import run  # noqa: PLC0415
+    from tilec.kernel import normalize_grid  # noqa: PLC0415
+    from tilec.specialize import Specialization, specialize  # noqa: PLC0415
+    plain = [v.values if isinstance(v, BF16Array) else v for v in args]
+    spec, runtime = specialize(kernel, plain, constexprs)
+    bf16_params = {p for p, v in zip(kernel.param_names, args) if isinstance(v, BF16Array)}
+    if bf16_params:
+        spec = Specialization(tuple(
+            replace(p, type=replace(p.type, dtype=tc.bfloat16)) if p.name in bf16_params else p
+            for p in spec.params))
+    run(kernel.ir(spec), runtime, normalize_grid(tuple(grid), {}))

@@ -1,0 +1,128 @@
+"""softmax and log_softmax along the last dimension.
+
+Two kernels. A row that fits in one tile (up to 16384 elements) is read once
+and kept in registers: max, exp, sum and the division happen on the tile, and
+short rows are packed several to a program. A longer row is read twice: an
+online pass keeps, per lane, a running max and a sum of exp(x - max) that is
+rescaled whenever the max grows, then a second pass normalizes. All math is in
+f32 whatever the storage type.
+"""
+from __future__ import annotations
+
+import tilec as tc
+
+from ._common import as_array, check_float, launch, normalize_dim, output, row_config, rows_of
+
+__all__ = ["softmax", "log_softmax"]
+
+NEG_INF = float("-inf")
+
+
+@tc.kernel
+def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+    pid = tc.program_id(0)
+    # -inf padding: padded columns add exp(-inf) = 0 to the sum and never win the max.
+    t = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=NEG_INF).astype(tc.float32)
+    m = tc.max(t, axis=1, keep_dims=True)
+    # A row of only -inf gives m = -inf and (-inf) - (-inf) = NaN: NaN out, as torch does.
+    shifted = t - m
+    e = tc.exp(shifted)
+    s = tc.sum(e, axis=1, keep_dims=True)
+    if LOG:
+        y = shifted - tc.log(s)
+    else:
+        y = e / s
+    tc.store(out, index=(pid, 0), tile=y.astype(out.dtype))
+
+
+@tc.kernel
+def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr):
+    row = tc.program_id(0)
+    n_tiles = tc.cdiv(x.shape[1], BLOCK)
+
+    # Pass 1: lane-wise online max and sum, so no cross-thread reduction runs per tile.
+    m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
+    s_lane = tc.zeros((1, BLOCK), tc.float32)
+    for k in range(n_tiles):
+        t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        m_new = tc.maximum(m_lane, t)
+        # While a lane has seen only -inf, shift by 0 so the rescale is exp(-inf) = 0, not NaN.
+        m_safe = tc.where(m_new == NEG_INF, 0.0, m_new)
+        s_lane = s_lane * tc.exp(m_lane - m_safe) + tc.exp(t - m_safe)
+        m_lane = m_new
+    m = tc.max(m_lane)
+    s = tc.sum(s_lane * tc.exp(m_lane - m))
+
+    # Pass 2: normalize; stores past the row's end are skipped.
+    log_s = tc.log(s)
+    inv_s = 1.0 / s
+    for k in range(n_tiles):
+        t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        if LOG:
+            y = t - m - log_s
+        else:
+            y = tc.exp(t - m) * inv_s
+        tc.store(out, index=(row, k), tile=y.astype(out.dtype))
+
+
+SIGNATURES = {
+    "softmax_tile_kernel": "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=2, BLOCK=1024",
+    "softmax_loop_kernel": "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096",
+}
+# Further specializations the PTX test assembles: every dtype, both flavours, the
+# largest single tile.
+EXTRA_SIGNATURES = [
+    ("softmax_tile_kernel", "x=f32[?,?], out=f32[?,?], LOG=True, ROWS=64, BLOCK=32"),
+    ("softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=16384"),
+    ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=False, BLOCK=4096"),
+    ("softmax_loop_kernel", "x=f16[?,?], out=f16[?,?], LOG=False, BLOCK=4096"),
+]
+
+
+def _softmax(x, dim, out, log: bool, op: str):
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError(f"{op}: x must have at least 1 dimension")
+    if normalize_dim(dim, a.ndim) != a.ndim - 1:
+        raise ValueError(f"{op}: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{a.shape}; move that dimension last first (e.g. x.transpose(...) and a contiguous copy)")
+    o = output(out, a, a.shape, a.dtype)
+    xv, n_rows, n_cols = rows_of(a, "x")
+    ov, _, _ = rows_of(o, "out")
+    if n_cols == 0:
+        return o.obj
+    cfg = row_config(n_cols, n_rows)
+    if cfg.single:
+        launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
+               BLOCK=cfg.block)
+    else:
+        launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block)
+    return o.obj
+
+
+def softmax(x, dim: int = -1, out=None):
+    """softmax(x, dim=-1, out=None) -> exp(x - max) / sum(exp(x - max)) along the last dimension.
+
+    x: f16, bf16 or f32, any leading batch shape, rows of any length (1 to
+    256k elements and more); the last dimension must have stride 1 and the
+    leading ones must flatten into rows without a copy (else ValueError).
+    Only dim=-1 (or its positive equal) is supported; other dims raise
+    ValueError. Computes in f32; returns x's dtype, or writes `out` (same
+    shape and dtype, may be x itself). A row that is all -inf gives NaN, as in
+    torch.
+
+    Block size: rows up to 16384 elements are one tile of next_pow2(n) columns,
+    with short rows packed until a tile holds 2048 elements; longer rows loop
+    over 4096-column tiles (read twice). num_warps = tile elements / 512,
+    1..16 (see `_common.row_config`).
+    """
+    return _softmax(x, dim, out, False, "softmax")
+
+
+def log_softmax(x, dim: int = -1, out=None):
+    """log_softmax(x, dim=-1, out=None) -> x - max - log(sum(exp(x - max))) along the last dimension.
+
+    Same arguments, dtypes, limits and block-size heuristic as `softmax`.
+    """
+    return _softmax(x, dim, out, True, "log_softmax")
