@@ -132,7 +132,17 @@ def register_op(cls):
     return cls
 
 
+# Dialects defined outside tilec.ir, imported on first use so that parsing gpu IR
+# does not require the caller to import the backend first.
+DIALECT_MODULES = {"gpu": "tilec.lowering.gpu"}
+
+
 def lookup_op(name: str):
+    if name not in OP_REGISTRY:
+        mod = DIALECT_MODULES.get(name.split(".", 1)[0])
+        if mod is not None:
+            import importlib
+            importlib.import_module(mod)
     try:
         return OP_REGISTRY[name]
     except KeyError:

@@ -6,10 +6,10 @@ from functools import lru_cache
 from importlib import resources
 
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import LarkError
+from lark.exceptions import LarkError, VisitError
 
 from ..dtypes import DType
-from .core import ATTR_REGISTRY, Block, Location, Module, Region, UNKNOWN_LOC, VerifyError, lookup_op
+from .core import ATTR_REGISTRY, DIALECT_MODULES, Block, Location, Module, Region, UNKNOWN_LOC, VerifyError, lookup_op
 from .types import PointerType, ScalarType, TileType, ViewType
 
 __all__ = ["parse", "IRParseError"]
@@ -19,10 +19,46 @@ class IRParseError(ValueError):
     """Text that is not valid tilec IR; the message gives line and column."""
 
 
+class _MarkResults:
+    """Post-lexer: a run `%a, %b =` is the result list of the next op, so its VALUE tokens
+    become RESULT tokens. This keeps the grammar LALR(1) without line sensitivity."""
+
+    always_accept = ()
+
+    def process(self, stream):
+        pending = []  # VALUE, COMMA, VALUE, ... not yet known to be operands or results
+        for tok in stream:
+            if tok.type == "VALUE" and (not pending or pending[-1].type == "COMMA"):
+                pending.append(tok)
+                continue
+            if tok.type == "COMMA" and pending and pending[-1].type == "VALUE":
+                pending.append(tok)
+                continue
+            if tok.type == "EQUAL" and pending and pending[-1].type == "VALUE":
+                # the values after the last non-comma break are this op's results
+                start = len(pending) - 1
+                while start >= 2 and pending[start - 1].type == "COMMA":
+                    start -= 2
+                yield from pending[:start]
+                for t in pending[start:]:
+                    yield Token.new_borrow_pos("RESULT", str(t), t) if t.type == "VALUE" else t
+                pending = []
+                yield tok
+                continue
+            yield from pending
+            pending = []
+            if tok.type == "VALUE":
+                pending.append(tok)
+            else:
+                yield tok
+        yield from pending
+
+
 @lru_cache(maxsize=1)
 def _parser() -> Lark:
     text = resources.files(__package__).joinpath("grammar.lark").read_text()
-    return Lark(text, parser="lalr", maybe_placeholders=True, propagate_positions=False)
+    return Lark(text, parser="lalr", lexer="basic", maybe_placeholders=True, propagate_positions=False,
+                postlex=_MarkResults())
 
 
 @v_args(inline=True)
@@ -49,6 +85,11 @@ class _Attrs(Transformer):
 
     def dialect_attr(self, name, fields):
         cls = ATTR_REGISTRY.get(str(name))
+        if cls is None:
+            import importlib
+            for mod in DIALECT_MODULES.values():
+                importlib.import_module(mod)
+            cls = ATTR_REGISTRY.get(str(name))
         if cls is None:
             raise IRParseError(f"unknown attribute #{name}")
         return cls.from_fields(fields)
@@ -108,17 +149,15 @@ class _Builder:
         results = operands = attrs = regions = types = None
         loc = UNKNOWN_LOC
         name = None
-        seen_name = False
         for c in tree.children:
             if isinstance(c, Token) and c.type == "OPNAME":
-                name, seen_name = c, True
+                name = c
             elif c is None:
                 continue
+            elif c.data == "result_list":
+                results = c
             elif c.data == "value_list":
-                if seen_name:
-                    operands = c
-                else:
-                    results = c
+                operands = c
             elif c.data == "attr_dict":
                 attrs = self.attrs.transform(c)
             elif c.data == "regions":
@@ -172,6 +211,8 @@ def parse(text: str) -> Module:
     """Parse IR text (as printed by `print_module`) into a Module."""
     try:
         tree = _parser().parse(text)
+        return _Builder().module(tree.children[0])
+    except VisitError as e:  # an attribute class rejected its fields
+        raise IRParseError(f"invalid IR: {e.orig_exc}") from None
     except LarkError as e:
         raise IRParseError(f"invalid IR: {e}") from None
-    return _Builder().module(tree.children[0])

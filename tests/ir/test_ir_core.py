@@ -119,3 +119,31 @@ def test_parse_errors_are_clear():
         ir.parse("module {\n  tile.frobnicate\n}\n")
     with pytest.raises(ir.IRParseError, match="invalid IR"):
         ir.parse("module { %0 = }")
+
+
+def test_op_without_operands_before_multi_result_op():
+    text = """module {
+  tile.func {sym_name = "k", arg_names = []} (
+    {
+      ^bb0():
+        gpu.barrier {id = 0}
+        %a, %b = tile.while (
+          {
+            ^bb0():
+              %c = tile.constant {value = true} : i1
+              tile.condition %c
+          },
+          {
+            ^bb0():
+              tile.yield
+          }
+        ) : i32, i32
+        tile.return
+    }
+  )
+}
+"""
+    m = ir.parse(text)
+    ops = [o.name for o in m.func().body.ops]
+    assert ops == ["gpu.barrier", "tile.while", "tile.return"]
+    assert len(m.func().body.ops[1].results) == 2
