@@ -45,6 +45,8 @@ class AxisInfo:
 
     @staticmethod
     def uniform(shape, div: int) -> "AxisInfo":
+        if not shape:  # a scalar keeps its divisibility (read by _scalar_div)
+            return AxisInfo((), (div,), ())
         return AxisInfo((1,) * len(shape), (div,) * len(shape), tuple(shape))
 
 
