@@ -10,7 +10,8 @@ the kernel, the stage and (when known) the source line.
 
 TILEC_DUMP=<dir> writes `<kernel>.<spec-hash8>.<NN>-<stage>.ir` after the
 frontend and after every pass, then `...-llvm.ll` and `...-ptx.ptx`.
-TILEC_PTXAS=0 skips ptxas (PTX only; the driver JIT-compiles it at load).
+TILEC_SKIP_PTXAS=1 skips ptxas (PTX only; the driver JIT-compiles it at load);
+TILEC_PTXAS=<path> names the ptxas to use.
 """
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def _fresh_ir(kernel, spec):
 
 
 def _want_ptxas() -> bool:
-    return os.environ.get("TILEC_PTXAS", "1") not in ("0", "")
+    return os.environ.get("TILEC_SKIP_PTXAS", "") in ("", "0")
 
 
 def compile_module(module, options: CompileOptions, kernel_name: Optional[str] = None,

@@ -1,0 +1,117 @@
+"""The compiler driver: artifacts, metadata, dumps, cache, and errors that name the op."""
+import textwrap
+
+import pytest
+
+from kernels import KERNELS
+from tilec.abi import param_slots
+from tilec.compiler import compile_kernel, compile_module
+from tilec.errors import CompilationError
+from tilec.ir import Location, parse
+from tilec.ir.core import Op, register_op
+from tilec.lowering.codegen import generate
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
+
+
+def _spec(name):
+    kernel, sig = KERNELS[name]
+    return kernel, parse_signature(kernel, sig)
+
+
+def test_artifacts_and_metadata():
+    kernel, spec = _spec("control_flow")
+    ck = compile_kernel(kernel, spec, CompileOptions(arch="sm_80", num_warps=2), use_cache=False)
+    assert set(ck.asm) >= {"tile", "gpu", "llvm", "ptx", "cubin"}
+    assert "tile.for" in ck.asm["tile"] and "#blocked" in ck.asm["gpu"]
+    assert "define ptx_kernel void @control_flow" in ck.asm["llvm"]
+    assert ".entry control_flow" in ck.asm["ptx"] and ".maxntid 64" in ck.asm["ptx"]
+    md = ck.metadata
+    assert (md["num_warps"], md["arch"], md["ptx_version"], md["name"]) == (2, "sm_80", "7.0", "control_flow")
+    assert {"frontend", "passes", "codegen", "llvm_opt", "emit"} <= set(md["timings"])
+    func = parse(ck.asm["tile"]).func()
+    assert ck.params == param_slots([a.type for a in func.regions[0].block.args])
+    assert ck.arg_names == ["x", "out", "n"]
+
+
+def test_dump_writes_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEC_DUMP", str(tmp_path))
+    kernel, spec = _spec("arith")
+    compile_kernel(kernel, spec, CompileOptions(arch="sm_90a"), use_cache=False)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    stem = names[0].rsplit(".", 2)[0]
+    assert stem.startswith("arith.") and len(stem.split(".")[1]) == 8
+    assert names[0].endswith(".00-frontend.ir")
+    assert any(n.endswith("-assign_layouts.ir") for n in names)
+    assert names[-2].endswith("-llvm.ll") and names[-1].endswith("-ptx.ptx")
+    numbers = [int(n.split(".")[2].split("-")[0]) for n in names]
+    assert numbers == list(range(len(names)))
+
+
+def test_cache_is_used(tmp_path, monkeypatch):
+    from tilec.runtime import cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    kernel, spec = _spec("arith")
+    first = compile_kernel(kernel, spec, CompileOptions(arch="sm_80"))
+    cache.clear_memory()  # the second compile must come from disk
+    second = compile_kernel(kernel, spec, CompileOptions(arch="sm_80"))
+    assert second.asm["ptx"] == first.asm["ptx"] and second is not first
+    other = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a"))
+    assert ".target sm_90a" in other.asm["ptx"]
+
+
+def test_invalid_options_name_the_kernel():
+    kernel, spec = _spec("arith")
+    with pytest.raises(CompilationError, match="in kernel 'arith', during options: num_warps"):
+        compile_kernel(kernel, spec, CompileOptions(num_warps=5))
+
+
+@register_op
+class _Unlowerable(Op):
+    name = "test.unlowerable"
+    num_results = 0
+
+    def infer_types(self):
+        return []
+
+
+def _module_with(op_text):
+    return parse(textwrap.dedent(f"""
+        module {{
+          tile.func {{sym_name = "k", arg_names = ["x"]}} (
+            {{
+              ^bb0(%x: view<1xf32, strides=[1], index=i32, align=16>):
+                %p = tile.view_ptr %x : ptr<f32>
+                {op_text}
+                tile.return
+            }}
+          )
+        }}
+    """))
+
+
+def test_missing_rule_names_kernel_op_and_location():
+    m = _module_with('test.unlowerable loc("kern.py":7:3)')
+    with pytest.raises(CompilationError) as e:
+        generate(m, CompileOptions(arch="sm_80"))
+    err = e.value
+    assert err.kernel == "k" and err.stage == "codegen of test.unlowerable"
+    assert err.loc == Location("kern.py", 7, 3)
+    assert str(err).startswith("kern.py:7:3: in kernel 'k'") and "no codegen rule" in str(err)
+
+
+def test_rule_failure_is_wrapped():
+    m = _module_with('%v = tile.constant {value = 1.0} : f32\n'
+                     '                %t = tile.constant {value = true} : i1\n'
+                     '                %o = tile.atomic_rmw %p, %v, %t {kind = "add", sem = "bogus"} : f32 '
+                     'loc("kern.py":9:5)')
+    with pytest.raises(CompilationError, match="kern.py:9:5: in kernel 'k', during codegen of tile.atomic_rmw: "
+                                               "cannot lower 'tile.atomic_rmw': atomic sem must be one of"):
+        compile_module(m, CompileOptions(arch="sm_80").validated(), run_ptxas=False)
+
+
+def test_scalar_kernel_compiles():
+    m = _module_with('%v = tile.constant {value = 2.5} : f32\n                tile.store %p, %v')
+    ck = compile_module(m, CompileOptions(arch="sm_90a").validated())
+    assert "st.global.b32" in ck.asm["ptx"] or "st.global.f32" in ck.asm["ptx"]
