@@ -30,7 +30,7 @@ from tilec import dtypes as _dt
 from tilec.dtypes import DType
 
 __all__ = ["FLOAT_DTYPES", "BF16Array", "Arr", "as_array", "check_float", "check_same_place", "view",
-           "rows_of", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
+           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
            "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
@@ -224,6 +224,19 @@ def rows_of(a: Arr, name: str):
     else:
         row_stride = max(n_cols, 1)
     return view(a, (n_rows, n_cols), (row_stride, 1)), n_rows, n_cols
+
+
+def flat_view(a: Arr, name: str):
+    """`a` as a 1-D kernel argument of all its elements in row-major order, no copy;
+    ValueError when its strides do not allow that."""
+    dims = [(s, st) for s, st in zip(a.shape, a.strides) if s != 1]
+    if a.numel == 0 or not dims:
+        return view(a, (a.numel,), (1,))
+    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
+        if st0 != st1 * s1:
+            raise ValueError(f"{name}: shape {a.shape} with strides {a.strides} (elements) cannot be flattened "
+                             "without a copy; pass a contiguous copy (np.ascontiguousarray / .contiguous())")
+    return view(a, (a.numel,), (dims[-1][1],))
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -1,0 +1,172 @@
+"""layer_norm and rms_norm forward over the last dimension, with the statistics a
+backward pass needs (mean and 1/std per row) on request.
+
+A row that fits in one tile (up to 16384 elements) is read once: the mean and
+the variance of the centred values come from registers. A longer row is read
+twice: a first pass accumulates, per lane, sums of x - K and (x - K)^2 where K
+is the row's first element (shifting by a sample of the data keeps
+E[d^2] - E[d]^2 from cancelling catastrophically when the mean is large next
+to the spread), then a second pass normalizes. Statistics are f32.
+"""
+from __future__ import annotations
+
+import tilec as tc
+
+from ._common import (as_array, check_float, check_same_place, launch, output, row_config, rows_of, view)
+
+__all__ = ["layer_norm", "rms_norm"]
+
+
+@tc.func
+def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    # w and b are 1-D: their (BLOCK,) tile broadcasts over the rows of y.
+    if HAS_W:
+        y = y * tc.load(w, index=(k,), shape=(BLOCK,)).astype(tc.float32)
+    if HAS_B:
+        y = y + tc.load(b, index=(k,), shape=(BLOCK,)).astype(tc.float32)
+    return y
+
+
+@tc.kernel
+def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                     HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+    pid = tc.program_id(0)
+    n = x.shape[1]
+    t = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK)).astype(tc.float32)
+    if RMS:
+        d = t  # zero padding adds nothing to the sum of squares
+    else:
+        mean = tc.sum(t, axis=1, keep_dims=True) / n
+        # Padded columns would add mean^2 each to the variance: mask them.
+        d = tc.where(tc.arange(0, BLOCK)[None, :] < n, t - mean, 0.0)
+    rstd = tc.rsqrt(tc.sum(d * d, axis=1, keep_dims=True) / n + eps)
+    out = _affine(d * rstd, w, b, 0, HAS_W, HAS_B, BLOCK)
+    tc.store(y, index=(pid, 0), tile=out.astype(y.dtype))
+    if STATS:
+        if not RMS:
+            tc.store(mean_out, index=(pid,), tile=tc.reshape(mean, (ROWS,)))
+        tc.store(rstd_out, index=(pid,), tile=tc.reshape(rstd, (ROWS,)))
+
+
+@tc.kernel
+def norm_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                     HAS_B: tc.constexpr, STATS: tc.constexpr, BLOCK: tc.constexpr):
+    row = tc.program_id(0)
+    n = x.shape[1]
+    n_tiles = tc.cdiv(n, BLOCK)
+    cols = tc.arange(0, BLOCK)[None, :]
+
+    # Pass 1: lane-wise sums of the shifted values and of their squares.
+    shift = 0.0
+    if not RMS:
+        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+    s1 = tc.zeros((1, BLOCK), tc.float32)
+    s2 = tc.zeros((1, BLOCK), tc.float32)
+    for k in range(n_tiles):
+        t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
+        d = tc.where(k * BLOCK + cols < n, t - shift, 0.0)
+        s1 += d
+        s2 += d * d
+    mean_d = tc.sum(s1) / n
+    if RMS:
+        mean_d = 0.0
+    var = tc.maximum(tc.sum(s2) / n - mean_d * mean_d, 0.0)
+    rstd = tc.rsqrt(var + eps)
+    mean = mean_d + shift
+
+    # Pass 2: normalize, scale and shift.
+    for k in range(n_tiles):
+        t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
+        out = _affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+        tc.store(y, index=(row, k), tile=out.astype(y.dtype))
+    if STATS:
+        if not RMS:
+            tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+        tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+
+
+_LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
+SIGNATURES = {
+    "norm_tile_kernel": f"x=f16[?,?], w=f16[?], b=f16[?], y=f16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                        f"eps=f32, {_LN}, ROWS=2, BLOCK=1024",
+    "norm_loop_kernel": f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                        f"eps=f32, {_LN}, BLOCK=4096",
+}
+_RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
+EXTRA_SIGNATURES = [
+    ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?,?], y=f32[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
+                         f"eps=f32, {_RMS}, ROWS=64, BLOCK=32"),
+    ("norm_tile_kernel", f"x=bf16[?,?], w=f32[?], b=f32[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                         f"eps=f32, {_LN}, ROWS=1, BLOCK=16384"),
+    ("norm_loop_kernel", f"x=f16[?,?], w=f16[?], b=f16[?,?], y=f16[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
+                         f"eps=f32, {_RMS}, BLOCK=4096"),
+]
+
+
+def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError(f"{op}: x must have at least 1 dimension")
+    n = a.shape[-1]
+    named = {"x": a}
+    for name, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            pa = named[name] = as_array(p, name)
+            check_float(pa, name)
+            if pa.shape != (n,):
+                raise ValueError(f"{op}: {name} has shape {pa.shape}, expected ({n},) (the last dimension of x)")
+    check_same_place(named)
+    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
+        raise ValueError(f"{op}: eps must be a non-negative number, got {eps!r}")
+    o = output(out, a, a.shape, a.dtype)
+    stats_shape = a.shape[:-1]
+    mean = output(None, a, stats_shape, tc.float32) if return_stats and not rms else None
+    rstd = output(None, a, stats_shape, tc.float32) if return_stats else None
+
+    xv, n_rows, n_cols = rows_of(a, "x")
+    yv, _, _ = rows_of(o, "out")
+    # Parameters a specialization does not use get x's view: their branch is compiled away.
+    wv = view(named["weight"], (n,), named["weight"].strides) if weight is not None else xv
+    bv = view(named["bias"], (n,), named["bias"].strides) if bias is not None else xv
+    mv = view(mean, (n_rows,), (1,)) if mean is not None else xv
+    rv = view(rstd, (n_rows,), (1,)) if rstd is not None else xv
+    if n_cols > 0:
+        cfg = row_config(n_cols, n_rows)
+        flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
+                     BLOCK=cfg.block)
+        args = (xv, wv, bv, yv, mv, rv, float(eps))
+        if cfg.single:
+            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
+        else:
+            launch(norm_loop_kernel, cfg.grid(n_rows), args, cfg.num_warps, **flags)
+    if not return_stats:
+        return o.obj
+    return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
+
+
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False, out=None):
+    """layer_norm(x, weight, bias, eps=1e-5, return_stats=False, out=None) -> y, or (y, mean, rstd).
+
+    y = (x - mean) * rstd * weight + bias over the last dimension, with
+    rstd = 1 / sqrt(var + eps) (biased variance, as torch). x: f16, bf16 or f32,
+    any leading batch shape (last stride 1, leading dimensions flattenable,
+    else ValueError); weight and bias: 1-D of the last dimension's length, any
+    of the three float dtypes, or None. y has x's dtype (or is written to
+    `out`); mean and rstd are f32 arrays of x.shape[:-1]. Computes in f32.
+
+    Block size: as softmax (`_common.row_config`): rows up to 16384 elements
+    are one tile (read once), longer rows loop over 4096-column tiles (read
+    twice, statistics from shifted sums).
+    """
+    return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=None):
+    """rms_norm(x, weight, eps=1e-6, return_stats=False, out=None) -> y, or (y, rstd).
+
+    y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last
+    dimension. Same dtypes, limits and block-size heuristic as `layer_norm`;
+    rstd is f32 of x.shape[:-1].
+    """
+    return _norm(x, weight, None, eps, return_stats, out, True, "rms_norm")
