@@ -5,9 +5,10 @@ import ast
 import hashlib
 import functools
 import inspect
+import re
 import os
 import types
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .errors import CompilationError, DriverError, debug_enabled
 from .ir.core import Location
@@ -23,8 +24,21 @@ def _is_constexpr_annotation(ann) -> bool:
     return isinstance(ann, str) and (ann == "constexpr" or ann.endswith(".constexpr"))
 
 
-def _def_location(fn) -> Location:
+def _def_location(fn, param: Optional[str] = None) -> Location:
+    """Where `fn` is defined: the parameter `param` when given and found, else the `def`."""
     code = fn.__code__
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return Location(code.co_filename, code.co_firstlineno, 1)
+    for i, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith(("def ", "async def ")):
+            if param is not None:
+                m = re.search(rf"\b{re.escape(param)}\b", line[line.index("def ") + 4:])
+                if m:
+                    return Location(code.co_filename, first + i, line.index("def ") + 4 + m.start() + 1)
+            return Location(code.co_filename, first + i, len(line) - len(stripped) + 1)
     return Location(code.co_filename, code.co_firstlineno, 1)
 
 
@@ -62,10 +76,10 @@ class Kernel:
         for p in self.signature.parameters.values():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
                 raise CompilationError(f"kernel parameters must be plain names, not *{p.name} or **{p.name}",
-                                       _def_location(fn), kernel=self.name)
+                                       _def_location(fn, p.name), kernel=self.name)
             if p.name in RESERVED_KWARGS:
                 raise CompilationError(f"parameter '{p.name}' has the name of a launch option ({', '.join(RESERVED_KWARGS)}); "
-                                       "rename it", _def_location(fn), kernel=self.name)
+                                       "rename it", _def_location(fn, p.name), kernel=self.name)
         self.constexprs = frozenset(p.name for p in self.signature.parameters.values()
                                     if _is_constexpr_annotation(p.annotation))
         dns = []

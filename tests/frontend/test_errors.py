@@ -1,3 +1,4 @@
+import linecache
 """Every user mistake the frontend reports: the message and the line (marked `# ERR`) are asserted."""
 import inspect
 
@@ -322,10 +323,15 @@ def test_builtins_outside_a_kernel():
 
 
 def test_reserved_parameter_name_is_an_error_at_decoration():
-    with pytest.raises(tc.CompilationError, match="'num_warps' has the name of a launch option"):
+    with pytest.raises(tc.CompilationError, match="'num_warps' has the name of a launch option") as info:
         @tc.kernel
         def bad(x, num_warps):
             pass
+    # the caret points at the offending parameter of the (indented) definition
+    line = inspect.getsourcelines(test_reserved_parameter_name_is_an_error_at_decoration)[1] + 3
+    assert info.value.loc.line == line
+    src = linecache.getline(__file__, line)
+    assert src[info.value.loc.col - 1:].startswith("num_warps")
 
 
 def test_no_compiler_traceback_reaches_the_user(monkeypatch):
