@@ -1,6 +1,6 @@
-import linecache
 """Every user mistake the frontend reports: the message and the line (marked `# ERR`) are asserted."""
 import inspect
+import linecache
 
 import numpy as np
 import pytest
