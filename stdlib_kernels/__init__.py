@@ -6,6 +6,10 @@ any DLPack / __cuda_array_interface__ array (run on the GPU), or numpy arrays
 (run on the CPU interpreter; bf16 as `BF16Array` or ml_dtypes arrays).
 """
 from ._common import BF16Array
+from .cross_entropy import cross_entropy
+from .norms import layer_norm, rms_norm
+from .reductions import cumsum, max, sum  # noqa: A004 - the ops' names
 from .softmax import log_softmax, softmax
 
-__all__ = ["BF16Array", "softmax", "log_softmax"]
+__all__ = ["BF16Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
+           "cumsum"]

@@ -1,0 +1,193 @@
+"""sum and max along any one dimension, cumsum along the last dimension.
+
+Reducing the last dimension is row-wise (one tile per row when it fits, rows
+packed when short, else a lane-wise loop). Reducing another dimension sees the
+array as (outer, R, inner) and gives each program a strip of `inner` columns:
+it walks R in tiles, accumulating lane-wise, so the contiguous inner dimension
+is what each load reads. cumsum carries the running total of a row from tile
+to tile. Accumulation is in f32.
+"""
+from __future__ import annotations
+
+import builtins
+
+import tilec as tc
+
+from ._common import (as_array, check_float, launch, next_pow2, normalize_dim, output, row_config, rows_of,
+                      view)
+
+__all__ = ["sum", "max", "cumsum"]
+
+NEG_INF = float("-inf")
+INNER_TILE = 2048     # elements of one (1, BLOCK_R, BLOCK_I) tile of the inner-dimension kernel
+MAX_SCAN_TILE = 4096  # longest row scanned in one tile
+
+
+@tc.func
+def _combine(a, b, MAX: tc.constexpr):
+    if MAX:
+        return tc.maximum(a, b)
+    return a + b
+
+
+@tc.kernel
+def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+    pid = tc.program_id(0)
+    pad = NEG_INF if MAX else 0.0
+    acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
+    for k in range(1, tc.cdiv(x.shape[1], BLOCK)):  # no iterations when the row is one tile
+        t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
+        acc = _combine(acc, t, MAX)
+    if MAX:
+        r = tc.max(acc, axis=1)
+    else:
+        r = tc.sum(acc, axis=1)
+    tc.store(out, index=(pid,), tile=r.astype(out.dtype))
+
+
+@tc.kernel
+def reduce_inner_kernel(x, out, MAX: tc.constexpr, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # x is (outer, R, inner); out is (outer, 1, inner).
+    o = tc.program_id(0)
+    j = tc.program_id(1)
+    pad = NEG_INF if MAX else 0.0
+    acc = tc.load(x, index=(o, 0, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
+    for k in range(1, tc.cdiv(x.shape[1], BLOCK_R)):
+        t = tc.load(x, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
+        acc = _combine(acc, t, MAX)
+    if MAX:
+        r = tc.max(acc, axis=1, keep_dims=True)
+    else:
+        r = tc.sum(acc, axis=1, keep_dims=True)
+    tc.store(out, index=(o, 0, j), tile=r.astype(out.dtype))
+
+
+@tc.kernel
+def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+    pid = tc.program_id(0)
+    carry = tc.zeros((ROWS, 1), tc.float32)
+    for k in range(tc.cdiv(x.shape[1], BLOCK)):
+        t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK)).astype(tc.float32)
+        c = tc.cumsum(t, axis=1) + carry
+        tc.store(out, index=(pid, k), tile=c.astype(out.dtype))
+        # Zero padding: the tile's sum is the last real element of its scan minus the carry.
+        carry += tc.sum(t, axis=1, keep_dims=True)
+
+
+SIGNATURES = {
+    "reduce_rows_kernel": "x=f16[?,?], out=f16[?], MAX=False, ROWS=1, BLOCK=16384",
+    "reduce_inner_kernel": "x=bf16[?,?,?], out=bf16[?,?,?], MAX=True, BLOCK_R=8, BLOCK_I=256",
+    "cumsum_kernel": "x=f32[?,?], out=f32[?,?], ROWS=1, BLOCK=4096",
+}
+EXTRA_SIGNATURES = [
+    ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
+    ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),
+    ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], MAX=False, BLOCK_R=2048, BLOCK_I=1"),
+    ("cumsum_kernel", "x=f16[?,?], out=f16[?,?], ROWS=64, BLOCK=32"),
+    ("cumsum_kernel", "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096"),
+]
+
+
+def _group(shape, strides, name):
+    """(size, stride) of dimensions flattened into one, or ValueError when they cannot be."""
+    dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
+    size = 1
+    for s, _ in dims:
+        size *= s
+    if size == 0 or not dims:
+        return size, 1
+    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
+        if st0 != st1 * s1:
+            raise ValueError(f"{name}: dimensions of sizes {tuple(shape)} with strides {tuple(strides)} "
+                             "(elements) cannot be flattened without a copy; pass a contiguous copy")
+    return size, dims[-1][1]
+
+
+def _reduce(x, dim, out, is_max: bool, op: str):
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError(f"{op}: x must have at least 1 dimension")
+    d = normalize_dim(dim, a.ndim)
+    if is_max and a.shape[d] == 0:
+        raise ValueError(f"{op}: cannot take the max over dimension {d}, which has size 0")
+    out_shape = a.shape[:d] + a.shape[d + 1:]
+    o = output(out, a, out_shape, a.dtype)
+    if o.numel == 0:
+        return o.obj
+    if d == a.ndim - 1 and (a.shape[d] == 1 or a.strides[d] == 1):
+        xv, n_rows, n_cols = rows_of(a, "x")
+        ov = view(o, (n_rows,), (_group(o.shape, o.strides, "out")[1],))
+        cfg = row_config(n_cols, n_rows)
+        launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
+               BLOCK=cfg.block)
+        return o.obj
+    outer, s_outer = _group(a.shape[:d], a.strides[:d], "x")
+    inner, s_inner = _group(a.shape[d + 1:], a.strides[d + 1:], "x")
+    r, s_r = a.shape[d], a.strides[d]
+    xv = view(a, (outer, r, inner), (s_outer, s_r, s_inner))
+    o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
+    o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
+    ov = view(o, (outer, 1, inner), (so_outer, 1, so_inner))
+    block_i = min(next_pow2(inner), 256)
+    block_r = min(next_pow2(r), builtins.max(INNER_TILE // block_i, 1))
+    num_warps = min(builtins.max(block_r * block_i // 512, 1), 8)
+    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i)), (xv, ov), num_warps, MAX=is_max,
+           BLOCK_R=block_r, BLOCK_I=block_i)
+    return o.obj
+
+
+def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
+    """sum(x, dim, out=None) -> the sum over dimension `dim` (removed from the shape).
+
+    x: f16, bf16 or f32, any shape; `dim` may be negative. Accumulates in f32,
+    returns x's dtype (or writes `out`). The dimensions before `dim` and those
+    after it must each flatten without a copy (else ValueError).
+
+    Block size: for the last dimension, `_common.row_config` (one tile up to
+    16384 elements, short rows packed, longer rows looped in 4096-element
+    tiles). For another dimension, each program owns min(next_pow2(inner), 256)
+    contiguous columns and walks the reduced dimension in tiles of
+    2048 / that many rows; num_warps = tile elements / 512, 1..8.
+    """
+    return _reduce(x, dim, out, False, "sum")
+
+
+def max(x, dim: int, out=None):  # noqa: A001 - the op's name
+    """max(x, dim, out=None) -> the maximum over dimension `dim` (values only).
+
+    Unlike torch.max(x, dim) this returns the values alone, not (values,
+    indices). NaN handling follows tc.maximum. Same dtypes, layout limits and
+    block sizes as `sum`; an empty reduced dimension is a ValueError.
+    """
+    return _reduce(x, dim, out, True, "max")
+
+
+def cumsum(x, dim: int = -1, out=None):
+    """cumsum(x, dim=-1, out=None) -> the inclusive running sum along the last dimension.
+
+    x: f16, bf16 or f32, any leading batch shape (last stride 1, leading
+    dimensions flattenable, else ValueError); only dim=-1 is supported (other
+    dims: ValueError). Accumulates in f32 across the whole row and returns x's
+    dtype (or writes `out`).
+
+    Block size: rows up to 4096 elements are one tile of next_pow2(n) columns,
+    short rows packed until a tile holds 2048 elements; longer rows are scanned
+    in 4096-column tiles carrying the running total. num_warps = tile
+    elements / 512, 1..16.
+    """
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError("cumsum: x must have at least 1 dimension")
+    if normalize_dim(dim, a.ndim) != a.ndim - 1:
+        raise ValueError(f"cumsum: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{a.shape}; move that dimension last first (a transpose and a contiguous copy)")
+    o = output(out, a, a.shape, a.dtype)
+    xv, n_rows, n_cols = rows_of(a, "x")
+    ov, _, _ = rows_of(o, "out")
+    if n_cols == 0:
+        return o.obj
+    cfg = row_config(n_cols, n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)
+    launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block)
+    return o.obj
