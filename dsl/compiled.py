@@ -24,3 +24,9 @@ class CompiledKernel:
     @property
     def shared(self) -> int:
         return self.metadata.get("shared", 0)
+
+    @property
+    def resources(self):
+        """Registers, shared memory, spills and occupancy on the current GPU (loads the module there)."""
+        from .runtime.module import resources
+        return resources(self)

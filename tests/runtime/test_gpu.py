@@ -170,7 +170,7 @@ def axpy_blocked(x, y, out, alpha, BLOCK: "constexpr"):  # noqa: F821
 
 
 def test_autotune_picks_persists_and_reuses(gpu, cache_dir, monkeypatch):
-    import tilec.autotune as at
+    import tilec as at  # tc.Config, tc.autotune
     k = PtxKernel(axpy_blocked)
     n = 1 << 22
     x, y = _rand(n, 7), _rand(n, 8)
