@@ -43,6 +43,7 @@ class CodegenContext:
         self._decl_cache: Dict[str, ir.Function] = {}
         self._strings: Dict[str, ir.GlobalVariable] = {}
         self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
+        self.debug_scope = None  # the DISubprogram when line tables are on (options.debug)
         # The prologue block computes thread ids and layout coordinates once, so that
         # every later block is dominated by them; it branches to `body` at the end.
         self.prologue = func.append_basic_block("prologue")

@@ -46,6 +46,9 @@ def _find_rule(op: Op):
 
 
 def lower_op(ctx: CodegenContext, op: Op) -> None:
+    if ctx.debug_scope is not None and op.loc.known:
+        ctx.builder.debug_metadata = ctx.module.add_debug_info(
+            "DILocation", {"line": op.loc.line, "column": op.loc.col, "scope": ctx.debug_scope})
     try:
         _find_rule(op)(ctx, op)
     except CompilationError:
@@ -128,6 +131,28 @@ def _annotate(module: ir.Module, fn: ir.Function, num_warps: int) -> None:
     ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), 32 * num_warps)]))
 
 
+def _debug_info(module: ir.Module, fn: ir.Function, func: Op):
+    """Line tables (`.loc` in the PTX) pointing at the user's source; returns the scope."""
+    import os
+    path = func.loc.file if func.loc.known else "<unknown>"
+    di_file = module.add_debug_info("DIFile", {"filename": os.path.basename(path),
+                                               "directory": os.path.dirname(path)})
+    cu = module.add_debug_info("DICompileUnit", {
+        "language": ir.DIToken("DW_LANG_Python"), "file": di_file, "producer": "tilec",
+        "isOptimized": True, "runtimeVersion": 0, "emissionKind": ir.DIToken("DebugDirectivesOnly"),
+    }, is_distinct=True)
+    module.add_named_metadata("llvm.dbg.cu").add(cu)
+    sub_type = module.add_debug_info("DISubroutineType", {"types": module.add_metadata([])})
+    sp = module.add_debug_info("DISubprogram", {
+        "name": fn.name, "file": di_file, "line": max(func.loc.line, 1), "type": sub_type,
+        "scopeLine": max(func.loc.line, 1), "spFlags": ir.DIToken("DISPFlagDefinition"), "unit": cu,
+    }, is_distinct=True)
+    fn.set_metadata("dbg", sp)
+    module.add_named_metadata("llvm.module.flags", [ir.Constant(ir.IntType(32), 2), "Debug Info Version",
+                                                    ir.Constant(ir.IntType(32), 3)])
+    return sp
+
+
 def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "") -> ir.Module:
     """Lower a gpu-IR module holding one kernel to an llvmlite module."""
     from . import rules  # noqa: F401  (registers every rule)
@@ -145,6 +170,8 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     except TypeError as e:
         raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
     ctx = CodegenContext(llmod, fn, name, options, num_warps)
+    if getattr(options, "debug", False):
+        ctx.debug_scope = _debug_info(llmod, fn, func)
     _bind_params(ctx, entry, slots)
     term = lower_block(ctx, entry)
     if term is not None and term.operands:

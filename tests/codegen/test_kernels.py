@@ -57,3 +57,16 @@ def test_atomics_keep_order_and_scope(arch):
     assert "atom.acq_rel.gpu.global.add.f32" in ptx  # the default sem/scope of tc.atomic_add
     assert "atom.relaxed.gpu.global.cas.b32" in ptx  # f32 max: a CAS loop, relaxed as asked
     assert ".sys." not in ptx
+
+
+def test_debug_adds_line_info_that_ptxas_accepts():
+    import inspect
+    from kernels import control_flow
+    plain = compile_sig("control_flow", "sm_90a").asm["ptx"]
+    ck = compile_sig("control_flow", "sm_90a", debug=True)
+    assert ".loc" not in plain
+    first = inspect.getsourcelines(control_flow.fn)[1] if hasattr(control_flow, "fn") else None
+    lines = {int(ln.split()[2]) for ln in ck.asm["ptx"].splitlines() if ln.strip().startswith(".loc")}
+    assert lines and (first is None or max(lines) > first)
+    assert 'kernels.py"' in ck.asm["ptx"]  # the .file directive names the user's file
+    assert ck.asm["cubin"]
