@@ -1,0 +1,135 @@
+"""Row plumbing of the elementwise ops: arrays seen as (rows, cols) with a row stride,
+slices of the last dimension, and the tile heuristic.
+
+Elementwise kernels address memory through pointer tiles built from a row stride
+and a column index rather than through views: the compiler then knows, from the
+"divisible by 16" specialization of the column count and the strides, that
+groups of 8 (f16/bf16) or 4 (f32) consecutive elements share one mask, and emits
+16-byte ld.global.v4 / st.global.v4. (A view's extents carry no divisibility.)
+"""
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+
+import tilec as tc
+
+from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, view
+
+__all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "INDEX_LIMIT"]
+
+# Element offsets at or past this need 64-bit index arithmetic in the kernels.
+INDEX_LIMIT = 2 ** 31 - 2 ** 20
+
+
+class Rows(tuple):
+    """(kernel argument, row stride in elements) of one array in a (rows, cols) form."""
+
+    @property
+    def arg(self):
+        return self[0]
+
+    @property
+    def stride(self) -> int:
+        return self[1]
+
+
+def _contiguous(a: Arr) -> bool:
+    return all(s == c for s, c, n in zip(a.strides, contiguous_strides(a.shape), a.shape) if n > 1)
+
+
+def _row_stride(a: Arr, name: str) -> int:
+    """The one stride that steps through `a`'s rows (leading dimensions flattened);
+    ValueError when the last dimension is not contiguous or the rows do not flatten."""
+    if a.shape[-1] > 1 and a.strides[-1] != 1:
+        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {a.strides} "
+                         f"(elements) for shape {a.shape}; pass a contiguous copy "
+                         "(np.ascontiguousarray / .contiguous())")
+    lead = [(s, st) for s, st in zip(a.shape[:-1], a.strides[:-1]) if s != 1]
+    for (_s0, st0), (s1, st1) in zip(lead, lead[1:]):
+        if st0 != st1 * s1:
+            raise ValueError(f"{name}: the leading dimensions of shape {a.shape} with strides {a.strides} "
+                             "(elements) cannot be flattened into rows without a copy; pass a contiguous copy "
+                             "(np.ascontiguousarray / .contiguous())")
+    return lead[-1][1] if lead else max(a.shape[-1], 1)
+
+
+def rows_form(arrays, names) -> Tuple[int, int, list]:
+    """(n_rows, n_cols, [Rows per array]) for arrays of one shape.
+
+    When every array is contiguous the whole tensor is one row (the longest runs,
+    the fewest masks); otherwise each array is its rows of the last dimension with
+    its own row stride (strided rows are fine, a non-unit last stride is not).
+    """
+    shape = arrays[0].shape
+    if len(shape) == 0:
+        raise ValueError(f"{names[0]}: a 0-d array; pass an array of at least 1 dimension")
+    n = int(np.prod(shape, dtype=np.int64))
+    if all(_contiguous(a) for a in arrays):
+        return 1, n, [Rows((view(a, (1, n), (max(n, 1), 1)), max(n, 1))) for a in arrays]
+    n_cols = shape[-1]
+    n_rows = n // n_cols if n_cols else 0
+    out = []
+    for a, name in zip(arrays, names):
+        stride = _row_stride(a, name)
+        out.append(Rows((view(a, (n_rows, n_cols), (stride, 1)), stride)))
+    return n_rows, n_cols, out
+
+
+def row_view(a: Arr, name: str) -> Rows:
+    """`a` as its rows of the last dimension (leading dimensions flattened), never one long row."""
+    n_cols = a.shape[-1]
+    n_rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    stride = _row_stride(a, name)
+    return Rows((view(a, (n_rows, n_cols), (stride, 1)), stride))
+
+
+def slice_last(a: Arr, start: int, stop: int) -> Arr:
+    """`a[..., start:stop]` without a copy, for every array kind."""
+    if a.kind == "bf16host":
+        return as_array(BF16Array(a.obj.values[..., start:stop], _rounded=True), "slice")
+    if a.kind in ("numpy", "torch", "cupy"):
+        return as_array(a.obj[..., start:stop], "slice")
+    from tilec.runtime.interop import array_info  # noqa: PLC0415
+    isz = a.dtype.itemsize
+    ptr = array_info(a.obj)[0] + start * a.strides[-1] * isz
+    shape = a.shape[:-1] + (stop - start,)
+    d = tc.DeviceArray(ptr, shape, tuple(s * isz for s in a.strides), a.dtype, a.device, owner=a.obj)
+    return as_array(d, "slice")
+
+
+class TileConfig(tuple):
+    """(block_rows, block_cols, num_warps) of an elementwise launch."""
+
+    @property
+    def rows(self) -> int:
+        return self[0]
+
+    @property
+    def cols(self) -> int:
+        return self[1]
+
+    @property
+    def num_warps(self) -> int:
+        return self[2]
+
+    def grid(self, n_rows: int, n_cols: int, batch: int = 1) -> Tuple[int]:
+        return (tc.cdiv(n_rows, self.rows) * tc.cdiv(n_cols, self.cols) * batch,)
+
+
+TILE_ELEMS = 4096   # elements per program: 16 per thread at 8 warps (two or four 16-byte accesses)
+
+
+def tile_config(n_rows: int, n_cols: int, tile_elems: int = TILE_ELEMS) -> TileConfig:
+    """The elementwise heuristic.
+
+    A program handles a (BR, BC) tile of about `tile_elems` elements: BC =
+    next_pow2(n_cols) capped at `tile_elems`, BR fills the rest with rows (never
+    more than there are). num_warps = tile elements / 512 (16 elements per
+    thread), clamped to 1..8, so small inputs do not launch idle warps.
+    """
+    bc = min(next_pow2(max(n_cols, 1)), tile_elems)
+    br = min(max(tile_elems // bc, 1), next_pow2(max(n_rows, 1)))
+    warps = min(max(br * bc // 512, 1), 8)
+    return TileConfig((br, bc, warps))

@@ -1,0 +1,322 @@
+"""Elementwise ops: gelu, silu_and_mul / swiglu, add / mul with broadcasting, and rope.
+
+Every op reads f16, bf16 or f32, computes in f32 and writes its input's dtype.
+Arrays are seen as (rows, cols) (see _rows.py): a contiguous tensor is one long
+row, anything else its rows of the last dimension with a row stride, so strided
+rows work and a non-unit last stride is a ValueError. Tiles are (BR, BC) with
+the heuristic of `_rows.tile_config`; accesses are 16 bytes wide when the row
+length and the row strides are multiples of 16 elements.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import tilec as tc
+from tilec import dtypes as _dt
+
+from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, view
+from ._rows import INDEX_LIMIT, row_view, rows_form, slice_last, tile_config
+
+__all__ = ["gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "SIGNATURES"]
+
+
+# ----------------------------------------------------------------------------- shared device helpers
+@tc.func
+def tile_index(n_rows, n_cols, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr):
+    """This program's (rows, cols, mask) of a (BR, BC) tiling of n_rows x n_cols, row-major
+    over tiles; i64 indices when WIDE."""
+    pid = tc.program_id(0)
+    if WIDE:
+        pid = pid.astype(tc.int64)
+    n_col_tiles = tc.cdiv(n_cols, BC)
+    rows = (pid // n_col_tiles) * BR + tc.arange(0, BR)
+    cols = (pid % n_col_tiles) * BC + tc.arange(0, BC)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    return rows, cols, mask
+
+
+@tc.func
+def gelu_f32(x, APPROX: tc.constexpr):
+    if APPROX == "tanh":
+        # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        return 0.5 * x * (1.0 + tc.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    return 0.5 * x * (1.0 + tc.erf(x * 0.7071067811865476))
+
+
+# ----------------------------------------------------------------------------- kernels
+@tc.kernel
+def gelu_kernel(x, out, n_rows, n_cols, sx, so, APPROX: tc.constexpr, BR: tc.constexpr, BC: tc.constexpr,
+                WIDE: tc.constexpr):
+    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE)
+    t = tc.load(x.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    tc.store(out.ptr + rows[:, None] * so + cols[None, :], gelu_f32(t, APPROX).astype(out.dtype), mask=mask)
+
+
+@tc.kernel
+def silu_mul_kernel(g, u, out, n_rows, n_cols, sg, su, so, BR: tc.constexpr, BC: tc.constexpr,
+                    WIDE: tc.constexpr):
+    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE)
+    a = tc.load(g.ptr + rows[:, None] * sg + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    b = tc.load(u.ptr + rows[:, None] * su + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    tc.store(out.ptr + rows[:, None] * so + cols[None, :], (a * tc.sigmoid(a) * b).astype(out.dtype), mask=mask)
+
+
+@tc.kernel
+def binary_kernel(a, b, out, n_batch, n_rows, n_cols, sab, sar, sac, sbb, sbr, sbc, sob, sor,
+                  OP: tc.constexpr, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr):
+    # A (batch, rows, cols) iteration space; a stride of 0 broadcasts an operand. The
+    # batch index is the slowest part of the program id, one batch entry per program.
+    pid = tc.program_id(0)
+    if WIDE:
+        pid = pid.astype(tc.int64)
+    n_col_tiles = tc.cdiv(n_cols, BC)
+    per_batch = tc.cdiv(n_rows, BR) * n_col_tiles
+    bi = pid // per_batch
+    rest = pid % per_batch
+    rows = (rest // n_col_tiles) * BR + tc.arange(0, BR)
+    cols = (rest % n_col_tiles) * BC + tc.arange(0, BC)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    x = tc.load(a.ptr + bi * sab + rows[:, None] * sar + cols[None, :] * sac, mask=mask, other=0.0)
+    y = tc.load(b.ptr + bi * sbb + rows[:, None] * sbr + cols[None, :] * sbc, mask=mask, other=0.0)
+    x = x.astype(tc.float32)
+    y = y.astype(tc.float32)
+    if OP == "add":
+        r = x + y
+    else:
+        r = x * y
+    tc.store(out.ptr + bi * sob + rows[:, None] * sor + cols[None, :], r.astype(out.dtype), mask=mask)
+
+
+@tc.kernel
+def rope_half_kernel(x1, x2, cos, sin, o1, o2, n_rows, half, sx, sc, so, inner, seq,
+                     BR: tc.constexpr, BH: tc.constexpr, WIDE: tc.constexpr):
+    # Half-split layout: x = [x1 | x2]; o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin.
+    # x1/x2 (and o1/o2) point at the two halves of each row, so each load is contiguous.
+    rows, cols, mask = tile_index(n_rows, half, BR, BH, WIDE)
+    pos = (rows // inner) % seq
+    c = tc.load(cos.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    s = tc.load(sin.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    a = tc.load(x1.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    b = tc.load(x2.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    tc.store(o1.ptr + rows[:, None] * so + cols[None, :], (a * c - b * s).astype(o1.dtype), mask=mask)
+    tc.store(o2.ptr + rows[:, None] * so + cols[None, :], (b * c + a * s).astype(o2.dtype), mask=mask)
+
+
+@tc.kernel
+def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, seq,
+                            BR: tc.constexpr, BD: tc.constexpr, WIDE: tc.constexpr):
+    # Interleaved layout: pairs (x[2j], x[2j+1]) rotate by angle j. The row tile is read
+    # whole (contiguous), split into pairs by a reshape to (BR, BD/2, 2), and written whole.
+    rows, cols, mask = tile_index(n_rows, dim, BR, BD, WIDE)
+    pid = tc.program_id(0)
+    j = (pid % tc.cdiv(dim, BD)) * (BD // 2) + tc.arange(0, BD // 2)
+    t = tc.load(x.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    pairs = tc.reshape(t, (BR, BD // 2, 2))
+    lane = tc.arange(0, 2)[None, None, :]
+    even = tc.sum(tc.where(lane == 0, pairs, 0.0), axis=2)
+    odd = tc.sum(tc.where(lane == 1, pairs, 0.0), axis=2)
+    pos = (rows // inner) % seq
+    cmask = (rows < n_rows)[:, None] & (j < dim // 2)[None, :]
+    c = tc.load(cos.ptr + pos[:, None] * sc + j[None, :], mask=cmask, other=0.0).astype(tc.float32)
+    s = tc.load(sin.ptr + pos[:, None] * sc + j[None, :], mask=cmask, other=0.0).astype(tc.float32)
+    out_even = even * c - odd * s
+    out_odd = odd * c + even * s
+    r = tc.where(lane == 0, out_even[:, :, None], out_odd[:, :, None])
+    tc.store(out.ptr + rows[:, None] * so + cols[None, :], tc.reshape(r, (BR, BD)).astype(out.dtype), mask=mask)
+
+
+_ROW_ARGS = "n_rows=i32, n_cols=i32:16"
+SIGNATURES = {
+    "gelu_kernel": f"x=f16[?,?], out=f16[?,?], {_ROW_ARGS}, sx=i32:16, so=i32:16, APPROX='none', BR=1, BC=4096, WIDE=False",
+    "silu_mul_kernel": f"g=bf16[?,?], u=bf16[?,?], out=bf16[?,?], {_ROW_ARGS}, sg=i32:16, su=i32:16, so=i32:16, "
+                       "BR=2, BC=2048, WIDE=False",
+    "binary_kernel": "a=f32[?,?,?], b=f32[?,?,?], out=f32[?,?,?], n_batch=i32, n_rows=i32, n_cols=i32:16, sab=i32, "
+                     "sar=i32:16, sac=1, sbb=i32, sbr=i32, sbc=1, sob=i32, sor=i32:16, OP='add', BR=4, BC=1024, "
+                     "WIDE=False",
+    "rope_half_kernel": "x1=f16[?,?], x2=f16[?,?], cos=f32[?,?], sin=f32[?,?], o1=f16[?,?], o2=f16[?,?], n_rows=i32, "
+                        "half=i32:16, sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=64, BH=64, WIDE=False",
+    "rope_interleaved_kernel": "x=bf16[?,?], cos=f32[?,?], sin=f32[?,?], out=bf16[?,?], n_rows=i32, dim=i32:16, "
+                               "sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=32, BD=128, WIDE=False",
+}
+
+
+# ----------------------------------------------------------------------------- entry points
+def _inputs(named, allowed=None):
+    arrs = {name: as_array(x, name) for name, x in named.items()}
+    for name, a in arrs.items():
+        check_float(a, name, allowed) if allowed else check_float(a, name)
+    check_same_place(arrs)
+    return list(arrs.values())
+
+
+def _wide(*extents) -> bool:
+    return any(int(e) >= INDEX_LIMIT for e in extents)
+
+
+def gelu(x, approximate: str = "none", out=None):
+    """GELU of `x`: 0.5 x (1 + erf(x / sqrt 2)), or with approximate="tanh" the tanh form.
+
+    f16, bf16, f32; any shape; computed in f32. Tiles of about 4096 elements
+    (`_rows.tile_config`: whole rows when short, 16 elements per thread).
+    """
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    a, = _inputs({"x": x})
+    o = output(out, a, a.shape, a.dtype)
+    n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
+    cfg = tile_config(n_rows, n_cols)
+    launch(gelu_kernel, cfg.grid(n_rows, n_cols), [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride],
+           num_warps=cfg.num_warps, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
+           WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols))
+    return o.obj
+
+
+def _gated(ga, ua, out, like):
+    o = output(out, like, ga.shape, like.dtype)
+    n_rows, n_cols, (rg, ru, ro) = rows_form([ga, ua, o], ["gate", "up", "out"])
+    cfg = tile_config(n_rows, n_cols)
+    launch(silu_mul_kernel, cfg.grid(n_rows, n_cols),
+           [rg.arg, ru.arg, ro.arg, n_rows, n_cols, rg.stride, ru.stride, ro.stride],
+           num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols,
+           WIDE=_wide(n_rows * rg.stride, n_rows * ru.stride, n_rows * ro.stride, n_rows * n_cols))
+    return o.obj
+
+
+def swiglu(gate, up, out=None):
+    """silu(gate) * up, elementwise (gate and up of one shape and dtype).
+
+    f16, bf16, f32; computed in f32; the tile heuristic of `gelu`.
+    """
+    ga, ua = _inputs({"gate": gate, "up": up})
+    if ga.shape != ua.shape or ga.dtype is not ua.dtype:
+        raise ValueError(f"gate and up must have one shape and dtype, got {ga.shape} {ga.dtype.name} and "
+                         f"{ua.shape} {ua.dtype.name}")
+    return _gated(ga, ua, out, ga)
+
+
+def silu_and_mul(x, out=None):
+    """silu(x[..., :d]) * x[..., d:] for x of last dimension 2d: the fused gated MLP
+    activation. Returns (..., d). The two halves are read in place (no copy)."""
+    a, = _inputs({"x": x})
+    if a.ndim == 0 or a.shape[-1] % 2:
+        raise ValueError(f"x: the last dimension must be even (gate and up halves), got shape {a.shape}")
+    d = a.shape[-1] // 2
+    return _gated(slice_last(a, 0, d), slice_last(a, d, 2 * d), out, a)
+
+
+# ----------------------------------------------------------------------------- add / mul
+def _broadcast_strides(a, shape):
+    pad = len(shape) - a.ndim
+    sizes = (1,) * pad + tuple(a.shape)
+    strides = (0,) * pad + tuple(a.strides)
+    return [0 if n == 1 and m != 1 else st for n, m, st in zip(sizes, shape, strides)]
+
+
+def _collapse(shape, stride_lists):
+    """Drop extents of 1 and merge neighbouring dimensions that every operand steps
+    through as one: (shape, strides per operand) of the smallest rank."""
+    keep = [d for d, n in enumerate(shape) if n != 1]
+    dims = [[shape[d], [st[d] for st in stride_lists]] for d in keep]
+    merged = []
+    for n, sts in dims:
+        if merged and all(p == s * n for p, s in zip(merged[-1][1], sts)):
+            merged[-1] = [merged[-1][0] * n, sts]
+        else:
+            merged.append([n, sts])
+    return [m[0] for m in merged], [[m[1][i] for m in merged] for i in range(len(stride_lists))]
+
+
+def _binary(op, a, b, out):
+    aa, ba = _inputs({"a": a, "b": b})
+    shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    dtype = _dt.promote(aa.dtype, ba.dtype)
+    o = output(out, aa, shape, dtype)
+    sizes, (sa, sb, so) = _collapse(shape, [_broadcast_strides(aa, shape), _broadcast_strides(ba, shape),
+                                            list(o.strides)])
+    if len(sizes) > 3:
+        raise ValueError(f"{op}: the broadcast of shapes {aa.shape} and {ba.shape} (with these strides) needs "
+                         f"{len(sizes)} dimensions after merging, at most 3 are supported; pass contiguous "
+                         "or expanded copies")
+    if sizes and so[-1] != 1:
+        raise ValueError(f"{op}: out must be contiguous along its last dimension, got strides {o.strides}")
+    pad = 3 - len(sizes)
+    sizes = [1] * pad + sizes
+    sa, sb, so = ([0] * pad + s for s in (sa, sb, so))
+    n_batch, n_rows, n_cols = sizes
+    cfg = tile_config(n_rows, n_cols)
+    args = [view(aa, sizes, sa), view(ba, sizes, sb), view(o, sizes, so), n_batch, n_rows, n_cols,
+            sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], so[0], so[1]]
+    extent = [abs(st) * (n - 1) for s in (sa, sb, so) for st, n in zip(s, sizes)]
+    launch(binary_kernel, cfg.grid(n_rows, n_cols, n_batch), args, num_warps=cfg.num_warps, OP=op,
+           BR=cfg.rows, BC=cfg.cols, WIDE=_wide(sum(extent[:3]), sum(extent[3:6]), sum(extent[6:]),
+                                                 n_batch * n_rows * n_cols))
+    return o.obj
+
+
+def add(a, b, out=None):
+    """a + b with numpy broadcasting (f16, bf16, f32; the result has the promoted dtype).
+
+    The broadcast is done by stride-0 reads, never by copies: after merging the
+    dimensions that every operand steps through as one, at most 3 may remain
+    (batch, rows, cols). Tile heuristic of `gelu` over (rows, cols), one batch
+    entry per program.
+    """
+    return _binary("add", a, b, out)
+
+
+def mul(a, b, out=None):
+    """a * b with numpy broadcasting; see `add`."""
+    return _binary("mul", a, b, out)
+
+
+# ----------------------------------------------------------------------------- rope
+def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
+    """Rotary position embedding of x (..., S, ..., D) by cos/sin of shape (S, D/2).
+
+    Half-split layout (default, GPT-NeoX / Llama): x = [x1 | x2] along the last
+    dimension, out = [x1 cos - x2 sin | x2 cos + x1 sin]. interleaved=True
+    (GPT-J): pairs (x[2j], x[2j+1]) rotate by cos[:, j], sin[:, j].
+    seq_dim is the position dimension of x: by default -3 for x of rank >= 3
+    ((batch, seq, heads, dim)) and -2 for rank 2 ((seq, dim)); pass -2 for
+    (batch, heads, seq, dim). x f16/bf16/f32, cos/sin any of those (computed in
+    f32). Tiles: (rows, D/2) halves of about 2048 elements each, or (rows, D)
+    tiles of about 4096 for the interleaved layout.
+    """
+    xa, ca, sa = _inputs({"x": x, "cos": cos, "sin": sin})
+    if xa.ndim < 2 or xa.shape[-1] % 2:
+        raise ValueError(f"x: expected rank >= 2 with an even last dimension, got shape {xa.shape}")
+    from ._common import normalize_dim  # noqa: PLC0415
+    sd = normalize_dim((-3 if xa.ndim >= 3 else -2) if seq_dim is None else seq_dim, xa.ndim, "seq_dim")
+    if sd == xa.ndim - 1:
+        raise ValueError("seq_dim must not be the last (rotated) dimension")
+    dim, seq = xa.shape[-1], xa.shape[sd]
+    half = dim // 2
+    for name, t in (("cos", ca), ("sin", sa)):
+        if t.shape != (seq, half):
+            raise ValueError(f"{name}: expected shape {(seq, half)} (positions, dim / 2), got {t.shape}")
+    if ca.strides != sa.strides:
+        raise ValueError(f"cos and sin must have the same strides, got {ca.strides} and {sa.strides}")
+    o = output(out, xa, xa.shape, xa.dtype)
+    n_rows = int(np.prod(xa.shape[:-1], dtype=np.int64))
+    inner = int(np.prod(xa.shape[sd + 1:-1], dtype=np.int64))
+    rc = row_view(ca, "cos")
+    rs = row_view(sa, "sin")
+    if not interleaved:
+        x1, x2 = row_view(slice_last(xa, 0, half), "x"), row_view(slice_last(xa, half, dim), "x")
+        o1, o2 = row_view(slice_last(o, 0, half), "out"), row_view(slice_last(o, half, dim), "out")
+        cfg = tile_config(n_rows, half, tile_elems=2048)
+        launch(rope_half_kernel, cfg.grid(n_rows, half),
+               [x1.arg, x2.arg, rc.arg, rs.arg, o1.arg, o2.arg, n_rows, half, x1.stride, rc.stride, o1.stride,
+                inner, seq],
+               num_warps=cfg.num_warps, BR=cfg.rows, BH=cfg.cols,
+               WIDE=_wide(n_rows * x1.stride, n_rows * o1.stride, seq * rc.stride))
+    else:
+        rx, ro = row_view(xa, "x"), row_view(o, "out")
+        cfg = tile_config(n_rows, dim)
+        launch(rope_interleaved_kernel, cfg.grid(n_rows, dim),
+               [rx.arg, rc.arg, rs.arg, ro.arg, n_rows, dim, rx.stride, rc.stride, ro.stride, inner, seq],
+               num_warps=cfg.num_warps, BR=cfg.rows, BD=max(cfg.cols, 2),
+               WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, seq * rc.stride))
+    return o.obj
