@@ -2,7 +2,8 @@
 assembles it with no spills and no warnings.
 
 Kernels are found through the `SIGNATURES` dict of each file in examples/ and of each
-module of tilec.stdlib_kernels (see docs/internals.md). Without ptxas these tests fail:
+module of tilec.stdlib_kernels (see docs/internals.md); an optional `OPTIONS` dict of
+the same module gives a kernel's default compile options (e.g. {"k": {"num_warps": 8}}). Without ptxas these tests fail:
 install the test extra (`pip install -e .[test]`, which brings the nvidia-cuda-nvcc wheel).
 """
 import importlib
@@ -43,9 +44,10 @@ def _stdlib_modules():
 def _cases():
     out = []
     for where, mod in list(_example_modules()) + list(_stdlib_modules()):
+        options = getattr(mod, "OPTIONS", {})
         for name, sig in getattr(mod, "SIGNATURES", {}).items():
             for arch in ARCHS:
-                out.append(pytest.param(mod, name, sig, arch, id=f"{where}:{name}-{arch}"))
+                out.append(pytest.param(mod, name, sig, arch, options.get(name, {}), id=f"{where}:{name}-{arch}"))
     return out
 
 
@@ -61,10 +63,11 @@ def test_examples_are_found():
     assert CASES, "no kernels with SIGNATURES found under examples/ or tilec.stdlib_kernels"
 
 
-@pytest.mark.parametrize("mod,name,sig,arch", CASES)
-def test_assembles_without_spills(mod, name, sig, arch):
+@pytest.mark.parametrize("mod,name,sig,arch,options", CASES)
+def test_assembles_without_spills(mod, name, sig, arch, options):
     kernel = getattr(mod, name)
-    compiled = compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch=arch), use_cache=False)
+    compiled = compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch=arch, **options),
+                              use_cache=False)
     assert f".target {arch}" in compiled.asm["ptx"]
     # the compiler ran ptxas (it raises with ptxas's message when the PTX is rejected)
     assert compiled.asm.get("cubin"), "the compiler did not run ptxas"
