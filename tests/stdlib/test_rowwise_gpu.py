@@ -1,0 +1,92 @@
+"""Row-wise stdlib ops on the GPU: torch CUDA tensors against torch's own ops in
+float64, and tc.DeviceArrays against numpy. Skipped where no GPU is found."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec as tc
+import tilec.stdlib_kernels as sk
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
+SHAPES = [(4096, 4096), (3, 262144), (5, 3, 1000), (7, 1), (64, 16385)]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
+def _close(torch, got, want, dtype_name, scale=1.0):
+    rtol, atol = TOL[dtype_name]
+    torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol * scale, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_softmax_and_norms_match_torch(torch, shape, dtype_name):
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x64 = x.double()
+    _close(torch, sk.softmax(x), torch.softmax(x64, -1), dtype_name)
+    _close(torch, sk.log_softmax(x), torch.log_softmax(x64, -1), dtype_name, scale=10)
+    n = shape[-1]
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=torch.float32)
+    y, mean, rstd = sk.layer_norm(x, w, b, return_stats=True)
+    _close(torch, y, F.layer_norm(x64, (n,), w.double(), b.double(), 1e-5), dtype_name, scale=8)
+    torch.testing.assert_close(mean.double(), x64.mean(-1), rtol=1e-5, atol=1e-4)
+    want_rms = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w.double()
+    _close(torch, sk.rms_norm(x, w), want_rms, dtype_name, scale=8)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(4096, 4096), (3, 262144), (1000, 7)])
+def test_cross_entropy_and_reductions_match_torch(torch, shape, dtype_name):
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x64 = x.double()
+    t = torch.randint(0, shape[-1], shape[:-1], device="cuda")
+    t[0] = -100
+    for reduction in ("none", "sum", "mean"):
+        want = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)
+        _close(torch, sk.cross_entropy(x, t, reduction=reduction), want, dtype_name, scale=shape[0])
+    for dim in (0, 1):
+        _close(torch, sk.sum(x, dim), x64.sum(dim), dtype_name, scale=shape[dim])
+        _close(torch, sk.max(x, dim), x64.max(dim).values, dtype_name)
+    _close(torch, sk.cumsum(x), x64.cumsum(-1), dtype_name, scale=shape[-1] ** 0.5)
+
+
+def test_strided_rows_and_out(torch):
+    base = torch.randn(64, 3000, device="cuda", dtype=torch.float16)
+    x = base[::2, 100:2900]                     # row stride 6000, last stride 1
+    out = torch.empty(x.shape, device="cuda", dtype=torch.float16)
+    assert sk.softmax(x, out=out) is out
+    _close(torch, out, torch.softmax(x.double(), -1), "float16")
+    with pytest.raises(ValueError, match="last dimension must be contiguous"):
+        sk.softmax(base.t())
+
+
+def test_device_arrays_match_numpy():
+    if not tc.runtime.gpu_available():
+        pytest.skip("no GPU")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((300, 5000)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    xd = tc.from_numpy(x)
+    got = sk.softmax(xd)
+    assert isinstance(got, tc.DeviceArray)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    np.testing.assert_allclose(got.to_numpy(), e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-9)
+    np.testing.assert_allclose(sk.sum(xd, 0).to_numpy(), x64.sum(0), rtol=1e-4, atol=1e-4)
+    t = rng.integers(0, 5000, 300)
+    loss = sk.cross_entropy(xd, tc.from_numpy(t)).to_numpy()
+    lse = np.log(e.sum(-1)) + x64.max(-1)
+    np.testing.assert_allclose(loss, np.mean(lse - x64[np.arange(300), t]), rtol=1e-5)
