@@ -133,16 +133,24 @@ def _is_constexpr_annotation(ann) -> bool:
 class PreparedLaunch:
     """One compiled kernel loaded on one device, with its argument packer."""
 
-    __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pack", "params_addr",
-                 "lock", "name", "device")
+    __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pool", "param_names",
+                 "name", "device")
 
     def __init__(self, compiled, loaded, state: KernelState):
         self.compiled, self.loaded = compiled, loaded
         self.function, self.threads, self.shared = loaded.function, loaded.threads, loaded.shared
         self.device = loaded.device
         self.name = compiled.name
-        self.pack, self.params_addr = build_packer(compiled, state.params)
-        self.lock = threading.Lock()
+        self.param_names = list(state.params)
+        # Free (packer, kernelParams address) pairs, each with its own buffer. A launch pops
+        # one (atomic under the GIL), so two threads never pack into the same buffer.
+        self.pool = [build_packer(compiled, self.param_names)]
+
+    def take_packer(self):
+        try:
+            return self.pool.pop()
+        except IndexError:  # another thread holds the only one: give this thread its own
+            return build_packer(self.compiled, self.param_names)
 
 
 def _signature(state: KernelState, vals):
@@ -175,6 +183,7 @@ _OPTION_NAMES = ("num_warps", "num_stages", "arch", "fast_math", "debug")
 _SUCCESS = None
 _cuLaunchKernel = None
 _torch_tensor = None          # torch.Tensor once torch is imported
+_torch_current_stream = None  # torch._C._cuda_getCurrentRawStream: an int, no Stream object
 _streams: Dict[int, Any] = {}
 
 
@@ -222,8 +231,8 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
         elif t is float:
             parts.append(float)
             infos.append(None)
-        elif t is tensor_cls and v.is_cuda:
-            info = (v.data_ptr(), v.shape, v.stride(), interop.torch_dtype_map(v.dtype), v.get_device())
+        elif t is tensor_cls and (tdev := v.get_device()) >= 0:
+            info = (v.data_ptr(), v.shape, v.stride(), interop.torch_dtype_map(v.dtype), tdev)
             sig = _array_sig(info)
             parts.append(sig)
             infos.append(info)
@@ -253,18 +262,23 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
     if stream is not None:
         h = stream_handle(stream)
     elif has_torch:
-        h = sys.modules["torch"]._C._cuda_getCurrentRawStream(device)  # noqa: SLF001
+        h = _torch_current_stream(device)
     else:
         h = 0
     s = _streams.get(h)
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = prepared.name
+    pool = prepared.pool
     try:
-        with prepared.lock:  # the packed buffer is shared: pack and launch as one step
-            prepared.pack(vals, infos)
-            res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
-                                  prepared.shared, s, prepared.params_addr, 0)[0]
+        packer = pool.pop()
+    except IndexError:
+        packer = prepared.take_packer()
+    try:
+        packer[0](vals, infos)
+        res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
+                              prepared.shared, s, packer[1], 0)[0]
+        pool.append(packer)
     except (TypeError, OverflowError):
         _grid3(grid if not callable(grid) else (gx, gy, gz), state.name)  # says what is wrong
         raise
@@ -316,13 +330,14 @@ def _grid3(grid, name: str):
 
 def _bind_driver() -> None:
     """Cache the driver entry points the hot path calls (after the driver is loaded)."""
-    global _SUCCESS, _cuLaunchKernel, _torch_tensor
+    global _SUCCESS, _cuLaunchKernel, _torch_tensor, _torch_current_stream
     d = driver.cu()
     _SUCCESS = d.CUresult.CUDA_SUCCESS
     _cuLaunchKernel = d.cuLaunchKernel
     torch = sys.modules.get("torch")
     if torch is not None:
         _torch_tensor = torch.Tensor
+        _torch_current_stream = torch._C._cuda_getCurrentRawStream  # noqa: SLF001
 
 
 def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
@@ -333,9 +348,10 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = p.name
-    with p.lock:
-        p.pack(vals, infos)
-        res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, p.params_addr, 0)[0]
+    packer = p.take_packer()
+    packer[0](vals, infos)
+    res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
+    p.pool.append(packer)
     if res is not _SUCCESS:
         driver.check((res,), "cuLaunchKernel", p.name)
 
@@ -402,8 +418,8 @@ def launch_compiled(compiled, grid, *args, stream=None):
         prepared = per_dev[device] = PreparedLaunch.__new__(PreparedLaunch)
         prepared.compiled, prepared.loaded, prepared.device, prepared.name = compiled, loaded, device, compiled.name
         prepared.function, prepared.threads, prepared.shared = loaded.function, loaded.threads, loaded.shared
-        prepared.pack, prepared.params_addr = build_packer(compiled, names)
-        prepared.lock = threading.Lock()
+        prepared.param_names = names
+        prepared.pool = [build_packer(compiled, names)]
     driver.ensure_context(device)
     gx, gy, gz = _grid3(grid, compiled.name)
     if gx and gy and gz:
