@@ -23,6 +23,7 @@ from .passes.lower_views import lower_views
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.reductions import lower_reductions
+from .passes.scans import lower_scans
 from .passes.shared_alloc import allocate_shared
 
 __all__ = ["PIPELINE", "TILE_PASSES", "get_pass", "pass_names", "run_passes", "run_pipeline", "dump_to_directory"]
@@ -45,6 +46,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),
     ("lower_reductions", lower_reductions),
+    ("lower_scans", lower_scans),
     ("allocate_shared", allocate_shared),
 ]
 

@@ -15,6 +15,7 @@ from ...ir import tile_ops as T
 from ...ir.types import TileType
 from ..gpu import ops as G
 from ..gpu.layouts import DistributedLayout
+from ..gpu.scan import scan_lanes, scan_thread, scan_warps
 from ..gpu.stages import axis_bits
 from ..passes.shared_alloc import convert_needs_shared
 from .rules_shape import register_map
@@ -210,6 +211,65 @@ def _reduce_lanes(ctx, op):
             cur = combine(ctx, block, lo_vals, hi_vals)
         outs.append(cur)
     _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
+
+
+# ----------------------------------------------------------------------------- scans
+class _LLVMScanEngine:
+    """The arithmetic gpu/scan.py needs, on llvmlite values of the calling thread."""
+
+    def __init__(self, ctx, block, elem: ir.Type, byte_offset: int = 0):
+        self.ctx, self.block, self.elem, self.byte_offset = ctx, block, elem, byte_offset
+        self.ops = ctx.ops
+
+    def combine(self, a, b):
+        return combine(self.ctx, self.block, [a], [b])[0]
+
+    def select(self, cond, a, b):
+        if isinstance(cond, bool):
+            return a if cond else b
+        return self.ctx.builder.select(cond, a, b)
+
+    def lane_bit(self, k: int):
+        b = self.ctx.builder
+        return b.icmp_unsigned("!=", b.and_(self.ctx.lane, ir.Constant(I32, 1 << k)), ir.Constant(I32, 0))
+
+    def shuffle_xor(self, v, mask: int):
+        return shuffle(self.ctx, v, "xor", mask)
+
+    def ult(self, a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return a < b
+        return self.ctx.builder.icmp_unsigned("<", _as_value(a), _as_value(b))
+
+    def store(self, offset, v):
+        self.ctx.builder.store(v, _smem(self.ctx, self.byte_offset, self.elem, _as_value(offset)))
+
+    def load(self, offset):
+        return self.ctx.builder.load(_smem(self.ctx, self.byte_offset, self.elem, _as_value(offset)), typ=self.elem)
+
+    def barrier(self):
+        barrier(self.ctx)
+
+
+@rule(G.ScanThreadOp, G.ScanLanesOp, G.ScanWarpsOp)
+def _scan_stage(ctx, op):
+    t = op.operands[0].type
+    seg = op.segment()
+    reverse = bool(op.attrs.get("reverse", False))
+    prefix, total = ctx.elems(op.operands[0]), ctx.elems(op.operands[1])
+    block = op.regions[0].block
+    elem = ctx.ltype(t.element)
+    if isinstance(op, G.ScanThreadOp):
+        out = scan_thread(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
+    elif isinstance(op, G.ScanLanesOp):
+        out = scan_lanes(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
+    else:
+        alloc = op.operands[2].owner
+        engine = _LLVMScanEngine(ctx, block, elem, alloc.attrs["offset"])
+        out = scan_warps(engine, prefix, total, ctx.coords(t), t.encoding.bases(t.shape).reg, t.shape,
+                         op.attrs["axis"], seg, reverse)
+    ctx.set(op.results[0], list(out[0]))
+    ctx.set(op.results[1], list(out[1]))
 
 
 # ----------------------------------------------------------------------------- dot through FMAs

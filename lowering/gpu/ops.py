@@ -13,6 +13,7 @@ barriers, warp shuffles, and the stages of a reduction.
     %p = gpu.reduce_thread %t {axis = 1} ({ ^bb0(%x: f32, %y: f32): ... tile.yield %z }) : tile<...>
     %q = gpu.reduce_lanes %p {axis = 1} ({ ... }) : tile<...>
     %v = gpu.shuffle %x {kind = "xor", offset = 16} : f32
+    %p, %t = gpu.scan_lanes %p0, %t0 {axis = 0, bits = [2, 3, 4, 5, 6]} ({ ... }) : tile<...>, tile<...>
 """
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ from tilec.ir.core import AttrSpec as A, Op, register_op
 from tilec.ir.types import PointerType, ScalarType, TileType
 
 from .layouts import DistributedLayout, LayoutError, SharedLayout, equivalent
+from .scan import scan_segments, warps_buffer_shape
 from .stages import drop_axis, stage_result
 
 __all__ = ["ConvertLayoutOp", "AllocOp", "LocalStoreOp", "LocalLoadOp", "BarrierOp", "ShuffleOp",
-           "ReduceThreadOp", "ReduceLanesOp", "LaneIdOp", "WarpIdOp", "SHARED", "gpu_op_classes"]
+           "ReduceThreadOp", "ReduceLanesOp", "ScanThreadOp", "ScanLanesOp", "ScanWarpsOp", "LaneIdOp", "WarpIdOp",
+           "SHARED", "gpu_op_classes"]
 
 SHARED = 3  # the shared-memory address space
 SHUFFLE_KINDS = ("xor", "up", "down", "idx")
@@ -252,6 +255,79 @@ class ReduceLanesOp(_ReduceStage):
     shuffles: every lane of a group ends with the combined value)."""
     name = "gpu.reduce_lanes"
     stage = "lanes"
+
+
+class _ScanStage(Op):
+    """One segment of an inclusive scan along `axis` (scan.py): operands and results are the
+    (prefix, total) pair, in the operand's layout; `bits` are the axis coordinate bits the
+    stage joins. The region is the combiner on scalars: ^bb0(a, b): tile.yield c."""
+    operands_spec = ("prefix", "total")
+    attributes = {"axis": A("int"), "bits": A("ints"), "reverse": A("bool", True, False)}
+    num_results = 2
+    num_regions = 1
+    traits = frozenset({"pure"})
+    stage = "<abstract>"
+
+    def infer_types(self):
+        return [self.operands[0].type, self.operands[1].type]
+
+    def segment(self):
+        t = self.operands[0].type
+        lay = _layout_of(self, t, "scanned value")
+        axis = self.attrs["axis"]
+        if not 0 <= axis < t.rank:
+            raise self.error(f"axis {axis} out of range for {t}")
+        try:
+            segs = scan_segments(lay, t.shape, axis)
+        except LayoutError as e:
+            raise self.error(str(e)) from None
+        for s in segs:
+            if s.bits == tuple(self.attrs["bits"]) and s.kind == self.stage:
+                return s
+        raise self.error(f"bits {self.attrs['bits']} are not a {self.stage} segment of {lay} along axis {axis}; "
+                         f"the segments are {[(s.kind, list(s.bits)) for s in segs]}")
+
+    def verify_op(self):
+        p, t = self.operands[0].type, self.operands[1].type
+        if p != t or [r.type for r in self.results[:2]] != [p, p]:
+            raise self.error("prefix, total and both results must have one type")
+        self.segment()
+        e = p.element
+        if [a.type for a in self.regions[0].block.args] != [e, e]:
+            raise self.error(f"the combiner takes ({e}, {e})")
+
+
+@register_op
+class ScanThreadOp(_ScanStage):
+    """Join blocks held in the registers of each thread."""
+    name = "gpu.scan_thread"
+    stage = "thread"
+
+
+@register_op
+class ScanLanesOp(_ScanStage):
+    """Join blocks held by the lanes of each warp (butterfly shuffles of the totals)."""
+    name = "gpu.scan_lanes"
+    stage = "lanes"
+
+
+@register_op
+class ScanWarpsOp(_ScanStage):
+    """Join blocks held by warps: totals to the shared buffer, a barrier, totals of the other
+    warps back. The buffer holds one slot per block total (scan.warps_buffer_shape)."""
+    name = "gpu.scan_warps"
+    operands_spec = ("prefix", "total", "buffer")
+    stage = "warps"
+    traits = frozenset({"writes"})
+
+    def verify_op(self):
+        super().verify_op()
+        alloc = _alloc_of(self, self.operands[2])
+        t = self.operands[0].type
+        want = list(warps_buffer_shape(t.shape, self.attrs["axis"], self.segment()))
+        if alloc.attrs["shape"] != want or alloc.results[0].type.pointee is not t.dtype:
+            raise self.error(f"the buffer must hold {want} {t.dtype}, got {alloc.attrs['shape']} "
+                             f"{alloc.results[0].type.pointee}")
 
 
 def gpu_op_classes():
