@@ -1,0 +1,243 @@
+"""Memory-bound stdlib ops against the copy bandwidth, torch eager and torch.compile.
+
+    python bench/membound.py [--quick] [--ops softmax,layer_norm] [--json out.json] [--plot out.png]
+
+For each op and each (shape, dtype) row: the time of the tilec op (median,
+triton.testing.do_bench when Triton is installed, else CUDA events), the
+achieved GB/s counting the bytes that must move once (inputs read once,
+outputs written once), the ratio to a device-to-device copy of the same number
+of bytes measured in the same run, and the speedup over torch eager and over
+torch.compile of the same op (a torch.compile failure is reported, not fatal).
+Prints a table, writes JSON, and saves a plot of GB/s against bytes moved per
+op when matplotlib is installed.
+
+Adding an op: append a `BenchOp` to OPS (inputs builder, tilec call, torch
+reference, bytes moved, cases).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, List, Tuple
+
+import tilec.stdlib_kernels as sk
+
+Case = Tuple[Tuple[int, ...], str]   # (shape, torch dtype name)
+
+
+@dataclass
+class BenchOp:
+    name: str
+    make: Callable            # (torch, shape, dtype) -> tuple of input tensors
+    tilec: Callable           # (*inputs) -> result
+    torch: Callable           # (*inputs) -> result, in torch
+    bytes_moved: Callable     # (*inputs) -> bytes that must move once
+    cases: List[Case]
+    quick: List[Case] = field(default_factory=list)   # the --quick subset (default: the first case)
+
+
+def _nbytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _x(torch, shape, dtype):
+    return (torch.randn(shape, device="cuda", dtype=torch.float32) * 3).to(dtype),
+
+
+def _x_w_b(torch, shape, dtype):
+    n = shape[-1]
+    return _x(torch, shape, dtype) + (torch.randn(n, device="cuda", dtype=dtype),
+                                      torch.randn(n, device="cuda", dtype=dtype))
+
+
+def _logits_target(torch, shape, dtype):
+    return _x(torch, shape, dtype) + (torch.randint(0, shape[-1], shape[:-1], device="cuda"),)
+
+
+def _torch_rms_norm(x, w, eps=1e-6):
+    import torch  # noqa: PLC0415
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def _F():
+    import torch.nn.functional as F  # noqa: PLC0415
+    return F
+
+
+ROWS = [((4096, 4096), "float16"), ((16384, 8192), "bfloat16"), ((8192, 8192), "float32"),
+        ((262144, 128), "float16"), ((32, 262144), "float32"), ((1024, 262144), "bfloat16")]
+NORM_ROWS = [((4096, 4096), "float16"), ((16384, 8192), "bfloat16"), ((8192, 8192), "float32"),
+             ((65536, 1024), "float16"), ((1024, 65536), "bfloat16")]
+REDUCE_ROWS = [((4096, 4096), "float16"), ((16384, 8192), "float32"), ((8192, 16384), "bfloat16")]
+
+OPS: List[BenchOp] = [
+    BenchOp("softmax", _x, lambda x: sk.softmax(x), lambda x: x.softmax(-1),
+            lambda x: 2 * _nbytes(x), ROWS),
+    BenchOp("log_softmax", _x, lambda x: sk.log_softmax(x), lambda x: x.log_softmax(-1),
+            lambda x: 2 * _nbytes(x), ROWS),
+    BenchOp("layer_norm", _x_w_b, lambda x, w, b: sk.layer_norm(x, w, b),
+            lambda x, w, b: _F().layer_norm(x, (x.shape[-1],), w, b), lambda x, w, b: 2 * _nbytes(x) + _nbytes(w, b),
+            NORM_ROWS),
+    BenchOp("rms_norm", _x_w_b, lambda x, w, b: sk.rms_norm(x, w), lambda x, w, b: _torch_rms_norm(x, w),
+            lambda x, w, b: 2 * _nbytes(x) + _nbytes(w), NORM_ROWS),
+    BenchOp("cross_entropy", _logits_target, lambda x, t: sk.cross_entropy(x, t),
+            lambda x, t: _F().cross_entropy(x.float(), t), lambda x, t: _nbytes(x, t),
+            [((4096, 32000), "bfloat16"), ((16384, 32000), "bfloat16"), ((4096, 128256), "bfloat16"),
+             ((8192, 32000), "float32")]),
+    BenchOp("sum_last", _x, lambda x: sk.sum(x, -1), lambda x: x.sum(-1), lambda x: _nbytes(x), REDUCE_ROWS),
+    BenchOp("sum_first", _x, lambda x: sk.sum(x, 0), lambda x: x.sum(0), lambda x: _nbytes(x), REDUCE_ROWS),
+    BenchOp("max_last", _x, lambda x: sk.max(x, -1), lambda x: x.amax(-1), lambda x: _nbytes(x), REDUCE_ROWS),
+    BenchOp("cumsum", _x, lambda x: sk.cumsum(x), lambda x: x.cumsum(-1), lambda x: 2 * _nbytes(x),
+            [((4096, 4096), "float16"), ((16384, 8192), "float32"), ((65536, 2048), "bfloat16")]),
+]
+
+
+# ----------------------------------------------------------------------------- timing
+def _timer():
+    """ms(fn) -> median milliseconds of one call."""
+    try:
+        from triton.testing import do_bench  # noqa: PLC0415
+        return lambda fn: float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    except ImportError:
+        pass
+    import torch  # noqa: PLC0415
+
+    def cuda_events(fn, reps=50):
+        for _ in range(5):
+            fn()
+        cache = torch.empty(256 * 2**20, dtype=torch.int8, device="cuda")  # flush L2 between calls
+        times = []
+        for _ in range(reps):
+            cache.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return statistics.median(times)
+    return cuda_events
+
+
+def _compiled(torch, fn):
+    try:
+        return torch.compile(fn), None
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        return None, f"{type(e).__name__}: {e}"
+
+
+def run_case(torch, ms, op: BenchOp, shape, dtype_name) -> dict:
+    inputs = op.make(torch, shape, getattr(torch, dtype_name))
+    moved = op.bytes_moved(*inputs)
+    copy_src = torch.empty(max(moved // 2, 1), dtype=torch.uint8, device="cuda")
+    copy_dst = torch.empty_like(copy_src)
+    row = {"op": op.name, "shape": list(shape), "dtype": dtype_name, "bytes": moved}
+    row["copy_ms"] = ms(lambda: copy_dst.copy_(copy_src))          # reads and writes moved/2: moves `moved`
+    row["tilec_ms"] = ms(lambda: op.tilec(*inputs))
+    row["torch_ms"] = ms(lambda: op.torch(*inputs))
+    compiled, err = _compiled(torch, op.torch)
+    if compiled is not None:
+        try:
+            compiled(*inputs)
+            row["compile_ms"] = ms(lambda: compiled(*inputs))
+        except Exception as e:  # noqa: BLE001 - torch.compile fails at the first call, too
+            err = f"{type(e).__name__}: {e}"
+    if err:
+        row["compile_error"] = err.splitlines()[0][:200]
+    row["tilec_gbs"] = moved / row["tilec_ms"] / 1e6
+    row["copy_gbs"] = moved / row["copy_ms"] / 1e6
+    row["vs_copy"] = row["tilec_gbs"] / row["copy_gbs"]
+    row["vs_torch"] = row["torch_ms"] / row["tilec_ms"]
+    if "compile_ms" in row:
+        row["vs_compile"] = row["compile_ms"] / row["tilec_ms"]
+    return row
+
+
+# ----------------------------------------------------------------------------- output
+def print_table(rows) -> None:
+    head = f"{'op':<14} {'shape':<16} {'dtype':<9} {'MB':>8} {'GB/s':>8} {'copy':>8} {'%copy':>6} " \
+           f"{'xeager':>7} {'xcompile':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        comp = f"{r['vs_compile']:.2f}" if "vs_compile" in r else "n/a"
+        print(f"{r['op']:<14} {'x'.join(map(str, r['shape'])):<16} {r['dtype']:<9} {r['bytes'] / 1e6:>8.1f} "
+              f"{r['tilec_gbs']:>8.0f} {r['copy_gbs']:>8.0f} {100 * r['vs_copy']:>5.0f}% {r['vs_torch']:>7.2f} "
+              f"{comp:>8}")
+
+
+def save_plot(rows, path: str) -> bool:
+    try:
+        import matplotlib  # noqa: PLC0415
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+    except ImportError:
+        return False
+    ops = sorted({r["op"] for r in rows})
+    cols = min(len(ops), 3)
+    fig, axes = plt.subplots((len(ops) + cols - 1) // cols, cols, figsize=(5 * cols, 3.5 * ((len(ops) + cols - 1) // cols)),
+                             squeeze=False)
+    for ax, op in zip(axes.flat, ops):
+        mine = sorted((r for r in rows if r["op"] == op), key=lambda r: r["bytes"])
+        x = [r["bytes"] / 1e6 for r in mine]
+        ax.plot(x, [r["tilec_gbs"] for r in mine], "o-", label="tilec")
+        ax.plot(x, [r["copy_gbs"] for r in mine], "k--", label="copy")
+        ax.plot(x, [r["bytes"] / r["torch_ms"] / 1e6 for r in mine], "s:", label="torch eager")
+        comp = [(r["bytes"] / 1e6, r["bytes"] / r["compile_ms"] / 1e6) for r in mine if "compile_ms" in r]
+        if comp:
+            ax.plot(*zip(*comp), "^:", label="torch.compile")
+        ax.set_xscale("log")
+        ax.set_title(op)
+        ax.set_xlabel("MB moved")
+        ax.set_ylabel("GB/s")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(ops):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one case per op")
+    p.add_argument("--ops", default="", help="comma-separated op names (default: all): "
+                   + ",".join(o.name for o in OPS))
+    p.add_argument("--json", default="membound.json", help="where to write the results")
+    p.add_argument("--plot", default="membound.png", help="where to save the plot (needs matplotlib)")
+    args = p.parse_args(argv)
+    import torch  # noqa: PLC0415
+    if not torch.cuda.is_available():
+        print("bench/membound.py needs a CUDA GPU and torch", file=sys.stderr)
+        return 1
+    wanted = [s for s in args.ops.split(",") if s]
+    unknown = set(wanted) - {o.name for o in OPS}
+    if unknown:
+        p.error(f"unknown ops: {', '.join(sorted(unknown))}")
+    ms = _timer()
+    rows = []
+    for op in OPS:
+        if wanted and op.name not in wanted:
+            continue
+        for shape, dtype_name in ((op.quick or op.cases[:1]) if args.quick else op.cases):
+            rows.append(run_case(torch, ms, op, shape, dtype_name))
+            torch.cuda.empty_cache()  # the last case's inputs are gone: give their memory back
+            print(f"  {op.name} {shape} {dtype_name}: {rows[-1]['tilec_gbs']:.0f} GB/s", file=sys.stderr)
+    print_table(rows)
+    meta = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+            "command": " ".join(["python", "bench/membound.py"] + (argv if argv is not None else sys.argv[1:])),
+            "torch": torch.__version__, "python": platform.python_version()}
+    with open(args.json, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(f"wrote {args.json}" + (f" and {args.plot}" if save_plot(rows, args.plot) else " (no matplotlib: no plot)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
