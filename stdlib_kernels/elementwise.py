@@ -132,8 +132,8 @@ SIGNATURES = {
     "gelu_kernel": f"x=f16[?,?], out=f16[?,?], {_ROW_ARGS}, sx=i32:16, so=i32:16, APPROX='none', BR=1, BC=4096, WIDE=False",
     "silu_mul_kernel": f"g=bf16[?,?], u=bf16[?,?], out=bf16[?,?], {_ROW_ARGS}, sg=i32:16, su=i32:16, so=i32:16, "
                        "BR=2, BC=2048, WIDE=False",
-    "binary_kernel": "a=f32[?,?,?], b=f32[?,?,?], out=f32[?,?,?], n_batch=i32, n_rows=i32, n_cols=i32:16, sab=i32, "
-                     "sar=i32:16, sac=1, sbb=i32, sbr=i32, sbc=1, sob=i32, sor=i32:16, OP='add', BR=4, BC=1024, "
+    "binary_kernel": "a=f32[?,?,?], b=f32[?,?,?], out=f32[?,?,?], n_batch=i32, n_rows=i32, n_cols=i32:16, sab=i32:16, "
+                     "sar=i32:16, sac=1, sbb=i32:16, sbr=i32:16, sbc=1, sob=i32:16, sor=i32:16, OP='add', BR=4, BC=1024, "
                      "WIDE=False",
     "rope_half_kernel": "x1=f16[?,?], x2=f16[?,?], cos=f32[?,?], sin=f32[?,?], o1=f16[?,?], o2=f16[?,?], n_rows=i32, "
                         "half=i32:16, sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=64, BH=64, WIDE=False",
