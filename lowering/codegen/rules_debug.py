@@ -11,9 +11,9 @@ from llvmlite import ir
 from ...ir import tile_ops as T
 from ...ir.types import TileType
 from .casts import cast_bool, convert
-from .types import F64, I32, I64
+from .types import I32, I64
 from .walker import rule
-from ...dtypes import float64, int32, int64, uint32, uint64
+from ...dtypes import float64, int32, uint32
 
 _GENERIC = ir.PointerType()
 

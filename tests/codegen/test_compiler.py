@@ -115,3 +115,13 @@ def test_scalar_kernel_compiles():
     m = _module_with('%v = tile.constant {value = 2.5} : f32\n                tile.store %p, %v')
     ck = compile_module(m, CompileOptions(arch="sm_90a").validated())
     assert "st.global.b32" in ck.asm["ptx"] or "st.global.f32" in ck.asm["ptx"]
+
+
+def test_default_arch_without_a_gpu(monkeypatch):
+    from tilec import compiler
+    from tilec.runtime import driver
+    monkeypatch.setattr(driver, "is_available", lambda: False)
+    assert compiler.default_arch() == "sm_90a"
+    kernel, spec = _spec("casts")
+    ck = compile_kernel(kernel, spec, CompileOptions(), use_cache=False)
+    assert ck.metadata["arch"] == "sm_90a" and ".target sm_90a" in ck.asm["ptx"]
