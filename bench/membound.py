@@ -97,6 +97,48 @@ OPS: List[BenchOp] = [
             [((4096, 4096), "float16"), ((16384, 8192), "float32"), ((65536, 2048), "bfloat16")]),
 ]
 
+# ----------------------------------------------------------------------------- elementwise ops, dropout, transpose
+EW = [((4096, 4096), "float16"), ((16384, 8192), "bfloat16"), ((8192, 8192), "float32")]
+
+
+def _x_y(torch, shape, dtype):
+    return _x(torch, shape, dtype) + _x(torch, shape, dtype)
+
+
+def _x_bias(torch, shape, dtype):
+    return _x(torch, shape, dtype) + (torch.randn(shape[-1], device="cuda", dtype=dtype),)
+
+
+def _rope_inputs(torch, shape, dtype):
+    b, s, h, d = shape
+    ang = torch.rand(s, d // 2, device="cuda") * 6
+    return _x(torch, shape, dtype) + (ang.cos(), ang.sin())
+
+
+def _torch_rope(x, c, s):
+    import torch  # noqa: PLC0415
+    h = x.shape[-1] // 2
+    c, s = c[None, :, None, :], s[None, :, None, :]
+    a, b = x[..., :h].float(), x[..., h:].float()
+    return torch.cat([a * c - b * s, b * c + a * s], -1).to(x.dtype)
+
+
+OPS += [
+    BenchOp("gelu", _x, lambda x: sk.gelu(x), lambda x: _F().gelu(x), lambda x: 2 * _nbytes(x), EW),
+    BenchOp("silu_and_mul", _x, lambda x: sk.silu_and_mul(x),
+            lambda x: _F().silu(x[..., : x.shape[-1] // 2]) * x[..., x.shape[-1] // 2:], lambda x: 1.5 * _nbytes(x),
+            EW),
+    BenchOp("add_bias", _x_bias, lambda x, b: sk.add(x, b), lambda x, b: x + b, lambda x, b: 2 * _nbytes(x), EW),
+    BenchOp("mul", _x_y, lambda x, y: sk.mul(x, y), lambda x, y: x * y, lambda x, y: 3 * _nbytes(x), EW),
+    BenchOp("rope", _rope_inputs, lambda x, c, s: sk.rope(x, c, s), _torch_rope,
+            lambda x, c, s: 2 * _nbytes(x) + _nbytes(c, s),
+            [((8, 4096, 32, 128), "bfloat16"), ((4, 2048, 32, 128), "float16")]),
+    BenchOp("dropout", _x, lambda x: sk.dropout(x, 0.1, 1), lambda x: _F().dropout(x, 0.1),
+            lambda x: 2 * _nbytes(x), EW),
+    BenchOp("transpose", _x, lambda x: sk.transpose(x), lambda x: x.t().contiguous(), lambda x: 2 * _nbytes(x),
+            [((8192, 8192), "float16"), ((8192, 8192), "float32")]),
+]
+
 
 # ----------------------------------------------------------------------------- timing
 def _timer():
