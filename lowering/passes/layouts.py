@@ -11,7 +11,10 @@
 3. Propagation across ops that relate different layouts, until nothing changes:
    reduce (result = slice of the input along the axis), expand_dims (input =
    slice of the result), dot (the FMA operand layouts derive from the
-   accumulator's), reshape/permute (same placement, renumbered coordinates).
+   accumulator's), reshape/permute (same placement, renumbered coordinates),
+   cat (the operands are the result without the register bit that picks the
+   half; a result whose halves lie in different threads is produced in a layout
+   where that bit is a register, then converted).
    A group nothing reaches gets a default blocked layout over its largest shape
    (then propagation resumes).
 4. Types are rewritten; where an op's requirement and its operand's group
@@ -26,12 +29,13 @@ from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import TileType
 
-from ..gpu.layouts import (Bases, BlockedLayout, DistributedLayout, LayoutError, LinearLayout, SliceLayout,
-                           default_blocked, equivalent)
+from ..gpu.layouts import (Bases, BlockedLayout, DistributedLayout, LayoutError, LinearLayout, MmaLayout,
+                           SliceLayout, default_blocked, equivalent)
 from ..gpu.ops import ConvertLayoutOp
+from .accelerate_dot import dot_acc_layout, dot_operand_layout
 from .axis_info import axis_info
 
-__all__ = ["assign_layouts", "fma_operand_layout", "fma_acc_layout"]
+__all__ = ["assign_layouts", "fma_operand_layout", "fma_acc_layout", "cat_layouts"]
 
 _MEM = (T.LoadOp, T.LoadMaskedOp, T.StoreOp, T.StoreMaskedOp, T.AtomicRMWOp, T.AtomicCASOp)
 
@@ -152,6 +156,32 @@ def _renumber(bases: Bases, src_shape, dst_shape, coord_map) -> Optional[LinearL
         return None
 
 
+def cat_layouts(result: DistributedLayout, shape, axis: int, num_warps: int):
+    """(operand layout, layout the cat produces) for a cat along `axis` into a tile of `shape`
+    whose layout is `result`. The bit of the axis coordinate that picks lhs or rhs must be
+    a register bit, so that each thread holds its elements of both halves; when `result`
+    gives it to a lane or a warp, that basis becomes a copy and a register takes the bit
+    (the produced layout then differs from `result`: a conversion follows)."""
+    half = shape[axis] // 2
+    shape = tuple(shape)
+    bs = result.bases(shape)
+    one_bit = all(sum(1 for x in b if x) <= 1 and not (x & (x - 1)) for g in bs for b in g for x in b)
+    if not one_bit:
+        bs = default_blocked(shape, num_warps).bases(shape)
+    top = tuple(half if d == axis else 0 for d in range(len(shape)))
+    zero = (0,) * len(shape)
+    if top in bs.reg:
+        produced = bs
+    else:
+        produced = Bases(bs.reg + (top,), tuple(zero if b == top else b for b in bs.lane),
+                         tuple(zero if b == top else b for b in bs.warp))
+    k = produced.reg.index(top)
+    operand = LinearLayout(produced.reg[:k] + produced.reg[k + 1:], produced.lane, produced.warp)
+    if produced == bs and one_bit and isinstance(result, DistributedLayout):
+        return operand, result
+    return operand, LinearLayout.of(produced)
+
+
 def _flat(c, shape):
     n = 0
     for x, s in zip(c, shape):
@@ -167,14 +197,22 @@ def _unflat(n, shape):
     return tuple(reversed(out))
 
 
+def _dot_operand(op, acc, idx: int):
+    """Layout operand `idx` of a dot must have, given its accumulator's layout."""
+    if isinstance(acc, MmaLayout):  # tensor cores (accelerate_dot)
+        return dot_operand_layout(acc, idx, op.operands[0].type.dtype)
+    return fma_operand_layout(acc, op.results[0].type.shape, idx, op.operands[0].type.shape[1])
+
+
 def _reshape_layout(layout, src, dst):
     return _renumber(layout.bases(src), src, dst, lambda b: _unflat(_flat(b, src), dst))
 
 
 class _Assigner:
-    def __init__(self, func, num_warps: int):
+    def __init__(self, func, num_warps: int, arch=None):
         self.func = func
         self.num_warps = num_warps
+        self.arch = arch
         self.groups = _build_groups(func)
         self.layout: Dict[int, DistributedLayout] = {}
         self.members = self.groups.members()
@@ -214,8 +252,9 @@ class _Assigner:
         # of K: a square-ish block per thread keeps that small, so the dot outranks accesses
         for op in self.func.walk():
             if isinstance(op, T.DotOp):
-                self.layout[self.groups.find(op.results[0])] = fma_acc_layout(op.results[0].type.shape,
-                                                                              self.num_warps)
+                self.layout[self.groups.find(op.results[0])] = (
+                    dot_acc_layout(op, self.num_warps, self.arch)
+                    or fma_acc_layout(op.results[0].type.shape, self.num_warps))
 
     def propagate(self) -> None:
         changed = True
@@ -242,11 +281,14 @@ class _Assigner:
         elif isinstance(op, T.DotOp):
             acc = self.of(op.results[0])
             if acc is not None:
-                k = op.operands[0].type.shape[1]
-                shape = op.results[0].type.shape
-                a = self.offer(op.operands[0], fma_operand_layout(acc, shape, 0, k))
-                b = self.offer(op.operands[1], fma_operand_layout(acc, shape, 1, k))
+                a = self.offer(op.operands[0], _dot_operand(op, acc, 0))
+                b = self.offer(op.operands[1], _dot_operand(op, acc, 1))
                 return a or b
+        elif isinstance(op, T.CatOp):
+            out = self.of(op.results[0])
+            if out is not None:
+                want, _ = cat_layouts(out, op.results[0].type.shape, op.attrs["axis"], self.num_warps)
+                return self.offer(op.operands[0], want) | self.offer(op.operands[1], want)
         elif isinstance(op, T.ReshapeOp):
             src, dst = op.operands[0].type.shape, op.results[0].type.shape
             out = self.of(op.results[0])
@@ -270,14 +312,29 @@ class _Assigner:
         if isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType):
             return [(0, SliceLayout(op.attrs["axis"], self.of(op.results[0])))]
         if isinstance(op, T.DotOp):
-            acc, shape, k = self.of(op.results[0]), op.results[0].type.shape, op.operands[0].type.shape[1]
-            return [(0, fma_operand_layout(acc, shape, 0, k)), (1, fma_operand_layout(acc, shape, 1, k))]
+            acc = self.of(op.results[0])
+            return [(0, _dot_operand(op, acc, 0)), (1, _dot_operand(op, acc, 1))]
         if isinstance(op, T.ReshapeOp):
             return [(0, _reshape_layout(self.of(op.results[0]), op.results[0].type.shape,
                                         op.operands[0].type.shape))]
         if isinstance(op, T.PermuteOp):
             return [(0, _permute_layout(self.of(op.results[0]), op.results[0].type.shape, op.attrs["order"]))]
+        if isinstance(op, T.CatOp) and self._cat_from_operands(op) is None:
+            want, _ = cat_layouts(self.of(op.results[0]), op.results[0].type.shape, op.attrs["axis"], self.num_warps)
+            return [(0, want), (1, want)]
         return []
+
+    def _cat_from_operands(self, op) -> Optional[LinearLayout]:
+        """When both halves of a cat share a layout, the cat can produce its result from them
+        as they are (the half-picking bit a register): at most the result is converted."""
+        a, b = self.of(op.operands[0]), self.of(op.operands[1])
+        shape = op.operands[0].type.shape
+        if not equivalent(a, b, shape):
+            return None
+        axis = op.attrs["axis"]
+        bs = a.bases(shape)
+        top = tuple(shape[axis] if d == axis else 0 for d in range(len(shape)))
+        return LinearLayout(bs.reg + (top,), bs.lane, bs.warp)
 
     def apply(self) -> None:
         for k, v in self.groups.values.items():
@@ -286,8 +343,14 @@ class _Assigner:
         for op in list(self.func.walk()):
             for idx, want in self.required(op):
                 self._convert_operand(op, idx, want)
+            want = None
             if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)) and op.operands[0].type.rank >= 2:
                 want = SliceLayout(op.attrs["axis"], op.operands[0].type.encoding)
+            elif isinstance(op, T.CatOp):
+                r = op.results[0]
+                want = self._cat_from_operands(op) or \
+                    cat_layouts(r.type.encoding, r.type.shape, op.attrs["axis"], self.num_warps)[1]
+            if want is not None:
                 r = op.results[0]
                 if not equivalent(want, r.type.encoding, r.type.shape):
                     final = r.type
@@ -339,13 +402,13 @@ def _numel(s) -> int:
     return n
 
 
-def assign_layouts(module: Module, num_warps: int = 4, **_options) -> Module:
+def assign_layouts(module: Module, num_warps: int = 4, arch=None, **_options) -> Module:
     if not any("_vec" in op.attrs for op in module.walk() if isinstance(op, _MEM)):
         axis_info(module)
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue
-        a = _Assigner(func, num_warps)
+        a = _Assigner(func, num_warps, arch)
         a.anchors()
         a.propagate()
         while a.defaults():
