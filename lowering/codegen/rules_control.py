@@ -1,6 +1,8 @@
 """Structured control flow: tile.for / tile.while / tile.if become basic blocks and phis.
 
-Loop-carried tiles become one phi per register element (see walker.flatten).
+Loop-carried tiles become one phi per register element (see walker.flatten). A
+region may also end in tile.return (an early exit of the whole kernel, which the
+interpreter allows too): that block returns, and contributes nothing to the phis.
 """
 from __future__ import annotations
 
@@ -26,6 +28,16 @@ def _yielded(ctx, term, what):
     return [ctx.get(v) for v in term.operands]
 
 
+def _returns(ctx, term) -> bool:
+    """Lower an early tile.return ending a region; True when it did."""
+    if term is None or not isinstance(term, T.ReturnOp):
+        return False
+    if term.operands:
+        raise ValueError("a kernel cannot return values")
+    ctx.builder.ret_void()
+    return True
+
+
 @rule(T.ForOp)
 def _for(ctx, op):
     b = ctx.builder
@@ -47,12 +59,13 @@ def _for(ctx, op):
     b.position_at_end(body)
     cur = unflatten(list(carried), inits)
     term = lower_region(ctx, op.body, [iv] + cur)
-    nxt = _yielded(ctx, term, "tile.for body")
-    latch = b.block
-    iv_next = b.add(iv, step, name="iv.next")
-    b.branch(header)
-    iv.add_incoming(iv_next, latch)
-    _add_incoming(carried, nxt, latch)
+    if not _returns(ctx, term):
+        nxt = _yielded(ctx, term, "tile.for body")
+        latch = b.block
+        iv_next = b.add(iv, step, name="iv.next")
+        b.branch(header)
+        iv.add_incoming(iv_next, latch)
+        _add_incoming(carried, nxt, latch)
     b.position_at_end(exit_)
     for r, v in zip(op.results, unflatten(list(carried), inits)):
         ctx.set(r, v)
@@ -78,9 +91,10 @@ def _while(ctx, op):
     b.position_at_end(after)
     # The forwarded values dominate the body and the exit, so both read them directly.
     term2 = lower_region(ctx, op.regions[1].block, fwd)
-    nxt = _yielded(ctx, term2, "tile.while body")
-    _add_incoming(carried, nxt, b.block)
-    b.branch(before)
+    if not _returns(ctx, term2):
+        nxt = _yielded(ctx, term2, "tile.while body")
+        _add_incoming(carried, nxt, b.block)
+        b.branch(before)
     b.position_at_end(exit_)
     for r, v in zip(op.results, fwd):
         ctx.set(r, v)
@@ -98,14 +112,25 @@ def _if(ctx, op):
         vals = []
         if region.blocks:
             term = lower_region(ctx, region.block, [])
+            if _returns(ctx, term):
+                continue
             vals = _yielded(ctx, term, "tile.if branch") if op.results else []
         outs.append((vals, b.block))
         b.branch(merge)
     b.position_at_end(merge)
     if op.results:
+        if not outs:  # both branches return: the results are never used
+            for r in op.results:
+                ctx.set(r, _undef_like(ctx, r))
+            return
         like = outs[0][0]
         phis = _phis(b, like)
         for vals, blk in outs:
             _add_incoming(phis, vals, blk)
         for r, v in zip(op.results, unflatten(list(phis), like)):
             ctx.set(r, v)
+
+
+def _undef_like(ctx, v):
+    u = ir.Constant(ctx.ltype(v.type), ir.Undefined)
+    return [u] * ctx.num_elems(v.type) if ctx.layout_of(v.type) is not None else u

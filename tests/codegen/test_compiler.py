@@ -125,3 +125,57 @@ def test_default_arch_without_a_gpu(monkeypatch):
     kernel, spec = _spec("casts")
     ck = compile_kernel(kernel, spec, CompileOptions(), use_cache=False)
     assert ck.metadata["arch"] == "sm_90a" and ".target sm_90a" in ck.asm["ptx"]
+
+
+def test_early_return_inside_regions():
+    m = parse(textwrap.dedent("""
+        module {
+          tile.func {sym_name = "k", arg_names = ["x", "n"]} (
+            {
+              ^bb0(%x: view<1xi32, strides=[1], index=i32, align=16>, %n: i32):
+                %pid = tile.program_id {axis = 0} : i32
+                %big = tile.cmp %pid, %n {pred = "ge"} : i1
+                tile.if %big (
+                  {
+                    ^bb0():
+                      tile.return
+                  },
+                  {
+                    ^bb0():
+                      tile.yield
+                  }
+                )
+                %zero = tile.constant {value = 0} : i32
+                %one = tile.constant {value = 1} : i32
+                %r = tile.for %zero, %n, %one, %zero (
+                  {
+                    ^bb0(%i: i32, %acc: i32):
+                      %neg = tile.cmp %i, %pid {pred = "gt"} : i1
+                      tile.if %neg (
+                        {
+                          ^bb0():
+                            tile.return
+                        },
+                        {
+                          ^bb0():
+                            tile.yield
+                        }
+                      )
+                      %a2 = tile.add %acc, %i : i32
+                      tile.yield %a2
+                  }
+                ) : i32
+                %p = tile.addptr (tile.view_ptr %x : ptr<i32>), %pid : ptr<i32>
+                tile.store %p, %r
+                tile.return
+            }
+          )
+        }
+    """).replace("(tile.view_ptr %x : ptr<i32>)", "%xp").replace(
+        "%r = tile.for", "%xp = tile.view_ptr %x : ptr<i32>\n                %r = tile.for"))
+    from tilec.lowering.pipeline import run_pipeline
+    opts = CompileOptions(arch="sm_80").validated()
+    ll = str(generate(run_pipeline(parse(str(m)), opts), opts))
+    assert ll.count("ret void") == 3  # both early exits and the end
+    ck = compile_module(m, opts)
+    assert "st.global" in ck.asm["ptx"] and ck.asm["cubin"]
