@@ -94,6 +94,7 @@ class Kernel:
         self.do_not_specialize = frozenset(dns)
         self._ir_cache: Dict[Any, Any] = {}
         self._source_hash = None
+        self._launchers: Dict[Any, "_GridLaunch"] = {}
 
     def __repr__(self) -> str:
         return f"<tilec kernel {self.name}>"
@@ -113,8 +114,16 @@ class Kernel:
 
     # launching -------------------------------------------------------------------
     def __getitem__(self, grid):
-        def launcher(*args, **kwargs):
-            return self.run(grid, args, kwargs)
+        # One launcher object per grid, reused: `kernel[grid](...)` is the launch hot path.
+        try:
+            return self._launchers[grid]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable grid (a list): no caching
+            return _GridLaunch(self, grid)
+        if len(self._launchers) >= 1024:
+            self._launchers.clear()
+        launcher = self._launchers[grid] = _GridLaunch(self, grid)
         return launcher
 
     def run(self, grid, args, kwargs):
@@ -228,6 +237,26 @@ def _collect_dependencies(fn, seen: Dict[int, Any], consts: Dict[str, str]) -> N
             mod = env.get(node.value.id)
             if isinstance(mod, types.ModuleType) and hasattr(mod, node.attr):
                 visit_value(f"{mod.__name__}.{node.attr}", getattr(mod, node.attr))
+
+
+class _GridLaunch:
+    """`kernel[grid]`: calling it launches on the interpreter or the GPU."""
+
+    __slots__ = ("kernel", "grid")
+
+    def __init__(self, kernel: Kernel, grid):
+        self.kernel, self.grid = kernel, grid
+
+    def __call__(self, *args, **kwargs):
+        if _interpret_env() or _language_state().depth:
+            return self.kernel._interpret(self.grid, args, kwargs)
+        return (_gpu_launch or _load_gpu_launch())(self.kernel, self.grid, args, kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _language_state():
+    from .language import _state
+    return _state
 
 
 _interpreting = None

@@ -65,18 +65,22 @@ def builtin(fn):
 
 
 # ----------------------------------------------------------------------------- interpreter mode
-_state = threading.local()
+class _InterpretState(threading.local):
+    depth = 0  # a class default: reading it in a new thread raises no AttributeError (slow)
+
+
+_state = _InterpretState()
 
 
 def interpreting() -> bool:
     """True inside `with tc.interpret():` (the environment variable is checked by the kernel)."""
-    return getattr(_state, "depth", 0) > 0
+    return _state.depth > 0
 
 
 @contextlib.contextmanager
 def interpret():
     """Run every kernel launched inside this block on the numpy interpreter."""
-    _state.depth = getattr(_state, "depth", 0) + 1
+    _state.depth += 1
     try:
         yield
     finally:
