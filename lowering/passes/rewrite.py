@@ -122,7 +122,8 @@ def is_side_effect_free(op: Op) -> bool:
         return False
     if not (isinstance(op, _STRUCTURED) or any(op.has_trait(t) for t in _FREE_TRAITS)):
         return False
-    return all(o.has_trait("terminator") or is_side_effect_free(o)
+    # a nested tile.return is an early exit of the kernel: an effect
+    return all((o.has_trait("terminator") and not isinstance(o, T.ReturnOp)) or is_side_effect_free(o)
                for r in op.regions for b in r.blocks for o in b.ops)
 
 
