@@ -22,6 +22,7 @@ from .passes.index_width import index_width
 from .passes.lower_views import lower_views
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
+from .passes.accelerate_dot import accelerate_dot
 from .passes.reductions import lower_reductions
 from .passes.scans import lower_scans
 from .passes.shared_alloc import allocate_shared
@@ -45,6 +46,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("lower_views", lower_views),
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),
+    ("accelerate_dot", accelerate_dot),
     ("lower_reductions", lower_reductions),
     ("lower_scans", lower_scans),
     ("allocate_shared", allocate_shared),

@@ -8,3 +8,6 @@ from . import rules_arith, rules_control, rules_debug, rules_math, rules_memory,
 # The gpu dialect's rules live beside these; they exist once the gpu dialect does.
 if importlib.util.find_spec(__package__ + ".rules_gpu") is not None:
     from . import rules_gpu  # noqa: F401
+
+# Tensor cores (mma.sync, ldmatrix, cp.async).
+from . import rules_mma  # noqa: F401,E402

@@ -2,3 +2,4 @@
 from .layouts import *  # noqa: F401,F403
 from . import ops  # noqa: F401  (registers the gpu dialect)
 from .ops import *  # noqa: F401,F403
+from . import mma_ops  # noqa: F401,E402  (registers the tensor-core ops)
