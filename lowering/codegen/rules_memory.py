@@ -13,7 +13,7 @@ from llvmlite import ir
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
 from .casts import arch_number, cast_bool
-from .types import I32
+from .types import I8, I32
 from .walker import rule
 
 __all__ = ["guarded"]
@@ -118,13 +118,13 @@ def _unpack(b, v, n):
 
 
 def _load(ctx, op, masked: bool):
-    ety = ctx.ltype(op.result.type)
     dtype = ctx.dtype(op.result.type)
+    mty = _memory_type(ctx, op.result.type)
     ptrs = ctx.elems(op.operands[0])
     masks = ctx.elems(op.operands[1]) if masked else None
-    others = ctx.elems(op.operands[2]) if masked else None
+    others = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[2])] if masked else None
     vec = _vec(op, len(ptrs))
-    vty = ety if vec == 1 else ir.VectorType(ety, vec)
+    vty = mty if vec == 1 else ir.VectorType(mty, vec)
     align = dtype.itemsize * vec
     b = ctx.builder
     out = []
@@ -135,8 +135,21 @@ def _load(ctx, op, masked: bool):
             v = guarded(ctx, masks[g], emit, _pack(b, others[g:g + vec]))
         else:
             v = emit()
-        out.extend(_unpack(b, v, vec))
+        out.extend(_from_memory(ctx, x, dtype) for x in _unpack(b, v, vec))
     ctx.set_elems(op.result, out)
+
+
+def _memory_type(ctx, t):
+    """How an element sits in memory: bools are bytes (a vector of i1 would be bit-packed)."""
+    return I8 if ctx.dtype(t) is not None and ctx.dtype(t).is_bool else ctx.ltype(t)
+
+
+def _to_memory(ctx, x, dtype):
+    return ctx.builder.zext(x, I8) if dtype is not None and dtype.is_bool else x
+
+
+def _from_memory(ctx, x, dtype):
+    return cast_bool(ctx.builder, x) if dtype is not None and dtype.is_bool else x
 
 
 rule(T.LoadOp)(lambda ctx, op: _load(ctx, op, False))
@@ -145,7 +158,8 @@ rule(T.LoadMaskedOp)(lambda ctx, op: _load(ctx, op, True))
 
 def _store(ctx, op, masked: bool):
     dtype = ctx.dtype(op.operands[1].type)
-    ptrs, vals = ctx.elems(op.operands[0]), ctx.elems(op.operands[1])
+    ptrs = ctx.elems(op.operands[0])
+    vals = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[1])]
     masks = ctx.elems(op.operands[2]) if masked else None
     vec = _vec(op, len(ptrs))
     b = ctx.builder

@@ -74,7 +74,14 @@ def debug_ops(x, BLOCK: tc.constexpr):
     tc.device_assert(a >= 0, "negative input")
 
 
+@tc.kernel
+def bools(m, out, BLOCK: tc.constexpr):
+    offs = tc.program_id(0) * BLOCK + tc.arange(0, BLOCK)
+    tc.store(out.ptr + offs, ~tc.load(m.ptr + offs))
+
+
 KERNELS = {
+    "bools": (bools, "m=i1[?], out=i1[?], BLOCK=1024"),
     "arith": (arith, "x=f32[?], y=f32[?], out=f32[?], iout=i32[?], BLOCK=256"),
     "math_f32": (math_all, "x=f32[?], out=f32[?], BLOCK=256"),
     "math_f16": (math_all, "x=f16[?], out=f16[?], BLOCK=256"),

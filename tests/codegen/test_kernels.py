@@ -70,3 +70,11 @@ def test_debug_adds_line_info_that_ptxas_accepts():
     assert lines and (first is None or max(lines) > first)
     assert 'kernels.py"' in ck.asm["ptx"]  # the .file directive names the user's file
     assert ck.asm["cubin"]
+
+
+def test_bools_are_bytes_in_memory():
+    # numpy/torch bool arrays hold one byte per element; a vector of i1 would be bit-packed
+    ck = compile_sig("bools", "sm_80")
+    accesses = [ln for ln in ck.asm["llvm"].splitlines() if " load " in ln or " store " in ln]
+    assert accesses and not any("i1>" in ln or "load i1" in ln or "store i1" in ln for ln in accesses)
+    assert "ld.global.v4.b32" in ck.asm["ptx"]  # 16 bools per access
