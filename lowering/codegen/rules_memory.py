@@ -261,7 +261,7 @@ def _atomic_cas(ctx, op):
     d = ctx.dtype(op.operands[2].type)
     sem = _ORDER.get(op.attrs.get("sem", "acq_rel"))
     order = _ordering(op)
-    fail = _ordering(op, {"acq_rel": "acquire", "release": "monotonic"}.get(sem, sem))
+    fail = {"acq_rel": "acquire", "release": "monotonic"}.get(sem, sem)  # syncscope goes once, first
     b = ctx.builder
     ity = ir.IntType(d.bits)
     out = []

@@ -67,6 +67,14 @@ def atomics(x, counts, n, BLOCK: tc.constexpr):
 
 
 @tc.kernel
+def int_atomics(x, BLOCK: tc.constexpr):
+    offs = tc.arange(0, BLOCK)
+    old = tc.atomic_cas(x.ptr + offs, 0, 1)
+    tc.atomic_max(x.ptr + offs, old + 5)
+    tc.atomic_xchg(x.ptr + offs, 3, sem="release", scope="cta")
+
+
+@tc.kernel
 def debug_ops(x, BLOCK: tc.constexpr):
     pid = tc.program_id(0)
     a = tc.load(x, index=(pid,), shape=(BLOCK,))
@@ -90,5 +98,6 @@ KERNELS = {
     "casts": (casts, "x=f32[?], out=f32[?], BLOCK=256"),
     "control_flow": (control_flow, "x=f32[?], out=f32[?], n=i32, BLOCK=512"),
     "atomics": (atomics, "x=f32[?], counts=f32[?], n=i32, BLOCK=256"),
+    "int_atomics": (int_atomics, "x=i32[?], BLOCK=128"),
     "debug_ops": (debug_ops, "x=f32[?], BLOCK=64"),
 }

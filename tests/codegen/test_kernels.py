@@ -57,6 +57,10 @@ def test_atomics_keep_order_and_scope(arch):
     assert "atom.acq_rel.gpu.global.add.f32" in ptx  # the default sem/scope of tc.atomic_add
     assert "atom.relaxed.gpu.global.cas.b32" in ptx  # f32 max: a CAS loop, relaxed as asked
     assert ".sys." not in ptx
+    ints = compile_sig("int_atomics", arch).asm["ptx"]
+    assert "atom.acq_rel.gpu.global.cas.b32" in ints
+    assert "atom.acq_rel.gpu.global.max.s32" in ints
+    assert "atom.release.cta.global.exch.b32" in ints
 
 
 def test_debug_adds_line_info_that_ptxas_accepts():
