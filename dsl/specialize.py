@@ -93,6 +93,10 @@ class ParamSpec:
             text += ":i64"
         if t.align != 16:
             text += f":align={t.align}"
+        if any(x != 1 for x in t.shape_div):
+            text += ":div=" + "x".join(map(str, t.shape_div))
+        if any(x != 1 for x in t.stride_div):
+            text += ":stride_div=" + "x".join(map(str, t.stride_div))
         return text
 
 
@@ -140,7 +144,11 @@ def view_type_for(info: ArrayInfo, name: str = "array") -> ViewType:
     small = max_offset < 2 ** 31 and all(s < 2 ** 31 for s in info.shape)
     item = info.dtype.itemsize
     align = 16 if info.ptr % 16 == 0 else (item if info.ptr % item == 0 else 1)
-    return ViewType(info.dtype, rank, tuple(strides), dt.int32 if small else dt.int64, align)
+    # extents and run-time strides divisible by 16, like int arguments: masks and addresses
+    # then stay uniform over 16-byte vectors
+    shape_div = tuple(16 if s % 16 == 0 else 1 for s in info.shape)
+    stride_div = tuple(16 if st is None and s % 16 == 0 else 1 for s, st in zip(info.strides, strides))
+    return ViewType(info.dtype, rank, tuple(strides), dt.int32 if small else dt.int64, align, shape_div, stride_div)
 
 
 def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
@@ -242,6 +250,7 @@ def _parse_view(name, m) -> ViewType:
     if rank == 0:
         raise ValueError(f"{name}: a view needs at least one dimension, as in f32[?]")
     strides, index, align = (None,) * (rank - 1) + (1,), dt.int32, 16
+    divs = {"div": (1,) * rank, "stride_div": (1,) * rank}
     for opt in filter(None, m.group(3).split(":")):
         if opt == "strided":
             strides = (None,) * rank
@@ -254,9 +263,17 @@ def _parse_view(name, m) -> ViewType:
             if len(parts) != rank:
                 raise ValueError(f"{name}: strides= needs {rank} entries")
             strides = tuple(None if p == "?" else int(p) for p in parts)
+        elif opt.split("=")[0] in divs and "=" in opt:
+            key, val = opt.split("=", 1)
+            parts = val.split("x")
+            if len(parts) != rank or not all(p.isdigit() and int(p) > 0 and int(p) & (int(p) - 1) == 0
+                                             for p in parts):
+                raise ValueError(f"{name}: {key}= needs {rank} powers of two, as in {key}={'x'.join(['16'] * rank)}")
+            divs[key] = tuple(int(p) for p in parts)
         else:
-            raise ValueError(f"{name}: unknown view option {opt!r} (use :strided, :i64, :align=N)")
-    return ViewType(d, rank, strides, index, align)
+            raise ValueError(f"{name}: unknown view option {opt!r} (use :strided, :i64, :align=N, :div=AxB, "
+                             ":stride_div=AxB)")
+    return ViewType(d, rank, strides, index, align, divs["div"], divs["stride_div"])
 
 
 def _parse_constexpr(name, rhs):
@@ -280,6 +297,9 @@ def parse_signature(kernel, text: str) -> Specialization:
         y=f16[?,?]:strided  no stride known statically (also :strides=?x1)
         y=f32[?,?]:i64      64-bit element offsets (tensors with 2**31 elements or more)
         y=f32[?]:align=4    base pointer aligned to 4 bytes only
+        y=f32[?,?]:div=1x16 extents known divisible by 1 and 16 (a launch specializes every
+                            extent and run-time stride on divisibility by 16; default: 1)
+        y=f32[?,?]:stride_div=16x1  run-time strides known divisible by 16
         n=i32               a scalar (i1/bool, i8..i64, u8..u64, f16, bf16, f32, f64)
         n=i32:16            an int scalar known to be divisible by 16
         n=1                 an int parameter specialized to the constant 1

@@ -38,7 +38,8 @@ _OFFSET_LIMIT = 2 ** 31
 
 def _array_sig(info) -> Tuple:
     # Mirrors specialize.view_type_for: the low pointer bits decide the alignment, a unit
-    # last stride (or a last extent of 1) a static stride, the reach the index width.
+    # last stride (or a last extent of 1) a static stride, the reach the index width,
+    # extents and strides divisible by 16 the view's shape_div / stride_div.
     ptr, shape, strides, dt, dev = info
     reach = 0
     small = True
@@ -47,7 +48,9 @@ def _array_sig(info) -> Tuple:
             reach += (s - 1) * (st if st >= 0 else -st)
             small = small and s < _OFFSET_LIMIT
     last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
-    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev)
+    # extents and strides divisible by 16 (view_type_for's shape_div / stride_div)
+    divs = tuple(s & 15 == 0 for s in shape) + tuple(st & 15 == 0 for st in strides)
+    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs)
 
 
 def _int_sig(v: int) -> Tuple:

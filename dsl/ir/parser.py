@@ -106,11 +106,22 @@ class _Attrs(Transformer):
     def stride(self, t=None):
         return None if t is None else int(t)
 
+    def view_divs(self, *ints):
+        half = len(ints) // 2
+        return ("divs", tuple(int(x) for x in ints[:half]), tuple(int(x) for x in ints[half:]))
+
     def view_type(self, dims, dtype, *rest):
+        divs = ((), ())
+        if rest and isinstance(rest[-1], tuple) and rest[-1][:1] == ("divs",):
+            divs = rest[-1][1:]
+            rest = rest[:-1]
         *strides, index, align = rest
         rank = int(str(dims).rstrip("x"))
         strides = list(strides)
-        return ViewType(DType.get(str(dtype)), rank, tuple(strides), DType.get(str(index)), int(align))
+        try:
+            return ViewType(DType.get(str(dtype)), rank, tuple(strides), DType.get(str(index)), int(align), *divs)
+        except ValueError as e:
+            raise IRParseError(str(e)) from None
 
 
 class _Builder:

@@ -10,6 +10,10 @@ printer writes and the lark grammar reads back:
     view<2xf32, strides=[?, 1], index=i32, align=16>
                                  tensor view: rank, statically known strides,
                                  index width for offsets, base alignment in bytes
+    view<2xf32, strides=[?, 1], index=i32, align=16, div=[1, 16], stride_div=[16, 1]>
+                                 ... and per dimension, a power of two dividing the
+                                 extent (div) and the stride (stride_div); written
+                                 only when one of them is not 1
 """
 from __future__ import annotations
 
@@ -94,13 +98,17 @@ class ViewType(Type):
     (specialized to 1 for a contiguous last dimension) or None. `index` is the
     integer type that offsets into the tensor need (i32 when every element
     offset provably fits in 31 bits, else i64). `align` is the base pointer's
-    known alignment in bytes.
+    known alignment in bytes. `shape_div` / `stride_div` hold, per dimension, a
+    power of two known to divide the run-time extent / stride (1: nothing known);
+    axis analysis uses them to prove that masks and addresses allow vector accesses.
     """
     dtype: DType
     rank: int
     strides: Tuple[Optional[int], ...] = ()
     index: DType = None  # type: ignore[assignment]
     align: int = 1
+    shape_div: Tuple[int, ...] = ()
+    stride_div: Tuple[int, ...] = ()
 
     def __post_init__(self):
         from ..dtypes import int64
@@ -112,10 +120,20 @@ class ViewType(Type):
             object.__setattr__(self, "index", int64)
         if len(self.strides) != self.rank:
             raise ValueError("view strides must have one entry per dimension")
+        for name in ("shape_div", "stride_div"):
+            v = tuple(int(x) for x in getattr(self, name)) or (1,) * self.rank
+            if len(v) != self.rank or not all(is_pow2(x) for x in v):
+                raise ValueError(f"view {name} must be one power of two per dimension, got {list(v)}")
+            object.__setattr__(self, name, v)
 
     def __str__(self) -> str:
         strides = ", ".join("?" if s is None else str(s) for s in self.strides)
-        return f"view<{self.rank}x{self.dtype.name}, strides=[{strides}], index={self.index.name}, align={self.align}>"
+        div = ""
+        if any(x != 1 for x in self.shape_div + self.stride_div):
+            div = (f", div=[{', '.join(map(str, self.shape_div))}], "
+                   f"stride_div=[{', '.join(map(str, self.stride_div))}]")
+        return (f"view<{self.rank}x{self.dtype.name}, strides=[{strides}], index={self.index.name}, "
+                f"align={self.align}{div}>")
 
 
 def scalar(dtype: DType) -> ScalarType:

@@ -9,7 +9,8 @@ For each dimension d of a value:
 
 The rules (after Triton's axis analysis) cover what index arithmetic is made of:
 constants, arange, splat, broadcast, expand_dims, add/sub/mul, casts between
-integers, addptr, view_ptr (the view's alignment), and kernel arguments marked
+integers, addptr, view_ptr (the view's alignment), view_dim (the extents and
+strides the view type marks divisible, e.g. by 16), and kernel arguments marked
 divisible by 16 (`arg_divisibility` on the function). Anything else is unknown
 (1, 1, 1).
 
@@ -98,6 +99,10 @@ class _Analysis:
             self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
         elif isinstance(op, T.ViewPtrOp):
             self.set(r, AxisInfo((), (max(1, ops[0].type.align),), ()))
+        elif isinstance(op, T.ViewDimOp):
+            vt, d = ops[0].type, op.attrs["dim"]
+            div = vt.shape_div[d] if op.attrs["kind"] == "shape" else vt.stride_div[d]
+            self.set(r, AxisInfo((), (div,), ()))
         elif isinstance(op, T.BroadcastOp):
             s = self.get(ops[0])
             src = ops[0].type.shape

@@ -27,7 +27,8 @@ def scale_dns(x, out, n, alpha, flag, BLOCK: tc.constexpr):
 def test_scalars_views_and_constexprs():
     x = np.zeros((8, 32), np.float16)
     spec, args = specialize(scale, (x, x[:, ::2], 32, 0.5, True), {"BLOCK": 64})
-    assert spec["x"].type == ViewType(tc.float16, 2, (None, 1), tc.int32, 16)
+    # extents and run-time strides divisible by 16 are marked (8 rows: no; 32 columns and row stride: yes)
+    assert spec["x"].type == ViewType(tc.float16, 2, (None, 1), tc.int32, 16, (1, 16), (16, 1))
     assert spec["out"].type.strides == (None, None)          # a non-unit last stride is not specialized
     assert spec["n"].kind == "scalar" and spec["n"].divisible_by_16
     assert spec["alpha"].type == ScalarType(tc.float32)
