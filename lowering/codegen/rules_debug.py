@@ -36,11 +36,15 @@ def _vprintf(ctx, fmt: str, args):
     vprintf = ctx.declare("vprintf", I32, [_GENERIC, _GENERIC])
     if args:
         sty = ir.LiteralStructType([a.type for a in args])
-        # The buffer lives in the prologue so that loops do not grow the stack.
-        saved = b.block
-        b.position_at_start(ctx.prologue)
-        buf = b.alloca(sty)
-        b.position_at_end(saved)
+        # One buffer per argument layout, in the prologue: loops and the elements of a
+        # tile reuse it (vprintf has consumed it when it returns).
+        bufs = ctx.memo.setdefault("vprintf_buffers", {})
+        buf = bufs.get(str(sty))
+        if buf is None:
+            saved = b.block
+            b.position_at_start(ctx.prologue)
+            buf = bufs[str(sty)] = b.alloca(sty)
+            b.position_at_end(saved)
         for i, a in enumerate(args):
             b.store(a, b.gep(buf, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True))
         argp = b.addrspacecast(buf, _GENERIC) if buf.type != _GENERIC else buf
