@@ -157,13 +157,29 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     if run_ptxas is None:
         run_ptxas = _want_ptxas()
     if run_ptxas and target.find_ptxas():
-        from .lowering.ptxas import assemble
         t0 = time.perf_counter()
-        result = assemble(res.ptx, arch)
+        asm["ptx"], result = _assemble(res.ptx, arch)
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def _assemble(ptx: str, arch: str):
+    """ptxas, once, or twice for a kernel that spills: given only `.maxntid`, ptxas 13 drops a
+    kernel that must spill anyway to full-occupancy register counts (32 at 128 threads) and
+    spills several times more; `.minnctapersm 1` lets it use what it needs. Not emitted by
+    default because, for kernels that fit, it raises register use and lowers occupancy.
+    Returns the PTX that was kept and its ptxas result."""
+    from .lowering.ptxas import assemble
+    result = assemble(ptx, arch)
+    if (result.spill_stores or result.spill_loads) and ".minnctapersm" not in ptx:
+        relaxed = re.sub(r"(\.maxntid [0-9, ]+)\n", r"\1\n.minnctapersm 1\n", ptx, count=1)
+        if relaxed != ptx:
+            second = assemble(relaxed, arch)
+            if second.spill_stores + second.spill_loads < result.spill_stores + result.spill_loads:
+                return relaxed, second
+    return ptx, result
 
 
 def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_cache: bool = True) -> CompiledKernel:

@@ -179,3 +179,23 @@ def test_early_return_inside_regions():
     assert ll.count("ret void") == 3  # both early exits and the end
     ck = compile_module(m, opts)
     assert "st.global" in ck.asm["ptx"] and ck.asm["cubin"]
+
+
+def test_spilling_kernel_is_reassembled_with_min_ctas(monkeypatch):
+    from tilec import compiler
+    from tilec.lowering import ptxas
+
+    calls = []
+
+    def fake_assemble(ptx, arch):
+        calls.append(ptx)
+        spills = 0 if ".minnctapersm 1" in ptx else 64
+        return ptxas.PtxasResult(b"cubin", registers=255 if not spills else 32, spill_stores=spills,
+                                 spill_loads=spills)
+    monkeypatch.setattr(ptxas, "assemble", fake_assemble)
+    ptx = ".visible .entry k(\n)\n.maxntid 128\n{\n\tret;\n}\n"
+    kept, result = compiler._assemble(ptx, "sm_90a")
+    assert ".maxntid 128\n.minnctapersm 1\n" in kept and result.spill_stores == 0 and len(calls) == 2
+    calls.clear()
+    kept, result = compiler._assemble(kept, "sm_90a")  # no spills: one run, PTX unchanged
+    assert len(calls) == 1 and result.registers == 255
