@@ -23,6 +23,7 @@ from .passes.lower_views import lower_views
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
+from .passes.pipeline_loads import pipeline_loads
 from .passes.reductions import lower_reductions
 from .passes.scans import lower_scans
 from .passes.shared_alloc import allocate_shared
@@ -47,6 +48,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),
     ("accelerate_dot", accelerate_dot),
+    ("pipeline_loads", pipeline_loads),
     ("lower_reductions", lower_reductions),
     ("lower_scans", lower_scans),
     ("allocate_shared", allocate_shared),

@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from ..gpu import mma_ops as M
 from ..gpu.mma_fragments import ldmatrix_groups, ldmatrix_row_coord, ldmatrix_trans, mma_instructions
-from .types import I32, SHARED, shared_ptr
+from .types import I32, SHARED, llvm_scalar
 from .walker import rule
 
 __all__ = ["slot_pointer", "pack_pair"]
@@ -63,7 +63,7 @@ def _ldmatrix(ctx, op):
     slot = _slot_of(op, 1)
     t = op.result.type
     shape = tuple(t.shape)
-    smem = alloc.attrs["layout"]
+    smem = alloc.attrs["layout"] if slot is None else M.slot_layout(alloc.attrs["layout"])
     layout = t.encoding
     trans = ldmatrix_trans(layout, shape, smem)
     elem = ctx.ltype(t.element)
@@ -117,3 +117,52 @@ def _mma(ctx, op):
         for i, r in enumerate(c_regs):
             acc[r] = bld.extract_value(d, i)
     ctx.set(op.result, acc)
+
+
+# ----------------------------------------------------------------------------- cp.async
+def _unique_vectors(t, vec: int):
+    """First registers of this thread's runs of `vec` consecutive elements, copies skipped."""
+    seen, out = set(), []
+    offs = t.encoding.reg_offsets(t.shape)
+    for r in range(0, len(offs), vec):
+        if offs[r] not in seen:
+            seen.add(offs[r])
+            out.append(r)
+    return out
+
+
+@rule(M.AsyncCopyOp)
+def _async_copy(ctx, op):
+    alloc = op.operands[0].owner
+    slot = op.operands[1]
+    ptrs = ctx.elems(op.operands[2])
+    masks = ctx.elems(op.operands[3]) if len(op.operands) > 3 else None
+    t = op.operands[2].type
+    shape = tuple(t.shape)
+    vec = op.attrs["vec"]
+    elem = llvm_scalar(alloc.results[0].type.pointee)
+    nbytes = vec * alloc.results[0].type.pointee.itemsize
+    smem = M.slot_layout(alloc.attrs["layout"])
+    coords = ctx.coords(t)
+    bld = ctx.builder
+    # .cg (L2 only) exists for 16-byte copies; smaller ones go through L1 (.ca)
+    name = f"llvm.nvvm.cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global.{nbytes}.s"
+    for r in _unique_vectors(t, vec):
+        dst = slot_pointer(ctx, alloc, slot, elem, smem.offset(shape, coords[r], ctx.ops))
+        src = ptrs[r]
+        size = ir.Constant(I32, nbytes)
+        if masks is not None:  # a masked-off access copies nothing and fills zeros
+            size = bld.select(masks[r], size, ir.Constant(I32, 0))
+        dst8 = bld.bitcast(dst, I8.as_pointer(addrspace=SHARED))
+        src8 = bld.bitcast(src, I8.as_pointer(addrspace=1))
+        ctx.intrinsic(name, ir.VoidType(), [dst8, src8, size])
+
+
+@rule(M.AsyncCommitOp)
+def _async_commit(ctx, op):
+    ctx.intrinsic("llvm.nvvm.cp.async.commit.group", ir.VoidType(), [])
+
+
+@rule(M.AsyncWaitOp)
+def _async_wait(ctx, op):
+    ctx.intrinsic("llvm.nvvm.cp.async.wait.group", ir.VoidType(), [ir.Constant(I32, op.attrs["pending"])])

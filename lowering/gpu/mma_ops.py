@@ -164,9 +164,15 @@ class AsyncWaitOp(Op):
             raise self.error("pending must be from 0 to 8")
 
 
+def slot_layout(layout: SharedLayout) -> SharedLayout:
+    """The layout of one slot of a buffer whose leading (slowest) dimension is the slot."""
+    order = tuple(d - 1 for d in layout.order if d != 0)
+    return SharedLayout(layout.vec, layout.per_phase, layout.max_phase, order, layout.swizzle_bytes)
+
+
 def operand_smem_ok(layout: SharedLayout, elem_bytes: int) -> bool:
     """A shared layout ldmatrix can read: swizzle chunks of at least 16 bytes."""
     return (layout.vec * elem_bytes) % 16 == 0
 
 
-__all__.append("operand_smem_ok")
+__all__ += ["operand_smem_ok", "slot_layout"]

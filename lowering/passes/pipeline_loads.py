@@ -1,0 +1,239 @@
+"""pipeline_loads: software pipelining of the loads that feed tensor cores, with cp.async.
+
+After accelerate_dot a K loop reads, each iteration, global tiles into
+registers and stores them into shared buffers that ldmatrix then reads:
+
+    %x = tile.load_masked %ptrs, %mask, %zero        (ptrs/mask from the iv and loop invariants)
+    gpu.barrier
+    gpu.local_store %buf, %x    ...
+    gpu.barrier
+    %a = gpu.ldmatrix %buf
+
+With S = num_stages, each buffer gets S slots and the copies run S - 1
+iterations ahead, straight from global to shared memory (cp.async, zero-fill
+where the mask is off or the iteration does not exist):
+
+    prologue:  for s in 0 .. S-2: copies of iteration s into slot s; gpu.async_commit
+    loop (iteration c, slot c % S):
+        gpu.async_wait {pending = S - 2}     (this thread's copies of iteration c landed)
+        gpu.barrier                          (everyone's landed; everyone finished iteration c-1)
+        copies of iteration c + S - 1 into slot (c - 1) % S; gpu.async_commit
+        %a = gpu.ldmatrix %buf, c % S  ...
+    after:     gpu.async_wait {pending = 0}  (nothing lands in memory that is reused later)
+
+The prefetch goes into the slot read in iteration c - 1, never the one being
+read, and only after the barrier that follows every warp's last read of it.
+
+A load qualifies when its only use is such a store, its pointers and mask are
+computed in the loop body from the induction variable and loop invariants
+only, its padding is zero, and it moves 4, 8 or 16 bytes per access (`_vec`).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from tilec import dtypes as dt
+from tilec.ir import Builder, Module, Op, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import ScalarType, TileType
+
+from ..gpu.layouts import SharedLayout
+from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
+from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
+from .dce import dce
+
+__all__ = ["pipeline_loads"]
+
+
+def _with_slots(layout: SharedLayout) -> SharedLayout:
+    order = tuple(d + 1 for d in layout.order) + (0,)
+    return SharedLayout(layout.vec, layout.per_phase, layout.max_phase, order, layout.swizzle_bytes)
+
+
+def _is_zero(v: Value) -> bool:
+    op = v.owner
+    return isinstance(op, T.ConstantOp) and op.attrs.get("value") in (0, 0.0, False)
+
+
+def _slice(body, roots: List[Value], iv: Value) -> Optional[List[Op]]:
+    """The ops of `body` that compute `roots`, in body order; None if any of them depends on
+    a carried value, has regions or effects."""
+    need: Dict[int, Op] = {}
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        op = v.owner
+        if op is None:
+            if v is not iv and getattr(v, "block", None) is body:
+                return None  # a loop-carried value
+            continue
+        if op.parent is not body:
+            continue  # defined outside the loop: invariant
+        if id(op) in need:
+            continue
+        if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")):
+            return None
+        need[id(op)] = op
+        todo.extend(op.operands)
+    return [op for op in body.ops if id(op) in need]
+
+
+def _clone(ops: List[Op], at: Builder, mapping: Dict[int, Value]) -> None:
+    for op in ops:
+        new = type(op)([mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
+                       dict(op.attrs), (), op.loc)
+        at.insert(new)
+        for r, nr in zip(op.results, new.results):
+            mapping[id(r)] = nr
+
+
+class _Candidate:
+    def __init__(self, store: LocalStoreOp, load: Op, alloc: AllocOp, ops: List[Op]):
+        self.store, self.load, self.alloc, self.ops = store, load, alloc, ops
+
+
+def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
+    body = loop.body
+    load = store.operands[1].owner
+    alloc = store.operands[0].owner
+    if not isinstance(load, (T.LoadOp, T.LoadMaskedOp)) or load.parent is not body:
+        return None
+    if len(load.results[0].uses) != 1 or not isinstance(alloc, AllocOp):
+        return None
+    if loop in _ancestors(alloc):
+        return None
+    if any(not isinstance(u, (LdMatrixOp, LocalStoreOp)) for u, _ in alloc.results[0].uses):
+        return None
+    if isinstance(load, T.LoadMaskedOp) and not _is_zero(load.operands[2]):
+        return None
+    elem = load.results[0].type.dtype
+    if load.attrs.get("_vec", 1) * elem.itemsize not in (4, 8, 16):
+        return None
+    ops = _slice(body, list(load.operands[:2]), body.args[0])
+    return None if ops is None else _Candidate(store, load, alloc, ops)
+
+
+def _ancestors(op: Op) -> List[Op]:
+    out = []
+    p = op.parent_op()
+    while p is not None:
+        out.append(p)
+        p = p.parent_op()
+    return out
+
+
+def _scalar(at: Builder, cls, a: Value, b: Value, **attrs) -> Value:
+    return at.value(cls, a, b, **attrs)
+
+
+def _const(at: Builder, t, value) -> Value:
+    return at.create(T.ConstantOp, result_types=[t], value=value).result
+
+
+def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, buf: Value, iv: Value) -> None:
+    """Copies of `c`'s load for the iteration whose induction variable is `iv_value`."""
+    mapping: Dict[int, Value] = {id(iv): iv_value}
+    _clone(c.ops, at, mapping)
+    ptrs = mapping.get(id(c.load.operands[0]), c.load.operands[0])
+    pt = ptrs.type
+    live = _scalar(at, T.CmpOp, iv_value, ub, pred="lt")
+    mask_t = TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)
+    mask = at.value(T.SplatOp, live, shape=list(pt.shape), result_types=[mask_t])
+    if isinstance(c.load, T.LoadMaskedOp):
+        mask = at.value(T.AndOp, mapping.get(id(c.load.operands[1]), c.load.operands[1]), mask)
+    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=c.load.attrs.get("_vec", 1))
+
+
+def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
+    body = loop.body
+    iv = body.args[0]
+    lb, ub, step = loop.operands[:3]
+    ivt = iv.type
+    i32 = ScalarType(dt.int32)
+    # buffers with a slot per stage
+    bufs = {}
+    for c in cands:
+        old = c.alloc
+        if id(old) in bufs:
+            continue
+        b = Builder().before(old)
+        b.loc = old.loc
+        new = b.create(AllocOp, shape=[stages] + list(old.attrs["shape"]), layout=_with_slots(old.attrs["layout"]),
+                       result_types=[old.results[0].type])
+        bufs[id(old)] = new.result
+    # prologue
+    pre = Builder().before(loop)
+    pre.loc = loop.loc
+    for s in range(stages - 1):
+        iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, _const(pre, ivt, s)))
+        slot = _const(pre, i32, s)
+        for c in cands:
+            _issue(pre, c, iv_s, ub, slot, bufs[id(c.alloc)], iv)
+        pre.create(AsyncCommitOp)
+    # the body: the two barriers around the stores become wait + barrier + prefetch
+    first_store = min(body.ops.index(c.store) for c in cands)
+    barrier = body.ops[first_store - 1]
+    at = Builder().before(barrier)
+    at.loc = loop.loc
+    count = _scalar(at, T.FloorDivOp, _scalar(at, T.SubOp, iv, lb), step)
+    if ivt != i32:
+        count = at.value(T.CastOp, count, to=dt.int32)
+    nst = _const(at, i32, stages)
+    read_slot = _scalar(at, T.ModOp, count, nst)
+    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, _const(at, i32, stages - 1)), nst)
+    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, _const(at, ivt, stages - 1)))
+    at.create(AsyncWaitOp, pending=stages - 2)
+    at.create(BarrierOp)
+    for c in cands:
+        _issue(at, c, ahead, ub, write_slot, bufs[id(c.alloc)], iv)
+    at.create(AsyncCommitOp)
+    second = body.ops[max(body.ops.index(c.store) for c in cands) + 1]
+    for c in cands:
+        c.store.erase()
+    barrier.erase()
+    second.erase()
+    for c in cands:
+        for user, i in list(c.alloc.results[0].uses):
+            if isinstance(user, LdMatrixOp):
+                nb = Builder().before(user)
+                new = nb.create(LdMatrixOp, bufs[id(c.alloc)], read_slot, result_types=[user.results[0].type],
+                                loc=user.loc)
+                user.results[0].replace_all_uses_with(new.result)
+                user.erase()
+    for c in cands:
+        if not c.load.results[0].uses:
+            c.load.erase()
+        if c.alloc.parent is not None and not c.alloc.results[0].uses:
+            c.alloc.erase()
+    post = Builder().before(loop)
+    post.index += 1
+    post.create(AsyncWaitOp, pending=0, loc=loop.loc)
+
+
+def _stores_between_barriers(loop: T.ForOp) -> Optional[List[LocalStoreOp]]:
+    """The local_stores of accelerate_dot's `barrier; stores; barrier` group in the loop body."""
+    ops = loop.body.ops
+    for i, op in enumerate(ops):
+        if isinstance(op, LocalStoreOp) and i > 0 and isinstance(ops[i - 1], BarrierOp):
+            j = i
+            while j < len(ops) and isinstance(ops[j], LocalStoreOp):
+                j += 1
+            if j < len(ops) and isinstance(ops[j], BarrierOp):
+                return list(ops[i:j])
+    return None
+
+
+def pipeline_loads(module: Module, num_stages: int = 3, **_options) -> Module:
+    if num_stages < 2:
+        return module
+    changed = False
+    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+        stores = _stores_between_barriers(loop)
+        if not stores:
+            continue
+        cands = [_candidate(s, loop) for s in stores]
+        if not all(cands):
+            continue  # every store of the group must become a copy, or the barriers stay
+        _pipeline(loop, cands, num_stages)
+        changed = True
+    return dce(module) if changed else module
