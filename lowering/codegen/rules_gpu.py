@@ -16,6 +16,7 @@ from ...ir.types import TileType
 from ..gpu import ops as G
 from ..gpu.layouts import DistributedLayout
 from ..gpu.scan import scan_lanes, scan_thread, scan_warps
+from ..gpu.swizzle import smem_vector
 from ..gpu.stages import axis_bits
 from ..passes.shared_alloc import convert_needs_shared
 from .rules_shape import register_map
@@ -76,30 +77,50 @@ def _as_value(v):
     return ir.Constant(I32, v) if isinstance(v, int) else v
 
 
-def _unique_registers(t: TileType) -> List[int]:
-    """Registers of a thread holding distinct elements (the first of each set of copies)."""
+def _vector_groups(t: TileType, layout, esize: int, dedupe: bool):
+    """(first register, count) of each shared access: `smem_vector` consecutive registers."""
+    v = smem_vector(t.encoding, t.shape, esize, layout)
+    offs = t.encoding.reg_offsets(t.shape)
     seen, out = set(), []
-    for r, off in enumerate(t.encoding.reg_offsets(t.shape)):
-        if off not in seen:
-            seen.add(off)
-            out.append(r)
+    for r in range(0, len(offs), v):
+        if dedupe and offs[r] in seen:
+            continue
+        seen.add(offs[r])
+        out.append((r, v))
     return out
+
+
+def _vec_ptr(ctx, byte_offset: int, ety: ir.Type, off, v: int):
+    p = _smem(ctx, byte_offset, ety, _as_value(off))
+    return p if v == 1 else ctx.builder.bitcast(p, ir.VectorType(ety, v).as_pointer(addrspace=G.SHARED))
 
 
 def _store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
     ety = ctx.ltype(t.element)
+    esize = t.dtype.itemsize if t.dtype is not None else 8
     coords = ctx.coords(t)
-    for r in _unique_registers(t):
+    b = ctx.builder
+    for r, v in _vector_groups(t, layout, esize, dedupe=True):
         off = layout.offset(t.shape, coords[r], ctx.ops)
-        ctx.builder.store(vals[r], _smem(ctx, byte_offset, ety, _as_value(off)))
+        val = vals[r]
+        if v > 1:
+            val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)
+            for i in range(v):
+                val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
+        b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
 
 
 def _load_tile(ctx, t: TileType, layout, byte_offset: int) -> List:
     ety = ctx.ltype(t.element)
+    esize = t.dtype.itemsize if t.dtype is not None else 8
+    coords = ctx.coords(t)
+    b = ctx.builder
     out = []
-    for cs in ctx.coords(t):
-        off = layout.offset(t.shape, cs, ctx.ops)
-        out.append(ctx.builder.load(_smem(ctx, byte_offset, ety, _as_value(off)), typ=ety))
+    for r, v in _vector_groups(t, layout, esize, dedupe=False):
+        off = layout.offset(t.shape, coords[r], ctx.ops)
+        x = b.load(_vec_ptr(ctx, byte_offset, ety, off, v), typ=ir.VectorType(ety, v) if v > 1 else ety,
+                   align=esize * v)
+        out.extend([b.extract_element(x, ir.Constant(I32, i)) for i in range(v)] if v > 1 else [x])
     return out
 
 
@@ -119,9 +140,10 @@ def _convert_layout(ctx, op):
         return
     if "_smem_offset" not in op.attrs:
         raise ValueError("this conversion goes through shared memory, which allocate_shared has not placed")
-    layout = _row_major(src.rank)
+    layout = op.attrs.get("_smem_layout") or _row_major(src.rank)  # swizzled by allocate_shared
     off = op.attrs["_smem_offset"]
-    barrier(ctx)  # the scratch may still be read by an earlier use
+    if op.attrs.get("_smem_sync", True):
+        barrier(ctx)  # an earlier use may still read the scratch
     _store_tile(ctx, src, ctx.elems(op.operands[0]), layout, off)
     barrier(ctx)
     ctx.set(op.result, _load_tile(ctx, dst, layout, off))

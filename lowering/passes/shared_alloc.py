@@ -8,6 +8,12 @@ inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again). A conversion's scratch
 lives for its own op only.
 
+A conversion's scratch gets the bank-conflict-free layout of gpu/swizzle.py
+(`_smem_layout`) and 128-byte alignment (the banks' period), and
+`_smem_sync = true` when a barrier must precede its writes: inside a loop (the
+previous iteration may still read it) or when its bytes overlap a buffer used
+earlier. Otherwise the one barrier between its writes and reads suffices.
+
 Placement is first fit in order of start, aligned to 16 bytes (128 for a
 swizzled layout, 1024 for the 128-byte swizzle TMA and wgmma use). Offsets go
 into `offset` (alloc) or `_smem_offset` (convert_layout); the kernel's total
@@ -25,6 +31,7 @@ from tilec.ir import tile_ops as T
 
 from ..gpu.layouts import DistributedLayout
 from ..gpu.ops import AllocOp, ConvertLayoutOp
+from ..gpu.swizzle import conversion_layout
 
 __all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared"]
 
@@ -103,8 +110,9 @@ def _buffers(func):
             src, dst = op.operands[0].type, op.results[0].type
             if convert_needs_shared(src.encoding, dst.encoding, src.shape):
                 elem = src.element
-                size = src.numel * (elem.dtype.itemsize if hasattr(elem, "dtype") else 8)
-                out.append((op, size, 16, "_smem_offset"))
+                esize = elem.dtype.itemsize if hasattr(elem, "dtype") else 8
+                op.attrs["_smem_layout"] = conversion_layout(src.encoding, dst.encoding, tuple(src.shape), esize)
+                out.append((op, src.numel * esize, 128, "_smem_offset"))
     return out
 
 
@@ -128,6 +136,18 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
     return offsets, total
 
 
+def _mark_syncs(bufs, intervals, offsets) -> None:
+    """`_smem_sync` on each conversion whose scratch another use may still be reading."""
+    for i, (op, size, _, attr) in enumerate(bufs):
+        if attr != "_smem_offset":
+            continue
+        lo, hi = offsets[i], offsets[i] + size
+        reused = bool(_enclosing_loops(op)) or any(
+            intervals[j][0] < intervals[i][0] and offsets[j] < hi and lo < offsets[j] + bufs[j][1]
+            for j in range(len(bufs)) if j != i)
+        op.attrs["_smem_sync"] = reused
+
+
 def allocate_shared(module: Module, arch=None, **_options) -> Module:
     limit = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024)
     peak = 0
@@ -143,6 +163,7 @@ def allocate_shared(module: Module, arch=None, **_options) -> Module:
         offsets, total = _place(bufs, intervals)
         for (op, _, _, attr), off in zip(bufs, offsets):
             op.attrs[attr] = off
+        _mark_syncs(bufs, intervals, offsets)
         func.attrs["_shared_bytes"] = total
         peak = max(peak, total)
         if total > limit:
