@@ -8,6 +8,10 @@ import pytest
 
 # Every pipeline run in the tests verifies the IR after each pass (tilec.lowering.pipeline).
 os.environ.setdefault("TILEC_VERIFY", "1")
+# A fresh compile cache per test session: never results compiled by another version of the code.
+if "TILEC_CACHE_DIR" not in os.environ:
+    import tempfile
+    os.environ["TILEC_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilec-test-cache-")
 
 
 @functools.lru_cache(maxsize=1)
