@@ -15,6 +15,8 @@ checks every thread. Results are kept per kernel (CodegenContext.memo).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from functools import lru_cache
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -104,25 +106,15 @@ def _expand_dims(ctx, op):
     _rename(ctx, op, op.operands, lambda c: (0, c[:ax] + c[ax + 1:]))
 
 
-def _linear(c, shape):
-    n = 0
-    for x, s in zip(c, shape):
-        n = n * s + x
-    return n
-
-
-def _delinear(n, shape):
-    out = []
-    for s in reversed(shape):
-        out.append(n % s)
-        n //= s
-    return tuple(reversed(out))
+def _reshape_coord(c, src, dst):
+    """The coordinate in shape `dst` of the element at `c` in shape `src` (row-major)."""
+    return tuple(int(x) for x in np.unravel_index(np.ravel_multi_index(c, src), dst))
 
 
 @rule(T.ReshapeOp)
 def _reshape(ctx, op):
     src, dst = op.operands[0].type.shape, op.result.type.shape
-    _rename(ctx, op, op.operands, lambda c: (0, _delinear(_linear(c, dst), src)))
+    _rename(ctx, op, op.operands, lambda c: (0, _reshape_coord(c, dst, src)))
 
 
 @rule(T.PermuteOp)

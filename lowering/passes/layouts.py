@@ -23,6 +23,8 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from typing import Dict, List, Optional, Tuple
 
 from tilec.ir import Builder, Module, Op, Value
@@ -182,19 +184,9 @@ def cat_layouts(result: DistributedLayout, shape, axis: int, num_warps: int):
     return operand, LinearLayout.of(produced)
 
 
-def _flat(c, shape):
-    n = 0
-    for x, s in zip(c, shape):
-        n = n * s + x
-    return n
-
-
-def _unflat(n, shape):
-    out = []
-    for s in reversed(shape):
-        out.append(n % s)
-        n //= s
-    return tuple(reversed(out))
+def _reshape_coord(c, src, dst):
+    """The coordinate in shape `dst` of the element at `c` in shape `src` (row-major)."""
+    return tuple(int(x) for x in np.unravel_index(np.ravel_multi_index(c, src), dst))
 
 
 def _dot_operand(op, acc, idx: int):
@@ -205,7 +197,7 @@ def _dot_operand(op, acc, idx: int):
 
 
 def _reshape_layout(layout, src, dst):
-    return _renumber(layout.bases(src), src, dst, lambda b: _unflat(_flat(b, src), dst))
+    return _renumber(layout.bases(src), src, dst, lambda b: _reshape_coord(b, src, dst))
 
 
 class _Assigner:
