@@ -15,10 +15,10 @@ checks every thread. Results are kept per kernel (CodegenContext.memo).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from functools import lru_cache
 from typing import Callable, Dict, List, Sequence, Tuple
+
+import numpy as np
 
 from ...ir import tile_ops as T
 from ...ir.types import TileType

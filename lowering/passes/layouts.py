@@ -23,9 +23,9 @@
 """
 from __future__ import annotations
 
-import numpy as np
-
 from typing import Dict, List, Optional, Tuple
+
+import numpy as np
 
 from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
