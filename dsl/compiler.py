@@ -9,7 +9,8 @@ are validated before LLVM runs, and any failure is a CompilationError naming
 the kernel, the stage and (when known) the source line.
 
 TILEC_DUMP=<dir> writes `<kernel>.<spec-hash8>.<NN>-<stage>.ir` after the
-frontend and after every pass, then `...-llvm.ll` and `...-ptx.ptx`.
+frontend and after every pass, then `...-llvm.ll` and `...-ptx.ptx`; the compile
+cache is bypassed while it is set, so that every compile writes them.
 TILEC_SKIP_PTXAS=1 skips ptxas (PTX only; the driver JIT-compiles it at load);
 TILEC_PTXAS=<path> names the ptxas to use.
 """
@@ -27,7 +28,7 @@ from .compiled import CompiledKernel
 from .errors import CompilationError
 from .options import CompileOptions
 
-__all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key"]
+__all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key", "compiler_source_hash"]
 
 _DEFAULT_ARCH = "sm_90a"
 
@@ -51,9 +52,45 @@ def _spec_text(spec) -> str:
     return repr(spec)
 
 
+_COMPILER_HASH: Optional[str] = None
+
+
+def compiler_source_hash() -> str:
+    """Digest of tilec's own code (every .py and .lark of the tilec, tilec.lowering and
+    tilec.runtime package directories), computed once per process: editing the compiler
+    must invalidate cached PTX even when the version number stays the same."""
+    global _COMPILER_HASH
+    if _COMPILER_HASH is None:
+        import importlib
+        h = hashlib.sha256()
+        for pkg in ("tilec", "tilec.lowering", "tilec.runtime"):
+            for root in getattr(importlib.import_module(pkg), "__path__", []):
+                h.update(_tree_digest(Path(root)))
+        _COMPILER_HASH = h.hexdigest()[:24]
+    return _COMPILER_HASH
+
+
+def _tree_digest(root: Path) -> bytes:
+    """Relative path and content of each source file under `root`, in a stable order; a
+    subpackage that is a separate package directory (lowering/ next to dsl/) is not entered
+    twice because symlinked directories are not followed."""
+    h = hashlib.sha256()
+    files = []
+    for d, dirs, names in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        files.extend(Path(d) / n for n in names if n.endswith((".py", ".lark")))
+    for f in sorted(files):
+        try:
+            data = f.read_bytes()
+        except OSError:  # unreadable: its name still counts
+            data = b""
+        h.update(str(f.relative_to(root)).encode() + b"\0" + data + b"\0")
+    return h.digest()
+
+
 def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
-    """Digest of source, specialization, options, arch and tilec version (None when the
-    kernel cannot name its source)."""
+    """Digest of source, specialization, options, arch, tilec version and tilec's own code
+    (None when the kernel cannot name its source)."""
     src = getattr(kernel, "source_hash", None)
     if src is None:
         return None
@@ -61,7 +98,8 @@ def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
         from . import __version__ as version
     except ImportError:
         version = "0"
-    text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), str(version)])
+    text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), str(version),
+                      compiler_source_hash()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -192,13 +230,14 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
             options = options.with_arch(default_arch())
     except ValueError as e:
         raise CompilationError(str(e), kernel=name, stage="options") from e
-    key = cache_key(kernel, spec, options)
+    dump_dir = os.environ.get("TILEC_DUMP")
+    # With TILEC_DUMP set the cache is bypassed: a hit would write no stage files.
+    key = cache_key(kernel, spec, options) if not dump_dir else None
     cache = _cache() if key is not None and use_cache else None
     if cache is not None:
         hit = cache.lookup(key)
         if hit is not None:
             return hit
-    dump_dir = os.environ.get("TILEC_DUMP")
     dump = _Dumper(dump_dir, name, spec) if dump_dir else None
     timings: Dict[str, float] = {}
     module = _stage("frontend", name, timings, lambda: _fresh_ir(kernel, spec))

@@ -61,6 +61,57 @@ def test_cache_is_used(tmp_path, monkeypatch):
     assert ".target sm_90a" in other.asm["ptx"]
 
 
+def test_dump_bypasses_a_warm_cache(tmp_path, monkeypatch):
+    from tilec.runtime import cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path / "cache"))
+    cache.clear_memory()
+    kernel, spec = _spec("arith")
+    compile_kernel(kernel, spec, CompileOptions(arch="sm_80"))  # now cached
+    dump = tmp_path / "dump"
+    monkeypatch.setenv("TILEC_DUMP", str(dump))
+    compile_kernel(kernel, spec, CompileOptions(arch="sm_80"))
+    names = [p.name for p in dump.iterdir()]
+    assert any(n.endswith("-frontend.ir") for n in names) and any(n.endswith("-ptx.ptx") for n in names)
+    cache.clear_memory()
+
+
+def test_cache_key_follows_the_compilers_own_source(tmp_path, monkeypatch):
+    """Editing any tilec source file (here: a stand-in package tree) changes the key."""
+    import tilec
+    from tilec import compiler
+    pkg = tmp_path / "tilec"
+    (pkg / "ir").mkdir(parents=True)
+    (pkg / "ir" / "grammar.lark").write_text("start: NAME\n")
+    (pkg / "passes.py").write_text("X = 1\n")
+    (pkg / "__pycache__").mkdir()
+    (pkg / "__pycache__" / "passes.cpython-311.pyc").write_bytes(b"ignored")
+    kernel, spec = _spec("arith")
+    opts = CompileOptions(arch="sm_80").validated()
+
+    def key():
+        monkeypatch.setattr(compiler, "_COMPILER_HASH", None)
+        return compiler.cache_key(kernel, spec, opts)
+
+    monkeypatch.setattr(tilec, "__path__", [str(pkg)])
+    base = key()
+    assert key() == base  # stable
+    (pkg / "__pycache__" / "passes.cpython-311.pyc").write_bytes(b"changed")
+    assert key() == base  # bytecode is not source
+    (pkg / "passes.py").write_text("X = 2\n")
+    edited_py = key()
+    (pkg / "ir" / "grammar.lark").write_text("start: INT\n")
+    edited_lark = key()
+    assert len({base, edited_py, edited_lark}) == 3
+    monkeypatch.setattr(compiler, "_COMPILER_HASH", None)
+
+
+def test_compiler_hash_is_computed_once(monkeypatch):
+    from tilec import compiler
+    first = compiler.compiler_source_hash()
+    monkeypatch.setattr(compiler, "_tree_digest", lambda root: pytest.fail("hashed twice"))
+    assert compiler.compiler_source_hash() == first
+
+
 def test_invalid_options_name_the_kernel():
     kernel, spec = _spec("arith")
     with pytest.raises(CompilationError, match="in kernel 'arith', during options: num_warps"):
