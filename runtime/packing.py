@@ -6,9 +6,10 @@ structure allocated once. cuLaunchKernel receives the address of a prebuilt
 array that points at those fields, so a call costs one field store per
 parameter and no tuples or per-call type conversion.
 
-Integers of every width travel in 8-byte fields: the driver copies only the
-parameter's size (known from the kernel image) from each address, and on a
-little-endian host the low bytes of an int64 are the narrower integer.
+Each field has exactly the size and alignment of the PTX parameter that codegen
+declares for it (i1 and i8/u8 `.u8`, i16/u16 `.u16`, f16/bf16 `.b8[2]`, ...):
+the driver copies that many bytes from each address. Python and numpy bools,
+ints and floats of every width are accepted; ctypes wraps integers to the width.
 """
 from __future__ import annotations
 
@@ -46,21 +47,21 @@ def _f8_bits(name):
 _CONVERT = {"f16": _f16_bits, "bf16": _bf16_bits, "f8e4m3": _f8_bits("f8e4m3"), "f8e5m2": _f8_bits("f8e5m2")}
 
 
+# c_bool stores any truth value (a numpy bool has no __index__) as one byte 0/1.
+_FIELD = {"i1": ctypes.c_bool, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+          "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
+          "u64": ctypes.c_uint64, "f16": ctypes.c_uint16, "bf16": ctypes.c_uint16, "f8e4m3": ctypes.c_uint8,
+          "f8e5m2": ctypes.c_uint8, "f32": ctypes.c_float, "f64": ctypes.c_double}
+
+
 def field_type(slot: ParamSlot):
-    """The ctypes type that holds one parameter."""
+    """The ctypes type that holds one parameter: the size of its PTX declaration."""
     if slot.kind == "ptr":
         return ctypes.c_uint64
     name = slot.dtype.name if slot.dtype is not None else "i64"
-    if slot.kind == "scalar":
-        if name == "f32":
-            return ctypes.c_float
-        if name == "f64":
-            return ctypes.c_double
-        if name in _CONVERT:
-            return ctypes.c_uint16 if name in ("f16", "bf16") else ctypes.c_uint8
-        if name == "u64":
-            return ctypes.c_uint64
-    return ctypes.c_int64
+    if name not in _FIELD:
+        raise TypeError(f"no kernel-parameter encoding for {name}")
+    return _FIELD[name]
 
 
 def _param_index(compiled: CompiledKernel, params: List[str]) -> List[int]:
