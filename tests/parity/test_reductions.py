@@ -1,0 +1,232 @@
+"""Reductions (sum, max, min, prod, argmax, argmin, a custom combiner) and scans (cumsum,
+cumprod, forward and reverse) over every axis of 1-D and 2-D tiles, on both backends
+against numpy. The data (13 x 29 inside a 16 x 32 tile, with the padding each reduction
+needs) is drawn from a few values so that argmax/argmin see ties; integer sums and
+products wrap in their own type."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec as tc
+
+ROWS, COLS = 13, 29
+BM, BN = 16, 32
+DTYPES = [np.float32, np.float16, np.int32, np.int8, np.uint16]
+REDUCTIONS = ("sum", "max", "min", "prod", "max_abs")  # then argmax, argmin in `idx`
+
+
+@tc.func
+def max_abs(a, b):
+    return tc.maximum(abs(a), abs(b))
+
+
+@tc.func
+def put(ptr, r, L: tc.constexpr, AXIS: tc.constexpr):
+    """Store a reduction's result: a scalar (AXIS "all") or a vector of L elements."""
+    if AXIS == "all":
+        tc.store(ptr + tc.arange(0, 1), tc.full((1,), r, r.dtype))
+    else:
+        tc.store(ptr + tc.arange(0, L), r)
+
+
+@tc.func
+def reduce_tiles(t0, t1, tlo, thi, vals, idx, L: tc.constexpr, AXIS: tc.constexpr, NUMEL: tc.constexpr):
+    if AXIS == "all":
+        put(vals.ptr, tc.sum(t0), L, AXIS)
+        put(vals.ptr + L, tc.max(tlo), L, AXIS)
+        put(vals.ptr + 2 * L, tc.min(thi), L, AXIS)
+        put(vals.ptr + 3 * L, tc.prod(t1), L, AXIS)
+        put(vals.ptr + 4 * L, tc.reduce(tc.reshape(t0, (NUMEL,)), 0, max_abs), L, AXIS)
+        put(idx.ptr, tc.argmax(tc.reshape(tlo, (NUMEL,)), 0), L, AXIS)
+        put(idx.ptr + L, tc.argmin(tc.reshape(thi, (NUMEL,)), 0), L, AXIS)
+    else:
+        put(vals.ptr, t0.sum(AXIS), L, AXIS)
+        put(vals.ptr + L, tlo.max(axis=AXIS), L, AXIS)
+        put(vals.ptr + 2 * L, tc.min(thi, axis=AXIS), L, AXIS)
+        put(vals.ptr + 3 * L, tc.prod(t1, axis=AXIS), L, AXIS)
+        put(vals.ptr + 4 * L, tc.reduce(t0, AXIS, max_abs), L, AXIS)
+        put(idx.ptr, tc.argmax(tlo, axis=AXIS), L, AXIS)
+        put(idx.ptr + L, tc.argmin(thi, axis=AXIS), L, AXIS)
+
+
+@tc.kernel
+def reduce_2d_kernel(x, vals, idx, LO: tc.constexpr, HI: tc.constexpr, AXIS: tc.constexpr,
+                     BM: tc.constexpr, BN: tc.constexpr):
+    t0 = tc.load(x, index=(0, 0), shape=(BM, BN), padding=0)
+    t1 = tc.load(x, index=(0, 0), shape=(BM, BN), padding=1)
+    tlo = tc.load(x, index=(0, 0), shape=(BM, BN), padding=LO)
+    thi = tc.load(x, index=(0, 0), shape=(BM, BN), padding=HI)
+    if AXIS == 0:
+        reduce_tiles(t0, t1, tlo, thi, vals, idx, BN, AXIS, BM * BN)
+    elif AXIS == 1:
+        reduce_tiles(t0, t1, tlo, thi, vals, idx, BM, AXIS, BM * BN)
+    else:
+        reduce_tiles(t0, t1, tlo, thi, vals, idx, 1, AXIS, BM * BN)
+
+
+@tc.kernel
+def reduce_1d_kernel(x, vals, idx, LO: tc.constexpr, HI: tc.constexpr, AXIS: tc.constexpr,
+                     BN: tc.constexpr):
+    t0 = tc.load(x, index=(0,), shape=(BN,), padding=0)
+    t1 = tc.load(x, index=(0,), shape=(BN,), padding=1)
+    tlo = tc.load(x, index=(0,), shape=(BN,), padding=LO)
+    thi = tc.load(x, index=(0,), shape=(BN,), padding=HI)
+    reduce_tiles(t0, t1, tlo, thi, vals, idx, 1, AXIS, BN)
+
+
+def _data(rng, np_dtype, shape):
+    if np.dtype(np_dtype).kind == "f":
+        return rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 3.0], size=shape).astype(np_dtype)
+    info = np.iinfo(np_dtype)
+    pool = rng.integers(info.min, info.max, size=5, endpoint=True, dtype=np_dtype)
+    return rng.choice(np.concatenate([pool, np.array([0, 1], np_dtype)]), size=shape)
+
+
+def _bounds(np_dtype):
+    if np.dtype(np_dtype).kind == "f":
+        return float("-inf"), float("inf")
+    info = np.iinfo(np_dtype)
+    return int(info.min), int(info.max)
+
+
+def _reference(x, axis):
+    """numpy in the accumulation type the language documents (f32 for f16, wrap for ints)."""
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    ax = None if axis == "all" else axis
+    with np.errstate(over="ignore"):
+        vals = [np.sum(x, axis=ax, dtype=acc), np.max(x, axis=ax), np.min(x, axis=ax),
+                np.prod(x, axis=ax, dtype=acc),
+                np.max(np.abs(x.astype(np.float64) if x.dtype.kind == "f" else x), axis=ax)]
+    if x.dtype.kind in "iu":
+        vals[4] = np.max(np.abs(x), axis=ax)  # abs wraps: abs(MIN) is MIN, as in the language
+        if x.dtype.kind == "i":
+            vals[4] = np.max(np.where(x == np.iinfo(x.dtype).min, x, np.abs(x)), axis=ax)
+    idx = [np.argmax(x, axis=ax), np.argmin(x, axis=ax)]
+    return [np.atleast_1d(v) for v in vals], [np.atleast_1d(i) for i in idx]
+
+
+def _check(vals, idx, x, axis, n_valid):
+    want_vals, want_idx = _reference(x, axis)
+    for i, name in enumerate(REDUCTIONS):
+        with np.errstate(over="ignore"):  # an f16 product that overflows is inf on both sides
+            got, want = vals[i, :n_valid], want_vals[i].astype(vals.dtype)
+        if name == "prod" and x.dtype.kind == "f":
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-3 if
+                                       x.dtype == np.float16 else 1e-6, err_msg=f"{name} axis={axis}")
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} axis={axis}")
+    for i, name in enumerate(("argmax", "argmin")):
+        np.testing.assert_array_equal(idx[i, :n_valid], want_idx[i], err_msg=f"{name} axis={axis}")
+
+
+@pytest.mark.parametrize("np_dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("axis", [0, 1, "all"])
+def test_reductions_2d(backend, np_dtype, axis):
+    rng = np.random.default_rng(hash((np.dtype(np_dtype).name, str(axis))) % 2**32)
+    x = _data(rng, np_dtype, (ROWS, COLS))
+    if axis == "all":  # the flat argmax of a (16, 32) tile counts padded columns: use a full tile
+        x = _data(rng, np_dtype, (BM, BN))
+    n_valid = {0: COLS, 1: ROWS, "all": 1}[axis]
+    width = {0: BN, 1: BM, "all": 1}[axis]
+    vals = np.zeros((len(REDUCTIONS), width), np_dtype)
+    idx = np.zeros((2, width), np.int32)
+    lo, hi = _bounds(np_dtype)
+    backend.launch(reduce_2d_kernel, (1,), x, vals, idx, LO=lo, HI=hi, AXIS=axis, BM=BM, BN=BN)
+    _check(vals, idx, x, axis, n_valid)
+
+
+@pytest.mark.parametrize("np_dtype", DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("axis", [0, "all"])
+def test_reductions_1d(backend, np_dtype, axis):
+    rng = np.random.default_rng(7)
+    x = _data(rng, np_dtype, (COLS,))
+    vals = np.zeros((len(REDUCTIONS), 1), np_dtype)
+    idx = np.zeros((2, 1), np.int32)
+    lo, hi = _bounds(np_dtype)
+    backend.launch(reduce_1d_kernel, (1,), x, vals, idx, LO=lo, HI=hi, AXIS=axis, BN=BN)
+    _check(vals, idx, x, "all", 1)
+
+
+@tc.kernel
+def nan_reduce_kernel(x, out, idx, BN: tc.constexpr):
+    t = tc.load(x, index=(0,), shape=(BN,), padding=0.0)
+    tc.store(out.ptr + tc.arange(0, 1), tc.full((1,), tc.max(t), tc.float32))
+    tc.store(out.ptr + 1 + tc.arange(0, 1), tc.full((1,), tc.min(t), tc.float32))
+    tc.store(idx.ptr + tc.arange(0, 1), tc.full((1,), tc.argmax(t, 0), tc.int32))
+    tc.store(idx.ptr + 1 + tc.arange(0, 1), tc.full((1,), tc.argmin(t, 0), tc.int32))
+
+
+def test_nan_propagates_through_max_min_and_argmax(backend):
+    x = np.array([1.0, 5.0, -3.0, np.nan, 7.0, np.nan, -9.0], np.float32)
+    out = np.zeros(2, np.float32)
+    idx = np.zeros(2, np.int32)
+    backend.launch(nan_reduce_kernel, (1,), x, out, idx, BN=8)
+    assert np.isnan(out).all(), out
+    np.testing.assert_array_equal(idx, [3, 3])
+
+
+# ----------------------------------------------------------------------------- scans
+SCANS = ("cumsum", "cumsum_rev", "cumprod", "cumprod_rev")
+
+
+@tc.kernel
+def scan_2d_kernel(x, out, AXIS: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr):
+    t0 = tc.load(x, index=(0, 0), shape=(BM, BN), padding=0)
+    t1 = tc.load(x, index=(0, 0), shape=(BM, BN), padding=1)
+    tc.store(out, index=(0, 0, 0), tile=tc.reshape(tc.cumsum(t0, axis=AXIS), (1, BM, BN)))
+    tc.store(out, index=(1, 0, 0), tile=tc.reshape(tc.cumsum(t0, axis=AXIS, reverse=True), (1, BM, BN)))
+    tc.store(out, index=(2, 0, 0), tile=tc.reshape(tc.cumprod(t1, axis=AXIS), (1, BM, BN)))
+    tc.store(out, index=(3, 0, 0), tile=tc.reshape(tc.cumprod(t1, axis=AXIS, reverse=True), (1, BM, BN)))
+
+
+@tc.kernel
+def scan_1d_kernel(x, out, BN: tc.constexpr):
+    t0 = tc.load(x, index=(0,), shape=(BN,), padding=0)
+    t1 = tc.load(x, index=(0,), shape=(BN,), padding=1)
+    tc.store(out, index=(0, 0), tile=tc.cumsum(t0, 0)[None, :])
+    tc.store(out, index=(1, 0), tile=tc.cumsum(t0, 0, reverse=True)[None, :])
+    tc.store(out, index=(2, 0), tile=tc.cumprod(t1, 0)[None, :])
+    tc.store(out, index=(3, 0), tile=tc.cumprod(t1, 0, reverse=True)[None, :])
+
+
+def _scan_reference(x, axis):
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    flip = lambda a: np.flip(a, axis)  # noqa: E731
+    with np.errstate(over="ignore"):
+        return [np.cumsum(x, axis, dtype=acc), flip(np.cumsum(flip(x), axis, dtype=acc)),
+                np.cumprod(x, axis, dtype=acc), flip(np.cumprod(flip(x), axis, dtype=acc))]
+
+
+def _check_scans(out, x, axis):
+    for i, (got, want) in enumerate(zip(out, _scan_reference(x, axis))):
+        want = want.astype(out.dtype)
+        if x.dtype.kind == "f" and "prod" in SCANS[i]:
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                       rtol=2e-3 if x.dtype == np.float16 else 1e-6, err_msg=SCANS[i])
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=f"{SCANS[i]} axis={axis}")
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.int32, np.int8], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scans_2d(backend, np_dtype, axis):
+    rng = np.random.default_rng(axis + 3)
+    x = _data(rng, np_dtype, (ROWS, COLS))
+    if np.dtype(np_dtype).kind == "f":  # products of 29 factors stay finite and exact in f32
+        x = rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], size=(ROWS, COLS)).astype(np_dtype)
+    out = np.zeros((len(SCANS), ROWS, COLS), np_dtype)
+    backend.launch(scan_2d_kernel, (1,), x, out, AXIS=axis, BM=BM, BN=BN)
+    # reverse scans run over the padded tile: padding 0 / 1 leaves the valid part unchanged
+    _check_scans(out, x, axis)
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float16, np.uint8], ids=lambda t: np.dtype(t).name)
+def test_scans_1d(backend, np_dtype):
+    rng = np.random.default_rng(9)
+    x = _data(rng, np_dtype, (COLS,))
+    if np.dtype(np_dtype).kind == "f":
+        x = rng.choice([-1.0, -0.5, 0.5, 1.0, 2.0], size=COLS).astype(np_dtype)
+    out = np.zeros((len(SCANS), COLS), np_dtype)
+    backend.launch(scan_1d_kernel, (1,), x, out, BN=BN)
+    _check_scans(out, x, 0)
