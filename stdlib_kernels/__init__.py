@@ -9,10 +9,11 @@ from ._common import BF16Array
 from .cross_entropy import cross_entropy
 from .dropout import dropout
 from .elementwise import add, gelu, mul, rope, silu_and_mul, swiglu
+from .matmul import matmul
 from .norms import layer_norm, rms_norm
 from .reductions import cumsum, max, sum  # noqa: A004 - the ops' names
 from .softmax import log_softmax, softmax
 from .transpose import transpose
 
 __all__ = ["BF16Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
-           "cumsum", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose"]
+           "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose"]

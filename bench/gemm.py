@@ -1,0 +1,169 @@
+"""GEMM throughput: tilec's stdlib matmul vs torch.matmul (cuBLAS) vs a Triton matmul.
+
+    python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32] [--json FILE]
+
+Shapes: square 1024..8192, and LLM shapes (M in {1, 16, 128, 4096, 16384} against
+weights K x N of 4096x4096, 4096x14336, 14336x4096). Each measurement is the median
+of triton.testing.do_bench on fresh random data; TFLOP/s = 2 M N K / time. Each
+tilec configuration's ptxas register/spill report is printed with it. Prints a
+table, then one JSON line (also written to --json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+from tilec.compiler import compile_kernel
+from tilec.options import CompileOptions
+from tilec.runtime.driver import get_device
+from tilec.specialize import parse_signature
+from tilec.stdlib_kernels import matmul
+from tilec.stdlib_kernels.matmul import matmul_kernel, signature
+
+SQUARE = [1024, 2048, 4096, 8192]
+LLM_M = [1, 16, 128, 4096, 16384]
+WEIGHTS = [(4096, 4096), (4096, 14336), (14336, 4096)]
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32}
+
+
+@triton.jit
+def _triton_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr):
+    # The standard grouped-order Triton matmul.
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BM)
+    num_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * num_n
+    first_m = (pid // per_group) * GROUP_M
+    rows = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    rm = pid_m * BM + tl.arange(0, BM)
+    rn = pid_n * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a_ptrs = a_ptr + rm[:, None] * sam + rk[None, :] * sak
+    b_ptrs = b_ptr + rk[:, None] * sbk + rn[None, :] * sbn
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BK * sak
+        b_ptrs += BK * sbk
+    c = acc.to(c_ptr.dtype.element_ty)
+    tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def _triton_config(m: int, n: int):
+    # Configurations of Triton's own Hopper matmul examples: large tiles for large problems.
+    if m >= 128 and n >= 256:
+        return dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
+    if m >= 64:
+        return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
+    return dict(BM=16, BN=128, BK=128, GROUP_M=8, num_warps=4, num_stages=4)
+
+
+def triton_matmul(a, b, c):
+    m, k = a.shape
+    n = b.shape[1]
+    cfg = _triton_config(m, n)
+    grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"]),)
+    _triton_matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                         c.stride(0), c.stride(1), **cfg)
+    return c
+
+
+def _bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
+
+
+def _report(m: int, n: int, k: int, dname: str) -> str:
+    """The ptxas register/spill report of the configuration matmul launches for this shape."""
+    sig, cfg = signature(m, n, k, "f32" if dname == "tf32" else dname, allow_tf32=dname == "tf32",
+                         sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+    ck = compile_kernel(matmul_kernel, parse_signature(matmul_kernel, sig),
+                        CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch))
+    r = ck.metadata["ptxas"]
+    return (f"{cfg.bm}x{cfg.bn}x{cfg.bk} w{cfg.num_warps} s{cfg.num_stages}: {r['registers']} regs, "
+            f"spills {r['spill_stores']}/{r['spill_loads']}")
+
+
+def run(shapes, dtypes):
+    rows = []
+    for dname in dtypes:
+        dtype = TORCH_DTYPES[dname]
+        torch.backends.cuda.matmul.allow_tf32 = dname == "tf32"
+        for (m, n, k) in shapes:
+            a = torch.randn(m, k, device="cuda", dtype=dtype)
+            b = torch.randn(k, n, device="cuda", dtype=dtype)
+            c = torch.empty(m, n, device="cuda", dtype=dtype)
+            flops = 2.0 * m * n * k
+            row = {"dtype": dname, "M": m, "N": n, "K": k}
+            fns = {"tilec": lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32"),
+                   "cublas": lambda: torch.matmul(a, b, out=c),
+                   "triton": lambda: triton_matmul(a, b, c)}
+            for name, fn in fns.items():
+                try:
+                    fn()
+                    torch.cuda.synchronize()
+                    row[name] = flops / _bench(fn) / 1e9
+                except Exception as e:  # a failing implementation is reported, not fatal
+                    row[name] = None
+                    row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            ref = a.double() @ b.double() if m * n * k <= 2 ** 33 else None
+            if ref is not None:
+                matmul(a, b, out=c, allow_tf32=dname == "tf32")
+                row["rel_err"] = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+            try:
+                row["config"] = _report(m, n, k, dname)
+            except Exception as e:
+                row["config"] = f"{type(e).__name__}: {e}"
+            rows.append(row)
+            _print_row(row)
+    return rows
+
+
+def _fmt(x):
+    return "   -  " if x is None else f"{x:6.1f}"
+
+
+def _print_row(r):
+    ratio = r["tilec"] / r["cublas"] if r.get("tilec") and r.get("cublas") else None
+    vs_tr = r["tilec"] / r["triton"] if r.get("tilec") and r.get("triton") else None
+    print(f"{r['dtype']:5} {r['M']:6} {r['N']:6} {r['K']:6} | {_fmt(r.get('tilec'))} {_fmt(r.get('cublas'))} "
+          f"{_fmt(r.get('triton'))} | {'  - ' if ratio is None else f'{ratio:4.2f}'} "
+          f"{'  - ' if vs_tr is None else f'{vs_tr:4.2f}'} | {r.get('config', '')}"
+          + (f" | err {r['rel_err']:.1e}" if "rel_err" in r else "")
+          + "".join(f" | {k}: {v}" for k, v in r.items() if k.endswith("_error")), flush=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtypes", default="bf16,f16,tf32")
+    p.add_argument("--quick", action="store_true", help="4096 and 8192 squares only")
+    p.add_argument("--json", help="also write the rows to this file")
+    args = p.parse_args(argv)
+    shapes = [(s, s, s) for s in ([4096, 8192] if args.quick else SQUARE)]
+    if not args.quick:
+        shapes += [(m, n, k) for (k, n) in WEIGHTS for m in LLM_M]
+    dev = torch.cuda.get_device_name(0)
+    print(f"# {dev}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"{time.strftime('%Y-%m-%d')}; TFLOP/s (median of do_bench)")
+    print("dtype      M      N      K |  tilec cublas triton | t/cb t/tr | tilec config: ptxas")
+    rows = run(shapes, [d for d in args.dtypes.split(",") if d])
+    out = {"device": dev, "date": time.strftime("%Y-%m-%d"), "rows": rows}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

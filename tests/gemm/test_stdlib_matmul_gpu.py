@@ -1,0 +1,72 @@
+"""tilec.stdlib_kernels.matmul on the GPU (marker gpu): every dtype, odd shapes, column-major
+operands, batches, epilogues, against a float64 reference on fresh random data."""
+import pytest
+
+from tilec.stdlib_kernels import matmul
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+# relative error (to the largest reference magnitude) each operand type allows
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5, "tf32": 5e-3}
+
+
+def _check(got, want, tol):
+    err = (got.double() - want).abs().max().item()
+    scale = max(want.abs().max().item(), 1e-30)
+    assert err <= tol * scale, f"max error {err} for reference magnitude {scale}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 512), (16, 333, 1000), (77, 131, 45), (1000, 1000, 1000),
+                                   (513, 257, 8), (128, 4096, 4096)])
+def test_shapes(dtype, m, n, k):
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    _check(matmul(a, b), a.double() @ b.double(), TOL[dtype])
+
+
+@pytest.mark.parametrize("a_t,b_t", [(True, False), (False, True), (True, True)])
+def test_column_major_operands(a_t, b_t):
+    m, n, k = 300, 200, 260
+    a = torch.randn(k, m, device="cuda", dtype=torch.float16).T if a_t else torch.randn(
+        m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16).T if b_t else torch.randn(
+        k, n, device="cuda", dtype=torch.float16)
+    _check(matmul(a, b), a.double() @ b.double(), TOL[torch.float16])
+
+
+def test_f32_and_tf32():
+    a = torch.randn(200, 150, device="cuda")
+    b = torch.randn(150, 90, device="cuda")
+    want = a.double() @ b.double()
+    _check(matmul(a, b), want, TOL[torch.float32])
+    _check(matmul(a, b, allow_tf32=True), want, TOL["tf32"])
+
+
+@pytest.mark.parametrize("shared", ["none", "a", "b"])
+def test_batched(shared):
+    bsz, m, n, k = 5, 70, 90, 130
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16) if shared == "a" else torch.randn(
+        bsz, m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) if shared == "b" else torch.randn(
+        bsz, k, n, device="cuda", dtype=torch.bfloat16)
+    got = matmul(a, b)
+    assert got.shape == (bsz, m, n)
+    _check(got, a.double() @ b.double(), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_epilogues(activation):
+    m, n, k = 190, 250, 300
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+    bias = torch.randn(n, device="cuda", dtype=torch.float16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float32)
+    got = matmul(a, b, bias=bias, activation=activation, out=out, out_dtype=torch.float32)
+    assert got is out
+    want = a.double() @ b.double() + bias.double()
+    act = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+           "silu": torch.nn.functional.silu}[activation]
+    _check(got, act(want), TOL[torch.float16])
