@@ -13,13 +13,15 @@ import builtins
 
 import tilec as tc
 
-from ._common import (as_array, check_float, launch, next_pow2, normalize_dim, output, row_config, rows_of,
-                      view)
+from ._common import (as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
+                      output, row_config, rows_of, view)
 
 __all__ = ["sum", "max", "cumsum"]
 
 NEG_INF = float("-inf")
-INNER_TILE = 2048     # elements of one (1, BLOCK_R, BLOCK_I) tile of the inner-dimension kernel
+INNER_TILE = 4096     # elements of one (1, BLOCK_R, BLOCK_I) tile of the inner-dimension kernel
+SPLIT_TARGET = 1024   # programs wanted for an inner-dimension reduction (several waves of 132 SMs)
+MIN_TILES_PER_SPLIT = 4
 MAX_SCAN_TILE = 4096  # longest row scanned in one tile
 
 
@@ -46,20 +48,25 @@ def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.
 
 
 @tc.kernel
-def reduce_inner_kernel(x, out, MAX: tc.constexpr, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
-    # x is (outer, R, inner); out is (outer, 1, inner).
+def reduce_inner_kernel(x, out, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.constexpr,
+                        BLOCK_I: tc.constexpr):
+    # x is (outer, R, inner); out is (outer, splits, inner): program (o, j, s) reduces the
+    # row tiles [s * tiles_per_split, (s + 1) * tiles_per_split) of column strip j. Tiles
+    # past R are all padding (no memory traffic), so the last split needs no bound.
     o = tc.program_id(0)
     j = tc.program_id(1)
+    s = tc.program_id(2)
     pad = NEG_INF if MAX else 0.0
-    acc = tc.load(x, index=(o, 0, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
-    for k in range(1, tc.cdiv(x.shape[1], BLOCK_R)):
+    k0 = s * tiles_per_split
+    acc = tc.load(x, index=(o, k0, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
+    for k in range(k0 + 1, k0 + tiles_per_split):
         t = tc.load(x, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
         acc = _combine(acc, t, MAX)
     if MAX:
         r = tc.max(acc, axis=1, keep_dims=True)
     else:
         r = tc.sum(acc, axis=1, keep_dims=True)
-    tc.store(out, index=(o, 0, j), tile=r.astype(out.dtype))
+    tc.store(out, index=(o, s, j), tile=r.astype(out.dtype))
 
 
 @tc.kernel
@@ -76,13 +83,14 @@ def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr):
 
 SIGNATURES = {
     "reduce_rows_kernel": "x=f16[?,?], out=f16[?], MAX=False, ROWS=1, BLOCK=16384",
-    "reduce_inner_kernel": "x=bf16[?,?,?], out=bf16[?,?,?], MAX=True, BLOCK_R=8, BLOCK_I=256",
+    "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=16, BLOCK_I=256",
     "cumsum_kernel": "x=f32[?,?], out=f32[?,?], ROWS=1, BLOCK=4096",
 }
 EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
     ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),
-    ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], MAX=False, BLOCK_R=2048, BLOCK_I=1"),
+    ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=1, MAX=False, BLOCK_R=4096, BLOCK_I=1"),
+    ("reduce_inner_kernel", "x=f32[?,?,?], out=f16[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=64, BLOCK_I=64"),
     ("cumsum_kernel", "x=f16[?,?], out=f16[?,?], ROWS=64, BLOCK=32"),
     ("cumsum_kernel", "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096"),
 ]
@@ -129,12 +137,43 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
     o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
     ov = view(o, (outer, 1, inner), (so_outer, 1, so_inner))
+    block_r, block_i, num_warps = inner_config(r, inner)
+    n_tiles = tc.cdiv(r, block_r)
+    strips = outer * tc.cdiv(inner, block_i)
+    splits = split_count(strips, n_tiles)
+    if splits == 1:
+        launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), 1), (xv, ov, n_tiles), num_warps,
+               MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
+        return o.obj
+    # Too few column strips to fill the GPU: split R, reduce each part to f32, then the parts.
+    per = tc.cdiv(n_tiles, splits)
+    splits = tc.cdiv(n_tiles, per)
+    part = empty_like(a, (outer, splits, inner), tc.float32)
+    pv = view(part, (outer, splits, inner), contiguous_strides((outer, splits, inner)))
+    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), splits), (xv, pv, per), num_warps,
+           MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
+    block_r2, block_i2, warps2 = inner_config(splits, inner)
+    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i2), 1), (pv, ov, tc.cdiv(splits, block_r2)),
+           warps2, MAX=is_max, BLOCK_R=block_r2, BLOCK_I=block_i2)
+    return o.obj
+
+
+def inner_config(r: int, inner: int):
+    """(BLOCK_R, BLOCK_I, num_warps) of the inner-dimension reduction: a strip of up to 256
+    contiguous columns (512 bytes of f16, so every warp reads whole 128-byte lines) and
+    INNER_TILE / strip rows, 16 elements per thread (8 warps at a full tile)."""
     block_i = min(next_pow2(inner), 256)
     block_r = min(next_pow2(r), builtins.max(INNER_TILE // block_i, 1))
-    num_warps = min(builtins.max(block_r * block_i // 512, 1), 8)
-    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i)), (xv, ov), num_warps, MAX=is_max,
-           BLOCK_R=block_r, BLOCK_I=block_i)
-    return o.obj
+    return block_r, block_i, min(builtins.max(block_r * block_i // 512, 1), 8)
+
+
+def split_count(strips: int, n_tiles: int) -> int:
+    """How many programs share one column strip's rows: enough for SPLIT_TARGET programs in
+    all, each keeping at least MIN_TILES_PER_SPLIT row tiles (so the second pass stays small)."""
+    if strips >= SPLIT_TARGET:
+        return 1
+    want = tc.cdiv(SPLIT_TARGET, strips)
+    return builtins.max(1, builtins.min(want, n_tiles // MIN_TILES_PER_SPLIT))
 
 
 def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
@@ -148,7 +187,11 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     16384 elements, short rows packed, longer rows looped in 4096-element
     tiles). For another dimension, each program owns min(next_pow2(inner), 256)
     contiguous columns and walks the reduced dimension in tiles of
-    2048 / that many rows; num_warps = tile elements / 512, 1..8.
+    4096 / that many rows; num_warps = tile elements / 512, 1..8. When that
+    gives fewer than 1024 programs (e.g. sum over dim 0 of a 4096x4096
+    matrix: 16 strips), the reduced dimension is also split among programs
+    (each at least 4 tiles) into f32 partial results, reduced by a second,
+    small launch (`split_count`).
     """
     return _reduce(x, dim, out, False, "sum")
 

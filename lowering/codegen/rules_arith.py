@@ -37,7 +37,12 @@ def map_elementwise(ctx, op, fn, dtype=None):
 
 
 def _flags(ctx):
-    return ("fast",) if ctx.options is not None and getattr(ctx.options, "fast_math", False) else ()
+    # fast_math approximates (division through rcp, contraction) but keeps inf and NaN
+    # meaning what they mean: kernels pad with -inf and test for it ("fast" would let
+    # LLVM assume neither occurs).
+    if ctx.options is not None and getattr(ctx.options, "fast_math", False):
+        return ("afn", "arcp", "contract")
+    return ()
 
 
 def _arith(int_name, float_name):

@@ -130,6 +130,22 @@ def test_layer_norm_matches_numpy(rowwise, shape, dtype, offset, affine, seed):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
 
 
+@pytest.mark.parametrize("is_max", [False, True])
+def test_reductions_over_a_long_first_dim_split_among_programs(rowwise, is_max):
+    from tilec.stdlib_kernels.reductions import inner_config, split_count
+    # 2 column strips of 3000 rows: the rows are split among programs (uneven last part),
+    # partial results in f32, then a second launch.
+    shape = (3000, 300)
+    block_r, block_i, _ = inner_config(*shape)
+    assert split_count(2, -(-shape[0] // block_r)) > 1
+    x = rowwise.host(np.random.default_rng(3).standard_normal(shape), "bf16")
+    x64 = rowwise.f64(x)
+    if is_max:
+        rowwise.close(sk.max(x, 0), x64.max(0), "bf16")
+    else:
+        rowwise.close(sk.sum(x, 0), x64.sum(0), "bf16", scale=1 + np.abs(x64).sum(0).max() / 100)
+
+
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), seed=st.integers(0, 2**16))
 def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
