@@ -105,6 +105,29 @@ class CodegenContext:
             self._coords_cache[key] = hit
         return hit
 
+    def ownership(self, t: Type):
+        """(Replication, i1 "this thread owns its elements" or None when every thread does)
+        for a value of type `t` (a scalar is held by every thread); computed in the prologue."""
+        from .replication import owner_flag, replication, scalar_replication
+        if isinstance(t, TileType):
+            layout = self.layout_of(t)
+            key = ("owner", layout, t.shape)
+            rep = replication(layout, tuple(t.shape))
+        else:
+            key = ("owner", None, self.num_warps)
+            rep = scalar_replication(self.num_warps)
+        if not rep.threads_replicated:
+            return rep, None
+        hit = self._coords_cache.get(key)
+        if hit is None:
+            saved = self.builder.block
+            self.builder.position_before(self._prologue_br)
+            flag = as_i32(owner_flag(rep, self.lane, self.warp, self.ops))
+            hit = self.builder.icmp_unsigned("==", flag, ir.Constant(I32, 0), name="owner")
+            self.builder.position_at_end(saved)
+            self._coords_cache[key] = hit
+        return rep, hit
+
     # constants and types ----------------------------------------------------------
     def const(self, d: DType, value) -> ir.Constant:
         return const(d, value)

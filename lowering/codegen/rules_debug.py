@@ -2,7 +2,8 @@
 
 Both are PTX "system calls" that ptxas and the driver resolve. vprintf takes a
 C format string and a pointer to the arguments packed as C varargs would be
-(floats widened to double, small integers to 32 bits).
+(floats widened to double, small integers to 32 bits). A print shows each
+element once, from its owner copy (codegen/replication.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from llvmlite import ir
 from ...ir import tile_ops as T
 from ...ir.types import TileType
 from .casts import cast_bool, convert
+from .rules_memory import guarded, owner_masks
 from .types import I32, I64
 from .walker import rule
 from ...dtypes import float64, int32, uint32
@@ -63,7 +65,11 @@ def _print(ctx, op):
     pid = [ctx.special_reg(f"ctaid.{a}") for a in "xyz"]
     n = ctx.num_elems(tiles[0].type) if tiles else 1
     coords = ctx.coords(tiles[0].type) if tiles else None
+    # each element once: copies in other registers, lanes or warps stay silent
+    preds = owner_masks(ctx, tiles[0].type if tiles else vals[0].type if vals else None)
     for r in range(n):
+        if preds[r] is False:
+            continue
         args, fmt = list(pid), "pid (%d, %d, %d)"
         if coords is not None:
             fmt += " idx (" + ", ".join("%d" for _ in coords[r]) + ")"
@@ -74,7 +80,7 @@ def _print(ctx, op):
             a, directive = _c_arg(ctx, x, ctx.dtype(v.type))
             args.append(a)
             fmt += " " + directive
-        _vprintf(ctx, fmt + "\n", args)
+        guarded(ctx, preds[r], lambda fmt=fmt, args=args: _vprintf(ctx, fmt + "\n", args))
 
 
 @rule(T.AssertOp)

@@ -37,8 +37,9 @@ def _shfl32(ctx, v, kind: str, offset: int):
     mode = {"xor": "bfly", "up": "up", "down": "down", "idx": "idx"}[kind]
     clamp = 0 if kind == "up" else 0x1F
     suffix = "f32" if isinstance(v.type, ir.FloatType) else "i32"
+    src = offset if isinstance(offset, ir.Value) else ir.Constant(I32, offset)  # idx: a run-time lane too
     return ctx.intrinsic(f"llvm.nvvm.shfl.sync.{mode}.{suffix}", v.type,
-                         [_FULL_MASK, v, ir.Constant(I32, offset), ir.Constant(I32, clamp)])
+                         [_FULL_MASK, v, src, ir.Constant(I32, clamp)])
 
 
 def shuffle(ctx, v, kind: str, offset: int):

@@ -5,6 +5,11 @@ axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory and the mask is uniform across them. Masked accesses
 branch around the access, so a masked-off lane never touches memory.
+
+Replicated layouts (codegen/replication.py): atomics and stores run once per
+element, in the owner copy only; an atomic's old values then reach the other
+copies by a shuffle (copies within a warp) or through a small static
+shared-memory buffer between two barriers (copies across warps).
 """
 from __future__ import annotations
 
@@ -13,10 +18,11 @@ from llvmlite import ir
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
 from .casts import arch_number, cast_bool
+from .rules_gpu import barrier, shuffle
 from .types import I8, I32
 from .walker import rule
 
-__all__ = ["guarded"]
+__all__ = ["guarded", "owner_masks", "broadcast_from_owners"]
 
 
 @rule(T.ConstantOp)
@@ -163,10 +169,17 @@ def _store(ctx, op, masked: bool):
     masks = ctx.elems(op.operands[2]) if masked else None
     vec = _vec(op, len(ptrs))
     b = ctx.builder
+    # copies of an element write the same value: only the owner's store is kept
+    preds = owner_masks(ctx, op.operands[0].type, masks if masked else None)
     for g in range(0, len(ptrs), vec):
+        acting = [p for p in preds[g:g + vec] if p is not False]
+        if not acting:
+            continue
+        pred = acting[0]  # the mask is uniform over a vector, the owner test is per thread
+
         def emit(p=ptrs[g], v=_pack(b, vals[g:g + vec])):
             return b.store(v, p, align=dtype.itemsize * vec)
-        guarded(ctx, masks[g] if masked else None, emit)
+        guarded(ctx, pred, emit)
 
 
 rule(T.StoreOp)(lambda ctx, op: _store(ctx, op, False))
@@ -233,6 +246,74 @@ def _rmw_name(kind, d):
     return {"add": "add", "xchg": "xchg", "and": "and", "or": "or", "xor": "xor"}[kind]
 
 
+def owner_masks(ctx, t, masks=None):
+    """Per register element of a value of type `t`: False where the register is a copy of
+    another register of the thread, else the condition for acting (the element's mask, if
+    any, and "this thread is the owner"; None: always)."""
+    rep, own = ctx.ownership(t)
+    b = ctx.builder
+    out = []
+    for r, owner in enumerate(rep.reg_owner):
+        if owner != r:
+            out.append(False)
+            continue
+        m = cast_bool(b, masks[r]) if masks is not None else None
+        out.append(own if m is None else (m if own is None else b.and_(m, own)))
+    return out
+
+
+def broadcast_from_owners(ctx, t, vals):
+    """`vals` (valid in the owner copies) with every copy replaced by its owner's value."""
+    rep, _ = ctx.ownership(t)
+    b = ctx.builder
+    if rep.threads_replicated and rep.lane_copies_only:
+        src = b.and_(ctx.lane, ir.Constant(I32, 31 & ~rep.lane_mask))
+        vals = [shuffle(ctx, v, "idx", src) if rep.reg_owner[r] == r else v for r, v in enumerate(vals)]
+    elif rep.threads_replicated:
+        vals = _through_shared(ctx, t, rep, vals)
+    return [vals[o] for o in rep.reg_owner]
+
+
+def _through_shared(ctx, t, rep, vals):
+    """Owners write each element at its row-major index of a static shared buffer; every
+    copy reads it back. The trailing barrier lets the next use overwrite the buffer."""
+    b = ctx.builder
+    ety = vals[0].type
+    if isinstance(t, TileType):
+        shape, coords = t.shape, ctx.coords(t)
+        index = []
+        for cs in coords:
+            i = cs[0]
+            for c, s in zip(cs[1:], shape[1:]):
+                i = b.add(b.mul(i, ir.Constant(I32, s)), c)
+            index.append(i)
+        numel = 1
+        for s in shape:
+            numel *= s
+    else:
+        index, numel = [ir.Constant(I32, 0)], 1
+    n = len(ctx.memo.setdefault("bcast_buffers", {}))
+    buf = ir.GlobalVariable(ctx.module, ir.ArrayType(ety, numel), name=f"__tilec_bcast{n}", addrspace=3)
+    buf.linkage, buf.align = "internal", 16
+    buf.initializer = ir.Constant(ir.ArrayType(ety, numel), ir.Undefined)
+    ctx.memo["bcast_buffers"][n] = buf
+
+    def slot(i):
+        return b.gep(buf, [ir.Constant(I32, 0), i], inbounds=True)
+    preds = owner_masks(ctx, t)
+    for r, v in enumerate(vals):
+        if preds[r] is not False:
+            guarded(ctx, preds[r], lambda r=r, v=v: b.store(v, slot(index[r])))
+    barrier(ctx)
+    out = [b.load(slot(index[r])) if rep.reg_owner[r] == r else None for r in range(len(vals))]
+    barrier(ctx)
+    return [x if x is not None else out[rep.reg_owner[r]] for r, x in enumerate(out)]
+
+
+def _result_used(op) -> bool:
+    return bool(op.results and op.results[0].uses)
+
+
 @rule(T.AtomicRMWOp)
 def _atomic_rmw(ctx, op):
     d = ctx.dtype(op.operands[1].type)
@@ -245,14 +326,22 @@ def _atomic_rmw(ctx, op):
     ptx = _ptx_atom(ctx, op.attrs["kind"], d, op.attrs.get("sem", "acq_rel"), op.attrs.get("scope", "gpu"))
     b = ctx.builder
     out = []
-    for p, v, m in zip(ctx.elems(op.operands[0]), ctx.elems(op.operands[1]), ctx.elems(op.operands[2])):
+    preds = owner_masks(ctx, op.operands[0].type, ctx.elems(op.operands[2]))
+    for p, v, pred in zip(ctx.elems(op.operands[0]), ctx.elems(op.operands[1]), preds):
         def emit(p=p, v=v):
             if ptx is not None:
                 asm, cons = ptx
                 return ctx.inline_asm(v.type, asm, cons, [p, v])
             return b.atomic_rmw(name, p, v, order)
-        out.append(guarded(ctx, m, emit,
-                           ir.Constant(v.type, 0 if not d.is_float else 0.0)))
+        zero = ir.Constant(v.type, 0 if not d.is_float else 0.0)
+        out.append(zero if pred is False else guarded(ctx, pred, emit, zero))
+    _set_atomic_result(ctx, op, out)
+
+
+def _set_atomic_result(ctx, op, out):
+    """Old values, from the owner copy into every copy (masked-off elements read 0)."""
+    if _result_used(op):
+        out = broadcast_from_owners(ctx, op.operands[0].type, out)
     ctx.set_elems(op.result, out)
 
 
@@ -266,12 +355,14 @@ def _atomic_cas(ctx, op):
     ity = ir.IntType(d.bits)
     out = []
     cols = [ctx.elems(v) for v in op.operands]
-    for p, c, v, m in zip(*cols):
+    preds = owner_masks(ctx, op.operands[0].type, cols[3])
+    for p, c, v, pred in zip(*cols[:3], preds):
         def emit(p=p, c=c, v=v):
             if d.is_float:
                 c, v = b.bitcast(c, ity), b.bitcast(v, ity)
             old = b.extract_value(b.cmpxchg(p, c, v, order, fail), 0)
             return b.bitcast(old, v.type if not d.is_float else ctx.ltype(op.result.type)) if d.is_float else old
-        out.append(guarded(ctx, m, emit, ir.Constant(ctx.ltype(op.result.type), 0 if not d.is_float else 0.0)))
-    ctx.set_elems(op.result, out)
+        zero = ir.Constant(ctx.ltype(op.result.type), 0 if not d.is_float else 0.0)
+        out.append(zero if pred is False else guarded(ctx, pred, emit, zero))
+    _set_atomic_result(ctx, op, out)
 
