@@ -87,6 +87,10 @@ SIGNATURES = {
     "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, BLOCK=4096",
     "ce_reduce_kernel": "loss=f32[?], target=i64[?], out=f16[?], ignore_index=i32, MEAN=True, BLOCK=1024",
 }
+# The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
+OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
+           "ce_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_reduce_kernel": {"num_warps": 4, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], ignore_index=i32, BLOCK=4096"),

@@ -62,6 +62,8 @@ SIGNATURES = {
     "dropout_kernel_rows": "x=bf16[?,?], out=bf16[?,?], n_rows=i32, n_cols=i32, sx=i32, so=i32, p=f32, scale=f32, "
                            "seed=i64, BR=8, BC=128, GROUPED=False, WIDE=False",
 }
+# The options the entry points launch SIGNATURES with (`_rows.tile_config`; tests/test_ptxas.py).
+OPTIONS = {"dropout_kernel": {"num_warps": 8, "fast_math": True}, "dropout_kernel_rows": {"num_warps": 2, "fast_math": True}}
 # Both entries compile the one kernel (grouped and per-element draws).
 dropout_kernel_rows = dropout_kernel
 

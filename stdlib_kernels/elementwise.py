@@ -140,6 +140,8 @@ SIGNATURES = {
     "rope_interleaved_kernel": "x=bf16[?,?], cos=f32[?,?], sin=f32[?,?], out=bf16[?,?], n_rows=i32, dim=i32:16, "
                                "sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=32, BD=128, WIDE=False",
 }
+# The options the entry points launch SIGNATURES with (`_rows.tile_config`; tests/test_ptxas.py).
+OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in SIGNATURES}
 
 
 # ----------------------------------------------------------------------------- entry points

@@ -92,6 +92,8 @@ SIGNATURES = {
     "norm_loop_kernel": f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
                         f"eps=f32, {_LN}, BLOCK=4096",
 }
+# The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
+OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True}}
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 EXTRA_SIGNATURES = [
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?,?], y=f32[?,?], mean_out=f32[?,?], rstd_out=f32[?], "

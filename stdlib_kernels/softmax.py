@@ -69,6 +69,8 @@ SIGNATURES = {
     "softmax_tile_kernel": "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=2, BLOCK=1024",
     "softmax_loop_kernel": "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096",
 }
+# The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
+OPTIONS = {"softmax_tile_kernel": {"num_warps": 4, "fast_math": True}, "softmax_loop_kernel": {"num_warps": 8, "fast_math": True}}
 # Further specializations the PTX test assembles: every dtype, both flavours, the
 # largest single tile.
 EXTRA_SIGNATURES = [

@@ -41,6 +41,8 @@ SIGNATURES = {
     "transpose_kernel_f16": "x=f16[?,?], out=f16[?,?], n_rows=i32:16, n_cols=i32:16, sx=i32:16, so=i32:16, "
                             "BM=64, BN=64, WIDE=False",
 }
+# The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
+OPTIONS = {name: {"num_warps": 4, "fast_math": True} for name in SIGNATURES}
 transpose_kernel_f16 = transpose_kernel
 
 

@@ -31,6 +31,16 @@ def _num_warps(spec) -> int:
 
 
 @pytest.mark.parametrize("name", MODULES)
+def test_options_are_the_entry_points_warp_counts(name):
+    # tests/test_ptxas.py assembles SIGNATURES with OPTIONS: they must be what the entry points use.
+    mod = _module(name)
+    for kernel, sig in mod.SIGNATURES.items():
+        spec = getattr(mod, kernel).specialization(sig)
+        assert mod.OPTIONS[kernel] == {"num_warps": _num_warps(spec) if kernel != "ce_reduce_kernel" else 4,
+                                       "fast_math": True}, kernel
+
+
+@pytest.mark.parametrize("name", MODULES)
 def test_signatures_name_every_kernel(name):
     mod = _module(name)
     kernels = {k for k, v in vars(mod).items() if isinstance(v, Kernel)}
@@ -50,7 +60,8 @@ def test_kernel_ir_round_trips(name, kernel, sig):
 def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     k = getattr(_module(name), kernel)
     spec = k.specialization(sig)
-    compiled = k.compile(spec, arch=arch, num_warps=_num_warps(spec))
+    # fast_math as the entry points launch (`_common.launch`)
+    compiled = k.compile(spec, arch=arch, num_warps=_num_warps(spec), fast_math=True)
     assert f".entry {compiled.name}" in compiled.asm["ptx"]
     ptxas = compiled.metadata.get("ptxas")
     if ptxas is None:
