@@ -1,0 +1,201 @@
+"""Tensor views, pointers, loads, stores and atomics."""
+from __future__ import annotations
+
+from ... import dtypes as dt
+from ..core import Op, register_op
+from ..types import PointerType, ScalarType, TileType, Type, ViewType, element_type, shape_of, tile, with_element
+from .common import EW, PURE, A, _check_shape, _dtype
+
+
+# ----------------------------------------------------------------------------- views and pointers
+@register_op
+class ViewDimOp(Op):
+    """`x.shape[dim]` or `x.stride(dim)` of a tensor view, in the view's index type."""
+    name = "tile.view_dim"
+    operands_spec = ("view",)
+    attributes = {"dim": A("int"), "kind": A("str")}
+    traits = PURE
+
+    def infer_types(self):
+        return [ScalarType(self.operands[0].type.index)]
+
+    def verify_op(self):
+        v = self.operands[0].type
+        if not isinstance(v, ViewType) or not 0 <= self.attrs["dim"] < v.rank:
+            raise self.error(f"dim {self.attrs['dim']} out of range for {v}")
+        if self.attrs["kind"] not in ("shape", "stride"):
+            raise self.error("kind must be shape or stride")
+
+
+@register_op
+class ViewPtrOp(Op):
+    """`x.ptr`: the base pointer of a view."""
+    name = "tile.view_ptr"
+    operands_spec = ("view",)
+    traits = PURE
+
+    def infer_types(self):
+        return [PointerType(self.operands[0].type.dtype)]
+
+
+class _ViewAccess(Op):
+    """Common checks of tile.load_view / tile.store_view.
+
+    mode "index": the tile starts at element `indices[d] * shape[d]`;
+    mode "offset": at element `indices[d]`.
+    """
+
+    def _check_indices(self, shape):
+        v = self.operands[0].type
+        idx = self.group("indices")
+        if not isinstance(v, ViewType):
+            raise self.error(f"first operand must be a tensor view, got {v}")
+        if len(idx) != v.rank or len(shape) != v.rank:
+            raise self.error(f"a rank-{v.rank} view needs {v.rank} indices and a rank-{v.rank} shape")
+        for i in idx:
+            if not isinstance(i.type, ScalarType) or not i.type.dtype.is_int:
+                raise self.error(f"indices must be integer scalars, got {i.type}")
+        if self.attrs["mode"] not in ("index", "offset"):
+            raise self.error("mode must be index or offset")
+        _check_shape(self, shape)
+
+
+@register_op
+class LoadViewOp(_ViewAccess):
+    name = "tile.load_view"
+    operands_spec = ("view", "indices*")
+    attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index")}
+    traits = frozenset({"reads"})
+
+    def infer_types(self):
+        return [tile(self.attrs["shape"], self.operands[0].type.dtype)]
+
+    def verify_op(self):
+        self._check_indices(self.attrs["shape"])
+
+
+@register_op
+class StoreViewOp(_ViewAccess):
+    name = "tile.store_view"
+    operands_spec = ("view", "indices*", "value")
+    attributes = {"mode": A("str", True, "index")}
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        val = self.operands[-1].type
+        if not isinstance(val, TileType):
+            raise self.error(f"stored value must be a tile, got {val}")
+        if val.dtype is not self.operands[0].type.dtype:
+            raise self.error(f"stored tile is {val.dtype}, the view holds {self.operands[0].type.dtype}")
+        self._check_indices(val.shape)
+
+
+@register_op
+class AddPtrOp(Op):
+    """Pointer (or pointer tile) plus an element offset of the same shape."""
+    name = "tile.addptr"
+    operands_spec = ("ptr", "offset")
+    traits = EW
+
+    def infer_types(self):
+        return [self.operands[0].type]
+
+    def verify_op(self):
+        p, o = self.operands[0].type, self.operands[1].type
+        if not isinstance(element_type(p), PointerType):
+            raise self.error(f"first operand must be a pointer, got {p}")
+        if shape_of(p) != shape_of(o) or not (_dtype(o) and _dtype(o).is_int):
+            raise self.error(f"offset must be an integer of shape {list(shape_of(p))}, got {o}")
+
+
+def _pointee(t: Type):
+    e = element_type(t)
+    return e.pointee if isinstance(e, PointerType) else None
+
+
+@register_op
+class LoadOp(Op):
+    name = "tile.load"
+    operands_spec = ("ptr",)
+    traits = frozenset({"reads"})
+
+    def infer_types(self):
+        return [with_element(self.operands[0].type, ScalarType(_pointee(self.operands[0].type)))]
+
+
+@register_op
+class LoadMaskedOp(Op):
+    """Load where `mask`; elsewhere the result is `other`."""
+    name = "tile.load_masked"
+    operands_spec = ("ptr", "mask", "other")
+    traits = frozenset({"reads"})
+
+    def infer_types(self):
+        return [with_element(self.operands[0].type, ScalarType(_pointee(self.operands[0].type)))]
+
+    def verify_op(self):
+        p, m, o = (v.type for v in self.operands)
+        if shape_of(m) != shape_of(p) or _dtype(m) is not dt.bool_:
+            raise self.error(f"mask must be i1 of shape {list(shape_of(p))}, got {m}")
+        if o != self.results[0].type:
+            raise self.error(f"other must be {self.results[0].type}, got {o}")
+
+
+@register_op
+class StoreOp(Op):
+    name = "tile.store"
+    operands_spec = ("ptr", "value")
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        p, v = self.operands[0].type, self.operands[1].type
+        if shape_of(p) != shape_of(v) or _pointee(p) is not _dtype(v):
+            raise self.error(f"cannot store {v} through {p}")
+
+
+@register_op
+class StoreMaskedOp(StoreOp):
+    name = "tile.store_masked"
+    operands_spec = ("ptr", "value", "mask")
+
+
+ATOMIC_KINDS = ("add", "max", "min", "xchg", "and", "or", "xor")
+
+
+@register_op
+class AtomicRMWOp(Op):
+    """Atomic read-modify-write where `mask`; returns the old values (`other` is 0 elsewhere)."""
+    name = "tile.atomic_rmw"
+    operands_spec = ("ptr", "value", "mask")
+    attributes = {"kind": A("str"), "sem": A("str", True, "acq_rel"), "scope": A("str", True, "gpu")}
+    traits = frozenset({"reads", "writes"})
+
+    def infer_types(self):
+        return [self.operands[1].type]
+
+    def verify_op(self):
+        if self.attrs["kind"] not in ATOMIC_KINDS:
+            raise self.error(f"kind must be one of {ATOMIC_KINDS}")
+        p, v = self.operands[0].type, self.operands[1].type
+        if shape_of(p) != shape_of(v) or _pointee(p) is not _dtype(v):
+            raise self.error(f"value {v} does not match pointer {p}")
+
+
+@register_op
+class AtomicCASOp(Op):
+    """Compare-and-swap where `mask`: store `value` where the old value equals `cmp`."""
+    name = "tile.atomic_cas"
+    operands_spec = ("ptr", "cmp", "value", "mask")
+    attributes = {"sem": A("str", True, "acq_rel"), "scope": A("str", True, "gpu")}
+    traits = frozenset({"reads", "writes"})
+
+    def infer_types(self):
+        return [self.operands[2].type]
