@@ -1,17 +1,19 @@
 """softmax and log_softmax along the last dimension.
 
-Two kernels. A row that fits in one tile (up to 16384 elements) is read once
+A row that fits in one tile (up to 16384 elements) is read once
 and kept in registers: max, exp, sum and the division happen on the tile, and
 short rows are packed several to a program. A longer row is read twice: an
 online pass keeps, per lane, a running max and a sum of exp(x - max) that is
-rescaled whenever the max grows, then a second pass normalizes. All math is in
-f32 whatever the storage type.
+rescaled whenever the max grows, then a second pass normalizes. A few long
+rows are split among programs: per-chunk (max, sum) first, then a launch that
+combines them and normalizes. All math is in f32 whatever the storage type.
 """
 from __future__ import annotations
 
 import tilec as tc
 
-from ._common import as_array, check_float, launch, normalize_dim, output, row_config, rows_of
+from ._common import (as_array, check_float, empty_like, launch, next_pow2, normalize_dim, output, row_config,
+                      rows_of, view)
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -37,13 +39,21 @@ def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc
 
 @tc.kernel
 def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr):
+    # One program per long row: pass 1 keeps lane-wise running statistics (no
+    # cross-thread reduction per tile), pass 2 normalizes.
     row = tc.program_id(0)
     n_tiles = tc.cdiv(x.shape[1], BLOCK)
+    m, s = _lane_stats(x, row, 0, n_tiles, BLOCK)
+    _normalize(x, out, row, 0, n_tiles, m, s, LOG, BLOCK)
 
-    # Pass 1: lane-wise online max and sum, so no cross-thread reduction runs per tile.
+
+@tc.func
+def _lane_stats(x, row, k0, n_k, BLOCK: tc.constexpr):
+    # Lane-wise online max and sum of exp over the row tiles [k0, k0 + n_k), then the
+    # (max, sum) of the whole range: tiles past the row are all -inf and add nothing.
     m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
     s_lane = tc.zeros((1, BLOCK), tc.float32)
-    for k in range(n_tiles):
+    for k in range(k0, k0 + n_k):
         t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
         m_new = tc.maximum(m_lane, t)
         # While a lane has seen only -inf, shift by 0 so the rescale is exp(-inf) = 0, not NaN.
@@ -51,12 +61,17 @@ def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr):
         s_lane = s_lane * tc.exp(m_lane - m_safe) + tc.exp(t - m_safe)
         m_lane = m_new
     m = tc.max(m_lane)
-    s = tc.sum(s_lane * tc.exp(m_lane - m))
+    m_safe = tc.where(m == NEG_INF, 0.0, m)
+    return m, tc.sum(s_lane * tc.exp(m_lane - m_safe))
 
-    # Pass 2: normalize; stores past the row's end are skipped.
+
+@tc.func
+def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, BLOCK: tc.constexpr):
+    # Writes softmax (or log_softmax) of the row tiles [k0, k0 + n_k) given the row's
+    # max m and sum of exp(x - m) s; stores past the row's end are skipped.
     log_s = tc.log(s)
     inv_s = 1.0 / s
-    for k in range(n_tiles):
+    for k in range(k0, k0 + n_k):
         t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
         if LOG:
             y = t - m - log_s
@@ -65,12 +80,43 @@ def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr):
         tc.store(out, index=(row, k), tile=y.astype(out.dtype))
 
 
+@tc.kernel
+def softmax_partial_kernel(x, m_part, s_part, tiles_per_chunk, BLOCK: tc.constexpr):
+    # Split rows, pass 1: program (row, c) writes the (max, sum of exp) of its chunk of
+    # tiles_per_chunk tiles.
+    row = tc.program_id(0)
+    c = tc.program_id(1)
+    m, s = _lane_stats(x, row, c * tiles_per_chunk, tiles_per_chunk, BLOCK)
+    tc.store(m_part, index=(row, c), tile=tc.full((1, 1), m, tc.float32))
+    tc.store(s_part, index=(row, c), tile=tc.full((1, 1), s, tc.float32))
+
+
+@tc.kernel
+def softmax_finish_kernel(x, out, m_part, s_part, tiles_per_chunk, LOG: tc.constexpr, CHUNKS: tc.constexpr,
+                          BLOCK: tc.constexpr):
+    # Split rows, pass 2: every program combines its row's chunk statistics (a few
+    # dozen numbers) and normalizes its own chunk.
+    row = tc.program_id(0)
+    c = tc.program_id(1)
+    mp = tc.load(m_part, index=(row, 0), shape=(1, CHUNKS), padding=NEG_INF)
+    sp = tc.load(s_part, index=(row, 0), shape=(1, CHUNKS), padding=0.0)
+    m = tc.max(mp)
+    # A chunk of only -inf has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
+    s = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m)))
+    _normalize(x, out, row, c * tiles_per_chunk, tiles_per_chunk, m, s, LOG, BLOCK)
+
+
 SIGNATURES = {
     "softmax_tile_kernel": "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=2, BLOCK=1024",
     "softmax_loop_kernel": "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096",
+    "softmax_partial_kernel": "x=f32[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096",
+    "softmax_finish_kernel": "x=f32[?,?], out=f32[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
+                             "LOG=False, CHUNKS=32, BLOCK=4096",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
-OPTIONS = {"softmax_tile_kernel": {"num_warps": 4, "fast_math": True}, "softmax_loop_kernel": {"num_warps": 8, "fast_math": True}}
+OPTIONS = {"softmax_tile_kernel": {"num_warps": 4, "fast_math": True}}
+OPTIONS.update({k: {"num_warps": 8, "fast_math": True}
+                for k in ("softmax_loop_kernel", "softmax_partial_kernel", "softmax_finish_kernel")})
 # Further specializations the PTX test assembles: every dtype, both flavours, the
 # largest single tile.
 EXTRA_SIGNATURES = [
@@ -78,7 +124,14 @@ EXTRA_SIGNATURES = [
     ("softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=16384"),
     ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=False, BLOCK=4096"),
     ("softmax_loop_kernel", "x=f16[?,?], out=f16[?,?], LOG=False, BLOCK=4096"),
+    ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096"),
+    ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
+                              "LOG=True, CHUNKS=2, BLOCK=4096"),
 ]
+
+SPLIT_ROWS = 264        # fewer long rows than two waves of 132 SMs: split each row among programs
+SPLIT_TARGET = 1024     # programs wanted when splitting
+MIN_CHUNK_TILES = 2     # tiles per chunk at least
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -98,8 +151,19 @@ def _softmax(x, dim, out, log: bool, op: str):
     if cfg.single:
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
                BLOCK=cfg.block)
-    else:
+        return o.obj
+    n_tiles = tc.cdiv(n_cols, cfg.block)
+    chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
+    if chunks < 2:
         launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block)
+        return o.obj
+    per = tc.cdiv(n_tiles, chunks)
+    chunks = tc.cdiv(n_tiles, per)  # every chunk holds at least one real tile
+    parts = [empty_like(a, (n_rows, chunks), tc.float32) for _ in range(2)]
+    mv, sv = (view(p, (n_rows, chunks), (chunks, 1)) for p in parts)
+    launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block)
+    launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, LOG=log,
+           CHUNKS=next_pow2(chunks), BLOCK=cfg.block)
     return o.obj
 
 
@@ -117,7 +181,10 @@ def softmax(x, dim: int = -1, out=None):
     Block size: rows up to 16384 elements are one tile of next_pow2(n) columns,
     with short rows packed until a tile holds 2048 elements; longer rows loop
     over 4096-column tiles (read twice). num_warps = tile elements / 512,
-    1..16 (see `_common.row_config`).
+    1..16 (see `_common.row_config`). Fewer than 264 long rows cannot fill
+    the GPU one program per row: each row is then split into chunks of at
+    least two tiles (about 1024 programs in all); a first launch writes each
+    chunk's max and sum of exp, a second combines them and normalizes.
     """
     return _softmax(x, dim, out, False, "softmax")
 

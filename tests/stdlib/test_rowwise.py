@@ -67,9 +67,25 @@ def test_softmax_rows_one_past_the_single_tile_loop(rowwise, dtype):
 
 
 def test_softmax_of_a_256k_row():
+    # One long row: split into chunks (statistics per chunk, then combined).
     x = (5 * np.random.default_rng(2).standard_normal((1, 262144))).astype(np.float32)
     got = sk.softmax(x)
     np.testing.assert_allclose(got, ref_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-10)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_split_long_rows_with_masked_chunks(log):
+    # Rows split into chunks of 2 tiles (4 chunks, the last part-filled): a chunk of only
+    # -inf, a row of only -inf (NaN, as torch), and an ordinary row.
+    from tilec.stdlib_kernels.softmax import SPLIT_ROWS
+    x = np.random.default_rng(5).standard_normal((3, 7 * 4096 + 5)).astype(np.float32) * 4
+    assert x.shape[0] < SPLIT_ROWS
+    x[0, :2 * 4096] = -np.inf
+    x[1] = -np.inf
+    got = (sk.log_softmax if log else sk.softmax)(x)
+    assert np.isnan(got[1]).all()
+    want = ref_softmax(x[[0, 2]].astype(np.float64), log)
+    np.testing.assert_allclose(got[[0, 2]], want, rtol=2e-5, atol=1e-7)
 
 
 def test_softmax_strided_rows_out_and_in_place():
