@@ -106,7 +106,7 @@ SIGNATURES = {
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
-           "ce_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_loop_kernel": {"num_warps": LOOP_WARPS, "fast_math": True},
            "ce_reduce_kernel": {"num_warps": 4, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),

@@ -24,8 +24,14 @@ def _cases():
             yield pytest.param(name, kernel, sig, id=f"{kernel}[{sig}]")
 
 
-def _num_warps(spec) -> int:
+# Kernels launched at a fixed warp count rather than by the tile rule.
+FIXED_WARPS = {"ce_reduce_kernel": 4, "ce_loop_kernel": 8}
+
+
+def _num_warps(spec, kernel: str = "") -> int:
     # The entry points' rule (`_common.row_config`): tile elements / 512, 1..16.
+    if kernel in FIXED_WARPS:
+        return FIXED_WARPS[kernel]
     elems = math.prod(v for k, v in spec.constexprs.items() if k in TILE_CONSTEXPRS)
     return min(max(elems // 512, 1), 16)
 
@@ -36,8 +42,7 @@ def test_options_are_the_entry_points_warp_counts(name):
     mod = _module(name)
     for kernel, sig in mod.SIGNATURES.items():
         spec = getattr(mod, kernel).specialization(sig)
-        assert mod.OPTIONS[kernel] == {"num_warps": _num_warps(spec) if kernel != "ce_reduce_kernel" else 4,
-                                       "fast_math": True}, kernel
+        assert mod.OPTIONS[kernel] == {"num_warps": _num_warps(spec, kernel), "fast_math": True}, kernel
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -61,7 +66,7 @@ def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     k = getattr(_module(name), kernel)
     spec = k.specialization(sig)
     # fast_math as the entry points launch (`_common.launch`)
-    compiled = k.compile(spec, arch=arch, num_warps=_num_warps(spec), fast_math=True)
+    compiled = k.compile(spec, arch=arch, num_warps=_num_warps(spec, kernel), fast_math=True)
     assert f".entry {compiled.name}" in compiled.asm["ptx"]
     ptxas = compiled.metadata.get("ptxas")
     if ptxas is None:
