@@ -3,8 +3,16 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# Test modules are imported by path (--import-mode=importlib), so two folders may hold files
+# of one name; the shared helper modules beside them are found through sys.path.
+for _d in sorted({p.parent for p in Path(__file__).parent.rglob("*.py")}):
+    if str(_d) not in sys.path:
+        sys.path.append(str(_d))
 
 # Every pipeline run in the tests verifies the IR after each pass (tilec.lowering.pipeline).
 os.environ.setdefault("TILEC_VERIFY", "1")

@@ -12,6 +12,7 @@ kind (0-d results come back as numpy scalars through `[()]`).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -95,9 +96,9 @@ def round_tf32(x):
 def fma(a, b, c, d: dt.DType):
     """a * b + c rounded once. For f32 and narrower the product is exact in f64 and the
     sum is rounded to odd in f64, which makes the final rounding to `d` correct.
-    For f64 operands it is two roundings (numpy has no fused multiply-add)."""
+    For f64 the exact value is formed with fractions (numpy has no fused multiply-add)."""
     if d is dt.float64:
-        return (a * b + c)[()]
+        return _FMA64(np.asarray(a, F64), np.asarray(b, F64), np.asarray(c, F64)).astype(F64)[()]
     p = np.asarray(a, F64) * np.asarray(b, F64)
     c64 = np.asarray(c, F64)
     s = p + c64
@@ -115,6 +116,22 @@ def fma(a, b, c, d: dt.DType):
     if d is dt.float16:
         return odd.astype(F16)[()]
     return _round_format(odd, d.name)
+
+
+def _fma64_scalar(a: float, b: float, c: float) -> float:
+    rounded_twice = a * b + c
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        return rounded_twice
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:  # the sign of a zero follows IEEE's rules, which the float sum obeys
+        return rounded_twice
+    try:
+        return float(exact)  # Fraction -> float rounds to nearest even, once
+    except OverflowError:
+        return math.copysign(math.inf, exact)
+
+
+_FMA64 = np.frompyfunc(_fma64_scalar, 3, 1)
 
 
 def erf(x):

@@ -278,8 +278,6 @@ def _erf(x):
 
 
 def _run_float_ops(backend, d, ops, seed):
-    if d is tc.float64 and not backend.gpu:  # see test_f64_fma_rounds_once
-        ops = tuple(op for op in ops if op[0] != "fma")
     rng = np.random.default_rng(seed)
     x, y, z = (random_floats(rng, d, N) for _ in range(3))
     y = np.where(np.abs(y) < 0.125, np.asarray(0.5, y.dtype), y)  # no division by (almost) zero
@@ -319,9 +317,7 @@ def fma_kernel(x, y, z, out, n, BLOCK: tc.constexpr):
 
 
 @pytest.mark.parametrize("where", [
-    pytest.param("interpreter", marks=pytest.mark.xfail(
-        strict=True, reason="the interpreter computes f64 fma as a * b + c, rounded twice "
-                            "(tilec.interpreter.numerics.fma); the GPU's fma.rn.f64 rounds once")),
+    "interpreter",
     pytest.param("gpu", marks=pytest.mark.gpu)])
 def test_f64_fma_rounds_once(where):
     from parity_helpers import Backend
