@@ -60,19 +60,25 @@ def _triton_matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
     tl.store(c_ptr + rm[:, None] * scm + rn[None, :] * scn, c, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-def _triton_config(m: int, n: int):
-    # Configurations of Triton's own Hopper matmul examples: large tiles for large problems.
+def _triton_config(m: int, n: int, itemsize: int):
+    # Configurations of Triton's own Hopper matmul examples: large tiles for large problems;
+    # f32 (tf32) operands take half the K step to fit in shared memory.
+    k_scale = 2 // itemsize if itemsize <= 2 else 1
+    half = 2 if itemsize == 4 else 1
     if m >= 128 and n >= 256:
-        return dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
-    if m >= 64:
-        return dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
-    return dict(BM=16, BN=128, BK=128, GROUP_M=8, num_warps=4, num_stages=4)
+        cfg = dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3)
+    elif m >= 64:
+        cfg = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=4, num_stages=4)
+    else:
+        cfg = dict(BM=16, BN=128, BK=128, GROUP_M=8, num_warps=4, num_stages=4)
+    cfg["BK"] = cfg["BK"] * k_scale // half
+    return cfg
 
 
 def triton_matmul(a, b, c):
     m, k = a.shape
     n = b.shape[1]
-    cfg = _triton_config(m, n)
+    cfg = _triton_config(m, n, a.element_size())
     grid = (triton.cdiv(m, cfg["BM"]) * triton.cdiv(n, cfg["BN"]),)
     _triton_matmul[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                          c.stride(0), c.stride(1), **cfg)

@@ -56,3 +56,35 @@ def matmul_aligned(a, b, c, M, N, K: tc.constexpr, BM: tc.constexpr, BN: tc.cons
         acc = tc.dot(at, bt, acc)
     out = acc.astype(c.dtype)
     tc.store(c.ptr + rm[:, None] * N + rn[None, :], out, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@tc.kernel
+def matmul_grouped(a, b, c, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, TF32: tc.constexpr):
+    """`matmul` over a 1-D grid in grouped order (tc.swizzle2d)."""
+    num_m = tc.cdiv(a.shape[0], BM)
+    num_n = tc.cdiv(b.shape[1], BN)
+    pid = tc.program_id(0)
+    pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, 4)
+    K = a.shape[1]
+    acc = tc.zeros((BM, BN), tc.float32)
+    for k in range(tc.cdiv(K, BK)):
+        at = tc.load(a, index=(pid_m, k), shape=(BM, BK))
+        bt = tc.load(b, index=(k, pid_n), shape=(BK, BN))
+        acc = tc.dot(at, bt, acc, allow_tf32=TF32)
+    tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
+
+
+@tc.kernel
+def matmul_ptr(a, b, c, M, N, K, sa, sb, sc, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
+               TF32: tc.constexpr):
+    """Pointer-tile GEMM with run-time row strides and masks on M, N and K."""
+    rm = tc.program_id(0) * BM + tc.arange(0, BM)
+    rn = tc.program_id(1) * BN + tc.arange(0, BN)
+    rk = tc.arange(0, BK)
+    acc = tc.zeros((BM, BN), tc.float32)
+    for k in range(tc.cdiv(K, BK)):
+        kk = k * BK + rk
+        at = tc.load(a.ptr + rm[:, None] * sa + kk[None, :], mask=(rm < M)[:, None] & (kk < K)[None, :], other=0.0)
+        bt = tc.load(b.ptr + kk[:, None] * sb + rn[None, :], mask=(kk < K)[:, None] & (rn < N)[None, :], other=0.0)
+        acc = tc.dot(at, bt, acc, allow_tf32=TF32)
+    tc.store(c.ptr + rm[:, None] * sc + rn[None, :], acc.astype(c.dtype), mask=(rm < M)[:, None] & (rn < N)[None, :])
