@@ -32,6 +32,14 @@ def test_dropout_matches_reference_mask(shape, dtype):
     np.testing.assert_allclose(y[keep], xv[keep] / (1 - p), rtol=tol)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2 ** 64 - 1])
+def test_dropout_seeds_specialized_by_the_launch(seed):
+    # 0 and 1 are ints the launch may specialize; 2**64 - 1 is all 64 key bits set.
+    x = np.random.default_rng(1).standard_normal((3, 40)).astype(np.float32) + 3.0
+    keep = dropout_keep(seed, x.size, 0.5).reshape(x.shape)
+    np.testing.assert_array_equal(np.asarray(D.dropout(x, 0.5, seed)) != 0, keep)
+
+
 def test_dropout_is_independent_of_layout_and_tiling():
     rng = np.random.default_rng(1)
     base = rng.standard_normal((9, 40)).astype(np.float32) + 3.0
