@@ -83,7 +83,7 @@ def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr):
 
 SIGNATURES = {
     "reduce_rows_kernel": "x=f16[?,?], out=f16[?], MAX=False, ROWS=1, BLOCK=16384",
-    "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=16, BLOCK_I=256",
+    "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=32, BLOCK_I=256",
     "cumsum_kernel": "x=f32[?,?], out=f32[?,?], ROWS=1, BLOCK=4096",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
@@ -140,7 +140,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
     o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
     ov = view(o, (outer, 1, inner), (so_outer, 1, so_inner))
-    block_r, block_i, num_warps = inner_config(r, inner)
+    block_r, block_i, num_warps = inner_config(r, inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(r, block_r)
     strips = outer * tc.cdiv(inner, block_i)
     splits = split_count(strips, n_tiles)
@@ -161,13 +161,15 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     return o.obj
 
 
-def inner_config(r: int, inner: int):
+def inner_config(r: int, inner: int, itemsize: int = 4):
     """(BLOCK_R, BLOCK_I, num_warps) of the inner-dimension reduction: a strip of up to 256
     contiguous columns (512 bytes of f16, so every warp reads whole 128-byte lines) and
-    INNER_TILE / strip rows, 16 elements per thread (8 warps at a full tile)."""
+    INNER_TILE / strip rows (twice that for 2-byte types), 8 warps at a full tile: four
+    16-byte loads per thread per step either way."""
+    tile = INNER_TILE * (2 if itemsize <= 2 else 1)
     block_i = min(next_pow2(inner), 256)
-    block_r = min(next_pow2(r), builtins.max(INNER_TILE // block_i, 1))
-    return block_r, block_i, min(builtins.max(block_r * block_i // 512, 1), 8)
+    block_r = min(next_pow2(r), builtins.max(tile // block_i, 1))
+    return block_r, block_i, min(builtins.max(block_r * block_i * itemsize // 2048, 1), 8)
 
 
 def split_count(strips: int, n_tiles: int) -> int:
@@ -190,7 +192,8 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     16384 elements, short rows packed, longer rows looped in 4096-element
     tiles). For another dimension, each program owns min(next_pow2(inner), 256)
     contiguous columns and walks the reduced dimension in tiles of
-    4096 / that many rows; num_warps = tile elements / 512, 1..8. When that
+    4096 (f32) or 8192 (f16/bf16) / that many rows; num_warps = tile bytes
+    / 2048, 1..8. When that
     gives fewer than 1024 programs (e.g. sum over dim 0 of a 4096x4096
     matrix: 16 strips), the reduced dimension is also split among programs
     (each at least 4 tiles) into f32 partial results, reduced by a second,
