@@ -100,11 +100,18 @@ EXTRA_SIGNATURES = [
 
 
 def _group(shape, strides, name):
-    """(size, stride) of dimensions flattened into one, or ValueError when they cannot be."""
+    """(size, stride) of dimensions flattened into one, or ValueError when they cannot be.
+
+    A group of size 1 gets stride 0: its index is always 0, and a stride the launch
+    sees as divisible by 16 keeps the kernel's accesses 16-byte vectors (a stride of 1
+    would make every row start possibly unaligned, hence scalar loads).
+    """
     dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
     size = 1
     for s, _ in dims:
         size *= s
+    if size == 1:
+        return 1, 0
     if size == 0 or not dims:
         return size, 1
     for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
@@ -139,7 +146,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     xv = view(a, (outer, r, inner), (s_outer, s_r, s_inner))
     o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
     o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
-    ov = view(o, (outer, 1, inner), (so_outer, 1, so_inner))
+    ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see _group
     block_r, block_i, num_warps = inner_config(r, inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(r, block_r)
     strips = outer * tc.cdiv(inner, block_i)
