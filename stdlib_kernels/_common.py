@@ -19,6 +19,7 @@ here copies an input: a layout that cannot be viewed as the kernel needs is a
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -98,7 +99,7 @@ class Arr:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def where(self) -> str:
         return "the host (interpreter)" if self.host else f"cuda:{self.device}"
@@ -179,6 +180,8 @@ def view(a: Arr, shape: Sequence[int], strides: Sequence[int]):
         v = np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
         return BF16Array(v, _rounded=True) if a.kind == "bf16host" else v
     if a.kind == "torch":
+        if shape == a.shape and strides == a.strides:
+            return a.obj  # the tensor itself: as_strided costs microseconds per call
         return a.obj.as_strided(shape, strides)
     from tilec.runtime.interop import array_info  # noqa: PLC0415
     ptr = array_info(a.obj)[0]
@@ -206,7 +209,7 @@ def rows_of(a: Arr, name: str):
     if a.ndim == 0:
         raise ValueError(f"{name}: a 0-d array has no rows; pass an array of at least 1 dimension")
     n_cols = a.shape[-1]
-    n_rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    n_rows = math.prod(a.shape[:-1])
     if n_rows == 0 or n_cols == 0:  # nothing will be read: any strides do
         return view(a, (n_rows, n_cols), (max(n_cols, 1), 1)), n_rows, n_cols
     if n_cols > 1 and a.strides[-1] != 1:

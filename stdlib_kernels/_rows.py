@@ -9,6 +9,7 @@ groups of 8 (f16/bf16) or 4 (f32) consecutive elements share one mask, and emits
 """
 from __future__ import annotations
 
+import math
 from typing import Tuple
 
 import numpy as np
@@ -65,7 +66,7 @@ def rows_form(arrays, names) -> Tuple[int, int, list]:
     shape = arrays[0].shape
     if len(shape) == 0:
         raise ValueError(f"{names[0]}: a 0-d array; pass an array of at least 1 dimension")
-    n = int(np.prod(shape, dtype=np.int64))
+    n = math.prod(shape)
     if all(_contiguous(a) for a in arrays):
         return 1, n, [Rows((view(a, (1, n), (max(n, 1), 1)), max(n, 1))) for a in arrays]
     n_cols = shape[-1]
@@ -80,7 +81,7 @@ def rows_form(arrays, names) -> Tuple[int, int, list]:
 def row_view(a: Arr, name: str) -> Rows:
     """`a` as its rows of the last dimension (leading dimensions flattened), never one long row."""
     n_cols = a.shape[-1]
-    n_rows = int(np.prod(a.shape[:-1], dtype=np.int64))
+    n_rows = math.prod(a.shape[:-1])
     stride = _row_stride(a, name)
     return Rows((view(a, (n_rows, n_cols), (stride, 1)), stride))
 

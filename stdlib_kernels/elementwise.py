@@ -311,8 +311,8 @@ def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
     if ca.strides != sa.strides:
         raise ValueError(f"cos and sin must have the same strides, got {ca.strides} and {sa.strides}")
     o = output(out, xa, xa.shape, xa.dtype)
-    n_rows = int(np.prod(xa.shape[:-1], dtype=np.int64))
-    inner = int(np.prod(xa.shape[sd + 1:-1], dtype=np.int64))
+    n_rows = math.prod(xa.shape[:-1])
+    inner = math.prod(xa.shape[sd + 1:-1])
     rc = row_view(ca, "cos")
     rs = row_view(sa, "sin")
     if not interleaved:
