@@ -96,11 +96,20 @@ def _vec_ptr(ctx, byte_offset: int, ety: ir.Type, off, v: int):
     return p if v == 1 else ctx.builder.bitcast(p, ir.VectorType(ety, v).as_pointer(addrspace=G.SHARED))
 
 
+def _memory_type(ety: ir.Type) -> ir.Type:
+    """How an element is held in shared memory: i1 as one byte, since LLVM packs a
+    <N x i1> vector into N bits, which would not match the byte-per-element indexing."""
+    return ir.IntType(8) if ety == ir.IntType(1) else ety
+
+
 def _store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
-    ety = ctx.ltype(t.element)
+    reg_ty = ctx.ltype(t.element)
+    ety = _memory_type(reg_ty)
     esize = t.dtype.itemsize if t.dtype is not None else 8
     coords = ctx.coords(t)
     b = ctx.builder
+    if ety != reg_ty:
+        vals = [b.zext(x, ety) for x in vals]
     for r, v in _vector_groups(t, layout, esize, dedupe=True):
         off = layout.offset(t.shape, coords[r], ctx.ops)
         val = vals[r]
@@ -112,7 +121,8 @@ def _store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
 
 
 def _load_tile(ctx, t: TileType, layout, byte_offset: int) -> List:
-    ety = ctx.ltype(t.element)
+    reg_ty = ctx.ltype(t.element)
+    ety = _memory_type(reg_ty)
     esize = t.dtype.itemsize if t.dtype is not None else 8
     coords = ctx.coords(t)
     b = ctx.builder
@@ -122,7 +132,7 @@ def _load_tile(ctx, t: TileType, layout, byte_offset: int) -> List:
         x = b.load(_vec_ptr(ctx, byte_offset, ety, off, v), typ=ir.VectorType(ety, v) if v > 1 else ety,
                    align=esize * v)
         out.extend([b.extract_element(x, ir.Constant(I32, i)) for i in range(v)] if v > 1 else [x])
-    return out
+    return out if ety == reg_ty else [b.trunc(x, reg_ty) for x in out]
 
 
 def _row_major(rank: int):

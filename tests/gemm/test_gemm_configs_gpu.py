@@ -33,12 +33,7 @@ def _run(form, a, b, c, bm, bn, bk, warps, tf32):
         stdlib.matmul_kernel[(gm * gn,)](a, b, c, c, GROUP_M=8, HAS_BIAS=False, ACT="none", **opts)
 
 
-# The pointer-tile form (run-time row strides, masks along M, N and K) gives wrong results on
-# the GPU for every configuration but 16 x 64 tf32: a compiler bug still to be found.
-PTR_BUG = pytest.mark.xfail(strict=False, reason="pointer-tile GEMM with run-time strides miscompiles")
-
-
-@pytest.mark.parametrize("form", ["views", "grouped", pytest.param("ptr", marks=PTR_BUG), "stdlib"])
+@pytest.mark.parametrize("form", ["views", "grouped", "ptr", "stdlib"])
 @pytest.mark.parametrize("bm,bn,bk,warps", CONFIGS)
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_config(form, bm, bn, bk, warps, m, n, k):
