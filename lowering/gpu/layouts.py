@@ -634,6 +634,9 @@ class SharedLayout:
             raise LayoutError(f"{self} is a rank-{self.rank} layout, the buffer has shape {list(shape)}")
         c = self.order[0]
         ncol = shape[c]
+        width = self.vec * self.max_phase
+        if self.swizzle_bytes and ncol > width:
+            return self._block_offset(shape, coord, width, ops)
         row = ops.const(0)
         stride = 1
         for d in self.order[1:]:
@@ -645,6 +648,25 @@ class SharedLayout:
             phase = ops.and_(ops.udiv(row, ops.const(self.per_phase)), ops.const(phases - 1))
             col = ops.xor(col, ops.mul(phase, ops.const(self.vec)))
         return ops.add(ops.mul(row, ops.const(ncol)), col)
+
+    def _block_offset(self, shape, coord, width: int, ops):
+        """wgmma/TMA form of a row wider than the swizzle: the contiguous dimension is cut
+        into `width`-element column blocks (one TMA box, one wgmma core-matrix column), each
+        stored whole (all rows of order[1]) before the next; dimensions past order[1]
+        (slots) are outermost."""
+        c, r = self.order[0], self.order[1]
+        rows = shape[r]
+        col = coord[c]
+        block = ops.udiv(col, ops.const(width))
+        within = ops.and_(col, ops.const(width - 1))
+        phase = ops.and_(ops.udiv(coord[r], ops.const(self.per_phase)), ops.const(self.max_phase - 1))
+        within = ops.xor(within, ops.mul(phase, ops.const(self.vec)))
+        off = ops.add(ops.mul(ops.add(ops.mul(block, ops.const(rows)), coord[r]), ops.const(width)), within)
+        stride = rows * shape[c]
+        for d in self.order[2:]:
+            off = ops.add(off, ops.mul(coord[d], ops.const(stride)))
+            stride *= shape[d]
+        return off
 
     def fields(self):
         return {"vec": self.vec, "per_phase": self.per_phase, "max_phase": self.max_phase,

@@ -20,6 +20,21 @@ later replace the stores with multi-slot cp.async copies.
 Tensor cores take f16/bf16 operands (m16n8k16) and f32 operands when the dot
 allows tf32 (m16n8k8), always accumulating in f32, on tiles with M % 16, N % 8
 and K % 16 (8 for tf32) zero; every other dot keeps the FMA lowering.
+
+On sm_90a a 16-bit dot whose tile fits warpgroups (`wgmma_fragments.wgmma_shape`)
+gets an #mma version 3 accumulator instead and becomes
+
+    gpu.barrier
+    gpu.local_store %bufA, %xa           (128-byte swizzle, the layout wgmma's descriptors name)
+    gpu.local_store %bufB, %xb
+    gpu.fence_proxy_async                (the stores are generic-proxy writes; wgmma reads async)
+    gpu.barrier
+    %d = gpu.wgmma %bufA, %bufB, %acc
+    %e = gpu.wgmma_wait %d {pending = 0}
+
+the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
+memory). pipeline_loads turns the stores into a cp.async ring and, where the ring
+has room, lets one wgmma group stay in flight across iterations.
 """
 from __future__ import annotations
 
@@ -34,8 +49,11 @@ from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout
 from ..gpu.mma_fragments import operand_shared_layout
 from ..gpu.mma_ops import LdMatrixOp, MmaOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, LocalStoreOp
+from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, wgmma_shape
+from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 
-__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "uses_tensor_cores", "mma_warps"]
+__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "uses_tensor_cores", "mma_warps",
+           "wgmma_arch"]
 
 
 def uses_tensor_cores(op: T.DotOp, arch: Optional[str] = None) -> bool:
@@ -69,15 +87,29 @@ def mma_warps(m: int, n: int, num_warps: int):
     return wm, wn
 
 
+def wgmma_arch(arch: Optional[str]) -> bool:
+    """Whether `arch` has wgmma (the arch-specific sm_90a feature set)."""
+    return arch == "sm_90a"
+
+
 def dot_acc_layout(op: T.DotOp, num_warps: int, arch: Optional[str] = None) -> Optional[MmaLayout]:
-    """The #mma accumulator layout of a tensor-core dot, None for an FMA dot."""
+    """The #mma accumulator layout of a tensor-core dot (version 3, wgmma, where sm_90a
+    and the tile allow it; else version 2, mma.sync), None for an FMA dot."""
     if not uses_tensor_cores(op, arch):
         return None
     m, n = op.operands[2].type.shape
+    a = op.operands[0].type
+    if wgmma_arch(arch):
+        shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
+        if shape is not None:
+            return MmaLayout(3, shape[:2], (16, shape[2]))
     return MmaLayout(2, mma_warps(m, n, num_warps), (16, 8))
 
 
-def dot_operand_layout(acc: MmaLayout, op_idx: int, dtype: dt.DType) -> DotOperandLayout:
+def dot_operand_layout(acc: MmaLayout, op_idx: int, dtype: dt.DType) -> Optional[DotOperandLayout]:
+    """The register layout an operand needs; None for wgmma, which reads both from shared memory."""
+    if acc.version == 3:
+        return None
     return DotOperandLayout(op_idx, acc, 2 if dtype.bits == 16 else 1)
 
 
@@ -131,8 +163,46 @@ def _accelerate(op: T.DotOp) -> None:
         cv.erase()
 
 
+def _func_of(op: Op) -> Op:
+    while op.parent_op() is not None:
+        op = op.parent_op()
+    return op
+
+
+def _accelerate_wgmma(op: T.DotOp) -> None:
+    head = _entry_builder(_func_of(op))
+    srcs, dead = [], []
+    for idx in (0, 1):
+        v = op.operands[idx]
+        cv = v.owner
+        if isinstance(cv, ConvertLayoutOp) and isinstance(cv.operands[0].type.encoding, DistributedLayout):
+            dead.append(cv)
+            v = cv.operands[0]
+        srcs.append(v)
+    bufs = [head.create(AllocOp, shape=list(v.type.shape), layout=wgmma_operand_layout(v.type.dtype.itemsize),
+                        result_types=[PointerType(v.type.dtype, SHARED)], loc=op.loc).result for v in srcs]
+    at = Builder().before(op)  # after the allocations, which may sit in the same block
+    at.loc = op.loc
+    at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
+    for buf, v in zip(bufs, srcs):
+        at.create(LocalStoreOp, buf, v)
+    at.create(FenceProxyAsyncOp)
+    at.create(BarrierOp)
+    d = at.value(WgmmaOp, bufs[0], bufs[1], op.operands[2], result_types=[op.results[0].type])
+    done = at.create(WgmmaWaitOp, d, pending=0, result_types=[op.results[0].type])
+    done.result.name_hint = op.results[0].name_hint
+    op.results[0].replace_all_uses_with(done.result)
+    op.erase()
+    for cv in dead:
+        if not cv.results[0].uses:
+            cv.erase()
+
+
 def accelerate_dot(module: Module, arch: Optional[str] = None, **_options) -> Module:
     for op in list(module.walk()):
         if isinstance(op, T.DotOp) and isinstance(op.results[0].type.encoding, MmaLayout):
-            _accelerate(op)
+            if op.results[0].type.encoding.version == 3:
+                _accelerate_wgmma(op)
+            else:
+                _accelerate(op)
     return module

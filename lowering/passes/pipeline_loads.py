@@ -24,6 +24,20 @@ where the mask is off or the iteration does not exist):
 The prefetch goes into the slot read in iteration c - 1, never the one being
 read, and only after the barrier that follows every warp's last read of it.
 
+wgmma (sm_90a). The group is `barrier; stores; gpu.fence_proxy_async; barrier` and
+the reader a gpu.wgmma. cp.async writes reach wgmma's async proxy only through a
+fence, so the wait becomes `gpu.async_wait; gpu.fence_proxy_async; gpu.barrier`.
+With S >= 3 one wgmma group stays in flight: the body's `gpu.wgmma_wait` keeps
+1 group pending (a `pending = 0` wait follows the loop) and the copies run
+D = S - 2 iterations ahead instead of S - 1, into slot (c - 2) % S, whose wgmma
+(iteration c - 2) every thread retired before the barrier:
+
+    loop (iteration c):
+        gpu.async_wait {pending = D - 1}; gpu.fence_proxy_async; gpu.barrier
+        copies of iteration c + D into slot (c + D) % S; gpu.async_commit
+        %d = gpu.wgmma %bufA, %bufB, %acc, c % S
+        %e = gpu.wgmma_wait %d {pending = 1}
+
 A load qualifies when its only use is such a store, its pointers and mask are
 computed in the loop body from the induction variable and loop invariants
 only, its padding is zero, and it moves 4, 8 or 16 bytes per access (`_vec`).
@@ -40,6 +54,7 @@ from tilec.ir.types import ScalarType, TileType
 from ..gpu.layouts import SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
+from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
 
 __all__ = ["pipeline_loads"]
@@ -102,7 +117,7 @@ def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
         return None
     if loop in _ancestors(alloc):
         return None
-    if any(not isinstance(u, (LdMatrixOp, LocalStoreOp)) for u, _ in alloc.results[0].uses):
+    if any(not isinstance(u, (LdMatrixOp, LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses):
         return None
     if isinstance(load, T.LoadMaskedOp) and not _is_zero(load.operands[2]):
         return None
@@ -144,8 +159,36 @@ def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, 
     at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=c.load.attrs.get("_vec", 1))
 
 
+def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int) -> Optional[tuple]:
+    """(wgmma_wait, carried index) when the loop's wgmma group may stay in flight across
+    iterations: S >= 3, the wait's result is only yielded and the carried accumulator only
+    feeds the wgmma. None otherwise."""
+    if stages < 3:
+        return None
+    body = loop.body
+    users = {id(u): u for c in cands for u, _ in c.alloc.results[0].uses if isinstance(u, WgmmaOp)}
+    if len(users) != 1:
+        return None
+    mma = next(iter(users.values()))
+    waits = [u for u, _ in mma.results[0].uses]
+    if mma.parent is not body or len(waits) != 1 or not isinstance(waits[0], WgmmaWaitOp):
+        return None
+    wait = waits[0]
+    uses = wait.results[0].uses
+    term = body.ops[-1]
+    if len(uses) != 1 or uses[0][0] is not term:
+        return None
+    j = uses[0][1]
+    arg = body.args[1 + j]
+    if mma.operands[2] is not arg or len(arg.uses) != 1:
+        return None
+    return wait, j
+
+
 def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     body = loop.body
+    lag = _wgmma_lag(loop, cands, stages)
+    ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
     ivt = iv.type
@@ -164,7 +207,7 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     # prologue
     pre = Builder().before(loop)
     pre.loc = loop.loc
-    for s in range(stages - 1):
+    for s in range(ahead_by):
         iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, _const(pre, ivt, s)))
         slot = _const(pre, i32, s)
         for c in cands:
@@ -180,9 +223,13 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
         count = at.value(T.CastOp, count, to=dt.int32)
     nst = _const(at, i32, stages)
     read_slot = _scalar(at, T.ModOp, count, nst)
-    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, _const(at, i32, stages - 1)), nst)
-    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, _const(at, ivt, stages - 1)))
-    at.create(AsyncWaitOp, pending=stages - 2)
+    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, _const(at, i32, ahead_by)), nst)
+    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, _const(at, ivt, ahead_by)))
+    at.create(AsyncWaitOp, pending=ahead_by - 1)
+    fence = next((op for op in body.ops if isinstance(op, FenceProxyAsyncOp)), None)
+    if fence is not None:  # cp.async writes, then wgmma reads through the async proxy
+        at.create(FenceProxyAsyncOp)
+        fence.erase()
     at.create(BarrierOp)
     for c in cands:
         _issue(at, c, ahead, ub, write_slot, bufs[id(c.alloc)], iv)
@@ -194,7 +241,9 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     second.erase()
     for c in cands:
         for user, i in list(c.alloc.results[0].uses):
-            if isinstance(user, LdMatrixOp):
+            if isinstance(user, WgmmaOp):
+                _reslot_wgmma(user, bufs, read_slot)
+            elif isinstance(user, LdMatrixOp):
                 nb = Builder().before(user)
                 new = nb.create(LdMatrixOp, bufs[id(c.alloc)], read_slot, result_types=[user.results[0].type],
                                 loc=user.loc)
@@ -208,6 +257,24 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     post = Builder().before(loop)
     post.index += 1
     post.create(AsyncWaitOp, pending=0, loc=loop.loc)
+    if lag:
+        wait, j = lag
+        wait.attrs["pending"] = 1
+        res = loop.results[j]
+        done = post.create(WgmmaWaitOp, res, pending=0, result_types=[res.type], loc=loop.loc)
+        for user, i in list(res.uses):
+            if user is not done:
+                user.set_operand(i, done.results[0])
+
+
+def _reslot_wgmma(user: WgmmaOp, bufs, read_slot: Value) -> None:
+    """The wgmma reading slot `read_slot` of the new multi-slot buffers."""
+    a, b, acc = user.operands[:3]
+    nb = Builder().before(user)
+    new = nb.create(WgmmaOp, bufs.get(id(a.owner), a), bufs.get(id(b.owner), b), acc, read_slot,
+                    result_types=[user.results[0].type], loc=user.loc)
+    user.results[0].replace_all_uses_with(new.result)
+    user.erase()
 
 
 def _stores_between_barriers(loop: T.ForOp) -> Optional[List[LocalStoreOp]]:
@@ -218,7 +285,8 @@ def _stores_between_barriers(loop: T.ForOp) -> Optional[List[LocalStoreOp]]:
             j = i
             while j < len(ops) and isinstance(ops[j], LocalStoreOp):
                 j += 1
-            if j < len(ops) and isinstance(ops[j], BarrierOp):
+            k = j + 1 if j < len(ops) and isinstance(ops[j], FenceProxyAsyncOp) else j
+            if k < len(ops) and isinstance(ops[k], BarrierOp):
                 return list(ops[i:j])
     return None
 

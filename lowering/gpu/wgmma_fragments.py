@@ -1,0 +1,119 @@
+"""wgmma (sm_90a) bookkeeping: which dots it takes, its warps, instructions and descriptors.
+
+A warpgroup (4 consecutive warps) issues `wgmma.mma_async.m64nNk16`: D (64 x N, f32,
+in registers) += A (64 x 16) @ B (16 x N), both read from shared memory through
+64-bit matrix descriptors. The accumulator layout is #mma{version = 3,
+warps_per_cta = [wm, wn], instr_shape = [16, N]}: warp w covers rows 16 (w % wm)
+of its M repetition, so warps 4g .. 4g+3 form warpgroup g along M (wm >= 4), and
+w // wm picks the N column block.
+
+Shared memory: both operands use the 128-byte swizzle (`SharedLayout.for_swizzle(128)`)
+with the buffer's last dimension contiguous: A (BM x BK) is K-major, B (BK x BN) is
+N-major ("transposed", imm-trans-b = 1). A row of 128 bytes is one swizzle row; a
+wider contiguous extent is cut into 64-element column blocks stored one after the
+other (`SharedLayout._block_offset`), which is the PTX ISA canonical layout
+
+    K-major:  ((8, m), (T, 2k)) : ((8T, SBO), (1, T))       SBO = 1024 B (8 rows)
+    N-major:  ((T, 8, n), (8, k)) : ((1, T, LBO), (8T, SBO))  LBO = BK * 128 B (next column block),
+                                                               SBO = 1024 B (next 8 rows of K)
+
+with T = 16 bytes / element size, so a descriptor names a 1024-byte-aligned atom
+and only its start address changes between instructions (`operand_offset`).
+`tests/gemm/test_wgmma.py` checks these against an independent model of the
+canonical layouts and of the hardware's address-bit swizzle.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from .layouts import MmaLayout, SharedLayout
+
+__all__ = ["SWIZZLE", "wgmma_shape", "operand_layout", "descriptor_high_bits", "operand_offset",
+           "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP"]
+
+SWIZZLE = 128          # bytes: the swizzle mode of both operands
+K_STEP = 16            # K of one instruction for 16-bit operands
+_SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}
+
+
+def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Optional[Tuple[int, int, int]]:
+    """(wm, wn, instr_n) of a wgmma dot of an m x n accumulator over k, None if wgmma cannot
+    take it: whole warpgroups, M in steps of 64 rows, instruction N of 64 to 256 (whole
+    128-byte column blocks of B), K a multiple of a 128-byte row of A."""
+    if elem_bytes != 2 or num_warps % 4 or m % 64 or (k * elem_bytes) % SWIZZLE:
+        return None
+    wm = 4
+    while wm * 2 <= num_warps and m % (16 * wm * 2) == 0:
+        wm *= 2
+    wn = num_warps // wm
+    if n % wn:
+        return None
+    instr_n = min(256, n // wn)
+    width = SWIZZLE // elem_bytes
+    if instr_n < width or instr_n & (instr_n - 1) or n % (instr_n * wn):
+        return None
+    return wm, wn, instr_n
+
+
+def operand_layout(elem_bytes: int) -> SharedLayout:
+    """The shared layout of either operand: 128-byte swizzle, last dimension contiguous."""
+    return SharedLayout.for_swizzle(SWIZZLE, elem_bytes, (1, 0))
+
+
+def descriptor_high_bits(op_idx: int, shape, elem_bytes: int) -> int:
+    """The constant fields of an operand's descriptor (everything but the start address):
+    leading byte offset (bits 16-29), stride byte offset (bits 32-45), swizzle (bits 62-63),
+    each offset encoded as bytes >> 4. `shape` is one slot of the buffer."""
+    sbo = 8 * SWIZZLE                      # the next 8 rows (A: of M, B: of K)
+    if op_idx == 0:
+        lbo = 16                           # unused by swizzled K-major layouts ("assumed 1")
+    else:
+        lbo = shape[0] * SWIZZLE           # B: the next 64-element column block of N
+    return ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (_SWIZZLE_CODE[SWIZZLE] << 62)
+
+
+def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int) -> int:
+    """Byte offset, in a slot of `shape`, of the instruction operand that starts at element
+    (row, col): A at (m0, k0), B at (k0, n0). Within a 128-byte row the start moves by
+    bytes (k0 of A); B's n0 is always a whole column block."""
+    width = SWIZZLE // elem_bytes
+    block, within = divmod(col, width)
+    if op_idx == 1 and within:
+        raise ValueError(f"a wgmma B operand starts on a {width}-column block, not at column {col}")
+    return (block * shape[0] + row) * SWIZZLE + within * elem_bytes
+
+
+def warpgroup_strides(acc: MmaLayout, a_shape, b_shape, elem_bytes: int) -> Tuple[int, int]:
+    """Bytes by which A's and B's operands move per warpgroup along M and per warp column
+    block along N (the warp id supplies those indices at run time)."""
+    wm, wn = acc.warps_per_cta
+    n = acc.instr_shape[1]
+    return (operand_offset(0, a_shape, elem_bytes, 64, 0),
+            operand_offset(1, b_shape, elem_bytes, 0, n) if wn > 1 else 0)
+
+
+@dataclass(frozen=True)
+class WgmmaInstr:
+    a_offset: int          # bytes into A's slot for warpgroup 0 (add warpgroup * stride)
+    b_offset: int          # bytes into B's slot for warp column 0
+    regs: Tuple[int, ...]  # the thread's accumulator registers d0 .. d(N/2 - 1)
+
+
+def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int) -> List[WgmmaInstr]:
+    """A thread's wgmma instructions in issue order (K innermost, so that consecutive
+    instructions chain on one accumulator), for warpgroup 0 / warp column 0."""
+    wm, wn = acc.warps_per_cta
+    instr_n = acc.instr_shape[1]
+    reps_n = n // (instr_n * wn)
+    reps_m = m // (16 * wm)
+    per = instr_n // 2
+    out = []
+    for rm in range(reps_m):
+        for rn in range(reps_n):
+            first = (rn + reps_n * rm) * per
+            regs = tuple(range(first, first + per))
+            for kk in range(0, k, K_STEP):
+                out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk),
+                                      operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn), regs))
+    return out

@@ -1,0 +1,109 @@
+"""gpu ops of the sm_90a tensor-core path: wgmma.mma_async and its fences.
+
+    gpu.fence_proxy_async                                 (generic-proxy smem writes -> async proxy)
+    %d = gpu.wgmma %bufA, %bufB, %acc[, %slot] : tile<128x256xf32, #mma{version = 3, ...}>
+    %e = gpu.wgmma_wait %d {pending = 1}                  (at most 1 wgmma group of this thread in flight)
+
+gpu.wgmma reads both operands from shared memory (buffers of gpu.alloc in the layout
+`wgmma_fragments.operand_layout`, slot `%slot` of a multi-slot buffer), issues
+`wgmma.fence`, the instructions and `wgmma.commit_group`; its result is the
+accumulator as the hardware will have written it. gpu.wgmma_wait is where the
+registers become readable: every use of the accumulator other than the next
+gpu.wgmma must come after a wait that retired its group.
+"""
+from __future__ import annotations
+
+from tilec import dtypes as dt
+from tilec.ir.core import AttrSpec as A, Op, register_op
+from tilec.ir.types import ScalarType, TileType
+
+from .layouts import MmaLayout
+from .ops import AllocOp
+from .wgmma_fragments import SWIZZLE, wgmma_shape
+
+__all__ = ["WgmmaOp", "WgmmaWaitOp", "FenceProxyAsyncOp"]
+
+
+def _alloc_of(op: Op, idx: int) -> AllocOp:
+    owner = op.operands[idx].owner
+    if not isinstance(owner, AllocOp):
+        raise op.error(f"operand {idx} of {op.name} must be a gpu.alloc buffer")
+    return owner
+
+
+@register_op
+class WgmmaOp(Op):
+    """acc + a @ b with wgmma.mma_async, a (M x K) and b (K x N) in 128-byte-swizzled shared
+    buffers, the accumulator in an #mma version 3 layout."""
+    name = "gpu.wgmma"
+    operands_spec = ("a", "b", "acc", "slot?")
+    traits = frozenset({"reads"})
+
+    def infer_types(self):
+        return [self.operands[2].type]
+
+    def verify_op(self):
+        c = self.operands[2].type
+        if not isinstance(c, TileType) or not isinstance(c.encoding, MmaLayout) or c.encoding.version != 3:
+            raise self.error(f"accumulator must be a tile in an #mma version 3 layout, got {c}")
+        if c.dtype is not dt.float32:
+            raise self.error(f"wgmma accumulates in f32 here, got {c.dtype}")
+        has_slot = len(self.operands) > 3 and self.operands[3] is not None
+        if has_slot:
+            st = self.operands[3].type
+            if not isinstance(st, ScalarType) or st.dtype is not dt.int32:
+                raise self.error(f"the slot index must be an i32 scalar, got {st}")
+        shapes = []
+        for idx in (0, 1):
+            alloc = _alloc_of(self, idx)
+            shape = list(alloc.attrs["shape"])
+            lay = alloc.attrs["layout"]
+            if has_slot:
+                shape = shape[1:]
+            if lay.swizzle_bytes != SWIZZLE or lay.order[0] != len(alloc.attrs["shape"]) - 1:
+                raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with the last dimension "
+                                 f"contiguous, operand {'ab'[idx]} has {lay}")
+            elem = alloc.results[0].type.pointee
+            if elem not in (dt.float16, dt.bfloat16):
+                raise self.error(f"wgmma multiplies f16 or bf16 operands here, got {elem}")
+            shapes.append((shape, elem))
+        (sa, ea), (sb, eb) = shapes
+        m, n = c.shape
+        if ea is not eb or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0] or (sa[0], sb[1]) != (m, n):
+            raise self.error(f"shapes do not match: {sa} {ea} @ {sb} {eb} + {list(c.shape)}")
+        want = wgmma_shape(m, n, sa[1], ea.itemsize, c.encoding.num_warps)
+        lay = c.encoding
+        if want != (lay.warps_per_cta[0], lay.warps_per_cta[1], lay.instr_shape[1]):
+            raise self.error(f"wgmma cannot compute a {m}x{n}x{sa[1]} dot in {lay}")
+
+
+@register_op
+class WgmmaWaitOp(Op):
+    """Wait until at most `pending` of this thread's wgmma groups are in flight; the result is
+    the accumulator, readable from here on."""
+    name = "gpu.wgmma_wait"
+    operands_spec = ("acc",)
+    attributes = {"pending": A("int")}
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return [self.operands[0].type]
+
+    def verify_op(self):
+        if not 0 <= self.attrs["pending"] <= 7:
+            raise self.error("pending must be from 0 to 7")
+        c = self.operands[0].type
+        if not isinstance(c, TileType) or not isinstance(c.encoding, MmaLayout) or c.encoding.version != 3:
+            raise self.error(f"gpu.wgmma_wait takes an #mma version 3 accumulator, got {c}")
+
+
+@register_op
+class FenceProxyAsyncOp(Op):
+    """fence.proxy.async.shared::cta: this thread's earlier shared-memory writes (st.shared,
+    cp.async) become visible to the async proxy that wgmma reads through."""
+    name = "gpu.fence_proxy_async"
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []

@@ -1,0 +1,158 @@
+"""wgmma without a GPU: descriptors, swizzle and accumulator fragments simulated with numpy.
+
+The hardware side follows the PTX ISA, independently of the compiler's code: a
+descriptor's fields are decoded, the operand's elements are found through the
+canonical layouts of the ISA (CuTe form, in 16-byte units T) and the 128-byte
+swizzle is applied to the absolute byte address (bits 4-6 ^= bits 7-9). The
+compiler side is what codegen runs: SharedLayout.offset places the elements
+(cp.async and st.shared write there), wgmma_fragments gives the descriptors and
+the registers of each instruction, the #mma version 3 layout says which element
+each register holds. A wrong field, stride, block order or register gives a wrong
+product here.
+"""
+import numpy as np
+import pytest
+
+from tilec.lowering.gpu.layouts import MmaLayout, NumpyOps, SharedLayout
+from tilec.lowering.gpu.wgmma_fragments import (descriptor_high_bits, operand_layout, warpgroup_strides,
+                                                wgmma_instructions, wgmma_shape)
+
+OPS = NumpyOps()
+EB = 2  # 16-bit operands
+T = 16 // EB
+
+
+def _store(x: np.ndarray, smem: SharedLayout, mem: np.ndarray, base: int) -> None:
+    """Write tile `x` (element ids) into the byte-addressed `mem` at `base` as codegen does."""
+    i, j = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
+    off = smem.offset(x.shape, (i, j), OPS)
+    assert sorted(off.ravel().tolist()) == list(range(x.size)), "the layout is not a permutation"
+    mem[base // EB + off] = x
+
+
+def _decode(desc: int):
+    start = (desc & 0x3FFF) << 4
+    lbo = ((desc >> 16) & 0x3FFF) << 4
+    sbo = ((desc >> 32) & 0x3FFF) << 4
+    mode = desc >> 62
+    assert (desc >> 49) & 7 == 0  # base offset: atoms start on 1024-byte boundaries
+    return start, lbo, sbo, mode
+
+
+def _swizzle128(addr):
+    return addr ^ (((addr >> 7) & 7) << 4)
+
+
+def _read_a(mem, desc):
+    """The 64 x 16 A operand (K-major, 128B swizzle) the descriptor names:
+    ((8, m), (T, 2)) : ((8T, SBO), (1, T)) in elements."""
+    start, _, sbo, mode = _decode(desc)
+    assert mode == 1
+    r, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
+    addr = start + ((r % 8) * 8 * T + (k % T) + (k // T) * T) * EB + (r // 8) * sbo
+    return mem[_swizzle128(addr) // EB]
+
+
+def _read_b(mem, desc, n: int):
+    """The 16 x n B operand (N-major, 128B swizzle): ((T, 8, n/64), (8, 2)) :
+    ((1, T, LBO), (8T, SBO))."""
+    start, lbo, sbo, mode = _decode(desc)
+    assert mode == 1
+    k, c = np.meshgrid(np.arange(16), np.arange(n), indexing="ij")
+    addr = start + ((c % (8 * T)) + (k % 8) * 8 * T) * EB + (c // (8 * T)) * lbo + (k // 8) * sbo
+    return mem[_swizzle128(addr) // EB]
+
+
+def _thread_coords(layout: MmaLayout, shape, warp: int, lane: int):
+    """(row, col) of each register of one thread, from the layout's bases."""
+    bs = layout.bases(tuple(shape))
+    base = np.zeros(2, np.int64)
+    for k, b in enumerate(bs.lane):
+        if lane >> k & 1:
+            base ^= np.array(b)
+    for k, b in enumerate(bs.warp):
+        if warp >> k & 1:
+            base ^= np.array(b)
+    out = []
+    for r in range(1 << len(bs.reg)):
+        c = base.copy()
+        for k, b in enumerate(bs.reg):
+            if r >> k & 1:
+                c ^= np.array(b)
+        out.append(tuple(c))
+    return out
+
+
+CASES = [  # (m, n, k, num_warps)
+    (64, 64, 64, 4),
+    (128, 256, 64, 8),
+    (128, 128, 128, 8),    # A two column blocks wide
+    (64, 256, 64, 8),      # two warpgroups side by side along N
+    (128, 128, 64, 4),     # one warpgroup, two M repetitions
+    (64, 512, 64, 4),      # two N repetitions of n256
+]
+
+
+@pytest.mark.parametrize("m,n,k,num_warps", CASES)
+def test_wgmma_simulation_matches_matmul(m, n, k, num_warps):
+    """Every thread's wgmma instructions, fed by the descriptors codegen builds over the
+    buffers cp.async fills, leave A @ B in the registers the #mma v3 layout names."""
+    wm, wn, instr_n = wgmma_shape(m, n, k, EB, num_warps)
+    acc = MmaLayout(3, (wm, wn), (16, instr_n))
+    rng = np.random.default_rng(0)
+    a = rng.integers(-3, 4, (m, k)).astype(np.float64)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float64)
+    slots, slot = 3, 2
+    a_base, b_base = 1024, 1024 + slots * m * k * EB   # buffers as allocate_shared places them
+    mem = np.full((b_base + slots * k * n * EB) // EB, -1, np.int64)
+    smem = operand_layout(EB)
+    ids_a, ids_b = np.arange(m * k).reshape(m, k), m * k + np.arange(k * n).reshape(k, n)
+    _store(ids_a, smem, mem, a_base + slot * m * k * EB)
+    _store(ids_b, smem, mem, b_base + slot * k * n * EB)
+    values = np.concatenate([a.ravel(), b.ravel()])
+    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), EB)
+    a_hi, b_hi = descriptor_high_bits(0, (m, k), EB), descriptor_high_bits(1, (k, n), EB)
+    c = np.full((m, n), np.nan)
+    per = instr_n // 2
+    for warp in range(num_warps):
+        wg_m, wg_n = (warp % wm) // 4, warp // wm
+        regs = {}
+        for ins in wgmma_instructions(acc, m, n, k, EB):
+            da = a_hi | ((a_base + slot * m * k * EB + wg_m * a_stride + ins.a_offset) >> 4)
+            db = b_hi | ((b_base + slot * k * n * EB + wg_n * b_stride + ins.b_offset) >> 4)
+            ta, tb = _read_a(mem, da), _read_b(mem, db, instr_n)
+            assert (ta >= 0).all() and (ta < m * k).all() and (tb >= m * k).all()
+            d = values[ta] @ values[tb]   # the warpgroup's 64 x N product
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for i, r in enumerate(ins.regs):  # PTX ISA D fragment of m64nNk16
+                    row = 16 * (warp % 4) + g + 8 * ((i // 2) % 2)
+                    col = (i // 4) * 8 + 2 * t + (i % 2)
+                    regs[lane, r] = regs.get((lane, r), 0.0) + d[row, col]
+        for lane in range(32):
+            coords = _thread_coords(acc, (m, n), warp, lane)
+            assert len(coords) == per * (m // (16 * wm)) * (n // (instr_n * wn))
+            for r, (i, j) in enumerate(coords):
+                c[i, j] = regs[lane, r]
+    np.testing.assert_array_equal(c, a @ b)
+
+
+def test_block_layout_is_the_canonical_n_major_layout():
+    """A 64 x 256 B buffer: column blocks of 64 elements, each all 64 rows (8 KB) long."""
+    smem = operand_layout(EB)
+    assert smem == SharedLayout(8, 1, 8, (1, 0), 128)
+    assert smem.offset((64, 256), (0, 64), OPS) == 64 * 64
+    assert smem.offset((64, 256), (1, 0), OPS) == 64 + 8   # row 1, chunk 0 -> chunk 1
+    assert smem.offset((64, 256), (1, 8), OPS) == 64 + 0      # row 1, chunk 1 -> chunk 0
+    assert smem.offset((64, 256), (9, 70), OPS) == 64 * 64 + 9 * 64 + ((0 ^ 1) * 8 + 6)
+
+
+@pytest.mark.parametrize("m,n,k,num_warps,want", [
+    (64, 64, 64, 4, (4, 1, 64)), (128, 256, 64, 8, (8, 1, 256)), (64, 256, 64, 8, (4, 2, 128)),
+    (64, 64, 32, 4, None),        # A rows of 64 bytes: mma.sync
+    (32, 64, 64, 4, None),        # less than a warpgroup's 64 rows
+    (64, 32, 64, 4, None),        # N narrower than a 128-byte column block
+    (64, 64, 64, 2, None),        # not a whole warpgroup
+])
+def test_wgmma_shape_policy(m, n, k, num_warps, want):
+    assert wgmma_shape(m, n, k, EB, num_warps) == want
