@@ -92,7 +92,7 @@ def _bench(fn) -> float:
 def _report(m: int, n: int, k: int, dname: str) -> str:
     """The ptxas register/spill report of the configuration matmul launches for this shape."""
     sig, cfg = signature(m, n, k, "f32" if dname == "tf32" else dname, allow_tf32=dname == "tf32",
-                         sm_count=torch.cuda.get_device_properties(0).multi_processor_count)
+                         sm_count=torch.cuda.get_device_properties(0).multi_processor_count, arch=get_device().arch)
     ck = compile_kernel(matmul_kernel, parse_signature(matmul_kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch))
     r = ck.metadata["ptxas"]

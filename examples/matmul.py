@@ -40,13 +40,13 @@ def matmul_kernel(a, b, c, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
 
 
 SIGNATURES = {
-    "matmul_kernel": "a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, GROUP_M=4",
+    "matmul_kernel": "a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=64, GROUP_M=4",
 }
 
 
 def main():
     rng = np.random.default_rng()
-    bm, bn, bk = 64, 64, 32
+    bm, bn, bk = 64, 64, 64  # BK = 64: 128-byte rows of A, what wgmma takes on sm_90a
     # None of M, N, K a multiple of its tile.
     M = bm * int(rng.integers(2, 5)) + int(rng.integers(1, bm))
     N = bn * int(rng.integers(2, 5)) + int(rng.integers(1, bn))

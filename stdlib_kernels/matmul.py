@@ -20,12 +20,14 @@ from typing import Tuple
 import tilec as tc
 from tilec import dtypes as _dt
 
+from ..lowering.gpu.wgmma_fragments import wgmma_shape
 from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, view
 
 __all__ = ["matmul", "matmul_kernel", "MatmulConfig", "config_for", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
+SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
 
 
 @tc.kernel
@@ -68,7 +70,7 @@ class MatmulConfig:
 
 
 def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
-               tensor_cores: bool = True) -> MatmulConfig:
+               tensor_cores: bool = True, arch: str = "sm_80") -> MatmulConfig:
     """The tile configuration for an (m x k) @ (k x n) product of `batch` entries.
 
     - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
@@ -82,6 +84,9 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
       (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
     - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
     - GROUP_M = 8 rows of tiles per group of the program order.
+    - sm_90a, 16-bit types, tiles wgmma takes (whole warpgroups, 64-column blocks of B):
+      BK = 64 (one 128-byte swizzle row of A per stage row) and stages from
+      SMEM_BUDGET_WGMMA (128 x 256 x 64: 4 stages, 192 KB).
     """
     if not tensor_cores:
         return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2)
@@ -95,8 +100,11 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
         else:
             bm //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
+    budget = SMEM_BUDGET
+    if arch == "sm_90a" and wgmma_shape(bm, bn, 64, dtype.itemsize, warps) is not None:
+        bk, budget = 64, SMEM_BUDGET_WGMMA
     stage_bytes = (bm + bn) * bk * dtype.itemsize
-    stages = max(2, min(4, SMEM_BUDGET // stage_bytes))
+    stages = max(2, min(4, budget // stage_bytes))
     return MatmulConfig(bm, bn, bk, warps, stages)
 
 
@@ -160,7 +168,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     if m == 0 or n == 0 or batch == 0:
         return O.obj
     tensor_cores = A.dtype is not tc.float32 or allow_tf32
-    cfg = config_for(m, n, k, A.dtype, batch, _sm_count(A), tensor_cores)
+    sm_count, arch = _device_info(A)
+    cfg = config_for(m, n, k, A.dtype, batch, sm_count, tensor_cores, arch)
     consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
                   ACT=activation or "none", TF32=bool(allow_tf32))
     for i in range(batch if batched else 1):
@@ -189,21 +198,23 @@ def _out_dtype(out_dtype, default):
         return _dt.DType.get({"float16": "f16", "bfloat16": "bf16", "float32": "f32"}.get(name, name))
 
 
-def _sm_count(a) -> int:
+def _device_info(a) -> Tuple[int, str]:
+    """(SM count, tilec arch) of the device holding `a` (an H100-like default on the host)."""
     if a.host:
-        return 132
+        return 132, "sm_80"
     from tilec.runtime.driver import get_device  # noqa: PLC0415
-    return get_device(a.device).multiprocessors
+    dev = get_device(a.device)
+    return dev.multiprocessors, dev.arch
 
 
 def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool = False,
-              activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132):
+              activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132, arch: str = "sm_80"):
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
     (batch x) m x k and k x n operands of `dtype`: what `tilec ptx matmul` and the benchmark
     compile."""
     dtype = _out_dtype(dtype, None)
     out = _out_dtype(out_dtype, dtype)
-    cfg = config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32)
+    cfg = config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
 
     def mat(name, d, rows, cols):

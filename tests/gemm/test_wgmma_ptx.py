@@ -1,0 +1,106 @@
+"""tc.dot on wgmma (sm_90a) through the whole compiler: the passes' output, the PTX, ptxas.
+
+sm_80 keeps mma.sync for the same kernels; ptxas must assemble the sm_90a GEMMs with no
+spills and no warnings (C7517/C7519 would mean missing wgmma fences).
+"""
+import importlib
+
+import pytest
+
+from tilec.compiler import compile_kernel
+from tilec.lowering.target import find_ptxas
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
+
+from gemm_kernels import matmul
+
+mm = importlib.import_module("tilec.stdlib_kernels.matmul")
+
+
+def _compile(kernel, sig, arch, **opts):
+    return compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch=arch, **opts).validated(),
+                          use_cache=False)
+
+
+def _assert_clean(ck):
+    if not find_ptxas():
+        return
+    rep = ck.metadata["ptxas"]
+    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0, rep
+    assert not rep["warnings"], rep["warnings"]
+
+
+def _body_ops(gpu_text: str):
+    """The gpu/tile op names of the innermost loop body of the K loop, in order."""
+    lines = gpu_text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "tile.for" in ln)
+    names = []
+    for ln in lines[start + 1:]:
+        word = ln.split("=", 1)[-1].strip().split(" ")[0] if "=" in ln.split("{")[0] else ln.strip().split(" ")[0]
+        if word.startswith("gpu."):
+            names.append(word)
+        if word == "tile.yield":
+            break
+    return names
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_stdlib_gemm_on_wgmma(dtype):
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a")
+    assert (cfg.bm, cfg.bn, cfg.bk, cfg.num_warps, cfg.num_stages) == (128, 256, 64, 8, 4)
+    ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    ptx = ck.asm["ptx"]
+    # two warpgroups of 64 x 256, K = 64 per stage: 4 instructions per thread and iteration
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{dtype}.{dtype}") == 4
+    assert "wgmma.fence.sync.aligned" in ptx and "wgmma.commit_group.sync.aligned" in ptx
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx and "wgmma.wait_group.sync.aligned 0;" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.cg.shared.global" in ptx
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx
+    # the ring: wait for this iteration's copies, fence them into the async proxy, barrier,
+    # prefetch two iterations ahead, then the wgmma, one group left in flight
+    assert _body_ops(ck.asm["gpu"]) == [
+        "gpu.async_wait", "gpu.fence_proxy_async", "gpu.barrier", "gpu.async_copy", "gpu.async_copy",
+        "gpu.async_commit", "gpu.wgmma", "gpu.wgmma_wait"]
+    assert "gpu.async_wait {pending = 1}" in ck.asm["gpu"]
+    assert "gpu.wgmma_wait %acc_1 {pending = 0}" in ck.asm["gpu"] or ck.asm["gpu"].count("pending = 0") == 2
+    _assert_clean(ck)
+
+
+def test_same_gemm_keeps_mma_sync_on_sm_80():
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_80")
+    assert cfg.bk == 32
+    ck = _compile(mm.matmul_kernel, sig, "sm_80", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert "mma.sync.aligned.m16n8k16" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
+
+
+def test_two_stages_wait_for_every_wgmma():
+    """With two slots there is no room for a wgmma in flight: the copies run one iteration
+    ahead and each wgmma is waited for before the next iteration's prefetch."""
+    sig, _ = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a")
+    ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=8, num_stages=2)
+    gpu = ck.asm["gpu"]
+    assert "gpu.wgmma_wait" in gpu and "{pending = 1}" not in gpu
+    assert "wgmma.wait_group.sync.aligned 1;" not in ck.asm["ptx"]
+    _assert_clean(ck)
+
+
+def test_register_path_fences_stores_before_wgmma():
+    """Operands without 16-byte accesses (unknown strides) go through registers and
+    st.shared: a proxy fence sits between the stores and the barrier before the wgmma."""
+    ck = _compile(matmul, "a=bf16[?,?], b=bf16[?,?], c=bf16[?,?], BM=64, BN=64, BK=64, TF32=False",
+                  "sm_90a", num_warps=4)
+    assert _body_ops(ck.asm["gpu"]) == [
+        "gpu.barrier", "gpu.local_store", "gpu.local_store", "gpu.fence_proxy_async", "gpu.barrier",
+        "gpu.wgmma", "gpu.wgmma_wait"]
+    assert ck.asm["ptx"].count("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") == 4
+    _assert_clean(ck)
+
+
+@pytest.mark.parametrize("sig,num_warps", [
+    ("a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, TF32=False", 4),   # 64-byte rows of A
+    ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=True", 4),    # tf32
+])
+def test_other_dots_keep_mma_sync_on_sm_90a(sig, num_warps):
+    ck = _compile(matmul, sig, "sm_90a", num_warps=num_warps)
+    assert "mma.sync.aligned" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
