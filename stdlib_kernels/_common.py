@@ -304,7 +304,7 @@ class RowConfig:
 
 
 def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
-               loop_tile: int = LOOP_TILE) -> RowConfig:
+               loop_tile: int = LOOP_TILE, big_tile_per_thread: int = 16) -> RowConfig:
     """The row heuristic shared by the row-wise ops.
 
     - A row of up to `max_single` elements is one tile of next_pow2(n_cols)
@@ -314,7 +314,11 @@ def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
       holds MIN_TILE_ELEMS elements (never more rows than there are), so tiny
       rows do not leave most threads idle.
     - num_warps = tile elements / 512 (16 elements per thread), clamped to
-      1..16.
+      1..16; tiles of 8192 elements or more take `big_tile_per_thread`
+      elements per thread instead (32 for 2-byte rows: four 16-byte loads per
+      thread, and at 16 warps the register file held only two programs per
+      SM; measured on an H200, bf16 8192-wide layer_norm 3040 -> 3794 GB/s,
+      softmax 3850 -> 3998).
     """
     block = next_pow2(max(n_cols, 1))
     single = block <= max_single
@@ -323,7 +327,8 @@ def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
     rows = 1
     if single:
         rows = min(max(MIN_TILE_ELEMS // block, 1), next_pow2(max(n_rows, 1)))
-    num_warps = min(max(block * rows // 512, 1), 16)
+    per_thread = big_tile_per_thread if block * rows >= 8192 else 16
+    num_warps = min(max(block * rows // (32 * per_thread), 1), 16)
     return RowConfig(block, rows, num_warps, single)
 
 

@@ -134,7 +134,11 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     mv = view(mean, (n_rows,), (1,)) if mean is not None else xv
     rv = view(rstd, (n_rows,), (1,)) if rstd is not None else xv
     if n_cols > 0:
-        cfg = row_config(n_cols, n_rows)
+        # 32 elements per thread in big tiles for 2-byte rows and for rms_norm (measured on
+        # an H200 at 8192 columns: f32 rms_norm 3357 -> 4005 GB/s; f32 layer_norm, whose
+        # two dependent reductions hold more registers, is faster at 16).
+        wide = a.dtype.itemsize == 2 or rms
+        cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if wide else 16)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, float(eps))
@@ -159,7 +163,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
 
     Block size: as softmax (`_common.row_config`): rows up to 16384 elements
     are one tile (read once), longer rows loop over 4096-column tiles (read
-    twice, statistics from shifted sums).
+    twice, statistics from shifted sums). Tiles of 8192+ elements take 32
+    elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 

@@ -147,7 +147,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     ov, _, _ = rows_of(o, "out")
     if n_cols == 0:
         return o.obj
-    cfg = row_config(n_cols, n_rows)
+    cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
                BLOCK=cfg.block)
@@ -181,7 +181,8 @@ def softmax(x, dim: int = -1, out=None):
     Block size: rows up to 16384 elements are one tile of next_pow2(n) columns,
     with short rows packed until a tile holds 2048 elements; longer rows loop
     over 4096-column tiles (read twice). num_warps = tile elements / 512,
-    1..16 (see `_common.row_config`). Fewer than 264 long rows cannot fill
+    1..16, or / 1024 for f16/bf16 tiles of 8192 elements or more (see
+    `_common.row_config`). Fewer than 264 long rows cannot fill
     the GPU one program per row: each row is then split into chunks of at
     least two tiles (about 1024 programs in all); a first launch writes each
     chunk's max and sum of exp, a second combines them and normalizes.

@@ -73,3 +73,23 @@ def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     if ptxas is None:
         pytest.skip("ptxas is not installed")
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
+
+
+@pytest.mark.parametrize("kernel,sig", [
+    ("softmax.softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192"),
+    ("norms.norm_tile_kernel", "x=f16[?,?], w=f16[?], b=f16[?], y=f16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                               "eps=f32, RMS=False, HAS_W=True, HAS_B=True, STATS=True, ROWS=1, BLOCK=8192"),
+    ("norms.norm_tile_kernel", "x=f32[?,?], w=f32[?], b=f32[?], y=f32[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                               "eps=f32, RMS=True, HAS_W=True, HAS_B=False, STATS=False, ROWS=1, BLOCK=8192"),
+])
+def test_big_tiles_at_32_elements_per_thread_assemble_without_spills(kernel, sig):
+    # The entry points launch these at 8 warps (`row_config(big_tile_per_thread=32)`).
+    from tilec.stdlib_kernels._common import row_config
+    assert row_config(8192, 100, big_tile_per_thread=32).num_warps == 8
+    mod, name = kernel.split(".")
+    k = getattr(_module(mod), name)
+    compiled = k.compile(k.specialization(sig), arch="sm_90a", num_warps=8, fast_math=True)
+    ptxas = compiled.metadata.get("ptxas")
+    if ptxas is None:
+        pytest.skip("ptxas is not installed")
+    assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
