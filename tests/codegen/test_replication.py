@@ -157,6 +157,13 @@ def test_ptx_print_once_per_element():
 
 
 # ----------------------------------------------------------------------------- GPU
+@pytest.fixture
+def gpu():
+    from tilec.runtime import gpu_available
+    if not gpu_available():
+        pytest.skip("needs an NVIDIA GPU and the CUDA driver (none found)")
+
+
 @pytest.mark.gpu
 def test_gpu_atomic_into_small_tile_counts_once_and_returns_everywhere(gpu):
     for block, wide, warps in ((16, 32, 4), (8, 4, 1), (4, 64, 8)):
