@@ -77,7 +77,7 @@ class KernelState:
         self.table: Dict[Tuple, "PreparedLaunch"] = {}
         self.lock = threading.Lock()
         # Per parameter position, what the last torch tensor there looked like:
-        # (torch dtype, shape, strides, ptr & 15, device, signature part, DType). A call
+        # ((torch dtype, shape, strides, ptr & 15, device), signature part, DType). A call
         # whose tensor matches reuses the signature part instead of recomputing it.
         self.torch_memo: list = [None] * self.nparams
         # (key parts, PreparedLaunch) of the last launch: a repeated call compares its parts
@@ -248,15 +248,16 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
             parts.append(float)
             infos.append(None)
         elif t is tensor_cls and (tdev := v.get_device()) >= 0:
-            ptr, shape, strides, tdt = v.data_ptr(), v.shape, v.stride(), v.dtype
-            m = torch_memo[len(infos)]
-            if (m is not None and m[0] is tdt and m[1] == shape and m[2] == strides and m[3] == ptr & 15
-                    and m[4] == tdev):
-                sig, dt = m[5], m[6]
+            ptr, shape, strides = v.data_ptr(), v.shape, v.stride()
+            looks = (v.dtype, shape, strides, ptr & 15, tdev)
+            pos = len(infos)
+            m = torch_memo[pos]
+            if m is not None and m[0] == looks:
+                sig, dt = m[1], m[2]
             else:
-                dt = interop.torch_dtype_map(tdt)
+                dt = interop.torch_dtype_map(looks[0])
                 sig = _array_sig((ptr, shape, strides, dt, tdev))
-                torch_memo[len(infos)] = (tdt, shape, strides, ptr & 15, tdev, sig, dt)
+                torch_memo[pos] = (looks, sig, dt)
             parts.append(sig)
             infos.append((ptr, shape, strides, dt, tdev))
             has_torch = True
@@ -267,6 +268,10 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
             parts.append(sig)
             infos.append(info)
             if info is not None:
+                if tensor_cls is None and "torch" in sys.modules:
+                    # torch was imported after the launcher bound its hot-path names (a
+                    # launch that hit an existing entry never rebinds): bind them now
+                    tensor_cls = _bind_torch()
                 has_torch = has_torch or (tensor_cls is not None and isinstance(v, tensor_cls))
                 if device != info[4]:
                     device = _one_device(state, device, info[4])
@@ -356,14 +361,21 @@ def _grid3(grid, name: str):
 
 def _bind_driver() -> None:
     """Cache the driver entry points the hot path calls (after the driver is loaded)."""
-    global _SUCCESS, _cuLaunchKernel, _torch_tensor, _torch_current_stream
+    global _SUCCESS, _cuLaunchKernel
     d = driver.cu()
     _SUCCESS = d.CUresult.CUDA_SUCCESS
     _cuLaunchKernel = d.cuLaunchKernel
+    _bind_torch()
+
+
+def _bind_torch():
+    """torch.Tensor (the exact type the hot path reads inline) once torch is imported, else None."""
+    global _torch_tensor, _torch_current_stream
     torch = sys.modules.get("torch")
-    if torch is not None:
-        _torch_tensor = torch.Tensor
+    if torch is not None and _torch_tensor is None:
         _torch_current_stream = torch._C._cuda_getCurrentRawStream  # noqa: SLF001
+        _torch_tensor = torch.Tensor
+    return _torch_tensor
 
 
 def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):

@@ -3,6 +3,8 @@ checked on the CPU with a stand-in tensor type and a recording cuLaunchKernel.""
 from __future__ import annotations
 
 import ctypes
+import sys
+import types
 
 import pytest
 
@@ -33,6 +35,8 @@ class FakeTensor:
     def get_device(self):
         return self.device
 
+    is_cuda = True
+
 
 def k(x, n):
     """Stands for a kernel: the launcher reads its signature."""
@@ -40,7 +44,7 @@ def k(x, n):
 
 class Harness:
     def __init__(self, monkeypatch):
-        self.prepares, self.launches, self.sig_calls = [], [], 0
+        self.prepares, self.launches, self.streams, self.sig_calls = [], [], [], 0
         ok = object()
         monkeypatch.setattr(launcher, "_torch_tensor", FakeTensor)
         monkeypatch.setattr(launcher, "_torch_current_stream", lambda device: 0)
@@ -59,6 +63,7 @@ class Harness:
             ptr = ctypes.c_uint64.from_address(arr[0]).value
             n = ctypes.c_int32.from_address(arr[2]).value
             self.launches.append((fn, ptr, n))
+            self.streams.append(stream)
             return (ok,)
         monkeypatch.setattr(launcher, "_cuLaunchKernel", launch)
         monkeypatch.setattr(driver._tls, "ctx_device", 0, raising=False)
@@ -124,3 +129,23 @@ def test_int_signature_changes_are_seen(run):
     run(t, 2 ** 40)  # i64: another
     run(t, 5)
     assert len(run.prepares) == 3 and run.launches[-1][0] == "fn0"
+
+
+def test_torch_imported_after_binding_still_takes_the_fast_path_and_its_stream(run, monkeypatch):
+    """A torch tensor whose signature is already in the table (e.g. from a DeviceArray launch
+    made before torch was imported) must still be recognised: fast reader, torch's stream."""
+    from tilec.runtime import interop
+    fake = types.ModuleType("torch")
+    fake.Tensor = FakeTensor
+    fake._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: 77)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(interop, "_readers", {})
+    monkeypatch.setattr(launcher, "_torch_tensor", None)
+    monkeypatch.setattr(launcher, "_torch_current_stream", None)
+    monkeypatch.setattr(launcher, "_streams", {0: "stream0", 77: "torch stream"})
+    t = FakeTensor(0x10000, (1024,))
+    for _ in range(3):
+        run(t, 5)
+    assert run.streams == ["torch stream"] * 3
+    assert launcher._torch_tensor is FakeTensor
+    assert run.sig_calls == 2  # the general reader once, the fast path once, then its memo
