@@ -106,6 +106,26 @@ class Context:
         loc = self.source.loc(node) if node is not None and hasattr(node, "lineno") else self.loc
         return CompilationError(msg, loc, kernel=self.kernel_name)
 
+    def dispatch(self, handlers, node, unsupported):
+        """Run the handler registered for `node`'s type with `node`'s location current.
+
+        `unsupported(node)` gives the message for node types with no handler. The first
+        (innermost) location at which an exception passes is kept for internal errors."""
+        handler = handlers.get(type(node))
+        saved = self.loc
+        self.set_loc(node)
+        try:
+            if handler is None:
+                raise self.error(unsupported(node), node)
+            return handler(self, node)
+        except Exception:
+            if self.failure_loc is None:
+                self.failure_loc = self.loc
+            raise
+        finally:
+            self.loc = saved
+            self.builder.loc = saved
+
     def fresh_name(self, base: str) -> str:
         self._counter += 1
         return f"__{base}{self._counter}"

@@ -28,20 +28,7 @@ def handles(*node_types):
 
 
 def eval_expr(ctx, node):
-    handler = EXPR_HANDLERS.get(type(node))
-    saved = ctx.loc
-    ctx.set_loc(node)
-    try:
-        if handler is None:
-            raise ctx.error(_unsupported_message(node), node)
-        return handler(ctx, node)
-    except Exception:
-        if ctx.failure_loc is None:  # the innermost construct being lowered, for internal errors
-            ctx.failure_loc = ctx.loc
-        raise
-    finally:
-        ctx.loc = saved
-        ctx.builder.loc = saved
+    return ctx.dispatch(EXPR_HANDLERS, node, _unsupported_message)
 
 
 _UNSUPPORTED = {

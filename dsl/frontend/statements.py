@@ -72,20 +72,7 @@ def lower_block(ctx, stmts) -> None:
 
 
 def lower_stmt(ctx, node) -> None:
-    handler = STMT_HANDLERS.get(type(node))
-    saved = ctx.loc
-    ctx.set_loc(node)
-    try:
-        if handler is None:
-            raise ctx.error(_unsupported_message(node), node)
-        handler(ctx, node)
-    except Exception:
-        if ctx.failure_loc is None:  # the innermost construct being lowered, for internal errors
-            ctx.failure_loc = ctx.loc
-        raise
-    finally:
-        ctx.loc = saved
-        ctx.builder.loc = saved
+    ctx.dispatch(STMT_HANDLERS, node, _unsupported_message)
 
 
 def lower_function_body(ctx, fdef: ast.FunctionDef) -> None:
