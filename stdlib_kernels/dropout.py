@@ -39,24 +39,33 @@ def dropout_kernel(x, out, n_rows, n_cols, sx, so, p, scale, seed,
     n_col_tiles = tc.cdiv(n_cols, BC)
     rows = (pid // n_col_tiles) * BR + tc.arange(0, BR)
     col0 = (pid % n_col_tiles) * BC
-    cols = col0 + tc.arange(0, BC)
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     if GROUPED:
-        # Every run of 4 columns of the tile starts at a multiple of 4 of the flat index
-        # (n_cols % 4 == 0 or a single row), so one counter per run: draw 4 words per
-        # counter and lay them out along the run.
-        starts = rows[:, None] * n_cols + (col0 + tc.arange(0, BC // 4) * 4)[None, :]
-        r0, r1, r2, r3 = tc.rand4x(seed, starts >> 2)
-        lane = tc.arange(0, 4)[None, None, :]
-        u = select4(lane, r0[:, :, None], r1[:, :, None], r2[:, :, None], r3[:, :, None])
-        u = tc.reshape(u, (BR, BC))
+        # The tile as (BR, BC / 8, 8): every run of 8 columns starts at a multiple of 8 of
+        # the flat index (n_cols % 8 == 0 or a single row), so two Philox counters serve a
+        # run. A run's 8 elements sit in one thread's registers (one 16-byte access for
+        # f16/bf16), so each counter is drawn by exactly one thread, the lane selects fold
+        # to register choices, and no value crosses threads.
+        run0 = col0 + tc.arange(0, BC // 8) * 8
+        lane = tc.arange(0, 8)[None, None, :]
+        cols = run0[None, :, None] + lane
+        mask = (rows < n_rows)[:, None, None] & (cols < n_cols)
+        counter = (rows[:, None] * n_cols + run0[None, :]) >> 2
+        a0, a1, a2, a3 = tc.rand4x(seed, counter)
+        b0, b1, b2, b3 = tc.rand4x(seed, counter + 1)
+        u = tc.where(lane < 4, select4(lane, a0[:, :, None], a1[:, :, None], a2[:, :, None], a3[:, :, None]),
+                     select4(lane - 4, b0[:, :, None], b1[:, :, None], b2[:, :, None], b3[:, :, None]))
+        xp = x.ptr + rows[:, None, None] * sx + cols
+        op = out.ptr + rows[:, None, None] * so + cols
     else:
+        cols = col0 + tc.arange(0, BC)
+        mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
         flat = rows[:, None] * n_cols + cols[None, :]
         r0, r1, r2, r3 = tc.rand4x(seed, flat >> 2)
         u = select4(flat & 3, r0, r1, r2, r3)
-    t = tc.load(x.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
-    kept = tc.where(u >= p, t * scale, 0.0)
-    tc.store(out.ptr + rows[:, None] * so + cols[None, :], kept.astype(out.dtype), mask=mask)
+        xp = x.ptr + rows[:, None] * sx + cols[None, :]
+        op = out.ptr + rows[:, None] * so + cols[None, :]
+    t = tc.load(xp, mask=mask, other=0.0).astype(tc.float32)
+    tc.store(op, tc.where(u >= p, t * scale, 0.0).astype(out.dtype), mask=mask)
 
 
 SIGNATURES = {
@@ -101,7 +110,7 @@ def dropout(x, p: float, seed: int, out=None):
     n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
     cfg = tile_config(n_rows, n_cols)
     scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
-    grouped = cfg.cols >= 4 and (n_rows == 1 or n_cols % 4 == 0)
+    grouped = cfg.cols >= 8 and (n_rows == 1 or n_cols % 8 == 0)
     wide = max(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols) >= INDEX_LIMIT
     launch(dropout_kernel, cfg.grid(n_rows, n_cols),
            [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, np.float32(p), np.float32(scale), seed64],

@@ -51,6 +51,28 @@ def test_dropout_is_independent_of_layout_and_tiling():
     assert not np.array_equal(a, D.dropout(strided, 0.5, 8))
 
 
+@pytest.mark.parametrize("cols", [8, 24, 12])
+def test_dropout_strided_rows_match_the_flat_mask(cols):
+    # Rows of a multiple of 8 take the grouped draws row by row; 12 takes per-element draws.
+    base = np.random.default_rng(2).standard_normal((5, 40)).astype(np.float32) + 3.0
+    y = D.dropout(base[:, :cols], 0.4, 99)
+    keep = dropout_keep(99, 5 * cols, 0.4).reshape(5, cols)
+    np.testing.assert_array_equal(y != 0, keep)
+
+
+def test_dropout_grouped_kernel_keeps_values_in_their_threads():
+    # Each thread draws the Philox words of its own 8-element runs: no layout conversion
+    # through shared memory, no barrier, 16-byte accesses.
+    c = D.dropout_kernel.compile(D.SIGNATURES["dropout_kernel"], arch="sm_90a", num_warps=8)
+    ptx = c.asm["ptx"]
+    assert c.metadata["shared"] == 0
+    assert "bar.sync" not in ptx and "ld.shared" not in ptx
+    assert ptx.count("ld.global.v4.b32") + ptx.count("ld.global.nc.v4.b32") == 2
+    # 16 elements per thread: 4 Philox calls of 10 rounds (2 wide multiplies each, the
+    # first round's multiply of a zero word folded away).
+    assert ptx.count("mul.wide.u32") <= 4 * 2 * 10
+
+
 def test_dropout_statistics_and_edges():
     x = np.ones(20000, np.float32)
     for p in (0.1, 0.5, 0.9):
