@@ -100,7 +100,7 @@ def _report(m: int, n: int, k: int, dname: str) -> str:
             f"spills {r['spill_stores']}/{r['spill_loads']}")
 
 
-def run(shapes, dtypes):
+def run(shapes, dtypes, compare_cp_async=False):
     rows = []
     for dname in dtypes:
         dtype = TORCH_DTYPES[dname]
@@ -114,6 +114,8 @@ def run(shapes, dtypes):
             fns = {"tilec": lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32"),
                    "cublas": lambda: torch.matmul(a, b, out=c),
                    "triton": lambda: triton_matmul(a, b, c)}
+            if compare_cp_async:  # the same configuration on the cp.async ring instead of TMA
+                fns["tilec_cp_async"] = lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32", tma=False)
             for name, fn in fns.items():
                 try:
                     fn()
@@ -146,6 +148,7 @@ def _print_row(r):
           f"{_fmt(r.get('triton'))} | {'  - ' if ratio is None else f'{ratio:4.2f}'} "
           f"{'  - ' if vs_tr is None else f'{vs_tr:4.2f}'} | {r.get('config', '')}"
           + (f" | err {r['rel_err']:.1e}" if "rel_err" in r else "")
+          + (f" | cp.async ring {_fmt(r['tilec_cp_async'])}" if r.get("tilec_cp_async") else "")
           + "".join(f" | {k}: {v}" for k, v in r.items() if k.endswith("_error")), flush=True)
 
 
@@ -154,6 +157,7 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,f16,tf32")
     p.add_argument("--quick", action="store_true", help="4096 and 8192 squares only")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--compare-cp-async", action="store_true", help="also time tilec with tma=False")
     args = p.parse_args(argv)
     shapes = [(s, s, s) for s in ([4096, 8192] if args.quick else SQUARE)]
     if not args.quick:
@@ -162,7 +166,7 @@ def main(argv=None):
     print(f"# {dev}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{time.strftime('%Y-%m-%d')}; TFLOP/s (median of do_bench)")
     print("dtype      M      N      K |  tilec cublas triton | t/cb t/tr | tilec config: ptxas")
-    rows = run(shapes, [d for d in args.dtypes.split(",") if d])
+    rows = run(shapes, [d for d in args.dtypes.split(",") if d], args.compare_cp_async)
     out = {"device": dev, "date": time.strftime("%Y-%m-%d"), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

@@ -8,11 +8,15 @@ Each becomes one or more PTX parameters, in order:
 - a tensor view `x` of rank r: the base pointer, then its r shape extents, then
   the strides whose value is not known at compile time (ViewType.strides[d] is
   None), all in the view's index type (i32 or i64).
+
+After every argument's slots come the tensor maps (sm_90a TMA), one per (view argument,
+box) that the compiled kernel copies with TMA (`tmaps`, from lowering/gpu/tma_ops.tma_params):
+a 128-byte CUtensorMap the runtime encodes (`.param .align 64 .b8 [128]`, grid constant).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 from .dtypes import DType
 from .ir.types import ScalarType, ViewType
@@ -23,18 +27,21 @@ __all__ = ["ParamSlot", "param_slots"]
 @dataclass(frozen=True)
 class ParamSlot:
     arg: int                 # index of the kernel argument this slot comes from
-    kind: str                # "ptr" | "scalar" | "shape" | "stride"
-    dtype: Optional[DType]   # element type for ptr, value type otherwise
+    kind: str                # "ptr" | "scalar" | "shape" | "stride" | "tmap"
+    dtype: Optional[DType]   # element type for ptr and tmap, value type otherwise
     dim: int = -1            # for shape/stride slots
+    box: Tuple[int, ...] = ()  # for tmap slots: the TMA box (rows, columns)
 
     @property
     def name(self) -> str:
+        if self.kind == "tmap":
+            return f"a{self.arg}_tmap{'x'.join(map(str, self.box))}"
         return {"ptr": f"a{self.arg}_ptr", "scalar": f"a{self.arg}",
                 "shape": f"a{self.arg}_shape{self.dim}", "stride": f"a{self.arg}_stride{self.dim}"}[self.kind]
 
 
-def param_slots(arg_types) -> List[ParamSlot]:
-    """The flat PTX parameter list for the kernel arguments' IR types."""
+def param_slots(arg_types, tmaps: Sequence[Tuple[int, Tuple[int, ...]]] = ()) -> List[ParamSlot]:
+    """The flat PTX parameter list for the kernel arguments' IR types (and tensor maps)."""
     out: List[ParamSlot] = []
     for i, t in enumerate(arg_types):
         if isinstance(t, ViewType):
@@ -45,4 +52,9 @@ def param_slots(arg_types) -> List[ParamSlot]:
             out.append(ParamSlot(i, "scalar", t.dtype))
         else:
             raise TypeError(f"kernel argument {i} has type {t}, which cannot be passed to a kernel")
+    for arg, box in tmaps:
+        t = arg_types[arg]
+        if not isinstance(t, ViewType) or t.rank != len(box):
+            raise TypeError(f"a tensor map needs a view argument of rank {len(box)}, argument {arg} is {t}")
+        out.append(ParamSlot(arg, "tmap", t.dtype, box=tuple(box)))
     return out

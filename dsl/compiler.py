@@ -161,6 +161,7 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     """Compile a tile-IR module (one tile.func) with validated options that name an arch."""
     from .lowering import target
     from .lowering.codegen import generate
+    from .lowering.gpu.tma_ops import tma_params
     from .lowering.pipeline import run_pipeline
 
     timings = {} if timings is None else timings
@@ -176,6 +177,9 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     gpu = _stage("passes", name, timings, lambda: run_pipeline(
         module, options, dump=dump.after_pass if dump else None))
     asm["gpu"] = str(gpu)
+    tmaps = tma_params(gpu)
+    if tmaps:  # the kernel also takes the tensor maps of its TMA copies
+        params = param_slots(arg_types, tmaps)
     layout = target.data_layout(arch)
     llmod = _stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout))
     ll_text = str(llmod)

@@ -20,6 +20,7 @@ from tilec.options import CompileOptions
 from .passes import canonicalize, cse, dce, fold
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
+from .passes.tma_loads import tma_loads
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
@@ -44,6 +45,7 @@ TILE_PASSES: List[Tuple[str, Pass]] = [
 PIPELINE: List[Tuple[str, Pass]] = [
     *TILE_PASSES,
     ("index_width", index_width),
+    ("tma_loads", tma_loads),
     ("lower_views", lower_views),
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),

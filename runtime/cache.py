@@ -95,7 +95,7 @@ def _encode(compiled: CompiledKernel) -> bytes:
         "name": compiled.name,
         "asm": asm,
         "metadata": compiled.metadata,
-        "params": [[p.arg, p.kind, p.dtype.name if p.dtype is not None else None, p.dim]
+        "params": [[p.arg, p.kind, p.dtype.name if p.dtype is not None else None, p.dim, list(p.box)]
                    for p in compiled.params],
         "arg_names": list(compiled.arg_names),
     }
@@ -113,8 +113,8 @@ def _json_default(obj):
 def _decode(payload: bytes) -> CompiledKernel:
     doc = json.loads(payload.decode("utf-8"))
     asm = {stage: (base64.b64decode(v["b64"]) if "b64" in v else v["text"]) for stage, v in doc["asm"].items()}
-    params = [ParamSlot(arg, kind, DType.get(dt) if dt is not None else None, dim)
-              for arg, kind, dt, dim in doc["params"]]
+    params = [ParamSlot(arg, kind, DType.get(dt) if dt is not None else None, dim, tuple(box[0]) if box else ())
+              for arg, kind, dt, dim, *box in doc["params"]]  # box: tensor-map slots (older entries lack it)
     return CompiledKernel(name=doc["name"], asm=asm, metadata=doc["metadata"],
                           params=params, arg_names=list(doc["arg_names"]))
 

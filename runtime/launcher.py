@@ -194,7 +194,7 @@ def _default_stream(vals, device: int) -> int:
     return 0
 
 
-_OPTION_NAMES = ("num_warps", "num_stages", "arch", "fast_math", "debug")
+_OPTION_NAMES = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma")
 _SUCCESS = None
 _cuLaunchKernel = None
 _torch_tensor = None          # torch.Tensor once torch is imported
@@ -401,7 +401,7 @@ def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
     from . import module  # noqa: PLC0415
     state = kernel_state(kernel)
     kwargs = dict(kwargs or {})
-    opt_items = tuple((k, kwargs.pop(k)) for k in ("num_warps", "num_stages", "arch", "fast_math", "debug")
+    opt_items = tuple((k, kwargs.pop(k)) for k in _OPTION_NAMES
                       if k in kwargs)
     kwargs.pop("stream", None)
     vals = state.bind(args, kwargs)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..abi import ParamSlot
 from ..compiled import CompiledKernel
+from .tensormap import TMAP_BYTES, tensor_map_writer
 
 __all__ = ["build_packer", "field_type"]
 
@@ -58,6 +59,8 @@ def field_type(slot: ParamSlot):
     """The ctypes type that holds one parameter: the size of its PTX declaration."""
     if slot.kind == "ptr":
         return ctypes.c_uint64
+    if slot.kind == "tmap":
+        return ctypes.c_uint8 * TMAP_BYTES
     name = slot.dtype.name if slot.dtype is not None else "i64"
     if name not in _FIELD:
         raise TypeError(f"no kernel-parameter encoding for {name}")
@@ -101,6 +104,9 @@ def build_packer(compiled: CompiledKernel, params: List[str]):
             lines.append(f"    buf.f{k} = infos[{i}][1][{s.dim}]")
         elif s.kind == "stride":
             lines.append(f"    buf.f{k} = infos[{i}][2][{s.dim}]")
+        elif s.kind == "tmap":  # encoded by the driver, cached per tensor (runtime/tensormap.py)
+            env[f"tmap{k}"] = tensor_map_writer(s)
+            lines.append(f"    tmap{k}(infos[{i}], {base + getattr(Buffer, f'f{k}').offset})")
         elif s.dtype is not None and s.dtype.name in _CONVERT:
             env[f"conv{k}"] = _CONVERT[s.dtype.name]
             lines.append(f"    buf.f{k} = conv{k}(vals[{i}])")

@@ -124,7 +124,7 @@ def _entry(a, i: int, name: str):
     return a if a.ndim == 2 else as_array(a.obj[i], name)
 
 
-def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False):
+def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False, tma=True):
     """act(a @ b + bias) for a of shape (M, K) or (B, M, K) and b of shape (K, N) or (B, K, N).
 
     A 2-D operand beside a 3-D one is shared by every batch entry (each entry is one
@@ -134,7 +134,9 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     `allow_tf32=True` lets tensor cores round the operands to tf32). Accumulation is
     f32; `bias` (shape (N,), any float dtype) is added and `activation`
     ("relu", "gelu" (exact, erf), "silu") applied in f32 before the result is cast to
-    `out_dtype` (default: a's dtype). `out` receives the result.
+    `out_dtype` (default: a's dtype). `out` receives the result. On sm_90a, tiles that
+    wgmma computes are read with TMA where the operands allow it (16-byte aligned rows);
+    `tma=False` keeps the cp.async ring (for comparison).
     """
     A, B = as_array(a, "a"), as_array(b, "b")
     check_float(A, "a")
@@ -180,7 +182,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
         if A.host:
             launch(matmul_kernel, cfg.grid(m, n), args, **consts)  # the interpreter
         else:
-            matmul_kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **consts)
+            matmul_kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
+                                          **consts)
     return O.obj
 
 

@@ -98,3 +98,6 @@ def _wgmma_wait(ctx, op):
 @rule(W.FenceProxyAsyncOp)
 def _fence_proxy_async(ctx, op):
     ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
+
+
+from . import rules_tma  # noqa: E402,F401  (the TMA ring that feeds wgmma)

@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 from llvmlite import ir
 
 from ...abi import param_slots
+from ..gpu.tma_ops import tma_params
 from ...errors import CompilationError
 from ...ir.core import Block, Module, Op
 from ...ir.types import ViewType
@@ -98,13 +99,24 @@ def unflatten(flat: List[ir.Value], like: List[object]) -> List[object]:
     return out
 
 
-def _kernel_function(module: ir.Module, name: str, arg_types) -> tuple:
-    slots = param_slots(arg_types)
-    ptys = [global_ptr() if s.kind == "ptr" else llvm_scalar(s.dtype) for s in slots]
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), ptys), name)
+_TMAP = ir.ArrayType(ir.IntType(8), 128)  # a CUtensorMap, passed by value
+
+
+def _param_type(s):
+    if s.kind == "tmap":
+        return _TMAP.as_pointer()
+    return global_ptr() if s.kind == "ptr" else llvm_scalar(s.dtype)
+
+
+def _kernel_function(module: ir.Module, name: str, arg_types, tmaps=()) -> tuple:
+    slots = param_slots(arg_types, tmaps)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_param_type(s) for s in slots]), name)
     fn.calling_convention = "ptx_kernel"
-    for a, s in zip(fn.args, slots):
+    for k, (a, s) in enumerate(zip(fn.args, slots)):
         a.name = s.name
+        if s.kind == "tmap":  # .param .align 64 .b8 [128], read in place (grid constant: see _annotate)
+            a.add_attribute("byval")
+            a.attributes.align = 64
     return fn, slots
 
 
@@ -123,12 +135,18 @@ def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
             ctx.set(barg, ViewValue(ptr, shape, strides))
         else:
             ctx.set(barg, got[0][1])
+    ctx.memo["tmap"] = {(s.arg, s.box): a for a, s in zip(ctx.func.args, slots) if s.kind == "tmap"}
 
 
-def _annotate(module: ir.Module, fn: ir.Function, num_warps: int) -> None:
+def _annotate(module: ir.Module, fn: ir.Function, num_warps: int, slots=()) -> None:
     # Launch bound: lets ptxas budget registers for exactly this many threads.
     ann = module.add_named_metadata("nvvm.annotations")
     ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), 32 * num_warps)]))
+    # Tensor maps are read where the driver put them: without grid_constant LLVM copies a
+    # byval parameter to local memory, and TMA would read the copy's (wrong) address.
+    tmaps = [ir.Constant(ir.IntType(32), k + 1) for k, s in enumerate(slots) if s.kind == "tmap"]
+    if tmaps:
+        ann.add(module.add_metadata([fn, "grid_constant", module.add_metadata(tmaps)]))
 
 
 def _debug_info(module: ir.Module, fn: ir.Function, func: Op):
@@ -166,7 +184,7 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
         llmod.data_layout = data_layout
     entry = func.regions[0].block
     try:
-        fn, slots = _kernel_function(llmod, name, [a.type for a in entry.args])
+        fn, slots = _kernel_function(llmod, name, [a.type for a in entry.args], tma_params(module))
     except TypeError as e:
         raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
     ctx = CodegenContext(llmod, fn, name, options, num_warps)
@@ -177,5 +195,5 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     if term is not None and term.operands:
         raise CompilationError("a kernel cannot return values", loc=term.loc, kernel=name, stage="codegen")
     ctx.builder.ret_void()
-    _annotate(llmod, fn, num_warps)
+    _annotate(llmod, fn, num_warps, slots)
     return llmod

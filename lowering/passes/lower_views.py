@@ -96,6 +96,8 @@ def _lower(op) -> None:
         rt = op.results[0].type
         other = _const(b, rt, _padding(op, vt.dtype))
         new = b.value(T.LoadMaskedOp, ptrs, mask, other)
+        if "_tma" in op.attrs:  # tma_loads' tag: pipeline_loads may copy this load with TMA
+            new.owner.attrs["_tma"] = op.attrs["_tma"]
         new.name_hint = op.results[0].name_hint
         op.results[0].replace_all_uses_with(new)
     else:

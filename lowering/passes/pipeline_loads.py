@@ -41,6 +41,10 @@ D = S - 2 iterations ahead instead of S - 1, into slot (c - 2) % S, whose wgmma
 A load qualifies when its only use is such a store, its pointers and mask are
 computed in the loop body from the induction variable and loop invariants
 only, its padding is zero, and it moves 4, 8 or 16 bytes per access (`_vec`).
+
+TMA (sm_90a): when tma_loads tagged every load of the group and one wgmma group can stay
+in flight, the ring is filled with TMA copies on mbarriers instead (pipeline_tma.py).
+The tma_origin markers are removed either way.
 """
 from __future__ import annotations
 
@@ -54,8 +58,10 @@ from tilec.ir.types import ScalarType, TileType
 from ..gpu.layouts import SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
+from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
+from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
 
 __all__ = ["pipeline_loads"]
 
@@ -185,15 +191,8 @@ def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int) -> Optional[
     return wait, j
 
 
-def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
-    body = loop.body
-    lag = _wgmma_lag(loop, cands, stages)
-    ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
-    iv = body.args[0]
-    lb, ub, step = loop.operands[:3]
-    ivt = iv.type
-    i32 = ScalarType(dt.int32)
-    # buffers with a slot per stage
+def _slot_buffers(cands: List[_Candidate], stages: int) -> Dict[int, Value]:
+    """A buffer with a slot per stage for each candidate's buffer, by id of the old alloc."""
     bufs = {}
     for c in cands:
         old = c.alloc
@@ -204,6 +203,18 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
         new = b.create(AllocOp, shape=[stages] + list(old.attrs["shape"]), layout=_with_slots(old.attrs["layout"]),
                        result_types=[old.results[0].type])
         bufs[id(old)] = new.result
+    return bufs
+
+
+def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
+    body = loop.body
+    lag = _wgmma_lag(loop, cands, stages)
+    ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
+    iv = body.args[0]
+    lb, ub, step = loop.operands[:3]
+    ivt = iv.type
+    i32 = ScalarType(dt.int32)
+    bufs = _slot_buffers(cands, stages)
     # prologue
     pre = Builder().before(loop)
     pre.loc = loop.loc
@@ -291,17 +302,48 @@ def _stores_between_barriers(loop: T.ForOp) -> Optional[List[LocalStoreOp]]:
     return None
 
 
+def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
+    """(candidates, their tma_origin markers, wgmma lag) when TMA can fill the whole group."""
+    markers = tma_markers(loop)
+    cands, origins = [], []
+    for store in stores:
+        load, alloc = store.operands[1].owner, store.operands[0].owner
+        origin = tma_origin(load, markers) if isinstance(load, T.LoadMaskedOp) else None
+        if origin is None or load.parent is not loop.body or len(load.results[0].uses) != 1 \
+                or not isinstance(alloc, AllocOp) or loop in _ancestors(alloc) \
+                or any(not isinstance(u, (LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses) \
+                or _slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None:
+            return None
+        cands.append(_Candidate(store, load, alloc, []))
+        origins.append(origin)
+    lag = _wgmma_lag(loop, cands, stages)
+    return (cands, origins, lag) if lag else None
+
+
+def _tma_slice(origin):
+    body = origin.parent
+    return _slice(body, list(origin.operands[1:3]), body.args[0])
+
+
 def pipeline_loads(module: Module, num_stages: int = 3, **_options) -> Module:
-    if num_stages < 2:
-        return module
     changed = False
-    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+    loops = [op for op in module.walk() if isinstance(op, T.ForOp)] if num_stages >= 2 else []
+    for loop in loops:
         stores = _stores_between_barriers(loop)
         if not stores:
+            continue
+        tma = _tma_candidates(stores, loop, num_stages)
+        if tma is not None:
+            cands, origins, lag = tma
+            pipeline_tma(loop, cands, origins, num_stages, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
+            changed = True
             continue
         cands = [_candidate(s, loop) for s in stores]
         if not all(cands):
             continue  # every store of the group must become a copy, or the barriers stay
         _pipeline(loop, cands, num_stages)
+        changed = True
+    for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:
+        op.erase()  # markers of loads that TMA did not take: they only held operands alive
         changed = True
     return dce(module) if changed else module

@@ -46,9 +46,10 @@ def _body_ops(gpu_text: str):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_stdlib_gemm_on_wgmma(dtype):
+    """The cp.async ring (tma=False; the TMA ring is tests/gemm/test_tma.py's)."""
     sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a")
     assert (cfg.bm, cfg.bn, cfg.bk, cfg.num_warps, cfg.num_stages) == (128, 256, 64, 8, 4)
-    ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=False)
     ptx = ck.asm["ptx"]
     # two warpgroups of 64 x 256, K = 64 per stage: 4 instructions per thread and iteration
     assert ptx.count(f"wgmma.mma_async.sync.aligned.m64n256k16.f32.{dtype}.{dtype}") == 4

@@ -1,0 +1,114 @@
+"""Codegen rules of the TMA ops (sm_90a): mbarriers and cp.async.bulk.tensor, as inline PTX.
+
+Shared addresses are 32-bit (`--nvptx-short-ptr`); an mbarrier is 8 bytes of its gpu.alloc
+buffer, one per slot. The wait is a loop around `mbarrier.try_wait.parity` built in LLVM
+IR (a label inside inline PTX would be duplicated wherever LLVM copies the asm). Copies and
+arrivals are issued by thread 0 only, inside an `if`.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..gpu import tma_ops as G
+from ..gpu.tma_ops import TMA_BOX_BYTES
+from .rules_mma import slot_pointer
+from .types import I32
+from .walker import rule
+
+I8 = ir.IntType(8)
+
+
+def _smem_addr(ctx, alloc, slot, byte_offset=0):
+    ptr = slot_pointer(ctx, alloc, slot, I8, byte_offset)
+    return ctx.builder.ptrtoint(ptr, I32)
+
+
+def _barrier_addr(ctx, bar_value, slot_value):
+    """32-bit shared address of the mbarrier of slot `slot_value` (an IR value)."""
+    bar = bar_value.owner
+    b = ctx.builder
+    base = _smem_addr(ctx, bar, None)
+    return b.add(base, b.mul(ctx.get(slot_value), ir.Constant(I32, 8)))
+
+
+def _thread0(ctx, live=None):
+    b = ctx.builder
+    cond = b.icmp_unsigned("==", ctx.tid, ir.Constant(I32, 0))
+    if live is not None:
+        cond = b.and_(cond, live)
+    return b.if_then(cond)
+
+
+def _asm(ctx, text, cons, args):
+    fty = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+    ctx.builder.asm(fty, text, cons, args, True)
+
+
+@rule(G.TmaOriginOp)
+def _tma_origin(ctx, op):
+    """A marker pipeline_loads removes; nothing to emit if a partial pipeline left it."""
+
+
+@rule(G.MbarrierInitOp)
+def _mbarrier_init(ctx, op):
+    alloc = op.operands[0].owner
+    base = _smem_addr(ctx, alloc, None)
+    with _thread0(ctx):
+        for s in range(alloc.attrs["shape"][0]):
+            addr = ctx.builder.add(base, ir.Constant(I32, 8 * s))
+            _asm(ctx, "mbarrier.init.shared::cta.b64 [$0], 1;", "r", [addr])
+        # the initialized barriers become visible to the async proxy (TMA's complete_tx)
+        _asm(ctx, "fence.mbarrier_init.release.cluster;", "", [])
+        ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
+
+
+@rule(G.MbarrierExpectOp)
+def _mbarrier_expect(ctx, op):
+    bar = _barrier_addr(ctx, op.operands[0], op.operands[1])
+    with _thread0(ctx, ctx.get(op.operands[2])):
+        _asm(ctx, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
+             [bar, ir.Constant(I32, op.attrs["bytes"])])
+
+
+@rule(G.MbarrierWaitOp)
+def _mbarrier_wait(ctx, op):
+    b = ctx.builder
+    bar = _barrier_addr(ctx, op.operands[0], op.operands[1])
+    parity = ctx.get(op.operands[2])
+    spin = ctx.func.append_basic_block("mbar_wait")
+    done = ctx.func.append_basic_block("mbar_done")
+    b.branch(spin)
+    b.position_at_end(spin)
+    fty = ir.FunctionType(I32, [I32, I32])
+    ready = b.asm(fty, "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
+                       "selp.u32 $0, 1, 0, p; }", "=r,r,r", [bar, parity], True)
+    b.cbranch(b.icmp_unsigned("!=", ready, ir.Constant(I32, 0)), done, spin)
+    b.position_at_end(done)
+
+
+def _i32(ctx, v):
+    x = ctx.get(v)
+    return ctx.builder.trunc(x, I32) if x.type.width > 32 else x
+
+
+@rule(G.TmaLoadOp)
+def _tma_load(ctx, op):
+    buf_v, slot_v, bar_v, view_v, i_v, j_v, live_v = op.operands
+    buf = buf_v.owner
+    rows, cols = buf.attrs["shape"][1:]
+    box = tuple(op.attrs["box"])
+    tmap = ctx.memo["tmap"][(view_v.index, box)]
+    b = ctx.builder
+    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, rows))
+    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, cols))
+    bar = _barrier_addr(ctx, bar_v, slot_v)
+    dst0 = _smem_addr(ctx, buf, slot_v)
+    text = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+            "[$0], [$1, {$2, $3}], [$4];")
+    with _thread0(ctx, ctx.get(live_v)):
+        tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
+        for blk in range(cols // box[1]):
+            # column block `blk` of the 128-byte-swizzled buffer: rows x 128 bytes, one box
+            dst = b.add(dst0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
+            col = b.add(col0, ir.Constant(I32, blk * box[1]))
+            _asm(ctx, text, "r,l,r,r,r", [dst, tmap_addr, col, row0, bar])

@@ -1,0 +1,186 @@
+"""gpu ops of the sm_90a TMA path: tensor-map copies into shared memory completing on mbarriers.
+
+    gpu.tma_origin %view, %i, %j {tag = 0, box = [128, 64]}   (marks the tile.load_view tagged 0)
+    %bar = gpu.alloc {shape = [4], layout = #shared{...}} : ptr<i64, 3>   (one mbarrier per slot)
+    gpu.mbarrier_init %bar                       (thread 0 initializes every slot's barrier, count 1)
+    gpu.mbarrier_expect %bar, %slot, %live {bytes = 49152}   (thread 0: arrive + expect the bytes)
+    gpu.tma_load %buf, %slot, %bar, %view, %i, %j, %live {box = [128, 64]}
+    gpu.mbarrier_wait %bar, %slot, %parity       (every thread: the slot's phase `parity` completed)
+
+gpu.tma_origin is a marker set before lower_views (tma_loads) on a tile.load_view that
+TMA may replace: it keeps the view and the tile indices, which lowering turns into
+pointer arithmetic, until pipeline_loads decides. It does nothing and pipeline_loads
+always removes it.
+
+gpu.tma_load copies the tile (i, j) of the view (shape = one slot of the buffer) with
+`cp.async.bulk.tensor.2d`, one copy per `box`: the box is as wide as one 128-byte
+swizzle row (64 16-bit elements), so a wider tile is several boxes, stored one after
+the other as the buffer's 128-byte-swizzled layout has it (column blocks). Elements
+outside the view arrive as zeros. Only thread 0 issues, only where `%live` holds.
+The view's tensor map is a kernel parameter (dsl/abi.py "tmap" slots, built by the
+runtime), one per (view, box): `tma_params` lists them.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from tilec import dtypes as dt
+from tilec.ir.core import AttrSpec as A, Module, Op, register_op
+from tilec.ir.types import ScalarType, ViewType
+
+from .ops import AllocOp
+
+__all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "TmaLoadOp", "tma_params",
+           "TMA_BOX_BYTES"]
+
+TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
+
+
+def _scalar(op: Op, idx: int, want, what: str) -> None:
+    t = op.operands[idx].type
+    if not isinstance(t, ScalarType) or t.dtype not in want:
+        raise op.error(f"{what} must be a scalar of {'/'.join(d.name for d in want)}, got {t}")
+
+
+def _barriers(op: Op, idx: int) -> AllocOp:
+    alloc = op.operands[idx].owner
+    if not isinstance(alloc, AllocOp) or alloc.results[0].type.pointee is not dt.int64 \
+            or len(alloc.attrs["shape"]) != 1:
+        raise op.error("the barrier operand must be a 1-D gpu.alloc of i64 (one mbarrier per slot)")
+    return alloc
+
+
+_INDEX = (dt.int32, dt.int64)
+
+
+@register_op
+class TmaOriginOp(Op):
+    """Marker: the tile.load_view tagged `tag` reads tile (i, j) of `view` and may become TMA."""
+    name = "gpu.tma_origin"
+    operands_spec = ("view", "i", "j")
+    attributes = {"tag": A("int"), "box": A("ints")}
+    num_results = 0
+    traits = frozenset({"writes"})  # kept by dce until pipeline_loads removes it
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        if not isinstance(self.operands[0].type, ViewType):
+            raise self.error(f"operand 0 must be a view, got {self.operands[0].type}")
+        _scalar(self, 1, _INDEX, "i")
+        _scalar(self, 2, _INDEX, "j")
+
+
+@register_op
+class MbarrierInitOp(Op):
+    """Thread 0 initializes every mbarrier of the buffer with an arrival count of 1."""
+    name = "gpu.mbarrier_init"
+    operands_spec = ("barriers",)
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        _barriers(self, 0)
+
+
+@register_op
+class MbarrierExpectOp(Op):
+    """Thread 0, where `live`: arrive on the slot's mbarrier, expecting `bytes` more bytes."""
+    name = "gpu.mbarrier_expect"
+    operands_spec = ("barriers", "slot", "live")
+    attributes = {"bytes": A("int")}
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        _barriers(self, 0)
+        _scalar(self, 1, (dt.int32,), "the slot")
+        _scalar(self, 2, (dt.bool_,), "live")
+        if not 0 < self.attrs["bytes"] < (1 << 20):
+            raise self.error(f"bytes must be from 1 to 2^20 - 1, got {self.attrs['bytes']}")
+
+
+@register_op
+class MbarrierWaitOp(Op):
+    """Every thread waits until the phase of the slot's mbarrier with parity `parity` completed."""
+    name = "gpu.mbarrier_wait"
+    operands_spec = ("barriers", "slot", "parity")
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        _barriers(self, 0)
+        _scalar(self, 1, (dt.int32,), "the slot")
+        _scalar(self, 2, (dt.int32,), "the parity")
+
+
+@register_op
+class TmaLoadOp(Op):
+    """Thread 0, where `live`: copy tile (i, j) of `view` into slot `slot` of `buffer` with TMA,
+    completing on the slot's mbarrier."""
+    name = "gpu.tma_load"
+    operands_spec = ("buffer", "slot", "barriers", "view", "i", "j", "live")
+    attributes = {"box": A("ints")}
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return []
+
+    def verify_op(self):
+        buf = self.operands[0].owner
+        if not isinstance(buf, AllocOp) or len(buf.attrs["shape"]) != 3:
+            raise self.error("the buffer must be a gpu.alloc with slots (rank 3)")
+        _scalar(self, 1, (dt.int32,), "the slot")
+        _barriers(self, 2)
+        vt = self.operands[3].type
+        if not isinstance(vt, ViewType) or vt.rank != 2:
+            raise self.error(f"operand 3 must be a 2-D view, got {vt}")
+        if vt.dtype is not buf.results[0].type.pointee:
+            raise self.error("the view and the buffer must have one element type")
+        _scalar(self, 4, _INDEX, "i")
+        _scalar(self, 5, _INDEX, "j")
+        _scalar(self, 6, (dt.bool_,), "live")
+        rows, cols = buf.attrs["shape"][1:]
+        box = list(self.attrs["box"])
+        if len(box) != 2 or box[0] != rows or box[1] * vt.dtype.itemsize != TMA_BOX_BYTES or cols % box[1]:
+            raise self.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
+                             f"{rows}x{cols} tile")
+        lay = buf.attrs["layout"]
+        if lay.swizzle_bytes != 128:
+            raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
+
+    @property
+    def nbytes(self) -> int:
+        rows, cols = self.operands[0].owner.attrs["shape"][1:]
+        return rows * cols * self.operands[3].type.dtype.itemsize
+
+
+def _arg_index(view) -> int:
+    """Index of a view among the kernel's entry-block arguments."""
+    block = view.block
+    for i, a in enumerate(block.args):
+        if a is view:
+            return i
+    raise ValueError("a TMA view must be a kernel argument")
+
+
+def tma_params(module: Module) -> List[Tuple[int, Tuple[int, int]]]:
+    """(kernel argument, box) of every tensor map the kernel takes, in parameter order."""
+    seen = []
+    for op in module.walk():
+        if isinstance(op, TmaLoadOp):
+            key = (_arg_index(op.operands[3]), tuple(op.attrs["box"]))
+            if key not in seen:
+                seen.append(key)
+    return sorted(seen)

@@ -1,0 +1,136 @@
+"""The TMA form of pipeline_loads' ring (sm_90a): bulk tensor copies completing on mbarriers.
+
+When every load of the loop's `barrier; stores; fence; barrier` group carries a tma_loads
+tag (its gpu.tma_origin marker is in the body) and one wgmma group may stay in flight
+(S >= 3 stages), the ring is filled by TMA instead of cp.async. With D = S - 2:
+
+    %bar = gpu.alloc {shape = [S]} : ptr<i64, 3>          (one mbarrier per slot)
+    gpu.mbarrier_init %bar ; gpu.barrier
+    for s in 0 .. D-1:   (prologue: iteration s into slot s)
+        gpu.mbarrier_expect %bar, s, live(s) {bytes} ; gpu.tma_load %bufA, s, %bar, %a, ... ; (B)
+    loop (iteration c, count = (iv - lb) / step):
+        gpu.mbarrier_wait %bar, c % S, (c / S) & 1         (slot c % S holds iteration c)
+        gpu.barrier                                        (everyone retired the wgmma of c - 2)
+        gpu.mbarrier_expect %bar, (c + D) % S, live(c + D) ; gpu.tma_load ... (iteration c + D)
+        %d = gpu.wgmma %bufA, %bufB, %acc, c % S
+        %e = gpu.wgmma_wait %d {pending = 1}
+    after: %acc = gpu.wgmma_wait {pending = 0}
+
+Each slot's barrier completes one phase per use, so the n-th use of a slot (n = c / S)
+waits for parity n & 1. Only live iterations (< the loop's bound) issue copies: every
+copy issued is waited for inside the loop, so none is in flight when the kernel moves on.
+TMA writes and wgmma reads both go through the async proxy: no proxy fence is needed.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from tilec import dtypes as dt
+from tilec.ir import Builder, Op, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import PointerType, ScalarType
+
+from ..gpu.layouts import SharedLayout
+from ..gpu.ops import SHARED, AllocOp, BarrierOp
+from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
+from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
+
+__all__ = ["tma_markers", "pipeline_tma"]
+
+
+def tma_markers(loop: T.ForOp) -> Dict[int, TmaOriginOp]:
+    """The tma_origin markers of the loop body, by tag."""
+    return {op.attrs["tag"]: op for op in loop.body.ops if isinstance(op, TmaOriginOp)}
+
+
+def tma_origin(load: Op, markers: Dict[int, TmaOriginOp]) -> Optional[TmaOriginOp]:
+    tag = load.attrs.get("_tma")
+    return None if tag is None else markers.get(tag)
+
+
+def _const(at: Builder, t, value) -> Value:
+    return at.create(T.ConstantOp, result_types=[t], value=value).result
+
+
+def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: Value, ub: Value,
+           slot: Value, slice_of, clone) -> None:
+    """Thread 0's copies of iteration `iv_value` into `slot`, where that iteration exists."""
+    live = at.value(T.CmpOp, iv_value, ub, pred="lt")
+    total = sum(c.alloc.nbytes for c in cands)
+    at.create(MbarrierExpectOp, bar, slot, live, bytes=total)
+    for c, origin in zip(cands, origins):
+        mapping = {id(iv): iv_value}
+        clone(slice_of(origin), at, mapping)
+        i, j = (mapping.get(id(v), v) for v in origin.operands[1:3])
+        at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], i, j, live,
+                  box=list(origin.attrs["box"]))
+
+
+def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages: int, lag, new_buffers,
+                 slice_of, clone, reslot) -> None:
+    """Rewrite `loop` as the module docstring shows. `new_buffers`, `slice_of`, `clone` and
+    `reslot` are pipeline_loads' helpers (slot buffers, the ops an index needs, cloning them,
+    pointing a wgmma at a slot)."""
+    body = loop.body
+    ahead_by = stages - 2
+    iv = body.args[0]
+    lb, ub, step = loop.operands[:3]
+    ivt = iv.type
+    i32 = ScalarType(dt.int32)
+    bufs = new_buffers(cands, stages)
+    first_alloc = min((c.alloc for c in cands), key=lambda a: a.parent.ops.index(a))
+    head = Builder().before(first_alloc)
+    head.loc = first_alloc.loc
+    bar = head.value(AllocOp, shape=[stages], layout=SharedLayout(1, 1, 1, (0,), 0),
+                     result_types=[PointerType(dt.int64, SHARED)])
+    pre = Builder().before(loop)
+    pre.loc = loop.loc
+    pre.create(MbarrierInitOp, bar)
+    pre.create(BarrierOp)  # every thread sees initialized barriers before waiting on them
+    for s in range(ahead_by):
+        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, _const(pre, ivt, s)))
+        _issue(pre, cands, origins, bufs, bar, iv, iv_s, ub, _const(pre, i32, s), slice_of, clone)
+    # the body: `barrier; stores; fence; barrier` becomes wait, barrier, prefetch
+    ops = body.ops
+    first_store = min(ops.index(c.store) for c in cands)
+    barrier = ops[first_store - 1]
+    at = Builder().before(barrier)
+    at.loc = loop.loc
+    count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
+    if ivt != i32:
+        count = at.value(T.CastOp, count, to=dt.int32)
+    nst = _const(at, i32, stages)
+    read_slot = at.value(T.ModOp, count, nst)
+    parity = at.value(T.AndOp, at.value(T.FloorDivOp, count, nst), _const(at, i32, 1))
+    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, _const(at, i32, ahead_by)), nst)
+    ahead = at.value(T.AddOp, iv, at.value(T.MulOp, step, _const(at, ivt, ahead_by)))
+    at.create(MbarrierWaitOp, bar, read_slot, parity)
+    at.create(BarrierOp)
+    _issue(at, cands, origins, bufs, bar, iv, ahead, ub, write_slot, slice_of, clone)
+    last = max(ops.index(c.store) for c in cands)
+    tail = [ops[last + 1]]
+    if isinstance(tail[0], FenceProxyAsyncOp):
+        tail.append(ops[last + 2])
+    for c in cands:
+        c.store.erase()
+    barrier.erase()
+    for op in tail:
+        op.erase()
+    for c in cands:
+        for user, _ in list(c.alloc.results[0].uses):
+            if isinstance(user, WgmmaOp):
+                reslot(user, bufs, read_slot)
+    for c in cands:
+        if not c.load.results[0].uses:
+            c.load.erase()
+        if c.alloc.parent is not None and not c.alloc.results[0].uses:
+            c.alloc.erase()
+    wait, j = lag
+    wait.attrs["pending"] = 1
+    post = Builder().before(loop)
+    post.index += 1
+    res = loop.results[j]
+    done = post.create(WgmmaWaitOp, res, pending=0, result_types=[res.type], loc=loop.loc)
+    for user, i in list(res.uses):
+        if user is not done:
+            user.set_operand(i, done.results[0])

@@ -1,0 +1,76 @@
+"""Tensor maps (CUtensorMap) for the kernels' TMA copies, encoded once per tensor and box.
+
+A kernel that copies a view with TMA takes, after its other parameters, a 128-byte tensor
+map per (view, box) (dsl/abi.py "tmap" slots). `tensor_map_writer(slot)` gives the
+packer a function that writes the map of one call's array into the parameter buffer:
+the map describes the 2-D tensor (innermost dimension first: extents, row stride in
+bytes), the box (one 128-byte swizzle row wide), the 128-byte swizzle the buffers use,
+and zero fill for elements outside the tensor (the views' padding). Encoding costs a
+driver call, so maps are cached by (pointer, shape, strides): a launch on the same
+tensors copies 128 cached bytes.
+
+The compiler only takes TMA for views whose specialization guarantees what the driver
+requires (16-byte aligned base, row stride a multiple of 16 bytes, unit last stride);
+a tensor that breaks it anyway gets a ValueError naming the requirement.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Callable, Dict, Tuple
+
+from ..abi import ParamSlot
+
+__all__ = ["TMAP_BYTES", "encode_tensor_map", "tensor_map_writer"]
+
+TMAP_BYTES = 128
+_CACHE_LIMIT = 4096  # entries per slot before the cache starts afresh (stale pointers)
+
+
+def _enums():
+    from cuda.bindings import driver as d  # noqa: PLC0415  (imported lazily: no driver needed to import)
+    dtypes = {"f16": d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+              "bf16": d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+    return d, dtypes
+
+
+def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
+    """The 128 bytes of the tiled tensor map of a row-major 2-D tensor (strides in elements)."""
+    d, dtypes = _enums()
+    if dtype.name not in dtypes:
+        raise TypeError(f"TMA copies f16 or bf16 tensors here, got {dtype.name}")
+    elem = dtype.itemsize
+    rows, cols = (max(1, int(x)) for x in shape)  # an empty tensor is never read: any extent will do
+    row_bytes = int(strides[0]) * elem
+    if strides[1] != 1 or row_bytes % 16 or ptr % 16:
+        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, unit last stride and a row stride "
+                         f"that is a multiple of 16 bytes; got pointer {ptr:#x}, strides {tuple(strides)} "
+                         f"(elements of {elem} bytes)")
+    err, tmap = d.cuTensorMapEncodeTiled(
+        dtypes[dtype.name], 2, ptr, [cols, rows], [max(row_bytes, 16)], [box[1], box[0]], [1, 1],
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE fills zeros
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cuTensorMapEncodeTiled failed ({err.name}) for a {rows}x{cols} {dtype.name} tensor "
+                         f"with row stride {row_bytes} bytes and box {tuple(box)}")
+    return ctypes.string_at(tmap.getPtr(), TMAP_BYTES)
+
+
+def tensor_map_writer(slot: ParamSlot) -> Callable:
+    """write(info, address): the map of the array described by `info` (ptr, shape, strides,
+    dtype, device) for `slot`'s box, written at `address` (128 bytes)."""
+    cache: Dict[Tuple, bytes] = {}
+    box, dtype = slot.box, slot.dtype
+    memmove = ctypes.memmove
+
+    def write(info, address: int) -> None:
+        key = (info[0], tuple(info[1]), tuple(info[2]))
+        raw = cache.get(key)
+        if raw is None:
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            raw = cache[key] = encode_tensor_map(info[0], info[1], info[2], dtype, box)
+        memmove(address, raw, TMAP_BYTES)
+
+    return write
