@@ -22,6 +22,7 @@ import json
 import platform
 import statistics
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Tuple
 
@@ -270,6 +271,33 @@ def save_plot(rows, path: str) -> bool:
     return True
 
 
+def host_overhead(torch, wanted, calls: int = 2000) -> List[dict]:
+    """Per-call host time of each op at a tiny shape (64x64; the GPU is never the bound):
+    wall time of `calls` back-to-back calls, synchronized once at the end."""
+    rows = []
+    for op in OPS:
+        if wanted and op.name not in wanted:
+            continue
+        shape = (2, 64, 4, 64) if op.name == "rope" else (64, 64)
+        dtype = getattr(torch, op.cases[0][1])
+        inputs = op.make(torch, shape, dtype)
+        times = {}
+        for side, fn in (("tilec", op.tilec), ("torch", op.torch)):
+            for _ in range(50):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn(*inputs)
+            torch.cuda.synchronize()
+            times[side] = (time.perf_counter() - t0) / calls * 1e6
+        rows.append({"op": op.name, "shape": list(shape), "dtype": op.cases[0][1],
+                     "tilec_us": times["tilec"], "torch_us": times["torch"]})
+        print(f"  host {op.name}: tilec {times['tilec']:.1f} us, torch eager {times['torch']:.1f} us per call",
+              file=sys.stderr)
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one case per op")
@@ -277,6 +305,7 @@ def main(argv=None) -> int:
                    + ",".join(o.name for o in OPS))
     p.add_argument("--json", default="membound.json", help="where to write the results")
     p.add_argument("--plot", default="membound.png", help="where to save the plot (needs matplotlib)")
+    p.add_argument("--host", action="store_true", help="time each op's host path per call at tiny shapes instead of the bandwidth cases")
     args = p.parse_args(argv)
     import torch  # noqa: PLC0415
     if not torch.cuda.is_available():
@@ -286,6 +315,11 @@ def main(argv=None) -> int:
     unknown = set(wanted) - {o.name for o in OPS}
     if unknown:
         p.error(f"unknown ops: {', '.join(sorted(unknown))}")
+    if args.host:
+        host = host_overhead(torch, wanted)
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "host": host}, f, indent=1)
+        return 0
     ms = _timer()
     _warm_up(torch)
     rows = []

@@ -30,6 +30,8 @@ import tilec as tc
 from tilec import dtypes as _dt
 from tilec.dtypes import DType
 
+from . import _plan
+
 __all__ = ["FLOAT_DTYPES", "BF16Array", "Arr", "as_array", "check_float", "check_same_place", "view",
            "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
            "launch", "contiguous_strides"]
@@ -175,6 +177,13 @@ def view(a: Arr, shape: Sequence[int], strides: Sequence[int]):
     torch -> tensor (so the launch uses torch's stream), others -> DeviceArray.
     """
     shape, strides = tuple(int(s) for s in shape), tuple(int(s) for s in strides)
+    v = _view(a, shape, strides)
+    if _plan.recording() is not None:
+        _plan.register_view(a.obj, v, shape, strides)
+    return v
+
+
+def _view(a: Arr, shape, strides):
     if a.kind in _HOST_KINDS:
         base = a.obj.values if a.kind == "bf16host" else a.obj
         v = np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
@@ -257,13 +266,20 @@ def empty_like(a: Arr, shape: Sequence[int], dtype: DType) -> Arr:
         return as_array(np.empty(shape, np_dtype), "out")
     if a.kind == "torch":
         torch = sys.modules["torch"]
-        return as_array(torch.empty(shape, dtype=getattr(torch, _TORCH_NAMES[dtype.name]), device=a.obj.device),
-                        "out")
+        tdtype, tdevice = getattr(torch, _TORCH_NAMES[dtype.name]), a.obj.device
+        t = torch.empty(shape, dtype=tdtype, device=tdevice)
+        if _plan.recording() is not None:
+            _plan.register_alloc(t, lambda: torch.empty(shape, dtype=tdtype, device=tdevice))
+        return as_array(t, "out")
     if a.kind == "cupy":
         cupy = sys.modules["cupy"]
         with cupy.cuda.Device(a.device):
             return as_array(cupy.empty(shape, dtype=dtype.np), "out")
-    return as_array(tc.empty(shape, dtype, device=a.device), "out")
+    d = tc.empty(shape, dtype, device=a.device)
+    if _plan.recording() is not None:
+        device = a.device
+        _plan.register_alloc(d, lambda: tc.empty(shape, dtype, device=device))
+    return as_array(d, "out")
 
 
 def output(out, like: Arr, shape: Sequence[int], dtype: DType, name: str = "out") -> Arr:
@@ -352,6 +368,14 @@ def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = T
         _interpret(kernel, grid, args, constexprs)
     else:
         kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **constexprs)
+        if _plan.recording() is not None:
+            _plan.record_launch(kernel, grid, _bound(kernel, args, constexprs))
+
+
+def _bound(kernel, args, constexprs):
+    """`args` then the constexprs, in the kernel's parameter order (what the launcher bound)."""
+    names = kernel.param_names
+    return list(args) + [constexprs.get(n) for n in names[len(args):]]
 
 
 def _interpret(kernel, grid, args, constexprs) -> None:

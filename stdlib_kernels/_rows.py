@@ -16,6 +16,7 @@ import numpy as np
 
 import tilec as tc
 
+from . import _plan
 from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, view
 
 __all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "INDEX_LIMIT"]
@@ -91,12 +92,17 @@ def slice_last(a: Arr, start: int, stop: int) -> Arr:
     if a.kind == "bf16host":
         return as_array(BF16Array(a.obj.values[..., start:stop], _rounded=True), "slice")
     if a.kind in ("numpy", "torch", "cupy"):
-        return as_array(a.obj[..., start:stop], "slice")
+        part = a.obj[..., start:stop]
+        if _plan.recording() is not None:
+            _plan.register_slice(a.obj, part, start * a.strides[-1])
+        return as_array(part, "slice")
     from tilec.runtime.interop import array_info  # noqa: PLC0415
     isz = a.dtype.itemsize
     ptr = array_info(a.obj)[0] + start * a.strides[-1] * isz
     shape = a.shape[:-1] + (stop - start,)
     d = tc.DeviceArray(ptr, shape, tuple(s * isz for s in a.strides), a.dtype, a.device, owner=a.obj)
+    if _plan.recording() is not None:
+        _plan.register_slice(a.obj, d, start * a.strides[-1])
     return as_array(d, "slice")
 
 

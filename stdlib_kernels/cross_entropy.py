@@ -14,6 +14,7 @@ import tilec as tc
 
 from ._common import (as_array, check_float, check_same_place, flat_view, launch, output, row_config, rows_of,
                       view)
+from ._plan import planned
 
 __all__ = ["cross_entropy"]
 
@@ -118,6 +119,7 @@ EXTRA_SIGNATURES = [
 _REDUCTIONS = ("mean", "sum", "none")
 
 
+@planned
 def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
     """cross_entropy(logits, target, ignore_index=-100, reduction="mean") -> loss.
 

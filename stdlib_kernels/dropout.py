@@ -17,6 +17,7 @@ import numpy as np
 import tilec as tc
 
 from ._common import as_array, check_float, launch, output
+from ._plan import planned
 from ._rows import INDEX_LIMIT, rows_form, tile_config
 
 __all__ = ["dropout", "dropout_kernel", "SIGNATURES"]
@@ -90,6 +91,7 @@ def _seed_i64(seed) -> np.int64:
     return np.int64(s - 2 ** 64 if s >= 2 ** 63 else s)
 
 
+@planned
 def dropout(x, p: float, seed: int, out=None):
     """Zero each element of x with probability p and scale the others by 1 / (1 - p).
 

@@ -17,6 +17,7 @@ import tilec as tc
 from tilec import dtypes as _dt
 
 from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, view
+from ._plan import planned
 from ._rows import INDEX_LIMIT, row_view, rows_form, slice_last, tile_config
 
 __all__ = ["gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "SIGNATURES"]
@@ -167,6 +168,7 @@ def _wide(*extents) -> bool:
     return any(int(e) >= INDEX_LIMIT for e in extents)
 
 
+@planned
 def gelu(x, approximate: str = "none", out=None):
     """GELU of `x`: 0.5 x (1 + erf(x / sqrt 2)), or with approximate="tanh" the tanh form.
 
@@ -196,6 +198,7 @@ def _gated(ga, ua, out, like):
     return o.obj
 
 
+@planned
 def swiglu(gate, up, out=None):
     """silu(gate) * up, elementwise (gate and up of one shape and dtype).
 
@@ -208,6 +211,7 @@ def swiglu(gate, up, out=None):
     return _gated(ga, ua, out, ga)
 
 
+@planned
 def silu_and_mul(x, out=None):
     """silu(x[..., :d]) * x[..., d:] for x of last dimension 2d: the fused gated MLP
     activation. Returns (..., d). The two halves are read in place (no copy)."""
@@ -267,6 +271,7 @@ def _binary(op, a, b, out):
     return o.obj
 
 
+@planned
 def add(a, b, out=None):
     """a + b with numpy broadcasting (f16, bf16, f32; the result has the promoted dtype).
 
@@ -278,12 +283,14 @@ def add(a, b, out=None):
     return _binary("add", a, b, out)
 
 
+@planned
 def mul(a, b, out=None):
     """a * b with numpy broadcasting; see `add`."""
     return _binary("mul", a, b, out)
 
 
 # ----------------------------------------------------------------------------- rope
+@planned
 def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
     """Rotary position embedding of x (..., S, ..., D) by cos/sin of shape (S, D/2).
 

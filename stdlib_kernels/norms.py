@@ -13,6 +13,7 @@ from __future__ import annotations
 import tilec as tc
 
 from ._common import (as_array, check_float, check_same_place, launch, output, row_config, rows_of, view)
+from ._plan import planned
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -151,6 +152,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
+@planned
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False, out=None):
     """layer_norm(x, weight, bias, eps=1e-5, return_stats=False, out=None) -> y, or (y, mean, rstd).
 
@@ -169,6 +171,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 
 
+@planned
 def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=None):
     """rms_norm(x, weight, eps=1e-6, return_stats=False, out=None) -> y, or (y, rstd).
 

@@ -15,6 +15,7 @@ import tilec as tc
 
 from ._common import (as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
                       output, row_config, rows_of, view)
+from ._plan import planned
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -188,6 +189,7 @@ def split_count(strips: int, n_tiles: int) -> int:
     return builtins.max(1, builtins.min(want, n_tiles // MIN_TILES_PER_SPLIT))
 
 
+@planned
 def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     """sum(x, dim, out=None) -> the sum over dimension `dim` (removed from the shape).
 
@@ -209,6 +211,7 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     return _reduce(x, dim, out, False, "sum")
 
 
+@planned
 def max(x, dim: int, out=None):  # noqa: A001 - the op's name
     """max(x, dim, out=None) -> the maximum over dimension `dim` (values only).
 
@@ -219,6 +222,7 @@ def max(x, dim: int, out=None):  # noqa: A001 - the op's name
     return _reduce(x, dim, out, True, "max")
 
 
+@planned
 def cumsum(x, dim: int = -1, out=None):
     """cumsum(x, dim=-1, out=None) -> the inclusive running sum along the last dimension.
 

@@ -14,6 +14,7 @@ import tilec as tc
 
 from ._common import (as_array, check_float, empty_like, launch, next_pow2, normalize_dim, output, row_config,
                       rows_of, view)
+from ._plan import planned
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -167,6 +168,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     return o.obj
 
 
+@planned
 def softmax(x, dim: int = -1, out=None):
     """softmax(x, dim=-1, out=None) -> exp(x - max) / sum(exp(x - max)) along the last dimension.
 
@@ -190,6 +192,7 @@ def softmax(x, dim: int = -1, out=None):
     return _softmax(x, dim, out, False, "softmax")
 
 
+@planned
 def log_softmax(x, dim: int = -1, out=None):
     """log_softmax(x, dim=-1, out=None) -> x - max - log(sum(exp(x - max))) along the last dimension.
 

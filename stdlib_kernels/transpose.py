@@ -11,6 +11,7 @@ from __future__ import annotations
 import tilec as tc
 
 from ._common import as_array, check_float, launch, next_pow2, output, view
+from ._plan import planned
 from ._rows import INDEX_LIMIT
 
 __all__ = ["transpose", "transpose_kernel", "SIGNATURES"]
@@ -46,6 +47,7 @@ OPTIONS = {name: {"num_warps": 4, "fast_math": True} for name in SIGNATURES}
 transpose_kernel_f16 = transpose_kernel
 
 
+@planned
 def transpose(x, out=None):
     """out = x.T for a 2-D x (rows may be strided; the last stride must be 1).
 

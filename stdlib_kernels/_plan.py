@@ -1,0 +1,271 @@
+"""Launch plans: the stdlib entry points' host work done once per argument layout.
+
+An entry point's Python (reading its arguments, checking them, viewing arrays as
+rows, picking tiles, binding the launch) costs tens of microseconds, more than the
+GPU time of a small op. Everything it decides is a function of the arrays' kinds,
+shapes, strides, dtypes, devices and 16-byte alignment and of the other arguments'
+values. So the first call with a given such key runs the entry point as written
+while recording what it does: the outputs it allocates, and per launch the
+prepared launcher (compiled kernel, packer), the grid, the scalar arguments and
+each array argument as (which array, element offset, shape, strides). Later calls
+with the same key replay that record: allocate the outputs, write pointers and the
+recorded shapes into the packer, launch. No views are built (the packer takes the
+pointer, shapes and strides directly), nothing is re-validated.
+
+Only GPU calls whose arrays are all torch CUDA tensors or `tc.DeviceArray`s are
+planned; anything else (numpy on the interpreter, CuPy, DLPack objects, an
+argument that is not hashable, a recording that meets something it cannot
+describe) takes the entry point's own path every time.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+__all__ = ["planned", "recording", "register_root", "register_view", "record_launch", "clear_plans",
+           "plan_count"]
+
+_tls = threading.local()
+_MAX_PLANS = 256          # per entry point; the oldest plan goes first
+_UNPLANNABLE = object()   # a key whose recording failed: always the entry's own path
+_plans: Dict[str, Dict] = {}
+
+
+class _Recording:
+    """What one first call did, in terms of its array arguments ("in", i) and the
+    arrays it allocated ("out", j)."""
+
+    def __init__(self):
+        self.where: Dict[int, Tuple] = {}   # id(obj) -> (root, element offset)
+        self.views: Dict[int, Tuple] = {}   # id(view) -> (root, offset, shape, strides)
+        self.keep: List[Any] = []           # objects whose ids are in the maps stay alive
+        self.outs: List[Tuple] = []         # (kind, shape, dtype, device) per allocation
+        self.launches: List[Tuple] = []
+        self.ok = True
+
+
+def recording() -> Optional[_Recording]:
+    return getattr(_tls, "rec", None)
+
+
+def register_root(obj, root: Tuple, offset: int = 0) -> None:
+    """`obj` (an array) is `root` shifted by `offset` elements."""
+    rec = _tls.rec
+    rec.where[id(obj)] = (root, offset)
+    rec.keep.append(obj)
+
+
+def register_alloc(obj, allocate) -> None:
+    """`obj` was allocated by the entry point; `allocate()` makes another like it."""
+    rec = _tls.rec
+    register_root(obj, ("out", len(rec.outs)))
+    rec.outs.append(allocate)
+
+
+def register_slice(parent, obj, offset: int) -> None:
+    rec = _tls.rec
+    w = rec.where.get(id(parent))
+    if w is None:
+        rec.ok = False
+        return
+    register_root(obj, w[0], w[1] + offset)
+
+
+def register_view(base, view_obj, shape, strides) -> None:
+    rec = _tls.rec
+    w = rec.where.get(id(base))
+    if w is None:
+        rec.ok = False
+        return
+    rec.views[id(view_obj)] = (w[0], w[1], tuple(shape), tuple(strides))
+    rec.keep.append(view_obj)
+
+
+def record_launch(kernel, grid, args) -> None:
+    """After a launch through the launcher: its prepared entry and the arguments' recipe."""
+    rec = _tls.rec
+    from tilec.runtime.launcher import kernel_state  # noqa: PLC0415
+    st = kernel_state(kernel)
+    prepared = st.last[1]
+    ce = st.ce_mask
+    arrays, scalars = [], [None] * st.nparams
+    for i, v in enumerate(args):
+        if ce[i]:
+            continue
+        recipe = rec.views.get(id(v))
+        if recipe is None and id(v) in rec.where:
+            rec.ok = False  # an array passed without `view`: its shape is not recorded
+            return
+        if recipe is not None:
+            arrays.append((i,) + recipe)
+        elif type(v) in (int, float) or hasattr(v, "dtype"):
+            scalars[i] = v
+        else:
+            rec.ok = False
+            return
+    if prepared is None or len(args) != st.nparams:
+        rec.ok = False
+        return
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    rec.launches.append((prepared, g, tuple(arrays), scalars))
+
+
+# ----------------------------------------------------------------------------- keys
+def _torch_cls():
+    torch = sys.modules.get("torch")
+    return torch.Tensor if torch is not None else None
+
+
+def _key_of(v, tensor_cls, device_array_cls):
+    """The part of the key for one argument; None when the call cannot be planned."""
+    t = type(v)
+    if t is tensor_cls:
+        if not v.is_cuda:
+            return None
+        return (t, v.dtype, tuple(v.shape), v.stride(), v.data_ptr() & 15, v.get_device())
+    if t is device_array_cls:
+        return (t, v.dtype, v.shape, v.strides, v.ptr & 15, v.device)
+    if v is None or t in (int, float, str, bool):
+        return (t, v)
+    return None
+
+
+def _root_info(v, tensor_cls):
+    """(address, itemsize, DType, device, is torch) of an array argument."""
+    if type(v) is tensor_cls:
+        from tilec.runtime.interop import torch_dtype_map  # noqa: PLC0415
+        dt = torch_dtype_map(v.dtype)
+        return v.data_ptr(), dt.itemsize, dt, v.get_device(), True
+    return v.ptr, v.dtype.itemsize, v.dtype, v.device, False
+
+
+# ----------------------------------------------------------------------------- the decorator
+def planned(fn):
+    """Wrap an entry point so that repeated calls of one key replay the first call's launches."""
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    table = _plans.setdefault(name, {})
+    from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        tensor_cls = _torch_cls()
+        key = [tuple(kwargs) if kwargs else ()]
+        values = list(args) + list(kwargs.values()) if kwargs else args
+        for v in values:
+            k = _key_of(v, tensor_cls, DeviceArray)
+            if k is None:
+                return fn(*args, **kwargs)
+            key.append(k)
+        key = tuple(key)
+        plan = table.get(key)
+        if plan is _UNPLANNABLE or getattr(_tls, "rec", None) is not None:
+            return fn(*args, **kwargs)
+        if plan is not None:
+            return _replay(plan, values, tensor_cls)
+        return _record(fn, args, kwargs, values, key, table)
+
+    entry.__wrapped_entry__ = fn
+    return entry
+
+
+def _record(fn, args, kwargs, values, key, table):
+    rec = _tls.rec = _Recording()
+    try:
+        for i, v in enumerate(values):
+            if v is not None and type(v) not in (int, float, str, bool):
+                register_root(v, ("in", i))
+        result = fn(*args, **kwargs)
+    finally:
+        _tls.rec = None
+    plan = _finish(rec, result, values) if rec.ok else None
+    if len(table) >= _MAX_PLANS:
+        table.pop(next(iter(table)))
+    table[key] = _UNPLANNABLE if plan is None else plan
+    return result
+
+
+def _finish(rec, result, values):
+    """The replayable form of a recording: roots numbered inputs first, then allocations;
+    per launch the array arguments as (position, root, byte offset, shape, strides, DType,
+    device) with everything but the root's address fixed. None when the result is not
+    one of the roots."""
+    n_in = len(values)
+
+    def index(root):
+        return root[1] if root[0] == "in" else n_in + root[1]
+
+    items = result if isinstance(result, tuple) else (result,)
+    returns = []
+    for r in items:
+        w = rec.where.get(id(r))
+        if w is None or w[1] != 0:
+            return None
+        returns.append(index(w[0]))
+    objs = list(values) + [rec.keep[i] for i in _alloc_positions(rec)]
+    tensor_cls = _torch_cls()
+    launches = []
+    for prepared, grid, arrays, scalars in rec.launches:
+        recipe, device, torch_stream = [], None, False
+        for i, root, offset, shape, strides in arrays:
+            j = index(root)
+            _ptr, isz, dt, device, is_torch = _root_info(objs[j], tensor_cls)
+            torch_stream = torch_stream or is_torch
+            recipe.append((i, j, offset * isz, shape, strides, dt, device))
+        launches.append((prepared, grid, scalars, tuple(recipe), device, torch_stream))
+    torch_roots = tuple(type(o) is tensor_cls for o in objs)
+    return (tuple(rec.outs), tuple(launches), torch_roots, isinstance(result, tuple), tuple(returns))
+
+
+def _alloc_positions(rec):
+    """Where in `rec.keep` each allocation's object is (in allocation order)."""
+    by_root = {w[0]: id_ for id_, w in rec.where.items() if w[0][0] == "out" and w[1] == 0}
+    pos = {id(o): n for n, o in enumerate(rec.keep)}
+    return [pos[by_root[("out", j)]] for j in range(len(rec.outs))]
+
+
+def _replay(plan, values, tensor_cls):
+    outs, launches, torch_roots, is_tuple, returns = plan
+    objs = list(values)
+    for allocate in outs:
+        objs.append(allocate())
+    ptrs = [(o.data_ptr() if t else o.ptr) if t is not None and o is not None and not isinstance(o, (int, float, str))
+            else 0 for o, t in zip(objs, torch_roots)]
+    for prepared, grid, scalars, recipe, device, torch_stream in launches:
+        infos = list(scalars)
+        for i, j, offset, shape, strides, dt, dev in recipe:
+            infos[i] = (ptrs[j] + offset, shape, strides, dt, dev)
+        _launch_prepared(prepared, grid, device, torch_stream, scalars, infos)
+    if is_tuple:
+        return tuple(objs[j] for j in returns)
+    return objs[returns[0]]
+
+
+_runtime = []  # (driver, launcher) once the first plan replays
+
+
+def _launch_prepared(prepared, grid, device, torch_stream, vals, infos) -> None:
+    """One launch of a prepared kernel: the launcher's packing and cuLaunchKernel, no signature work.
+    The stream is the one the launcher would pick: torch's current stream when a torch
+    tensor is among the arguments, else the default stream."""
+    if not _runtime:
+        from tilec.runtime import driver, launcher  # noqa: PLC0415
+        _runtime[:] = [driver, launcher]
+    driver, launcher = _runtime
+    if getattr(driver._tls, "ctx_device", None) != device:  # noqa: SLF001
+        driver.ensure_context(device)
+    h = sys.modules["torch"]._C._cuda_getCurrentRawStream(device) if torch_stream else 0  # noqa: SLF001
+    launcher._cu_launch(prepared, grid[0], grid[1], grid[2], h, vals, infos)  # noqa: SLF001
+
+
+def clear_plans() -> None:
+    """Forget every recorded plan (tests; a process that changed devices' state)."""
+    for table in _plans.values():
+        table.clear()
+
+
+def plan_count(entry) -> int:
+    """How many plans an entry point holds."""
+    fn = getattr(entry, "__wrapped_entry__", entry)
+    return len(_plans.get(f"{fn.__module__}.{fn.__qualname__}", {}))

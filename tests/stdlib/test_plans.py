@@ -1,0 +1,154 @@
+"""Launch plans (stdlib_kernels/_plan.py): a repeated call replays exactly the launches the
+entry point's own path makes. The GPU is stubbed at the two places a launch leaves Python
+(the launcher's `kernel[grid](...)` and the plan's `_launch_prepared`); both log what the
+packer would receive, and the logs of a first (recorded) and a second (replayed) call must
+agree up to the addresses of freshly allocated outputs."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import tilec as tc
+from tilec.runtime import interop, launcher
+from tilec.runtime.memory import DeviceArray
+import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels import _plan
+
+_kernel_cls = type(sk.softmax.__wrapped_entry__.__globals__["softmax_tile_kernel"])
+_addresses = itertools.count(1)
+
+
+def _array(shape, dtype, strides=None):
+    isz = dtype.itemsize
+    if strides is None:
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= s
+        strides = tuple(reversed(strides))
+    # one address per array, 2**32 apart: an output's address says which allocation it is
+    return DeviceArray(next(_addresses) << 32, shape, tuple(s * isz for s in strides), dtype, 0)
+
+
+class _Prepared:
+    def __init__(self, kernel, key):
+        self.kernel, self.key = kernel, key
+
+
+@pytest.fixture
+def gpu_log(monkeypatch):
+    log = []
+
+    def entry(kernel, key, grid, vals, infos):
+        st = launcher.kernel_state(kernel)
+        scalars = [None if infos[i] is not None or st.ce_mask[i] else repr(vals[i]) for i in range(st.nparams)]
+        arrays = [None if i is None else (i[0], tuple(i[1]), tuple(i[2]), i[3]) for i in infos]
+        log.append((key, tuple(grid), scalars, arrays))
+
+    def getitem(kernel, grid):
+        def go(*args, **kw):
+            st = launcher.kernel_state(kernel)
+            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math") if k in kw)
+            vals = st.bind(args, kw)
+            infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
+                     for v, ce in zip(vals, st.ce_mask)]
+            prepared = _Prepared(kernel, (kernel.name,) + opts + tuple(v for v, c in zip(vals, st.ce_mask) if c))
+            st.last = (None, prepared)
+            entry(kernel, prepared.key, tuple(grid) + (1,) * (3 - len(grid)), vals, infos)
+        return go
+
+    def launch_prepared(prepared, grid, device, torch_stream, vals, infos):
+        assert device == 0 and not torch_stream
+        st = launcher.kernel_state(prepared.kernel)
+        infos = [i if type(i) is tuple and not st.ce_mask[n] else None for n, i in enumerate(infos)]
+        entry(prepared.kernel, prepared.key, grid, vals, infos)
+
+    monkeypatch.setattr(_kernel_cls, "__getitem__", getitem)
+    monkeypatch.setattr(_plan, "_launch_prepared", launch_prepared)
+    monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
+    _plan.clear_plans()
+    yield log
+    _plan.clear_plans()
+
+
+def _normalized(entries):
+    # addresses as (which array in order of appearance, offset within it)
+    seen = {}
+    out = []
+    for key, grid, scalars, arrays in entries:
+        norm = [None if a is None else (seen.setdefault(a[0] >> 32, len(seen)), a[0] & (2 ** 32 - 1)) + a[1:]
+                for a in arrays]
+        out.append((key, grid, scalars, norm))
+    return out
+
+
+f16, bf16, f32 = tc.float16, tc.bfloat16, tc.float32
+X = _array((256, 512), f16)
+W = _array((512,), f16)
+CASES = {
+    "softmax": lambda: sk.softmax(X),
+    "log_softmax_out": lambda: sk.log_softmax(X, out=X),
+    "softmax_split_rows": lambda: sk.softmax(_array((4, 262144), f32)),
+    "layer_norm_stats": lambda: sk.layer_norm(X, W, None, eps=1e-5, return_stats=True),
+    "rms_norm": lambda: sk.rms_norm(X, W),
+    "cross_entropy": lambda: sk.cross_entropy(_array((64, 32000), bf16), _array((64,), tc.int64)),
+    "sum_first_split": lambda: sk.sum(_array((4096, 256), f32), 0),
+    "max_last": lambda: sk.max(X, -1),
+    "cumsum": lambda: sk.cumsum(X),
+    "gelu_strided_rows": lambda: sk.gelu(_array((64, 100), bf16, (128, 1))),
+    "silu_and_mul_halves": lambda: sk.silu_and_mul(X),
+    "add_broadcast": lambda: sk.add(X, W),
+    "rope": lambda: sk.rope(_array((2, 16, 4, 64), f16), _array((16, 32), f32), _array((16, 32), f32)),
+    "dropout": lambda: sk.dropout(X, 0.25, 12345),
+    "transpose": lambda: sk.transpose(X),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_replay_launches_what_the_entry_point_launches(gpu_log, name):
+    first = CASES[name]()
+    n = len(gpu_log)
+    assert n >= 1
+    second = CASES[name]()
+    assert _normalized(gpu_log[:n]) == _normalized(gpu_log[n:])
+    # the second call was a replay, and returns fresh outputs of the same form
+    plans = [v for table in _plan._plans.values() for v in table.values()]
+    assert len(plans) == 1 and plans[0] is not _plan._UNPLANNABLE
+    for a, b in zip(first if isinstance(first, tuple) else (first,), second if isinstance(second, tuple) else (second,)):
+        assert (a.shape, a.strides, a.dtype) == (b.shape, b.strides, b.dtype)
+
+
+def test_a_new_layout_records_a_new_plan(gpu_log):
+    sk.gelu(X)
+    sk.gelu(X)
+    sk.gelu(_array((256, 512), f16, (1024, 1)))
+    assert _plan.plan_count(sk.gelu) == 2
+
+
+def test_errors_are_raised_every_time(gpu_log):
+    for _ in range(2):
+        with pytest.raises(ValueError, match="p must be"):
+            sk.dropout(X, 1.5, 0)
+    assert _plan.plan_count(sk.dropout) == 0
+
+
+@pytest.mark.gpu
+def test_replayed_calls_compute_on_the_gpu_and_follow_torchs_stream():
+    torch = pytest.importorskip("torch")
+    _plan.clear_plans()
+    x = torch.randn(300, 1000, device="cuda", dtype=torch.float16)
+    w = torch.randn(500, device="cuda", dtype=torch.float16)
+    s = torch.cuda.Stream()
+    for i in range(3):  # record, then replays: fresh outputs, new inputs of the same layout
+        x2 = (x + i).contiguous()
+        with torch.cuda.stream(s):
+            y = sk.softmax(x2)
+            z = sk.silu_and_mul(x2[:, :1000])
+            b = sk.add(x2[:, 250:750], w)
+        s.synchronize()
+        torch.testing.assert_close(y.double(), x2.double().softmax(-1), rtol=2e-3, atol=2e-3)
+        g, u = x2[:, :500].double(), x2[:, 500:].double()
+        torch.testing.assert_close(z.double(), torch.nn.functional.silu(g) * u, rtol=2e-3, atol=4e-3)
+        torch.testing.assert_close(b.double(), x2[:, 250:750].double() + w.double(), rtol=2e-3, atol=2e-3)
+    assert _plan.plan_count(sk.softmax) == 1 and _plan.plan_count(sk.add) == 1
