@@ -70,8 +70,7 @@ def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     compiled = k.compile(spec, arch=arch, num_warps=_num_warps(spec, kernel), fast_math=True)
     assert f".entry {compiled.name}" in compiled.asm["ptx"]
     ptxas = compiled.metadata.get("ptxas")
-    if ptxas is None:
-        pytest.skip("ptxas is not installed")
+    assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
 
 
@@ -90,6 +89,5 @@ def test_big_tiles_at_32_elements_per_thread_assemble_without_spills(kernel, sig
     k = getattr(_module(mod), name)
     compiled = k.compile(k.specialization(sig), arch="sm_90a", num_warps=8, fast_math=True)
     ptxas = compiled.metadata.get("ptxas")
-    if ptxas is None:
-        pytest.skip("ptxas is not installed")
+    assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
