@@ -42,11 +42,6 @@ def kernel_file(tmp_path):
     return path
 
 
-def _needs_frontend():
-    pytest.importorskip("tilec.kernel")
-    pytest.importorskip("tilec.specialize")
-
-
 def test_version_subprocess():
     proc = run_cli("--version")
     assert proc.returncode == 0
@@ -85,7 +80,6 @@ def test_unknown_pass_is_rejected_before_loading(capsys, kernel_file):
 
 
 def test_bad_option_is_a_usage_error(capsys, kernel_file):
-    _needs_frontend()
     assert main(["llvm", f"{kernel_file}:scale", "--sig", SIG, "--num-warps", "3"]) == 2
     assert "num_warps must be a power of two" in capsys.readouterr().err
 
@@ -99,20 +93,17 @@ def test_file_that_fails_to_import(capsys, tmp_path):
 
 
 def test_unknown_kernel_names_the_kernels_found(capsys, kernel_file):
-    _needs_frontend()
     assert main(["ir", f"{kernel_file}:nope", "--sig", SIG]) == 2
     err = capsys.readouterr().err
     assert "no kernel named 'nope'" in err and "scale" in err
 
 
 def test_not_a_kernel(capsys, kernel_file):
-    _needs_frontend()
     assert main(["ir", f"{kernel_file}:not_a_kernel", "--sig", SIG]) == 2
     assert "not a @tilec.kernel" in capsys.readouterr().err
 
 
 def test_ir_after_frontend_subprocess(kernel_file):
-    _needs_frontend()
     proc = run_cli("ir", f"{kernel_file}:scale", "--sig", SIG)
     assert proc.returncode == 0, proc.stderr
     assert 'tile.func {sym_name = "scale"' in proc.stdout
@@ -120,21 +111,18 @@ def test_ir_after_frontend_subprocess(kernel_file):
 
 
 def test_ir_after_a_pass_round_trips(capsys, kernel_file):
-    _needs_frontend()
     from tilec.ir import parse, verify
     assert main(["ir", f"{kernel_file}:scale", "--sig", SIG, "--after", "dce"]) == 0
     verify(parse(capsys.readouterr().out))
 
 
 def test_bad_signature_is_a_usage_error(capsys, kernel_file):
-    _needs_frontend()
     assert main(["ir", f"{kernel_file}:scale", "--sig", "x=f32[?], out=nonsense"]) == 2
     err = capsys.readouterr().err
     assert "bad --sig" in err and "Traceback" not in err
 
 
 def test_ir_help_documents_the_signature_syntax():
-    _needs_frontend()
     from tilec.specialize import parse_signature
     proc = run_cli("ir", "--help")
     assert proc.returncode == 0
@@ -143,7 +131,6 @@ def test_ir_help_documents_the_signature_syntax():
 
 
 def test_compilation_error_exits_1_without_traceback(tmp_path):
-    _needs_frontend()
     path = tmp_path / "bad_kernel.py"
     path.write_text(textwrap.dedent('''
         import tilec as tc
@@ -161,8 +148,6 @@ def test_compilation_error_exits_1_without_traceback(tmp_path):
 
 
 def test_ptx_end_to_end(kernel_file):
-    _needs_frontend()
-    pytest.importorskip("tilec.compiler")
     proc = run_cli("ptx", f"{kernel_file}:scale", "--sig", SIG, "--arch", "sm_80")
     assert proc.returncode == 0, proc.stderr
     assert ".target sm_80" in proc.stdout and ".entry" in proc.stdout
