@@ -46,7 +46,8 @@ def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
                          f"that is a multiple of 16 bytes; got pointer {ptr:#x}, strides {tuple(strides)} "
                          f"(elements of {elem} bytes)")
     err, tmap = d.cuTensorMapEncodeTiled(
-        dtypes[dtype.name], 2, ptr, [cols, rows], [max(row_bytes, 16)], [box[1], box[0]], [1, 1],
+        dtypes[dtype.name], 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(max(row_bytes, 16))],
+        [d.cuuint32_t(box[1]), d.cuuint32_t(box[0])], [d.cuuint32_t(1), d.cuuint32_t(1)],
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -1,0 +1,136 @@
+"""TMA feeding wgmma (sm_90a): where each box lands, the passes' output, the PTX, ptxas.
+
+The numpy model of a 2-D tiled TMA copy with the 128-byte swizzle (box rows of 128 bytes,
+16-byte chunk c of row r stored at chunk c ^ (r % 8), elements outside the tensor zero)
+must place every element where the wgmma operand layout (wgmma_fragments.operand_offset
+plus the address-bit swizzle that test_wgmma.py checks against the descriptors) expects it.
+"""
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+from tilec.abi import param_slots
+from tilec.compiler import compile_kernel
+from tilec.ir.types import ViewType
+from tilec.lowering.gpu.wgmma_fragments import operand_offset
+from tilec.lowering.passes.tma_loads import tma_view_ok
+from tilec.lowering.target import find_ptxas
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
+from tilec import dtypes as dt
+
+from gemm_kernels import matmul
+
+mm = importlib.import_module("tilec.stdlib_kernels.matmul")
+
+
+def _tma_box_copy(tensor, row0, col0, box, smem, dst):
+    """A 2-D tiled TMA copy with the 128-byte swizzle into the byte array `smem` at `dst`."""
+    rows, width = box
+    eb = tensor.itemsize
+    for r in range(rows):
+        for c in range(width):
+            gr, gc = row0 + r, col0 + c
+            inside = 0 <= gr < tensor.shape[0] and 0 <= gc < tensor.shape[1]
+            v = tensor[gr, gc] if inside else tensor.dtype.type(0)
+            byte = r * 128 + c * eb
+            chunk, within = divmod(byte % 128, 16)
+            addr = dst + (byte // 128) * 128 + ((chunk ^ (r % 8)) * 16) + within
+            smem[addr:addr + eb] = np.frombuffer(np.array([v]).tobytes(), np.uint8)
+
+
+def _wgmma_read(smem, op_idx, shape, eb, dtype):
+    """The tile as wgmma's layout holds it: operand_offset, then the 128-byte address swizzle."""
+    out = np.zeros(shape, dtype)
+    for r in range(shape[0]):
+        for c in range(shape[1]):
+            off = operand_offset(op_idx, shape, eb, r, c) if op_idx == 0 or c % (128 // eb) == 0 else \
+                operand_offset(op_idx, shape, eb, r, c - c % (128 // eb)) + (c % (128 // eb)) * eb
+            off ^= ((off >> 7) & 7) << 4
+            out[r, c] = np.frombuffer(bytes(smem[off:off + eb]), dtype)[0]
+    return out
+
+
+@pytest.mark.parametrize("op_idx,tile", [(0, (128, 64)), (1, (64, 256)), (1, (64, 128))])
+def test_tma_boxes_land_where_wgmma_reads(op_idx, tile):
+    """Boxes one swizzle row wide, one per 64-column block at block * rows * 128 bytes
+    (rules_tma), give the layout the descriptors describe; an edge tile reads zeros."""
+    rng = np.random.default_rng(0)
+    rows, cols = tile
+    tensor = rng.standard_normal((rows * 2 - 24, cols * 2 - 40)).astype(np.float16)
+    for ti, tj in [(0, 0), (1, 1)]:  # an inner tile, then one overhanging both edges
+        smem = np.zeros(rows * cols * 2, np.uint8)
+        for blk in range(cols // 64):
+            _tma_box_copy(tensor, ti * rows, tj * cols + blk * 64, (rows, 64), smem, blk * rows * 128)
+        want = np.zeros(tile, np.float16)
+        part = tensor[ti * rows:(ti + 1) * rows, tj * cols:(tj + 1) * cols]
+        want[:part.shape[0], :part.shape[1]] = part
+        np.testing.assert_array_equal(_wgmma_read(smem, op_idx, tile, 2, np.float16), want)
+
+
+def test_view_eligibility():
+    ok = ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1))
+    assert tma_view_ok(ok)
+    assert not tma_view_ok(ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=16, stride_div=(4, 1)))  # 8-byte rows
+    assert not tma_view_ok(ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=4, stride_div=(16, 1)))
+    assert not tma_view_ok(ViewType(dt.bfloat16, 2, (1, None), dt.int32, align=16))   # column-major
+    assert not tma_view_ok(ViewType(dt.float32, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1)))
+
+
+def test_tensor_map_slots_come_last():
+    v = ViewType(dt.float16, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1))
+    slots = param_slots([v, v], [(0, (128, 64)), (1, (64, 64))])
+    assert [s.kind for s in slots[-2:]] == ["tmap", "tmap"] and slots[-1].box == (64, 64)
+    assert slots[-2].name == "a0_tmap128x64"
+    with pytest.raises(TypeError, match="tensor map"):
+        param_slots([v, v], [(1, (64,))])   # a 1-D box for a 2-D view
+
+
+def _compile(kernel, sig, **opts):
+    return compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch="sm_90a", **opts).validated(),
+                          use_cache=False)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_stdlib_gemm_ring_is_tma(dtype):
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a")
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    body = gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
+    names = [re.match(r"\s*(?:%\S+ = )?(\S+)", ln).group(1) for ln in body.splitlines()[1:] if ln.strip()]
+    assert [n for n in names if n.startswith("gpu.")] == [
+        "gpu.mbarrier_wait", "gpu.barrier", "gpu.mbarrier_expect", "gpu.tma_load", "gpu.tma_load",
+        "gpu.wgmma", "gpu.wgmma_wait"]
+    assert "gpu.tma_origin" not in gpu and "gpu.async_copy" not in gpu
+    # A: one 128x64 box; B: four 64x64 boxes; prologue (2 iterations) and body
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") == 15
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 4
+    assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "cp.async.cg" not in ptx
+    assert ".param .align 64 .b8 matmul_kernel_param_14[128]" in ptx and "cvta.param" in ptx
+    assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == [("tmap", 0, (128, 64)), ("tmap", 1, (64, 64))]
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
+
+
+@pytest.mark.parametrize("sig,opts", [
+    # a row stride not known to be a multiple of 16 bytes: the driver could not encode a map
+    ("a=bf16[?,?]:div=16x16:stride_div=4x1, b=bf16[?,?]:div=16x16:stride_div=16x1, c=bf16[?,?], "
+     "BM=128, BN=128, BK=64, TF32=False", {"num_warps": 4, "num_stages": 4}),
+    ("a=bf16[?,?]:div=16x16:stride_div=16x1, b=bf16[?,?]:div=16x16:stride_div=16x1, c=bf16[?,?], "
+     "BM=128, BN=128, BK=64, TF32=False", {"num_warps": 4, "num_stages": 4, "tma": False}),
+    ("a=bf16[?,?]:div=16x16:stride_div=16x1, b=bf16[?,?]:div=16x16:stride_div=16x1, c=bf16[?,?], "
+     "BM=128, BN=128, BK=64, TF32=False", {"num_warps": 4, "num_stages": 2}),   # no wgmma in flight
+])
+def test_other_rings_keep_cp_async(sig, opts):
+    ck = _compile(matmul, sig, **opts)
+    assert "cp.async.bulk.tensor" not in ck.asm["ptx"] and "cp.async.cg" in ck.asm["ptx"]
+    assert not any(s.kind == "tmap" for s in ck.params)
+
+
+def test_test_kernel_gets_tma_too():
+    ck = _compile(matmul, "a=f16[?,?]:div=16x16:stride_div=16x1, b=f16[?,?]:div=16x16:stride_div=16x1, "
+                          "c=f16[?,?], BM=128, BN=128, BK=64, TF32=False", num_warps=4, num_stages=4)
+    assert ck.asm["ptx"].count("cp.async.bulk.tensor.2d") == 3 * 3   # (A + two B boxes) x (2 prologue + body)
