@@ -16,15 +16,25 @@ Only GPU calls whose arrays are all torch CUDA tensors or `tc.DeviceArray`s are
 planned; anything else (numpy on the interpreter, CuPy, DLPack objects, an
 argument that is not hashable, a recording that meets something it cannot
 describe) takes the entry point's own path every time.
+
+Per-call scalars (dropout's seed and p, a norm's eps) would make every new value a
+new key, and so a full recording. An entry point whose decisions do not depend on
+such arguments names a function of them, `planned(per_call=fn)`: `fn` validates
+them and returns the launch scalars they become, and the entry point takes those
+through `derived(fn, ...)`. Their values then stay out of the key (only their
+types, and for an int launch scalar the classes the launcher specializes on: 1,
+divisible by 16, 32 bits), and a replay calls `fn` and puts its results where the
+recording saw them.
 """
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-__all__ = ["planned", "recording", "register_root", "register_view", "record_launch", "clear_plans",
+__all__ = ["planned", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
            "plan_count"]
 
 _tls = threading.local()
@@ -44,6 +54,19 @@ class _Recording:
         self.outs: List[Tuple] = []         # (kind, shape, dtype, device) per allocation
         self.launches: List[Tuple] = []
         self.ok = True
+        self.per_call = None                # the entry's per-call function, its results
+        self.derived: Tuple = ()
+        self.derived_used = False
+
+
+def derived(fn, *args) -> Tuple:
+    """`fn(*args)`: the launch scalars of an entry point's per-call arguments. While that
+    entry point records, the very objects its plan substitutes at replay."""
+    rec = getattr(_tls, "rec", None)
+    if rec is not None and rec.per_call is fn:
+        rec.derived_used = True
+        return rec.derived
+    return fn(*args)
 
 
 def recording() -> Optional[_Recording]:
@@ -90,9 +113,14 @@ def record_launch(kernel, grid, args) -> None:
     st = kernel_state(kernel)
     prepared = st.last[1]
     ce = st.ce_mask
-    arrays, scalars = [], [None] * st.nparams
+    arrays, scalars, subs = [], [None] * st.nparams, []
     for i, v in enumerate(args):
         if ce[i]:
+            continue
+        k = next((k for k, d in enumerate(rec.derived) if d is v), None)
+        if k is not None:
+            subs.append((i, k))
+            scalars[i] = v
             continue
         recipe = rec.views.get(id(v))
         if recipe is None and id(v) in rec.where:
@@ -109,7 +137,7 @@ def record_launch(kernel, grid, args) -> None:
         rec.ok = False
         return
     g = tuple(grid) + (1,) * (3 - len(grid))
-    rec.launches.append((prepared, g, tuple(arrays), scalars))
+    rec.launches.append((prepared, g, tuple(arrays), scalars, tuple(subs)))
 
 
 # ----------------------------------------------------------------------------- keys
@@ -141,37 +169,90 @@ def _root_info(v, tensor_cls):
     return v.ptr, v.dtype.itemsize, v.dtype, v.device, False
 
 
+def _scalar_class(v):
+    """What the launcher's signature keeps of a scalar (runtime/launcher.py)."""
+    if isinstance(v, int) or (hasattr(v, "dtype") and v.dtype.kind in "iu"):
+        i = int(v)
+        return (type(v), i == 1, i & 15 == 0, -2 ** 31 <= i < 2 ** 31)
+    return type(v)
+
+
+def _per_call_reader(fn, per_call):
+    """For the parameters of `per_call` (named as `fn`'s): a function of (args, kwargs)
+    giving their values and their positions in the key's value list."""
+    params = list(inspect.signature(fn).parameters.values())
+    names = [p.name for p in params]
+    wanted = []
+    for name in inspect.signature(per_call).parameters:
+        if name not in names:
+            raise TypeError(f"planned: {fn.__qualname__} has no parameter {name!r} (named by {per_call.__qualname__})")
+        pos = names.index(name)
+        wanted.append((name, pos, params[pos].default))
+
+    def read(args, kwargs):
+        vals, where = [], []
+        for name, pos, default in wanted:
+            if name in kwargs:
+                vals.append(kwargs[name])
+                where.append(len(args) + list(kwargs).index(name))
+            elif pos < len(args):
+                vals.append(args[pos])
+                where.append(pos)
+            else:
+                vals.append(default)
+        return vals, where
+    return read
+
+
 # ----------------------------------------------------------------------------- the decorator
-def planned(fn):
-    """Wrap an entry point so that repeated calls of one key replay the first call's launches."""
+def planned(fn=None, *, per_call=None):
+    """Wrap an entry point so that repeated calls of one key replay the first call's launches.
+    `per_call`: see the module doc; the entry point must then read those arguments only
+    through `derived(per_call, ...)` (a recording where it did not is not kept)."""
+    if fn is None:
+        return lambda f: planned(f, per_call=per_call)
     name = f"{fn.__module__}.{fn.__qualname__}"
     table = _plans.setdefault(name, {})
     from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
+    read_per_call = _per_call_reader(fn, per_call) if per_call is not None else None
 
     @functools.wraps(fn)
     def entry(*args, **kwargs):
         tensor_cls = _torch_cls()
         key = [tuple(kwargs) if kwargs else ()]
         values = list(args) + list(kwargs.values()) if kwargs else args
-        for v in values:
+        skip = ()
+        if read_per_call is not None:
+            pc_values, skip = read_per_call(args, kwargs)
+        for n, v in enumerate(values):
+            if n in skip:
+                key.append(type(v))
+                continue
             k = _key_of(v, tensor_cls, DeviceArray)
             if k is None:
                 return fn(*args, **kwargs)
             key.append(k)
+        if getattr(_tls, "rec", None) is not None:
+            return fn(*args, **kwargs)
+        derived_now = ()
+        if read_per_call is not None:
+            derived_now = per_call(*pc_values)  # validates; raises as the entry point would
+            key.append(tuple(_scalar_class(d) for d in derived_now))
         key = tuple(key)
         plan = table.get(key)
-        if plan is _UNPLANNABLE or getattr(_tls, "rec", None) is not None:
+        if plan is _UNPLANNABLE:
             return fn(*args, **kwargs)
         if plan is not None:
-            return _replay(plan, values, tensor_cls)
-        return _record(fn, args, kwargs, values, key, table)
+            return _replay(plan, values, tensor_cls, derived_now)
+        return _record(fn, args, kwargs, values, key, table, per_call, derived_now)
 
     entry.__wrapped_entry__ = fn
     return entry
 
 
-def _record(fn, args, kwargs, values, key, table):
+def _record(fn, args, kwargs, values, key, table, per_call, derived_now):
     rec = _tls.rec = _Recording()
+    rec.per_call, rec.derived = per_call, derived_now
     try:
         for i, v in enumerate(values):
             if v is not None and type(v) not in (int, float, str, bool):
@@ -179,7 +260,8 @@ def _record(fn, args, kwargs, values, key, table):
         result = fn(*args, **kwargs)
     finally:
         _tls.rec = None
-    plan = _finish(rec, result, values) if rec.ok else None
+    ok = rec.ok and (per_call is None or rec.derived_used)
+    plan = _finish(rec, result, values) if ok else None
     if len(table) >= _MAX_PLANS:
         table.pop(next(iter(table)))
     table[key] = _UNPLANNABLE if plan is None else plan
@@ -206,15 +288,17 @@ def _finish(rec, result, values):
     objs = list(values) + [rec.keep[i] for i in _alloc_positions(rec)]
     tensor_cls = _torch_cls()
     launches = []
-    for prepared, grid, arrays, scalars in rec.launches:
+    for prepared, grid, arrays, scalars, subs in rec.launches:
         recipe, device, torch_stream = [], None, False
         for i, root, offset, shape, strides in arrays:
             j = index(root)
             _ptr, isz, dt, device, is_torch = _root_info(objs[j], tensor_cls)
             torch_stream = torch_stream or is_torch
             recipe.append((i, j, offset * isz, shape, strides, dt, device))
-        launches.append((prepared, grid, scalars, tuple(recipe), device, torch_stream))
-    torch_roots = tuple(type(o) is tensor_cls for o in objs)
+        launches.append((prepared, grid, scalars, subs, tuple(recipe), device, torch_stream))
+    from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
+    # per root: True a torch tensor, False a DeviceArray, None not an array
+    torch_roots = tuple(True if type(o) is tensor_cls else False if type(o) is DeviceArray else None for o in objs)
     return (tuple(rec.outs), tuple(launches), torch_roots, isinstance(result, tuple), tuple(returns))
 
 
@@ -225,14 +309,17 @@ def _alloc_positions(rec):
     return [pos[by_root[("out", j)]] for j in range(len(rec.outs))]
 
 
-def _replay(plan, values, tensor_cls):
+def _replay(plan, values, tensor_cls, derived_now):
     outs, launches, torch_roots, is_tuple, returns = plan
     objs = list(values)
     for allocate in outs:
         objs.append(allocate())
-    ptrs = [(o.data_ptr() if t else o.ptr) if t is not None and o is not None and not isinstance(o, (int, float, str))
-            else 0 for o, t in zip(objs, torch_roots)]
-    for prepared, grid, scalars, recipe, device, torch_stream in launches:
+    ptrs = [0 if t is None else o.data_ptr() if t else o.ptr for o, t in zip(objs, torch_roots)]
+    for prepared, grid, scalars, subs, recipe, device, torch_stream in launches:
+        if subs:
+            scalars = list(scalars)
+            for i, k in subs:
+                scalars[i] = derived_now[k]
         infos = list(scalars)
         for i, j, offset, shape, strides, dt, dev in recipe:
             infos[i] = (ptrs[j] + offset, shape, strides, dt, dev)

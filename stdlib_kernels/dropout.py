@@ -17,7 +17,7 @@ import numpy as np
 import tilec as tc
 
 from ._common import as_array, check_float, launch, output
-from ._plan import planned
+from ._plan import derived, planned
 from ._rows import INDEX_LIMIT, rows_form, tile_config
 
 __all__ = ["dropout", "dropout_kernel", "SIGNATURES"]
@@ -91,7 +91,19 @@ def _seed_i64(seed) -> np.int64:
     return np.int64(s - 2 ** 64 if s >= 2 ** 63 else s)
 
 
-@planned
+def _dropout_scalars(p, seed):
+    """The launch scalars (p, 1 / (1 - p), the seed's 64 bits) of a call: all that p and
+    seed decide, so a launch plan fills them in per call (`_plan.planned(per_call=)`)."""
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
+        raise TypeError(f"p must be a float, got {type(p).__name__}")
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
+    return np.float32(p), np.float32(scale), _seed_i64(seed)
+
+
+@planned(per_call=_dropout_scalars)
 def dropout(x, p: float, seed: int, out=None):
     """Zero each element of x with probability p and scale the others by 1 / (1 - p).
 
@@ -102,19 +114,13 @@ def dropout(x, p: float, seed: int, out=None):
     """
     a = as_array(x, "x")
     check_float(a, "x")
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
-        raise TypeError(f"p must be a float, got {type(p).__name__}")
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p}")
-    seed64 = _seed_i64(seed)
+    p32, scale32, seed64 = derived(_dropout_scalars, p, seed)
     o = output(out, a, a.shape, a.dtype)
     n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
     cfg = tile_config(n_rows, n_cols)
-    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
     grouped = cfg.cols >= 8 and (n_rows == 1 or n_cols % 8 == 0)
     wide = max(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols) >= INDEX_LIMIT
     launch(dropout_kernel, cfg.grid(n_rows, n_cols),
-           [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, np.float32(p), np.float32(scale), seed64],
+           [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, p32, scale32, seed64],
            num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped, WIDE=wide)
     return o.obj

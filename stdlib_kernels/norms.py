@@ -10,10 +10,12 @@ to the spread), then a second pass normalizes. Statistics are f32.
 """
 from __future__ import annotations
 
+import numpy as np
+
 import tilec as tc
 
 from ._common import (as_array, check_float, check_same_place, launch, output, row_config, rows_of, view)
-from ._plan import planned
+from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -106,6 +108,13 @@ EXTRA_SIGNATURES = [
 ]
 
 
+def _eps_scalar(eps):
+    """eps as the launch scalar: a value a launch plan fills in per call (`_plan.planned`)."""
+    if not isinstance(eps, (int, float, np.floating, np.integer)) or isinstance(eps, bool) or not eps >= 0:
+        raise ValueError(f"eps must be a non-negative number, got {eps!r}")
+    return (np.float32(eps),)
+
+
 def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     a = as_array(x, "x")
     check_float(a, "x")
@@ -120,8 +129,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             if pa.shape != (n,):
                 raise ValueError(f"{op}: {name} has shape {pa.shape}, expected ({n},) (the last dimension of x)")
     check_same_place(named)
-    if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not eps >= 0:
-        raise ValueError(f"{op}: eps must be a non-negative number, got {eps!r}")
+    (eps32,) = derived(_eps_scalar, eps)
     o = output(out, a, a.shape, a.dtype)
     stats_shape = a.shape[:-1]
     mean = output(None, a, stats_shape, tc.float32) if return_stats and not rms else None
@@ -142,7 +150,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if wide else 16)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
-        args = (xv, wv, bv, yv, mv, rv, float(eps))
+        args = (xv, wv, bv, yv, mv, rv, eps32)
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         else:
@@ -152,7 +160,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
-@planned
+@planned(per_call=_eps_scalar)
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False, out=None):
     """layer_norm(x, weight, bias, eps=1e-5, return_stats=False, out=None) -> y, or (y, mean, rstd).
 
@@ -171,7 +179,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 
 
-@planned
+@planned(per_call=_eps_scalar)
 def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=None):
     """rms_norm(x, weight, eps=1e-6, return_stats=False, out=None) -> y, or (y, rstd).
 

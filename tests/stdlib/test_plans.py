@@ -152,3 +152,60 @@ def test_replayed_calls_compute_on_the_gpu_and_follow_torchs_stream():
         torch.testing.assert_close(z.double(), torch.nn.functional.silu(g) * u, rtol=2e-3, atol=4e-3)
         torch.testing.assert_close(b.double(), x2[:, 250:750].double() + w.double(), rtol=2e-3, atol=2e-3)
     assert _plan.plan_count(sk.softmax) == 1 and _plan.plan_count(sk.add) == 1
+
+
+PER_CALL = {
+    # (entry, call with the recorded values, call with new values, what the entry's own path does with those)
+    "dropout_seed_and_p": (sk.dropout, lambda f: f(X, 0.25, seed=12345), lambda f: f(X, 0.75, seed=987654321)),
+    "dropout_seed_past_63_bits": (sk.dropout, lambda f: f(X, 0.5, 3), lambda f: f(X, 0.5, 2 ** 64 - 3)),
+    "layer_norm_eps": (sk.layer_norm, lambda f: f(X, W, None, eps=1e-5, return_stats=True),
+                       lambda f: f(X, W, None, eps=0.125, return_stats=True)),
+    "rms_norm_eps_long_rows": (sk.rms_norm, lambda f: f(_array((2, 65536), bf16), None, 1e-6),
+                               lambda f: f(_array((2, 65536), bf16), None, 3e-2)),
+}
+
+
+@pytest.mark.parametrize("name", list(PER_CALL))
+def test_per_call_scalars_are_filled_in_at_replay(gpu_log, name):
+    entry, first, second = PER_CALL[name]
+    first(entry)
+    n = len(gpu_log)
+    second(entry)                        # a replay of the first call's plan with the new values
+    assert _plan.plan_count(entry) == 1
+    m = len(gpu_log)
+    second(entry.__wrapped_entry__)      # the entry point's own path for the new values
+    replayed, own = _normalized(gpu_log[n:m]), _normalized(gpu_log[m:])
+    assert replayed == own
+    assert _normalized(gpu_log[:n]) != own  # the values did reach the launches
+
+
+def test_seeds_the_launcher_specializes_apart_get_their_own_plans(gpu_log):
+    # 1 is a constant and multiples of 16 are "divisible by 16" in the kernel's
+    # specialization: a plan recorded for one class must not launch another's kernel.
+    for seed in (5, 7, 1, 32, 48, 2 ** 40 + 3):
+        sk.dropout(X, 0.5, seed)
+    assert _plan.plan_count(sk.dropout) == 4
+
+
+def test_per_call_values_are_validated_on_replay(gpu_log):
+    sk.layer_norm(X, W, None, eps=1e-5)
+    sk.dropout(X, 0.5, 1234)
+    with pytest.raises(ValueError, match="eps must be"):
+        sk.layer_norm(X, W, None, eps=-1.0)
+    with pytest.raises(ValueError, match="p must be"):
+        sk.dropout(X, 1.5, 1234)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        sk.dropout(X, 0.5, 1.5)
+    assert _plan.plan_count(sk.dropout) == 1 and _plan.plan_count(sk.layer_norm) == 1
+
+
+def test_an_entry_that_skips_derived_is_never_replayed(gpu_log):
+    def scalars(p):
+        return (float(p),)
+
+    @_plan.planned(per_call=scalars)
+    def scaled(x, p):  # reads p directly: its recording must not become a plan
+        return sk.mul.__wrapped_entry__(x, x) if p > 0 else x
+
+    scaled(X, 1.0)
+    assert list(_plan._plans[f"{__name__}.{scaled.__qualname__}"].values()) == [_plan._UNPLANNABLE]
