@@ -108,3 +108,11 @@ def test_language_guide_covers_every_builtin():
     public = [n for n in language.__all__ + random.__all__ if hasattr(tilec, n)]
     missing = [n for n in public if n not in used]
     assert not missing, f"docs/language.md shows no example of tc.{', tc.'.join(missing)}"
+
+
+def test_docs_name_every_launch_option():
+    from tilec.options import RESERVED_KWARGS
+    for doc in ("language.md", "runtime.md"):
+        text = (ROOT / "docs" / doc).read_text()
+        missing = [k for k in RESERVED_KWARGS if f"`{k}`" not in text]
+        assert not missing, f"docs/{doc} does not name the launch option(s) {missing}"
