@@ -348,6 +348,38 @@ def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
     return RowConfig(block, rows, num_warps, single)
 
 
+# Bytes of rows a looped kernel may have in flight and still find pass 1's data in L2
+# for pass 2 (H100/H200: 50 MB of L2, shared with the outputs being written).
+L2_ROW_BUDGET = 24 << 20
+HOST_SM_COUNT = 132  # the interpreter picks the tiles an H100/H200 would get
+
+
+def sm_count(a: Arr) -> int:
+    """The number of SMs of `a`'s device (HOST_SM_COUNT for host arrays)."""
+    if a.host:
+        return HOST_SM_COUNT
+    from tilec.runtime import driver  # noqa: PLC0415
+    return driver.get_device(a.device).multiprocessors
+
+
+def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
+    """(programs, block, num_warps) of a looped two-pass row kernel whose programs walk
+    rows pid, pid + programs, ... (block and num_warps None: `row_config`'s).
+
+    With one program per row every row is in flight at once (8 programs per SM), so
+    at 65536 bf16 columns 128 MB stream between a row's two passes and pass 2 reads
+    memory again: 3 row-lengths of traffic, at most 2/3 of copy. When one row per
+    SM fits in L2_ROW_BUDGET, one program per SM with tiles of 32 KB (16 warps, four
+    16-byte loads per thread per tile, enough bytes in flight for one program to
+    keep its SM's share of bandwidth) leaves ~17 MB between the passes, and pass 2
+    hits L2. Longer rows keep one program per row.
+    """
+    if n_cols * itemsize * sms > L2_ROW_BUDGET:
+        return n_rows, None, None
+    block = 16384 if itemsize == 2 else 8192
+    return min(n_rows, sms), block, 16
+
+
 # ----------------------------------------------------------------------------- launching
 def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = True, **constexprs) -> None:
     """Run `kernel` on `grid` with `args` (views from `view`/`rows_of`, scalars).

@@ -3,7 +3,8 @@ backward pass needs (mean and 1/std per row) on request.
 
 A row that fits in one tile (up to 16384 elements) is read once: the mean and
 the variance of the centred values come from registers. A longer row is read
-twice: a first pass accumulates, per lane, sums of x - K and (x - K)^2 where K
+twice (from memory once when the rows in flight fit in L2, see
+`_common.long_row_launch`): a first pass accumulates, per lane, sums of x - K and (x - K)^2 where K
 is the row's first element (shifting by a sample of the data keeps
 E[d^2] - E[d]^2 from cancelling catastrophically when the mean is large next
 to the spread), then a second pass normalizes. Statistics are f32.
@@ -14,7 +15,8 @@ import numpy as np
 
 import tilec as tc
 
-from ._common import (as_array, check_float, check_same_place, launch, output, row_config, rows_of, view)
+from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output, row_config,
+                      rows_of, sm_count, view)
 from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -54,38 +56,39 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
 @tc.kernel
 def norm_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, BLOCK: tc.constexpr):
-    row = tc.program_id(0)
+    # Rows pid, pid + grid, ...: with a grid of a few programs per SM the rows in
+    # flight fit in L2, so pass 2 reads what pass 1 left there (`_long_row_programs`).
     n = x.shape[1]
     n_tiles = tc.cdiv(n, BLOCK)
     cols = tc.arange(0, BLOCK)[None, :]
-
-    # Pass 1: lane-wise sums of the shifted values and of their squares.
-    shift = 0.0
-    if not RMS:
-        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
-    s1 = tc.zeros((1, BLOCK), tc.float32)
-    s2 = tc.zeros((1, BLOCK), tc.float32)
-    for k in range(n_tiles):
-        t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
-        d = tc.where(k * BLOCK + cols < n, t - shift, 0.0)
-        s1 += d
-        s2 += d * d
-    mean_d = tc.sum(s1) / n
-    if RMS:
-        mean_d = 0.0
-    var = tc.maximum(tc.sum(s2) / n - mean_d * mean_d, 0.0)
-    rstd = tc.rsqrt(var + eps)
-    mean = mean_d + shift
-
-    # Pass 2: normalize, scale and shift.
-    for k in range(n_tiles):
-        t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
-        out = _affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
-        tc.store(y, index=(row, k), tile=out.astype(y.dtype))
-    if STATS:
+    for row in range(tc.program_id(0), x.shape[0], tc.num_programs(0)):
+        # Pass 1: lane-wise sums of the shifted values and of their squares.
+        shift = 0.0
         if not RMS:
-            tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
-        tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+            shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+        s1 = tc.zeros((1, BLOCK), tc.float32)
+        s2 = tc.zeros((1, BLOCK), tc.float32)
+        for k in range(n_tiles):
+            t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
+            d = tc.where(k * BLOCK + cols < n, t - shift, 0.0)
+            s1 += d
+            s2 += d * d
+        mean_d = tc.sum(s1) / n
+        if RMS:
+            mean_d = 0.0
+        var = tc.maximum(tc.sum(s2) / n - mean_d * mean_d, 0.0)
+        rstd = tc.rsqrt(var + eps)
+        mean = mean_d + shift
+
+        # Pass 2: normalize, scale and shift.
+        for k in range(n_tiles):
+            t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
+            out = _affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+            tc.store(y, index=(row, k), tile=out.astype(y.dtype))
+        if STATS:
+            if not RMS:
+                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
 
 
 _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
@@ -154,7 +157,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         else:
-            launch(norm_loop_kernel, cfg.grid(n_rows), args, cfg.num_warps, **flags)
+            programs, block, warps = long_row_launch(n_rows, n_cols, a.dtype.itemsize, sm_count(a))
+            flags["BLOCK"] = block or cfg.block
+            launch(norm_loop_kernel, (programs,), args, warps or cfg.num_warps, **flags)
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
