@@ -1,6 +1,6 @@
 """Memory-bound stdlib ops against the copy bandwidth, torch eager and torch.compile.
 
-    python bench/membound.py [--quick] [--ops softmax,layer_norm] [--json out.json] [--plot out.png]
+    python bench/membound.py [--quick] [--ops softmax,layer_norm] [--shapes 1024x65536] [--json out.json] [--plot out.png]
 
 For each op and each (shape, dtype) row: the time of the tilec op (median,
 triton.testing.do_bench when Triton is installed, else CUDA events), the
@@ -303,6 +303,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="one case per op")
     p.add_argument("--ops", default="", help="comma-separated op names (default: all): "
                    + ",".join(o.name for o in OPS))
+    p.add_argument("--shapes", default="", help="comma-separated shapes to keep, as 1024x65536 (default: all)")
     p.add_argument("--json", default="membound.json", help="where to write the results")
     p.add_argument("--plot", default="membound.png", help="where to save the plot (needs matplotlib)")
     p.add_argument("--host", action="store_true", help="time each op's host path per call at tiny shapes instead of the bandwidth cases")
@@ -327,6 +328,8 @@ def main(argv=None) -> int:
         if wanted and op.name not in wanted:
             continue
         for shape, dtype_name in ((op.quick or op.cases[:1]) if args.quick else op.cases):
+            if args.shapes and "x".join(map(str, shape)) not in args.shapes.split(","):
+                continue
             rows.append(run_case(torch, ms, op, shape, dtype_name))
             torch.cuda.empty_cache()  # the last case's inputs are gone: give their memory back
             r = rows[-1]
