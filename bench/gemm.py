@@ -19,12 +19,13 @@ import torch
 import triton
 import triton.language as tl
 
+import tilec as tc
 from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
 from tilec.runtime.driver import get_device
 from tilec.specialize import parse_signature
 from tilec.stdlib_kernels import matmul
-from tilec.stdlib_kernels.matmul import matmul_kernel, signature
+from tilec.stdlib_kernels.matmul import MatmulConfig, config_for, signature
 
 SQUARE = [1024, 2048, 4096, 8192]
 LLM_M = [1, 16, 128, 4096, 16384]
@@ -89,15 +90,24 @@ def _bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-def _report(m: int, n: int, k: int, dname: str) -> str:
-    """The ptxas register/spill report of the configuration matmul launches for this shape."""
+def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
+    """The ptxas register/spill report of the configuration matmul launches for this shape
+    (or of `config`)."""
     sig, cfg = signature(m, n, k, "f32" if dname == "tf32" else dname, allow_tf32=dname == "tf32",
-                         sm_count=torch.cuda.get_device_properties(0).multi_processor_count, arch=get_device().arch)
-    ck = compile_kernel(matmul_kernel, parse_signature(matmul_kernel, sig),
+                         sm_count=_sm_count(), arch=get_device().arch, config=config)
+    ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch))
     r = ck.metadata["ptxas"]
-    return (f"{cfg.bm}x{cfg.bn}x{cfg.bk} w{cfg.num_warps} s{cfg.num_stages}: {r['registers']} regs, "
-            f"spills {r['spill_stores']}/{r['spill_loads']}")
+    return (f"{_name(cfg)}: {r['registers']} regs, spills {r['spill_stores']}/{r['spill_loads']}")
+
+
+def _name(cfg: MatmulConfig) -> str:
+    return (f"{cfg.bm}x{cfg.bn}x{cfg.bk} w{cfg.num_warps} s{cfg.num_stages}"
+            + (" persistent" if cfg.persistent else ""))
+
+
+def _sm_count() -> int:
+    return torch.cuda.get_device_properties(0).multi_processor_count
 
 
 def run(shapes, dtypes, compare_cp_async=False):
@@ -137,6 +147,55 @@ def run(shapes, dtypes, compare_cp_async=False):
     return rows
 
 
+def _variants():
+    """(shape, configurations) pairs: config_for's choice first, then the alternatives it was
+    chosen against (old choices, persistent scheduling, wider K steps for skinny M)."""
+    sm = _sm_count()
+
+    def c(bm, bn, bk, w, s, persistent=False):
+        return MatmulConfig(bm, bn, bk, w, s, persistent=persistent, sm_count=sm)
+    table = {
+        (1024, 1024, 1024): [c(64, 64, 64, 4, 4), c(128, 128, 64, 8, 4), c(64, 128, 32, 4, 4)],
+        (2048, 2048, 2048): [c(128, 128, 64, 8, 3), c(128, 128, 64, 8, 4, True), c(128, 256, 64, 8, 4),
+                             c(128, 256, 64, 8, 4, True)],
+        (4096, 4096, 4096): [c(128, 256, 64, 8, 4, True)],
+        (8192, 8192, 8192): [c(128, 256, 64, 8, 4, True)],
+        (1, 4096, 4096): [c(16, 64, 32, 4, 4), c(16, 32, 128, 4, 4), c(16, 64, 128, 4, 4)],
+        (16, 4096, 14336): [c(16, 64, 32, 4, 4), c(16, 32, 64, 4, 4), c(16, 32, 128, 4, 4)],
+        (16, 14336, 4096): [c(16, 64, 128, 4, 4), c(16, 32, 128, 4, 4)],
+        (128, 4096, 4096): [c(64, 64, 32, 4, 4), c(128, 64, 64, 4, 4), c(64, 32, 32, 4, 4)],
+    }
+    return [(shape, [config_for(*shape, tc.bfloat16, 1, sm, True, get_device().arch)] + alts)
+            for shape, alts in table.items()]
+
+
+def run_variants(dname="bf16"):
+    """Time each candidate configuration of _variants() beside cuBLAS; error against cuBLAS's."""
+    rows = []
+    dtype = TORCH_DTYPES[dname]
+    for (m, n, k), cfgs in _variants():
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(k, n, device="cuda", dtype=dtype)
+        c = torch.empty(m, n, device="cuda", dtype=dtype)
+        flops = 2.0 * m * n * k
+        ref = torch.matmul(a, b).float()
+        cublas = flops / _bench(lambda: torch.matmul(a, b, out=c)) / 1e9
+        for i, cfg in enumerate(cfgs):
+            row = {"dtype": dname, "M": m, "N": n, "K": k, "config": _name(cfg), "default": i == 0,
+                   "cublas": cublas}
+            try:
+                matmul(a, b, out=c, config=cfg)
+                torch.cuda.synchronize()
+                row["err_vs_cublas"] = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+                row["tilec"] = flops / _bench(lambda: matmul(a, b, out=c, config=cfg)) / 1e9
+                row["ptxas"] = _report(m, n, k, dname, cfg)
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {str(e)[:200]}"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
 def _fmt(x):
     return "   -  " if x is None else f"{x:6.1f}"
 
@@ -157,6 +216,8 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,f16,tf32")
     p.add_argument("--quick", action="store_true", help="4096 and 8192 squares only")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--variants", action="store_true",
+                   help="time config_for's choice against alternative configurations (bf16)")
     p.add_argument("--compare-cp-async", action="store_true", help="also time tilec with tma=False")
     args = p.parse_args(argv)
     shapes = [(s, s, s) for s in ([4096, 8192] if args.quick else SQUARE)]
@@ -166,7 +227,10 @@ def main(argv=None):
     print(f"# {dev}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{time.strftime('%Y-%m-%d')}; TFLOP/s (median of do_bench)")
     print("dtype      M      N      K |  tilec cublas triton | t/cb t/tr | tilec config: ptxas")
-    rows = run(shapes, [d for d in args.dtypes.split(",") if d], args.compare_cp_async)
+    if args.variants:
+        rows = run_variants()
+    else:
+        rows = run(shapes, [d for d in args.dtypes.split(",") if d], args.compare_cp_async)
     out = {"device": dev, "date": time.strftime("%Y-%m-%d"), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

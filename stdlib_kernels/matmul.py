@@ -30,15 +30,10 @@ SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 1
 SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
 
 
-@tc.kernel
-def matmul_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, GROUP_M: tc.constexpr,
-                  HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr):
-    M, K = a.shape[0], a.shape[1]
-    N = b.shape[1]
-    num_m = tc.cdiv(M, BM)
-    num_n = tc.cdiv(N, BN)
-    pid = tc.program_id(0)
-    pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GROUP_M)
+@tc.func
+def _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32):
+    """C[pid_m, pid_n] = act(A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
+    K = a.shape[1]
     acc = tc.zeros((BM, BN), tc.float32)
     for k in range(tc.cdiv(K, BK)):
         at = tc.load(a, index=(pid_m, k), shape=(BM, BK))
@@ -55,6 +50,28 @@ def matmul_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.cons
     tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
+@tc.kernel
+def matmul_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, GROUP_M: tc.constexpr,
+                  HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr):
+    num_m = tc.cdiv(a.shape[0], BM)
+    num_n = tc.cdiv(b.shape[1], BN)
+    pid = tc.program_id(0)
+    pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GROUP_M)
+    _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32)
+
+
+@tc.kernel
+def matmul_persistent_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
+                             GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr):
+    # A grid of (at most) one program per SM, each walking the output tiles in grouped order
+    # with a stride of the grid size: one launch-time setup per SM instead of per tile.
+    num_m = tc.cdiv(a.shape[0], BM)
+    num_n = tc.cdiv(b.shape[1], BN)
+    for tile in range(tc.program_id(0), num_m * num_n, tc.num_programs(0)):
+        pid_m, pid_n = tc.swizzle2d(tile // num_n, tile % num_n, num_m, num_n, GROUP_M)
+        _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32)
+
+
 # ----------------------------------------------------------------------------- configuration
 @dataclass(frozen=True)
 class MatmulConfig:
@@ -64,9 +81,19 @@ class MatmulConfig:
     num_warps: int
     num_stages: int
     group_m: int = 8
+    persistent: bool = False  # matmul_persistent_kernel on a grid of at most one program per SM
+    sm_count: int = 132
+
+    def tiles(self, m: int, n: int) -> int:
+        return tc.cdiv(m, self.bm) * tc.cdiv(n, self.bn)
 
     def grid(self, m: int, n: int) -> Tuple[int]:
-        return (tc.cdiv(m, self.bm) * tc.cdiv(n, self.bn),)
+        tiles = self.tiles(m, n)
+        return (min(tiles, self.sm_count),) if self.persistent else (tiles,)
+
+    @property
+    def kernel(self):
+        return matmul_persistent_kernel if self.persistent else matmul_kernel
 
 
 def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
@@ -89,23 +116,31 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
       SMEM_BUDGET_WGMMA (128 x 256 x 64: 4 stages, 192 KB).
     """
     if not tensor_cores:
-        return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2)
+        return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
     bk = 32 if dtype.itemsize == 2 else 16
     bm, bn = min(128, _fit(m)), min(128, _fit(n))
     if bm == 128 and n >= 256 and tc.cdiv(m, 128) * tc.cdiv(n, 256) * batch >= sm_count:
         bn = 256
-    while tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and max(bm, bn) > 64:
-        if bn >= bm:
+    # a skinny M (decode) narrows the columns further, to 32, before leaving SMs idle
+    min_bn = 32 if bm <= 32 else 64
+    while tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and (max(bm, bn) > 64 or bn > min_bn):
+        if bn >= bm or bm <= 64:
             bn //= 2
         else:
             bm //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
     budget = SMEM_BUDGET
-    if arch == "sm_90a" and wgmma_shape(bm, bn, 64, dtype.itemsize, warps) is not None:
+    if arch == "sm_90a" and _wgmma_pays(bm, k) and wgmma_shape(bm, bn, 64, dtype.itemsize, warps) is not None:
         bk, budget = 64, SMEM_BUDGET_WGMMA
     stage_bytes = (bm + bn) * bk * dtype.itemsize
     stages = max(2, min(4, budget // stage_bytes))
-    return MatmulConfig(bm, bn, bk, warps, stages)
+    return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count)
+
+
+def _wgmma_pays(bm: int, k: int) -> bool:
+    # Measured on an H200: a 64-row wgmma tile beats mma.sync's 64 x 64 x 32 with a long K
+    # (M = 128, K = 4096: 122 vs 107 TFLOP/s) and loses with a short one (1024^3: 88 vs 135).
+    return bm >= 128 or k >= 2048
 
 
 def _fit(extent: int) -> int:
@@ -124,7 +159,8 @@ def _entry(a, i: int, name: str):
     return a if a.ndim == 2 else as_array(a.obj[i], name)
 
 
-def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False, tma=True):
+def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False, tma=True,
+           config=None):
     """act(a @ b + bias) for a of shape (M, K) or (B, M, K) and b of shape (K, N) or (B, K, N).
 
     A 2-D operand beside a 3-D one is shared by every batch entry (each entry is one
@@ -136,7 +172,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     ("relu", "gelu" (exact, erf), "silu") applied in f32 before the result is cast to
     `out_dtype` (default: a's dtype). `out` receives the result. On sm_90a, tiles that
     wgmma computes are read with TMA where the operands allow it (16-byte aligned rows);
-    `tma=False` keeps the cp.async ring (for comparison).
+    `tma=False` keeps the cp.async ring (for comparison). `config` (a MatmulConfig) replaces
+    the one `config_for` picks.
     """
     A, B = as_array(a, "a"), as_array(b, "b")
     check_float(A, "a")
@@ -171,7 +208,9 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
         return O.obj
     tensor_cores = A.dtype is not tc.float32 or allow_tf32
     sm_count, arch = _device_info(A)
-    cfg = config_for(m, n, k, A.dtype, batch, sm_count, tensor_cores, arch)
+    cfg = config_for(m, n, k, A.dtype, batch, sm_count, tensor_cores, arch) if config is None else config
+    if not isinstance(cfg, MatmulConfig):
+        raise TypeError(f"config must be a MatmulConfig, got {type(cfg).__name__}")
     consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
                   ACT=activation or "none", TF32=bool(allow_tf32))
     for i in range(batch if batched else 1):
@@ -180,9 +219,9 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
         args = [view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides), view(Oi, Oi.shape, Oi.strides),
                 bias_arg]  # without a bias, a never-read view of out fills the parameter
         if A.host:
-            launch(matmul_kernel, cfg.grid(m, n), args, **consts)  # the interpreter
+            launch(cfg.kernel, cfg.grid(m, n), args, **consts)  # the interpreter
         else:
-            matmul_kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
+            cfg.kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
                                           **consts)
     return O.obj
 
@@ -211,13 +250,14 @@ def _device_info(a) -> Tuple[int, str]:
 
 
 def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool = False,
-              activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132, arch: str = "sm_80"):
+              activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132, arch: str = "sm_80",
+              config=None):
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
     (batch x) m x k and k x n operands of `dtype`: what `tilec ptx matmul` and the benchmark
-    compile."""
+    compile (`config` in place of config_for's)."""
     dtype = _out_dtype(dtype, None)
     out = _out_dtype(out_dtype, dtype)
-    cfg = config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
+    cfg = config or config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
 
     def mat(name, d, rows, cols):

@@ -57,8 +57,10 @@ def test_argument_errors(args, kwargs, err):
 def test_config_heuristic():
     big = mm.config_for(4096, 4096, 4096, mm.tc.bfloat16)
     assert (big.bm, big.bn, big.bk, big.num_warps) == (128, 256, 32, 8)
-    small = mm.config_for(1, 4096, 4096, mm.tc.float16)
-    assert (small.bm, small.bn) == (16, 64)
+    small = mm.config_for(1, 4096, 4096, mm.tc.float16)   # 16 x 64 tiles would give 64 programs
+    assert (small.bm, small.bn) == (16, 32) and small.grid(1, 4096) == (128,)
+    wide = mm.config_for(16, 14336, 4096, mm.tc.float16)  # 224 programs of 16 x 64 already fill the SMs
+    assert (wide.bm, wide.bn) == (16, 64)
     mid = mm.config_for(128, 4096, 4096, mm.tc.float16)   # 128x128 tiles would give 32 programs
     assert mid.grid(128, 4096)[0] >= 64 and max(mid.bm, mid.bn) <= 128
 
@@ -70,3 +72,44 @@ def test_default_config_ptx_uses_mma_and_cp_async():
     ptx = ck.asm["ptx"]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx
+
+
+def test_sm90_config_keeps_mma_sync_for_short_k_64_row_tiles():
+    short = mm.config_for(1024, 1024, 1024, mm.tc.bfloat16, arch="sm_90a")
+    assert (short.bm, short.bn, short.bk) == (64, 64, 32)     # mma.sync
+    long_k = mm.config_for(128, 4096, 4096, mm.tc.bfloat16, arch="sm_90a")
+    assert (long_k.bm, long_k.bn, long_k.bk) == (64, 64, 64)  # wgmma
+    big = mm.config_for(2048, 2048, 2048, mm.tc.bfloat16, arch="sm_90a")
+    assert (big.bm, big.bn, big.bk, big.num_stages) == (128, 128, 64, 4)
+
+
+def test_persistent_config_grid_and_kernel():
+    cfg = mm.MatmulConfig(64, 64, 32, 4, 3, persistent=True, sm_count=132)
+    assert cfg.grid(1024, 1024) == (132,) and cfg.kernel is mm.matmul_persistent_kernel
+    assert cfg.grid(100, 100) == (4,)       # never more programs than tiles
+    assert mm.MatmulConfig(64, 64, 32, 4, 3).kernel is mm.matmul_kernel
+
+
+@pytest.mark.parametrize("sm_count", [1, 3, 64])
+def test_persistent_kernel_on_interpreter(sm_count):
+    # every tile is computed once whatever the grid: fewer programs than tiles, or more
+    a = rng.standard_normal((70, 40)).astype(np.float16)
+    b = rng.standard_normal((40, 50)).astype(np.float16)
+    cfg = mm.MatmulConfig(16, 16, 16, 4, 2, persistent=True, sm_count=sm_count)
+    got = matmul(a, b, bias=np.ones(50, np.float32), out_dtype="f32", config=cfg)
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b + 1, rtol=1e-5, atol=1e-3)
+
+
+def test_config_must_be_a_matmul_config():
+    with pytest.raises(TypeError, match="MatmulConfig"):
+        matmul(np.zeros((4, 4), np.float16), np.zeros((4, 4), np.float16), config=(64, 64))
+
+
+def test_persistent_kernel_ptx_keeps_the_tma_ring_in_the_tile_loop():
+    cfg = mm.MatmulConfig(128, 256, 64, 8, 4, persistent=True)
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a", config=cfg)
+    ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
+                        CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch="sm_90a"))
+    ptx, r = ck.asm["ptx"], ck.metadata["ptxas"]
+    assert "cp.async.bulk.tensor.2d" in ptx and "wgmma.mma_async" in ptx and "%nctaid.x" in ptx
+    assert r["spill_stores"] == r["spill_loads"] == 0 and not r["warnings"]

@@ -70,3 +70,18 @@ def test_epilogues(activation):
     act = {None: lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
            "silu": torch.nn.functional.silu}[activation]
     _check(got, act(want), TOL[torch.float16])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m,n,k,bm,bn,bk,warps", [(1000, 1000, 1000, 128, 128, 64, 8), (777, 3001, 515, 128, 256, 64, 8),
+                                                  (300, 300, 300, 64, 64, 32, 4)])
+def test_persistent(dtype, m, n, k, bm, bn, bk, warps):
+    from tilec.stdlib_kernels.matmul import MatmulConfig
+    sm = torch.cuda.get_device_properties(0).multi_processor_count
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    bias = torch.randn(n, device="cuda", dtype=dtype)
+    for grid in (sm, 7):  # one program per SM, and far fewer programs than tiles
+        cfg = MatmulConfig(bm, bn, bk, warps, 4, persistent=True, sm_count=grid)
+        want = torch.relu(a.double() @ b.double() + bias.double())
+        _check(matmul(a, b, bias=bias, activation="relu", config=cfg), want, TOL[dtype])
