@@ -157,7 +157,10 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         else:
-            programs, block, warps = long_row_launch(n_rows, n_cols, a.dtype.itemsize, sm_count(a))
+            # rms_norm keeps one program per row: with one per SM it measured slower on an
+            # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).
+            programs, block, warps = ((n_rows, None, None) if rms else
+                                      long_row_launch(n_rows, n_cols, a.dtype.itemsize, sm_count(a)))
             flags["BLOCK"] = block or cfg.block
             launch(norm_loop_kernel, (programs,), args, warps or cfg.num_warps, **flags)
     if not return_stats:

@@ -24,6 +24,7 @@ def test_long_row_launch_holds_one_row_per_sm_when_they_fit_in_l2():
 def test_programs_walking_several_rows_match_numpy(rowwise, monkeypatch, rms, dtype):
     monkeypatch.setattr(_common, "HOST_SM_COUNT", 2)   # 2 programs for 5 rows: 3 and 2 rows each
     assert _common.long_row_launch(5, 16400, 2, 2) == (2, 16384, 16)
+    # (rms_norm launches one program per row, which walks its row once)
     rng = np.random.default_rng(7)
     n = 16400                                          # two tiles, the second masked
     x = rowwise.host(50 + 3 * rng.standard_normal((5, n)), dtype)
