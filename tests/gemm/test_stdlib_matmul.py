@@ -57,10 +57,11 @@ def test_argument_errors(args, kwargs, err):
 def test_config_heuristic():
     big = mm.config_for(4096, 4096, 4096, mm.tc.bfloat16)
     assert (big.bm, big.bn, big.bk, big.num_warps) == (128, 256, 32, 8)
-    small = mm.config_for(1, 4096, 4096, mm.tc.float16)   # 16 x 64 tiles would give 64 programs
-    assert (small.bm, small.bn) == (16, 32) and small.grid(1, 4096) == (128,)
-    wide = mm.config_for(16, 14336, 4096, mm.tc.float16)  # 224 programs of 16 x 64 already fill the SMs
-    assert (wide.bm, wide.bn) == (16, 64)
+    small = mm.config_for(1, 4096, 4096, mm.tc.float16)   # skinny M: wide K steps
+    assert (small.bm, small.bn, small.bk) == (16, 64, 128)
+    assert mm.config_for(1, 4096, 64, mm.tc.float16).bk == 32
+    assert mm.config_for(2048, 2048, 2048, mm.tc.float16).bn == 256   # 128 programs on 132 SMs
+    assert mm.config_for(1024, 2048, 2048, mm.tc.float16).bn == 128   # 64 would be too few
     mid = mm.config_for(128, 4096, 4096, mm.tc.float16)   # 128x128 tiles would give 32 programs
     assert mid.grid(128, 4096)[0] >= 64 and max(mid.bm, mid.bn) <= 128
 
@@ -74,13 +75,13 @@ def test_default_config_ptx_uses_mma_and_cp_async():
     assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx
 
 
-def test_sm90_config_keeps_mma_sync_for_short_k_64_row_tiles():
+def test_sm90_configs():
     short = mm.config_for(1024, 1024, 1024, mm.tc.bfloat16, arch="sm_90a")
-    assert (short.bm, short.bn, short.bk) == (64, 64, 32)     # mma.sync
-    long_k = mm.config_for(128, 4096, 4096, mm.tc.bfloat16, arch="sm_90a")
-    assert (long_k.bm, long_k.bn, long_k.bk) == (64, 64, 64)  # wgmma
+    assert (short.bm, short.bn, short.bk) == (64, 64, 64)     # wgmma
     big = mm.config_for(2048, 2048, 2048, mm.tc.bfloat16, arch="sm_90a")
-    assert (big.bm, big.bn, big.bk, big.num_stages) == (128, 128, 64, 4)
+    assert (big.bm, big.bn, big.bk, big.num_stages) == (128, 256, 64, 4)
+    skinny = mm.config_for(16, 4096, 14336, mm.tc.bfloat16, arch="sm_90a")
+    assert (skinny.bm, skinny.bn, skinny.bk, skinny.num_stages) == (16, 64, 128, 4)   # mma.sync
 
 
 def test_persistent_config_grid_and_kernel():
