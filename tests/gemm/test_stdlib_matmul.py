@@ -61,7 +61,7 @@ def test_config_heuristic():
     assert (small.bm, small.bn, small.bk) == (16, 64, 128)
     assert mm.config_for(1, 4096, 64, mm.tc.float16).bk == 32
     assert mm.config_for(2048, 2048, 2048, mm.tc.float16).bn == 256   # 128 programs on 132 SMs
-    assert mm.config_for(1024, 2048, 2048, mm.tc.float16).bn == 128   # 64 would be too few
+    assert mm.config_for(1024, 2048, 2048, mm.tc.float16).bn < 256    # 64 programs would be too few
     mid = mm.config_for(128, 4096, 4096, mm.tc.float16)   # 128x128 tiles would give 32 programs
     assert mid.grid(128, 4096)[0] >= 64 and max(mid.bm, mid.bn) <= 128
 
