@@ -1,6 +1,6 @@
 """GEMM throughput: tilec's stdlib matmul vs torch.matmul (cuBLAS) vs a Triton matmul.
 
-    python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32] [--json FILE]
+    python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32] [--json FILE] [--variants]
 
 Shapes: square 1024..8192, and LLM shapes (M in {1, 16, 128, 4096, 16384} against
 weights K x N of 4096x4096, 4096x14336, 14336x4096). Each measurement is the median
