@@ -53,7 +53,7 @@ def test_signatures_name_every_kernel(name):
     assert kernels and set(mod.SIGNATURES) == kernels
 
 
-@pytest.mark.parametrize("name,kernel,sig", _cases())
+@pytest.mark.parametrize("name,kernel,sig", list(_cases()))
 def test_kernel_ir_round_trips(name, kernel, sig):
     from tilec.ir import parse, print_module, verify
     k = getattr(_module(name), kernel)
@@ -62,7 +62,7 @@ def test_kernel_ir_round_trips(name, kernel, sig):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("name,kernel,sig", _cases())
+@pytest.mark.parametrize("name,kernel,sig", list(_cases()))
 def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     k = getattr(_module(name), kernel)
     spec = k.specialization(sig)
