@@ -188,8 +188,9 @@ class Op:
         return op
 
     def infer_types(self) -> Optional[List[Type]]:
-        """The type rule: result types from operands and attributes (None: not inferable)."""
-        return None
+        """The type rule: result types from operands and attributes (None: not inferable).
+        Ops declared with `num_results = 0` have none."""
+        return [] if self.num_results == 0 else None
 
     def verify_op(self) -> None:
         """Op-specific checks beyond the generic ones; raise `self.error(...)`."""

@@ -115,9 +115,6 @@ class AsyncCopyOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         alloc = _buffer(self)
         _check_slot(self, 1)
@@ -144,9 +141,6 @@ class AsyncCommitOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
 
 @register_op
 class AsyncWaitOp(Op):
@@ -155,9 +149,6 @@ class AsyncWaitOp(Op):
     attributes = {"pending": A("int")}
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         if not 0 <= self.attrs["pending"] <= 8:

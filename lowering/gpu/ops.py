@@ -98,9 +98,6 @@ class LocalStoreOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         alloc = _alloc_of(self, self.operands[0])
         t = self.operands[1].type
@@ -134,9 +131,6 @@ class BarrierOp(Op):
     attributes = {"id": A("int", True, 0)}
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         if not 0 <= self.attrs["id"] < 16:

@@ -62,9 +62,6 @@ class TmaOriginOp(Op):
     num_results = 0
     traits = frozenset({"writes"})  # kept by dce until pipeline_loads removes it
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         if not isinstance(self.operands[0].type, ViewType):
             raise self.error(f"operand 0 must be a view, got {self.operands[0].type}")
@@ -80,9 +77,6 @@ class MbarrierInitOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         _barriers(self, 0)
 
@@ -95,9 +89,6 @@ class MbarrierExpectOp(Op):
     attributes = {"bytes": A("int")}
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         _barriers(self, 0)
@@ -115,9 +106,6 @@ class MbarrierWaitOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         _barriers(self, 0)
         _scalar(self, 1, (dt.int32,), "the slot")
@@ -133,9 +121,6 @@ class TmaLoadOp(Op):
     attributes = {"box": A("ints")}
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         buf = self.operands[0].owner

@@ -82,9 +82,6 @@ class StoreViewOp(_ViewAccess):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
     def verify_op(self):
         val = self.operands[-1].type
         if not isinstance(val, TileType):
@@ -151,9 +148,6 @@ class StoreOp(Op):
     operands_spec = ("ptr", "value")
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         p, v = self.operands[0].type, self.operands[1].type

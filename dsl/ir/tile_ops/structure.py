@@ -32,9 +32,6 @@ class ReturnOp(Op):
     num_results = 0
     traits = TERM
 
-    def infer_types(self):
-        return []
-
 
 @register_op
 class YieldOp(Op):
@@ -42,9 +39,6 @@ class YieldOp(Op):
     operands_spec = ("values*",)
     num_results = 0
     traits = TERM
-
-    def infer_types(self):
-        return []
 
 
 @register_op
@@ -54,9 +48,6 @@ class ConditionOp(Op):
     operands_spec = ("cond", "values*")
     num_results = 0
     traits = TERM
-
-    def infer_types(self):
-        return []
 
 
 # ----------------------------------------------------------------------------- constants and grid
@@ -172,9 +163,6 @@ class PrintOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
-    def infer_types(self):
-        return []
-
 
 @register_op
 class AssertOp(Op):
@@ -184,9 +172,6 @@ class AssertOp(Op):
     attributes = {"msg": A("str")}
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []
 
     def verify_op(self):
         if _dtype(self.operands[0].type) is not dt.bool_:
