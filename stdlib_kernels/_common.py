@@ -6,7 +6,7 @@ Array kinds (`Arr.kind`):
 
 - ``"numpy"``: a numpy array. The op runs on the CPU interpreter. bf16 numpy
   arrays are ml_dtypes' ``bfloat16`` arrays when ml_dtypes is installed.
-- ``"bf16host"``: a `BF16Array`, float32 numpy storage holding bf16 values
+- ``"bf16host"``: a `BF16Array` (or `F8Array`), float32 numpy storage holding bf16 (f8) values
   (the interpreter's own storage for bf16); for numpy users without ml_dtypes.
 - ``"torch"``: a CUDA torch tensor (launched on torch's current stream).
 - ``"cupy"``: a CuPy array.
@@ -32,7 +32,7 @@ from tilec.dtypes import DType
 
 from . import _plan
 
-__all__ = ["FLOAT_DTYPES", "BF16Array", "Arr", "as_array", "check_float", "check_same_place", "view",
+__all__ = ["FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
            "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
            "launch", "contiguous_strides"]
 
@@ -79,6 +79,33 @@ class BF16Array:
     def __repr__(self) -> str:
         return f"BF16Array({self.values!r})"
 
+    def _like(self, values) -> "BF16Array":
+        """`values` (already of this type) in an array of this class."""
+        return BF16Array(values, _rounded=True)
+
+
+class F8Array(BF16Array):
+    """f8 values (f8e4m3 by default, or f8e5m2) on the host for the interpreter: a float32
+    ndarray (`.values`) whose every element is a number of that format; as BF16Array."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, values, dtype=tc.float8e4m3, _rounded: bool = False):
+        if dtype not in (tc.float8e4m3, tc.float8e5m2):
+            raise TypeError(f"F8Array holds f8e4m3 or f8e5m2 values, got {dtype!r}")
+        self.dtype = dtype
+        if _rounded:
+            self.values = values
+            return
+        from tilec.interpreter.numerics import cast  # noqa: PLC0415
+        self.values = np.asarray(cast(np.asarray(values, dtype=np.float64), dtype), dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return f"F8Array({self.values!r}, {self.dtype.name})"
+
+    def _like(self, values) -> "F8Array":
+        return F8Array(values, self.dtype, _rounded=True)
+
 
 # ----------------------------------------------------------------------------- reading arguments
 @dataclass(frozen=True)
@@ -115,7 +142,7 @@ def as_array(x, name: str) -> Arr:
     """Classify `x` (see the module doc); TypeError naming `name` when it is not an array."""
     if isinstance(x, BF16Array):
         v = x.values
-        return Arr(x, "bf16host", v.shape, _np_strides(v), tc.bfloat16, None)
+        return Arr(x, "bf16host", v.shape, _np_strides(v), x.dtype, None)
     if isinstance(x, np.ndarray):
         try:
             d = _dt.from_numpy(x.dtype)
@@ -187,7 +214,7 @@ def _view(a: Arr, shape, strides):
     if a.kind in _HOST_KINDS:
         base = a.obj.values if a.kind == "bf16host" else a.obj
         v = np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
-        return BF16Array(v, _rounded=True) if a.kind == "bf16host" else v
+        return a.obj._like(v) if a.kind == "bf16host" else v
     if a.kind == "torch":
         if shape == a.shape and strides == a.strides:
             return a.obj  # the tensor itself: as_strided costs microseconds per call
@@ -417,9 +444,9 @@ def _interpret(kernel, grid, args, constexprs) -> None:
     from tilec.specialize import Specialization, specialize  # noqa: PLC0415
     plain = [v.values if isinstance(v, BF16Array) else v for v in args]
     spec, runtime = specialize(kernel, plain, constexprs)
-    bf16_params = {p for p, v in zip(kernel.param_names, args) if isinstance(v, BF16Array)}
-    if bf16_params:
+    low_params = {p: v.dtype for p, v in zip(kernel.param_names, args) if isinstance(v, BF16Array)}
+    if low_params:
         spec = Specialization(tuple(
-            replace(p, type=replace(p.type, dtype=tc.bfloat16)) if p.name in bf16_params else p
+            replace(p, type=replace(p.type, dtype=low_params[p.name])) if p.name in low_params else p
             for p in spec.params))
     run(kernel.ir(spec), runtime, normalize_grid(tuple(grid), {}))

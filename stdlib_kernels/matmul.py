@@ -31,14 +31,16 @@ SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
 
 
 @tc.func
-def _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32):
-    """C[pid_m, pid_n] = act(A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
+def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED):
+    """C[pid_m, pid_n] = act(scale * A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
     K = a.shape[1]
     acc = tc.zeros((BM, BN), tc.float32)
     for k in range(tc.cdiv(K, BK)):
         at = tc.load(a, index=(pid_m, k), shape=(BM, BK))
         bt = tc.load(b, index=(k, pid_n), shape=(BK, BN))
         acc = tc.dot(at, bt, acc, allow_tf32=TF32)
+    if SCALED:
+        acc = acc * scale
     if HAS_BIAS:
         acc = acc + tc.load(bias, index=(pid_n,), shape=(BN,)).astype(tc.float32)[None, :]
     if ACT == "relu":
@@ -51,25 +53,27 @@ def _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32):
 
 
 @tc.kernel
-def matmul_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, GROUP_M: tc.constexpr,
-                  HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr):
+def matmul_kernel(a, b, c, bias, scale, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
+                  GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr,
+                  SCALED: tc.constexpr):
     num_m = tc.cdiv(a.shape[0], BM)
     num_n = tc.cdiv(b.shape[1], BN)
     pid = tc.program_id(0)
     pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GROUP_M)
-    _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32)
+    _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED)
 
 
 @tc.kernel
-def matmul_persistent_kernel(a, b, c, bias, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
-                             GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr):
+def matmul_persistent_kernel(a, b, c, bias, scale, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
+                             GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr,
+                             SCALED: tc.constexpr):
     # A grid of (at most) one program per SM, each walking the output tiles in grouped order
     # with a stride of the grid size: one launch-time setup per SM instead of per tile.
     num_m = tc.cdiv(a.shape[0], BM)
     num_n = tc.cdiv(b.shape[1], BN)
     for tile in range(tc.program_id(0), num_m * num_n, tc.num_programs(0)):
         pid_m, pid_n = tc.swizzle2d(tile // num_n, tile % num_n, num_m, num_n, GROUP_M)
-        _tile(a, b, c, bias, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32)
+        _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED)
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -111,10 +115,13 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
     - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
     - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
     - GROUP_M = 8 rows of tiles per group of the program order.
-    - sm_90a, 16-bit types, tiles wgmma takes (whole warpgroups, 64-column blocks of B):
-      BK = 64 (one 128-byte swizzle row of A per stage row) and stages from
-      SMEM_BUDGET_WGMMA (128 x 256 x 64: 4 stages, 192 KB).
+    - sm_90a, tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
+      128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
+      from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
+    - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
     """
+    if dtype.bits == 8 and arch != "sm_90a":
+        tensor_cores = False
     if not tensor_cores:
         return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
     bk = 32 if dtype.itemsize == 2 else 16
@@ -130,8 +137,9 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
             bm //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
     budget = SMEM_BUDGET
-    if arch == "sm_90a" and wgmma_shape(bm, bn, 64, dtype.itemsize, warps) is not None:
-        bk, budget = 64, SMEM_BUDGET_WGMMA
+    wgmma_bk = 128 // dtype.itemsize
+    if arch == "sm_90a" and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
+        bk, budget = wgmma_bk, SMEM_BUDGET_WGMMA
     elif bm <= 32 and dtype.itemsize == 2 and k >= 128:
         # skinny M reads B at memory speed: 128-element K steps keep 4 x 20 KB in flight per
         # program (M = 1, 16 on an H200: 1.9-2.2x the 32-element step)
@@ -157,16 +165,22 @@ def _entry(a, i: int, name: str):
     return a if a.ndim == 2 else as_array(a.obj[i], name)
 
 
-def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False, tma=True,
-           config=None):
-    """act(a @ b + bias) for a of shape (M, K) or (B, M, K) and b of shape (K, N) or (B, K, N).
+def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_tf32=False, scale_a=None,
+           scale_b=None, tma=True, config=None):
+    """act(scale_a * scale_b * (a @ b) + bias) for a of shape (M, K) or (B, M, K) and b of
+    shape (K, N) or (B, K, N).
 
     A 2-D operand beside a 3-D one is shared by every batch entry (each entry is one
     launch). Operands may have any strides; a unit last stride gives 16-byte,
     cp.async-pipelined loads, other layouts (column-major) are read element by element.
-    a and b share a dtype: f16, bf16 or f32 (f32 multiplies in true f32 unless
-    `allow_tf32=True` lets tensor cores round the operands to tf32). Accumulation is
-    f32; `bias` (shape (N,), any float dtype) is added and `activation`
+    a and b share a dtype: f16, bf16, f32 (f32 multiplies in true f32 unless
+    `allow_tf32=True` lets tensor cores round the operands to tf32) or f8e4m3 / f8e5m2
+    (tensor cores on sm_90a; the result defaults to bf16). Accumulation is f32;
+    `scale_a` and `scale_b` (per-tensor scales: Python numbers or one-element arrays,
+    read on the host) multiply the f32 product first (the dequantization of f8 operands).
+    On sm_90a, tf32 and f8 operands are fastest with B column-major (b = bt.T of a
+    row-major N x K array, as torch._scaled_mm requires): wgmma reads B with K
+    contiguous for them, which a row-major B reaches only through registers. `bias` (shape (N,), any float dtype) is added and `activation`
     ("relu", "gelu" (exact, erf), "silu") applied in f32 before the result is cast to
     `out_dtype` (default: a's dtype). `out` receives the result. On sm_90a, tiles that
     wgmma computes are read with TMA where the operands allow it (16-byte aligned rows);
@@ -174,8 +188,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     the one `config_for` picks.
     """
     A, B = as_array(a, "a"), as_array(b, "b")
-    check_float(A, "a")
-    check_float(B, "b")
+    check_float(A, "a", _OPERAND_DTYPES)
+    check_float(B, "b", _OPERAND_DTYPES)
     if A.dtype is not B.dtype:
         raise TypeError(f"a and b must have one dtype, got {A.dtype.name} and {B.dtype.name}")
     if activation not in ACTIVATIONS:
@@ -197,7 +211,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
             raise ValueError(f"bias has shape {bias_arr.shape}, expected ({n},)")
         places["bias"] = bias_arr
     check_same_place(places)
-    out_dt = _out_dtype(out_dtype, A.dtype)
+    out_dt = _out_dtype(out_dtype, tc.bfloat16 if A.dtype.bits == 8 else A.dtype)
+    scale = _scale(scale_a, "scale_a") * _scale(scale_b, "scale_b")
     if out_dt not in (tc.float16, tc.bfloat16, tc.float32):
         raise TypeError(f"out_dtype must be f16, bf16 or f32, got {out_dt!r}")
     batched = max(A.ndim, B.ndim) == 3
@@ -210,18 +225,39 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     if not isinstance(cfg, MatmulConfig):
         raise TypeError(f"config must be a MatmulConfig, got {type(cfg).__name__}")
     consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
-                  ACT=activation or "none", TF32=bool(allow_tf32))
+                  ACT=activation or "none", TF32=bool(allow_tf32),
+                  SCALED=scale_a is not None or scale_b is not None)
     for i in range(batch if batched else 1):
         Ai, Bi, Oi = _entry(A, i, "a"), _entry(B, i, "b"), _entry(O, i, "out")
         bias_arg = view(bias_arr, (n,), bias_arr.strides) if bias_arr is not None else view(Oi, (1,), (1,))
         args = [view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides), view(Oi, Oi.shape, Oi.strides),
-                bias_arg]  # without a bias, a never-read view of out fills the parameter
+                bias_arg, scale]  # without a bias, a never-read view of out fills the parameter
         if A.host:
             launch(cfg.kernel, cfg.grid(m, n), args, **consts)  # the interpreter
         else:
             cfg.kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
                                           **consts)
     return O.obj
+
+
+_OPERAND_DTYPES = (tc.float16, tc.bfloat16, tc.float32, tc.float8e4m3, tc.float8e5m2)
+
+
+def _scale(x, name: str) -> float:
+    """A per-tensor scale as a Python float (1.0 when absent)."""
+    if x is None:
+        return 1.0
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return float(x)
+    size = getattr(x, "size", None)
+    numel = x.numel() if callable(getattr(x, "numel", None)) else (size if isinstance(size, int) else None)
+    if numel != 1:
+        raise TypeError(f"{name} must be a number or a one-element array, got {type(x).__name__}"
+                        + (f" of {numel} elements" if numel is not None else ""))
+    try:
+        return float(x.item() if hasattr(x, "item") else x)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{name} must be a number or a one-element array: {e}") from None
 
 
 def _out_dtype(out_dtype, default):
@@ -249,21 +285,26 @@ def _device_info(a) -> Tuple[int, str]:
 
 def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool = False,
               activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132, arch: str = "sm_80",
-              config=None):
+              config=None, scaled: bool = False, b_col_major: bool = False):
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
-    (batch x) m x k and k x n operands of `dtype`: what `tilec ptx matmul` and the benchmark
-    compile (`config` in place of config_for's)."""
+    (batch x) m x k and k x n operands of `dtype` (b column-major with `b_col_major`, per-tensor
+    scales with `scaled`): what `tilec ptx matmul` and the benchmark compile (`config` in place
+    of config_for's)."""
     dtype = _out_dtype(dtype, None)
-    out = _out_dtype(out_dtype, dtype)
+    out = _out_dtype(out_dtype, tc.bfloat16 if dtype.bits == 8 else dtype)
     cfg = config or config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
 
     def mat(name, d, rows, cols):
         return f"{name}={d}[?,?]:div={_div(rows)}x{_div(cols)}:stride_div={_div(cols)}x1"
 
-    sig = (f"{mat('a', dtype.name, m, k)}, {mat('b', dtype.name, k, n)}, {mat('c', out.name, m, n)}, "
-           f"bias={bias}[?]:div={_div(n)}, BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}, "
-           f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}")
+    b_sig = mat('b', dtype.name, k, n)
+    if b_col_major:
+        b_sig = f"b={dtype.name}[?,?]:div={_div(k)}x{_div(n)}:stride_div=1x{_div(k)}"
+    sig = (f"{mat('a', dtype.name, m, k)}, {b_sig}, {mat('c', out.name, m, n)}, "
+           f"bias={bias}[?]:div={_div(n)}, scale=f32, BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}, "
+           f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}, "
+           f"SCALED={bool(scaled)}")
     return sig, cfg
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..gpu import wgmma_ops as W
-from ..gpu.wgmma_fragments import descriptor_high_bits, warpgroup_strides, wgmma_instructions
+from ..gpu.wgmma_fragments import b_k_major, descriptor_high_bits, k_step, warpgroup_strides, wgmma_instructions
 from .rules_mma import slot_pointer
 from .types import I32
 from .walker import rule
@@ -24,7 +24,8 @@ from .walker import rule
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
 
-_KIND = {"f16": "f16.f16", "bf16": "bf16.bf16"}
+# operand kinds; only 16-bit operands take the transpose immediates (B N-major)
+_KIND = {"f16": "f16.f16", "bf16": "bf16.bf16", "f32": "tf32.tf32", "f8e4m3": "e4m3.e4m3", "f8e5m2": "e5m2.e5m2"}
 
 
 def _slot_shape(alloc, has_slot: bool):
@@ -69,8 +70,8 @@ def _wgmma(ctx, op):
     per = instr_n // 2
     outs = ", ".join(f"${i}" for i in range(per))
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
-            f"wgmma.mma_async.sync.aligned.m64n{instr_n}k16.f32.{_KIND[elem.name]} "
-            f"{{{outs}}}, ${per}, ${per + 1}, p, 1, 1, 0, 1; }}")
+            f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step(eb)}.f32.{_KIND[elem.name]} "
+            f"{{{outs}}}, ${per}, ${per + 1}, p, 1, 1{'' if b_k_major(eb) else ', 0, 1'}; }}")
     cons = ",".join(["=f"] * per + ["l", "l", "r"] + [str(i) for i in range(per)])
     fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I64, I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)

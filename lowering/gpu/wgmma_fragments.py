@@ -9,7 +9,11 @@ w // wm picks the N column block.
 
 Shared memory: both operands use the 128-byte swizzle (`SharedLayout.for_swizzle(128)`)
 with the buffer's last dimension contiguous: A (BM x BK) is K-major, B (BK x BN) is
-N-major ("transposed", imm-trans-b = 1). A row of 128 bytes is one swizzle row; a
+N-major ("transposed", imm-trans-b = 1). tf32 and f8 operands have no transposed form
+(the PTX ISA takes K-major A and B only for them), so their B buffer keeps K
+contiguous instead (order (0, 1): the B^T rows of N are the swizzle's rows) and its
+descriptor is the K-major one. An instruction always spans 32 bytes of K: k16 for
+16-bit elements, k8 for tf32, k32 for f8 (`k_step`). A row of 128 bytes is one swizzle row; a
 wider contiguous extent is cut into 64-element column blocks stored one after the
 other (`SharedLayout._block_offset`), which is the PTX ISA canonical layout
 
@@ -29,19 +33,30 @@ from typing import List, Optional, Tuple
 
 from .layouts import MmaLayout, SharedLayout
 
-__all__ = ["SWIZZLE", "wgmma_shape", "operand_layout", "descriptor_high_bits", "operand_offset",
+__all__ = ["SWIZZLE", "wgmma_shape", "k_step", "b_k_major", "operand_layout", "descriptor_high_bits", "operand_offset",
            "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP"]
 
 SWIZZLE = 128          # bytes: the swizzle mode of both operands
 K_STEP = 16            # K of one instruction for 16-bit operands
 _SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}
+_INSTR_K_BYTES = 32    # every wgmma operand type: 32 bytes of K per instruction
+
+
+def k_step(elem_bytes: int) -> int:
+    """K of one instruction: 16 (f16/bf16), 8 (tf32), 32 (f8)."""
+    return _INSTR_K_BYTES // elem_bytes
+
+
+def b_k_major(elem_bytes: int) -> bool:
+    """Whether B's buffer is K-major (tf32, f8: no transposed form) rather than N-major."""
+    return elem_bytes != 2
 
 
 def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Optional[Tuple[int, int, int]]:
     """(wm, wn, instr_n) of a wgmma dot of an m x n accumulator over k, None if wgmma cannot
     take it: whole warpgroups, M in steps of 64 rows, instruction N of 64 to 256 (whole
     128-byte column blocks of B), K a multiple of a 128-byte row of A."""
-    if elem_bytes != 2 or num_warps % 4 or m % 64 or (k * elem_bytes) % SWIZZLE:
+    if elem_bytes not in (1, 2, 4) or num_warps % 4 or m % 64 or (k * elem_bytes) % SWIZZLE:
         return None
     wm = 4
     while wm * 2 <= num_warps and m % (16 * wm * 2) == 0:
@@ -50,23 +65,25 @@ def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Opti
     if n % wn:
         return None
     instr_n = min(256, n // wn)
-    width = SWIZZLE // elem_bytes
+    width = 64 if b_k_major(elem_bytes) else SWIZZLE // elem_bytes  # N-major B: whole column blocks
     if instr_n < width or instr_n & (instr_n - 1) or n % (instr_n * wn):
         return None
     return wm, wn, instr_n
 
 
-def operand_layout(elem_bytes: int) -> SharedLayout:
-    """The shared layout of either operand: 128-byte swizzle, last dimension contiguous."""
-    return SharedLayout.for_swizzle(SWIZZLE, elem_bytes, (1, 0))
+def operand_layout(elem_bytes: int, op_idx: int = 0) -> SharedLayout:
+    """The shared layout of an operand: 128-byte swizzle, K contiguous for A and for a K-major
+    B (order (0, 1) of its K x N buffer), else the last dimension (N) contiguous."""
+    order = (0, 1) if op_idx == 1 and b_k_major(elem_bytes) else (1, 0)
+    return SharedLayout.for_swizzle(SWIZZLE, elem_bytes, order)
 
 
 def descriptor_high_bits(op_idx: int, shape, elem_bytes: int) -> int:
     """The constant fields of an operand's descriptor (everything but the start address):
     leading byte offset (bits 16-29), stride byte offset (bits 32-45), swizzle (bits 62-63),
     each offset encoded as bytes >> 4. `shape` is one slot of the buffer."""
-    sbo = 8 * SWIZZLE                      # the next 8 rows (A: of M, B: of K)
-    if op_idx == 0:
+    sbo = 8 * SWIZZLE                      # the next 8 rows (A: of M, B: of K, K-major B: of N)
+    if op_idx == 0 or b_k_major(elem_bytes):
         lbo = 16                           # unused by swizzled K-major layouts ("assumed 1")
     else:
         lbo = shape[0] * SWIZZLE           # B: the next 64-element column block of N
@@ -76,8 +93,11 @@ def descriptor_high_bits(op_idx: int, shape, elem_bytes: int) -> int:
 def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int) -> int:
     """Byte offset, in a slot of `shape`, of the instruction operand that starts at element
     (row, col): A at (m0, k0), B at (k0, n0). Within a 128-byte row the start moves by
-    bytes (k0 of A); B's n0 is always a whole column block."""
+    bytes (k0 of A); B's n0 is always a whole column block. A K-major B is laid out as A
+    is, with N for M: B^T at (n0, k0)."""
     width = SWIZZLE // elem_bytes
+    if op_idx == 1 and b_k_major(elem_bytes):
+        return operand_offset(0, (shape[1], shape[0]), elem_bytes, col, row)
     block, within = divmod(col, width)
     if op_idx == 1 and within:
         raise ValueError(f"a wgmma B operand starts on a {width}-column block, not at column {col}")
@@ -113,7 +133,7 @@ def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int) 
         for rn in range(reps_n):
             first = (rn + reps_n * rm) * per
             regs = tuple(range(first, first + per))
-            for kk in range(0, k, K_STEP):
+            for kk in range(0, k, k_step(elem_bytes)):
                 out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk),
                                       operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn), regs))
     return out

@@ -19,9 +19,12 @@ from tilec.ir.types import ScalarType, TileType
 
 from .layouts import MmaLayout
 from .ops import AllocOp
-from .wgmma_fragments import SWIZZLE, wgmma_shape
+from .wgmma_fragments import SWIZZLE, operand_layout, wgmma_shape
 
-__all__ = ["WgmmaOp", "WgmmaWaitOp", "FenceProxyAsyncOp"]
+__all__ = ["WgmmaOp", "WgmmaWaitOp", "FenceProxyAsyncOp", "WGMMA_DTYPES"]
+
+# operand types wgmma multiplies (f32 operands as tf32), always accumulating in f32 here
+WGMMA_DTYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2)
 
 
 def _alloc_of(op: Op, idx: int) -> AllocOp:
@@ -34,7 +37,8 @@ def _alloc_of(op: Op, idx: int) -> AllocOp:
 @register_op
 class WgmmaOp(Op):
     """acc + a @ b with wgmma.mma_async, a (M x K) and b (K x N) in 128-byte-swizzled shared
-    buffers, the accumulator in an #mma version 3 layout."""
+    buffers (`wgmma_fragments.operand_layout`: B K-major for tf32 and f8), the accumulator
+    in an #mma version 3 layout."""
     name = "gpu.wgmma"
     operands_spec = ("a", "b", "acc", "slot?")
     traits = frozenset({"reads"})
@@ -60,12 +64,16 @@ class WgmmaOp(Op):
             lay = alloc.attrs["layout"]
             if has_slot:
                 shape = shape[1:]
-            if lay.swizzle_bytes != SWIZZLE or lay.order[0] != len(alloc.attrs["shape"]) - 1:
-                raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with the last dimension "
-                                 f"contiguous, operand {'ab'[idx]} has {lay}")
             elem = alloc.results[0].type.pointee
-            if elem not in (dt.float16, dt.bfloat16):
-                raise self.error(f"wgmma multiplies f16 or bf16 operands here, got {elem}")
+            if elem not in WGMMA_DTYPES:
+                raise self.error(f"wgmma multiplies f16, bf16, f32 (as tf32), f8e4m3 or f8e5m2 operands, "
+                                 f"got {elem}")
+            want_lay = operand_layout(elem.itemsize, idx)
+            inner = tuple(d - (1 if has_slot else 0) for d in lay.order[:2])  # slots are outermost
+            if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
+                raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with "
+                                 f"{'K' if want_lay.order[0] == 0 or idx == 0 else 'N'} contiguous, "
+                                 f"operand {'ab'[idx]} has {lay}")
             shapes.append((shape, elem))
         (sa, ea), (sb, eb) = shapes
         m, n = c.shape
@@ -104,6 +112,3 @@ class FenceProxyAsyncOp(Op):
     name = "gpu.fence_proxy_async"
     num_results = 0
     traits = frozenset({"writes"})
-
-    def infer_types(self):
-        return []

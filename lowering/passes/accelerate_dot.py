@@ -21,8 +21,8 @@ Tensor cores take f16/bf16 operands (m16n8k16) and f32 operands when the dot
 allows tf32 (m16n8k8), always accumulating in f32, on tiles with M % 16, N % 8
 and K % 16 (8 for tf32) zero; every other dot keeps the FMA lowering.
 
-On sm_90a a 16-bit dot whose tile fits warpgroups (`wgmma_fragments.wgmma_shape`)
-gets an #mma version 3 accumulator instead and becomes
+On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
+(`wgmma_fragments.wgmma_shape`) gets an #mma version 3 accumulator instead and becomes
 
     gpu.barrier
     gpu.local_store %bufA, %xa           (128-byte swizzle, the layout wgmma's descriptors name)
@@ -33,7 +33,9 @@ gets an #mma version 3 accumulator instead and becomes
     %e = gpu.wgmma_wait %d {pending = 0}
 
 the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
-memory). pipeline_loads turns the stores into a cp.async ring and, where the ring
+memory; tf32 and f8 store B transposed, K contiguous, the only form wgmma takes for them).
+f8 dots have no mma.sync lowering here: off sm_90a (or on tiles wgmma does not take)
+they keep the FMA lowering. pipeline_loads turns the stores into a cp.async ring and, where the ring
 has room, lets one wgmma group stay in flight across iterations.
 """
 from __future__ import annotations
@@ -61,6 +63,10 @@ def uses_tensor_cores(op: T.DotOp, arch: Optional[str] = None) -> bool:
     a, b, c = (v.type for v in op.operands)
     if c.dtype is not dt.float32:
         return False
+    if a.dtype in (dt.float8e4m3, dt.float8e5m2):
+        # f8 runs on wgmma only (sm_90a, tiles it takes); other f8 dots keep the FMA lowering
+        m, n = c.shape
+        return wgmma_arch(arch) and wgmma_shape(m, n, a.shape[1], 1, 4) is not None
     if a.dtype in (dt.float16, dt.bfloat16):
         k_step = 16
     elif a.dtype is dt.float32 and op.attrs.get("allow_tf32", False):
@@ -103,6 +109,8 @@ def dot_acc_layout(op: T.DotOp, num_warps: int, arch: Optional[str] = None) -> O
         shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
         if shape is not None:
             return MmaLayout(3, shape[:2], (16, shape[2]))
+        if a.dtype.bits == 8:
+            return None  # no mma.sync form here: the FMA lowering
     return MmaLayout(2, mma_warps(m, n, num_warps), (16, 8))
 
 
@@ -179,8 +187,9 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             dead.append(cv)
             v = cv.operands[0]
         srcs.append(v)
-    bufs = [head.create(AllocOp, shape=list(v.type.shape), layout=wgmma_operand_layout(v.type.dtype.itemsize),
-                        result_types=[PointerType(v.type.dtype, SHARED)], loc=op.loc).result for v in srcs]
+    bufs = [head.create(AllocOp, shape=list(v.type.shape), layout=wgmma_operand_layout(v.type.dtype.itemsize, idx),
+                        result_types=[PointerType(v.type.dtype, SHARED)], loc=op.loc).result
+            for idx, v in enumerate(srcs)]
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
     at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers

@@ -128,8 +128,12 @@ def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
     if isinstance(load, T.LoadMaskedOp) and not _is_zero(load.operands[2]):
         return None
     elem = load.results[0].type.dtype
-    if load.attrs.get("_vec", 1) * elem.itemsize not in (4, 8, 16):
+    vec = load.attrs.get("_vec", 1)
+    if vec * elem.itemsize not in (4, 8, 16):
         return None
+    rank = len(alloc.attrs["shape"])
+    if vec > 1 and alloc.attrs["layout"].order[0] != load.attrs.get("_contig_dim", rank - 1):
+        return None  # a copy's elements must stay consecutive in the buffer (K-major wgmma B)
     ops = _slice(body, list(load.operands[:2]), body.args[0])
     return None if ops is None else _Candidate(store, load, alloc, ops)
 

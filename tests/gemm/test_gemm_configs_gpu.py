@@ -30,7 +30,7 @@ def _run(form, a, b, c, bm, bn, bk, warps, tf32):
     elif form == "ptr":
         matmul_ptr[(gm, gn)](a, b, c, m, n, k, a.stride(0), b.stride(0), c.stride(0), **opts)
     else:
-        stdlib.matmul_kernel[(gm * gn,)](a, b, c, c, GROUP_M=8, HAS_BIAS=False, ACT="none", **opts)
+        stdlib.matmul_kernel[(gm * gn,)](a, b, c, c, 1.0, GROUP_M=8, HAS_BIAS=False, ACT="none", SCALED=False, **opts)
 
 
 @pytest.mark.parametrize("form", ["views", "grouped", "ptr", "stdlib"])

@@ -108,7 +108,7 @@ def test_stdlib_gemm_ring_is_tma(dtype):
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") == 15
     assert ptx.count("mbarrier.init.shared::cta.b64") == 4
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "cp.async.cg" not in ptx
-    assert ".param .align 64 .b8 matmul_kernel_param_14[128]" in ptx and "cvta.param" in ptx
+    assert ".param .align 64 .b8 matmul_kernel_param_15[128]" in ptx and "cvta.param" in ptx
     assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == [("tmap", 0, (128, 64)), ("tmap", 1, (64, 64))]
     if find_ptxas():
         rep = ck.metadata["ptxas"]

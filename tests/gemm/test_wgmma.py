@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tilec.lowering.gpu.layouts import MmaLayout, NumpyOps, SharedLayout
-from tilec.lowering.gpu.wgmma_fragments import (descriptor_high_bits, operand_layout, warpgroup_strides,
+from tilec.lowering.gpu.wgmma_fragments import (descriptor_high_bits, k_step, operand_layout, warpgroup_strides,
                                                 wgmma_instructions, wgmma_shape)
 
 OPS = NumpyOps()
@@ -22,12 +22,13 @@ EB = 2  # 16-bit operands
 T = 16 // EB
 
 
-def _store(x: np.ndarray, smem: SharedLayout, mem: np.ndarray, base: int) -> None:
-    """Write tile `x` (element ids) into the byte-addressed `mem` at `base` as codegen does."""
+def _store(x: np.ndarray, smem: SharedLayout, mem: np.ndarray, base: int, eb: int = EB) -> None:
+    """Write tile `x` (element ids) into the element-addressed `mem` (elements of `eb` bytes)
+    at byte `base` as codegen does."""
     i, j = np.meshgrid(np.arange(x.shape[0]), np.arange(x.shape[1]), indexing="ij")
     off = smem.offset(x.shape, (i, j), OPS)
     assert sorted(off.ravel().tolist()) == list(range(x.size)), "the layout is not a permutation"
-    mem[base // EB + off] = x
+    mem[base // eb + off] = x
 
 
 def _decode(desc: int):
@@ -43,14 +44,15 @@ def _swizzle128(addr):
     return addr ^ (((addr >> 7) & 7) << 4)
 
 
-def _read_a(mem, desc):
-    """The 64 x 16 A operand (K-major, 128B swizzle) the descriptor names:
-    ((8, m), (T, 2)) : ((8T, SBO), (1, T)) in elements."""
+def _read_a(mem, desc, rows: int = 64, eb: int = EB):
+    """The rows x (32 bytes of K) K-major operand (A, or B^T of tf32/f8; 128B swizzle) the
+    descriptor names: ((8, m), (T, 2)) : ((8T, SBO), (1, T)) in elements of eb bytes."""
     start, _, sbo, mode = _decode(desc)
     assert mode == 1
-    r, k = np.meshgrid(np.arange(64), np.arange(16), indexing="ij")
-    addr = start + ((r % 8) * 8 * T + (k % T) + (k // T) * T) * EB + (r // 8) * sbo
-    return mem[_swizzle128(addr) // EB]
+    t = 16 // eb
+    r, k = np.meshgrid(np.arange(rows), np.arange(2 * t), indexing="ij")
+    addr = start + ((r % 8) * 8 * t + (k % t) + (k // t) * t) * eb + (r // 8) * sbo
+    return mem[_swizzle128(addr) // eb]
 
 
 def _read_b(mem, desc, n: int):
@@ -156,3 +158,64 @@ def test_block_layout_is_the_canonical_n_major_layout():
 ])
 def test_wgmma_shape_policy(m, n, k, num_warps, want):
     assert wgmma_shape(m, n, k, EB, num_warps) == want
+
+
+KMAJOR_CASES = [  # (m, n, k, num_warps, element bytes): tf32 and f8, B K-major
+    (64, 64, 32, 4, 4),
+    (128, 256, 32, 8, 4),
+    (128, 128, 64, 8, 4),     # tf32 A two column blocks wide
+    (64, 256, 32, 8, 4),      # two warpgroups side by side along N
+    (64, 64, 128, 4, 1),
+    (128, 256, 128, 8, 1),
+    (128, 128, 256, 4, 1),    # f8: two column blocks, two M repetitions
+]
+
+
+@pytest.mark.parametrize("m,n,k,num_warps,eb", KMAJOR_CASES)
+def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
+    """tf32 / f8: B's buffer is K-major (its K x N tile stored as B^T rows), read through the
+    ISA's K-major canonical layout; instructions of 32 bytes of K (k8, k32)."""
+    wm, wn, instr_n = wgmma_shape(m, n, k, eb, num_warps)
+    acc = MmaLayout(3, (wm, wn), (16, instr_n))
+    rng = np.random.default_rng(1)
+    a = rng.integers(-3, 4, (m, k)).astype(np.float64)
+    b = rng.integers(-3, 4, (k, n)).astype(np.float64)
+    a_base, b_base = 1024, 1024 + m * k * eb
+    mem = np.full((b_base + k * n * eb) // eb, -1, np.int64)
+    assert operand_layout(eb, 1).order == (0, 1)
+    ids_a, ids_b = np.arange(m * k).reshape(m, k), m * k + np.arange(k * n).reshape(k, n)
+    _store(ids_a, operand_layout(eb, 0), mem, a_base, eb)
+    _store(ids_b, operand_layout(eb, 1), mem, b_base, eb)
+    values = np.concatenate([a.ravel(), b.ravel()])
+    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), eb)
+    a_hi, b_hi = descriptor_high_bits(0, (m, k), eb), descriptor_high_bits(1, (k, n), eb)
+    assert a_hi == b_hi  # both K-major
+    c = np.full((m, n), np.nan)
+    for warp in range(num_warps):
+        wg_m, wg_n = (warp % wm) // 4, warp // wm
+        regs = {}
+        for ins in wgmma_instructions(acc, m, n, k, eb):
+            ta = _read_a(mem, a_hi | ((a_base + wg_m * a_stride + ins.a_offset) >> 4), 64, eb)
+            tb = _read_a(mem, b_hi | ((b_base + wg_n * b_stride + ins.b_offset) >> 4), instr_n, eb)
+            assert ta.shape == (64, k_step(eb)) and (ta >= 0).all() and (ta < m * k).all() and (tb >= m * k).all()
+            d = values[ta] @ values[tb].T
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for i, r in enumerate(ins.regs):
+                    row = 16 * (warp % 4) + g + 8 * ((i // 2) % 2)
+                    col = (i // 4) * 8 + 2 * t + (i % 2)
+                    regs[lane, r] = regs.get((lane, r), 0.0) + d[row, col]
+        for lane in range(32):
+            for r, (i, j) in enumerate(_thread_coords(acc, (m, n), warp, lane)):
+                c[i, j] = regs[lane, r]
+    np.testing.assert_array_equal(c, a @ b)
+
+
+@pytest.mark.parametrize("m,n,k,num_warps,eb,want", [
+    (128, 256, 32, 8, 4, (8, 1, 256)), (64, 64, 128, 4, 1, (4, 1, 64)),
+    (64, 64, 16, 4, 4, None),     # tf32 rows of 64 bytes
+    (64, 64, 64, 4, 1, None),     # f8 rows of 64 bytes
+    (64, 32, 32, 4, 4, None),     # N below 64
+])
+def test_wgmma_shape_policy_tf32_f8(m, n, k, num_warps, eb, want):
+    assert wgmma_shape(m, n, k, eb, num_warps) == want

@@ -100,8 +100,31 @@ def test_register_path_fences_stores_before_wgmma():
 
 @pytest.mark.parametrize("sig,num_warps", [
     ("a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, TF32=False", 4),   # 64-byte rows of A
-    ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=True", 4),    # tf32
+    ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=16, TF32=True", 4),    # tf32, 64-byte rows
 ])
 def test_other_dots_keep_mma_sync_on_sm_90a(sig, num_warps):
     ck = _compile(matmul, sig, "sm_90a", num_warps=num_warps)
     assert "mma.sync.aligned" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
+
+
+@pytest.mark.parametrize("sig,instr", [
+    ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=True", "m64n64k8.f32.tf32.tf32"),
+    ("a=f8e4m3[?,?], b=f8e4m3[?,?], c=f32[?,?], BM=64, BN=64, BK=128, TF32=False", "m64n64k32.f32.e4m3.e4m3"),
+    ("a=f8e5m2[?,?], b=f8e5m2[?,?], c=bf16[?,?], BM=64, BN=64, BK=128, TF32=False", "m64n64k32.f32.e5m2.e5m2"),
+])
+def test_tf32_and_f8_dots_on_wgmma(sig, instr):
+    """tf32 (k8) and f8 (k32) wgmma, both operands K-major: B's buffer has K contiguous and
+    the instruction takes no transpose immediates."""
+    ck = _compile(matmul, sig, "sm_90a", num_warps=4)
+    ptx = ck.asm["ptx"]
+    assert ptx.count(f"wgmma.mma_async.sync.aligned.{instr}") == 4   # 128 bytes of K, 32 per instruction
+    assert "mma.sync" not in ptx
+    gpu = ck.asm["gpu"]
+    assert "order = [0, 1]" in gpu or "order = [1, 2, 0]" in gpu   # B K-major (slots outermost)
+    assert ck.metadata["ptxas"]["warnings"] == [] if find_ptxas() else True
+
+
+def test_true_f32_dot_stays_off_tensor_cores_on_sm_90a():
+    ck = _compile(matmul, "a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=False", "sm_90a",
+                  num_warps=4)
+    assert "wgmma" not in ck.asm["ptx"] and "mma.sync" not in ck.asm["ptx"]
