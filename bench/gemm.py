@@ -1,6 +1,6 @@
 """GEMM throughput: tilec's stdlib matmul vs torch.matmul (cuBLAS) vs a Triton matmul.
 
-    python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32] [--json FILE] [--variants]
+    python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32,f8e4m3,f8e5m2] [--json FILE] [--variants]
 
 Shapes: square 1024..8192, and LLM shapes (M in {1, 16, 128, 4096, 16384} against
 weights K x N of 4096x4096, 4096x14336, 14336x4096). Each measurement is the median
@@ -30,7 +30,10 @@ from tilec.stdlib_kernels.matmul import MatmulConfig, config_for, signature
 SQUARE = [1024, 2048, 4096, 8192]
 LLM_M = [1, 16, 128, 4096, 16384]
 WEIGHTS = [(4096, 4096), (4096, 14336), (14336, 4096)]
-TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32, "f8e4m3": torch.float8_e4m3fn,
+                "f8e5m2": torch.float8_e5m2}
+# tf32 and f8: B column-major (K-major, the only B layout wgmma takes for them), for every
+# implementation; f8 against torch._scaled_mm (per-tensor scales, bf16 out), no Triton
 
 
 @triton.jit
@@ -94,7 +97,8 @@ def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
     """The ptxas register/spill report of the configuration matmul launches for this shape
     (or of `config`)."""
     sig, cfg = signature(m, n, k, "f32" if dname == "tf32" else dname, allow_tf32=dname == "tf32",
-                         sm_count=_sm_count(), arch=get_device().arch, config=config)
+                         sm_count=_sm_count(), arch=get_device().arch, config=config, scaled=dname.startswith("f8"),
+                         b_col_major=dname == "tf32" or dname.startswith("f8"))
     ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch))
     r = ck.metadata["ptxas"]
@@ -116,14 +120,21 @@ def run(shapes, dtypes, compare_cp_async=False):
         dtype = TORCH_DTYPES[dname]
         torch.backends.cuda.matmul.allow_tf32 = dname == "tf32"
         for (m, n, k) in shapes:
-            a = torch.randn(m, k, device="cuda", dtype=dtype)
-            b = torch.randn(k, n, device="cuda", dtype=dtype)
-            c = torch.empty(m, n, device="cuda", dtype=dtype)
+            f8 = dname.startswith("f8")
+            a = torch.randn(m, k, device="cuda").to(dtype)
+            b = torch.randn(n, k, device="cuda").to(dtype).t() if f8 or dname == "tf32" else \
+                torch.randn(k, n, device="cuda", dtype=dtype)
+            c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16 if f8 else dtype)
             flops = 2.0 * m * n * k
             row = {"dtype": dname, "M": m, "N": n, "K": k}
-            fns = {"tilec": lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32"),
-                   "cublas": lambda: torch.matmul(a, b, out=c),
-                   "triton": lambda: triton_matmul(a, b, c)}
+            if f8:
+                one = torch.ones((), device="cuda")
+                fns = {"tilec": lambda: matmul(a, b, out=c, scale_a=1.0, scale_b=1.0),
+                       "cublas": lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)}
+            else:
+                fns = {"tilec": lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32"),
+                       "cublas": lambda: torch.matmul(a, b, out=c),
+                       "triton": lambda: triton_matmul(a, b, c)}
             if compare_cp_async:  # the same configuration on the cp.async ring instead of TMA
                 fns["tilec_cp_async"] = lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32", tma=False)
             for name, fn in fns.items():
@@ -136,7 +147,7 @@ def run(shapes, dtypes, compare_cp_async=False):
                     row[name + "_error"] = f"{type(e).__name__}: {str(e)[:200]}"
             ref = a.double() @ b.double() if m * n * k <= 2 ** 33 else None
             if ref is not None:
-                matmul(a, b, out=c, allow_tf32=dname == "tf32")
+                matmul(a, b, out=c, allow_tf32=dname == "tf32", scale_a=1.0 if f8 else None)
                 row["rel_err"] = ((c.double() - ref).abs().max() / ref.abs().max()).item()
             try:
                 row["config"] = _report(m, n, k, dname)

@@ -9,7 +9,9 @@ import tilec.stdlib_kernels.matmul  # noqa: F401 - the module, not the function 
 from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
-from tilec.stdlib_kernels import BF16Array, matmul
+from tilec.stdlib_kernels import BF16Array, F8Array, matmul
+from tilec.lowering.target import find_ptxas
+import tilec as tc
 
 mm = sys.modules["tilec.stdlib_kernels.matmul"]
 rng = np.random.default_rng()
@@ -114,3 +116,43 @@ def test_persistent_kernel_ptx_keeps_the_tma_ring_in_the_tile_loop():
     ptx, r = ck.asm["ptx"], ck.metadata["ptxas"]
     assert "cp.async.bulk.tensor.2d" in ptx and "wgmma.mma_async" in ptx and "%nctaid.x" in ptx
     assert r["spill_stores"] == r["spill_loads"] == 0 and not r["warnings"]
+
+
+@pytest.mark.parametrize("dtype", ["f8e4m3", "f8e5m2"])
+def test_f8_matmul_with_scales_on_the_interpreter(dtype):
+    """f8 operands (F8Array: f32 holders of f8 values) times per-tensor scales, against numpy."""
+    rng = np.random.default_rng(3)
+    d = tc.dtypes.DType.get(dtype)
+    a, b = F8Array(rng.standard_normal((37, 70)) * 4, d), F8Array(rng.standard_normal((70, 45)), d)
+    want = 0.25 * 3.0 * (np.asarray(a, np.float64) @ np.asarray(b, np.float64))
+    got = matmul(a, b, scale_a=0.25, scale_b=np.array([3.0], np.float32), out_dtype="f32")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    bf = matmul(a, b, scale_a=0.25, scale_b=3.0)   # bf16 by default
+    assert isinstance(bf, BF16Array) and not isinstance(bf, F8Array)
+    np.testing.assert_allclose(np.asarray(bf), want, rtol=1e-2, atol=1e-2 * np.abs(want).max())
+
+
+def test_scale_errors():
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(TypeError, match="scale_a must be a number or a one-element array"):
+        matmul(a, a, scale_a=np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="F8Array holds"):
+        F8Array(a, tc.float16)
+
+
+@pytest.mark.parametrize("dtype,bk,instr", [("f32", 32, "m64n256k8.f32.tf32.tf32"),
+                                            ("f8e4m3", 128, "m64n256k32.f32.e4m3.e4m3")])
+def test_stdlib_tf32_and_f8_gemm_on_wgmma(dtype, bk, instr):
+    """4096^3 with B column-major (K-major, what wgmma takes for tf32/f8): 128 x 256 tiles,
+    one 128-byte row of K per stage, ptxas clean."""
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, allow_tf32=True, arch="sm_90a", scaled=dtype != "f32",
+                            b_col_major=True)
+    assert (cfg.bm, cfg.bn, cfg.bk, cfg.num_warps) == (128, 256, bk, 8)
+    ck = compile_kernel(mm.matmul_kernel, parse_signature(mm.matmul_kernel, sig),
+                        CompileOptions(arch="sm_90a", num_warps=cfg.num_warps, num_stages=cfg.num_stages).validated(),
+                        use_cache=False)
+    ptx = ck.asm["ptx"]
+    assert f"wgmma.mma_async.sync.aligned.{instr}" in ptx and "mma.sync" not in ptx
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == 0 and not rep["warnings"], rep

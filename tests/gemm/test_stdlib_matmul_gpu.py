@@ -85,3 +85,30 @@ def test_persistent(dtype, m, n, k, bm, bn, bk, warps):
         cfg = MatmulConfig(bm, bn, bk, warps, 4, persistent=True, sm_count=grid)
         want = torch.relu(a.double() @ b.double() + bias.double())
         _check(matmul(a, b, bias=bias, activation="relu", config=cfg), want, TOL[dtype])
+
+
+def _f8(x, dtype):
+    """x scaled into the f8 range, cast; (f8 tensor, scale that undoes it)."""
+    s = x.abs().max().item() / (448.0 if dtype == torch.float8_e4m3fn else 57344.0) * 2
+    return (x / s).to(dtype), s
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("m,n,k,b_col", [(1000, 1000, 1000, True), (256, 512, 384, True), (77, 131, 256, False)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_f8_with_scales(dtype, m, n, k, b_col, out_dtype):
+    a, sa = _f8(torch.randn(m, k, device="cuda"), dtype)
+    bt, sb = _f8(torch.randn(n, k, device="cuda"), dtype)
+    b = bt.t() if b_col else bt.t().contiguous()
+    got = matmul(a, b, scale_a=sa, scale_b=torch.tensor([sb], device="cuda"), out_dtype=out_dtype)
+    assert got.dtype == out_dtype
+    want = (a.double() * sa) @ (b.double() * sb)
+    _check(got, want, 1e-5 if out_dtype == torch.float32 else 1.6e-2)
+
+
+@pytest.mark.parametrize("b_col", [True, False])
+def test_tf32_on_wgmma_layouts(b_col):
+    a = torch.randn(1000, 1024, device="cuda")
+    bt = torch.randn(768, 1024, device="cuda")
+    b = bt.t() if b_col else bt.t().contiguous()
+    _check(matmul(a, b, allow_tf32=True), a.double() @ b.double(), TOL["tf32"])
