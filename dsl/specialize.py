@@ -140,6 +140,8 @@ def view_type_for(info: ArrayInfo, name: str = "array") -> ViewType:
     strides = [None] * rank
     if info.strides[-1] == 1 or info.shape[-1] == 1:
         strides[-1] = 1
+    elif rank >= 2 and info.strides[-2] == 1:
+        strides[-2] = 1  # a transposed (column-major) matrix: vector loads and TMA along dim -2
     max_offset = sum((s - 1) * abs(st) for s, st in zip(info.shape, info.strides) if s > 0)
     small = max_offset < 2 ** 31 and all(s < 2 ** 31 for s in info.shape)
     item = info.dtype.itemsize

@@ -3,14 +3,15 @@
 A kernel that copies a view with TMA takes, after its other parameters, a 128-byte tensor
 map per (view, box) (dsl/abi.py "tmap" slots). `tensor_map_writer(slot)` gives the
 packer a function that writes the map of one call's array into the parameter buffer:
-the map describes the 2-D tensor (innermost dimension first: extents, row stride in
-bytes), the box (one 128-byte swizzle row wide), the 128-byte swizzle the buffers use,
+the map describes the 2-D tensor in storage order (innermost dimension first: extents,
+row stride in bytes; a column-major tensor as its transpose, so its tiles land transposed),
+the box (one 128-byte swizzle row wide), the 128-byte swizzle the buffers use,
 and zero fill for elements outside the tensor (the views' padding). Encoding costs a
 driver call, so maps are cached by (pointer, shape, strides): a launch on the same
 tensors copies 128 cached bytes.
 
 The compiler only takes TMA for views whose specialization guarantees what the driver
-requires (16-byte aligned base, row stride a multiple of 16 bytes, unit last stride);
+requires (16-byte aligned base, a unit stride, the other a multiple of 16 bytes);
 a tensor that breaks it anyway gets a ValueError naming the requirement.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Callable, Dict, Tuple
 
 from ..abi import ParamSlot
 
-__all__ = ["TMAP_BYTES", "encode_tensor_map", "tensor_map_writer"]
+__all__ = ["TMAP_BYTES", "encode_tensor_map", "storage_dims", "tensor_map_writer"]
 
 TMAP_BYTES = 128
 _CACHE_LIMIT = 4096  # entries per slot before the cache starts afresh (stale pointers)
@@ -28,23 +29,39 @@ _CACHE_LIMIT = 4096  # entries per slot before the cache starts afresh (stale po
 
 def _enums():
     from cuda.bindings import driver as d  # noqa: PLC0415  (imported lazily: no driver needed to import)
-    dtypes = {"f16": d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-              "bf16": d.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}
+    t = d.CUtensorMapDataType
+    # f8 has no tensor-map type of its own: TMA moves its bytes as UINT8
+    dtypes = {"f16": t.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "bf16": t.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+              "f32": t.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, "f8e4m3": t.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+              "f8e5m2": t.CU_TENSOR_MAP_DATA_TYPE_UINT8}
     return d, dtypes
 
 
+def storage_dims(shape, strides):
+    """(rows, columns, row stride) of a 2-D tensor in storage order (strides in elements): a
+    column-major tensor (first stride 1, last not) is described as its row-major transpose."""
+    rows, cols = (max(1, int(x)) for x in shape)  # an empty tensor is never read: any extent will do
+    if int(strides[1]) != 1 and int(strides[0]) == 1:
+        return cols, rows, int(strides[1])
+    if int(strides[1]) != 1:
+        return None
+    return rows, cols, int(strides[0])
+
+
 def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
-    """The 128 bytes of the tiled tensor map of a row-major 2-D tensor (strides in elements)."""
+    """The 128 bytes of the tiled tensor map of a row- or column-major 2-D tensor (strides in
+    elements), `box` in storage order."""
     d, dtypes = _enums()
     if dtype.name not in dtypes:
-        raise TypeError(f"TMA copies f16 or bf16 tensors here, got {dtype.name}")
+        raise TypeError(f"TMA copies f16, bf16, f32 or f8 tensors here, got {dtype.name}")
     elem = dtype.itemsize
-    rows, cols = (max(1, int(x)) for x in shape)  # an empty tensor is never read: any extent will do
-    row_bytes = int(strides[0]) * elem
-    if strides[1] != 1 or row_bytes % 16 or ptr % 16:
-        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, unit last stride and a row stride "
-                         f"that is a multiple of 16 bytes; got pointer {ptr:#x}, strides {tuple(strides)} "
-                         f"(elements of {elem} bytes)")
+    dims = storage_dims(shape, strides)
+    row_bytes = dims[2] * elem if dims else 0
+    if dims is None or row_bytes % 16 or ptr % 16:
+        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, a unit stride (last, or first for a "
+                         f"column-major tensor) and the other stride a multiple of 16 bytes; got pointer "
+                         f"{ptr:#x}, strides {tuple(strides)} (elements of {elem} bytes)")
+    rows, cols = dims[:2]
     err, tmap = d.cuTensorMapEncodeTiled(
         dtypes[dtype.name], 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(max(row_bytes, 16))],
         [d.cuuint32_t(box[1]), d.cuuint32_t(box[0])], [d.cuuint32_t(1), d.cuuint32_t(1)],

@@ -300,7 +300,7 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
 
     b_sig = mat('b', dtype.name, k, n)
     if b_col_major:
-        b_sig = f"b={dtype.name}[?,?]:div={_div(k)}x{_div(n)}:stride_div=1x{_div(k)}"
+        b_sig = f"b={dtype.name}[?,?]:strides=1x?:div={_div(k)}x{_div(n)}:stride_div=1x{_div(k)}"
     sig = (f"{mat('a', dtype.name, m, k)}, {b_sig}, {mat('c', out.name, m, n)}, "
            f"bias={bias}[?]:div={_div(n)}, scale=f32, BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}, "
            f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}, "

@@ -95,12 +95,15 @@ def _i32(ctx, v):
 def _tma_load(ctx, op):
     buf_v, slot_v, bar_v, view_v, i_v, j_v, live_v = op.operands
     buf = buf_v.owner
-    rows, cols = buf.attrs["shape"][1:]
+    tile_rows, tile_cols = buf.attrs["shape"][1:]
     box = tuple(op.attrs["box"])
     tmap = ctx.memo["tmap"][(view_v.index, box)]
     b = ctx.builder
-    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, rows))
-    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, cols))
+    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, tile_rows))
+    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, tile_cols))
+    rows, cols = G.storage_tile((tile_rows, tile_cols), view_v.type)
+    if (rows, cols) != (tile_rows, tile_cols):
+        row0, col0 = col0, row0   # a column-major view: the map's rows are the view's columns
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
     text = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "

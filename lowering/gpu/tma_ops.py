@@ -14,8 +14,11 @@ always removes it.
 
 gpu.tma_load copies the tile (i, j) of the view (shape = one slot of the buffer) with
 `cp.async.bulk.tensor.2d`, one copy per `box`: the box is as wide as one 128-byte
-swizzle row (64 16-bit elements), so a wider tile is several boxes, stored one after
-the other as the buffer's 128-byte-swizzled layout has it (column blocks). Elements
+swizzle row (64 16-bit, 32 f32 or 128 f8 elements), so a wider tile is several boxes,
+stored one after the other as the buffer's 128-byte-swizzled layout has it (column
+blocks). Box and copy run in the storage order of the view: for a column-major view
+(first stride 1) the box is [columns of the tile, 128 bytes of its rows], which lands
+the tile transposed, rows contiguous (the K-major B buffer of tf32/f8 wgmma). Elements
 outside the view arrive as zeros. Only thread 0 issues, only where `%live` holds.
 The view's tensor map is a kernel parameter (dsl/abi.py "tmap" slots, built by the
 runtime), one per (view, box): `tma_params` lists them.
@@ -31,7 +34,7 @@ from tilec.ir.types import ScalarType, ViewType
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "TmaLoadOp", "tma_params",
-           "TMA_BOX_BYTES"]
+           "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
 
@@ -136,11 +139,11 @@ class TmaLoadOp(Op):
         _scalar(self, 4, _INDEX, "i")
         _scalar(self, 5, _INDEX, "j")
         _scalar(self, 6, (dt.bool_,), "live")
-        rows, cols = buf.attrs["shape"][1:]
+        rows, cols = storage_tile(buf.attrs["shape"][1:], vt)
         box = list(self.attrs["box"])
         if len(box) != 2 or box[0] != rows or box[1] * vt.dtype.itemsize != TMA_BOX_BYTES or cols % box[1]:
             raise self.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
-                             f"{rows}x{cols} tile")
+                             f"{rows}x{cols} tile (storage order)")
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
@@ -149,6 +152,13 @@ class TmaLoadOp(Op):
     def nbytes(self) -> int:
         rows, cols = self.operands[0].owner.attrs["shape"][1:]
         return rows * cols * self.operands[3].type.dtype.itemsize
+
+
+def storage_tile(shape, vt: ViewType) -> Tuple[int, int]:
+    """A tile's (rows, columns) in the view's storage order: transposed for a column-major
+    view (first stride 1), whose tensor map runs over the storage."""
+    rows, cols = shape
+    return (cols, rows) if vt.strides[1] != 1 else (rows, cols)
 
 
 def _arg_index(view) -> int:

@@ -17,14 +17,20 @@ removes every marker. A load qualifies when
 - the target is sm_90a, the `tma` option is on (the default), and the ring has at least
   3 stages (one wgmma group in flight);
 - it is a direct child of a tile.for, its only use is operand a or b of a tile.dot
-  that wgmma computes (f16/bf16, f32 accumulator, `wgmma_shape` takes the tile);
-- the view is a kernel argument of rank 2, f16/bf16, last stride 1, row stride a
-  known multiple of 16 bytes (the specialization's stride_div), base aligned to 16
-  bytes: what cuTensorMapEncodeTiled requires; other views keep cp.async;
-- the tile is at most 256 rows (a box's limit), a multiple of 8 rows and of 64
-  columns (boxes one 128-byte swizzle row wide), read in "index" mode with zero
-  padding (TMA fills out-of-bounds elements with zeros);
+  that wgmma computes (f16/bf16, tf32, f8 e4m3/e5m2; f32 accumulator);
+- the view is a kernel argument of rank 2, base aligned to 16 bytes, one unit stride and
+  the other a known multiple of 16 bytes (the specialization's stride_div): what
+  cuTensorMapEncodeTiled requires; other views keep cp.async;
+- a 2-D copy cannot transpose, so the view's contiguous dimension must be the buffer's:
+  row-major (last stride 1) for A and for the N-major B of f16/bf16; column-major (first
+  stride 1: storage N x K, K contiguous) for the K-major B of tf32/f8;
+- in storage order, the tile is at most 256 rows (a box's limit), a multiple of 8 rows
+  and of one 128-byte swizzle row of columns (64 f16/bf16, 32 f32, 128 f8 elements), read
+  in "index" mode with zero padding (TMA fills out-of-bounds elements with zeros);
 - every TMA load of that view uses the same box (one tensor map per view).
+
+The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
+bytes of K] of a column-major one.
 """
 from __future__ import annotations
 
@@ -37,20 +43,29 @@ from tilec.ir import tile_ops as T
 from tilec.ir.types import ViewType
 
 from ..gpu.tma_ops import TMA_BOX_BYTES, TmaOriginOp
-from ..gpu.wgmma_fragments import wgmma_shape
+from ..gpu.wgmma_fragments import b_k_major
+from .accelerate_dot import dot_acc_layout
 
-__all__ = ["tma_loads", "tma_view_ok"]
+__all__ = ["tma_loads", "tma_view_ok", "column_major"]
 
-_TMA_DTYPES = (dt.float16, dt.bfloat16)
+_TMA_DTYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2)
 
 
 def tma_view_ok(vt: ViewType) -> bool:
-    """Whether cuTensorMapEncodeTiled accepts every tensor this view type specializes."""
-    if vt.rank != 2 or vt.dtype not in _TMA_DTYPES or vt.strides[1] != 1 or vt.align < 16:
+    """Whether cuTensorMapEncodeTiled accepts every tensor this view type specializes:
+    row-major (last stride 1) or column-major (first stride 1), the other stride a
+    multiple of 16 bytes."""
+    if vt.rank != 2 or vt.dtype not in _TMA_DTYPES or vt.align < 16 or 1 not in vt.strides:
         return False
-    row = vt.strides[0]
-    row_bytes_div = row * vt.dtype.itemsize if row is not None else vt.stride_div[0] * vt.dtype.itemsize
-    return row_bytes_div % 16 == 0
+    outer = 0 if vt.strides[1] == 1 else 1
+    stride = vt.strides[outer]
+    stride_bytes_div = (stride if stride is not None else vt.stride_div[outer]) * vt.dtype.itemsize
+    return stride_bytes_div % 16 == 0
+
+
+def column_major(vt: ViewType) -> bool:
+    """Whether a TMA view is stored column-major (its tensor map runs over the transpose)."""
+    return vt.strides[1] != 1
 
 
 def _dot_user(op: Op) -> Optional[T.DotOp]:
@@ -61,8 +76,8 @@ def _dot_user(op: Op) -> Optional[T.DotOp]:
     return user if isinstance(user, T.DotOp) and idx in (0, 1) else None
 
 
-def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
-    """The TMA box of `op`'s tile when the load qualifies (module docstring), else None."""
+def _box(op: T.LoadViewOp, num_warps: int, arch: Optional[str]) -> Optional[Tuple[int, int]]:
+    """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
         return None
     if op.attrs.get("padding", 0) not in (0, 0.0):
@@ -74,15 +89,22 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     if region is None or region.parent is None or region.parent.parent_op() is not None:
         return None  # a region argument, not the kernel's
     dot = _dot_user(op)
-    if dot is None or dot.operands[2].type.dtype is not dt.float32:
+    if dot is None:
         return None
-    a, b, c = (v.type for v in dot.operands)
-    if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES:
+    a, b, _ = (v.type for v in dot.operands)
+    acc = dot_acc_layout(dot, num_warps, arch)
+    if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
         return None
-    if wgmma_shape(c.shape[0], c.shape[1], a.shape[1], a.dtype.itemsize, num_warps) is None:
-        return None
+    elem = view.type.dtype.itemsize
+    k_contiguous = op.results[0].uses[0][1] == 0 or b_k_major(elem)   # the buffer's order
     rows, cols = op.attrs["shape"]
-    width = TMA_BOX_BYTES // view.type.dtype.itemsize
+    if column_major(view.type):
+        if not k_contiguous or op.results[0].uses[0][1] != 1:
+            return None   # only B's K-major buffer is the transpose of the view
+        rows, cols = cols, rows
+    elif op.results[0].uses[0][1] == 1 and k_contiguous:
+        return None       # a row-major B into a K-major buffer would need a transposing copy
+    width = TMA_BOX_BYTES // elem
     if rows > 256 or rows % 8 or cols % width:
         return None
     return rows, width
@@ -95,7 +117,7 @@ def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, n
     boxes: Dict[int, Tuple[int, int]] = {}
     tag = 0
     for op in [o for o in module.walk() if isinstance(o, T.LoadViewOp)]:
-        box = _box(op, num_warps)
+        box = _box(op, num_warps, arch)
         view = op.operands[0]
         if box is None or boxes.setdefault(id(view), box) != box:
             continue

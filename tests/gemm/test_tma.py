@@ -14,11 +14,12 @@ import pytest
 from tilec.abi import param_slots
 from tilec.compiler import compile_kernel
 from tilec.ir.types import ViewType
-from tilec.lowering.gpu.wgmma_fragments import operand_offset
+from tilec.lowering.gpu.wgmma_fragments import b_k_major, operand_offset
 from tilec.lowering.passes.tma_loads import tma_view_ok
+from tilec.runtime.tensormap import storage_dims
 from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
-from tilec.specialize import parse_signature
+from tilec.specialize import ArrayInfo, parse_signature, view_type_for
 from tilec import dtypes as dt
 
 from gemm_kernels import matmul
@@ -46,6 +47,11 @@ def _wgmma_read(smem, op_idx, shape, eb, dtype):
     out = np.zeros(shape, dtype)
     for r in range(shape[0]):
         for c in range(shape[1]):
+            if op_idx == 1 and b_k_major(eb):   # tf32/f8: B^T stored as A is, any k within a row
+                off = operand_offset(0, (shape[1], shape[0]), eb, c, r)
+                off ^= ((off >> 7) & 7) << 4
+                out[r, c] = np.frombuffer(bytes(smem[off:off + eb]), dtype)[0]
+                continue
             off = operand_offset(op_idx, shape, eb, r, c) if op_idx == 0 or c % (128 // eb) == 0 else \
                 operand_offset(op_idx, shape, eb, r, c - c % (128 // eb)) + (c % (128 // eb)) * eb
             off ^= ((off >> 7) & 7) << 4
@@ -70,13 +76,74 @@ def test_tma_boxes_land_where_wgmma_reads(op_idx, tile):
         np.testing.assert_array_equal(_wgmma_read(smem, op_idx, tile, 2, np.float16), want)
 
 
+def _random(rng, shape, dtype):
+    if dtype == np.uint8:   # f8: TMA moves bytes; any bit pattern will do
+        return rng.integers(1, 256, shape).astype(np.uint8)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype,op_idx,tile", [
+    (np.float32, 0, (128, 32)), (np.float32, 1, (32, 256)), (np.float32, 1, (64, 128)),
+    (np.uint8, 0, (64, 128)), (np.uint8, 1, (128, 256)), (np.uint8, 1, (256, 64))])
+def test_tma_boxes_land_where_wgmma_reads_tf32_f8(dtype, op_idx, tile):
+    """tf32 (4-byte) and f8 (1-byte) operands: A row-major, B column-major (storage N x K,
+    K contiguous). B's boxes run over the storage, [BN rows, 128 bytes of K], one per
+    128-byte K block at block * BN * 128 bytes: the tile lands transposed, K-major, which
+    is the only B layout tf32/f8 wgmma reads; edge tiles read zeros."""
+    rng = np.random.default_rng(1)
+    eb = np.dtype(dtype).itemsize
+    width = 128 // eb
+    rows, cols = tile
+    for ti, tj in [(0, 0), (1, 1)]:
+        if op_idx == 0:
+            tensor = _random(rng, (rows * 2 - 24, cols * 2 - width // 2), dtype)   # M x K
+            logical = tensor
+        else:
+            storage = _random(rng, (cols * 2 - 40, rows * 2 - width // 2), dtype)  # N x K
+            tensor, logical = storage, storage.T                                   # B = storage^T
+        smem = np.zeros(rows * cols * eb, np.uint8)
+        if op_idx == 0:
+            for blk in range(cols // width):
+                _tma_box_copy(tensor, ti * rows, tj * cols + blk * width, (rows, width), smem, blk * rows * 128)
+        else:   # tile (ti along K, tj along N): storage rows tj * BN, columns ti * BK
+            for blk in range(rows // width):
+                _tma_box_copy(tensor, tj * cols, ti * rows + blk * width, (cols, width), smem, blk * cols * 128)
+        want = np.zeros(tile, dtype)
+        part = logical[ti * rows:(ti + 1) * rows, tj * cols:(tj + 1) * cols]
+        want[:part.shape[0], :part.shape[1]] = part
+        np.testing.assert_array_equal(_wgmma_read(smem, op_idx, tile, eb, dtype), want)
+
+
+def test_storage_dims_describe_column_major_as_its_transpose():
+    assert storage_dims((4096, 1024), (1024, 1)) == (4096, 1024, 1024)       # row-major
+    assert storage_dims((4096, 1024), (1, 4096)) == (1024, 4096, 4096)       # column-major K x N
+    assert storage_dims((0, 8), (8, 1)) == (1, 8, 8)                          # empty: any extent
+    assert storage_dims((64, 64), (128, 2)) is None                           # no unit stride
+
+
+def test_column_major_arrays_specialize_with_a_unit_first_stride():
+    """What lets the tf32/f8 ring form: B = bt.T (K x N, strides (1, K)) is a view with
+    strides [1, ?] and a row stride divisible by 16, which TMA (and 16-byte cp.async) take."""
+    colmajor = view_type_for(ArrayInfo(0x10000, (4096, 1024), (1, 4096), dt.float32, "cuda:0"))
+    assert colmajor.strides == (1, None) and colmajor.stride_div == (1, 16) and tma_view_ok(colmajor)
+    rowmajor = view_type_for(ArrayInfo(0x10000, (4096, 1024), (1024, 1), dt.float32, "cuda:0"))
+    assert rowmajor.strides == (None, 1)
+    strided = view_type_for(ArrayInfo(0x10000, (64, 64), (128, 2), dt.float32, "cuda:0"))
+    assert strided.strides == (None, None) and not tma_view_ok(strided)
+
+
 def test_view_eligibility():
     ok = ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1))
     assert tma_view_ok(ok)
     assert not tma_view_ok(ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=16, stride_div=(4, 1)))  # 8-byte rows
     assert not tma_view_ok(ViewType(dt.bfloat16, 2, (None, 1), dt.int32, align=4, stride_div=(16, 1)))
-    assert not tma_view_ok(ViewType(dt.bfloat16, 2, (1, None), dt.int32, align=16))   # column-major
-    assert not tma_view_ok(ViewType(dt.float32, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1)))
+    assert not tma_view_ok(ViewType(dt.bfloat16, 2, (1, None), dt.int32, align=16))   # column stride unknown
+    assert tma_view_ok(ViewType(dt.bfloat16, 2, (1, None), dt.int32, align=16, stride_div=(1, 16)))
+    assert tma_view_ok(ViewType(dt.float32, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1)))
+    assert tma_view_ok(ViewType(dt.float8e4m3, 2, (1, None), dt.int32, align=16, stride_div=(1, 16)))
+    assert not tma_view_ok(ViewType(dt.float8e5m2, 2, (1, None), dt.int32, align=16, stride_div=(1, 8)))  # 8 B
+    assert not tma_view_ok(ViewType(dt.float32, 2, (None, None), dt.int32, align=16, stride_div=(16, 16)))
+    assert not tma_view_ok(ViewType(dt.float64, 2, (None, 1), dt.int32, align=16, stride_div=(16, 1)))
 
 
 def test_tensor_map_slots_come_last():
@@ -134,3 +201,31 @@ def test_test_kernel_gets_tma_too():
     ck = _compile(matmul, "a=f16[?,?]:div=16x16:stride_div=16x1, b=f16[?,?]:div=16x16:stride_div=16x1, "
                           "c=f16[?,?], BM=128, BN=128, BK=64, TF32=False", num_warps=4, num_stages=4)
     assert ck.asm["ptx"].count("cp.async.bulk.tensor.2d") == 3 * 3   # (A + two B boxes) x (2 prologue + body)
+
+
+@pytest.mark.parametrize("dtype,box_b,copies", [
+    # BK = 32 tf32 / 128 f8 is one swizzle row of K: A one 128 x BK box, B one 256 x BK box;
+    # (A + B) x (2 prologue + body)
+    ("f32", (256, 32), 2 * 3), ("f8e4m3", (256, 128), 2 * 3), ("f8e5m2", (256, 128), 2 * 3)])
+def test_stdlib_tf32_f8_ring_is_tma_with_column_major_b(dtype, box_b, copies):
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a", allow_tf32=dtype == "f32",
+                            scaled=dtype != "f32", b_col_major=True)
+    assert "b=" + dtype + "[?,?]:strides=1x?" in sig
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    body = gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
+    assert "gpu.tma_load" in body and "gpu.async_copy" not in gpu and "gpu.local_store" not in body
+    assert ptx.count("cp.async.bulk.tensor.2d") == copies and "cp.async.cg" not in ptx
+    assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == [("tmap", 0, (cfg.bm, box_b[1])), ("tmap", 1, box_b)]
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
+
+
+def test_row_major_b_of_tf32_is_not_copied_by_tma():
+    """A row-major B would have to be transposed into tf32's K-major buffer: a 2-D TMA
+    copy cannot (nor can cp.async), so the ring does not form and no copy is TMA."""
+    sig, cfg = mm.signature(4096, 4096, 4096, "f32", arch="sm_90a", allow_tf32=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert not any(s.kind == "tmap" for s in ck.params)
+    assert "cp.async.bulk.tensor" not in ck.asm["ptx"] and "wgmma.mma_async" in ck.asm["ptx"]
