@@ -53,9 +53,11 @@ def _array_sig(info) -> Tuple:
             reach += (s - 1) * (st if st >= 0 else -st)
             small = small and s < _OFFSET_LIMIT
     last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
+    # a column-major matrix: view_type_for makes the stride of dim -2 static
+    col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
     # extents and strides divisible by 16 (view_type_for's shape_div / stride_div)
     divs = tuple(s & 15 == 0 for s in shape) + tuple(st & 15 == 0 for st in strides)
-    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs)
+    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs, col_unit)
 
 
 def _int_sig(v: int) -> Tuple:
