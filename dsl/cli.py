@@ -4,6 +4,7 @@
     tilec ir   FILE:KERNEL --sig SIG [--after PASS] [--passes]
     tilec llvm FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] ...
     tilec ptx  FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] [--ptxas] ...
+    tilec ptx  matmul --dtype bf16 --shape 4096,4096,4096 [--arch sm_90a]
 
 User mistakes (a missing file, an unknown kernel or pass, a bad signature or option,
 a kernel that does not compile) print one clean message to stderr and exit with
@@ -126,9 +127,36 @@ def _cmd_ir(args) -> int:
 
 def _compile(args):
     from .compiler import compile_kernel
+    if args.target == "matmul":
+        return _compile_stdlib_matmul(args)
     kernel = load_kernel(args.target)
     spec = _parse_sig(kernel, args.sig)
     return compile_kernel(kernel, spec, _options(args))
+
+
+def _compile_stdlib_matmul(args):
+    """The kernel and configuration `tilec.stdlib_kernels.matmul` would launch for
+    contiguous row-major operands of --dtype and --shape M,N,K."""
+    from dataclasses import replace
+    from .compiler import compile_kernel
+    from .stdlib_kernels import matmul as _  # noqa: F401  (the package re-exports the function)
+    mm = sys.modules["tilec.stdlib_kernels.matmul"]
+    try:
+        m, n, k = (int(x) for x in (args.shape or "").split(","))
+    except ValueError:
+        raise UsageError(f"tilec {args.command} matmul needs --shape M,N,K (three ints), got {args.shape!r}") from None
+    if not args.dtype:
+        raise UsageError(f"tilec {args.command} matmul needs --dtype (f16, bf16, f32, tf32, f8e4m3, f8e5m2)")
+    opts = _options(args)
+    arch = opts.arch or "sm_90a"
+    try:
+        tf32 = args.dtype == "tf32"
+        sig, cfg = mm.signature(m, n, k, "f32" if tf32 else args.dtype, arch=arch, allow_tf32=tf32)
+    except (TypeError, ValueError) as e:
+        raise UsageError(str(e)) from None
+    opts = replace(opts, arch=arch, num_warps=args.num_warps or cfg.num_warps,
+                   num_stages=args.num_stages or cfg.num_stages).validated()
+    return compile_kernel(cfg.kernel, _parse_sig(cfg.kernel, sig), opts)
 
 
 def _cmd_llvm(args) -> int:
@@ -168,8 +196,14 @@ def _signature_help() -> str:
 
 def _add_kernel_args(p: argparse.ArgumentParser, target_required: bool = True) -> None:
     p.add_argument("target", metavar="FILE:KERNEL", nargs=None if target_required else "?",
-                   help="a Python file and the name of a @tilec.kernel in it")
+                   help="a Python file and the name of a @tilec.kernel in it (llvm/ptx: or `matmul`, "
+                        "the stdlib GEMM, with --dtype and --shape)")
     p.add_argument("--sig", metavar="SIG", help="types and constexpr values of the kernel's parameters")
+
+
+def _add_stdlib_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", help="with `matmul`: the operand dtype (f16, bf16, f32, tf32, f8e4m3, f8e5m2)")
+    p.add_argument("--shape", metavar="M,N,K", help="with `matmul`: the problem size")
 
 
 def _add_option_args(p: argparse.ArgumentParser) -> None:
@@ -199,11 +233,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("llvm", help="print a kernel's LLVM IR", epilog=_signature_help(), formatter_class=fmt)
     _add_kernel_args(p)
+    _add_stdlib_args(p)
     _add_option_args(p)
     p.set_defaults(func=_cmd_llvm)
 
     p = sub.add_parser("ptx", help="print a kernel's PTX", epilog=_signature_help(), formatter_class=fmt)
     _add_kernel_args(p)
+    _add_stdlib_args(p)
     _add_option_args(p)
     p.add_argument("--ptxas", action="store_true", help="also assemble it and print ptxas's register/spill report")
     p.set_defaults(func=_cmd_ptx)

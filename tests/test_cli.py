@@ -151,3 +151,23 @@ def test_ptx_end_to_end(kernel_file):
     proc = run_cli("ptx", f"{kernel_file}:scale", "--sig", SIG, "--arch", "sm_80")
     assert proc.returncode == 0, proc.stderr
     assert ".target sm_80" in proc.stdout and ".entry" in proc.stdout
+
+
+def test_ptx_of_the_stdlib_matmul_configuration():
+    # what `tilec.stdlib_kernels.matmul` would launch: wgmma + TMA on sm_90a, mma.sync on sm_80
+    hopper = run_cli("ptx", "matmul", "--dtype", "bf16", "--shape", "4096,4096,4096", "--arch", "sm_90a")
+    assert hopper.returncode == 0, hopper.stderr
+    assert "wgmma.mma_async" in hopper.stdout and "cp.async.bulk.tensor" in hopper.stdout
+    ampere = run_cli("ptx", "matmul", "--dtype", "f16", "--shape", "1000,1000,1000", "--arch", "sm_80")
+    assert ampere.returncode == 0, ampere.stderr
+    assert "mma.sync.aligned.m16n8k16" in ampere.stdout
+    tf32 = run_cli("ptx", "matmul", "--dtype", "tf32", "--shape", "512,512,512", "--arch", "sm_90a")
+    assert tf32.returncode == 0 and "tf32" in tf32.stdout, tf32.stderr
+
+
+def test_stdlib_matmul_arguments_are_checked():
+    bad_shape = run_cli("ptx", "matmul", "--dtype", "bf16", "--shape", "1,2")
+    assert bad_shape.returncode == 2 and "--shape M,N,K" in bad_shape.stderr
+    no_dtype = run_cli("ptx", "matmul", "--shape", "64,64,64")
+    assert no_dtype.returncode == 2 and "needs --dtype" in no_dtype.stderr
+    assert "Traceback" not in bad_shape.stderr + no_dtype.stderr
