@@ -105,8 +105,6 @@ def main():
     sync = rt.synchronize
 
     # raw cuLaunchKernel, arguments packed once
-    from tilec.runtime.module import load
-    from tilec.runtime.packing import build_packer
     out = rt.zeros(1024)
     k, how = _tilec_kernel(out)
     ck = getattr(k, "_compiled", None)

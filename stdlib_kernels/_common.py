@@ -234,6 +234,23 @@ def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     return int(dim) % ndim
 
 
+def last_dim_rows(x, dim: int, out, op: str):
+    """The shared start of an op along the last dimension whose output is shaped like x:
+    (input, output, input rows, output rows, n_rows, n_cols) after checking that x is a
+    float array of at least one dimension and that `dim` names its last dimension."""
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError(f"{op}: x must have at least 1 dimension")
+    if normalize_dim(dim, a.ndim) != a.ndim - 1:
+        raise ValueError(f"{op}: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{a.shape}; move that dimension last first (e.g. x.transpose(...) and a contiguous copy)")
+    o = output(out, a, a.shape, a.dtype)
+    xv, n_rows, n_cols = rows_of(a, "x")
+    ov, _, _ = rows_of(o, "out")
+    return a, o, xv, ov, n_rows, n_cols
+
+
 def rows_of(a: Arr, name: str):
     """(kernel argument, n_rows, n_cols): `a` seen as a 2-D array of rows of its last
     dimension, leading dimensions flattened into rows without a copy.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from typing import Tuple
 
-import numpy as np
 
 import tilec as tc
 

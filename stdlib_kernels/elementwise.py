@@ -16,7 +16,7 @@ import numpy as np
 import tilec as tc
 from tilec import dtypes as _dt
 
-from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, view
+from ._common import as_array, check_float, check_same_place, launch, output, view
 from ._plan import planned
 from ._rows import INDEX_LIMIT, row_view, rows_form, slice_last, tile_config
 

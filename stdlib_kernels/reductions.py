@@ -13,7 +13,7 @@ import builtins
 
 import tilec as tc
 
-from ._common import (as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
+from ._common import (last_dim_rows, as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
                       output, row_config, rows_of, view)
 from ._plan import planned
 
@@ -236,16 +236,7 @@ def cumsum(x, dim: int = -1, out=None):
     in 4096-column tiles carrying the running total. num_warps = tile
     elements / 512, 1..16.
     """
-    a = as_array(x, "x")
-    check_float(a, "x")
-    if a.ndim == 0:
-        raise ValueError("cumsum: x must have at least 1 dimension")
-    if normalize_dim(dim, a.ndim) != a.ndim - 1:
-        raise ValueError(f"cumsum: only the last dimension is supported (dim=-1), got dim={dim} for shape "
-                         f"{a.shape}; move that dimension last first (a transpose and a contiguous copy)")
-    o = output(out, a, a.shape, a.dtype)
-    xv, n_rows, n_cols = rows_of(a, "x")
-    ov, _, _ = rows_of(o, "out")
+    a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, "cumsum")
     if n_cols == 0:
         return o.obj
     cfg = row_config(n_cols, n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)

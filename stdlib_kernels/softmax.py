@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tilec as tc
 
-from ._common import (as_array, check_float, empty_like, launch, next_pow2, normalize_dim, output, row_config,
-                      rows_of, view)
+from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config,
+                      view)
 from ._plan import planned
 
 __all__ = ["softmax", "log_softmax"]
@@ -136,16 +136,7 @@ MIN_CHUNK_TILES = 2     # tiles per chunk at least
 
 
 def _softmax(x, dim, out, log: bool, op: str):
-    a = as_array(x, "x")
-    check_float(a, "x")
-    if a.ndim == 0:
-        raise ValueError(f"{op}: x must have at least 1 dimension")
-    if normalize_dim(dim, a.ndim) != a.ndim - 1:
-        raise ValueError(f"{op}: only the last dimension is supported (dim=-1), got dim={dim} for shape "
-                         f"{a.shape}; move that dimension last first (e.g. x.transpose(...) and a contiguous copy)")
-    o = output(out, a, a.shape, a.dtype)
-    xv, n_rows, n_cols = rows_of(a, "x")
-    ov, _, _ = rows_of(o, "out")
+    a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
     if n_cols == 0:
         return o.obj
     cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)

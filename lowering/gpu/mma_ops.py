@@ -17,7 +17,7 @@ from tilec.ir.core import AttrSpec as A, Op, register_op
 from tilec.ir.types import PointerType, ScalarType, TileType
 
 from .layouts import DotOperandLayout, MmaLayout, SharedLayout
-from .ops import SHARED, AllocOp
+from .ops import AllocOp
 
 __all__ = ["LdMatrixOp", "MmaOp", "AsyncCopyOp", "AsyncCommitOp", "AsyncWaitOp", "MMA_OPERAND_DTYPES",
            "slot_shape"]

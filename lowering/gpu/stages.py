@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-from .layouts import Bases, Coord, DistributedLayout, LayoutError, LinearLayout, SliceLayout
+from .layouts import Bases, Coord, DistributedLayout, LayoutError, LinearLayout
 
 __all__ = ["stage_result", "warps_to_registers", "axis_bits", "drop_axis"]
 

@@ -27,7 +27,7 @@ from typing import Dict, Tuple
 
 from tilec.ir import Module, Value
 from tilec.ir import tile_ops as T
-from tilec.ir.types import PointerType, ScalarType, TileType, ViewType, shape_of
+from tilec.ir.types import PointerType, ScalarType, TileType, shape_of
 
 __all__ = ["AxisInfo", "analyze", "axis_info", "MAX_DIV"]
 
