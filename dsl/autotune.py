@@ -32,17 +32,28 @@ __all__ = ["Config", "autotune", "Autotuner"]
 
 
 class Config:
-    """Constexpr values plus launch options for one autotuning candidate."""
+    """Constexpr values plus launch options for one autotuning candidate: num_warps,
+    num_stages and any other compile option (warp_specialize=True, persistent=True, tma=False,
+    fast_math=True, ...)."""
 
-    def __init__(self, kwargs: Optional[dict] = None, num_warps: int = 4, num_stages: int = 3):
+    def __init__(self, kwargs: Optional[dict] = None, num_warps: int = 4, num_stages: int = 3, **options):
+        from .options import OPTION_FIELDS  # noqa: PLC0415
+        bad = sorted(set(options) - set(OPTION_FIELDS) | ({"num_warps", "num_stages"} & set(options)))
+        if bad:
+            raise TypeError(f"tc.Config got unknown option(s) {', '.join(bad)}; options are: "
+                            f"{', '.join(OPTION_FIELDS)}")
         self.kwargs = dict(kwargs or {})
         self.num_warps, self.num_stages = num_warps, num_stages
+        self.options = dict(options)
 
     def launch_kwargs(self) -> dict:
-        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        return {**self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages, **self.options}
 
     def to_json(self) -> dict:
-        return {"kwargs": self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        doc = {"kwargs": self.kwargs, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.options:
+            doc["options"] = self.options
+        return doc
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Config) and self.to_json() == other.to_json()
@@ -52,7 +63,8 @@ class Config:
 
     def __repr__(self) -> str:
         kw = ", ".join(f"{k}={v!r}" for k, v in self.kwargs.items())
-        return f"Config({kw}, num_warps={self.num_warps}, num_stages={self.num_stages})"
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"Config({kw}, num_warps={self.num_warps}, num_stages={self.num_stages}{opts})"
 
 
 def autotune(configs: Sequence[Config], key: Iterable[str], warmup: int = 3, rep: int = 10):
@@ -136,7 +148,7 @@ class Autotuner:
     def _load(self, keyvals) -> Optional[Config]:
         try:
             doc = json.loads(self._record_path(keyvals).read_text())
-            cfg = Config(doc["kwargs"], doc["num_warps"], doc["num_stages"])
+            cfg = Config(doc["kwargs"], doc["num_warps"], doc["num_stages"], **doc.get("options", {}))
         except (OSError, ValueError, KeyError, TypeError):
             return None
         return cfg if cfg in self.configs else None

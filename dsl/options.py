@@ -5,10 +5,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
+__all__ = ["CompileOptions", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
-RESERVED_KWARGS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "stream")
+OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent")
+RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
 # ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
@@ -42,6 +43,8 @@ class CompileOptions:
     fast_math: bool = False
     debug: bool = False
     tma: bool = True                # sm_90a: tensor-view loads feeding wgmma may use TMA (False: cp.async)
+    warp_specialize: bool = False   # sm_90a: a producer warpgroup issues the TMA ring, the num_warps consume it
+    persistent: bool = False        # one program per SM slot, looping over the grid's program ids
 
     def validated(self) -> "CompileOptions":
         if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
@@ -49,7 +52,8 @@ class CompileOptions:
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be an int from 1 to 8, got {self.num_stages!r}")
         arch = parse_arch(self.arch) if self.arch is not None else None
-        return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma))
+        return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
+                       warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent))
 
     def with_arch(self, default_arch: str) -> "CompileOptions":
         return self if self.arch is not None else replace(self, arch=parse_arch(default_arch))
@@ -57,6 +61,6 @@ class CompileOptions:
 
 def split_options(kwargs: dict):
     """Split launch keywords into (CompileOptions fields, stream, the rest)."""
-    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma") if k in kwargs}
+    opts = {k: kwargs.pop(k) for k in OPTION_FIELDS if k in kwargs}
     stream = kwargs.pop("stream", None)
     return opts, stream, kwargs

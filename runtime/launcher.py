@@ -29,6 +29,7 @@ import sys
 import threading
 from typing import Any, Dict, Tuple
 
+from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions
 from . import driver, interop
 from .memory import DeviceArray
@@ -196,7 +197,6 @@ def _default_stream(vals, device: int) -> int:
     return 0
 
 
-_OPTION_NAMES = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma")
 _SUCCESS = None
 _cuLaunchKernel = None
 _torch_tensor = None          # torch.Tensor once torch is imported
