@@ -51,6 +51,47 @@ def test_gelu(shape, dtype, approx, scale, seed):
     close(E.gelu(x, approximate=approx), want, dtype)
 
 
+_erfc = np.vectorize(math.erfc)
+
+
+def _gelu64(v):
+    # erfc keeps relative accuracy in the negative tail, where 1 + erf cancels
+    return 0.5 * v * _erfc(-v / math.sqrt(2))
+
+
+def test_gelu_narrow_fit_error_bound():
+    # The 2-byte path's Phi (tc.exp2 of a degree-7 tail fit) run with an f32 result, so the
+    # fit's own error shows: relative 3.5e-5 of gelu for abs(x) <= 8 (4% of an f16 ulp),
+    # and abs error below 5e-15 past it, where Phi(-abs(x)) is all that is left.
+    v = np.concatenate([np.linspace(-8, 8, 16001), [-8.5, -9.0, -12.0, -40.0, -1e4, 9.0, 1e4]])
+    x = v.astype(np.float32).reshape(1, -1)
+    out = np.empty_like(x)
+    E.launch(E.gelu_kernel, (1,), [x, out, 1, x.shape[1], x.shape[1], x.shape[1]], APPROX="none", BR=1,
+             BC=32768, WIDE=False, NARROW=True)
+    want = _gelu64(x.astype(np.float64))
+    got = out.astype(np.float64)
+    inner = np.abs(x) <= 8
+    # gelu(x) = x * Phi(x): relative error of Phi, with the exp2 argument's f32 rounding
+    np.testing.assert_allclose(got[inner], want[inner], rtol=4e-5, atol=1e-30)
+    assert np.all(np.abs(got[~inner] - want[~inner]) <= np.maximum(5e-15, 4e-5 * np.abs(want[~inner])))
+    assert np.array_equal(got[0, -2:], [9.0, 1e4])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_gelu_two_byte_outputs_round_like_float64(dtype):
+    # Every f16 / bf16 result of the narrow path is the float64 gelu rounded to the output
+    # dtype, or a neighbour of it when that value sits within the fit's error of a tie.
+    v = np.linspace(-10, 10, 4099)
+    x = host(v, dtype)
+    got = f64(E.gelu(x))
+    want = _gelu64(f64(x))
+    ulp = np.spacing(np.abs(f64(host(want, dtype))).astype(np.float16 if dtype == "f16" else np.float32))
+    if dtype == "bf16":
+        ulp = ulp * 2.0 ** 16
+    close(got, want, dtype)
+    assert np.all(np.abs(got - want) <= 0.5 * ulp.astype(np.float64) + 4e-5 * np.abs(want) + 6e-8)
+
+
 @settings(max_examples=10, deadline=None)
 @given(shape=st.sampled_from([(1, 2), (3, 14), (2, 5, 258)]), dtype=st.sampled_from(DTYPES),
        seed=st.integers(0, 2 ** 16))
