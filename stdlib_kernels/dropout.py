@@ -1,14 +1,20 @@
 """dropout(x, p, seed): zero each element with probability p, scale the rest by 1 / (1 - p).
 
-The random numbers come from `tc.rand4x` (Philox4x32-10, tilec/random.py): the
+The random bits come from `tc.randint4x` (Philox4x32-10, tilec/random.py), 16 per
+element: each 32-bit output word serves two elements, one Philox call eight. The
 element of row-major index i keeps its value when
 
-    word (i % 4) of Philox(key = seed, counter = (i // 4, 0, 0, 0)), as a uniform
-    u = (word >> 8) * 2**-24, satisfies u >= p.
+    h = 16-bit half (i % 2) (0: low, 1: high) of word ((i // 2) % 4) of
+        Philox(key = seed, counter = (i // 8, 0, 0, 0)) satisfies h >= round(p * 2**16).
 
-So the mask depends only on (seed, i): not on the tile sizes, the grid, the
-strides of x or out, or whether it ran on the GPU or the interpreter. One Philox
-call serves four consecutive elements, which keeps the kernel memory-bound.
+(round: to nearest, ties to even). So p is used at a resolution of 2**-16: the drop
+probability is p' = round(p * 2**16) / 2**16 (within 7.7e-6 of p; a p below 2**-17
+drops nothing), and the kept values are scaled by 1 / (1 - p'), so the expected
+output is x. The mask depends only on (seed,
+i): not on the dtype, the tile sizes, the grid, the strides of x or out, or whether it
+ran on the GPU or the interpreter. Sixteen bits per element keep Philox (ten rounds
+of two 32x32-bit multiplies) under the memory time of 2-byte types, which 24-bit
+uniforms (four elements per call) did not.
 """
 from __future__ import annotations
 
@@ -20,7 +26,9 @@ from ._common import as_array, check_float, launch, output
 from ._plan import derived, planned
 from ._rows import INDEX_LIMIT, rows_form, tile_config
 
-__all__ = ["dropout", "dropout_kernel", "SIGNATURES"]
+__all__ = ["dropout", "dropout_kernel", "SIGNATURES", "THRESHOLD_BITS"]
+
+THRESHOLD_BITS = 16   # random bits per element; p's resolution is 2**-THRESHOLD_BITS
 
 
 @tc.func
@@ -28,8 +36,14 @@ def select4(lane, r0, r1, r2, r3):
     return tc.where(lane == 0, r0, tc.where(lane == 1, r1, tc.where(lane == 2, r2, r3)))
 
 
+@tc.func
+def half_word(word, odd):
+    """The high 16 bits of a u32 word where `odd`, else the low 16, as i32."""
+    return tc.where(odd, word >> 16, word & 0xFFFF).astype(tc.int32)
+
+
 @tc.kernel
-def dropout_kernel(x, out, n_rows, n_cols, sx, so, p, scale, seed,
+def dropout_kernel(x, out, n_rows, n_cols, sx, so, threshold, scale, seed,
                    BR: tc.constexpr, BC: tc.constexpr, GROUPED: tc.constexpr, WIDE: tc.constexpr):
     pid = tc.program_id(0)
     if WIDE:
@@ -42,7 +56,7 @@ def dropout_kernel(x, out, n_rows, n_cols, sx, so, p, scale, seed,
     col0 = (pid % n_col_tiles) * BC
     if GROUPED:
         # The tile as (BR, BC / 8, 8): every run of 8 columns starts at a multiple of 8 of
-        # the flat index (n_cols % 8 == 0 or a single row), so two Philox counters serve a
+        # the flat index (n_cols % 8 == 0 or a single row), so one Philox counter serves a
         # run. A run's 8 elements sit in one thread's registers (one 16-byte access for
         # f16/bf16), so each counter is drawn by exactly one thread, the lane selects fold
         # to register choices, and no value crosses threads.
@@ -50,30 +64,28 @@ def dropout_kernel(x, out, n_rows, n_cols, sx, so, p, scale, seed,
         lane = tc.arange(0, 8)[None, None, :]
         cols = run0[None, :, None] + lane
         mask = (rows < n_rows)[:, None, None] & (cols < n_cols)
-        counter = (rows[:, None] * n_cols + run0[None, :]) >> 2
-        a0, a1, a2, a3 = tc.rand4x(seed, counter)
-        b0, b1, b2, b3 = tc.rand4x(seed, counter + 1)
-        u = tc.where(lane < 4, select4(lane, a0[:, :, None], a1[:, :, None], a2[:, :, None], a3[:, :, None]),
-                     select4(lane - 4, b0[:, :, None], b1[:, :, None], b2[:, :, None], b3[:, :, None]))
+        r0, r1, r2, r3 = tc.randint4x(seed, (rows[:, None] * n_cols + run0[None, :]) >> 3)
+        word = select4(lane >> 1, r0[:, :, None], r1[:, :, None], r2[:, :, None], r3[:, :, None])
+        bits = half_word(word, (lane & 1) == 1)
         xp = x.ptr + rows[:, None, None] * sx + cols
         op = out.ptr + rows[:, None, None] * so + cols
     else:
         cols = col0 + tc.arange(0, BC)
         mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
         flat = rows[:, None] * n_cols + cols[None, :]
-        r0, r1, r2, r3 = tc.rand4x(seed, flat >> 2)
-        u = select4(flat & 3, r0, r1, r2, r3)
+        r0, r1, r2, r3 = tc.randint4x(seed, flat >> 3)
+        bits = half_word(select4((flat >> 1) & 3, r0, r1, r2, r3), (flat & 1) == 1)
         xp = x.ptr + rows[:, None] * sx + cols[None, :]
         op = out.ptr + rows[:, None] * so + cols[None, :]
     t = tc.load(xp, mask=mask, other=0.0).astype(tc.float32)
-    tc.store(op, tc.where(u >= p, t * scale, 0.0).astype(out.dtype), mask=mask)
+    tc.store(op, tc.where(bits >= threshold, t * scale, 0.0).astype(out.dtype), mask=mask)
 
 
 SIGNATURES = {
-    "dropout_kernel": "x=f16[?,?], out=f16[?,?], n_rows=1, n_cols=i32:16, sx=i32:16, so=i32:16, p=f32, scale=f32, "
-                      "seed=i64, BR=1, BC=4096, GROUPED=True, WIDE=False",
-    "dropout_kernel_rows": "x=bf16[?,?], out=bf16[?,?], n_rows=i32, n_cols=i32, sx=i32, so=i32, p=f32, scale=f32, "
-                           "seed=i64, BR=8, BC=128, GROUPED=False, WIDE=False",
+    "dropout_kernel": "x=f16[?,?], out=f16[?,?], n_rows=1, n_cols=i32:16, sx=i32:16, so=i32:16, threshold=i32, "
+                      "scale=f32, seed=i64, BR=1, BC=4096, GROUPED=True, WIDE=False",
+    "dropout_kernel_rows": "x=bf16[?,?], out=bf16[?,?], n_rows=i32, n_cols=i32, sx=i32, so=i32, threshold=i32, "
+                           "scale=f32, seed=i64, BR=8, BC=128, GROUPED=False, WIDE=False",
 }
 # The options the entry points launch SIGNATURES with (`_rows.tile_config`; tests/test_ptxas.py).
 OPTIONS = {"dropout_kernel": {"num_warps": 8, "fast_math": True}, "dropout_kernel_rows": {"num_warps": 2, "fast_math": True}}
@@ -92,15 +104,18 @@ def _seed_i64(seed) -> np.int64:
 
 
 def _dropout_scalars(p, seed):
-    """The launch scalars (p, 1 / (1 - p), the seed's 64 bits) of a call: all that p and
-    seed decide, so a launch plan fills them in per call (`_plan.planned(per_call=)`)."""
+    """The launch scalars (the 16-bit threshold round(p * 2**16), 1 / (1 - p') for the
+    p' it stands for, the seed's 64 bits) of a call: all that p and seed decide, so a
+    launch plan fills them in per call (`_plan.planned(per_call=)`)."""
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating, np.integer)):
         raise TypeError(f"p must be a float, got {type(p).__name__}")
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p}")
-    scale = 0.0 if p == 1.0 else 1.0 / (1.0 - p)
-    return np.float32(p), np.float32(scale), _seed_i64(seed)
+    levels = 1 << THRESHOLD_BITS
+    threshold = int(round(p * levels))
+    scale = 0.0 if threshold == levels else levels / (levels - threshold)
+    return np.int32(threshold), np.float32(scale), _seed_i64(seed)
 
 
 @planned(per_call=_dropout_scalars)
@@ -109,18 +124,19 @@ def dropout(x, p: float, seed: int, out=None):
 
     `seed` (any 64-bit int) picks the mask; the same (seed, shape) always gives the
     same mask (see the module doc for the exact mapping), whatever the launch
-    configuration. f16, bf16, f32, any shape; computed in f32. Tile heuristic of
-    the elementwise ops (`_rows.tile_config`).
+    configuration and dtype. p is used at a resolution of 2**-16 (module doc).
+    f16, bf16, f32, any shape; computed in f32. Tile heuristic of the elementwise
+    ops (`_rows.tile_config`).
     """
     a = as_array(x, "x")
     check_float(a, "x")
-    p32, scale32, seed64 = derived(_dropout_scalars, p, seed)
+    threshold, scale32, seed64 = derived(_dropout_scalars, p, seed)
     o = output(out, a, a.shape, a.dtype)
     n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
     cfg = tile_config(n_rows, n_cols)
     grouped = cfg.cols >= 8 and (n_rows == 1 or n_cols % 8 == 0)
     wide = max(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols) >= INDEX_LIMIT
     launch(dropout_kernel, cfg.grid(n_rows, n_cols),
-           [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, p32, scale32, seed64],
+           [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, threshold, scale32, seed64],
            num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped, WIDE=wide)
     return o.obj

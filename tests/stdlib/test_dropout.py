@@ -1,4 +1,4 @@
-"""dropout: the mask is Philox of (seed, flat index) exactly, whatever the layout and tiling."""
+"""dropout: the mask is Philox of (seed, flat index) exactly, whatever the layout, tiling and dtype."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +14,21 @@ from tilec.stdlib_kernels import BF16Array
 D = importlib.import_module("tilec.stdlib_kernels.dropout")  # the package attribute is the function
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from philox_ref import dropout_keep  # noqa: E402
+from philox_ref import randint4x  # noqa: E402
+
+
+def dropout_keep(seed: int, n: int, p: float):
+    """The keep mask of dropout.py's module doc, from the numpy Philox: element i reads the
+    16-bit half i % 2 of word (i // 2) % 4 of the counter i // 8, against round(p * 2**16)."""
+    i = np.arange(n, dtype=np.int64)
+    words = np.choose((i // 2) % 4, randint4x(seed, i // 8)).astype(np.uint64)
+    half = (words >> (16 * (i % 2)).astype(np.uint64)) & np.uint64(0xFFFF)
+    return half >= np.uint64(round(p * 2 ** 16))
+
+
+def _scale(p):
+    kept = 2 ** 16 - round(p * 2 ** 16)
+    return 2 ** 16 / kept
 
 
 @pytest.mark.parametrize("shape", [(1,), (5,), (4099,), (3, 7), (2, 3, 64)])
@@ -29,7 +43,7 @@ def test_dropout_matches_reference_mask(shape, dtype):
     np.testing.assert_array_equal(y != 0, keep)
     xv = np.asarray(np.asarray(x), dtype=np.float64)
     tol = {"f32": 1e-6, "f16": 1e-3, "bf16": 8e-3}[dtype]
-    np.testing.assert_allclose(y[keep], xv[keep] / (1 - p), rtol=tol)
+    np.testing.assert_allclose(y[keep], xv[keep] * _scale(p), rtol=tol)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2 ** 64 - 1])
@@ -68,9 +82,26 @@ def test_dropout_grouped_kernel_keeps_values_in_their_threads():
     assert c.metadata["shared"] == 0
     assert "bar.sync" not in ptx and "ld.shared" not in ptx
     assert ptx.count("ld.global.v4.b32") + ptx.count("ld.global.nc.v4.b32") == 2
-    # 16 elements per thread: 4 Philox calls of 10 rounds (2 wide multiplies each, the
-    # first round's multiply of a zero word folded away).
-    assert ptx.count("mul.wide.u32") <= 4 * 2 * 10
+    # 16 elements per thread, 16 random bits each: 2 Philox calls of 10 rounds (2 wide
+    # multiplies each, the first round's multiply of a zero word folded away).
+    assert ptx.count("mul.wide.u32") <= 2 * 2 * 10
+
+
+def test_dropout_mask_is_the_same_for_every_dtype():
+    v = np.random.default_rng(3).standard_normal((6, 48)) + 3.0
+    masks = [np.asarray(np.asarray(D.dropout(x, 0.37, 5))) != 0
+             for x in (v.astype(np.float32), v.astype(np.float16), BF16Array(v))]
+    assert np.array_equal(masks[0], masks[1]) and np.array_equal(masks[0], masks[2])
+
+
+@pytest.mark.parametrize("p, threshold", [(0.1, 6554), (0.5, 32768), (2.0 ** -17, 0), (3 * 2.0 ** -17, 2),
+                                          (1.0, 65536)])
+def test_dropout_threshold_resolution(p, threshold):
+    # p is used at 2**-16: the threshold is round(p * 2**16); the scale 1 / (1 - p') keeps
+    # the expected output equal to x.
+    t, scale, _seed = D._dropout_scalars(p, 1)
+    assert int(t) == threshold
+    assert float(scale) == (0.0 if threshold == 2 ** 16 else np.float32(2 ** 16 / (2 ** 16 - threshold)))
 
 
 def test_dropout_statistics_and_edges():
@@ -95,3 +126,18 @@ def test_dropout_kernel_assembles():
             assert c.metadata["ptxas"]["spill_stores"] == 0
     ptx = D.dropout_kernel.compile(D.SIGNATURES["dropout_kernel"], arch="sm_90a").asm["ptx"]
     assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_dropout_gpu_mask_is_the_reference_mask(dtype):
+    # The GPU kernels (grouped draws for a long row, per-element draws for rows of 37)
+    # give exactly the numpy Philox mask of the module doc.
+    torch = pytest.importorskip("torch")
+    x = torch.rand(3000, 40, device="cuda").to(getattr(torch, dtype)) + 1.0
+    for v in (x.reshape(-1), x[:, :37], x[:, :32]):
+        y = D.dropout(v, 0.3, 2 ** 63 + 5)
+        keep = dropout_keep(2 ** 63 + 5, v.numel(), 0.3).reshape(tuple(v.shape))
+        assert np.array_equal((y != 0).cpu().numpy(), keep)
+        tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+        torch.testing.assert_close(y[y != 0].double(), v[y != 0].double() * _scale(0.3), rtol=tol, atol=0)
