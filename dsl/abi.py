@@ -12,36 +12,47 @@ Each becomes one or more PTX parameters, in order:
 After every argument's slots come the tensor maps (sm_90a TMA), one per (view argument,
 box) that the compiled kernel copies with TMA (`tmaps`, from lowering/gpu/tma_ops.tma_params):
 a 128-byte CUtensorMap the runtime encodes (`.param .align 64 .b8 [128]`, grid constant).
+
+A kernel compiled with `persistent=True` takes, last, the extents (x, y, z) of the grid
+the launch asked for, as three i32 "grid" slots: it runs on fewer programs than that
+grid and loops over the requested program ids (lowering/passes/persistent.py). Their
+`arg` is the index of the entry-block argument that make_persistent appends for them.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+from . import dtypes as dt
 from .dtypes import DType
 from .ir.types import ScalarType, ViewType
 
-__all__ = ["ParamSlot", "param_slots"]
+__all__ = ["ParamSlot", "param_slots", "GRID_AXES"]
+
+GRID_AXES = "xyz"
 
 
 @dataclass(frozen=True)
 class ParamSlot:
     arg: int                 # index of the kernel argument this slot comes from
-    kind: str                # "ptr" | "scalar" | "shape" | "stride" | "tmap"
+    kind: str                # "ptr" | "scalar" | "shape" | "stride" | "tmap" | "grid"
     dtype: Optional[DType]   # element type for ptr and tmap, value type otherwise
-    dim: int = -1            # for shape/stride slots
+    dim: int = -1            # for shape/stride slots; the axis of a grid slot
     box: Tuple[int, ...] = ()  # for tmap slots: the TMA box (rows, columns)
 
     @property
     def name(self) -> str:
         if self.kind == "tmap":
             return f"a{self.arg}_tmap{'x'.join(map(str, self.box))}"
+        if self.kind == "grid":
+            return f"grid_{GRID_AXES[self.dim]}"
         return {"ptr": f"a{self.arg}_ptr", "scalar": f"a{self.arg}",
                 "shape": f"a{self.arg}_shape{self.dim}", "stride": f"a{self.arg}_stride{self.dim}"}[self.kind]
 
 
-def param_slots(arg_types, tmaps: Sequence[Tuple[int, Tuple[int, ...]]] = ()) -> List[ParamSlot]:
-    """The flat PTX parameter list for the kernel arguments' IR types (and tensor maps)."""
+def param_slots(arg_types, tmaps: Sequence[Tuple[int, Tuple[int, ...]]] = (), grid: bool = False) -> List[ParamSlot]:
+    """The flat PTX parameter list for the kernel arguments' IR types (and tensor maps, and
+    with `grid` the requested grid's extents of a persistent kernel)."""
     out: List[ParamSlot] = []
     for i, t in enumerate(arg_types):
         if isinstance(t, ViewType):
@@ -57,4 +68,6 @@ def param_slots(arg_types, tmaps: Sequence[Tuple[int, Tuple[int, ...]]] = ()) ->
         if not isinstance(t, ViewType) or t.rank != len(box):
             raise TypeError(f"a tensor map needs a view argument of rank {len(box)}, argument {arg} is {t}")
         out.append(ParamSlot(arg, "tmap", t.dtype, box=tuple(box)))
+    if grid:
+        out.extend(ParamSlot(len(arg_types) + axis, "grid", dt.int32, axis) for axis in range(3))
     return out

@@ -178,8 +178,9 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         module, options, dump=dump.after_pass if dump else None))
     asm["gpu"] = str(gpu)
     tmaps = tma_params(gpu)
-    if tmaps:  # the kernel also takes the tensor maps of its TMA copies
-        params = param_slots(arg_types, tmaps)
+    persistent = bool(gpu.attrs.get("persistent"))
+    if tmaps or persistent:  # the kernel also takes the tensor maps of its TMA copies, the grid's extents
+        params = param_slots(arg_types, tmaps, grid=persistent)
     layout = target.data_layout(arch)
     llmod = _stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout))
     ll_text = str(llmod)
@@ -194,7 +195,7 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "name": name, "num_warps": int(gpu.attrs.get("num_warps", options.num_warps)),
         "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": arch,
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
-        "timings": timings,
+        "persistent": persistent, "timings": timings,
     }
     if run_ptxas is None:
         run_ptxas = _want_ptxas()

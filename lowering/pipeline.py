@@ -18,6 +18,7 @@ from tilec.ir import Module, VerifyError, verify
 from tilec.options import CompileOptions
 
 from .passes import canonicalize, cse, dce, fold
+from .passes.persistent import make_persistent
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
 from .passes.tma_loads import tma_loads
@@ -44,6 +45,7 @@ TILE_PASSES: List[Tuple[str, Pass]] = [
 # The compiler's passes, in the order they run.
 PIPELINE: List[Tuple[str, Pass]] = [
     *TILE_PASSES,
+    ("make_persistent", make_persistent),  # persistent=True only; before every pass that looks at loops
     ("index_width", index_width),
     ("tma_loads", tma_loads),
     ("lower_views", lower_views),

@@ -18,6 +18,10 @@ Repeated calls skip most of that: the parts of the last launch are compared
 torch tensor whose dtype, shape, strides, pointer alignment and device match
 the last tensor at its position reuses that tensor's signature part.
 
+A kernel compiled with persistent=True runs on min(requested programs, SMs x resident
+CTAs per SM) programs (computed once when the module is loaded), a 1-D grid; the
+requested (gx, gy, gz) travel in its hidden grid parameters (`_persistent_grid`).
+
 A miss (first call of a signature) runs the slow path: specialize, compile (the
 compiler probes the compile cache), load the module on the device, build the
 packer.
@@ -152,13 +156,14 @@ class PreparedLaunch:
     """One compiled kernel loaded on one device, with its argument packer."""
 
     __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pool", "param_names",
-                 "name", "device")
+                 "name", "device", "persistent")
 
     def __init__(self, compiled, loaded, state: KernelState):
         self.compiled, self.loaded = compiled, loaded
         self.function, self.threads, self.shared = loaded.function, loaded.threads, loaded.shared
         self.device = loaded.device
         self.name = compiled.name
+        self.persistent = loaded.persistent_programs  # 0: launch the grid as asked
         self.param_names = list(state.params)
         # Free (packer, kernelParams address) pairs, each with its own buffer. A launch pops
         # one (atomic under the GIL), so two threads never pack into the same buffer.
@@ -308,7 +313,10 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
     except IndexError:
         packer = prepared.take_packer()
     try:
-        packer[0](vals, infos)
+        if prepared.persistent:
+            gx, gy, gz = _persistent_grid(prepared, packer[0], vals, infos, gx, gy, gz)
+        else:
+            packer[0](vals, infos)
         res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
                               prepared.shared, s, packer[1], 0)[0]
         pool.append(packer)
@@ -342,6 +350,19 @@ def _classify(state: KernelState, i: int, v):
         return type(v), None
     raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
                     f"{type(v).__name__} to a GPU kernel (expected a GPU array or a number)")
+
+
+def _persistent_grid(p: PreparedLaunch, pack, vals, infos, gx, gy, gz):
+    """Pack a persistent kernel's arguments with the requested grid (gx, gy, gz); return the
+    grid it runs on: min(gx * gy * gz, programs that fit on the device) programs along x."""
+    total = gx * gy * gz
+    launched = min(total, p.persistent)
+    # the kernel counts program ids in i32: the last id plus the launched grid must fit
+    if total + launched > _I32_MAX + 1:
+        raise ValueError(f"kernel '{p.name}': persistent=True counts program ids in 32 bits; the grid "
+                         f"({gx}, {gy}, {gz}) has {total} programs, at most {_I32_MAX + 1 - launched} fit")
+    pack(vals, infos, (gx, gy, gz))
+    return launched, 1, 1
 
 
 def _grid3(grid, name: str):
@@ -389,7 +410,13 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = p.name
     packer = p.take_packer()
-    packer[0](vals, infos)
+    if p.persistent:
+        gx, gy, gz = _persistent_grid(p, packer[0], vals, infos, gx, gy, gz)
+        if gx == 0:  # no program ids requested: nothing to launch
+            p.pool.append(packer)
+            return
+    else:
+        packer[0](vals, infos)
     res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
     p.pool.append(packer)
     if res is not _SUCCESS:
@@ -459,6 +486,7 @@ def launch_compiled(compiled, grid, *args, stream=None):
         prepared = per_dev[device] = PreparedLaunch.__new__(PreparedLaunch)
         prepared.compiled, prepared.loaded, prepared.device, prepared.name = compiled, loaded, device, compiled.name
         prepared.function, prepared.threads, prepared.shared = loaded.function, loaded.threads, loaded.shared
+        prepared.persistent = loaded.persistent_programs
         prepared.param_names = names
         prepared.pool = [build_packer(compiled, names)]
     driver.ensure_context(device)

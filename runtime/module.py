@@ -54,6 +54,8 @@ class LoadedKernel:
     threads: int              # 32 * num_warps
     info_log: str
     resources: Resources
+    # persistent kernels: how many programs fill the device (SMs x resident CTAs per SM); 0 otherwise
+    persistent_programs: int = 0
 
 
 def load(compiled: CompiledKernel, device: int) -> LoadedKernel:
@@ -104,7 +106,9 @@ def _load(compiled: CompiledKernel, device: int) -> LoadedKernel:
         spill_stores=stores, spill_loads=loads,
         local_bytes=_fattr(fn, attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, compiled.name),
         threads_per_block=threads, max_blocks_per_sm=int(blocks), device=dev.name)
-    return LoadedKernel(fn, module, device, shared, threads, info_log, res)
+    # a persistent kernel loops over the requested grid on as many programs as can be resident
+    programs = max(1, dev.multiprocessors * int(blocks)) if compiled.metadata.get("persistent") else 0
+    return LoadedKernel(fn, module, device, shared, threads, info_log, res, programs)
 
 
 def _fattr(fn, a, name: str) -> int:

@@ -80,10 +80,11 @@ def _param_index(compiled: CompiledKernel, params: List[str]) -> List[int]:
 
 
 def build_packer(compiled: CompiledKernel, params: List[str]):
-    """(pack(vals, infos), address of the kernelParams array) for `compiled`.
+    """(pack(vals, infos, grid=None), address of the kernelParams array) for `compiled`.
 
     `vals` are the call's arguments in parameter order; `infos[i]` is
-    (ptr, shape, strides_in_elements, dtype, device) for array parameters.
+    (ptr, shape, strides_in_elements, dtype, device) for array parameters; `grid` is
+    the requested (gx, gy, gz) that a persistent kernel takes in its "grid" slots.
     """
     slots = compiled.params
     pidx = _param_index(compiled, params)
@@ -94,9 +95,12 @@ def build_packer(compiled: CompiledKernel, params: List[str]):
     addrs = (ctypes.c_void_p * max(len(slots), 1))(
         *[base + getattr(Buffer, name).offset for name, _ in fields])
 
-    lines = ["def pack(vals, infos):"]
+    lines = ["def pack(vals, infos, grid=None):"]
     env = {"buf": buf}
     for k, s in enumerate(slots):
+        if s.kind == "grid":  # the requested grid's extent along s.dim (persistent kernels)
+            lines.append(f"    buf.f{k} = grid[{s.dim}]")
+            continue
         i = pidx[s.arg]
         if s.kind == "ptr":
             lines.append(f"    buf.f{k} = infos[{i}][0]")

@@ -108,8 +108,8 @@ def _param_type(s):
     return global_ptr() if s.kind == "ptr" else llvm_scalar(s.dtype)
 
 
-def _kernel_function(module: ir.Module, name: str, arg_types, tmaps=()) -> tuple:
-    slots = param_slots(arg_types, tmaps)
+def _kernel_function(module: ir.Module, name: str, arg_types, tmaps=(), grid: bool = False) -> tuple:
+    slots = param_slots(arg_types, tmaps, grid)
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [_param_type(s) for s in slots]), name)
     fn.calling_convention = "ptx_kernel"
     for k, (a, s) in enumerate(zip(fn.args, slots)):
@@ -121,6 +121,8 @@ def _kernel_function(module: ir.Module, name: str, arg_types, tmaps=()) -> tuple
 
 
 def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
+    # a grid slot's `arg` is the entry-block argument make_persistent added for it, so it
+    # binds like a scalar argument below
     by_arg: Dict[int, list] = {}
     for a, s in zip(ctx.func.args, slots):
         by_arg.setdefault(s.arg, []).append((s, a))
@@ -183,8 +185,12 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     if data_layout:
         llmod.data_layout = data_layout
     entry = func.regions[0].block
+    arg_types = [a.type for a in entry.args]
+    persistent = bool(module.attrs.get("persistent"))
+    if persistent:  # make_persistent appended the requested grid's extents: they are grid slots
+        arg_types = arg_types[:-3]
     try:
-        fn, slots = _kernel_function(llmod, name, [a.type for a in entry.args], tma_params(module))
+        fn, slots = _kernel_function(llmod, name, arg_types, tma_params(module), persistent)
     except TypeError as e:
         raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
     ctx = CodegenContext(llmod, fn, name, options, num_warps)
