@@ -2,6 +2,8 @@
 softmax, log_softmax, layer_norm, rms_norm, cross_entropy, sum, max, cumsum."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -229,7 +231,10 @@ def test_cross_entropy_matches_numpy(rowwise, shape, dtype, tdtype, seed):
     rowwise.close(got, mean, dtype, scale=scale)
 
 
-def test_cross_entropy_long_rows_ignored_and_out_of_range_targets():
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, prefetch):
+    # Both forms of the looped kernel (next step's loads issued early, or not).
+    monkeypatch.setattr(importlib.import_module("tilec.stdlib_kernels.cross_entropy"), "LOOP_PREFETCH", prefetch)
     rng = np.random.default_rng(5)
     x = (3 * rng.standard_normal((4, 16385))).astype(np.float32)
     t = np.array([16384, 7, -1, 3])
