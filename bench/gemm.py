@@ -1,9 +1,12 @@
 """GEMM throughput: tilec's stdlib matmul vs torch.matmul (cuBLAS) vs a Triton matmul.
 
     python bench/gemm.py [--quick] [--dtypes bf16,f16,tf32,f8e4m3,f8e5m2] [--json FILE] [--variants]
+                         [--shapes M,N,K ...] [--compare-split-k]
 
 Shapes: square 1024..8192, and LLM shapes (M in {1, 16, 128, 4096, 16384} against
-weights K x N of 4096x4096, 4096x14336, 14336x4096). Each measurement is the median
+weights K x N of 4096x4096, 4096x14336, 14336x4096), or those given by --shapes. With
+--compare-split-k, shapes where config_for splits K are also timed without split-K
+(config_for(..., allow_split_k=False), the choice before split-K). Each measurement is the median
 of triton.testing.do_bench on fresh random data; TFLOP/s = 2 M N K / time. Each
 tilec configuration's ptxas register/spill report is printed with it. Prints a
 table, then one JSON line (also written to --json).
@@ -26,6 +29,9 @@ from tilec.runtime.driver import get_device
 from tilec.specialize import parse_signature
 from tilec.stdlib_kernels import matmul
 from tilec.stdlib_kernels.matmul import MatmulConfig, config_for, signature
+
+SPLIT_SHAPES = [(m, n, k) for m in (1, 16, 128) for (k, n) in [(4096, 4096), (4096, 14336), (14336, 4096)]] + [
+    (1024, 1024, 1024)]   # the shapes with few output tiles, where split-K applies
 
 SQUARE = [1024, 2048, 4096, 8192]
 LLM_M = [1, 16, 128, 4096, 16384]
@@ -107,14 +113,21 @@ def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
 
 def _name(cfg: MatmulConfig) -> str:
     return (f"{cfg.bm}x{cfg.bn}x{cfg.bk} w{cfg.num_warps} s{cfg.num_stages}"
-            + (" persistent" if cfg.persistent else ""))
+            + (" persistent" if cfg.persistent else "") + (f" split{cfg.split_k}" if cfg.split_k > 1 else ""))
 
 
 def _sm_count() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
 
 
-def run(shapes, dtypes, compare_cp_async=False):
+def _no_split(m: int, n: int, k: int, dname: str):
+    """config_for's choice without split-K for this shape, or None where it does not split."""
+    dtype = tc.float32 if dname == "tf32" else tc.dtypes.DType.get(dname)
+    args = (m, n, k, dtype, 1, _sm_count(), True, get_device().arch)
+    return config_for(*args, allow_split_k=False) if config_for(*args).split_k > 1 else None
+
+
+def run(shapes, dtypes, compare_cp_async=False, compare_split_k=False):
     rows = []
     for dname in dtypes:
         dtype = TORCH_DTYPES[dname]
@@ -137,6 +150,10 @@ def run(shapes, dtypes, compare_cp_async=False):
                        "triton": lambda: triton_matmul(a, b, c)}
             if compare_cp_async:  # the same configuration on the cp.async ring instead of TMA
                 fns["tilec_cp_async"] = lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32", tma=False)
+            no_split = _no_split(m, n, k, dname) if compare_split_k and not f8 else None
+            if no_split is not None:
+                fns["tilec_no_split"] = lambda: matmul(a, b, out=c, allow_tf32=dname == "tf32", config=no_split)
+                row["no_split_config"] = _name(no_split)
             for name, fn in fns.items():
                 try:
                     fn()
@@ -160,31 +177,49 @@ def run(shapes, dtypes, compare_cp_async=False):
 
 def _variants():
     """(shape, configurations) pairs: config_for's choice first, then the alternatives it was
-    chosen against (old choices, persistent scheduling, wider K steps for skinny M)."""
+    chosen against (old choices, persistent scheduling, wider K steps for skinny M, split-K
+    with other tiles and slice counts)."""
     sm = _sm_count()
 
-    def c(bm, bn, bk, w, s, persistent=False):
-        return MatmulConfig(bm, bn, bk, w, s, persistent=persistent, sm_count=sm)
+    def c(bm, bn, bk, w, s, persistent=False, split=1):
+        return MatmulConfig(bm, bn, bk, w, s, persistent=persistent, sm_count=sm, split_k=split)
+
+    def skinny(bn_plain):   # M = 1, 16: the tile without split, and split-K around the chosen 4 slices
+        return [c(16, bn_plain, 128, 4, 4), c(16, 64, 128, 4, 4, split=2), c(16, 64, 128, 4, 4, split=8),
+                c(16, 128, 128, 4, 4, split=4)]
+
+    def m128():             # M = 128 against a 4096-wide weight: 128 x 128 tiles, split 4 chosen
+        return [c(64, 64, 64, 4, 4), c(128, 128, 64, 8, 4, split=2), c(128, 256, 64, 8, 4, split=8),
+                c(64, 64, 64, 4, 4, split=2), c(128, 64, 64, 4, 4, split=2)]
     table = {
-        (1024, 1024, 1024): [c(64, 64, 64, 4, 4), c(128, 128, 64, 8, 4), c(64, 128, 32, 4, 4)],
+        (1024, 1024, 1024): [c(64, 64, 64, 4, 4), c(128, 128, 64, 8, 4), c(64, 128, 64, 4, 4, split=2),
+                             c(128, 128, 64, 8, 4, split=4)],
         (2048, 2048, 2048): [c(128, 128, 64, 8, 3), c(128, 128, 64, 8, 4, True), c(128, 256, 64, 8, 4),
                              c(128, 256, 64, 8, 4, True)],
         (4096, 4096, 4096): [c(128, 256, 64, 8, 4, True)],
         (8192, 8192, 8192): [c(128, 256, 64, 8, 4, True)],
-        (1, 4096, 4096): [c(16, 64, 32, 4, 4), c(16, 32, 128, 4, 4), c(16, 64, 128, 4, 4)],
-        (16, 4096, 14336): [c(16, 64, 32, 4, 4), c(16, 32, 64, 4, 4), c(16, 32, 128, 4, 4)],
-        (16, 14336, 4096): [c(16, 64, 128, 4, 4), c(16, 32, 128, 4, 4)],
-        (128, 4096, 4096): [c(64, 64, 32, 4, 4), c(128, 64, 64, 4, 4), c(64, 32, 32, 4, 4)],
+        (1, 4096, 4096): skinny(64),
+        (16, 4096, 4096): skinny(64),
+        (1, 4096, 14336): skinny(64),
+        (16, 4096, 14336): skinny(64) + [c(16, 32, 128, 4, 4, split=4)],
+        (1, 14336, 4096): [c(16, 64, 128, 4, 4, split=2)],
+        (16, 14336, 4096): [c(16, 64, 128, 4, 4, split=2), c(16, 128, 128, 4, 4, split=2)],
+        (128, 4096, 4096): m128(),
+        (128, 4096, 14336): m128() + [c(128, 128, 64, 8, 4, split=8)],
+        (128, 14336, 4096): [c(128, 128, 64, 8, 4), c(128, 256, 64, 8, 4, split=2), c(128, 128, 64, 8, 4, split=2)],
     }
     return [(shape, [config_for(*shape, tc.bfloat16, 1, sm, True, get_device().arch)] + alts)
             for shape, alts in table.items()]
 
 
-def run_variants(dname="bf16"):
-    """Time each candidate configuration of _variants() beside cuBLAS; error against cuBLAS's."""
+def run_variants(dname="bf16", only=None):
+    """Time each candidate configuration of _variants() (of the shapes in `only`, if given)
+    beside cuBLAS; error against cuBLAS's."""
     rows = []
     dtype = TORCH_DTYPES[dname]
     for (m, n, k), cfgs in _variants():
+        if only is not None and (m, n, k) not in only:
+            continue
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, n, device="cuda", dtype=dtype)
         c = torch.empty(m, n, device="cuda", dtype=dtype)
@@ -207,6 +242,14 @@ def run_variants(dname="bf16"):
     return rows
 
 
+def _shape(text: str):
+    try:
+        m, n, k = (int(x) for x in text.split(","))
+    except ValueError:
+        raise SystemExit(f"--shapes takes M,N,K triples of ints (or 'split'), got {text!r}") from None
+    return m, n, k
+
+
 def _fmt(x):
     return "   -  " if x is None else f"{x:6.1f}"
 
@@ -219,6 +262,7 @@ def _print_row(r):
           f"{'  - ' if vs_tr is None else f'{vs_tr:4.2f}'} | {r.get('config', '')}"
           + (f" | err {r['rel_err']:.1e}" if "rel_err" in r else "")
           + (f" | cp.async ring {_fmt(r['tilec_cp_async'])}" if r.get("tilec_cp_async") else "")
+          + (f" | no split-K {_fmt(r['tilec_no_split'])} ({r['no_split_config']})" if r.get("tilec_no_split") else "")
           + "".join(f" | {k}: {v}" for k, v in r.items() if k.endswith("_error")), flush=True)
 
 
@@ -230,18 +274,25 @@ def main(argv=None):
     p.add_argument("--variants", action="store_true",
                    help="time config_for's choice against alternative configurations (bf16)")
     p.add_argument("--compare-cp-async", action="store_true", help="also time tilec with tma=False")
+    p.add_argument("--compare-split-k", action="store_true",
+                   help="also time shapes that config_for splits with its choice without split-K")
+    p.add_argument("--shapes", nargs="+", metavar="M,N,K",
+                   help="these shapes instead of the default list ('split': the few-tile shapes split-K is for); "
+                        "with --variants, only the variants of these shapes")
     args = p.parse_args(argv)
     shapes = [(s, s, s) for s in ([4096, 8192] if args.quick else SQUARE)]
     if not args.quick:
         shapes += [(m, n, k) for (k, n) in WEIGHTS for m in LLM_M]
+    if args.shapes:
+        shapes = [t for x in args.shapes for t in (SPLIT_SHAPES if x == "split" else [_shape(x)])]
     dev = torch.cuda.get_device_name(0)
     print(f"# {dev}, torch {torch.__version__}, triton {triton.__version__}, "
           f"{time.strftime('%Y-%m-%d')}; TFLOP/s (median of do_bench)")
     print("dtype      M      N      K |  tilec cublas triton | t/cb t/tr | tilec config: ptxas")
     if args.variants:
-        rows = run_variants()
+        rows = run_variants(only=shapes if args.shapes else None)
     else:
-        rows = run(shapes, [d for d in args.dtypes.split(",") if d], args.compare_cp_async)
+        rows = run(shapes, [d for d in args.dtypes.split(",") if d], args.compare_cp_async, args.compare_split_k)
     out = {"device": dev, "date": time.strftime("%Y-%m-%d"), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:

@@ -14,31 +14,35 @@ The configuration comes from `config_for` (the heuristic is documented there).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Tuple
 
 import tilec as tc
 from tilec import dtypes as _dt
 
-from ..lowering.gpu.wgmma_fragments import wgmma_shape
-from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, view
+from ._common import as_array, check_float, check_same_place, empty_like, launch, output, view
+from .matmul_config import MatmulConfig, config_for
 
-__all__ = ["matmul", "matmul_kernel", "MatmulConfig", "config_for", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
+__all__ = ["matmul", "matmul_kernel", "matmul_splitk_kernel", "splitk_reduce_kernel", "MatmulConfig", "config_for",
+           "signature", "reduce_signature", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "silu")
-SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
-SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
 
 
 @tc.func
-def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED):
-    """C[pid_m, pid_n] = act(scale * A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
-    K = a.shape[1]
+def _k_loop(a, b, pid_m, pid_n, k_start, k_stop, BM, BN, BK, TF32):
+    """A[pid_m, k_start:k_stop] @ B[k_start:k_stop, pid_n] in f32 (k in units of BK)."""
     acc = tc.zeros((BM, BN), tc.float32)
-    for k in range(tc.cdiv(K, BK)):
+    for k in range(k_start, k_stop):
         at = tc.load(a, index=(pid_m, k), shape=(BM, BK))
         bt = tc.load(b, index=(k, pid_n), shape=(BK, BN))
         acc = tc.dot(at, bt, acc, allow_tf32=TF32)
+    return acc
+
+
+@tc.func
+def _epilogue(acc, bias, scale, pid_n, BN, HAS_BIAS, ACT, SCALED):
+    """act(scale * acc + bias[pid_n]) in f32: the one epilogue of both the plain and the split-K path."""
     if SCALED:
         acc = acc * scale
     if HAS_BIAS:
@@ -49,6 +53,14 @@ def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, S
         acc = 0.5 * acc * (1.0 + tc.erf(acc * 0.7071067811865476))
     elif ACT == "silu":
         acc = acc * tc.sigmoid(acc)
+    return acc
+
+
+@tc.func
+def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED):
+    """C[pid_m, pid_n] = act(scale * A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
+    acc = _k_loop(a, b, pid_m, pid_n, 0, tc.cdiv(a.shape[1], BK), BM, BN, BK, TF32)
+    acc = _epilogue(acc, bias, scale, pid_n, BN, HAS_BIAS, ACT, SCALED)
     tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
@@ -76,81 +88,37 @@ def matmul_persistent_kernel(a, b, c, bias, scale, BM: tc.constexpr, BN: tc.cons
         _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED)
 
 
-# ----------------------------------------------------------------------------- configuration
-@dataclass(frozen=True)
-class MatmulConfig:
-    bm: int
-    bn: int
-    bk: int
-    num_warps: int
-    num_stages: int
-    group_m: int = 8
-    persistent: bool = False  # matmul_persistent_kernel on a grid of at most one program per SM
-    sm_count: int = 132
-
-    def tiles(self, m: int, n: int) -> int:
-        return tc.cdiv(m, self.bm) * tc.cdiv(n, self.bn)
-
-    def grid(self, m: int, n: int) -> Tuple[int]:
-        tiles = self.tiles(m, n)
-        return (min(tiles, self.sm_count),) if self.persistent else (tiles,)
-
-    @property
-    def kernel(self):
-        return matmul_persistent_kernel if self.persistent else matmul_kernel
+@tc.kernel
+def matmul_splitk_kernel(a, b, ws, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, GROUP_M: tc.constexpr,
+                         TF32: tc.constexpr):
+    # Program (tile, s) of a (tiles, S) grid sums K slice s (cdiv(steps, S) steps of BK, the
+    # last one shorter or empty) of its tile's product into rows s * Mp .. of the f32
+    # workspace ws (S * Mp x N, Mp = M rounded up to BM): every slice owns whole tiles, so
+    # the tiles overhanging M write padding rows of their own slice, never the next one's.
+    num_m = tc.cdiv(a.shape[0], BM)
+    num_n = tc.cdiv(b.shape[1], BN)
+    pid = tc.program_id(0)
+    s = tc.program_id(1)
+    pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GROUP_M)
+    steps = tc.cdiv(a.shape[1], BK)
+    per = tc.cdiv(steps, tc.num_programs(1))
+    acc = _k_loop(a, b, pid_m, pid_n, s * per, tc.minimum(s * per + per, steps), BM, BN, BK, TF32)
+    tc.store(ws, index=(s * num_m + pid_m, pid_n), tile=acc)
 
 
-def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
-               tensor_cores: bool = True, arch: str = "sm_80") -> MatmulConfig:
-    """The tile configuration for an (m x k) @ (k x n) product of `batch` entries.
-
-    - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
-      when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
-      (at least 16) so that small M (decode, M = 1 or 16) wastes no rows. When
-      128 x 128 tiles would leave most SMs idle, the tile halves along the
-      larger dimension until there are at least `sm_count` programs or it is
-      64 x 64.
-    - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
-      (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
-    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
-    - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
-    - GROUP_M = 8 rows of tiles per group of the program order.
-    - sm_90a, tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
-      128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
-      from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
-    - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
-    """
-    if dtype.bits == 8 and arch != "sm_90a":
-        tensor_cores = False
-    if not tensor_cores:
-        return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
-    bk = 32 if dtype.itemsize == 2 else 16
-    bm, bn = min(128, _fit(m)), min(128, _fit(n))
-    # 128 x 256 while it keeps nine tenths of the SMs busy (2048^2: 128 programs on 132 SMs
-    # measured 517 TFLOP/s against 441 for 256 programs of 128 x 128)
-    if bm == 128 and n >= 256 and tc.cdiv(m, 128) * tc.cdiv(n, 256) * batch * 10 >= sm_count * 9:
-        bn = 256
-    while bn < 256 and tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and max(bm, bn) > 64:
-        if bn >= bm:
-            bn //= 2
-        else:
-            bm //= 2
-    warps = 8 if bm * bn >= 128 * 128 else 4
-    budget = SMEM_BUDGET
-    wgmma_bk = 128 // dtype.itemsize
-    if arch == "sm_90a" and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
-        bk, budget = wgmma_bk, SMEM_BUDGET_WGMMA
-    elif bm <= 32 and dtype.itemsize == 2 and k >= 128:
-        # skinny M reads B at memory speed: 128-element K steps keep 4 x 20 KB in flight per
-        # program (M = 1, 16 on an H200: 1.9-2.2x the 32-element step)
-        bk = 128
-    stage_bytes = (bm + bn) * bk * dtype.itemsize
-    stages = max(2, min(4, budget // stage_bytes))
-    return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count)
-
-
-def _fit(extent: int) -> int:
-    return max(16, min(128, next_pow2(max(extent, 1))))
+@tc.kernel
+def splitk_reduce_kernel(ws, c, bias, scale, RM: tc.constexpr, RN: tc.constexpr, SPLITS: tc.constexpr,
+                         HAS_BIAS: tc.constexpr, ACT: tc.constexpr, SCALED: tc.constexpr):
+    # C tile (pid_m, pid_n) = epilogue(sum of the SPLITS partials in ws); RM divides the
+    # partial kernel's BM, so a tile of RM rows lies inside one slice's Mp rows.
+    pid_m = tc.program_id(0)
+    pid_n = tc.program_id(1)
+    slice_tiles = ws.shape[0] // (SPLITS * RM)
+    acc = tc.zeros((RM, RN), tc.float32)
+    for s in tc.static_range(SPLITS):  # unrolled: every partial's load is in flight at once
+        acc += tc.load(ws, index=(s * slice_tiles + pid_m, pid_n), shape=(RM, RN))
+    acc = _epilogue(acc, bias, scale, pid_n, RN, HAS_BIAS, ACT, SCALED)
+    tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -227,17 +195,41 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
                   ACT=activation or "none", TF32=bool(allow_tf32),
                   SCALED=scale_a is not None or scale_b is not None)
-    for i in range(batch if batched else 1):
+    split = cfg.splits(k) if cfg.split_k > 1 else 1
+    ws = empty_like(A, (split * tc.cdiv(m, cfg.bm) * cfg.bm, n), tc.float32) if split > 1 else None
+    for i in range(batch if batched else 1):  # one workspace serves every entry: launches run in order
         Ai, Bi, Oi = _entry(A, i, "a"), _entry(B, i, "b"), _entry(O, i, "out")
         bias_arg = view(bias_arr, (n,), bias_arr.strides) if bias_arr is not None else view(Oi, (1,), (1,))
-        args = [view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides), view(Oi, Oi.shape, Oi.strides),
-                bias_arg, scale]  # without a bias, a never-read view of out fills the parameter
+        a_v, b_v, o_v = view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides), view(Oi, Oi.shape, Oi.strides)
+        if split > 1:
+            _launch_split_k(cfg, split, a_v, b_v, o_v, ws, bias_arg, scale, m, n, consts, A.host, tma)
+            continue
+        args = [a_v, b_v, o_v, bias_arg, scale]  # without a bias, a never-read view of out fills the parameter
+        kernel = matmul_persistent_kernel if cfg.persistent else matmul_kernel
         if A.host:
-            launch(cfg.kernel, cfg.grid(m, n), args, **consts)  # the interpreter
+            launch(kernel, cfg.grid(m, n), args, **consts)  # the interpreter
         else:
-            cfg.kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
-                                          **consts)
+            kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma), **consts)
     return O.obj
+
+
+def _launch_split_k(cfg: MatmulConfig, split: int, a_v, b_v, o_v, ws, bias_arg, scale, m: int, n: int, consts,
+                    host: bool, tma) -> None:
+    """The partial products of `split` K slices into the workspace `ws`, then their sum and
+    the epilogue into `o_v`."""
+    ws_v = view(ws, ws.shape, ws.strides)
+    part = {key: consts[key] for key in ("BM", "BN", "BK", "GROUP_M", "TF32")}
+    rm, rn, warps = cfg.reduce_tile(m, n, split)
+    red = dict(RM=rm, RN=rn, SPLITS=split, HAS_BIAS=consts["HAS_BIAS"], ACT=consts["ACT"], SCALED=consts["SCALED"])
+    red_grid = (tc.cdiv(m, rm), tc.cdiv(n, rn))
+    red_args = [ws_v, o_v, bias_arg, scale]
+    if host:
+        launch(matmul_splitk_kernel, (cfg.tiles(m, n), split), [a_v, b_v, ws_v], **part)
+        launch(splitk_reduce_kernel, red_grid, red_args, **red)
+        return
+    matmul_splitk_kernel[(cfg.tiles(m, n), split)](a_v, b_v, ws_v, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, tma=bool(tma), **part)
+    splitk_reduce_kernel[red_grid](*red_args, num_warps=warps, **red)
 
 
 _OPERAND_DTYPES = (tc.float16, tc.bfloat16, tc.float32, tc.float8e4m3, tc.float8e5m2)
@@ -289,32 +281,60 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
     (batch x) m x k and k x n operands of `dtype` (b column-major with `b_col_major`, per-tensor
     scales with `scaled`): what `tilec ptx matmul` and the benchmark compile (`config` in place
-    of config_for's)."""
+    of config_for's). For a split-K configuration that is `matmul_splitk_kernel` (the
+    partial products, `cfg.kernel`); `reduce_signature` gives the reduction that follows."""
     dtype = _out_dtype(dtype, None)
     out = _out_dtype(out_dtype, tc.bfloat16 if dtype.bits == 8 else dtype)
     cfg = config or config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
+    if cfg.split_k > 1 and cfg.splits(k) == 1:
+        cfg = replace(cfg, split_k=1)  # what matmul launches when K has too few steps to cut
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
-
-    def mat(name, d, rows, cols):
-        return f"{name}={d}[?,?]:div={_div(rows)}x{_div(cols)}:stride_div={_div(cols)}x1"
-
-    b_sig = mat('b', dtype.name, k, n)
+    b_sig = _mat('b', dtype.name, k, n)
     if b_col_major:
         b_sig = f"b={dtype.name}[?,?]:strides=1x?:div={_div(k)}x{_div(n)}:stride_div=1x{_div(k)}"
-    sig = (f"{mat('a', dtype.name, m, k)}, {b_sig}, {mat('c', out.name, m, n)}, "
-           f"bias={bias}[?]:div={_div(n)}, scale=f32, BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}, "
+    tiles = f"BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}"
+    if cfg.split_k > 1:
+        ws = _mat("ws", "f32", cfg.splits(k) * tc.cdiv(m, cfg.bm) * cfg.bm, n)
+        return f"{_mat('a', dtype.name, m, k)}, {b_sig}, {ws}, {tiles}, TF32={bool(allow_tf32)}", cfg
+    sig = (f"{_mat('a', dtype.name, m, k)}, {b_sig}, {_mat('c', out.name, m, n)}, "
+           f"bias={bias}[?]:div={_div(n)}, scale=f32, {tiles}, "
            f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}, "
            f"SCALED={bool(scaled)}")
     return sig, cfg
+
+
+def reduce_signature(m: int, n: int, k: int, cfg: MatmulConfig, out_dtype, *, activation=None, bias_dtype=None,
+                     scaled: bool = False):
+    """(signature text, num_warps, grid) of the splitk_reduce_kernel launch that follows
+    `cfg`'s partial products for an m x n x k product with `out_dtype` results."""
+    out = _out_dtype(out_dtype, None)
+    split = cfg.splits(k)
+    rm, rn, warps = cfg.reduce_tile(m, n, split)
+    bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
+    sig = (f"{_mat('ws', 'f32', split * tc.cdiv(m, cfg.bm) * cfg.bm, n)}, {_mat('c', out.name, m, n)}, "
+           f"bias={bias}[?]:div={_div(n)}, scale=f32, RM={rm}, RN={rn}, SPLITS={split}, "
+           f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', SCALED={bool(scaled)}")
+    return sig, warps, (tc.cdiv(m, rm), tc.cdiv(n, rn))
+
+
+def _mat(name: str, d: str, rows: int, cols: int) -> str:
+    return f"{name}={d}[?,?]:div={_div(rows)}x{_div(cols)}:stride_div={_div(cols)}x1"
 
 
 def _div(x: int) -> int:
     return 16 if x % 16 == 0 else 1
 
 
+_SPLIT_SIG, _SPLIT_CFG = signature(128, 4096, 14336, "bf16", arch="sm_90a")   # M = 128 against a 14336 x 4096 weight
+_REDUCE_SIG, _REDUCE_WARPS, _ = reduce_signature(128, 4096, 14336, _SPLIT_CFG, "bf16", activation="silu",
+                                                 bias_dtype="bf16")
 SIGNATURES = {
     "matmul_kernel": signature(4096, 4096, 4096, "f16")[0],
     "matmul_kernel_bf16_bias_gelu": signature(1000, 1000, 1000, "bf16", bias_dtype="bf16", activation="gelu")[0],
+    "matmul_splitk_kernel": _SPLIT_SIG,
+    "splitk_reduce_kernel": _REDUCE_SIG,
 }
 matmul_kernel_bf16_bias_gelu = matmul_kernel
-OPTIONS = {"matmul_kernel": {"num_warps": 8, "num_stages": 4}, "matmul_kernel_bf16_bias_gelu": {"num_warps": 4}}
+OPTIONS = {"matmul_kernel": {"num_warps": 8, "num_stages": 4}, "matmul_kernel_bf16_bias_gelu": {"num_warps": 4},
+           "matmul_splitk_kernel": {"num_warps": _SPLIT_CFG.num_warps, "num_stages": _SPLIT_CFG.num_stages},
+           "splitk_reduce_kernel": {"num_warps": _REDUCE_WARPS}}

@@ -1,0 +1,153 @@
+"""The stdlib GEMM's launch configuration: MatmulConfig and the shape heuristic config_for."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import tilec as tc
+
+from ..lowering.gpu.wgmma_fragments import wgmma_shape
+from ._common import next_pow2
+
+__all__ = ["MatmulConfig", "config_for", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MIN_SLICE_K", "MAX_SPLIT_K"]
+
+SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
+SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
+MIN_SLICE_K = 512          # split-K: every K slice keeps at least this many elements of K
+MAX_SPLIT_K = 16           # split-K: at most this many slices (the reduction reads them all)
+REDUCE_TILE = 2048         # elements per program of the split-K reduction
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    bm: int
+    bn: int
+    bk: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+    persistent: bool = False  # matmul_persistent_kernel on a grid of at most one program per SM
+    sm_count: int = 132
+    split_k: int = 1          # K slices: matmul_splitk_kernel's partials, summed by splitk_reduce_kernel
+
+    def __post_init__(self):
+        if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 1:
+            raise ValueError(f"split_k must be an int >= 1, got {self.split_k!r}")
+        if self.split_k > 1 and self.persistent:
+            raise ValueError("split_k > 1 and persistent=True cannot be combined")
+
+    def tiles(self, m: int, n: int) -> int:
+        return tc.cdiv(m, self.bm) * tc.cdiv(n, self.bn)
+
+    def splits(self, k: int) -> int:
+        """The number of K slices a launch uses: split_k, less any that would be empty (each
+        slice is cdiv(steps, split_k) steps of BK, so the last one may be shorter)."""
+        steps = max(tc.cdiv(k, self.bk), 1)
+        return tc.cdiv(steps, tc.cdiv(steps, self.split_k))
+
+    def grid(self, m: int, n: int, k: int = None) -> Tuple[int, ...]:
+        tiles = self.tiles(m, n)
+        if self.split_k > 1:
+            return (tiles, self.split_k if k is None else self.splits(k))
+        return (min(tiles, self.sm_count),) if self.persistent else (tiles,)
+
+    def reduce_tile(self, m: int, n: int, splits: int) -> Tuple[int, int, int]:
+        """(rows, columns, warps) of a splitk_reduce_kernel program summing `splits` partials:
+        128 columns wide, up to REDUCE_TILE elements and fewer as the partials grow in number
+        (its loads are all in flight at once: at most 64 values per thread at 4 warps), never
+        more rows than M needs nor than BM (so that a tile never crosses from one slice's rows
+        into the next)."""
+        cols = min(128, next_pow2(n))
+        rows = min(next_pow2(m), self.bm, max(1, min(REDUCE_TILE, 8192 // splits) // cols))
+        return rows, cols, max(1, min(4, rows * cols // 256))
+
+    @property
+    def kernel(self):
+        """The kernel that computes the products (for split-K the partial sums; the reduction
+        that follows is `matmul.splitk_reduce_kernel`)."""
+        # the kernels' module imports this one
+        from .matmul import matmul_kernel, matmul_persistent_kernel, matmul_splitk_kernel  # noqa: PLC0415
+        if self.split_k > 1:
+            return matmul_splitk_kernel
+        return matmul_persistent_kernel if self.persistent else matmul_kernel
+
+
+def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
+               tensor_cores: bool = True, arch: str = "sm_80", allow_split_k: bool = True) -> MatmulConfig:
+    """The tile configuration for an (m x k) @ (k x n) product of `batch` entries.
+
+    - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
+      when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
+      (at least 16) so that small M (decode, M = 1 or 16) wastes no rows. When
+      128 x 128 tiles would leave most SMs idle, the tile halves along the
+      larger dimension until there are at least `sm_count` programs or it is
+      64 x 64.
+    - Split-K: when those 128-row (or skinny-M) tiles give programs for at most half the
+      SMs (tiles * batch * 2 <= sm_count) and K is at least 2 * MIN_SLICE_K, K is cut into
+      split_k slices instead of halving the tile: split_k = sm_count // (tiles * batch)
+      (2 * sm_count for skinny-M tiles, which are memory-bound and fit two per SM), at most
+      MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles still halve N to 64 first
+      (the tile measured best for them). The f32 partials go through a workspace to a
+      second kernel that sums them and applies the epilogue. `allow_split_k=False` gives
+      the choice without split-K (for comparison).
+    - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
+      (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
+    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
+    - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
+    - GROUP_M = 8 rows of tiles per group of the program order.
+    - sm_90a, tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
+      128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
+      from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
+    - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
+    """
+    if dtype.bits == 8 and arch != "sm_90a":
+        tensor_cores = False
+    if not tensor_cores:
+        return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
+    bm, bn = min(128, _fit(m)), min(128, _fit(n))
+    # 128 x 256 while it keeps nine tenths of the SMs busy (2048^2: 128 programs on 132 SMs
+    # measured 517 TFLOP/s against 441 for 256 programs of 128 x 128)
+    if bm == 128 and n >= 256 and tc.cdiv(m, 128) * tc.cdiv(n, 256) * batch * 10 >= sm_count * 9:
+        bn = 256
+    skinny = bm <= 32 and dtype.itemsize == 2
+    split_bn = min(bn, 64) if skinny else bn
+    split = _split_k(tc.cdiv(m, bm) * tc.cdiv(n, split_bn) * batch, k, sm_count, skinny) if allow_split_k else 1
+    if split > 1:
+        bn = split_bn
+    while split == 1 and bn < 256 and tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and max(bm, bn) > 64:
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    bk = _bk(bm, bn, k, dtype, arch)
+    wgmma = arch == "sm_90a" and wgmma_shape(bm, bn, bk, dtype.itemsize, warps) is not None
+    stage_bytes = (bm + bn) * bk * dtype.itemsize
+    stages = max(2, min(4, (SMEM_BUDGET_WGMMA if wgmma else SMEM_BUDGET) // stage_bytes))
+    return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count, split_k=split)
+
+
+def _bk(bm: int, bn: int, k: int, dtype, arch: str) -> int:
+    """BK of a bm x bn tile (see config_for)."""
+    warps = 8 if bm * bn >= 128 * 128 else 4
+    wgmma_bk = 128 // dtype.itemsize
+    if arch == "sm_90a" and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
+        return wgmma_bk
+    if bm <= 32 and dtype.itemsize == 2 and k >= 128:
+        # skinny M reads B at memory speed: 128-element K steps keep 4 x 20 KB in flight per
+        # program (M = 1, 16 on an H200: 1.9-2.2x the 32-element step)
+        return 128
+    return 32 if dtype.itemsize == 2 else 16
+
+
+def _split_k(tiles: int, k: int, sm_count: int, skinny: bool) -> int:
+    """split_k for `tiles` programs walking K (1: no split; see config_for)."""
+    if tiles * 2 > sm_count:
+        return 1
+    target = (2 if skinny else 1) * sm_count
+    split = min(target // tiles, MAX_SPLIT_K, k // MIN_SLICE_K)
+    return split if split >= 2 else 1
+
+
+def _fit(extent: int) -> int:
+    return max(16, min(128, next_pow2(max(extent, 1))))
