@@ -44,6 +44,10 @@ class CodegenContext:
         self._strings: Dict[str, ir.GlobalVariable] = {}
         self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
         self.debug_scope = None  # the DISubprogram when line tables are on (options.debug)
+        # Inside gpu.warp_specialize: the thread that issues single-thread ops (TMA, expect),
+        # and the (named barrier, thread count) a block barrier becomes (None: every thread).
+        self.leader_tid = 0
+        self.named_barrier = None
         # The prologue block computes thread ids and layout coordinates once, so that
         # every later block is dominated by them; it branches to `body` at the end.
         self.prologue = func.append_basic_block("prologue")

@@ -30,6 +30,11 @@ _FULL_MASK = ir.Constant(I32, 0xFFFFFFFF)
 
 # ----------------------------------------------------------------------------- helpers
 def barrier(ctx, bar_id: int = 0) -> None:
+    if ctx.named_barrier is not None:  # the consumer warps of a warp-specialized kernel
+        named, count = ctx.named_barrier
+        ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
+                      [ir.Constant(I32, named), ir.Constant(I32, count)])
+        return
     ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.all", ir.VoidType(), [ir.Constant(I32, bar_id)])
 
 

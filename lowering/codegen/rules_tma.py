@@ -32,8 +32,9 @@ def _barrier_addr(ctx, bar_value, slot_value):
 
 
 def _thread0(ctx, live=None):
+    """An `if` for the one thread that issues (thread 0, or the producer's first thread)."""
     b = ctx.builder
-    cond = b.icmp_unsigned("==", ctx.tid, ir.Constant(I32, 0))
+    cond = b.icmp_unsigned("==", ctx.tid, ir.Constant(I32, ctx.leader_tid))
     if live is not None:
         cond = b.and_(cond, live)
     return b.if_then(cond)
@@ -56,7 +57,7 @@ def _mbarrier_init(ctx, op):
     with _thread0(ctx):
         for s in range(alloc.attrs["shape"][0]):
             addr = ctx.builder.add(base, ir.Constant(I32, 8 * s))
-            _asm(ctx, "mbarrier.init.shared::cta.b64 [$0], 1;", "r", [addr])
+            _asm(ctx, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r", [addr, ir.Constant(I32, op.count)])
         # the initialized barriers become visible to the async proxy (TMA's complete_tx)
         _asm(ctx, "fence.mbarrier_init.release.cluster;", "", [])
         ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
@@ -68,6 +69,13 @@ def _mbarrier_expect(ctx, op):
     with _thread0(ctx, ctx.get(op.operands[2])):
         _asm(ctx, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
              [bar, ir.Constant(I32, op.attrs["bytes"])])
+
+
+@rule(G.MbarrierArriveOp)
+def _mbarrier_arrive(ctx, op):
+    bar = _barrier_addr(ctx, op.operands[0], op.operands[1])
+    with ctx.builder.if_then(ctx.get(op.operands[2])):
+        _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [bar])
 
 
 @rule(G.MbarrierWaitOp)

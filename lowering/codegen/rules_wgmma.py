@@ -102,3 +102,4 @@ def _fence_proxy_async(ctx, op):
 
 
 from . import rules_tma  # noqa: E402,F401  (the TMA ring that feeds wgmma)
+from . import rules_ws  # noqa: E402,F401  (warp-specialized rings)

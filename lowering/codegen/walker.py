@@ -140,10 +140,12 @@ def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
     ctx.memo["tmap"] = {(s.arg, s.box): a for a, s in zip(ctx.func.args, slots) if s.kind == "tmap"}
 
 
-def _annotate(module: ir.Module, fn: ir.Function, num_warps: int, slots=()) -> None:
+def _annotate(module: ir.Module, fn: ir.Function, threads: int, slots=(), setmaxnreg: bool = False) -> None:
     # Launch bound: lets ptxas budget registers for exactly this many threads.
     ann = module.add_named_metadata("nvvm.annotations")
-    ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), 32 * num_warps)]))
+    ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), threads)]))
+    if setmaxnreg:  # ptxas honours setmaxnreg only with a minimum of one CTA per SM declared
+        ann.add(module.add_metadata([fn, "minctasm", ir.Constant(ir.IntType(32), 1)]))
     # Tensor maps are read where the driver put them: without grid_constant LLVM copies a
     # byval parameter to local memory, and TMA would read the copy's (wrong) address.
     tmaps = [ir.Constant(ir.IntType(32), k + 1) for k, s in enumerate(slots) if s.kind == "tmap"]
@@ -201,5 +203,6 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     if term is not None and term.operands:
         raise CompilationError("a kernel cannot return values", loc=term.loc, kernel=name, stage="codegen")
     ctx.builder.ret_void()
-    _annotate(llmod, fn, num_warps, slots)
+    threads = int(module.attrs.get("threads", 32 * num_warps))  # warp_specialize adds a producer
+    _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps)
     return llmod

@@ -6,6 +6,7 @@
     gpu.mbarrier_expect %bar, %slot, %live {bytes = 49152}   (thread 0: arrive + expect the bytes)
     gpu.tma_load %buf, %slot, %bar, %view, %i, %j, %live {box = [128, 64]}
     gpu.mbarrier_wait %bar, %slot, %parity       (every thread: the slot's phase `parity` completed)
+    gpu.mbarrier_arrive %bar, %slot, %live       (every thread, where `live`: one arrival)
 
 gpu.tma_origin is a marker set before lower_views (tma_loads) on a tile.load_view that
 TMA may replace: it keeps the view and the tile indices, which lowering turns into
@@ -33,7 +34,8 @@ from tilec.ir.types import ScalarType, ViewType
 
 from .ops import AllocOp
 
-__all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "TmaLoadOp", "tma_params",
+__all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
+           "tma_params",
            "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -74,14 +76,23 @@ class TmaOriginOp(Op):
 
 @register_op
 class MbarrierInitOp(Op):
-    """Thread 0 initializes every mbarrier of the buffer with an arrival count of 1."""
+    """Thread 0 initializes every mbarrier of the buffer with an arrival count of `count`
+    (1: the one thread that expects the TMA bytes; the consumer threads of a warp-specialized
+    ring for its `empty` barriers)."""
     name = "gpu.mbarrier_init"
     operands_spec = ("barriers",)
+    attributes = {"count": A("int", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
+    @property
+    def count(self) -> int:
+        return self.attrs.get("count") or 1
+
     def verify_op(self):
         _barriers(self, 0)
+        if not 1 <= self.count < (1 << 20):
+            raise self.error(f"count must be from 1 to 2^20 - 1, got {self.count}")
 
 
 @register_op
@@ -113,6 +124,21 @@ class MbarrierWaitOp(Op):
         _barriers(self, 0)
         _scalar(self, 1, (dt.int32,), "the slot")
         _scalar(self, 2, (dt.int32,), "the parity")
+
+
+@register_op
+class MbarrierArriveOp(Op):
+    """Every thread, where `live`: one arrival on the slot's mbarrier (a consumer releasing
+    the slot it has finished reading)."""
+    name = "gpu.mbarrier_arrive"
+    operands_spec = ("barriers", "slot", "live")
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def verify_op(self):
+        _barriers(self, 0)
+        _scalar(self, 1, (dt.int32,), "the slot")
+        _scalar(self, 2, (dt.bool_,), "live")
 
 
 @register_op

@@ -1,0 +1,55 @@
+"""Codegen rule of gpu.warp_specialize (lowering/gpu/ws_ops.py): one branch per role.
+
+    tid >= 32 * num_warps ?  producer: setmaxnreg.dec, then warp num_warps runs the region
+                          :  consumers: setmaxnreg.inc, then the region with block barriers
+                             turned into a named barrier over the consumer threads
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ..gpu.ws_ops import WarpSpecializeOp
+from .types import I32
+from .walker import lower_region, rule
+
+_CONSUMER_BARRIER = 1  # named barrier of the consumer warps (0 stays __syncthreads')
+
+
+def _setmaxnreg(ctx, kind: str, regs: int) -> None:
+    ctx.intrinsic(f"llvm.nvvm.setmaxnreg.{kind}.sync.aligned.u32", ir.VoidType(), [ir.Constant(I32, regs)])
+
+
+def _lower(ctx, region) -> None:
+    term = lower_region(ctx, region.block, [])
+    if term is not None and term.operands:
+        raise ValueError("a gpu.warp_specialize region yields no values")
+
+
+@rule(WarpSpecializeOp)
+def _warp_specialize(ctx, op):
+    b = ctx.builder
+    consumers = 32 * ctx.num_warps
+    producer, consumer, merge = ctx.new_block("ws.producer"), ctx.new_block("ws.consumer"), ctx.new_block("ws.end")
+    b.cbranch(b.icmp_unsigned(">=", ctx.tid, ir.Constant(I32, consumers)), producer, consumer)
+
+    b.position_at_end(producer)
+    _setmaxnreg(ctx, "dec", op.attrs["producer_regs"])
+    with b.if_then(b.icmp_unsigned("==", ctx.warp, ir.Constant(I32, ctx.num_warps))):
+        saved = ctx.leader_tid
+        ctx.leader_tid = consumers
+        try:
+            _lower(ctx, op.regions[0])
+        finally:
+            ctx.leader_tid = saved
+    b.branch(merge)
+
+    b.position_at_end(consumer)
+    _setmaxnreg(ctx, "inc", op.attrs["consumer_regs"])
+    saved = ctx.named_barrier
+    ctx.named_barrier = (_CONSUMER_BARRIER, consumers)
+    try:
+        _lower(ctx, op.regions[1])
+    finally:
+        ctx.named_barrier = saved
+    b.branch(merge)
+    b.position_at_end(merge)

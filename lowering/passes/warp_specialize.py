@@ -1,0 +1,286 @@
+"""warp_specialize: a producer warpgroup fills pipeline_loads' TMA ring, the num_warps consume it.
+
+Runs with the `warp_specialize` option on sm_90a, on a kernel whose body holds one TMA
+ring (pipeline_tma's form) at its top level. The ring of S slots gets a second row of
+mbarriers, `empty`, on which every consumer thread releases a slot once the wgmma that
+read it has retired; the loads move to a producer loop that waits for a slot to be empty
+before refilling it, so the producer runs up to S iterations ahead and the consumers
+never stop at a block barrier:
+
+    %full = gpu.alloc {shape = [S]} ; %empty = gpu.alloc {shape = [S]}
+    gpu.mbarrier_init %full ; gpu.mbarrier_init %empty {count = 32 * num_warps} ; gpu.barrier
+    gpu.warp_specialize {producer_warps = 4, producer_regs = 40, consumer_regs = ...} (
+      { for k: c = (k - lb) / step
+          gpu.mbarrier_wait %empty, c % S, ((c / S) & 1) ^ 1    (use n of a slot waits for release n - 1)
+          gpu.mbarrier_expect %full, c % S, true ; gpu.tma_load ... (iteration k) }
+      { for k: gpu.mbarrier_wait %full, c % S, (c / S) & 1
+               %d = gpu.wgmma ... ; %e = gpu.wgmma_wait %d {pending = 1}
+               gpu.mbarrier_arrive %empty, (c + S - 1) % S, c > 0   (iteration c - 1 has retired)
+        the epilogue }
+    )
+
+A fresh mbarrier counts as having completed the phase before its first, so the first
+wait on each empty slot (parity 1) passes at once. The kernel runs 32 * (num_warps + 4)
+threads (the module's `threads`); the consumers keep thread ids 0 .. 32 * num_warps - 1.
+Kernels without such a ring are left as they are.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from tilec import dtypes as dt
+from tilec.ir import Block, Builder, Module, Op, Region, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import PointerType, ScalarType
+
+from ..gpu.ops import SHARED, AllocOp, BarrierOp
+from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp
+from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
+from ..gpu.ws_ops import PRODUCER_WARPS, REGISTERS_PER_SM, WarpSpecializeOp
+from .dce import dce
+from .pipeline_loads import _clone, _slice
+
+__all__ = ["warp_specialize", "PRODUCER_REGS"]
+
+PRODUCER_REGS = 40  # the producer only computes tile indices and issues copies
+_I32 = ScalarType(dt.int32)
+_BOOL = ScalarType(dt.bool_)
+
+
+class _Ring:
+    """pipeline_tma's ring in a loop: its barriers, wait, barrier, issue ops and prologue; and
+    the loop the split wraps: the ring's own, or the one loop (a persistent tile loop) around it."""
+
+    def __init__(self, loop: T.ForOp, wait: MbarrierWaitOp):
+        self.loop, self.wait = loop, wait
+        self.full = wait.operands[0].owner
+        self.stages = self.full.attrs["shape"][0]
+        body = loop.body.ops
+        self.barrier = body[body.index(wait) + 1]
+        self.issues = [op for op in body if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
+        block = loop.parent
+        upto = block.ops.index(loop)
+        self.prologue = [op for op in block.ops[:upto] if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
+        self.init = next((op for op in block.ops[:upto] if isinstance(op, MbarrierInitOp)
+                          and op.operands[0] is wait.operands[0]), None)
+        at = block.ops.index(self.init) + 1 if self.init is not None else -1
+        self.init_barrier = block.ops[at] if 0 < at < len(block.ops) and isinstance(block.ops[at], BarrierOp) else None
+        self.lag = next((op for op in body if isinstance(op, WgmmaWaitOp) and op.attrs.get("pending") == 1), None)
+        parent = loop.parent_op()
+        self.outer = parent if isinstance(parent, T.ForOp) else None
+        self.top = loop if self.outer is None else self.outer
+
+    def valid(self) -> bool:
+        loads = [op for op in self.issues if isinstance(op, TmaLoadOp)]
+        lives = {id(op.operands[-1]) for op in self.issues}
+        body = self.loop.body
+        return (isinstance(self.barrier, BarrierOp) and self.init_barrier is not None and self.lag is not None
+                and len(loads) >= 1 and len(lives) == 1 and isinstance(self.issues[0].operands[-1].owner, T.CmpOp)
+                and all(_slice(body, list(op.operands[4:6]), body.args[0]) is not None for op in loads)
+                and all(op.operands[0] is self.wait.operands[0] for op in self.issues
+                        if isinstance(op, MbarrierExpectOp))
+                and all(op.operands[2] is self.wait.operands[0] for op in loads)
+                and (self.outer is None or (not self.outer.results and len(self.outer.body.args) == 1
+                                            and _slice(self.outer.body, _outer_needs(self), self.outer.body.args[0])
+                                            is not None)))
+
+
+_BEFORE_SPLIT = (AllocOp, MbarrierInitOp, BarrierOp, MbarrierExpectOp, TmaLoadOp)
+
+
+def _uniform(ops) -> bool:
+    """Whether every thread may run `ops` (the producer included): no per-thread memory access."""
+    return all(isinstance(op, _BEFORE_SPLIT) or not (op.regions or not (op.has_trait("pure")
+                                                                        or op.has_trait("elementwise")))
+               for op in ops)
+
+
+def _find_ring(func: Op) -> Optional[_Ring]:
+    entry = func.regions[0].block
+    rings = [_Ring(op.parent_op(), op) for op in func.walk()
+             if isinstance(op, MbarrierWaitOp) and isinstance(op.parent_op(), T.ForOp)]
+    if len(rings) != 1 or rings[0].top.parent is not entry or not rings[0].valid():
+        return None
+    ring = rings[0]
+    if not _uniform(entry.ops[:entry.ops.index(ring.top)]):
+        return None
+    return ring
+
+
+def _const(at: Builder, t, value) -> Value:
+    return at.create(T.ConstantOp, result_types=[t], value=value).result
+
+
+def _count(at: Builder, loop: T.ForOp, iv: Value, base: Optional[Value], lmap=None) -> Value:
+    """base + (iv - lb) / step as i32: the ring's running iteration number."""
+    lb, _, step = (lmap.get(id(v), v) if lmap else v for v in loop.operands[:3])
+    c = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
+    c = c if iv.type == _I32 else at.value(T.CastOp, c, to=dt.int32)
+    return c if base is None else at.value(T.AddOp, base, c)
+
+
+def _trips(at: Builder, loop: T.ForOp, lmap=None) -> Value:
+    """How many iterations `loop` runs, as i32 (0 when ub <= lb)."""
+    lb, ub, step = (lmap.get(id(v), v) if lmap else v for v in loop.operands[:3])
+    one = _const(at, lb.type, 1)
+    n = at.value(T.FloorDivOp, at.value(T.SubOp, at.value(T.AddOp, at.value(T.SubOp, ub, lb), step), one), step)
+    n = at.value(T.MaximumOp, n, _const(at, lb.type, 0))
+    return n if lb.type == _I32 else at.value(T.CastOp, n, to=dt.int32)
+
+
+def _new_loop(at: Builder, lb, ub, step, inits, names, loc) -> T.ForOp:
+    body = Block([lb.type] + [v.type for v in inits], names)
+    loop = T.ForOp([lb, ub, step, *inits], [v.type for v in inits], {}, [Region([body])], loc)
+    at.insert(loop)
+    return loop
+
+
+def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value], lmap) -> None:
+    """The producer's ring loop: wait for an empty slot, expect its bytes, issue its copies."""
+    loop = ring.loop
+    lb, ub, step = (lmap.get(id(v), v) for v in loop.operands[:3])
+    for_op = _new_loop(at, lb, ub, step, [], ["k"], loop.loc)
+    k = for_op.body.args[0]
+    b = Builder().at_end(for_op.body)
+    b.loc = loop.loc
+    count = _count(b, loop, k, base, lmap)
+    nst = _const(b, _I32, ring.stages)
+    slot = b.value(T.ModOp, count, nst)
+    one = _const(b, _I32, 1)
+    parity = b.value(T.XorOp, b.value(T.AndOp, b.value(T.FloorDivOp, count, nst), one), one)
+    b.create(MbarrierWaitOp, empty, slot, parity)
+    live = _const(b, _BOOL, True)
+    ahead = ring.issues[0].operands[-1].owner.operands[0]  # live = ahead < ub: the iteration issued
+    body = loop.body
+    for op in ring.issues:
+        if isinstance(op, MbarrierExpectOp):
+            b.create(MbarrierExpectOp, ring.full.result, slot, live, bytes=op.attrs["bytes"])
+            continue
+        mapping = dict(lmap)
+        mapping[id(ahead)] = k
+        ops = _slice(body, list(op.operands[4:6]), body.args[0])
+        _clone([o for o in ops if ahead not in o.results], b, mapping)
+        i, j = (mapping.get(id(v), v) for v in op.operands[4:6])
+        b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], i, j, live,
+                 box=list(op.attrs["box"]))
+    b.create(T.YieldOp)
+
+
+def _outer_needs(ring: _Ring) -> List[Value]:
+    """Values of the outer loop's body the producer's ring loop reads (bounds, tile indices)."""
+    body = ring.outer.body
+    need = list(ring.loop.operands[:3])
+    inner = ring.loop.body
+    for op in ring.issues:
+        if isinstance(op, TmaLoadOp):
+            for o in _slice(inner, list(op.operands[4:6]), inner.args[0]) + [op]:
+                need.extend(o.operands)
+    return [v for v in need if v.owner is not None and v.owner.parent is body]
+
+
+def _producer(ring: _Ring, empty: Value) -> Region:
+    outer_block = Block()
+    at = Builder().at_end(outer_block)
+    at.loc = ring.loop.loc
+    if ring.outer is None:
+        _producer_loop(ring, at, empty, None, {})
+    else:
+        o = ring.outer
+        lb, ub, step = o.operands[:3]
+        tiles = _new_loop(at, lb, ub, step, [_const(at, _I32, 0)], ["tile", "base"], o.loc)
+        ob = Builder().at_end(tiles.body)
+        ob.loc = o.loc
+        lmap = {id(o.body.args[0]): tiles.body.args[0]}
+        _clone(_slice(o.body, _outer_needs(ring), o.body.args[0]), ob, lmap)
+        _producer_loop(ring, ob, empty, tiles.body.args[1], lmap)
+        ob.create(T.YieldOp, ob.value(T.AddOp, tiles.body.args[1], _trips(ob, ring.loop, lmap)))
+    at.create(T.YieldOp)
+    return Region([outer_block])
+
+
+def _with_base(outer: T.ForOp, ring: _Ring) -> Value:
+    """Give the outer loop a carried i32: the ring iterations of the tiles before this one."""
+    at = Builder().before(outer)
+    at.loc = outer.loc
+    zero = _const(at, _I32, 0)
+    region = outer.regions[0]
+    outer.regions = []
+    new = T.ForOp(list(outer.operands[:3]) + [zero], [_I32], {}, [], outer.loc)
+    new.add_region(region)
+    at.insert(new)
+    outer.erase()
+    base = new.body.add_arg(_I32, "base")
+    old_yield = new.body.ops[-1]
+    yb = Builder().before(old_yield)
+    yb.loc = outer.loc
+    yb.create(T.YieldOp, yb.value(T.AddOp, base, _trips(yb, ring.loop)))
+    old_yield.erase()
+    ring.outer = ring.top = new
+    return base
+
+
+def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
+    """The loop without its copies and block barrier, releasing each slot once read, and
+    everything after it."""
+    loop = ring.loop
+    for op in ring.issues + [ring.barrier]:
+        op.erase()
+    base = _with_base(ring.outer, ring) if ring.outer is not None else None
+    head = Builder().before(loop.body.ops[0])
+    head.loc = loop.loc
+    count = _count(head, loop, loop.body.args[0], base)
+    nst = _const(head, _I32, ring.stages)
+    # the slot and parity of the running count (across the tiles of a persistent loop)
+    old_slot = ring.wait.operands[1]
+    ring.wait.set_operand(1, head.value(T.ModOp, count, nst))
+    ring.wait.set_operand(2, head.value(T.AndOp, head.value(T.FloorDivOp, count, nst), _const(head, _I32, 1)))
+    for user, i in list(old_slot.uses):
+        if isinstance(user, WgmmaOp):
+            user.set_operand(i, ring.wait.operands[1])
+    at = Builder().before(ring.lag)
+    at.index += 1
+    at.loc = loop.loc
+    prev = at.value(T.ModOp, at.value(T.AddOp, count, _const(at, _I32, ring.stages - 1)), nst)
+    at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, _const(at, _I32, 0), pred="gt"))
+    block = Block()
+    start = entry.ops.index(ring.top)
+    moved: List[Op] = entry.ops[start:-1]  # up to the function's terminator
+    del entry.ops[start:-1]
+    for op in moved:
+        block.append(op)
+    block.append(T.YieldOp([], [], {}, (), loop.loc))
+    return Region([block])
+
+
+def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: int = 4, arch: Optional[str] = None,
+                    **_options) -> Module:
+    if not warp_specialize or (arch or "sm_90a") != "sm_90a":
+        return module
+    func = module.func()
+    ring = _find_ring(func)
+    if ring is None:
+        return module
+    entry = func.regions[0].block
+    for op in ring.prologue:
+        op.erase()
+    if ring.outer is not None:  # initialize once, before the tile loop, rather than per tile
+        for op in (ring.init, ring.init_barrier):
+            op.parent.ops.remove(op)
+            entry.insert(entry.ops.index(ring.outer), op)
+    head = Builder().before(ring.full)
+    head.loc = ring.full.loc
+    empty = head.value(AllocOp, shape=[ring.stages], layout=ring.full.attrs["layout"],
+                       result_types=[PointerType(dt.int64, SHARED)])
+    init = Builder().before(ring.init)
+    init.index += 1
+    init.loc = ring.init.loc
+    init.create(MbarrierInitOp, empty, count=32 * num_warps)
+    consumers = 32 * num_warps
+    consumer_regs = min(256, (REGISTERS_PER_SM - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
+    producer = _producer(ring, empty)
+    consumer = _consumer(ring, empty, entry)
+    split = WarpSpecializeOp([], [], {"producer_warps": PRODUCER_WARPS, "producer_regs": PRODUCER_REGS,
+                                      "consumer_regs": consumer_regs}, [producer, consumer], ring.loop.loc)
+    entry.insert(len(entry.ops) - 1, split)
+    module.attrs["threads"] = consumers + 32 * PRODUCER_WARPS
+    return dce(module)
