@@ -134,7 +134,7 @@ def test_reduction_across_warps_in_every_virtual_program(torch_cuda, gpu):
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.float32)
     out = torch.zeros(rows, device="cuda", dtype=torch.float32)
     row_sums[(rows,)](x, out, BLOCK=1024, num_warps=8, persistent=True)
-    torch.testing.assert_close(out, x.double().sum(dim=1).float(), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(out, x.double().sum(dim=1).float(), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.gpu
