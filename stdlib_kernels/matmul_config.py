@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Tuple
 
 import tilec as tc
@@ -9,11 +10,12 @@ import tilec as tc
 from ..lowering.gpu.wgmma_fragments import wgmma_shape
 from ._common import next_pow2
 
-__all__ = ["MatmulConfig", "config_for", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MIN_SLICE_K", "MAX_SPLIT_K"]
+__all__ = ["MatmulConfig", "config_for", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MIN_SLICE_K", "MIN_SPLIT_K", "MAX_SPLIT_K"]
 
 SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
 SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
-MIN_SLICE_K = 512          # split-K: every K slice keeps at least this many elements of K
+MIN_SLICE_K = 1024         # split-K: every K slice keeps at least this many elements of K
+MIN_SPLIT_K = 4096         # split-K: K at least this long (8192 for skinny-M tiles)
 MAX_SPLIT_K = 16           # split-K: at most this many slices (the reduction reads them all)
 REDUCE_TILE = 2048         # elements per program of the split-K reduction
 
@@ -58,7 +60,7 @@ class MatmulConfig:
         more rows than M needs nor than BM (so that a tile never crosses from one slice's rows
         into the next)."""
         cols = min(128, next_pow2(n))
-        rows = min(next_pow2(m), self.bm, max(1, min(REDUCE_TILE, 8192 // splits) // cols))
+        rows = min(next_pow2(m), self.bm, _pow2_floor(max(1, min(REDUCE_TILE, 8192 // splits) // cols)))
         return rows, cols, max(1, min(4, rows * cols // 256))
 
     @property
@@ -72,6 +74,7 @@ class MatmulConfig:
         return matmul_persistent_kernel if self.persistent else matmul_kernel
 
 
+@lru_cache(maxsize=1024)   # it runs on every call: 10 us uncached, a third of a decode GEMM's time
 def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
                tensor_cores: bool = True, arch: str = "sm_80", allow_split_k: bool = True) -> MatmulConfig:
     """The tile configuration for an (m x k) @ (k x n) product of `batch` entries.
@@ -83,13 +86,16 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
       larger dimension until there are at least `sm_count` programs or it is
       64 x 64.
     - Split-K: when those 128-row (or skinny-M) tiles give programs for at most half the
-      SMs (tiles * batch * 2 <= sm_count) and K is at least 2 * MIN_SLICE_K, K is cut into
-      split_k slices instead of halving the tile: split_k = sm_count // (tiles * batch)
-      (2 * sm_count for skinny-M tiles, which are memory-bound and fit two per SM), at most
-      MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles still halve N to 64 first
-      (the tile measured best for them). The f32 partials go through a workspace to a
-      second kernel that sums them and applies the epilogue. `allow_split_k=False` gives
-      the choice without split-K (for comparison).
+      SMs (tiles * batch * 2 <= sm_count) and K is at least MIN_SPLIT_K (2 * MIN_SPLIT_K
+      for skinny M), K is cut into split_k slices instead of halving the tile: split_k =
+      sm_count // (tiles * batch) (2 * sm_count for skinny-M tiles, which are memory-bound
+      and fit two per SM), at most MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles
+      still halve N to 64 first (the tile measured best for them). The f32 partials go
+      through a workspace to a second kernel that sums them and applies the epilogue. On an
+      H200 (bf16): M = 128 with K = 14336 1.9x, K = 4096 1.2x; M = 1, 16 with K = 14336
+      1.2x; but M = 1, 16 with K = 4096 and 1024^3 ran slower split (the second launch
+      and the partials' round trip cost more than the idle SMs), hence the K thresholds.
+      `allow_split_k=False` gives the choice without split-K (for comparison).
     - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
       (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
     - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
@@ -142,11 +148,15 @@ def _bk(bm: int, bn: int, k: int, dtype, arch: str) -> int:
 
 def _split_k(tiles: int, k: int, sm_count: int, skinny: bool) -> int:
     """split_k for `tiles` programs walking K (1: no split; see config_for)."""
-    if tiles * 2 > sm_count:
+    if tiles * 2 > sm_count or k < (2 if skinny else 1) * MIN_SPLIT_K:
         return 1
     target = (2 if skinny else 1) * sm_count
     split = min(target // tiles, MAX_SPLIT_K, k // MIN_SLICE_K)
     return split if split >= 2 else 1
+
+
+def _pow2_floor(x: int) -> int:
+    return 1 << (max(int(x), 1).bit_length() - 1)
 
 
 def _fit(extent: int) -> int:

@@ -53,6 +53,15 @@ def test_bias_activation_and_cast_in_the_reduction(activation):
     np.testing.assert_allclose(got.astype(np.float64), want, rtol=2e-3, atol=5e-3)
 
 
+def test_reduction_tile_of_many_rows_and_an_odd_split():
+    # 7 partials: the reduction takes 64 x 16 tiles (1170 elements would not be a power of two)
+    a = rng.standard_normal((70, 120)).astype(np.float32)
+    b = rng.standard_normal((120, 10)).astype(np.float32)
+    cfg = mm.MatmulConfig(128, 16, 16, 4, 2, split_k=7)
+    assert cfg.reduce_tile(70, 10, 7)[:2] == (64, 16)
+    np.testing.assert_allclose(matmul(a, b, config=cfg), a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+
+
 def test_scales_apply_once_after_the_sum():
     a = rng.standard_normal((9, 70)).astype(np.float32)
     b = rng.standard_normal((70, 33)).astype(np.float32)
@@ -101,11 +110,12 @@ def test_config_errors():
 
 
 @pytest.mark.parametrize("m,n,k,tile,split", [
-    (1, 4096, 4096, (16, 64, 128), 4),       # decode: 64 tiles, memory-bound (two programs per SM)
+    (1, 4096, 14336, (16, 64, 128), 4),      # decode: 64 tiles, memory-bound (two programs per SM)
     (16, 4096, 14336, (16, 64, 128), 4),
     (128, 4096, 4096, (128, 128, 64), 4),    # 32 tiles of 128 x 128 instead of 128 of 64 x 64
     (128, 4096, 14336, (128, 128, 64), 4),
-    (64, 64, 4096, (64, 64, 64), 8),         # one tile: K // MIN_SLICE_K slices
+    (64, 64, 4096, (64, 64, 64), 4),         # one tile: K // MIN_SLICE_K slices
+    (128, 1000, 14336, (128, 128, 64), 14),
 ])
 def test_heuristic_splits_few_tiles_with_long_k(m, n, k, tile, split):
     cfg = mm.config_for(m, n, k, tc.bfloat16, arch="sm_90a")
@@ -116,7 +126,9 @@ def test_heuristic_splits_few_tiles_with_long_k(m, n, k, tile, split):
 
 @pytest.mark.parametrize("m,n,k,batch", [
     (4096, 4096, 4096, 1), (2048, 2048, 2048, 1), (1, 14336, 4096, 1), (128, 14336, 4096, 1),
-    (128, 4096, 512, 1),     # K too short for two slices of MIN_SLICE_K
+    (128, 4096, 2048, 1),    # K below MIN_SPLIT_K
+    (1, 4096, 4096, 1), (16, 4096, 4096, 1),   # skinny M needs K >= 2 * MIN_SPLIT_K
+    (1024, 1024, 1024, 1),
     (128, 4096, 4096, 8),    # the batch fills the SMs
     (1, 20000, 4096, 1),
 ])
@@ -138,6 +150,10 @@ def test_reduce_tile_shrinks_with_the_number_of_partials():
     assert cfg.reduce_tile(128, 4096, 16) == (4, 128, 2)
     assert cfg.reduce_tile(1, 4096, 4) == (1, 128, 1)          # no rows beyond M
     assert mm.MatmulConfig(16, 64, 128, 4, 4).reduce_tile(100, 10, 2) == (16, 16, 1)   # nor beyond BM
+    for splits in range(1, 17):   # tile shapes are powers of two whatever the number of partials
+        for m, n in [(128, 4096), (77, 333), (1, 5)]:
+            rows, cols, _ = cfg.reduce_tile(m, n, splits)
+            assert rows & (rows - 1) == 0 and cols & (cols - 1) == 0 and rows * cols * splits <= 8192 * 2
 
 
 def test_true_f32_never_splits():

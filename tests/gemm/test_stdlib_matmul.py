@@ -65,7 +65,7 @@ def test_config_heuristic():
     assert mm.config_for(2048, 2048, 2048, mm.tc.float16).bn == 256   # 128 programs on 132 SMs
     assert mm.config_for(1024, 2048, 2048, mm.tc.float16).bn < 256    # 64 programs would be too few
     mid = mm.config_for(128, 4096, 4096, mm.tc.float16)   # 128x128 tiles would give 32 programs
-    assert mid.grid(128, 4096)[0] >= 64 and max(mid.bm, mid.bn) <= 128
+    assert mid.tiles(128, 4096) * mid.split_k >= 64 and max(mid.bm, mid.bn) <= 128   # split-K (tests/gemm/test_splitk.py)
 
 
 def test_default_config_ptx_uses_mma_and_cp_async():
