@@ -10,6 +10,11 @@ ones running together share A rows and B columns in L2. The epilogue (bias,
 activation, cast) runs on the accumulator's registers before the only store. A batch
 is one launch per entry.
 
+Split-K (`MatmulConfig.split_k > 1`, picked for few output tiles and a long K): program
+(tile, s) of matmul_splitk_kernel sums K slice s of its tile into an f32 workspace, then
+splitk_reduce_kernel sums the slices in a fixed order (no atomics) and applies the same
+epilogue (`_epilogue`) before the store.
+
 The configuration comes from `config_for` (the heuristic is documented there).
 """
 from __future__ import annotations
