@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Tuple
+from typing import Optional, Tuple
 
 import tilec as tc
 
 from ..lowering.gpu.wgmma_fragments import wgmma_shape
 from ._common import next_pow2
 
-__all__ = ["MatmulConfig", "config_for", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MIN_SLICE_K", "MIN_SPLIT_K", "MAX_SPLIT_K"]
+__all__ = ["MAX_SPLIT_K", "MIN_SLICE_K", "MIN_SPLIT_K", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MatmulConfig", "config_for"]
 
 SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
 SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
@@ -47,7 +47,7 @@ class MatmulConfig:
         steps = max(tc.cdiv(k, self.bk), 1)
         return tc.cdiv(steps, tc.cdiv(steps, self.split_k))
 
-    def grid(self, m: int, n: int, k: int = None) -> Tuple[int, ...]:
+    def grid(self, m: int, n: int, k: Optional[int] = None) -> Tuple[int, ...]:
         tiles = self.tiles(m, n)
         if self.split_k > 1:
             return (tiles, self.split_k if k is None else self.splits(k))

@@ -183,7 +183,7 @@ def test_partial_and_reduce_ptx_assemble_without_spills(arch, m, n, k):
     assert ("wgmma.mma_async" in ptx) if wgmma else "mma.sync" in ptx
     assert ("cp.async.bulk.tensor" in ptx) == (wgmma and n % 16 == 0)   # TMA needs 16-byte rows
     assert "%ctaid.y" in ptx   # the slice index
-    rsig, warps, grid = mm.reduce_signature(m, n, k, cfg, "bf16", activation="gelu", bias_dtype="bf16")
+    rsig, warps, _grid = mm.reduce_signature(m, n, k, cfg, "bf16", activation="gelu", bias_dtype="bf16")
     rk = compile_kernel(mm.splitk_reduce_kernel, parse_signature(mm.splitk_reduce_kernel, rsig),
                         CompileOptions(arch=arch, num_warps=warps), use_cache=False)
     assert "atom" not in rk.asm["ptx"] and "atom" not in ptx   # deterministic: no atomics
