@@ -68,3 +68,19 @@ def test_stdlib_kernel_warp_specialized(dtype):
     got = mm.matmul(a, b, bias=bias, activation="gelu", config=mm.MatmulConfig(128, 256, 64, 8, 4, warp_specialize=True))
     want = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
     _check(got, want, dtype)
+
+
+@pytest.mark.parametrize("m,n,k", [(4000, 4096, 1024), (200, 256, 4096), (1000, 1024, 48)])
+def test_ws_persistent(m, n, k):
+    # more tiles than programs: the ring's slots and phases run on across each program's tiles
+    _needs_sm90()
+    dtype = torch.bfloat16
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    c = torch.empty(m, n, device="cuda", dtype=dtype)
+    grid = (tc.cdiv(m, 128), tc.cdiv(n, 256))
+    opts = dict(BM=128, BN=256, BK=64, num_warps=8, num_stages=4, warp_specialize=True, persistent=True)
+    ws_matmul[grid](a, b, c, **opts)
+    _check(c, 0.5 * (a.double() @ b.double()), dtype)
+    ck = ws_matmul.compile(a, b, c, **opts)
+    assert ck.metadata["warp_specialized"] and ck.metadata["persistent"]
