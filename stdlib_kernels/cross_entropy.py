@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import tilec as tc
 
-from ._common import (as_array, check_float, check_same_place, flat_view, launch, output, row_config, rows_of,
-                      view)
+from ._common import (as_array, check_float, check_same_place, contiguous_strides, empty_like, flat_view, launch,
+                      next_pow2, output, row_config, rows_of, view)
 from ._plan import planned
 
 __all__ = ["cross_entropy"]
@@ -27,8 +27,10 @@ REDUCE_BLOCK = 1024
 # registers; the lane-wise state stays small.
 LOOP_BLOCK = 2048
 LOOP_WARPS = 8
-# Issue step k + 1's loads before step k's math (74 registers instead of 48 for bf16).
-LOOP_PREFETCH = True
+# Fewer rows than this: each long row is split into chunks among programs, so that a
+# row-sized unit of work does not leave the last wave of programs half empty (4096 rows
+# at ~5 programs per SM are 6.2 waves of 660: the seventh runs at a fifth of the GPU).
+SPLIT_ROWS = 8192
 
 
 @tc.func
@@ -63,47 +65,58 @@ def _online(m_lane, s_lane, t0, t1, t2, t3):
     return m_new, s_lane * tc.exp2(m_lane * LOG2E - m2) + e
 
 
-@tc.func
-def _step_tiles(logits, row, k, BLOCK: tc.constexpr):
-    # Step k's four tiles as they are stored (2-byte logits stay 2-byte while in flight).
-    t0 = tc.load(logits, index=(row, 4 * k), shape=(1, BLOCK), padding=NEG_INF)
-    t1 = tc.load(logits, index=(row, 4 * k + 1), shape=(1, BLOCK), padding=NEG_INF)
-    t2 = tc.load(logits, index=(row, 4 * k + 2), shape=(1, BLOCK), padding=NEG_INF)
-    t3 = tc.load(logits, index=(row, 4 * k + 3), shape=(1, BLOCK), padding=NEG_INF)
-    return t0, t1, t2, t3
-
-
 @tc.kernel
-def ce_loop_kernel(logits, target, loss, ignore_index, BLOCK: tc.constexpr, PREFETCH: tc.constexpr = True):
+def ce_loop_kernel(logits, target, loss, part_m, part_s, ignore_index, steps_per_chunk, BLOCK: tc.constexpr,
+                   SPLIT: tc.constexpr):
+    # Program (row, chunk) walks steps [chunk * steps_per_chunk, ...) of four BLOCK-wide
+    # tiles of its row; a step past the row is all padding (no memory traffic). Whole rows
+    # (SPLIT False) end with the loss; chunks leave (max, sum of exp(t - max)) partials.
     row = tc.program_id(0)
+    chunk = tc.program_id(1)
+    n_cls = logits.shape[1]
+    m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
+    s_lane = tc.zeros((1, BLOCK), tc.float32)
+    k0 = chunk * steps_per_chunk
+    for k in range(k0, k0 + steps_per_chunk):
+        # Four tiles per step, all loads issued before the math: 4x the bytes in flight.
+        # (Issuing step k + 1's loads before step k's math was measured slower on an H200:
+        # 74 registers instead of 48, so fewer programs per SM.)
+        t0 = tc.load(logits, index=(row, 4 * k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t1 = tc.load(logits, index=(row, 4 * k + 1), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t2 = tc.load(logits, index=(row, 4 * k + 2), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t3 = tc.load(logits, index=(row, 4 * k + 3), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        m_lane, s_lane = _online(m_lane, s_lane, t0, t1, t2, t3)
+    m = tc.max(m_lane)
+    if SPLIT:
+        m_safe = tc.where(m == NEG_INF, 0.0, m)  # a chunk of only -inf: sum 0, not NaN
+        tc.store(part_m, index=(row, chunk), tile=tc.full((1, 1), m, tc.float32))
+        tc.store(part_s, index=(row, chunk), tile=tc.full((1, 1), tc.sum(s_lane * tc.exp(m_lane - m_safe)),
+                                                            tc.float32))
+    else:
+        lse = m + tc.log(tc.sum(s_lane * tc.exp(m_lane - m)))
+        _store_loss(logits, target, loss, row, lse, ignore_index)
+
+
+@tc.func
+def _store_loss(logits, target, loss, row, lse, ignore_index):
     n_cls = logits.shape[1]
     tgt = tc.load(target, index=(row,), shape=(1,))
     # The target's logit by one masked scalar load: never out of bounds, NaN loss if invalid.
     ok = (tgt >= 0) & (tgt < n_cls)
     picked = tc.load(logits.ptr + row * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok, other=0.0)
-    m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
-    s_lane = tc.zeros((1, BLOCK), tc.float32)
-    n_steps = tc.cdiv(n_cls, 4 * BLOCK)
-    if PREFETCH:
-        # The next step's loads issued before this step's math, so a thread's loads stay
-        # in flight while it computes (a step past the row is all padding: no traffic).
-        # Twice the registers for tiles: fewer programs per SM.
-        a0, a1, a2, a3 = _step_tiles(logits, row, 0, BLOCK)
-        for k in range(n_steps):
-            b0, b1, b2, b3 = _step_tiles(logits, row, k + 1, BLOCK)
-            m_lane, s_lane = _online(m_lane, s_lane, a0.astype(tc.float32), a1.astype(tc.float32),
-                                     a2.astype(tc.float32), a3.astype(tc.float32))
-            a0, a1, a2, a3 = b0, b1, b2, b3
-    else:
-        # Four tiles per step, all loads issued before the math: 4x the bytes in flight.
-        for k in range(n_steps):
-            t0, t1, t2, t3 = _step_tiles(logits, row, k, BLOCK)
-            m_lane, s_lane = _online(m_lane, s_lane, t0.astype(tc.float32), t1.astype(tc.float32),
-                                     t2.astype(tc.float32), t3.astype(tc.float32))
-    m = tc.max(m_lane)
-    lse = m + tc.log(tc.sum(s_lane * tc.exp(m_lane - m)))
     row_loss = _row_loss(lse, picked.astype(tc.float32), tgt, n_cls, ignore_index)
     tc.store(loss, index=(row,), tile=row_loss.astype(loss.dtype))
+
+
+@tc.kernel
+def ce_combine_kernel(logits, target, loss, part_m, part_s, ignore_index, CHUNKS: tc.constexpr):
+    # One row per program: the row's chunk partials (max, sum) merged into its logsumexp.
+    row = tc.program_id(0)
+    m = tc.load(part_m, index=(row, 0), shape=(1, CHUNKS), padding=NEG_INF)
+    s = tc.load(part_s, index=(row, 0), shape=(1, CHUNKS), padding=0.0)
+    top = tc.max(m)
+    lse = top + tc.log(tc.sum(s * tc.exp(m - top)))
+    _store_loss(logits, target, loss, row, lse, ignore_index)
 
 
 @tc.kernel
@@ -126,22 +139,52 @@ def ce_reduce_kernel(loss, target, out, ignore_index, MEAN: tc.constexpr, BLOCK:
 
 SIGNATURES = {
     "ce_tile_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, ROWS=1, BLOCK=16384",
-    "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, BLOCK=2048",
+    "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
+                      "steps_per_chunk=i32, BLOCK=2048, SPLIT=False",
+    "ce_combine_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
+                         "ignore_index=i32, CHUNKS=4",
     "ce_reduce_kernel": "loss=f32[?], target=i64[?], out=f16[?], ignore_index=i32, MEAN=True, BLOCK=1024",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_loop_kernel": {"num_warps": LOOP_WARPS, "fast_math": True},
+           "ce_combine_kernel": {"num_warps": 1, "fast_math": True},
            "ce_reduce_kernel": {"num_warps": 4, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
-    ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], ignore_index=i32, BLOCK=2048"),
-    ("ce_loop_kernel", "logits=f32[?,?], target=i64[?], loss=f32[?], ignore_index=i32, BLOCK=2048"),
-    ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, BLOCK=2048, PREFETCH=False"),
+    ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
+                       "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=False"),
+    ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
+                       "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=True"),
+    ("ce_combine_kernel", "logits=f32[?,?], target=i32[?], loss=bf16[?], part_m=f32[?,?], part_s=f32[?,?], "
+                          "ignore_index=i32, CHUNKS=128"),
     ("ce_reduce_kernel", "loss=f32[?], target=i32[?], out=f32[?], ignore_index=i32, MEAN=False, BLOCK=1024"),
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+
+
+def chunk_count(n_rows: int, n_cls: int):
+    """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
+    SPLIT_ROWS programs in all, each at least one step of 4 * LOOP_BLOCK classes."""
+    n_steps = tc.cdiv(n_cls, 4 * LOOP_BLOCK)
+    chunks = 1 if n_rows >= SPLIT_ROWS else min(n_steps, tc.cdiv(SPLIT_ROWS, n_rows))
+    per = tc.cdiv(n_steps, chunks)
+    return tc.cdiv(n_steps, per), per
+
+
+def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
+    chunks, per = chunk_count(n_rows, n_cls)
+    if chunks == 1:
+        # the partials are not touched: the loss view stands in for them
+        launch(ce_loop_kernel, (n_rows, 1), (xv, tv, lv, lv, lv, ignore_index, per), LOOP_WARPS,
+               BLOCK=LOOP_BLOCK, SPLIT=False)
+        return
+    shape = (n_rows, chunks)
+    part_m, part_s = (view(empty_like(a, shape, tc.float32), shape, contiguous_strides(shape)) for _ in range(2))
+    launch(ce_loop_kernel, (n_rows, chunks), (xv, tv, lv, part_m, part_s, ignore_index, per), LOOP_WARPS,
+           BLOCK=LOOP_BLOCK, SPLIT=True)
+    launch(ce_combine_kernel, (n_rows,), (xv, tv, lv, part_m, part_s, ignore_index), 1, CHUNKS=next_pow2(chunks))
 
 
 @planned
@@ -158,8 +201,11 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     0-d array. The result has logits' dtype. Forward only.
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
-    classes, else a 4096-column online-logsumexp loop); the mean/sum is one
-    program walking the per-row losses in 1024-element tiles.
+    classes, else an online logsumexp over steps of four 2048-column tiles,
+    8 warps). With fewer than SPLIT_ROWS (8192) such rows, each row is split
+    into chunks of steps, about SPLIT_ROWS programs in all, whose (max, sum)
+    partials a second launch merges (one program per row). The mean/sum is
+    one program walking the per-row losses in 1024-element tiles.
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
@@ -188,8 +234,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
         launch(ce_tile_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), cfg.num_warps, ROWS=cfg.rows,
                BLOCK=cfg.block)
     else:
-        launch(ce_loop_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), LOOP_WARPS, BLOCK=LOOP_BLOCK,
-               PREFETCH=LOOP_PREFETCH)
+        _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index)
     if reduction == "none":
         return per_row.obj
     result = output(None, a, (), a.dtype)

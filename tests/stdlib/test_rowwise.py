@@ -164,6 +164,19 @@ def test_reductions_over_a_long_first_dim_split_among_programs(rowwise, is_max):
         rowwise.close(sk.sum(x, 0), x64.sum(0), "bf16", scale=1 + np.abs(x64).sum(0).max() / 100)
 
 
+@pytest.mark.parametrize("shape, itemsize, programs, tiles_each", [
+    ((16384, 8192), 4, 2048, 16),   # 32 strips: 64 programs of 16 tiles per strip (measured best)
+    ((8192, 16384), 2, 1024, 16),   # 64 strips: 16 per strip
+    ((4096, 4096), 2, 512, 4),      # small: at least 4 tiles each, 1024 programs not reached
+])
+def test_inner_reduction_split_heuristic(shape, itemsize, programs, tiles_each):
+    from tilec.stdlib_kernels.reductions import inner_config, split_count
+    block_r, block_i, _ = inner_config(*shape, itemsize)
+    strips, n_tiles = -(-shape[1] // block_i), -(-shape[0] // block_r)
+    splits = split_count(strips, n_tiles)
+    assert (strips * splits, n_tiles // splits) == (programs, tiles_each)
+
+
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), seed=st.integers(0, 2**16))
 def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
@@ -231,19 +244,23 @@ def test_cross_entropy_matches_numpy(rowwise, shape, dtype, tdtype, seed):
     rowwise.close(got, mean, dtype, scale=scale)
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, prefetch):
-    # Both forms of the looped kernel (next step's loads issued early, or not).
-    monkeypatch.setattr(importlib.import_module("tilec.stdlib_kernels.cross_entropy"), "LOOP_PREFETCH", prefetch)
+@pytest.mark.parametrize("split_rows", [8192, 1])
+def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, split_rows):
+    # Rows split into chunks (4 rows < SPLIT_ROWS: 3 chunks of one step, merged by the
+    # combine kernel) and whole rows; row 1 opens with a chunk of -inf logits only.
+    CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
+    monkeypatch.setattr(CE, "SPLIT_ROWS", split_rows)
+    assert CE.chunk_count(4, 16385) == ((3, 1) if split_rows == 8192 else (1, 3))
     rng = np.random.default_rng(5)
     x = (3 * rng.standard_normal((4, 16385))).astype(np.float32)
-    t = np.array([16384, 7, -1, 3])
-    t_ignore = np.array([16384, 7, -1, 3])
+    x[1, :8192] = -np.inf
+    t = np.array([16384, 9000, -1, 3])
+    t_ignore = np.array([16384, 9000, -1, 3])
     none = sk.cross_entropy(x, t, ignore_index=-1, reduction="none")
     want, _, want_mean = ref_cross_entropy(x.astype(np.float64), t_ignore, -1)
     np.testing.assert_allclose(none, want, rtol=1e-5)
     np.testing.assert_allclose(sk.cross_entropy(x, t, ignore_index=-1), want_mean, rtol=1e-5)
-    bad = sk.cross_entropy(x, np.array([16385, 0, -5, 3]), reduction="none")
+    bad = sk.cross_entropy(x, np.array([16385, 9000, -5, 3]), reduction="none")
     assert np.isnan(bad[0]) and np.isnan(bad[2]) and np.isfinite(bad[[1, 3]]).all()
     assert np.isnan(sk.cross_entropy(x, np.full(4, -100)))  # every row ignored: 0 / 0
 
