@@ -214,7 +214,8 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
         if A.host:
             launch(kernel, cfg.grid(m, n), args, **consts)  # the interpreter
         else:
-            kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma), **consts)
+            kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
+                                   warp_specialize=cfg.warp_specialize, **consts)
     return O.obj
 
 
@@ -233,7 +234,8 @@ def _launch_split_k(cfg: MatmulConfig, split: int, a_v, b_v, o_v, ws, bias_arg, 
         launch(splitk_reduce_kernel, red_grid, red_args, **red)
         return
     matmul_splitk_kernel[(cfg.tiles(m, n), split)](a_v, b_v, ws_v, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, tma=bool(tma), **part)
+                                                  num_stages=cfg.num_stages, tma=bool(tma),
+                                                  warp_specialize=cfg.warp_specialize, **part)
     splitk_reduce_kernel[red_grid](*red_args, num_warps=warps, **red)
 
 

@@ -73,8 +73,13 @@ def _mbarrier_expect(ctx, op):
 
 @rule(G.MbarrierArriveOp)
 def _mbarrier_arrive(ctx, op):
+    b = ctx.builder
     bar = _barrier_addr(ctx, op.operands[0], op.operands[1])
-    with ctx.builder.if_then(ctx.get(op.operands[2])):
+    live = ctx.get(op.operands[2])
+    if op.every > 1:
+        first = b.icmp_unsigned("==", b.and_(ctx.tid, ir.Constant(I32, op.every - 1)), ir.Constant(I32, 0))
+        live = b.and_(live, first)
+    with b.if_then(live):
         _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [bar])
 
 

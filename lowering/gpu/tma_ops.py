@@ -6,7 +6,7 @@
     gpu.mbarrier_expect %bar, %slot, %live {bytes = 49152}   (thread 0: arrive + expect the bytes)
     gpu.tma_load %buf, %slot, %bar, %view, %i, %j, %live {box = [128, 64]}
     gpu.mbarrier_wait %bar, %slot, %parity       (every thread: the slot's phase `parity` completed)
-    gpu.mbarrier_arrive %bar, %slot, %live       (every thread, where `live`: one arrival)
+    gpu.mbarrier_arrive %bar, %slot, %live {every = 128}   (where `live`: one arrival per 128 threads)
 
 gpu.tma_origin is a marker set before lower_views (tma_loads) on a tile.load_view that
 TMA may replace: it keeps the view and the tile indices, which lowering turns into
@@ -128,17 +128,25 @@ class MbarrierWaitOp(Op):
 
 @register_op
 class MbarrierArriveOp(Op):
-    """Every thread, where `live`: one arrival on the slot's mbarrier (a consumer releasing
-    the slot it has finished reading)."""
+    """Where `live`: one arrival on the slot's mbarrier (a consumer releasing the slot it has
+    finished reading) from every `every`-th thread (thread ids that are multiples of it;
+    128: one per warpgroup, once its wgmma.wait_group has returned; default 1: every thread)."""
     name = "gpu.mbarrier_arrive"
     operands_spec = ("barriers", "slot", "live")
+    attributes = {"every": A("int", True)}
     num_results = 0
     traits = frozenset({"writes"})
+
+    @property
+    def every(self) -> int:
+        return self.attrs.get("every") or 1
 
     def verify_op(self):
         _barriers(self, 0)
         _scalar(self, 1, (dt.int32,), "the slot")
         _scalar(self, 2, (dt.bool_,), "live")
+        if self.every < 1 or self.every & (self.every - 1):
+            raise self.error(f"every must be a power of two, got {self.every}")
 
 
 @register_op

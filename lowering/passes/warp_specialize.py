@@ -2,20 +2,20 @@
 
 Runs with the `warp_specialize` option on sm_90a, on a kernel whose body holds one TMA
 ring (pipeline_tma's form) at its top level. The ring of S slots gets a second row of
-mbarriers, `empty`, on which every consumer thread releases a slot once the wgmma that
-read it has retired; the loads move to a producer loop that waits for a slot to be empty
+mbarriers, `empty`, on which the consumer warpgroups release a slot once the wgmma that
+read it has retired (one arrival per consumer warpgroup); the loads move to a producer loop that waits for a slot to be empty
 before refilling it, so the producer runs up to S iterations ahead and the consumers
 never stop at a block barrier:
 
     %full = gpu.alloc {shape = [S]} ; %empty = gpu.alloc {shape = [S]}
-    gpu.mbarrier_init %full ; gpu.mbarrier_init %empty {count = 32 * num_warps} ; gpu.barrier
+    gpu.mbarrier_init %full ; gpu.mbarrier_init %empty {count = num_warps / 4} ; gpu.barrier
     gpu.warp_specialize {producer_warps = 4, producer_regs = 40, consumer_regs = ...} (
       { for k: c = (k - lb) / step
           gpu.mbarrier_wait %empty, c % S, ((c / S) & 1) ^ 1    (use n of a slot waits for release n - 1)
           gpu.mbarrier_expect %full, c % S, true ; gpu.tma_load ... (iteration k) }
       { for k: gpu.mbarrier_wait %full, c % S, (c / S) & 1
                %d = gpu.wgmma ... ; %e = gpu.wgmma_wait %d {pending = 1}
-               gpu.mbarrier_arrive %empty, (c + S - 1) % S, c > 0   (iteration c - 1 has retired)
+               gpu.mbarrier_arrive %empty, (c + S - 1) % S, c > 0 {every = 128}   (c - 1 has retired)
         the epilogue }
     )
 
@@ -43,6 +43,7 @@ from .pipeline_loads import _clone, _slice
 __all__ = ["warp_specialize", "PRODUCER_REGS"]
 
 PRODUCER_REGS = 40  # the producer only computes tile indices and issues copies
+WARPGROUP = 128     # threads; wgmma.wait_group retires a warpgroup's reads together: one arrival each
 _I32 = ScalarType(dt.int32)
 _BOOL = ScalarType(dt.bool_)
 
@@ -241,7 +242,8 @@ def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
     at.index += 1
     at.loc = loop.loc
     prev = at.value(T.ModOp, at.value(T.AddOp, count, _const(at, _I32, ring.stages - 1)), nst)
-    at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, _const(at, _I32, 0), pred="gt"))
+    at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, _const(at, _I32, 0), pred="gt"),
+              every=WARPGROUP)
     block = Block()
     start = entry.ops.index(ring.top)
     moved: List[Op] = entry.ops[start:-1]  # up to the function's terminator
@@ -274,7 +276,7 @@ def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: in
     init = Builder().before(ring.init)
     init.index += 1
     init.loc = ring.init.loc
-    init.create(MbarrierInitOp, empty, count=32 * num_warps)
+    init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP)
     consumers = 32 * num_warps
     consumer_regs = min(256, (REGISTERS_PER_SM - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
     producer = _producer(ring, empty)

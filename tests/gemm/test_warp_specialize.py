@@ -85,3 +85,18 @@ def test_stdlib_gemm_config_specializes():
     rep = ck.metadata.get("ptxas")
     if rep is not None:
         assert rep["spill_stores"] == 0 and not rep["warnings"], rep
+
+
+def test_stdlib_heuristic_and_cli():
+    mm = importlib.import_module("tilec.stdlib_kernels.matmul")
+    bf16 = mm.tc.bfloat16
+    assert mm.config_for(8192, 8192, 8192, bf16, arch="sm_90a").warp_specialize
+    assert not mm.config_for(4096, 4096, 4096, bf16, arch="sm_90a").warp_specialize   # 3.9 waves
+    assert not mm.config_for(8192, 8192, 8192, bf16, arch="sm_80").warp_specialize
+    from tilec.cli import main
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["ptx", "matmul", "--dtype", "bf16", "--shape", "8192,8192,8192", "--arch", "sm_90a"]) == 0
+    assert "setmaxnreg.inc.sync.aligned.u32" in out.getvalue() and ".maxntid 384" in out.getvalue()
