@@ -84,3 +84,26 @@ def test_ws_persistent(m, n, k):
     _check(c, 0.5 * (a.double() @ b.double()), dtype)
     ck = ws_matmul.compile(a, b, c, **opts)
     assert ck.metadata["warp_specialized"] and ck.metadata["persistent"]
+
+
+def test_stdlib_tf32_and_f8_warp_specialized():
+    # K-major B (column-major through TMA) under a producer warpgroup
+    _needs_sm90()
+    mm = importlib.import_module("tilec.stdlib_kernels.matmul")
+    a = torch.randn(1000, 1024, device="cuda")
+    b = torch.randn(768, 1024, device="cuda").t()
+    got = mm.matmul(a, b, allow_tf32=True, config=mm.MatmulConfig(128, 256, 32, 8, 4, warp_specialize=True))
+    _check_rel(got, a.double() @ b.double(), 2e-3)
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        x, y = torch.randn(600, 1024, device="cuda"), torch.randn(520, 1024, device="cuda")
+        sa = x.abs().max().item() / 224.0
+        sb = y.abs().max().item() / 224.0
+        a8, bt8 = (x / sa).to(dtype), (y / sb).to(dtype)
+        got = mm.matmul(a8, bt8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.float32,
+                        config=mm.MatmulConfig(128, 256, 128, 8, 4, warp_specialize=True))
+        _check_rel(got, (a8.double() * sa) @ (bt8.t().double() * sb), 5e-3)
+
+
+def _check_rel(got, want, tol):
+    err = (got.double() - want).abs().max().item()
+    assert err <= tol * want.abs().max().item(), err
