@@ -58,8 +58,10 @@ def _ids_reference(grid):
 
 
 @pytest.fixture
-def interpret(monkeypatch):
-    monkeypatch.setenv("TILEC_INTERPRET", "1")
+def interpret():
+    # tc.interpret(), not TILEC_INTERPRET: the environment is read once per process
+    with tc.interpret():
+        yield
 
 
 @pytest.mark.parametrize("grid", [(3, 2, 1), (5, 1, 3), (1, 4, 2)])
