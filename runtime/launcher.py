@@ -158,13 +158,13 @@ class PreparedLaunch:
     __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pool", "param_names",
                  "name", "device", "persistent")
 
-    def __init__(self, compiled, loaded, state: KernelState):
+    def __init__(self, compiled, loaded, param_names):
         self.compiled, self.loaded = compiled, loaded
         self.function, self.threads, self.shared = loaded.function, loaded.threads, loaded.shared
         self.device = loaded.device
         self.name = compiled.name
         self.persistent = loaded.persistent_programs  # 0: launch the grid as asked
-        self.param_names = list(state.params)
+        self.param_names = list(param_names)
         # Free (packer, kernelParams address) pairs, each with its own buffer. A launch pops
         # one (atomic under the GIL), so two threads never pack into the same buffer.
         self.pool = [build_packer(compiled, self.param_names)]
@@ -410,11 +410,8 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = p.name
     packer = p.take_packer()
-    if p.persistent:
+    if p.persistent:  # launch_compiled launches no empty grid
         gx, gy, gz = _persistent_grid(p, packer[0], vals, infos, gx, gy, gz)
-        if gx == 0:  # no program ids requested: nothing to launch
-            p.pool.append(packer)
-            return
     else:
         packer[0](vals, infos)
     res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
@@ -436,7 +433,7 @@ def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
     vals = state.bind(args, kwargs)
     parts, _, device = _signature(state, vals)
     device = driver.current_device() if device is None else device
-    prepared = PreparedLaunch(compiled, module.load(compiled, device), state)
+    prepared = PreparedLaunch(compiled, module.load(compiled, device), state.params)
     _bind_driver()
     with state.lock:
         state.table[tuple([opt_items] + parts)] = prepared
@@ -453,7 +450,7 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     spec, _ = specialize.specialize(state.kernel, (), named)
     compiled = compiler.compile_kernel(state.kernel, spec, options)
     loaded = module.load(compiled, device)
-    prepared = PreparedLaunch(compiled, loaded, state)
+    prepared = PreparedLaunch(compiled, loaded, state.params)
     _bind_driver()
     with state.lock:
         state.table[key] = prepared
@@ -482,13 +479,7 @@ def launch_compiled(compiled, grid, *args, stream=None):
     per_dev = compiled.__dict__.setdefault("_tilec_prepared", {})
     prepared = per_dev.get(device)
     if prepared is None:
-        loaded = module.load(compiled, device)
-        prepared = per_dev[device] = PreparedLaunch.__new__(PreparedLaunch)
-        prepared.compiled, prepared.loaded, prepared.device, prepared.name = compiled, loaded, device, compiled.name
-        prepared.function, prepared.threads, prepared.shared = loaded.function, loaded.threads, loaded.shared
-        prepared.persistent = loaded.persistent_programs
-        prepared.param_names = names
-        prepared.pool = [build_packer(compiled, names)]
+        prepared = per_dev[device] = PreparedLaunch(compiled, module.load(compiled, device), names)
     driver.ensure_context(device)
     gx, gy, gz = _grid3(grid, compiled.name)
     if gx and gy and gz:

@@ -25,6 +25,7 @@ from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, TileType
 
 from .index_width import view_index_dtype
+from .rewrite import build_constant
 
 __all__ = ["lower_views"]
 
@@ -33,9 +34,6 @@ def _cast(b: Builder, v: Value, to: dt.DType) -> Value:
     cur = v.type.element.dtype if isinstance(v.type, TileType) else v.type.dtype
     return v if cur is to else b.value(T.CastOp, v, to=to)
 
-
-def _const(b: Builder, ty, value) -> Value:
-    return b.create(T.ConstantOp, result_types=[ty], value=value).result
 
 
 def _to_full(b: Builder, v: Value, dim: int, shape) -> Value:
@@ -71,21 +69,21 @@ def _lower(op) -> None:
         n = shape[d]
         start = _cast(b, index, idx_t)
         if not offset_mode and n != 1:
-            start = b.value(T.MulOp, start, _const(b, ScalarType(idx_t), n))
+            start = b.value(T.MulOp, start, build_constant(b, ScalarType(idx_t), n))
         coords = _cast(b, b.value(T.ArangeOp, start=0, end=n), idx_t)
         coords = b.value(T.AddOp, b.value(T.SplatOp, start, shape=[n]), coords)
         extent = b.value(T.ViewDimOp, view, dim=d, kind="shape")
         extent = _cast(b, extent, idx_t)
         inside = b.value(T.CmpOp, coords, b.value(T.SplatOp, extent, shape=[n]), pred="lt")
         if offset_mode:
-            zero = b.value(T.SplatOp, _const(b, ScalarType(idx_t), 0), shape=[n])
+            zero = b.value(T.SplatOp, build_constant(b, ScalarType(idx_t), 0), shape=[n])
             inside = b.value(T.AndOp, inside, b.value(T.CmpOp, coords, zero, pred="ge"))
         stride = vt.strides[d]
         if stride is None:
             s = _cast(b, b.value(T.ViewDimOp, view, dim=d, kind="stride"), idx_t)
             coords = b.value(T.MulOp, coords, b.value(T.SplatOp, s, shape=[n]))
         elif stride != 1:
-            coords = b.value(T.MulOp, coords, _const(b, TileType((n,), ScalarType(idx_t)), stride))
+            coords = b.value(T.MulOp, coords, build_constant(b, TileType((n,), ScalarType(idx_t)), stride))
         term = _to_full(b, coords, d, shape)
         inside = _to_full(b, inside, d, shape)
         offset = term if offset is None else b.value(T.AddOp, offset, term)
@@ -94,7 +92,7 @@ def _lower(op) -> None:
     ptrs = b.value(T.AddPtrOp, b.value(T.SplatOp, base, shape=shape), offset)
     if isinstance(op, T.LoadViewOp):
         rt = op.results[0].type
-        other = _const(b, rt, _padding(op, vt.dtype))
+        other = build_constant(b, rt, _padding(op, vt.dtype))
         new = b.value(T.LoadMaskedOp, ptrs, mask, other)
         if "_tma" in op.attrs:  # tma_loads' tag: pipeline_loads may copy this load with TMA
             new.owner.attrs["_tma"] = op.attrs["_tma"]

@@ -114,14 +114,9 @@ def _coordinates(b: Builder, vpid: Value, grid: List[Value], needed) -> Dict[int
     out: Dict[int, Value] = {}
     if not needed:
         return out
-    if needed == {0}:
-        rest = None
-    else:
-        rest = b.value(T.FloorDivOp, vpid, grid[0])  # y + gy * z
+    rest = b.value(T.FloorDivOp, vpid, grid[0])  # y + gy * z: one division serves x too
     if 0 in needed:
-        # x = vpid - gx * (vpid // gx): one division serves x and the rest
-        q = rest if rest is not None else b.value(T.FloorDivOp, vpid, grid[0])
-        out[0] = b.value(T.SubOp, vpid, b.value(T.MulOp, q, grid[0]))
+        out[0] = b.value(T.SubOp, vpid, b.value(T.MulOp, rest, grid[0]))
     if 1 in needed or 2 in needed:
         z = b.value(T.FloorDivOp, rest, grid[1])
         if 1 in needed:

@@ -62,6 +62,7 @@ from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
+from .rewrite import build_constant
 
 __all__ = ["pipeline_loads"]
 
@@ -151,9 +152,6 @@ def _scalar(at: Builder, cls, a: Value, b: Value, **attrs) -> Value:
     return at.value(cls, a, b, **attrs)
 
 
-def _const(at: Builder, t, value) -> Value:
-    return at.create(T.ConstantOp, result_types=[t], value=value).result
-
 
 def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, buf: Value, iv: Value) -> None:
     """Copies of `c`'s load for the iteration whose induction variable is `iv_value`."""
@@ -223,8 +221,8 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     pre = Builder().before(loop)
     pre.loc = loop.loc
     for s in range(ahead_by):
-        iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, _const(pre, ivt, s)))
-        slot = _const(pre, i32, s)
+        iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, build_constant(pre, ivt, s)))
+        slot = build_constant(pre, i32, s)
         for c in cands:
             _issue(pre, c, iv_s, ub, slot, bufs[id(c.alloc)], iv)
         pre.create(AsyncCommitOp)
@@ -236,10 +234,10 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     count = _scalar(at, T.FloorDivOp, _scalar(at, T.SubOp, iv, lb), step)
     if ivt != i32:
         count = at.value(T.CastOp, count, to=dt.int32)
-    nst = _const(at, i32, stages)
+    nst = build_constant(at, i32, stages)
     read_slot = _scalar(at, T.ModOp, count, nst)
-    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, _const(at, i32, ahead_by)), nst)
-    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, _const(at, ivt, ahead_by)))
+    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
+    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, build_constant(at, ivt, ahead_by)))
     at.create(AsyncWaitOp, pending=ahead_by - 1)
     fence = next((op for op in body.ops if isinstance(op, FenceProxyAsyncOp)), None)
     if fence is not None:  # cp.async writes, then wgmma reads through the async proxy

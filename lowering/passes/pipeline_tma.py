@@ -34,6 +34,7 @@ from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
+from .rewrite import build_constant
 
 __all__ = ["tma_markers", "pipeline_tma"]
 
@@ -47,9 +48,6 @@ def tma_origin(load: Op, markers: Dict[int, TmaOriginOp]) -> Optional[TmaOriginO
     tag = load.attrs.get("_tma")
     return None if tag is None else markers.get(tag)
 
-
-def _const(at: Builder, t, value) -> Value:
-    return at.create(T.ConstantOp, result_types=[t], value=value).result
 
 
 def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: Value, ub: Value,
@@ -88,8 +86,8 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     pre.create(MbarrierInitOp, bar)
     pre.create(BarrierOp)  # every thread sees initialized barriers before waiting on them
     for s in range(ahead_by):
-        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, _const(pre, ivt, s)))
-        _issue(pre, cands, origins, bufs, bar, iv, iv_s, ub, _const(pre, i32, s), slice_of, clone)
+        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
+        _issue(pre, cands, origins, bufs, bar, iv, iv_s, ub, build_constant(pre, i32, s), slice_of, clone)
     # the body: `barrier; stores; fence; barrier` becomes wait, barrier, prefetch
     ops = body.ops
     first_store = min(ops.index(c.store) for c in cands)
@@ -99,11 +97,11 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
     if ivt != i32:
         count = at.value(T.CastOp, count, to=dt.int32)
-    nst = _const(at, i32, stages)
+    nst = build_constant(at, i32, stages)
     read_slot = at.value(T.ModOp, count, nst)
-    parity = at.value(T.AndOp, at.value(T.FloorDivOp, count, nst), _const(at, i32, 1))
-    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, _const(at, i32, ahead_by)), nst)
-    ahead = at.value(T.AddOp, iv, at.value(T.MulOp, step, _const(at, ivt, ahead_by)))
+    parity = at.value(T.AndOp, at.value(T.FloorDivOp, count, nst), build_constant(at, i32, 1))
+    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
+    ahead = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead_by)))
     at.create(MbarrierWaitOp, bar, read_slot, parity)
     at.create(BarrierOp)
     _issue(at, cands, origins, bufs, bar, iv, ahead, ub, write_slot, slice_of, clone)

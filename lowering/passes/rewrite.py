@@ -11,12 +11,12 @@ import math
 
 from typing import Callable, Dict, List, Sequence
 
-from tilec.ir import Block, Module, Op, Value
+from tilec.ir import Block, Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, element_type
 
 __all__ = [
-    "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "replace_op", "dtype_of",
+    "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
     "normalize_constant",
 ]
@@ -81,6 +81,11 @@ def make_constant(before: Op, type_, value) -> Value:
     blk = before.parent
     blk.insert(blk.ops.index(before), c)
     return c.result
+
+
+def build_constant(at: Builder, type_, value) -> Value:
+    """A tile.constant of `type_` holding `value`, created where the builder `at` stands."""
+    return at.create(T.ConstantOp, result_types=[type_], value=value).result
 
 
 def replace_op(op: Op, values: Sequence[Value]) -> None:

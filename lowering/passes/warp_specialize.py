@@ -39,6 +39,7 @@ from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from ..gpu.ws_ops import PRODUCER_WARPS, REGISTERS_PER_SM, WarpSpecializeOp
 from .dce import dce
 from .pipeline_loads import _clone, _slice
+from .rewrite import build_constant
 
 __all__ = ["warp_specialize", "PRODUCER_REGS"]
 
@@ -64,8 +65,10 @@ class _Ring:
         self.prologue = [op for op in block.ops[:upto] if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
         self.init = next((op for op in block.ops[:upto] if isinstance(op, MbarrierInitOp)
                           and op.operands[0] is wait.operands[0]), None)
-        at = block.ops.index(self.init) + 1 if self.init is not None else -1
-        self.init_barrier = block.ops[at] if 0 < at < len(block.ops) and isinstance(block.ops[at], BarrierOp) else None
+        self.init_barrier = None
+        if self.init is not None:  # the loop comes after it at the latest
+            after = block.ops[block.ops.index(self.init) + 1]
+            self.init_barrier = after if isinstance(after, BarrierOp) else None
         self.lag = next((op for op in body if isinstance(op, WgmmaWaitOp) and op.attrs.get("pending") == 1), None)
         parent = loop.parent_op()
         self.outer = parent if isinstance(parent, T.ForOp) else None
@@ -91,9 +94,8 @@ _BEFORE_SPLIT = (AllocOp, MbarrierInitOp, BarrierOp, MbarrierExpectOp, TmaLoadOp
 
 def _uniform(ops) -> bool:
     """Whether every thread may run `ops` (the producer included): no per-thread memory access."""
-    return all(isinstance(op, _BEFORE_SPLIT) or not (op.regions or not (op.has_trait("pure")
-                                                                        or op.has_trait("elementwise")))
-               for op in ops)
+    return all(isinstance(op, _BEFORE_SPLIT)
+               or (not op.regions and (op.has_trait("pure") or op.has_trait("elementwise"))) for op in ops)
 
 
 def _find_ring(func: Op) -> Optional[_Ring]:
@@ -108,13 +110,14 @@ def _find_ring(func: Op) -> Optional[_Ring]:
     return ring
 
 
-def _const(at: Builder, t, value) -> Value:
-    return at.create(T.ConstantOp, result_types=[t], value=value).result
+def _mapped(v: Value, lmap) -> Value:
+    return lmap.get(id(v), v) if lmap else v
 
 
 def _count(at: Builder, loop: T.ForOp, iv: Value, base: Optional[Value], lmap=None) -> Value:
-    """base + (iv - lb) / step as i32: the ring's running iteration number."""
-    lb, _, step = (lmap.get(id(v), v) if lmap else v for v in loop.operands[:3])
+    """base + (iv - lb) / step as i32: the ring's running iteration number (`lmap`: clones of
+    the loop's bounds, by id of the original)."""
+    lb, _, step = (_mapped(v, lmap) for v in loop.operands[:3])
     c = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
     c = c if iv.type == _I32 else at.value(T.CastOp, c, to=dt.int32)
     return c if base is None else at.value(T.AddOp, base, c)
@@ -122,10 +125,10 @@ def _count(at: Builder, loop: T.ForOp, iv: Value, base: Optional[Value], lmap=No
 
 def _trips(at: Builder, loop: T.ForOp, lmap=None) -> Value:
     """How many iterations `loop` runs, as i32 (0 when ub <= lb)."""
-    lb, ub, step = (lmap.get(id(v), v) if lmap else v for v in loop.operands[:3])
-    one = _const(at, lb.type, 1)
+    lb, ub, step = (_mapped(v, lmap) for v in loop.operands[:3])
+    one = build_constant(at, lb.type, 1)
     n = at.value(T.FloorDivOp, at.value(T.SubOp, at.value(T.AddOp, at.value(T.SubOp, ub, lb), step), one), step)
-    n = at.value(T.MaximumOp, n, _const(at, lb.type, 0))
+    n = at.value(T.MaximumOp, n, build_constant(at, lb.type, 0))
     return n if lb.type == _I32 else at.value(T.CastOp, n, to=dt.int32)
 
 
@@ -139,18 +142,18 @@ def _new_loop(at: Builder, lb, ub, step, inits, names, loc) -> T.ForOp:
 def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value], lmap) -> None:
     """The producer's ring loop: wait for an empty slot, expect its bytes, issue its copies."""
     loop = ring.loop
-    lb, ub, step = (lmap.get(id(v), v) for v in loop.operands[:3])
+    lb, ub, step = (_mapped(v, lmap) for v in loop.operands[:3])
     for_op = _new_loop(at, lb, ub, step, [], ["k"], loop.loc)
     k = for_op.body.args[0]
     b = Builder().at_end(for_op.body)
     b.loc = loop.loc
     count = _count(b, loop, k, base, lmap)
-    nst = _const(b, _I32, ring.stages)
+    nst = build_constant(b, _I32, ring.stages)
     slot = b.value(T.ModOp, count, nst)
-    one = _const(b, _I32, 1)
+    one = build_constant(b, _I32, 1)
     parity = b.value(T.XorOp, b.value(T.AndOp, b.value(T.FloorDivOp, count, nst), one), one)
     b.create(MbarrierWaitOp, empty, slot, parity)
-    live = _const(b, _BOOL, True)
+    live = build_constant(b, _BOOL, True)
     ahead = ring.issues[0].operands[-1].owner.operands[0]  # live = ahead < ub: the iteration issued
     body = loop.body
     for op in ring.issues:
@@ -188,7 +191,7 @@ def _producer(ring: _Ring, empty: Value) -> Region:
     else:
         o = ring.outer
         lb, ub, step = o.operands[:3]
-        tiles = _new_loop(at, lb, ub, step, [_const(at, _I32, 0)], ["tile", "base"], o.loc)
+        tiles = _new_loop(at, lb, ub, step, [build_constant(at, _I32, 0)], ["tile", "base"], o.loc)
         ob = Builder().at_end(tiles.body)
         ob.loc = o.loc
         lmap = {id(o.body.args[0]): tiles.body.args[0]}
@@ -203,7 +206,7 @@ def _with_base(outer: T.ForOp, ring: _Ring) -> Value:
     """Give the outer loop a carried i32: the ring iterations of the tiles before this one."""
     at = Builder().before(outer)
     at.loc = outer.loc
-    zero = _const(at, _I32, 0)
+    zero = build_constant(at, _I32, 0)
     region = outer.regions[0]
     outer.regions = []
     new = T.ForOp(list(outer.operands[:3]) + [zero], [_I32], {}, [], outer.loc)
@@ -230,19 +233,19 @@ def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
     head = Builder().before(loop.body.ops[0])
     head.loc = loop.loc
     count = _count(head, loop, loop.body.args[0], base)
-    nst = _const(head, _I32, ring.stages)
+    nst = build_constant(head, _I32, ring.stages)
     # the slot and parity of the running count (across the tiles of a persistent loop)
     old_slot = ring.wait.operands[1]
     ring.wait.set_operand(1, head.value(T.ModOp, count, nst))
-    ring.wait.set_operand(2, head.value(T.AndOp, head.value(T.FloorDivOp, count, nst), _const(head, _I32, 1)))
+    ring.wait.set_operand(2, head.value(T.AndOp, head.value(T.FloorDivOp, count, nst), build_constant(head, _I32, 1)))
     for user, i in list(old_slot.uses):
         if isinstance(user, WgmmaOp):
             user.set_operand(i, ring.wait.operands[1])
     at = Builder().before(ring.lag)
     at.index += 1
     at.loc = loop.loc
-    prev = at.value(T.ModOp, at.value(T.AddOp, count, _const(at, _I32, ring.stages - 1)), nst)
-    at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, _const(at, _I32, 0), pred="gt"),
+    prev = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, _I32, ring.stages - 1)), nst)
+    at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, build_constant(at, _I32, 0), pred="gt"),
               every=WARPGROUP)
     block = Block()
     start = entry.ops.index(ring.top)
