@@ -195,7 +195,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "name": name, "num_warps": int(gpu.attrs.get("threads", 32 * options.num_warps)) // 32,
         "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": arch,
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
-        "warp_specialized": "threads" in gpu.attrs, "persistent": persistent, "timings": timings,
+        "warp_specialized": "threads" in gpu.attrs, "persistent": persistent, "cluster": options.cluster,
+        "timings": timings,
     }
     if run_ptxas is None:
         run_ptxas = _want_ptxas()

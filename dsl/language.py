@@ -13,7 +13,7 @@ import threading
 
 __all__ = [
     "constexpr", "static_range", "interpret", "interpreting", "is_builtin",
-    "program_id", "num_programs", "cdiv", "arange", "zeros", "full",
+    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
     "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "abs", "clamp",
@@ -104,6 +104,23 @@ def num_programs(axis=0):
 
 
 @builtin
+def cluster_rank():
+    """This program's rank in its cluster, 0 .. cluster - 1 (an i32 scalar).
+
+    With the `cluster=N` launch option (sm_90+), programs N * c .. N * c + N - 1 along grid
+    axis 0 form cluster c and run at the same time; the rank is program_id(0) % N (0 with
+    no cluster)."""
+
+
+@builtin
+def cluster_sync():
+    """Wait until every program of the cluster reaches this point; memory written before it
+    by any of them is visible to all of them after it. Every program of the cluster must
+    reach each cluster_sync the same number of times. Without clusters it synchronizes the
+    program's own threads only."""
+
+
+@builtin
 def cdiv(a, b):
     """Ceiling division `(a + b - 1) // b` of integers."""
 
@@ -135,12 +152,17 @@ def full(shape, value, dtype=None):
 
 # ----------------------------------------------------------------------------- memory
 @builtin
-def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None):
+def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None, multicast=False):
     """Read memory.
 
     View form: `tc.load(view, index=(i, j), shape=(BM, BN), padding=0.0)` reads the
     tile starting at element `index * shape` (`offset=` gives element offsets);
-    out-of-bounds elements read `padding`.
+    out-of-bounds elements read `padding`. `multicast=True` (a constexpr) promises that
+    every program of the cluster (the `cluster` option) loads this same tile at this
+    point, as often as the others: on sm_90a a warp-specialized TMA ring then fetches it
+    from L2 once and writes it into every program's shared memory (each program issues a
+    share of the copies); elsewhere it is an ordinary load. The interpreter checks the
+    promise.
     Pointer form: `tc.load(ptrs, mask=m, other=0.0)` gathers one element per pointer;
     masked-off elements read `other`.
     """

@@ -5,10 +5,11 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
+__all__ = ["CompileOptions", "OPTION_FIELDS", "check_cluster_arch", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
-OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent")
+OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
+                 "cluster")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
@@ -45,6 +46,7 @@ class CompileOptions:
     tma: bool = True                # sm_90a: tensor-view loads feeding wgmma may use TMA (False: cp.async)
     warp_specialize: bool = False   # sm_90a: a producer warpgroup issues the TMA ring, the num_warps consume it
     persistent: bool = False        # one program per SM slot, looping over the grid's program ids
+    cluster: int = 1                # sm_90+: programs per thread-block cluster, along grid axis 0
 
     def validated(self) -> "CompileOptions":
         if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
@@ -52,11 +54,24 @@ class CompileOptions:
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be an int from 1 to 8, got {self.num_stages!r}")
         arch = parse_arch(self.arch) if self.arch is not None else None
+        if not isinstance(self.cluster, int) or isinstance(self.cluster, bool) or self.cluster not in (1, 2, 4, 8):
+            raise ValueError(f"cluster must be 1, 2, 4 or 8 programs, got {self.cluster!r}")
+        check_cluster_arch(self.cluster, arch)
         return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
                        warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent))
 
     def with_arch(self, default_arch: str) -> "CompileOptions":
-        return self if self.arch is not None else replace(self, arch=parse_arch(default_arch))
+        if self.arch is not None:
+            return self
+        arch = parse_arch(default_arch)
+        check_cluster_arch(self.cluster, arch)
+        return replace(self, arch=arch)
+
+
+def check_cluster_arch(cluster: int, arch: Optional[str]) -> None:
+    """Thread-block clusters exist from sm_90 on."""
+    if cluster > 1 and arch is not None and int(re.match(r"sm_(\d+)", arch).group(1)) < 90:
+        raise ValueError(f"cluster={cluster} needs sm_90 or newer (thread-block clusters), got {arch}")
 
 
 def split_options(kwargs: dict):

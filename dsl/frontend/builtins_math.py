@@ -44,6 +44,16 @@ def _program_id(ctx, node, axis):
     return ctx.value(T.ProgramIdOp, axis=axis)
 
 
+@builtin_handler(lang.cluster_rank)
+def _cluster_rank(ctx, node):
+    return ctx.value(T.ClusterRankOp)
+
+
+@builtin_handler(lang.cluster_sync)
+def _cluster_sync(ctx, node):
+    ctx.create(T.ClusterSyncOp)
+
+
 @builtin_handler(lang.num_programs)
 def _num_programs(ctx, node, axis):
     axis = _axis_arg(ctx, axis)

@@ -93,15 +93,22 @@ def _broadcast_all(ctx, *xs):
 
 # ----------------------------------------------------------------------------- load / store
 @builtin_handler(lang.load)
-def _load(ctx, node, pointer, mask, other, index, offset, shape, padding):
+def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multicast):
+    require_constexpr(ctx, multicast, "multicast")
+    multicast = py_scalar(multicast)
+    if not isinstance(multicast, bool):
+        raise ctx.error(f"multicast must be True or False, got {multicast!r}")
     if isinstance(pointer, ViewValue):
         if mask is not None or other is not None:
             raise ctx.error("mask= and other= are for pointer loads; a view load reads padding= where the tile "
                             "is out of bounds")
         mode, idx = _view_indices(ctx, "tc.load", pointer, index, offset)
         shape = _view_shape(ctx, "tc.load", pointer, shape)
+        extra = {"multicast": True} if multicast else {}
         return ctx.value(T.LoadViewOp, pointer.value, *idx, shape=list(shape),
-                         padding=_padding(ctx, pointer, padding), mode=mode)
+                         padding=_padding(ctx, pointer, padding), mode=mode, **extra)
+    if multicast:
+        raise ctx.error("multicast= is for view loads (tc.load(view, index=..., shape=..., multicast=True))")
     for v, k in ((index, "index"), (offset, "offset"), (shape, "shape"), (padding, "padding")):
         if v is not None:
             raise ctx.error(f"{k}= is for view loads (tc.load(view, index=..., shape=...)); pointer loads take "

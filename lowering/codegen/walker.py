@@ -140,10 +140,14 @@ def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
     ctx.memo["tmap"] = {(s.arg, s.box): a for a, s in zip(ctx.func.args, slots) if s.kind == "tmap"}
 
 
-def _annotate(module: ir.Module, fn: ir.Function, threads: int, slots=(), setmaxnreg: bool = False) -> None:
+def _annotate(module: ir.Module, fn: ir.Function, threads: int, slots=(), setmaxnreg: bool = False,
+              cluster: int = 1) -> None:
     # Launch bound: lets ptxas budget registers for exactly this many threads.
     ann = module.add_named_metadata("nvvm.annotations")
     ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), threads)]))
+    if cluster > 1:  # .reqnctapercluster: a plain launch then runs clusters of this shape
+        for axis, n in zip("xyz", (cluster, 1, 1)):
+            ann.add(module.add_metadata([fn, f"cluster_dim_{axis}", ir.Constant(ir.IntType(32), n)]))
     if setmaxnreg:  # ptxas honours setmaxnreg only with a minimum of one CTA per SM declared
         ann.add(module.add_metadata([fn, "minctasm", ir.Constant(ir.IntType(32), 1)]))
     # Tensor maps are read where the driver put them: without grid_constant LLVM copies a
@@ -204,5 +208,6 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
         raise CompilationError("a kernel cannot return values", loc=term.loc, kernel=name, stage="codegen")
     ctx.builder.ret_void()
     threads = int(module.attrs.get("threads", 32 * num_warps))  # warp_specialize adds a producer
-    _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps)
+    _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps,
+              cluster=int(getattr(options, "cluster", 1)))
     return llmod

@@ -8,6 +8,15 @@
     gpu.mbarrier_wait %bar, %slot, %parity       (every thread: the slot's phase `parity` completed)
     gpu.mbarrier_arrive %bar, %slot, %live {every = 128}   (where `live`: one arrival per 128 threads)
 
+Clusters (the `cluster` option): a load promised the same for every program of the cluster
+(tile.load_view {multicast}) gets `multicast = N` on its marker and copy: program rank r of
+the N issues the boxes b with b % N == r, each written to the same offset of every
+program's buffer and completing on the same slot's mbarrier of every program (so each
+still expects the whole tile's bytes). A slot may then be refilled only once every program
+of the cluster has read it: gpu.mbarrier_arrive {cluster = N} arrives on the slot's
+mbarrier in each of the N programs. Only warp_specialize's ring (which has those `empty`
+barriers) keeps multicast; it strips the attribute from any other ring.
+
 gpu.tma_origin is a marker set before lower_views (tma_loads) on a tile.load_view that
 TMA may replace: it keeps the view and the tile indices, which lowering turns into
 pointer arithmetic, until pipeline_loads decides. It does nothing and pipeline_loads
@@ -58,12 +67,17 @@ def _barriers(op: Op, idx: int) -> AllocOp:
 _INDEX = (dt.int32, dt.int64)
 
 
+def _check_cluster(op: Op, n: int, what: str) -> None:
+    if n not in (1, 2, 4, 8):
+        raise op.error(f"{what} must be 1, 2, 4 or 8 programs, got {n}")
+
+
 @register_op
 class TmaOriginOp(Op):
     """Marker: the tile.load_view tagged `tag` reads tile (i, j) of `view` and may become TMA."""
     name = "gpu.tma_origin"
     operands_spec = ("view", "i", "j")
-    attributes = {"tag": A("int"), "box": A("ints")}
+    attributes = {"tag": A("int"), "box": A("ints"), "multicast": A("int", True)}
     num_results = 0
     traits = frozenset({"writes"})  # kept by dce until pipeline_loads removes it
 
@@ -133,7 +147,7 @@ class MbarrierArriveOp(Op):
     128: one per warpgroup, once its wgmma.wait_group has returned; default 1: every thread)."""
     name = "gpu.mbarrier_arrive"
     operands_spec = ("barriers", "slot", "live")
-    attributes = {"every": A("int", True)}
+    attributes = {"every": A("int", True), "cluster": A("int", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -141,12 +155,18 @@ class MbarrierArriveOp(Op):
     def every(self) -> int:
         return self.attrs.get("every") or 1
 
+    @property
+    def cluster(self) -> int:
+        """Programs whose copy of the barrier receives the arrival (0, 1: this one only)."""
+        return self.attrs.get("cluster") or 1
+
     def verify_op(self):
         _barriers(self, 0)
         _scalar(self, 1, (dt.int32,), "the slot")
         _scalar(self, 2, (dt.bool_,), "live")
         if self.every < 1 or self.every & (self.every - 1):
             raise self.error(f"every must be a power of two, got {self.every}")
+        _check_cluster(self, self.cluster, "cluster")
 
 
 @register_op
@@ -155,7 +175,7 @@ class TmaLoadOp(Op):
     completing on the slot's mbarrier."""
     name = "gpu.tma_load"
     operands_spec = ("buffer", "slot", "barriers", "view", "i", "j", "live")
-    attributes = {"box": A("ints")}
+    attributes = {"box": A("ints"), "multicast": A("int", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -181,6 +201,12 @@ class TmaLoadOp(Op):
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
+        _check_cluster(self, self.multicast, "multicast")
+
+    @property
+    def multicast(self) -> int:
+        """Programs of the cluster that share the copy (0, 1: none)."""
+        return self.attrs.get("multicast") or 1
 
     @property
     def nbytes(self) -> int:

@@ -64,7 +64,10 @@ class _ViewAccess(Op):
 class LoadViewOp(_ViewAccess):
     name = "tile.load_view"
     operands_spec = ("view", "indices*")
-    attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index")}
+    # multicast: a promise that every program of the launch's cluster loads this same tile
+    # here (sm_90a: TMA fetches it from L2 once for the cluster; elsewhere an ordinary load)
+    attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index"),
+                  "multicast": A("bool", True)}
     traits = frozenset({"reads"})
 
     def infer_types(self):

@@ -100,6 +100,26 @@ class ProgramIdOp(_GridOp):
 class NumProgramsOp(_GridOp):
     name = "tile.num_programs"
 
+
+@register_op
+class ClusterRankOp(Op):
+    """The program's rank in its cluster (0 .. cluster - 1; program_id(0) % cluster): the
+    `cluster` option groups programs along axis 0 into clusters that run at the same time."""
+    name = "tile.cluster_rank"
+    traits = PURE
+
+    def infer_types(self):
+        return [ScalarType(dt.int32)]
+
+
+@register_op
+class ClusterSyncOp(Op):
+    """Every program of the cluster waits here for all the others; the memory writes made
+    before it are visible to every program of the cluster after it (release / acquire)."""
+    name = "tile.cluster_sync"
+    num_results = 0
+    traits = frozenset({"writes"})
+
 # ----------------------------------------------------------------------------- control flow
 @register_op
 class ForOp(Op):
