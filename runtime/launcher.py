@@ -156,7 +156,7 @@ class PreparedLaunch:
     """One compiled kernel loaded on one device, with its argument packer."""
 
     __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pool", "param_names",
-                 "name", "device", "persistent")
+                 "name", "device", "persistent", "cluster")
 
     def __init__(self, compiled, loaded, param_names):
         self.compiled, self.loaded = compiled, loaded
@@ -164,6 +164,7 @@ class PreparedLaunch:
         self.device = loaded.device
         self.name = compiled.name
         self.persistent = loaded.persistent_programs  # 0: launch the grid as asked
+        self.cluster = int(compiled.metadata.get("cluster", 1))  # programs per cluster along x
         self.param_names = list(param_names)
         # Free (packer, kernelParams address) pairs, each with its own buffer. A launch pops
         # one (atomic under the GIL), so two threads never pack into the same buffer.
@@ -307,6 +308,8 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = prepared.name
+    if prepared.cluster != 1 and gx % prepared.cluster:
+        _cluster_mismatch(prepared, gx)
     pool = prepared.pool
     try:
         packer = pool.pop()
@@ -352,11 +355,17 @@ def _classify(state: KernelState, i: int, v):
                     f"{type(v).__name__} to a GPU kernel (expected a GPU array or a number)")
 
 
+def _cluster_mismatch(p: PreparedLaunch, gx: int):
+    raise ValueError(f"kernel '{p.name}' runs in clusters of {p.cluster} programs along grid axis 0 "
+                     f"(cluster={p.cluster}): the grid's x extent must be a multiple of {p.cluster}, got {gx}")
+
+
 def _persistent_grid(p: PreparedLaunch, pack, vals, infos, gx, gy, gz):
     """Pack a persistent kernel's arguments with the requested grid (gx, gy, gz); return the
-    grid it runs on: min(gx * gy * gz, programs that fit on the device) programs along x."""
+    grid it runs on: min(gx * gy * gz, programs that fit on the device) programs along x,
+    a whole number of clusters (the requested grid is: gx is a multiple of the cluster)."""
     total = gx * gy * gz
-    launched = min(total, p.persistent)
+    launched = min(total, max(p.persistent - p.persistent % p.cluster, p.cluster))
     # the kernel counts program ids in i32: the last id plus the launched grid must fit
     if total + launched > _I32_MAX + 1:
         raise ValueError(f"kernel '{p.name}': persistent=True counts program ids in 32 bits; the grid "
@@ -409,6 +418,8 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
     driver.last_kernel = p.name
+    if p.cluster != 1 and gx % p.cluster:
+        _cluster_mismatch(p, gx)
     packer = p.take_packer()
     if p.persistent:  # launch_compiled launches no empty grid
         gx, gy, gz = _persistent_grid(p, packer[0], vals, infos, gx, gy, gz)

@@ -80,7 +80,15 @@ def _mbarrier_arrive(ctx, op):
         first = b.icmp_unsigned("==", b.and_(ctx.tid, ir.Constant(I32, op.every - 1)), ir.Constant(I32, 0))
         live = b.and_(live, first)
     with b.if_then(live):
-        _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [bar])
+        if op.cluster == 1:
+            _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [bar])
+            return
+        # the same barrier in every program of the cluster (this one's included), through
+        # its shared::cluster address; release: this warpgroup's reads of the slot are done
+        fty = ir.FunctionType(I32, [I32, I32])
+        for rank in range(op.cluster):
+            remote = b.asm(fty, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", [bar, ir.Constant(I32, rank)], False)
+            _asm(ctx, "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r", [remote])
 
 
 @rule(G.MbarrierWaitOp)
@@ -121,10 +129,19 @@ def _tma_load(ctx, op):
     dst0 = _smem_addr(ctx, buf, slot_v)
     text = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
             "[$0], [$1, {$2, $3}], [$4];")
+    n = op.multicast
+    if n > 1:  # every program of the cluster receives the box, at the same offset and barrier
+        text = text[:-1].replace("::bytes", "::bytes.multicast::cluster") + ", $5;"
+        mask = ir.Constant(ir.IntType(16), (1 << n) - 1)
+        rank = ctx.special_reg("cluster.ctarank")
     with _thread0(ctx, ctx.get(live_v)):
         tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
         for blk in range(cols // box[1]):
             # column block `blk` of the 128-byte-swizzled buffer: rows x 128 bytes, one box
             dst = b.add(dst0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
             col = b.add(col0, ir.Constant(I32, blk * box[1]))
-            _asm(ctx, text, "r,l,r,r,r", [dst, tmap_addr, col, row0, bar])
+            if n == 1:
+                _asm(ctx, text, "r,l,r,r,r", [dst, tmap_addr, col, row0, bar])
+                continue
+            with b.if_then(b.icmp_unsigned("==", rank, ir.Constant(I32, blk % n))):  # this program's share
+                _asm(ctx, text, "r,l,r,r,r,h", [dst, tmap_addr, col, row0, bar, mask])

@@ -60,8 +60,9 @@ def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: V
         mapping = {id(iv): iv_value}
         clone(slice_of(origin), at, mapping)
         i, j = (mapping.get(id(v), v) for v in origin.operands[1:3])
+        shared = {"multicast": origin.attrs["multicast"]} if origin.attrs.get("multicast") else {}
         at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], i, j, live,
-                  box=list(origin.attrs["box"]))
+                  box=list(origin.attrs["box"]), **shared)
 
 
 def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages: int, lag, new_buffers,

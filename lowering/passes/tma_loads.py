@@ -30,7 +30,8 @@ removes every marker. A load qualifies when
 - every TMA load of that view uses the same box (one tensor map per view).
 
 The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
-bytes of K] of a column-major one.
+bytes of K] of a column-major one. A load promised the same for the whole cluster
+(`multicast`, with the `cluster` option above 1) gets `multicast = cluster` on its marker.
 """
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def _box(op: T.LoadViewOp, num_warps: int, arch: Optional[str]) -> Optional[Tupl
 
 
 def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, num_warps: int = 4,
-              tma: bool = True, **_options) -> Module:
+              tma: bool = True, cluster: int = 1, **_options) -> Module:
     if not tma or arch != "sm_90a" or num_stages < 3:
         return module
     boxes: Dict[int, Tuple[int, int]] = {}
@@ -123,7 +124,8 @@ def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, n
             continue
         b = Builder().before(op)
         i, j = op.group("indices")
-        b.create(TmaOriginOp, view, i, j, tag=tag, box=list(box), loc=op.loc)
+        shared = {"multicast": cluster} if cluster > 1 and op.attrs.get("multicast") else {}
+        b.create(TmaOriginOp, view, i, j, tag=tag, box=list(box), loc=op.loc, **shared)
         op.attrs["_tma"] = tag
         tag += 1
     return module

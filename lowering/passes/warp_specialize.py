@@ -20,7 +20,16 @@ never stop at a block barrier:
     )
 
 A fresh mbarrier counts as having completed the phase before its first, so the first
-wait on each empty slot (parity 1) passes at once. The kernel runs 32 * (num_warps + 4)
+wait on each empty slot (parity 1) passes at once.
+
+Copies shared by a cluster of N programs (gpu.tma_load {multicast = N}) write every
+program's slot: a slot is empty only once the consumers of all N programs released it, so
+each consumer warpgroup arrives on the slot's `empty` barrier of every program
+(gpu.mbarrier_arrive {cluster = N}; init count = num_warps / 4 * N); the barrier after
+the inits becomes a tile.cluster_sync (no copy reaches a program before its barriers
+exist), and a second one ends the kernel (no program exits while another still arrives
+on its barriers). Multicast stays only in a specialized ring (other rings have no
+`empty` barriers): the pass strips it everywhere else. The kernel runs 32 * (num_warps + 4)
 threads (the module's `threads`); the consumers keep thread ids 0 .. 32 * num_warps - 1.
 Kernels without such a ring are left as they are.
 """
@@ -165,8 +174,9 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         ops = _slice(body, list(op.operands[4:6]), body.args[0])
         _clone([o for o in ops if ahead not in o.results], b, mapping)
         i, j = (mapping.get(id(v), v) for v in op.operands[4:6])
+        shared = {"multicast": op.attrs["multicast"]} if op.attrs.get("multicast") else {}
         b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], i, j, live,
-                 box=list(op.attrs["box"]))
+                 box=list(op.attrs["box"]), **shared)
     b.create(T.YieldOp)
 
 
@@ -223,7 +233,7 @@ def _with_base(outer: T.ForOp, ring: _Ring) -> Value:
     return base
 
 
-def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
+def _consumer(ring: _Ring, empty: Value, entry: Block, cluster: int) -> Region:
     """The loop without its copies and block barrier, releasing each slot once read, and
     everything after it."""
     loop = ring.loop
@@ -245,8 +255,9 @@ def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
     at.index += 1
     at.loc = loop.loc
     prev = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, _I32, ring.stages - 1)), nst)
+    shared = {"cluster": cluster} if cluster > 1 else {}
     at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, build_constant(at, _I32, 0), pred="gt"),
-              every=WARPGROUP)
+              every=WARPGROUP, **shared)
     block = Block()
     start = entry.ops.index(ring.top)
     moved: List[Op] = entry.ops[start:-1]  # up to the function's terminator
@@ -257,14 +268,33 @@ def _consumer(ring: _Ring, empty: Value, entry: Block) -> Region:
     return Region([block])
 
 
+def _without_multicast(module: Module) -> Module:
+    """Plain copies for a ring left unspecialized: only the empty barriers make multicast safe."""
+    for op in module.walk():
+        if isinstance(op, TmaLoadOp):
+            op.attrs.pop("multicast", None)
+    return module
+
+
+def _cluster_bound(ring: _Ring, entry: Block, cluster: int) -> None:
+    """Multicast copies write the other programs' buffers and arrive on their barriers: every
+    program's barriers are initialized before any copy starts, and none exits while another
+    may still write to it."""
+    sync = T.ClusterSyncOp([], [], {}, (), ring.init_barrier.loc)
+    ring.init_barrier.parent.insert(ring.init_barrier.parent.ops.index(ring.init_barrier), sync)
+    ring.init_barrier.erase()
+    entry.insert(len(entry.ops) - 1, T.ClusterSyncOp([], [], {}, (), ring.loop.loc))
+
+
 def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: int = 4, arch: Optional[str] = None,
                     **_options) -> Module:
     if not warp_specialize or (arch or "sm_90a") != "sm_90a":
-        return module
+        return _without_multicast(module)
     func = module.func()
     ring = _find_ring(func)
     if ring is None:
-        return module
+        return _without_multicast(module)
+    cluster = max([op.multicast for op in ring.issues if isinstance(op, TmaLoadOp)])
     entry = func.regions[0].block
     for op in ring.prologue:
         op.erase()
@@ -279,13 +309,15 @@ def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: in
     init = Builder().before(ring.init)
     init.index += 1
     init.loc = ring.init.loc
-    init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP)
+    init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP * cluster)
     consumers = 32 * num_warps
     consumer_regs = min(256, (REGISTERS_PER_SM - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
     producer = _producer(ring, empty)
-    consumer = _consumer(ring, empty, entry)
+    consumer = _consumer(ring, empty, entry, cluster)
     split = WarpSpecializeOp([], [], {"producer_warps": PRODUCER_WARPS, "producer_regs": PRODUCER_REGS,
                                       "consumer_regs": consumer_regs}, [producer, consumer], ring.loop.loc)
     entry.insert(len(entry.ops) - 1, split)
+    if cluster > 1:
+        _cluster_bound(ring, entry, cluster)
     module.attrs["threads"] = consumers + 32 * PRODUCER_WARPS
     return dce(module)
