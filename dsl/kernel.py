@@ -133,13 +133,13 @@ class Kernel:
 
     def _interpret(self, grid, args, kwargs):
         opts, _stream, rest = split_options(dict(kwargs))
-        CompileOptions(**opts).validated()
+        options = CompileOptions(**opts).validated()
         from .specialize import specialize
         spec, runtime_args = specialize(self, args, rest)
         grid3 = normalize_grid(grid, self.bind_args(args, rest))
         module = self.ir(spec)
         from .interpreter import run
-        run(module, runtime_args, grid3)
+        run(module, runtime_args, grid3, cluster=options.cluster)
 
     # compiling -------------------------------------------------------------------
     def ir(self, spec):

@@ -3,7 +3,8 @@
     tilec.interpreter.run(module, args, grid)
 
 runs the module's tile.func once per program of `grid` (x fastest, then y,
-then z), one program after another, on `args` in entry-block order: numpy
+then z), one program after another (`run(..., cluster=N)`: the N programs of a
+thread-block cluster at the same time, see cluster.py), on `args` in entry-block order: numpy
 arrays for views (written in place), Python or numpy scalars for scalars.
 The op-by-op semantics are documented in the rule modules (rules_*.py) and in
 numerics.py (number formats) and memory.py (pointers and memory). NumPy's
@@ -17,6 +18,7 @@ not be changed after it has been run.
 """
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -25,6 +27,7 @@ from .. import dtypes as dt
 from ..errors import InterpreterError
 from ..ir.types import ScalarType, ViewType
 from . import rules_control, rules_elementwise, rules_memory, rules_tile  # noqa: F401  (fill RULES)
+from .cluster import run_clusters
 from .engine import GRID, MEM, PID, EarlyReturn, compiled, run_body
 from .memory import Memory
 from .numerics import cast
@@ -32,10 +35,14 @@ from .numerics import cast
 __all__ = ["run", "InterpreterError"]
 
 
-def run(module, args: Sequence, grid) -> None:
-    """Execute `module` for every program id of `grid` (a tuple of 1 to 3 non-negative ints)."""
+def run(module, args: Sequence, grid, cluster: int = 1) -> None:
+    """Execute `module` for every program id of `grid` (a tuple of 1 to 3 non-negative ints).
+
+    `cluster` > 1 runs the programs in thread-block clusters of that many along x
+    (cluster.py): grid x must be a multiple of it."""
     prog = compiled(module)
     grid3 = _grid(grid)
+    cluster = _cluster(cluster, grid3)
     regs = prog.new_regs()
     memory = Memory()
     if len(args) != len(prog.arg_types):
@@ -47,6 +54,10 @@ def run(module, args: Sequence, grid) -> None:
         regs[prog.entry.args[i]] = _bind(a, t, name, memory)
     regs[MEM] = memory
     regs[GRID] = tuple(np.int32(g) for g in grid3)
+    if cluster > 1:
+        memory.lock = threading.Lock()
+        run_clusters(prog, regs, grid3, cluster)
+        return
     gx, gy, gz = grid3
     with np.errstate(all="ignore"):
         for z in range(gz):
@@ -57,6 +68,15 @@ def run(module, args: Sequence, grid) -> None:
                         run_body(prog.entry, regs)
                     except EarlyReturn:
                         pass
+
+
+def _cluster(cluster, grid3) -> int:
+    if isinstance(cluster, bool) or not isinstance(cluster, (int, np.integer)) or cluster not in (1, 2, 4, 8):
+        raise ValueError(f"cluster must be 1, 2, 4 or 8 programs, got {cluster!r}")
+    if grid3[0] % cluster:
+        raise ValueError(f"with cluster={cluster} the grid's x extent must be a multiple of {cluster} "
+                         f"(programs {cluster} * c .. {cluster} * c + {cluster - 1} form cluster c), got grid {grid3}")
+    return int(cluster)
 
 
 def _grid(grid):

@@ -3,7 +3,8 @@ for every program of the grid.
 
 Every SSA value gets a register number; a program's state is one Python list
 `regs`. Register 0 holds the program id (a 3-tuple of numpy i32), register 1
-the grid, register 2 the run's `Memory` (the argument buffers). Constants are computed at
+the grid, register 2 the run's `Memory` (the argument buffers), register 3 the
+program's `cluster.ClusterMember` (None without clusters). Constants are computed at
 compile time and sit in their registers from the start. The registers are
 reused from program to program: SSA guarantees each is written before it is read.
 
@@ -24,8 +25,8 @@ from ..ir.verifier import verify
 
 RULES: Dict[type, Callable] = {}
 
-PID, GRID, MEM = 0, 1, 2
-FIRST_VALUE = 3
+PID, GRID, MEM, CLUSTER = 0, 1, 2, 3
+FIRST_VALUE = 4
 
 
 def rule(*op_classes):

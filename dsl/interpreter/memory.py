@@ -58,6 +58,7 @@ def _flat_span(arr: np.ndarray):
 class Memory:
     def __init__(self):
         self.buffers = [None]  # id 0: the null pointer
+        self.lock = None       # a Lock while programs run concurrently (clusters): atomics hold it
 
     def add_view(self, arr: np.ndarray, name: str, dtype: dt.DType, index: dt.DType) -> ViewArg:
         flat, base, strides = _flat_span(arr)
@@ -130,6 +131,12 @@ class Memory:
         old value, writes `combine(old, value[, cmp])`, and returns the old value (0 where
         masked off). Lanes with distinct addresses are applied together, in rounds by
         their order of occurrence per address, which is the same as sequential order."""
+        if self.lock is not None:
+            with self.lock:
+                return self._atomic(addr, vals, mask, combine, cmp)
+        return self._atomic(addr, vals, mask, combine, cmp)
+
+    def _atomic(self, addr, vals, mask, combine, cmp):
         shape = np.shape(addr)
         addr = np.asarray(addr).ravel()
         vals = np.asarray(vals).ravel()

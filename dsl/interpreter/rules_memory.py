@@ -8,8 +8,10 @@
   never touch memory (loads give `other`). Stores write lanes in row-major
   order: the last writer wins.
 - Atomics apply lane by lane in row-major order within a program (programs run
-  one after another) and return the old values, 0 in masked-off lanes. CAS
-  compares bit patterns, like the hardware.
+  one after another; the programs of a cluster run at the same time, and one
+  program's atomic op is indivisible) and return the old values, 0 in
+  masked-off lanes. CAS compares bit patterns, like the hardware.
+- A multicast load_view checks its promise in a cluster (cluster.py).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ..errors import InterpreterError
 from ..ir import tile_ops as T
 from ..ir.types import element_type
 from . import numerics as nm
+from .cluster import check_multicast
 from .engine import MEM, rule
 from .memory import load_tile, store_tile
 from .rules_elementwise import dtype_of, elementwise_fn, make_step
@@ -69,6 +72,13 @@ def _load_view(op, cx):
     shape = tuple(op.attrs["shape"])
     d = op.operands[0].type.dtype
     pad, starts = _padding(op, d), _starts(op, shape)
+    if op.attrs.get("multicast"):
+        def step(r):
+            index = [r[i] for i in idx]
+            start = starts(index)
+            check_multicast(r, op, start, tuple(int(i) for i in index))
+            r[o] = load_tile(r[v], start, shape, pad, d)
+        return step
 
     def step(r):
         r[o] = load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d)

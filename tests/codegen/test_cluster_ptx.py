@@ -1,0 +1,46 @@
+"""A cluster kernel compiles for sm_90a: ptxas assembles it, the PTX declares the cluster
+shape and uses the cluster rank and barrier; sm_80 refuses the option."""
+import re
+
+import pytest
+
+import tilec as tc
+from tilec.compiler import compile_kernel
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
+
+
+@tc.kernel
+def cluster_exchange_kernel(buf, out, N: tc.constexpr):
+    pid = tc.program_id(0)
+    rank = tc.cluster_rank()
+    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
+    tc.cluster_sync()
+    tc.store(out, index=(pid,), tile=tc.load(buf, index=(pid - rank + (rank + 1) % N,), shape=(1,)))
+
+
+def _compile(arch, cluster):
+    k = cluster_exchange_kernel
+    sig = f"buf=i32[?], out=i32[?], N={cluster}"
+    return compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, cluster=cluster), use_cache=False)
+
+
+@pytest.mark.parametrize("cluster", [2, 4, 8])
+def test_cluster_kernel_assembles_for_sm90a(cluster):
+    compiled = _compile("sm_90a", cluster)
+    ptx = compiled.asm["ptx"]
+    assert re.search(rf"\.reqnctapercluster\s+{cluster}\s*,\s*1\s*,\s*1", ptx), ptx[:2000]
+    assert "%cluster_ctarank" in ptx
+    assert "barrier.cluster.arrive" in ptx and "barrier.cluster.wait" in ptx
+    assert compiled.asm.get("cubin"), "ptxas did not run"
+    assert compiled.metadata["cluster"] == cluster
+
+
+def test_without_cluster_option_no_cluster_shape():
+    ptx = _compile("sm_90a", 1).asm["ptx"]
+    assert ".reqnctapercluster" not in ptx
+
+
+def test_cluster_needs_sm90():
+    with pytest.raises(tc.CompilationError, match="cluster=2 needs sm_90"):
+        _compile("sm_80", 2)

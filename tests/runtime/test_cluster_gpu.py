@@ -1,0 +1,81 @@
+"""Thread-block clusters on the GPU (marker gpu, sm_90+): programs of a cluster exchange data
+through global memory across tc.cluster_sync, over many clusters, and match the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilec as tc
+
+pytestmark = pytest.mark.gpu
+
+
+@tc.kernel
+def exchange_kernel(buf, out, N: tc.constexpr):
+    pid = tc.program_id(0)
+    rank = tc.cluster_rank()
+    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
+    tc.cluster_sync()
+    neighbour = pid - rank + (rank + 1) % N
+    tc.store(out, index=(pid,), tile=tc.load(buf, index=(neighbour,), shape=(1,)))
+
+
+@tc.kernel
+def cluster_sum_kernel(x, part, out, N: tc.constexpr, BLOCK: tc.constexpr):
+    # Row y is shared by the N programs of cluster y: each sums its chunk, publishes the
+    # partial sum, and after the sync every program writes the row total.
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // N
+    t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=0.0)
+    tc.store(part, index=(row, rank), tile=tc.full((1, 1), tc.sum(t), tc.float32))
+    tc.cluster_sync()
+    total = tc.sum(tc.load(part, index=(row, 0), shape=(1, N)))
+    tc.store(out, index=(row, rank), tile=tc.full((1, 1), total, tc.float32))
+
+
+@tc.kernel
+def multicast_sum_kernel(x, out, BLOCK: tc.constexpr):
+    # Every program of the cluster loads the same tile (the promise holds).
+    pid = tc.program_id(0)
+    t = tc.load(x, index=(0, 0), shape=(1, BLOCK), multicast=True)
+    tc.store(out, index=(pid,), tile=tc.full((1,), tc.sum(t), tc.float32))
+
+
+@pytest.fixture
+def sm90(gpu):
+    if gpu.capability[0] < 9:
+        pytest.skip(f"thread-block clusters need sm_90+, this is {gpu.arch}")
+    return gpu
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_exchange_between_programs_of_a_cluster(sm90, n):
+    programs = 1024 * n
+    buf = tc.from_numpy(np.zeros(programs, np.int32))
+    out = tc.from_numpy(np.zeros(programs, np.int32))
+    exchange_kernel[(programs,)](buf, out, N=n, cluster=n)
+    pid = np.arange(programs)
+    np.testing.assert_array_equal(out.to_numpy(), (pid - pid % n + (pid % n + 1) % n) * 10 + 1)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_cluster_row_sum_matches_interpreter(sm90, n):
+    rows, block = 300, 1024
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((rows, n * block - 5)).astype(np.float32)
+    got = tc.from_numpy(np.zeros((rows, n), np.float32))
+    part = tc.from_numpy(np.zeros((rows, n), np.float32))
+    cluster_sum_kernel[(rows * n,)](tc.from_numpy(x), part, got, N=n, BLOCK=block, num_warps=8, cluster=n)
+    want = np.zeros((rows, n), np.float32)
+    with tc.interpret():
+        cluster_sum_kernel[(rows * n,)](x, np.zeros((rows, n), np.float32), want, N=n, BLOCK=block, cluster=n)
+    np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(want, np.repeat(x.astype(np.float64).sum(1, keepdims=True), n, 1),
+                               rtol=1e-5, atol=1e-3)
+
+
+def test_multicast_load_in_clusters(sm90):
+    x = np.arange(256, dtype=np.float32)[None, :]
+    out = tc.from_numpy(np.zeros(64, np.float32))
+    multicast_sum_kernel[(64,)](tc.from_numpy(x), out, BLOCK=256, cluster=4)
+    np.testing.assert_array_equal(out.to_numpy(), np.full(64, x.sum(), np.float32))
