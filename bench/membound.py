@@ -1,6 +1,7 @@
 """Memory-bound stdlib ops against the copy bandwidth, torch eager and torch.compile.
 
-    python bench/membound.py [--quick] [--ops softmax,layer_norm] [--shapes 1024x65536] [--json out.json] [--plot out.png]
+    python bench/membound.py [--quick] [--ops softmax,layer_norm] [--shapes 1024x65536] [--no-clusters]
+                             [--json out.json] [--plot out.png]
 
 For each op and each (shape, dtype) row: the time of the tilec op (median,
 triton.testing.do_bench when Triton is installed, else CUDA events), the
@@ -72,9 +73,11 @@ def _F():
 
 
 ROWS = [((4096, 4096), "float16"), ((16384, 8192), "bfloat16"), ((8192, 8192), "float32"),
-        ((262144, 128), "float16"), ((32, 262144), "float32"), ((1024, 262144), "bfloat16")]
+        ((262144, 128), "float16"), ((32, 262144), "float32"), ((1024, 262144), "bfloat16"),
+        ((1024, 262144), "float32")]
 NORM_ROWS = [((4096, 4096), "float16"), ((16384, 8192), "bfloat16"), ((8192, 8192), "float32"),
-             ((65536, 1024), "float16"), ((1024, 65536), "bfloat16")]
+             ((65536, 1024), "float16"), ((1024, 65536), "bfloat16"), ((4096, 65536), "bfloat16"),
+             ((4096, 65536), "float32")]
 REDUCE_ROWS = [((4096, 4096), "float16"), ((16384, 8192), "float32"), ((8192, 16384), "bfloat16")]
 
 OPS: List[BenchOp] = [
@@ -306,12 +309,17 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="", help="comma-separated shapes to keep, as 1024x65536 (default: all)")
     p.add_argument("--json", default="membound.json", help="where to write the results")
     p.add_argument("--plot", default="membound.png", help="where to save the plot (needs matplotlib)")
+    p.add_argument("--no-clusters", action="store_true",
+                   help="long rows without thread-block clusters (the looped and split kernels), to compare")
     p.add_argument("--host", action="store_true", help="time each op's host path per call at tiny shapes instead of the bandwidth cases")
     args = p.parse_args(argv)
     import torch  # noqa: PLC0415
     if not torch.cuda.is_available():
         print("bench/membound.py needs a CUDA GPU and torch", file=sys.stderr)
         return 1
+    if args.no_clusters:
+        from tilec.stdlib_kernels import _cluster_rows  # noqa: PLC0415
+        _cluster_rows.MAX_SOFTMAX_CHUNK = _cluster_rows.MAX_NORM_CHUNK = 0
     wanted = [s for s in args.ops.split(",") if s]
     unknown = set(wanted) - {o.name for o in OPS}
     if unknown:

@@ -425,11 +425,13 @@ def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
 
 
 # ----------------------------------------------------------------------------- launching
-def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = True, **constexprs) -> None:
+def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = True, cluster: int = 1,
+           **constexprs) -> None:
     """Run `kernel` on `grid` with `args` (views from `view`/`rows_of`, scalars).
 
     Host arguments (numpy arrays, BF16Arrays) run on the interpreter, the rest on
-    the GPU with `num_warps`. An empty grid launches nothing.
+    the GPU with `num_warps`. An empty grid launches nothing. `cluster` > 1: in
+    thread-block clusters of that many programs (sm_90+).
 
     GPU launches use `fast_math` by default: exp, log and rsqrt become the
     hardware approximations (ex2/lg2/rsqrt.approx, relative error about 2^-22
@@ -441,9 +443,10 @@ def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = T
     if any(g == 0 for g in grid):
         return
     if any(isinstance(v, (np.ndarray, BF16Array)) for v in args):
-        _interpret(kernel, grid, args, constexprs)
+        _interpret(kernel, grid, args, constexprs, cluster)
     else:
-        kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **constexprs)
+        options = {"cluster": cluster} if cluster > 1 else {}
+        kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **options, **constexprs)
         if _plan.recording() is not None:
             _plan.record_launch(kernel, grid, _bound(kernel, args, constexprs))
 
@@ -454,7 +457,7 @@ def _bound(kernel, args, constexprs):
     return list(args) + [constexprs.get(n) for n in names[len(args):]]
 
 
-def _interpret(kernel, grid, args, constexprs) -> None:
+def _interpret(kernel, grid, args, constexprs, cluster: int = 1) -> None:
     """The interpreter run of one launch; BF16Array views become bf16 views of their f32 storage."""
     from tilec.interpreter import run  # noqa: PLC0415
     from tilec.kernel import normalize_grid  # noqa: PLC0415
@@ -466,4 +469,4 @@ def _interpret(kernel, grid, args, constexprs) -> None:
         spec = Specialization(tuple(
             replace(p, type=replace(p.type, dtype=low_params[p.name])) if p.name in low_params else p
             for p in spec.params))
-    run(kernel.ir(spec), runtime, normalize_grid(tuple(grid), {}))
+    run(kernel.ir(spec), runtime, normalize_grid(tuple(grid), {}), cluster=cluster)

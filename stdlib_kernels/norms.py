@@ -2,7 +2,10 @@
 backward pass needs (mean and 1/std per row) on request.
 
 A row that fits in one tile (up to 16384 elements) is read once: the mean and
-the variance of the centred values come from registers. A longer row is read
+the variance of the centred values come from registers. On sm_90+ a row of up
+to 131072 elements is shared by the programs of a thread-block cluster and is
+read once too (`_cluster_rows`: chunk means and M2 combined with Chan's
+formula). Otherwise a longer row is read
 twice (from memory once when the rows in flight fit in L2, see
 `_common.long_row_launch`): a first pass accumulates, per lane, sums of x - K and (x - K)^2 where K
 is the row's first element (shifting by a sample of the data keeps
@@ -15,8 +18,9 @@ import numpy as np
 
 import tilec as tc
 
-from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output, row_config,
-                      rows_of, sm_count, view)
+from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
+from ._common import (as_array, check_float, check_same_place, empty_like, launch, long_row_launch, output,
+                      row_config, rows_of, sm_count, view)
 from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -154,8 +158,17 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
+        cl = None if cfg.single else _cluster_rows.cluster_rows(n_cols, _cluster_rows.device_capability(a),
+                                                                  _cluster_rows.MAX_NORM_CHUNK)
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
+        elif cl is not None:
+            # One read of the row: a cluster of programs shares it (`_cluster_rows`).
+            parts = [view(p, (n_rows, cl.c), (cl.c, 1))
+                     for p in (empty_like(a, (n_rows, cl.c), tc.float32) for _ in range(1 if rms else 2))]
+            flags.update(C=cl.c, BLOCK=cl.block)
+            launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args[:6] + (parts[0], parts[-1], eps32),
+                   cl.num_warps, cluster=cl.c, **flags)
         else:
             # rms_norm keeps one program per row: with one per SM it measured slower on an
             # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).
@@ -183,6 +196,15 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     are one tile (read once), longer rows loop over 4096-column tiles (read
     twice, statistics from shifted sums). Tiles of 8192+ elements take 32
     elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
+
+    On sm_90+ (the interpreter counts as an H100/H200), rows of 16385 to
+    131072 elements run on thread-block clusters instead, whatever the number
+    of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks hold at
+    most 8192 elements (else 8, chunks up to 16384); 32 elements per thread
+    (chunk / 1024 warps). Each program keeps its chunk in registers, writes the
+    chunk's mean and centred sum of squares (rms_norm: sum of squares) to an
+    f32 workspace of rows x C, waits at tc.cluster_sync() and combines its
+    row's C partials (Chan's formula): one read of the row.
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 

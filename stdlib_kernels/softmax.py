@@ -2,7 +2,10 @@
 
 A row that fits in one tile (up to 16384 elements) is read once
 and kept in registers: max, exp, sum and the division happen on the tile, and
-short rows are packed several to a program. A longer row is read twice: an
+short rows are packed several to a program. On sm_90+ a longer row (up to
+262144 elements) is shared by the programs of a thread-block cluster, each
+holding a chunk in registers, and is still read once (`_cluster_rows`).
+Otherwise a longer row is read twice: an
 online pass keeps, per lane, a running max and a sum of exp(x - max) that is
 rescaled whenever the max grows, then a second pass normalizes. A few long
 rows are split among programs: per-chunk (max, sum) first, then a launch that
@@ -12,7 +15,8 @@ from __future__ import annotations
 
 import tilec as tc
 
-from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config,
+from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
+from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config, sm_count,
                       view)
 from ._plan import planned
 
@@ -133,6 +137,7 @@ EXTRA_SIGNATURES = [
 SPLIT_ROWS = 264        # fewer long rows than two waves of 132 SMs: split each row among programs
 SPLIT_TARGET = 1024     # programs wanted when splitting
 MIN_CHUNK_TILES = 2     # tiles per chunk at least
+CLUSTER_MIN_WAVES = 2   # clusters (one read of the row) from this many programs per SM; fewer rows split
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -143,6 +148,13 @@ def _softmax(x, dim, out, log: bool, op: str):
     if cfg.single:
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
                BLOCK=cfg.block)
+        return o.obj
+    cl = _cluster_rows.cluster_rows(n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
+    if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
+        parts = [empty_like(a, (n_rows, cl.c), tc.float32) for _ in range(2)]
+        mv, sv = (view(p, (n_rows, cl.c), (cl.c, 1)) for p in parts)
+        launch(_cluster_rows.softmax_cluster_kernel, cl.grid(n_rows), (xv, ov, mv, sv), cl.num_warps,
+               cluster=cl.c, LOG=log, C=cl.c, BLOCK=cl.block)
         return o.obj
     n_tiles = tc.cdiv(n_cols, cfg.block)
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
@@ -179,6 +191,16 @@ def softmax(x, dim: int = -1, out=None):
     the GPU one program per row: each row is then split into chunks of at
     least two tiles (about 1024 programs in all); a first launch writes each
     chunk's max and sum of exp, a second combines them and normalizes.
+
+    On sm_90+ (the interpreter counts as an H100/H200), rows of 16385 to
+    262144 elements run on thread-block clusters of C = 2, 4 or 8 programs per
+    row when that makes at least two programs per SM (n_rows * C >= 2 * SMs;
+    fewer rows take the split path above): C is the smallest whose chunks
+    hold at most 8192 elements, or 8 with chunks of up to 32768; each program
+    holds its chunk in registers (32 elements per thread, chunk / 1024 warps),
+    writes the chunk's max and sum of exp to an f32 workspace (rows x C each),
+    waits at tc.cluster_sync(), combines its row's C pairs and writes its chunk:
+    the row is read once (`_cluster_rows.cluster_rows`).
     """
     return _softmax(x, dim, out, False, "softmax")
 

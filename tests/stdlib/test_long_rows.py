@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _common, norms
+from tilec.stdlib_kernels import _cluster_rows, _common, norms
 
 
 def test_long_row_launch_holds_one_row_per_sm_when_they_fit_in_l2():
@@ -23,6 +23,7 @@ def test_long_row_launch_holds_one_row_per_sm_when_they_fit_in_l2():
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_programs_walking_several_rows_match_numpy(rowwise, monkeypatch, rms, dtype):
     monkeypatch.setattr(_common, "HOST_SM_COUNT", 2)   # 2 programs for 5 rows: 3 and 2 rows each
+    monkeypatch.setattr(_cluster_rows, "HOST_CAPABILITY", (8, 0))  # no clusters: the looped kernel
     assert _common.long_row_launch(5, 16400, 2, 2) == (2, 16384, 16)
     # (rms_norm launches one program per row, which walks its row once)
     rng = np.random.default_rng(7)

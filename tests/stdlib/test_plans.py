@@ -5,6 +5,7 @@ packer would receive, and the logs of a first (recorded) and a second (replayed)
 agree up to the addresses of freshly allocated outputs."""
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import pytest
@@ -13,7 +14,9 @@ import tilec as tc
 from tilec.runtime import interop, launcher
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _plan, norms
+from tilec.stdlib_kernels import _cluster_rows, _plan, norms
+
+_softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
 
 _kernel_cls = type(sk.softmax.__wrapped_entry__.__globals__["softmax_tile_kernel"])
 _addresses = itertools.count(1)
@@ -49,7 +52,7 @@ def gpu_log(monkeypatch):
     def getitem(kernel, grid):
         def go(*args, **kw):
             st = launcher.kernel_state(kernel)
-            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math") if k in kw)
+            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math", "cluster") if k in kw)
             vals = st.bind(args, kw)
             infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
                      for v, ce in zip(vals, st.ce_mask)]
@@ -68,6 +71,8 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(_plan, "_launch_prepared", launch_prepared)
     monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
     monkeypatch.setattr(norms, "sm_count", lambda a: 132)  # no device to ask
+    monkeypatch.setattr(_softmax, "sm_count", lambda a: 132)
+    monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: (9, 0))
     _plan.clear_plans()
     yield log
     _plan.clear_plans()
@@ -91,6 +96,9 @@ CASES = {
     "softmax": lambda: sk.softmax(X),
     "log_softmax_out": lambda: sk.log_softmax(X, out=X),
     "softmax_split_rows": lambda: sk.softmax(_array((4, 262144), f32)),
+    "softmax_cluster_rows": lambda: sk.softmax(_array((512, 262144), bf16)),
+    "layer_norm_cluster_rows": lambda: sk.layer_norm(_array((64, 65536), bf16), _array((65536,), bf16), None,
+                                                     return_stats=True),
     "layer_norm_stats": lambda: sk.layer_norm(X, W, None, eps=1e-5, return_stats=True),
     "rms_norm": lambda: sk.rms_norm(X, W),
     "cross_entropy": lambda: sk.cross_entropy(_array((64, 32000), bf16), _array((64,), tc.int64)),

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels import _cluster_rows
 
 # Row lengths: 1, primes, tile edges and one past them, a few thousand.
 ROW_LENGTHS = [1, 2, 3, 7, 31, 32, 33, 127, 257, 1000, 2049, 4099]
@@ -190,9 +191,12 @@ def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-4)
 
 
+@pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
-def test_norms_of_long_rows_with_a_large_mean(rowwise, dtype):
-    # 16385 columns take the looped kernel; the mean of 1000 tests its shifted statistics.
+def test_norms_of_long_rows_with_a_large_mean(rowwise, monkeypatch, dtype, capability):
+    # 16385 columns take the looped kernel (sm_80; the mean of 1000 tests its shifted
+    # statistics) or a cluster of programs (sm_90: chunk means combined by Chan's formula).
+    monkeypatch.setattr(_cluster_rows, "HOST_CAPABILITY", capability)
     rng = np.random.default_rng(4)
     x = rowwise.host(1000 + rng.standard_normal((3, 16385)), dtype)
     w, b = rng.standard_normal(16385).astype(np.float32), rng.standard_normal(16385).astype(np.float32)

@@ -1,0 +1,177 @@
+"""Long rows on thread-block clusters (sm_90+): softmax and the norms read such a row once.
+
+A row longer than one program holds in registers (16384 elements) is shared by the
+C programs of a cluster (C = 2, 4 or 8): program `rank` loads chunk `rank` of the row
+(BLOCK columns) into registers and reduces it, writes its partial statistics to a
+small f32 workspace (rows x C per statistic), waits at tc.cluster_sync(), reads the C
+partials of its row, combines them, and writes its chunk of the output from the
+registers it still holds. One read and one write of the row, where the looped kernels
+read it twice (or three times when the rows in flight do not fit in L2).
+
+Statistics per chunk and how they combine:
+- softmax: the chunk's max m_k and s_k = sum(exp(x - m_k)); the row's max is max(m_k)
+  and its sum sum(s_k * exp(m_k - max)).
+- layer_norm: the chunk's mean and M2 = sum((x - mean)^2) over its n_k real columns
+  (of x shifted by the row's first element, then mean-centred in registers, so a
+  large mean cancels nothing); Chan's formula gives the row's
+  mean = sum(n_k mean_k) / n and M2 = sum(M2_k) + sum(n_k (mean_k - mean)^2).
+- rms_norm: the chunk's sum of squares; the row's is their sum.
+The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
+sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import tilec as tc
+
+from ._common import MAX_SINGLE_TILE, Arr, next_pow2
+
+__all__ = ["ClusterRows", "cluster_rows", "device_capability", "softmax_cluster_kernel", "norm_cluster_kernel"]
+
+NEG_INF = float("-inf")
+
+CLUSTER_CHUNK = 8192        # elements per program wanted: 32 per thread at 8 warps, ~85 registers, so
+                            # several programs share an SM and one loads while another waits at the sync
+MAX_SOFTMAX_CHUNK = 32768   # at most: 32 per thread at 32 warps (64 registers; rows of 256k in clusters of 8)
+MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (32 warps)
+PER_THREAD = 32             # elements each thread holds
+HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would
+
+
+@tc.kernel
+def softmax_cluster_kernel(x, out, m_part, s_part, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // C
+    t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+    m = tc.max(t)
+    # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
+    m_safe = tc.where(m == NEG_INF, 0.0, m)
+    e = tc.exp(t - m_safe)
+    tc.store(m_part, index=(row, rank), tile=tc.full((1, 1), m, tc.float32))
+    tc.store(s_part, index=(row, rank), tile=tc.full((1, 1), tc.sum(e), tc.float32))
+    tc.cluster_sync()
+    mp = tc.load(m_part, index=(row, 0), shape=(1, C))
+    sp = tc.load(s_part, index=(row, 0), shape=(1, C))
+    m_row = tc.max(mp)
+    # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
+    s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
+    if LOG:
+        y = t - m_row - tc.log(s_row)
+    else:
+        # exp(x - m_row) / s_row from the exps already held: one multiply per element.
+        scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
+        # s_row is at least 1 unless the row is all -inf: then NaN, as torch.
+        y = e * tc.where(s_row == 0.0, float("nan"), scale)
+    tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
+
+
+@tc.func
+def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    if HAS_W:
+        y = y * tc.load(w, index=(k,), shape=(BLOCK,)).astype(tc.float32)
+    if HAS_B:
+        y = y + tc.load(b, index=(k,), shape=(BLOCK,)).astype(tc.float32)
+    return y
+
+
+@tc.kernel
+def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: tc.constexpr,
+                        HAS_W: tc.constexpr, HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr,
+                        BLOCK: tc.constexpr):
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // C
+    n = x.shape[1]
+    t = tc.load(x, index=(row, rank), shape=(1, BLOCK)).astype(tc.float32)  # 0 past the row's end
+    shift = 0.0
+    if RMS:
+        tc.store(part1, index=(row, rank), tile=tc.full((1, 1), tc.sum(t * t), tc.float32))
+    else:
+        # Values shifted by the row's first element: a large mean next to a small spread
+        # then costs no precision in the chunk sums (every program reads the same element).
+        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+        t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
+        count = tc.maximum(tc.minimum(n - rank * BLOCK, BLOCK), 0)
+        mean_k = tc.sum(t) / tc.maximum(count, 1)
+        d = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
+        tc.store(part1, index=(row, rank), tile=tc.full((1, 1), mean_k, tc.float32))
+        tc.store(part2, index=(row, rank), tile=tc.full((1, 1), tc.sum(d * d), tc.float32))
+    tc.cluster_sync()
+    if RMS:
+        mean_d = 0.0
+        var = tc.sum(tc.load(part1, index=(row, 0), shape=(1, C))) / n
+    else:
+        counts = tc.maximum(tc.minimum(n - tc.arange(0, C)[None, :] * BLOCK, BLOCK), 0).astype(tc.float32)
+        means = tc.load(part1, index=(row, 0), shape=(1, C))
+        mean_d = tc.sum(counts * means) / n
+        spread = means - mean_d
+        var = (tc.sum(tc.load(part2, index=(row, 0), shape=(1, C))) + tc.sum(counts * spread * spread)) / n
+    rstd = tc.rsqrt(var + eps)
+    mean = mean_d + shift
+    out = _affine((t - mean_d) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
+    tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
+    if STATS:
+        if rank == 0:
+            if not RMS:
+                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+
+
+# Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), at the
+# entry points' options: cluster=C, BLOCK / 1024 warps, fast_math.
+_LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
+_RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
+_NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], part1=f32[?,?], "
+         "part2=f32[?,?], eps=f32, {flags}, C={c}, BLOCK={block}")
+_SOFTMAX = "x={d}{V2}, out={d}{V2}, m_part=f32[?,?], s_part=f32[?,?], LOG={log}, C={c}, BLOCK={block}"
+# The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
+_V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
+SM90_SIGNATURES = [
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="bf16", log=False, c=8, block=32768)),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f32", log=False, c=8, block=32768)),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f16", log=True, c=8, block=8192)),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=16384)),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=2, block=8192)),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384)),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=8192)),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=8192)),
+]
+
+
+# ----------------------------------------------------------------------------- the heuristic
+@dataclass(frozen=True)
+class ClusterRows:
+    """How a long-row kernel runs on clusters: C programs per row, BLOCK columns each."""
+    c: int
+    block: int
+    num_warps: int
+
+    def grid(self, n_rows: int) -> Tuple[int]:
+        return (n_rows * self.c,)
+
+
+def device_capability(a: Arr) -> Tuple[int, int]:
+    """The compute capability of `a`'s device (HOST_CAPABILITY for host arrays)."""
+    if a.host:
+        return HOST_CAPABILITY
+    from tilec.runtime import driver  # noqa: PLC0415
+    return tuple(driver.get_device(a.device).capability)
+
+
+def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Optional[ClusterRows]:
+    """The cluster launch of rows of `n_cols` elements, or None where it does not apply.
+
+    Applies on sm_90+ to rows longer than one program's tile (MAX_SINGLE_TILE) and at
+    most 8 * max_chunk long (MAX_SOFTMAX_CHUNK, MAX_NORM_CHUNK). C is the smallest of
+    2, 4, 8 whose chunks hold at most CLUSTER_CHUNK elements (8 beyond that, with
+    longer chunks); BLOCK = next_pow2(cdiv(n_cols, C)); num_warps = BLOCK / 1024, so
+    every thread holds PER_THREAD = 32 elements (8192-element chunks: 8 warps).
+    """
+    if tuple(capability) < (9, 0) or n_cols <= MAX_SINGLE_TILE:
+        return None
+    c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= CLUSTER_CHUNK), 8)
+    block = next_pow2(tc.cdiv(n_cols, c))
+    if block > max_chunk:
+        return None
+    return ClusterRows(c, block, min(max(block // (32 * PER_THREAD), 1), 32))

@@ -1,0 +1,173 @@
+"""Long rows on thread-block clusters (`_cluster_rows`): the heuristic, the kernels on the
+interpreter against float64 numpy (through the entry points and called directly with
+small chunks), and their PTX for sm_90a."""
+from __future__ import annotations
+
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import tilec as tc
+import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels import _cluster_rows as CR
+
+softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+
+
+def ref_softmax(x, log=False):
+    m = x.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(x - m)
+        s = e.sum(-1, keepdims=True)
+        return x - m - np.log(s) if log else e / s
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The kernels the entry points launch, by name, with their cluster size."""
+    seen = []
+    for mod in (softmax, norms):
+        real = mod.launch
+
+        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=real, **constexprs):
+            seen.append((kernel.name, cluster))
+            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
+        monkeypatch.setattr(mod, "launch", spy)
+    return seen
+
+
+# ----------------------------------------------------------------------------- the heuristic
+@pytest.mark.parametrize("n_cols,max_chunk,want", [
+    (16384, CR.MAX_SOFTMAX_CHUNK, None),               # one program's tile: no cluster
+    (16385, CR.MAX_SOFTMAX_CHUNK, (4, 8192, 8)),       # chunks of at most 8192 elements
+    (32768, CR.MAX_NORM_CHUNK, (4, 8192, 8)),
+    (65536, CR.MAX_NORM_CHUNK, (8, 8192, 8)),
+    (70001, CR.MAX_NORM_CHUNK, (8, 16384, 16)),        # 8 programs, longer chunks
+    (131072, CR.MAX_NORM_CHUNK, (8, 16384, 16)),
+    (131073, CR.MAX_NORM_CHUNK, None),                 # norms: 16384 per program at most
+    (262144, CR.MAX_SOFTMAX_CHUNK, (8, 32768, 32)),    # softmax: 32768 at 32 warps
+    (262145, CR.MAX_SOFTMAX_CHUNK, None),
+])
+def test_cluster_heuristic(n_cols, max_chunk, want):
+    got = CR.cluster_rows(n_cols, (9, 0), max_chunk)
+    assert (None if got is None else (got.c, got.block, got.num_warps)) == want
+    assert CR.cluster_rows(n_cols, (8, 6), max_chunk) is None   # clusters need sm_90
+
+
+def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
+    x = np.zeros((33, 16385), np.float32)                  # 33 rows x 4 programs = 132 < 264: split
+    sk.softmax(x)
+    assert ("softmax_cluster_kernel", 4) not in launched
+    launched.clear()
+    sk.softmax(np.zeros((66, 16385), np.float32))          # 264 programs: one cluster of 4 per row
+    assert launched == [("softmax_cluster_kernel", 4)]
+
+
+# ----------------------------------------------------------------------------- entry points
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, launched, dtype, log):
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)  # clusters for few rows too
+    rng = np.random.default_rng(11)
+    n = 20001                                             # 4 chunks of 8192: the last empty
+    x64 = 30 * rng.standard_normal((3, n))
+    x64[0, :9000] = -np.inf                               # a chunk of only -inf, one partly -inf
+    x = rowwise.host(x64, dtype)
+    got = (sk.log_softmax if log else sk.softmax)(x)
+    assert launched == [("softmax_cluster_kernel", 4)]
+    rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=30 if log else 1.0)
+
+
+def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    x = np.full((2, 16400), -np.inf, np.float32)
+    x[1] = np.linspace(-3, 3, 16400)
+    for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
+        got = fn(x)
+        assert np.isnan(got[0]).all()
+        np.testing.assert_allclose(got[1], ref_softmax(x[1:].astype(np.float64), log)[0], rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
+    rng = np.random.default_rng(12)
+    n = 40007                                             # 8 chunks of 8192, the last empty
+    x = rowwise.host(500 + 4 * rng.standard_normal((2, 3, n)), dtype)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rowwise.host(rng.standard_normal(n), dtype)
+    x64 = rowwise.f64(x)
+    y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
+    assert launched == [("norm_cluster_kernel", 8)]
+    want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
+    want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[..., None] * w + rowwise.f64(b)
+    assert mean.shape == rstd.shape == (2, 3)
+    np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
+    rowwise.close(y, want, dtype, scale=8)
+    y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+    want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
+    y = sk.rms_norm(x)                                    # no weight, no stats
+    rowwise.close(y, x64 * want_rstd[..., None], dtype, scale=4)
+
+
+# ----------------------------------------------------------------------------- kernels, small chunks
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_softmax_kernel_with_small_chunks(c):
+    rng = np.random.default_rng(c)
+    block, n = 32, 32 * (c - 1) + 5                        # the last chunk part-filled
+    x = (10 * rng.standard_normal((5, n))).astype(np.float32)
+    x[2, :40] = -np.inf
+    out = np.zeros_like(x)
+    parts = [np.zeros((5, c), np.float32) for _ in range(2)]
+    with tc.interpret():
+        CR.softmax_cluster_kernel[(5 * c,)](x, out, *parts, LOG=False, C=c, BLOCK=block, cluster=c)
+    np.testing.assert_allclose(out, ref_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
+    rng = np.random.default_rng(c)
+    block = 16
+    n = 16 * (c // 2) + 3                                  # the last chunks hold nothing
+    x = (7 + 3 * rng.standard_normal((4, n))).astype(np.float32)
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    y = np.zeros_like(x)
+    mean, rstd = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    parts = [np.zeros((4, c), np.float32) for _ in range(2)]
+    with tc.interpret():
+        CR.norm_cluster_kernel[(4 * c,)](x, w, b, y, mean, rstd, *parts, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+                                         STATS=True, C=c, BLOCK=block, cluster=c)
+    x64 = x.astype(np.float64)
+    if rms:
+        want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-5)
+        want = x64 * want_rstd[:, None] * w
+    else:
+        want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
+        want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[:, None] * w + b
+        np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- PTX
+@pytest.mark.parametrize("name,sig", CR.SM90_SIGNATURES)
+def test_cluster_kernels_assemble_for_sm90a(name, sig):
+    k = getattr(CR, name)
+    spec = k.specialization(sig)
+    c, block = spec.constexprs["C"], spec.constexprs["BLOCK"]
+    warps = block // (32 * CR.PER_THREAD)                  # the entry points' warps for this chunk
+    compiled = k.compile(spec, arch="sm_90a", num_warps=warps, fast_math=True, cluster=c)
+    ptx = compiled.asm["ptx"]
+    assert re.search(rf"\.reqnctapercluster\s+{c}\s*,\s*1\s*,\s*1", ptx)
+    assert "%cluster_ctarank" in ptx and "barrier.cluster.arrive" in ptx
+    assert "ld.global.v4" in ptx                           # 16-byte loads of the row
+    ptxas = compiled.metadata.get("ptxas")
+    assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
+    assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
+    assert not ptxas["warnings"], ptxas["warnings"]

@@ -1,0 +1,90 @@
+"""Long rows on thread-block clusters on the GPU (sm_90+): softmax, log_softmax,
+layer_norm and rms_norm against torch in float64, on row lengths that are not
+multiples of the chunk, every dtype. Skipped where no GPU is found."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import tilec.stdlib_kernels as sk
+
+pytestmark = pytest.mark.gpu
+
+softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+
+TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
+DTYPES = ["float32", "float16", "bfloat16"]
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("thread-block clusters need sm_90+")
+    return torch
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """(kernel name, cluster) of every launch the entry points make."""
+    seen = []
+    for mod in (softmax, norms):
+        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=mod.launch, **constexprs):
+            seen.append((kernel.name, cluster))
+            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
+        monkeypatch.setattr(mod, "launch", spy)
+    return seen
+
+
+def _close(torch, got, want, dtype_name, scale=1.0):
+    rtol, atol = TOL[dtype_name]
+    torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol * scale, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape,force", [((40, 200003), False), ((3, 200003), True), ((300, 16411), False)])
+def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, force, dtype_name):
+    if force:  # few rows take the split kernels unless told otherwise
+        monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    dtype = getattr(torch, dtype_name)
+    x = (8 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x[0, : shape[1] // 3] = float("-inf")           # whole chunks of -inf
+    x64 = x.double()
+    _close(torch, sk.softmax(x), torch.softmax(x64, -1), dtype_name)
+    _close(torch, sk.log_softmax(x), torch.log_softmax(x64, -1), dtype_name, scale=30)
+    assert {k for k, _ in launched} == {"softmax_cluster_kernel"}
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 70001), (3, 2, 131072), (257, 16385)])
+def test_norms_on_clusters_match_torch(torch, launched, shape, dtype_name):
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    n = shape[-1]
+    x = (100 + 3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)   # a large mean
+    x64 = x.double()
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=torch.float32)
+    y, mean, rstd = sk.layer_norm(x, w, b, return_stats=True)
+    _close(torch, y, F.layer_norm(x64, (n,), w.double(), b.double(), 1e-5), dtype_name, scale=8)
+    torch.testing.assert_close(mean.double(), x64.mean(-1), rtol=1e-6, atol=1e-5)
+    want_rstd = torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5)
+    torch.testing.assert_close(rstd.double(), want_rstd, rtol=1e-3, atol=0)
+    y, rstd = sk.rms_norm(x, w, return_stats=True)
+    want_rstd = torch.rsqrt((x64 * x64).mean(-1) + 1e-6)
+    _close(torch, y, x64 * want_rstd[..., None] * w.double(), dtype_name, scale=8)
+    torch.testing.assert_close(rstd.double(), want_rstd, rtol=1e-5, atol=0)
+    assert set(launched) == {("norm_cluster_kernel", 8 if n > 32768 else 4)}
+
+
+def test_replayed_cluster_launches_match_the_first(torch):
+    # The second call replays the recorded launch plan (cluster shape in the compiled kernel).
+    x = torch.randn(512, 262144, device="cuda", dtype=torch.bfloat16)
+    first = sk.softmax(x)
+    second = sk.softmax(x)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    _close(torch, second, torch.softmax(x.double(), -1), "bfloat16")
