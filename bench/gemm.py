@@ -107,7 +107,7 @@ def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
                          b_col_major=dname == "tf32" or dname.startswith("f8"))
     ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch,
-                                       warp_specialize=cfg.warp_specialize))
+                                       warp_specialize=cfg.warp_specialize, cluster=cfg.cluster))
     r = ck.metadata["ptxas"]
     return (f"{_name(cfg)}: {r['registers']} regs, spills {r['spill_stores']}/{r['spill_loads']}")
 
@@ -115,7 +115,7 @@ def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
 def _name(cfg: MatmulConfig) -> str:
     return (f"{cfg.bm}x{cfg.bn}x{cfg.bk} w{cfg.num_warps} s{cfg.num_stages}"
             + (" persistent" if cfg.persistent else "") + (f" split{cfg.split_k}" if cfg.split_k > 1 else "")
-            + (" ws" if cfg.warp_specialize else ""))
+            + (" ws" if cfg.warp_specialize else "") + (f" cluster{cfg.cluster}" if cfg.cluster > 1 else ""))
 
 
 def _sm_count() -> int:
@@ -183,8 +183,9 @@ def _variants():
     with other tiles and slice counts)."""
     sm = _sm_count()
 
-    def c(bm, bn, bk, w, s, persistent=False, split=1, ws=False):
-        return MatmulConfig(bm, bn, bk, w, s, persistent=persistent, sm_count=sm, split_k=split, warp_specialize=ws)
+    def c(bm, bn, bk, w, s, persistent=False, split=1, ws=False, cluster=1):
+        return MatmulConfig(bm, bn, bk, w, s, persistent=persistent, sm_count=sm, split_k=split, warp_specialize=ws,
+                            cluster=cluster)
 
     def skinny(bn_plain):   # M = 1, 16: the tile without split, and split-K around the chosen 4 slices
         return [c(16, bn_plain, 128, 4, 4), c(16, 64, 128, 4, 4, split=2), c(16, 64, 128, 4, 4, split=8),
@@ -198,9 +199,10 @@ def _variants():
                              c(128, 128, 64, 8, 4, split=4)],
         (2048, 2048, 2048): [c(128, 128, 64, 8, 3), c(128, 128, 64, 8, 4, True), c(128, 256, 64, 8, 4),
                              c(128, 256, 64, 8, 4, True)],
-        (4096, 4096, 4096): [c(128, 256, 64, 8, 4, True), c(128, 256, 64, 8, 4, ws=True),
-                             c(128, 256, 64, 8, 4, True, ws=True)],
-        (8192, 8192, 8192): [c(128, 256, 64, 8, 4, True), c(128, 256, 64, 8, 4), c(128, 256, 64, 8, 4, True, ws=True)],
+        (4096, 4096, 4096): [c(128, 256, 64, 8, 4), c(128, 256, 64, 8, 4, ws=True), c(128, 256, 64, 8, 4, ws=True, cluster=2),
+                             c(128, 256, 64, 8, 4, True, ws=True, cluster=2)],
+        (8192, 8192, 8192): [c(128, 256, 64, 8, 4), c(128, 256, 64, 8, 4, ws=True), c(128, 256, 64, 8, 4, ws=True, cluster=2),
+                             c(128, 256, 64, 8, 4, True, ws=True, cluster=2)],
         (1, 4096, 4096): skinny(64),
         (16, 4096, 4096): skinny(64),
         (1, 4096, 14336): skinny(64),

@@ -155,7 +155,8 @@ def _compile_stdlib_matmul(args):
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
     opts = replace(opts, arch=arch, num_warps=args.num_warps or cfg.num_warps,
-                   num_stages=args.num_stages or cfg.num_stages, warp_specialize=cfg.warp_specialize).validated()
+                   num_stages=args.num_stages or cfg.num_stages, warp_specialize=cfg.warp_specialize,
+                   cluster=cfg.cluster).validated()
     return compile_kernel(cfg.kernel, _parse_sig(cfg.kernel, sig), opts)
 
 

@@ -35,12 +35,13 @@ ACTIVATIONS = (None, "relu", "gelu", "silu")
 
 
 @tc.func
-def _k_loop(a, b, pid_m, pid_n, k_start, k_stop, BM, BN, BK, TF32):
-    """A[pid_m, k_start:k_stop] @ B[k_start:k_stop, pid_n] in f32 (k in units of BK)."""
+def _k_loop(a, b, pid_m, pid_n, k_start, k_stop, BM, BN, BK, TF32, SHARED_B=False):
+    """A[pid_m, k_start:k_stop] @ B[k_start:k_stop, pid_n] in f32 (k in units of BK);
+    SHARED_B: every program of the cluster reads the same B tiles (MatmulConfig.check_cluster)."""
     acc = tc.zeros((BM, BN), tc.float32)
     for k in range(k_start, k_stop):
         at = tc.load(a, index=(pid_m, k), shape=(BM, BK))
-        bt = tc.load(b, index=(k, pid_n), shape=(BK, BN))
+        bt = tc.load(b, index=(k, pid_n), shape=(BK, BN), multicast=SHARED_B)
         acc = tc.dot(at, bt, acc, allow_tf32=TF32)
     return acc
 
@@ -62,9 +63,9 @@ def _epilogue(acc, bias, scale, pid_n, BN, HAS_BIAS, ACT, SCALED):
 
 
 @tc.func
-def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED):
+def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED, SHARED_B):
     """C[pid_m, pid_n] = act(scale * A[pid_m, :] @ B[:, pid_n] + bias[pid_n])."""
-    acc = _k_loop(a, b, pid_m, pid_n, 0, tc.cdiv(a.shape[1], BK), BM, BN, BK, TF32)
+    acc = _k_loop(a, b, pid_m, pid_n, 0, tc.cdiv(a.shape[1], BK), BM, BN, BK, TF32, SHARED_B)
     acc = _epilogue(acc, bias, scale, pid_n, BN, HAS_BIAS, ACT, SCALED)
     tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
 
@@ -72,25 +73,25 @@ def _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, S
 @tc.kernel
 def matmul_kernel(a, b, c, bias, scale, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
                   GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr,
-                  SCALED: tc.constexpr):
+                  SCALED: tc.constexpr, SHARED_B: tc.constexpr = False):
     num_m = tc.cdiv(a.shape[0], BM)
     num_n = tc.cdiv(b.shape[1], BN)
     pid = tc.program_id(0)
     pid_m, pid_n = tc.swizzle2d(pid // num_n, pid % num_n, num_m, num_n, GROUP_M)
-    _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED)
+    _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED, SHARED_B)
 
 
 @tc.kernel
 def matmul_persistent_kernel(a, b, c, bias, scale, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr,
                              GROUP_M: tc.constexpr, HAS_BIAS: tc.constexpr, ACT: tc.constexpr, TF32: tc.constexpr,
-                             SCALED: tc.constexpr):
+                             SCALED: tc.constexpr, SHARED_B: tc.constexpr = False):
     # A grid of (at most) one program per SM, each walking the output tiles in grouped order
     # with a stride of the grid size: one launch-time setup per SM instead of per tile.
     num_m = tc.cdiv(a.shape[0], BM)
     num_n = tc.cdiv(b.shape[1], BN)
     for tile in range(tc.program_id(0), num_m * num_n, tc.num_programs(0)):
         pid_m, pid_n = tc.swizzle2d(tile // num_n, tile % num_n, num_m, num_n, GROUP_M)
-        _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED)
+        _tile(a, b, c, bias, scale, pid_m, pid_n, BM, BN, BK, HAS_BIAS, ACT, TF32, SCALED, SHARED_B)
 
 
 @tc.kernel
@@ -197,9 +198,10 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     cfg = config_for(m, n, k, A.dtype, batch, sm_count, tensor_cores, arch) if config is None else config
     if not isinstance(cfg, MatmulConfig):
         raise TypeError(f"config must be a MatmulConfig, got {type(cfg).__name__}")
+    cfg.check_cluster(m)
     consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
                   ACT=activation or "none", TF32=bool(allow_tf32),
-                  SCALED=scale_a is not None or scale_b is not None)
+                  SCALED=scale_a is not None or scale_b is not None, SHARED_B=cfg.cluster > 1)
     split = cfg.splits(k) if cfg.split_k > 1 else 1
     ws = empty_like(A, (split * tc.cdiv(m, cfg.bm) * cfg.bm, n), tc.float32) if split > 1 else None
     for i in range(batch if batched else 1):  # one workspace serves every entry: launches run in order
@@ -212,10 +214,10 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
         args = [a_v, b_v, o_v, bias_arg, scale]  # without a bias, a never-read view of out fills the parameter
         kernel = matmul_persistent_kernel if cfg.persistent else matmul_kernel
         if A.host:
-            launch(kernel, cfg.grid(m, n), args, **consts)  # the interpreter
+            launch(kernel, cfg.grid(m, n), args, cluster=cfg.cluster, **consts)  # the interpreter
         else:
             kernel[cfg.grid(m, n)](*args, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=bool(tma),
-                                   warp_specialize=cfg.warp_specialize, **consts)
+                                   warp_specialize=cfg.warp_specialize, cluster=cfg.cluster, **consts)
     return O.obj
 
 
@@ -306,7 +308,7 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
     sig = (f"{_mat('a', dtype.name, m, k)}, {b_sig}, {_mat('c', out.name, m, n)}, "
            f"bias={bias}[?]:div={_div(n)}, scale=f32, {tiles}, "
            f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}, "
-           f"SCALED={bool(scaled)}")
+           f"SCALED={bool(scaled)}" + (", SHARED_B=True" if cfg.cluster > 1 else ""))
     return sig, cfg
 
 

@@ -33,12 +33,23 @@ class MatmulConfig:
     sm_count: int = 132
     split_k: int = 1          # K slices: matmul_splitk_kernel's partials, summed by splitk_reduce_kernel
     warp_specialize: bool = False  # sm_90a, TMA ring: a producer warpgroup issues the copies
+    cluster: int = 1          # sm_90+: programs per cluster; with warp_specialize they share B tiles (multicast)
 
     def __post_init__(self):
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 1:
             raise ValueError(f"split_k must be an int >= 1, got {self.split_k!r}")
         if self.split_k > 1 and self.persistent:
             raise ValueError("split_k > 1 and persistent=True cannot be combined")
+        if self.cluster not in (1, 2) or (self.cluster > 1 and (self.split_k > 1 or self.group_m % 2)):
+            raise ValueError(f"cluster must be 1 or 2 (2: without split-K, with an even group_m), got "
+                             f"cluster={self.cluster!r}, split_k={self.split_k}, group_m={self.group_m}")
+
+    def check_cluster(self, m: int) -> None:
+        """Programs 2c and 2c + 1 (one cluster) get the same column of tiles, which their shared B
+        loads promise, when the rows of tiles are even in number (so is every group's)."""
+        if self.cluster > 1 and tc.cdiv(m, self.bm) % 2:
+            raise ValueError(f"cluster={self.cluster} needs an even number of {self.bm}-row tiles, "
+                             f"M = {m} gives {tc.cdiv(m, self.bm)}")
 
     def tiles(self, m: int, n: int) -> int:
         return tc.cdiv(m, self.bm) * tc.cdiv(n, self.bn)
@@ -53,7 +64,9 @@ class MatmulConfig:
         tiles = self.tiles(m, n)
         if self.split_k > 1:
             return (tiles, self.split_k if k is None else self.splits(k))
-        return (min(tiles, self.sm_count),) if self.persistent else (tiles,)
+        if self.persistent:
+            return (max(min(tiles, self.sm_count) // self.cluster * self.cluster, self.cluster),)
+        return (tiles,)
 
     def reduce_tile(self, m: int, n: int, splits: int) -> Tuple[int, int, int]:
         """(rows, columns, warps) of a splitk_reduce_kernel program summing `splits` partials:

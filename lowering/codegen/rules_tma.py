@@ -84,11 +84,13 @@ def _mbarrier_arrive(ctx, op):
             _asm(ctx, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [bar])
             return
         # the same barrier in every program of the cluster (this one's included), through
-        # its shared::cluster address; release: this warpgroup's reads of the slot are done
+        # its shared::cluster address; the default release.cta order is enough (the reads it
+        # publishes are wgmma's, retired by wgmma.wait_group), and a cluster-scope release
+        # would stall the warpgroup on every arrival
         fty = ir.FunctionType(I32, [I32, I32])
         for rank in range(op.cluster):
             remote = b.asm(fty, "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", [bar, ir.Constant(I32, rank)], False)
-            _asm(ctx, "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [$0];", "r", [remote])
+            _asm(ctx, "mbarrier.arrive.shared::cluster.b64 _, [$0];", "r", [remote])
 
 
 @rule(G.MbarrierWaitOp)

@@ -7,9 +7,12 @@ an accumulator between the instruction that writes it asynchronously and the wai
 that retires it. The fences and commit are NVVM intrinsics.
 
 Descriptors: the constant fields come from wgmma_fragments.descriptor_high_bits; the
-start address is the buffer's 32-bit shared address (slot and warpgroup added) >> 4,
-which is below 2^14 for any shared allocation (227 KB), so adding the per-instruction
-offset never carries into the other fields.
+start address is the buffer's offset in the program's shared memory (slot and warpgroup
+added) >> 4, which is below 2^14 for any shared allocation (227 KB), so adding the
+per-instruction offset never carries into the other fields. The offset is the 32-bit
+shared address's low 18 bits: in a cluster, the shared addresses of program rank r carry
+r in bits 24 and up (seen on an H200: rank 1's dynamic shared memory starts at 0x1000400),
+which would otherwise spill into the descriptor's leading-byte-offset field.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from .walker import rule
 
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
+_OFFSET_MASK = (1 << 18) - 1  # a shared address's offset within the program's own shared memory
 
 # operand kinds; only 16-bit operands take the transpose immediates (B N-major)
 _KIND = {"f16": "f16.f16", "bf16": "bf16.bf16", "f32": "tf32.tf32", "f8e4m3": "e4m3.e4m3", "f8e5m2": "e5m2.e5m2"}
@@ -38,6 +42,7 @@ def _desc_base(ctx, alloc, slot, warp_index, stride: int):
     b = ctx.builder
     ptr = slot_pointer(ctx, alloc, slot, ir.IntType(8), 0)
     addr = b.ptrtoint(ptr, I32)
+    addr = b.and_(addr, ir.Constant(I32, _OFFSET_MASK))
     if stride:
         addr = b.add(addr, b.mul(warp_index, ir.Constant(I32, stride)))
     return b.zext(b.lshr(addr, ir.Constant(I32, 4)), I64)

@@ -39,8 +39,10 @@ def _run(m, n, k, dtype, bn, warps, stages, cluster, **opts):
 def test_cluster_of_two(dtype, m, n, k, bn, warps, stages):
     _needs_sm90()
     ck = _run(m, n, k, dtype, bn, warps, stages, 2)
-    assert ck.metadata["cluster"] == 2 and ck.metadata["warp_specialized"]
-    assert "multicast::cluster" in ck.asm["ptx"]
+    # TMA (and so the producer and its multicast) needs row strides known to be multiples of 16
+    tma = n % 16 == 0 and k % 16 == 0
+    assert ck.metadata["cluster"] == 2 and ck.metadata["warp_specialized"] == tma
+    assert ("multicast::cluster" in ck.asm["ptx"]) == tma
 
 
 @pytest.mark.parametrize("m,n,k", [(1000, 1000, 1000), (512, 130, 4100)])
