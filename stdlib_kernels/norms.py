@@ -158,8 +158,11 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
-        cl = None if cfg.single else _cluster_rows.cluster_rows(n_cols, _cluster_rows.device_capability(a),
-                                                                  _cluster_rows.MAX_NORM_CHUNK)
+        # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
+        # 63 -> 73, f32 63 -> 85; layer_norm f32 58 -> 67, but layer_norm bf16 69 -> 45: kept looped
+        clusters = rms or a.dtype.itemsize == 4
+        cl = None if cfg.single or not clusters else _cluster_rows.cluster_rows(
+            n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_NORM_CHUNK)
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         elif cl is not None:

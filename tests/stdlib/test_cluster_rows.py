@@ -100,7 +100,8 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     b = rowwise.host(rng.standard_normal(n), dtype)
     x64 = rowwise.f64(x)
     y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
-    assert launched == [("norm_cluster_kernel", 8)]
+    # layer_norm of 2-byte rows stays on the looped kernel (measured faster there)
+    assert (launched[0] == ("norm_cluster_kernel", 8)) == (dtype == "f32")
     want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
     want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[..., None] * w + rowwise.f64(b)
     assert mean.shape == rstd.shape == (2, 3)
@@ -108,6 +109,7 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
     rowwise.close(y, want, dtype, scale=8)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+    assert launched[-1] == ("norm_cluster_kernel", 8)
     want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
