@@ -80,7 +80,7 @@ class Harness:
         p = launcher.PreparedLaunch.__new__(launcher.PreparedLaunch)
         p.compiled, p.loaded, p.device, p.name = ck, None, device, "k"
         p.function, p.threads, p.shared = f"fn{len(self.prepares)}", 32, 0
-        p.persistent = 0  # launched on the grid as asked
+        p.persistent, p.cluster = 0, 1  # launched on the grid as asked, no clusters
         p.param_names = list(state.params)
         p.pool = [build_packer(ck, p.param_names)]
         state.table[key] = p

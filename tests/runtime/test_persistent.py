@@ -55,9 +55,9 @@ def test_packer_writes_the_requested_grid():
     assert [t.from_address(arr[i]).value for i, t in enumerate(read)] == [9, 2.5, 70000, 3, 2]
 
 
-def _prepared(programs: int):
+def _prepared(programs: int, cluster: int = 1):
     p = launcher.PreparedLaunch.__new__(launcher.PreparedLaunch)
-    p.name, p.persistent = "k", programs
+    p.name, p.persistent, p.cluster = "k", programs, cluster
     return p
 
 
@@ -67,6 +67,14 @@ class _Recorder:
 
     def __call__(self, vals, infos, grid):
         self.grids.append(grid)
+
+
+@pytest.mark.parametrize("programs, grid, launched", [(265, (1000, 1, 1), 264), (265, (6, 1, 1), 6),
+                                                      (1, (8, 1, 1), 2)])
+def test_persistent_clusters_launch_whole_clusters(programs, grid, launched):
+    pack = _Recorder()
+    assert launcher._persistent_grid(_prepared(programs, 2), pack, (), (), *grid) == (launched, 1, 1)
+    assert pack.grids == [grid]
 
 
 @pytest.mark.parametrize("grid, launched", [((1000, 1, 1), 264), ((5, 2, 1), 10), ((11, 3, 8), 264),
