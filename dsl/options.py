@@ -5,12 +5,14 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "OPTION_FIELDS", "check_cluster_arch", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "parse_arch", "split_options"]
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch",
+           "check_cluster_size", "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
                  "cluster")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
+CLUSTER_SIZES = (1, 2, 4, 8)  # programs per thread-block cluster (8: the portable maximum)
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
 # ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
@@ -54,8 +56,7 @@ class CompileOptions:
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be an int from 1 to 8, got {self.num_stages!r}")
         arch = parse_arch(self.arch) if self.arch is not None else None
-        if not isinstance(self.cluster, int) or isinstance(self.cluster, bool) or self.cluster not in (1, 2, 4, 8):
-            raise ValueError(f"cluster must be 1, 2, 4 or 8 programs, got {self.cluster!r}")
+        check_cluster_size(self.cluster)
         check_cluster_arch(self.cluster, arch)
         return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
                        warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent))
@@ -66,6 +67,13 @@ class CompileOptions:
         arch = parse_arch(default_arch)
         check_cluster_arch(self.cluster, arch)
         return replace(self, arch=arch)
+
+
+def check_cluster_size(cluster) -> int:
+    """`cluster` as an int, or a ValueError unless it is one of CLUSTER_SIZES."""
+    if isinstance(cluster, bool) or not hasattr(cluster, "__index__") or cluster not in CLUSTER_SIZES:
+        raise ValueError(f"cluster must be 1, 2, 4 or 8 programs, got {cluster!r}")
+    return int(cluster)
 
 
 def check_cluster_arch(cluster: int, arch: Optional[str]) -> None:

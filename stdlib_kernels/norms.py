@@ -3,7 +3,7 @@ backward pass needs (mean and 1/std per row) on request.
 
 A row that fits in one tile (up to 16384 elements) is read once: the mean and
 the variance of the centred values come from registers. On sm_90+ a row of up
-to 131072 elements is shared by the programs of a thread-block cluster and is
+to 131072 elements (f32 for layer_norm) is shared by the programs of a thread-block cluster and is
 read once too (`_cluster_rows`: chunk means and M2 combined with Chan's
 formula). Otherwise a longer row is read
 twice (from memory once when the rows in flight fit in L2, see
@@ -200,9 +200,10 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     twice, statistics from shifted sums). Tiles of 8192+ elements take 32
     elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
 
-    On sm_90+ (the interpreter counts as an H100/H200), rows of 16385 to
-    131072 elements run on thread-block clusters instead, whatever the number
-    of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks hold at
+    On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
+    131072 elements (rms_norm: every dtype) run on thread-block clusters
+    instead, whatever the number of rows (2-byte layer_norm rows measured
+    faster looped): C = 2, 4 or 8 programs per row, the smallest whose chunks hold at
     most 8192 elements (else 8, chunks up to 16384); 32 elements per thread
     (chunk / 1024 warps). Each program keeps its chunk in registers, writes the
     chunk's mean and centred sum of squares (rms_norm: sum of squares) to an

@@ -26,6 +26,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import InterpreterError
 from ..ir.types import ScalarType, ViewType
+from ..options import check_cluster_size
 from . import rules_control, rules_elementwise, rules_memory, rules_tile  # noqa: F401  (fill RULES)
 from .cluster import run_clusters
 from .engine import GRID, MEM, PID, EarlyReturn, compiled, run_body
@@ -71,12 +72,11 @@ def run(module, args: Sequence, grid, cluster: int = 1) -> None:
 
 
 def _cluster(cluster, grid3) -> int:
-    if isinstance(cluster, bool) or not isinstance(cluster, (int, np.integer)) or cluster not in (1, 2, 4, 8):
-        raise ValueError(f"cluster must be 1, 2, 4 or 8 programs, got {cluster!r}")
+    cluster = check_cluster_size(cluster)
     if grid3[0] % cluster:
         raise ValueError(f"with cluster={cluster} the grid's x extent must be a multiple of {cluster} "
                          f"(programs {cluster} * c .. {cluster} * c + {cluster - 1} form cluster c), got grid {grid3}")
-    return int(cluster)
+    return cluster
 
 
 def _grid(grid):

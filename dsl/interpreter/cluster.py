@@ -36,6 +36,10 @@ class _Aborted(InterpreterError):
     InterpreterError so that the op-fault wrapping lets it through)."""
 
 
+class _Deadlock(InterpreterError):
+    """A program waits at a cluster_sync that another program of its cluster will never reach."""
+
+
 class ClusterRun:
     """The shared state of one cluster's programs: the barrier and the multicast log."""
 
@@ -67,16 +71,15 @@ class ClusterRun:
                 return
             while self.generation == gen:
                 self.cv.wait()
-                if self.generation != gen:
-                    return
-                self._check_ended(rank, op)
+                if self.generation == gen:
+                    self._check_ended(rank, op)
 
     def _check_ended(self, rank: int, op) -> None:
         if self.failed:
             raise _Aborted()
         if self.ended:
             other, done = next(iter(self.ended.items()))
-            raise InterpreterError(
+            raise _Deadlock(
                 f"cluster_sync deadlock: program {self.pids[rank]} waits at cluster_sync number "
                 f"{self.syncs[rank]} at {_where(op)}, but program {self.pids[other]} of its cluster "
                 f"ended after {done} cluster_sync(s); every program of a cluster must reach each "
@@ -197,5 +200,5 @@ def _raise_first(errors: list) -> None:
     """The error to report: a program's own failure before a deadlock it caused."""
     if not errors:
         return
-    errors.sort(key=lambda e: (isinstance(e[1], InterpreterError) and "deadlock" in str(e[1]), e[0]))
+    errors.sort(key=lambda e: (isinstance(e[1], _Deadlock), e[0]))
     raise errors[0][1]

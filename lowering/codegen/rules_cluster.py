@@ -18,12 +18,8 @@ def _cluster_rank(ctx, op):
     ctx.set(op.result, ctx.special_reg("cluster.ctarank"))
 
 
-def cluster_sync(ctx) -> None:
+@rule(T.ClusterSyncOp)
+def _cluster_sync(ctx, op):
     """barrier.cluster.arrive (release) + wait (acquire): every thread of every program."""
     ctx.intrinsic("llvm.nvvm.barrier.cluster.arrive", ir.VoidType(), [])
     ctx.intrinsic("llvm.nvvm.barrier.cluster.wait", ir.VoidType(), [])
-
-
-@rule(T.ClusterSyncOp)
-def _cluster_sync(ctx, op):
-    cluster_sync(ctx)

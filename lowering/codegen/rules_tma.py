@@ -16,6 +16,10 @@ from .types import I32
 from .walker import rule
 
 I8 = ir.IntType(8)
+_TMA_LOAD = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+             "[$0], [$1, {$2, $3}], [$4];")
+_TMA_MULTICAST = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                  ".multicast::cluster [$0], [$1, {$2, $3}], [$4], $5;")   # $5: the 16-bit mask of programs
 
 
 def _smem_addr(ctx, alloc, slot, byte_offset=0):
@@ -129,11 +133,9 @@ def _tma_load(ctx, op):
         row0, col0 = col0, row0   # a column-major view: the map's rows are the view's columns
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
-    text = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-            "[$0], [$1, {$2, $3}], [$4];")
     n = op.multicast
+    text = _TMA_MULTICAST if n > 1 else _TMA_LOAD
     if n > 1:  # every program of the cluster receives the box, at the same offset and barrier
-        text = text[:-1].replace("::bytes", "::bytes.multicast::cluster") + ", $5;"
         mask = ir.Constant(ir.IntType(16), (1 << n) - 1)
         rank = ctx.special_reg("cluster.ctarank")
     with _thread0(ctx, ctx.get(live_v)):

@@ -40,6 +40,7 @@ from typing import List, Tuple
 from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Module, Op, register_op
 from tilec.ir.types import ScalarType, ViewType
+from tilec.options import CLUSTER_SIZES
 
 from .ops import AllocOp
 
@@ -68,7 +69,7 @@ _INDEX = (dt.int32, dt.int64)
 
 
 def _check_cluster(op: Op, n: int, what: str) -> None:
-    if n not in (1, 2, 4, 8):
+    if n not in CLUSTER_SIZES:
         raise op.error(f"{what} must be 1, 2, 4 or 8 programs, got {n}")
 
 
