@@ -2,7 +2,7 @@
 
 When every load of the loop's `barrier; stores; fence; barrier` group carries a tma_loads
 tag (its gpu.tma_origin marker is in the body) and one wgmma group may stay in flight
-(S >= 3 stages), the ring is filled by TMA instead of cp.async. With D = S - 2:
+(S >= 3 stages), the ring is filled by TMA instead of cp.async. With D = S - 1:
 
     %bar = gpu.alloc {shape = [S]} : ptr<i64, 3>          (one mbarrier per slot)
     gpu.mbarrier_init %bar ; gpu.barrier
@@ -10,11 +10,16 @@ tag (its gpu.tma_origin marker is in the body) and one wgmma group may stay in f
         gpu.mbarrier_expect %bar, s, live(s) {bytes} ; gpu.tma_load %bufA, s, %bar, %a, ... ; (B)
     loop (iteration c, count = (iv - lb) / step):
         gpu.mbarrier_wait %bar, c % S, (c / S) & 1         (slot c % S holds iteration c)
-        gpu.barrier                                        (everyone retired the wgmma of c - 2)
-        gpu.mbarrier_expect %bar, (c + D) % S, live(c + D) ; gpu.tma_load ... (iteration c + D)
         %d = gpu.wgmma %bufA, %bufB, %acc, c % S
-        %e = gpu.wgmma_wait %d {pending = 1}
+        %e = gpu.wgmma_wait %d {pending = 1}                (the wgmma of c - 1 has retired)
+        gpu.barrier                                        (everyone's has)
+        gpu.mbarrier_expect %bar, (c + D) % S, live(c + D) ; gpu.tma_load ... (iteration c + D)
     after: %acc = gpu.wgmma_wait {pending = 0}
+
+The copies of c + D go into the slot c - 1 read, once every warpgroup's wgmma of c - 1 has
+retired: issued after the wgmma of c, they run S - 1 iterations ahead, and the block
+barrier waits while the tensor cores work on c (before the wgmma, it would hold back
+their next group).
 
 Each slot's barrier completes one phase per use, so the n-th use of a slot (n = c / S)
 waits for parity n & 1. Only live iterations (< the loop's bound) issue copies: every
@@ -71,7 +76,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     `reslot` are pipeline_loads' helpers (slot buffers, the ops an index needs, cloning them,
     pointing a wgmma at a slot)."""
     body = loop.body
-    ahead_by = stages - 2
+    ahead_by = stages - 1
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
     ivt = iv.type
@@ -89,7 +94,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     for s in range(ahead_by):
         iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
         _issue(pre, cands, origins, bufs, bar, iv, iv_s, ub, build_constant(pre, i32, s), slice_of, clone)
-    # the body: `barrier; stores; fence; barrier` becomes wait, barrier, prefetch
+    # the body: `barrier; stores; fence; barrier` becomes the wait; barrier and prefetch follow the lag
     ops = body.ops
     first_store = min(ops.index(c.store) for c in cands)
     barrier = ops[first_store - 1]
@@ -104,8 +109,12 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
     ahead = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead_by)))
     at.create(MbarrierWaitOp, bar, read_slot, parity)
-    at.create(BarrierOp)
-    _issue(at, cands, origins, bufs, bar, iv, ahead, ub, write_slot, slice_of, clone)
+    wait, j = lag
+    refill = Builder().before(wait)
+    refill.index += 1
+    refill.loc = loop.loc
+    refill.create(BarrierOp)
+    _issue(refill, cands, origins, bufs, bar, iv, ahead, ub, write_slot, slice_of, clone)
     last = max(ops.index(c.store) for c in cands)
     tail = [ops[last + 1]]
     if isinstance(tail[0], FenceProxyAsyncOp):
@@ -124,7 +133,6 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
             c.load.erase()
         if c.alloc.parent is not None and not c.alloc.results[0].uses:
             c.alloc.erase()
-    wait, j = lag
     wait.attrs["pending"] = 1
     post = Builder().before(loop)
     post.index += 1

@@ -67,7 +67,7 @@ class _Ring:
         self.full = wait.operands[0].owner
         self.stages = self.full.attrs["shape"][0]
         body = loop.body.ops
-        self.barrier = body[body.index(wait) + 1]
+        self.barrier = next((op for op in body if isinstance(op, BarrierOp)), None)
         self.issues = [op for op in body if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
         block = loop.parent
         upto = block.ops.index(loop)
