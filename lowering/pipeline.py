@@ -22,6 +22,7 @@ from .passes.persistent import make_persistent
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
 from .passes.tma_loads import tma_loads
+from .passes.tma_stores import tma_stores
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
@@ -49,6 +50,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("make_persistent", make_persistent),  # persistent=True only; before every pass that looks at loops
     ("index_width", index_width),
     ("tma_loads", tma_loads),
+    ("tma_stores", tma_stores),
     ("lower_views", lower_views),
     ("axis_info", axis_info),
     ("assign_layouts", assign_layouts),

@@ -107,7 +107,7 @@ def _memory_type(ety: ir.Type) -> ir.Type:
     return ir.IntType(8) if ety == ir.IntType(1) else ety
 
 
-def _store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
+def store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
     reg_ty = ctx.ltype(t.element)
     ety = _memory_type(reg_ty)
     esize = t.dtype.itemsize if t.dtype is not None else 8
@@ -160,7 +160,7 @@ def _convert_layout(ctx, op):
     off = op.attrs["_smem_offset"]
     if op.attrs.get("_smem_sync", True):
         barrier(ctx)  # an earlier use may still read the scratch
-    _store_tile(ctx, src, ctx.elems(op.operands[0]), layout, off)
+    store_tile(ctx, src, ctx.elems(op.operands[0]), layout, off)
     barrier(ctx)
     ctx.set(op.result, _load_tile(ctx, dst, layout, off))
 
@@ -176,7 +176,7 @@ def _alloc(ctx, op):
 @rule(G.LocalStoreOp)
 def _local_store(ctx, op):
     alloc = op.operands[0].owner
-    _store_tile(ctx, op.operands[1].type, ctx.elems(op.operands[1]), alloc.attrs["layout"], alloc.attrs["offset"])
+    store_tile(ctx, op.operands[1].type, ctx.elems(op.operands[1]), alloc.attrs["layout"], alloc.attrs["offset"])
 
 
 @rule(G.LocalLoadOp)

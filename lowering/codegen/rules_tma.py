@@ -1,4 +1,5 @@
-"""Codegen rules of the TMA ops (sm_90a): mbarriers and cp.async.bulk.tensor, as inline PTX.
+"""Codegen rules of the TMA ops (sm_90a): mbarriers and cp.async.bulk.tensor (loads into shared
+memory, and the epilogue's stores out of it), as inline PTX.
 
 Shared addresses are 32-bit (`--nvptx-short-ptr`); an mbarrier is 8 bytes of its gpu.alloc
 buffer, one per slot. The wait is a loop around `mbarrier.try_wait.parity` built in LLVM
@@ -10,7 +11,9 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..gpu import tma_ops as G
+from ..gpu.layouts import SharedLayout
 from ..gpu.tma_ops import TMA_BOX_BYTES
+from .rules_gpu import barrier, store_tile
 from .rules_mma import slot_pointer
 from .types import I32
 from .walker import rule
@@ -149,3 +152,37 @@ def _tma_load(ctx, op):
                 continue
             with b.if_then(b.icmp_unsigned("==", rank, ir.Constant(I32, blk % n))):  # this program's share
                 _asm(ctx, text, "r,l,r,r,r,h", [dst, tmap_addr, col, row0, bar, mask])
+
+
+_TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];"
+
+
+@rule(G.TmaStoreOp)
+def _tma_store(ctx, op):
+    view_v, i_v, j_v, tile_v = op.operands
+    t = tile_v.type
+    rows, cols = t.shape
+    box = tuple(op.attrs["box"])
+    if "_smem_offset" not in op.attrs:
+        raise ValueError("a TMA store needs the scratch buffer allocate_shared places")
+    off = op.attrs["_smem_offset"]
+    layout = SharedLayout.for_swizzle(TMA_BOX_BYTES, t.dtype.itemsize)  # column blocks, as the boxes read them
+    if op.attrs.get("_smem_sync", True):
+        barrier(ctx)  # the scratch reuses bytes (the ring's) that other warps may still read
+    store_tile(ctx, t, ctx.elems(tile_v), layout, off)
+    # this thread's st.shared become visible to the bulk copy (async proxy) before the barrier
+    ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
+    barrier(ctx)
+    b = ctx.builder
+    tmap = ctx.memo["tmap"][(view_v.index, box)]
+    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, rows))
+    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, cols))
+    with _thread0(ctx):
+        src0 = b.ptrtoint(b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, off)], inbounds=True), I32)
+        tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
+        for blk in range(cols // box[1]):
+            src = b.add(src0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
+            _asm(ctx, _TMA_STORE, "l,r,r,r", [tmap_addr, b.add(col0, ir.Constant(I32, blk * box[1])), row0, src])
+        _asm(ctx, "cp.async.bulk.commit_group;", "", [])
+        # the scratch may be reused (or the program exit) only once the copies have read it
+        _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])

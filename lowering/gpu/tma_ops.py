@@ -32,6 +32,17 @@ the tile transposed, rows contiguous (the K-major B buffer of tf32/f8 wgmma). El
 outside the view arrive as zeros. Only thread 0 issues, only where `%live` holds.
 The view's tensor map is a kernel parameter (dsl/abi.py "tmap" slots, built by the
 runtime), one per (view, box): `tma_params` lists them.
+
+    gpu.tma_store %view, %i, %j, %tile {box = [128, 64]}   (tma_stores: the epilogue's store)
+
+gpu.tma_store writes the register tile (i, j) of a row-major view through shared memory:
+every thread puts its elements into a scratch buffer in the 128-byte-swizzled column-block
+layout (allocate_shared places it, `_smem_offset`, where the K loop's ring was; a barrier
+first where it reuses bytes, `_smem_sync`), fences them into the async proxy, and after a
+barrier thread 0 copies the column blocks out with `cp.async.bulk.tensor` (one box each;
+the copy clips whatever lies outside the view) and waits until they have been read from
+shared memory. Full 128-byte lines leave the SM instead of the accumulator layout's
+4-byte pieces.
 """
 from __future__ import annotations
 
@@ -39,13 +50,13 @@ from typing import List, Tuple
 
 from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Module, Op, register_op
-from tilec.ir.types import ScalarType, ViewType
+from tilec.ir.types import ScalarType, TileType, ViewType
 from tilec.options import CLUSTER_SIZES
 
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
-           "tma_params",
+           "TmaStoreOp", "tma_params", "check_box",
            "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -194,11 +205,7 @@ class TmaLoadOp(Op):
         _scalar(self, 4, _INDEX, "i")
         _scalar(self, 5, _INDEX, "j")
         _scalar(self, 6, (dt.bool_,), "live")
-        rows, cols = storage_tile(buf.attrs["shape"][1:], vt)
-        box = list(self.attrs["box"])
-        if len(box) != 2 or box[0] != rows or box[1] * vt.dtype.itemsize != TMA_BOX_BYTES or cols % box[1]:
-            raise self.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
-                             f"{rows}x{cols} tile (storage order)")
+        check_box(self, storage_tile(buf.attrs["shape"][1:], vt), vt)
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
@@ -213,6 +220,42 @@ class TmaLoadOp(Op):
     def nbytes(self) -> int:
         rows, cols = self.operands[0].owner.attrs["shape"][1:]
         return rows * cols * self.operands[3].type.dtype.itemsize
+
+
+@register_op
+class TmaStoreOp(Op):
+    """Store the register tile as tile (i, j) of the row-major `view`, through a shared scratch
+    buffer and TMA (module docstring)."""
+    name = "gpu.tma_store"
+    operands_spec = ("view", "i", "j", "value")
+    attributes = {"box": A("ints")}
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def verify_op(self):
+        vt = self.operands[0].type
+        if not isinstance(vt, ViewType) or vt.rank != 2 or vt.strides[1] != 1:
+            raise self.error(f"operand 0 must be a row-major 2-D view, got {vt}")
+        _scalar(self, 1, _INDEX, "i")
+        _scalar(self, 2, _INDEX, "j")
+        t = self.operands[3].type
+        if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
+            raise self.error(f"the value must be a 2-D tile of {vt.dtype.name}, got {t}")
+        check_box(self, tuple(t.shape), vt)
+
+    @property
+    def nbytes(self) -> int:
+        return self.operands[3].type.numel * self.operands[0].type.dtype.itemsize
+
+
+def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:
+    """A copy's box is the tile's rows (storage order) by one 128-byte swizzle row of columns."""
+    rows, cols = tile
+    box = list(op.attrs["box"])
+    if len(box) != 2 or box[0] != rows or box[1] * vt.dtype.itemsize != TMA_BOX_BYTES or cols % box[1] \
+            or not 0 < rows <= 256:
+        raise op.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
+                       f"{rows}x{cols} tile (storage order, at most 256 rows)")
 
 
 def storage_tile(shape, vt: ViewType) -> Tuple[int, int]:
@@ -235,8 +278,9 @@ def tma_params(module: Module) -> List[Tuple[int, Tuple[int, int]]]:
     """(kernel argument, box) of every tensor map the kernel takes, in parameter order."""
     seen = []
     for op in module.walk():
-        if isinstance(op, TmaLoadOp):
-            key = (_arg_index(op.operands[3]), tuple(op.attrs["box"]))
+        if isinstance(op, (TmaLoadOp, TmaStoreOp)):
+            view = op.operands[3] if isinstance(op, TmaLoadOp) else op.operands[0]
+            key = (_arg_index(view), tuple(op.attrs["box"]))
             if key not in seen:
                 seen.append(key)
     return sorted(seen)

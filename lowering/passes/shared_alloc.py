@@ -2,7 +2,8 @@
 
 Buffers are the gpu.alloc ops, plus a scratch area for each gpu.convert_layout
 that moves data between threads (codegen goes through shared memory for those;
-conversions within a thread's registers need none). Lifetimes are intervals
+conversions within a thread's registers need none) and for each gpu.tma_store (its
+tile, in the 128-byte swizzle TMA reads, aligned to 1024). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again). A conversion's scratch
@@ -31,6 +32,7 @@ from tilec.ir import tile_ops as T
 
 from ..gpu.layouts import DistributedLayout
 from ..gpu.ops import AllocOp, ConvertLayoutOp
+from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
 __all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared"]
@@ -113,6 +115,8 @@ def _buffers(func):
                 esize = elem.dtype.itemsize if hasattr(elem, "dtype") else 8
                 op.attrs["_smem_layout"] = conversion_layout(src.encoding, dst.encoding, tuple(src.shape), esize)
                 out.append((op, src.numel * esize, 128, "_smem_offset"))
+        elif isinstance(op, TmaStoreOp):
+            out.append((op, op.nbytes, 1024, "_smem_offset"))
     return out
 
 
@@ -137,7 +141,7 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
 
 
 def _mark_syncs(bufs, intervals, offsets) -> None:
-    """`_smem_sync` on each conversion whose scratch another use may still be reading."""
+    """`_smem_sync` on each scratch area (conversion, TMA store) another use may still be reading."""
     for i, (op, size, _, attr) in enumerate(bufs):
         if attr != "_smem_offset":
             continue

@@ -176,7 +176,11 @@ def test_stdlib_gemm_ring_is_tma(dtype):
     assert ptx.count("mbarrier.init.shared::cta.b64") == 4
     assert "mbarrier.try_wait.parity.shared::cta.b64" in ptx and "cp.async.cg" not in ptx
     assert ".param .align 64 .b8 matmul_kernel_param_15[128]" in ptx and "cvta.param" in ptx
-    assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == [("tmap", 0, (128, 64)), ("tmap", 1, (64, 64))]
+    # A, B and the epilogue's C (tma_stores): one 128 x 64 box per column block of the tile
+    assert [(s.kind, s.arg, s.box) for s in ck.params[-3:]] == [
+        ("tmap", 0, (128, 64)), ("tmap", 1, (64, 64)), ("tmap", 2, (128, 64))]
+    assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
+    assert "st.global" not in ptx
     if find_ptxas():
         rep = ck.metadata["ptxas"]
         assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
@@ -215,8 +219,13 @@ def test_stdlib_tf32_f8_ring_is_tma_with_column_major_b(dtype, box_b, copies):
     gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
     body = gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
     assert "gpu.tma_load" in body and "gpu.async_copy" not in gpu and "gpu.local_store" not in body
-    assert ptx.count("cp.async.bulk.tensor.2d") == copies and "cp.async.cg" not in ptx
-    assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == [("tmap", 0, (cfg.bm, box_b[1])), ("tmap", 1, box_b)]
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == copies and "cp.async.cg" not in ptx
+    loads = [("tmap", 0, (cfg.bm, box_b[1])), ("tmap", 1, box_b)]
+    if dtype == "f32":   # a 128 x 256 f32 tile is more scratch than tma_stores takes: plain stores
+        assert [(s.kind, s.arg, s.box) for s in ck.params[-2:]] == loads and "bulk_group" not in ptx
+    else:                # the bf16 result leaves through TMA, 4 boxes of 128 x 64
+        assert [(s.kind, s.arg, s.box) for s in ck.params[-3:]] == loads + [("tmap", 2, (cfg.bm, 64))]
+        assert ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 4
     if find_ptxas():
         rep = ck.metadata["ptxas"]
         assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
@@ -229,3 +238,27 @@ def test_row_major_b_of_tf32_is_not_copied_by_tma():
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     assert not any(s.kind == "tmap" for s in ck.params)
     assert "cp.async.bulk.tensor" not in ck.asm["ptx"] and "wgmma.mma_async" in ck.asm["ptx"]
+
+
+@pytest.mark.parametrize("dtype,shape", [(np.float16, (128, 256)), (np.float32, (64, 64)), (np.float16, (8, 64))])
+def test_tma_store_scratch_is_what_the_boxes_read(dtype, shape):
+    """Every element a gpu.tma_store writes into its scratch (SharedLayout.for_swizzle(128))
+    sits where the box of its column block reads it: block b at b * rows * 128 bytes, row r
+    at r * 128, its 16-byte chunk XOR (r % 8) (the tensor map's 128-byte swizzle)."""
+    from tilec.lowering.gpu.layouts import NumpyOps, SharedLayout
+    eb = np.dtype(dtype).itemsize
+    rows, cols = shape
+    width = 128 // eb
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    got = SharedLayout.for_swizzle(128, eb).offset(shape, (r, c), NumpyOps()) * eb
+    byte = (c % width) * eb
+    want = (c // width) * rows * 128 + r * 128 + (((byte // 16) ^ (r % 8)) * 16) + byte % 16
+    assert np.array_equal(got, want)
+
+
+def test_persistent_or_tma_off_keeps_plain_epilogue_stores():
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a")
+    for opts in ({"persistent": True}, {"tma": False}):
+        ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **opts)
+        ptx = ck.asm["ptx"]
+        assert "bulk_group" not in ptx and "st.global" in ptx, opts

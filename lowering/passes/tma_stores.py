@@ -1,0 +1,102 @@
+"""tma_stores: the GEMM epilogue's store goes out through shared memory and TMA (sm_90a).
+
+Runs before lower_views, while a store still names its view and tile indices:
+
+    %c16 = tile.cast %acc {to = bf16}
+    tile.store_view %c, %pid_m, %pid_n, %c16 {mode = "index"}
+
+becomes
+
+    gpu.tma_store %c, %pid_m, %pid_n, %c16 {box = [128, 64]}
+
+(gpu/tma_ops.py says what it does). Stored straight from the wgmma accumulator's
+registers, every warp instruction writes 8 rows x 16 bytes; through shared memory the
+tile leaves in whole 128-byte lines, issued by one thread. A store qualifies when
+
+- the target is sm_90a and the `tma` option is on;
+- it sits in the kernel's top-level block, after the K loop: its scratch buffer then takes
+  the bytes of the loop's ring, which is dead by then (a store inside a loop, such as a
+  persistent tile loop, would need scratch beside a live ring, and keeps its plain stores);
+- the value comes from a dot that wgmma computes, through elementwise ops only (the
+  epilogue: scaling, bias, activation, cast);
+- the view is a kernel argument that TMA can address (tma_loads.tma_view_ok), row-major,
+  in "index" mode;
+- the tile is at most 256 rows, a multiple of 8, its columns a multiple of one 128-byte
+  swizzle row (64 f16/bf16, 32 f32 elements), and at most MAX_SCRATCH_BYTES.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from tilec.ir import Builder, Module, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.core import BlockArgument
+from tilec.ir.types import TileType, ViewType
+
+from ..gpu.tma_ops import TMA_BOX_BYTES, TmaStoreOp
+from .accelerate_dot import dot_acc_layout
+from .tma_loads import tma_view_ok
+
+__all__ = ["tma_stores", "MAX_SCRATCH_BYTES"]
+
+MAX_SCRATCH_BYTES = 64 * 1024   # a 128 x 256 tile of 16-bit elements: no more than a ring slot or two
+_SEARCH_LIMIT = 64              # ops visited looking for the dot behind a stored value
+
+
+def _wgmma_dot(v: Value, num_warps: int, arch: Optional[str]) -> bool:
+    """Whether `v` is computed from a wgmma dot's result by elementwise ops (a loop's result
+    counts as the value its body yields)."""
+    todo, seen = [v], set()
+    while todo and len(seen) < _SEARCH_LIMIT:
+        x = todo.pop()
+        if id(x) in seen or not isinstance(x.type, TileType):
+            continue
+        seen.add(id(x))
+        op = x.owner
+        if op is None:
+            continue
+        if isinstance(op, T.DotOp):
+            acc = dot_acc_layout(op, num_warps, arch)
+            if acc is not None and acc.version == 3:
+                return True
+        elif isinstance(op, T.ForOp):
+            idx = list(op.results).index(x)
+            todo.append(op.body.terminator.operands[idx])
+        elif op.has_trait("elementwise"):
+            todo.extend(op.operands)
+    return False
+
+
+def _box(op: T.StoreViewOp, num_warps: int, arch: Optional[str]):
+    """The TMA box of `op`'s tile when the store qualifies (module docstring), else None."""
+    view, tile = op.operands[0], op.operands[-1]
+    if op.attrs.get("mode", "index") != "index" or not isinstance(op.parent_op(), T.FuncOp):
+        return None
+    vt = view.type
+    if not isinstance(view, BlockArgument) or not isinstance(vt, ViewType) or not tma_view_ok(vt) \
+            or vt.strides[1] != 1 or view.block is not op.parent:
+        return None
+    t = tile.type
+    if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
+        return None
+    rows, cols = t.shape
+    width = TMA_BOX_BYTES // vt.dtype.itemsize
+    if rows > 256 or rows % 8 or cols % width or t.numel * vt.dtype.itemsize > MAX_SCRATCH_BYTES:
+        return None
+    if not _wgmma_dot(tile, num_warps, arch):
+        return None
+    return [rows, width]
+
+
+def tma_stores(module: Module, arch: Optional[str] = None, num_warps: int = 4, tma: bool = True,
+               **_options) -> Module:
+    if not tma or arch != "sm_90a":
+        return module
+    for op in [o for o in module.walk() if isinstance(o, T.StoreViewOp)]:
+        box = _box(op, num_warps, arch)
+        if box is None:
+            continue
+        i, j = op.group("indices")
+        Builder().before(op).create(TmaStoreOp, op.operands[0], i, j, op.operands[-1], box=box, loc=op.loc)
+        op.erase()
+    return module
