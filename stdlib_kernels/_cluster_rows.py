@@ -16,19 +16,29 @@ Statistics per chunk and how they combine:
   large mean cancels nothing); Chan's formula gives the row's
   mean = sum(n_k mean_k) / n and M2 = sum(M2_k) + sum(n_k (mean_k - mean)^2).
 - rms_norm: the chunk's sum of squares; the row's is their sum.
+softmax (not log_softmax: its variant spills at 64 registers) of 2-byte rows whose
+chunks hold 32768 elements (rows over 131072) runs
+persistent (softmax_cluster_loop_kernel): as many clusters as can be resident (the
+driver's count, `resident_clusters`) walk rows c, c + G, ...; each program holds its
+chunk in the input's dtype, issues the next row's loads right after the cluster sync
+(they fly while this row is normalized and stored), and computes exp again from the
+held values after the sync instead of holding the exps (no registers for two f32
+chunks at 64 per thread). One program per SM holds 64 KB: without the early loads
+nothing was in flight during the reductions and the sync.
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
 sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import tilec as tc
 
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
 
-__all__ = ["ClusterRows", "cluster_rows", "device_capability", "softmax_cluster_kernel", "norm_cluster_kernel"]
+__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "softmax_cluster_kernel",
+           "softmax_cluster_loop_kernel", "norm_cluster_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -38,6 +48,7 @@ MAX_SOFTMAX_CHUNK = 32768   # at most: 32 per thread at 32 warps (64 registers; 
 MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (32 warps)
 PER_THREAD = 32             # elements each thread holds
 HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would
+HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that an H200 holds at once
 
 
 @tc.kernel
@@ -67,6 +78,35 @@ def softmax_cluster_kernel(x, out, m_part, s_part, LOG: tc.constexpr, C: tc.cons
     tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
 
 
+@tc.kernel
+def softmax_cluster_loop_kernel(x, out, m_part, s_part, C: tc.constexpr, BLOCK: tc.constexpr):
+    # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
+    # runs the same rows, so they reach each cluster_sync equally often.
+    rank = tc.cluster_rank()
+    step = tc.num_programs(0) // C
+    first = tc.program_id(0) // C
+    nxt = tc.load(x, index=(first, rank), shape=(1, BLOCK), padding=NEG_INF)
+    for row in range(first, x.shape[0], step):
+        cur = nxt                                   # held in x's dtype across the sync
+        t = cur.astype(tc.float32)
+        m = tc.max(t)
+        m_safe = tc.where(m == NEG_INF, 0.0, m)
+        tc.store(m_part, index=(row, rank), tile=tc.full((1, 1), m, tc.float32))
+        tc.store(s_part, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.exp(t - m_safe)), tc.float32))
+        tc.cluster_sync()
+        # The next row's chunk (padding past the last row: no memory access) loads while
+        # this row is combined, normalized and stored. The workspace has a slot per row,
+        # so a program already on the next row overwrites nothing another still reads.
+        nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
+        mp = tc.load(m_part, index=(row, 0), shape=(1, C))
+        sp = tc.load(s_part, index=(row, 0), shape=(1, C))
+        m_row = tc.max(mp)
+        s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
+        # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
+        y = tc.exp(cur.astype(tc.float32) - m_row) * (1.0 / s_row)
+        tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
+
+
 @tc.func
 def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
     if HAS_W:
@@ -94,12 +134,15 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: 
         t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
         count = tc.maximum(tc.minimum(n - rank * BLOCK, BLOCK), 0)
         mean_k = tc.sum(t) / tc.maximum(count, 1)
-        d = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
+        # The centred values are what stays live across the sync (not t): ptxas then keeps
+        # bf16 rows at 80 registers instead of 113 (three programs per SM, not two).
+        t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
         tc.store(part1, index=(row, rank), tile=tc.full((1, 1), mean_k, tc.float32))
-        tc.store(part2, index=(row, rank), tile=tc.full((1, 1), tc.sum(d * d), tc.float32))
+        tc.store(part2, index=(row, rank), tile=tc.full((1, 1), tc.sum(t * t), tc.float32))
     tc.cluster_sync()
+    mean = 0.0
     if RMS:
-        mean_d = 0.0
+        centre = 0.0    # t is x itself
         var = tc.sum(tc.load(part1, index=(row, 0), shape=(1, C))) / n
     else:
         counts = tc.maximum(tc.minimum(n - tc.arange(0, C)[None, :] * BLOCK, BLOCK), 0).astype(tc.float32)
@@ -107,9 +150,10 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: 
         mean_d = tc.sum(counts * means) / n
         spread = means - mean_d
         var = (tc.sum(tc.load(part2, index=(row, 0), shape=(1, C))) + tc.sum(counts * spread * spread)) / n
+        centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
+        mean = mean_d + shift
     rstd = tc.rsqrt(var + eps)
-    mean = mean_d + shift
-    out = _affine((t - mean_d) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
+    out = _affine((t - centre) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
     if STATS:
         if rank == 0:
@@ -124,6 +168,7 @@ _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 _NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], part1=f32[?,?], "
          "part2=f32[?,?], eps=f32, {flags}, C={c}, BLOCK={block}")
+_LOOP = "x={d}{V2}, out={d}{V2}, m_part=f32[?,?], s_part=f32[?,?], C={c}, BLOCK={block}"
 _SOFTMAX = "x={d}{V2}, out={d}{V2}, m_part=f32[?,?], s_part=f32[?,?], LOG={log}, C={c}, BLOCK={block}"
 # The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
@@ -131,6 +176,8 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="bf16", log=False, c=8, block=32768)),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f32", log=False, c=8, block=32768)),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f16", log=True, c=8, block=8192)),
+    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="bf16", c=8, block=32768)),
+    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="f16", c=8, block=32768)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=16384)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=2, block=8192)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384)),
@@ -175,3 +222,36 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Op
     if block > max_chunk:
         return None
     return ClusterRows(c, block, min(max(block // (32 * PER_THREAD), 1), 32))
+
+
+def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:
+    """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
+    `args` on `cl`, the device of `a` runs at once (HOST_RESIDENT_CLUSTERS for host
+    arrays), or None when the driver cannot tell.
+
+    The driver's cuOccupancyMaxActiveClusters knows how clusters pack into the GPU's
+    processing clusters: 8-program clusters at one program per SM fit 15 times on a
+    132-SM H200, not 132 / 8 = 16, and a 16th cluster would run in a second wave
+    behind the others (softmax 1024x262144 bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
+    """
+    if a.host:
+        return HOST_RESIDENT_CLUSTERS
+    from tilec.runtime.driver import DriverError, check, cu  # noqa: PLC0415
+    from tilec.runtime.module import load  # noqa: PLC0415
+    compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **constexprs)
+    loaded = load(compiled, a.device)
+    d = cu()
+    try:
+        config = d.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = cl.c, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = loaded.threads, 1, 1
+        config.sharedMemBytes = loaded.shared
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cl.c, 1, 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+        n = int(check(d.cuOccupancyMaxActiveClusters(loaded.function, config), "cuOccupancyMaxActiveClusters"))
+    except (DriverError, AttributeError):  # an older driver or binding without the query
+        return None
+    return n if n > 0 else None

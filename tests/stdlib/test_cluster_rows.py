@@ -131,6 +131,41 @@ def test_softmax_kernel_with_small_chunks(c):
     np.testing.assert_allclose(out, ref_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-9)
 
 
+@pytest.mark.parametrize("c,clusters", [(2, 1), (4, 3), (8, 7), (4, 9)])
+def test_persistent_softmax_kernel_walks_rows(c, clusters):
+    # clusters < rows: each cluster takes rows c, c + G, ... and loads the next one early;
+    # 9 clusters for 7 rows: the last two find no row and must not write anything.
+    rng = np.random.default_rng(c + clusters)
+    block, n = 32, 32 * (c - 1) + 5
+    x = (10 * rng.standard_normal((7, n))).astype(np.float32)
+    x[2, :40] = -np.inf                                   # a chunk of only -inf
+    x[5] = -np.inf                                        # a row of only -inf: NaN
+    out = np.full_like(x, 7.0)
+    parts = [np.zeros((7, c), np.float32) for _ in range(2)]
+    with tc.interpret():
+        CR.softmax_cluster_loop_kernel[(clusters * c,)](x, out, *parts, C=c, BLOCK=block, cluster=c)
+    want = ref_softmax(x.astype(np.float64))
+    assert np.isnan(out[5]).all()
+    np.testing.assert_allclose(np.delete(out, 5, 0), np.delete(want, 5, 0), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, launched, dtype):
+    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
+    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    rng = np.random.default_rng(13)
+    x = rowwise.host(20 * rng.standard_normal((5, 20001)), dtype)
+    for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
+        got = fn(x)
+        rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=20 if log else 1.0)
+    # log_softmax keeps one row per cluster (its persistent variant spilled)
+    assert launched == [("softmax_cluster_loop_kernel", 4), ("softmax_cluster_kernel", 4)]
+    launched.clear()
+    sk.softmax(np.zeros((5, 20001), np.float32))           # f32 rows keep one row per cluster
+    assert launched == [("softmax_cluster_kernel", 4)]
+
+
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c", [2, 4, 8])
 def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
