@@ -14,7 +14,7 @@ __all__ = ["MAX_SPLIT_K", "MIN_SLICE_K", "MIN_SPLIT_K", "SMEM_BUDGET", "SMEM_BUD
 
 SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
 SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
-WS_MIN_WAVES = 8          # programs per SM from which config_for turns warp specialization on
+WS_MIN_WAVES = 8          # programs per SM from which config_for specializes warps (tf32)
 MIN_SLICE_K = 1024         # split-K: every K slice keeps at least this many elements of K
 MIN_SPLIT_K = 4096         # split-K: K at least this long (8192 for skinny-M tiles)
 MAX_SPLIT_K = 16           # split-K: at most this many slices (the reduction reads them all)
@@ -120,9 +120,12 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
       128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
       from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
     - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
-    - Warp specialization (sm_90a, 128 x 256 wgmma tiles, a TMA ring): when there are at
-      least WS_MIN_WAVES programs per SM. H200, bf16/f16: 8192^3 +4-5%; 4096^3 (3.9 waves)
-      within noise (-1% to +0%), so left off there.
+    - Warp specialization (sm_90a, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
+      are at least WS_MIN_WAVES programs per SM (8192^3 +4-5% on an H200). Not for the
+      16-bit and f8 types, whose 128 x 256 result leaves through shared memory and TMA
+      (the tma_stores pass; a 128 x 256 f32 tile is more scratch than it takes): with that
+      epilogue the plain ring measured 0.5-2% ahead of the specialized one at 2048^3 to
+      8192^3, bf16 and f16 (H200, 2026-11-21, docs/benchmarks.md).
     """
     if dtype.bits == 8 and arch != "sm_90a":
         tensor_cores = False
@@ -148,8 +151,8 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
     wgmma = arch == "sm_90a" and wgmma_shape(bm, bn, bk, dtype.itemsize, warps) is not None
     stage_bytes = (bm + bn) * bk * dtype.itemsize
     stages = max(2, min(4, (SMEM_BUDGET_WGMMA if wgmma else SMEM_BUDGET) // stage_bytes))
-    ws = wgmma and (bm, bn) == (128, 256) and split == 1 and tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch >= \
-        WS_MIN_WAVES * sm_count
+    ws = wgmma and dtype.itemsize == 4 and (bm, bn) == (128, 256) and split == 1 and \
+        tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch >= WS_MIN_WAVES * sm_count
     return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count, split_k=split, warp_specialize=ws)
 
 
