@@ -237,7 +237,9 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constex
     if a.host:
         return HOST_RESIDENT_CLUSTERS
     from tilec.runtime.driver import DriverError, check, cu  # noqa: PLC0415
+    from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
     from tilec.runtime.module import load  # noqa: PLC0415
+    register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
     compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **constexprs)
     loaded = load(compiled, a.device)
     d = cu()
