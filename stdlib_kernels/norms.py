@@ -159,7 +159,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
-        # 63 -> 73, f32 63 -> 85; layer_norm f32 58 -> 67, but layer_norm bf16 69 -> 45: kept looped
+        # 63 -> 73, f32 63 -> 85; layer_norm f32 58 -> 67, but layer_norm bf16 69 -> 45 (55 once the
+        # kernel held the centred values at 80 registers): kept looped
         clusters = rms or a.dtype.itemsize == 4
         cl = None if cfg.single or not clusters else _cluster_rows.cluster_rows(
             n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_NORM_CHUNK)

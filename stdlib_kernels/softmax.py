@@ -209,7 +209,10 @@ def softmax(x, dim: int = -1, out=None):
     holds its chunk in registers (32 elements per thread, chunk / 1024 warps),
     writes the chunk's max and sum of exp to an f32 workspace (rows x C each),
     waits at tc.cluster_sync(), combines its row's C pairs and writes its chunk:
-    the row is read once (`_cluster_rows.cluster_rows`).
+    the row is read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16
+    rows with chunks of 32768 (LOOP_MIN_CHUNK) runs on as many persistent
+    clusters as the device holds at once, each walking rows and loading the
+    next row's chunk during the current row's sync (`_cluster_rows`).
     """
     return _softmax(x, dim, out, False, "softmax")
 

@@ -73,6 +73,7 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(norms, "sm_count", lambda a: 132)  # no device to ask
     monkeypatch.setattr(_softmax, "sm_count", lambda a: 132)
     monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: (9, 0))
+    monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
     _plan.clear_plans()
     yield log
     _plan.clear_plans()
