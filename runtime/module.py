@@ -54,8 +54,11 @@ class LoadedKernel:
     threads: int              # 32 * num_warps
     info_log: str
     resources: Resources
-    # persistent kernels: how many programs fill the device (SMs x resident CTAs per SM); 0 otherwise
+    # persistent kernels: how many programs fill the device (SMs x resident CTAs per SM, in
+    # whole resident clusters); 0 otherwise
     persistent_programs: int = 0
+    # cluster kernels: how many clusters run at once (cuOccupancyMaxActiveClusters; 0 if unknown)
+    max_active_clusters: int = 0
 
 
 def load(compiled: CompiledKernel, device: int) -> LoadedKernel:
@@ -106,9 +109,34 @@ def _load(compiled: CompiledKernel, device: int) -> LoadedKernel:
         spill_stores=stores, spill_loads=loads,
         local_bytes=_fattr(fn, attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, compiled.name),
         threads_per_block=threads, max_blocks_per_sm=int(blocks), device=dev.name)
+    cluster = int(compiled.metadata.get("cluster", 1))
+    clusters = _active_clusters(fn, cluster, threads, shared) if cluster > 1 else 0
     # a persistent kernel loops over the requested grid on as many programs as can be resident
     programs = max(1, dev.multiprocessors * int(blocks)) if compiled.metadata.get("persistent") else 0
-    return LoadedKernel(fn, module, device, shared, threads, info_log, res, programs)
+    if programs and clusters:
+        programs = min(programs, clusters * cluster)
+    return LoadedKernel(fn, module, device, shared, threads, info_log, res, programs, clusters)
+
+
+def _active_clusters(fn, cluster: int, threads: int, shared: int) -> int:
+    """How many clusters of `cluster` programs the device runs at once. Clusters pack into
+    the GPU's processing clusters, not just its SMs: 8-program clusters of one program per SM
+    fit 15 times on a 132-SM H200, not 16, and a 16th would wait for a second wave. 0 when
+    the driver or binding cannot say."""
+    d = cu()
+    try:
+        config = d.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = cluster, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = threads, 1, 1
+        config.sharedMemBytes = shared
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster, 1, 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+        return max(0, int(check(d.cuOccupancyMaxActiveClusters(fn, config), "cuOccupancyMaxActiveClusters")))
+    except (DriverError, AttributeError):  # an older driver or binding without the query
+        return 0
 
 
 def _fattr(fn, a, name: str) -> int:

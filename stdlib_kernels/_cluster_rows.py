@@ -227,33 +227,16 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Op
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:
     """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
     `args` on `cl`, the device of `a` runs at once (HOST_RESIDENT_CLUSTERS for host
-    arrays), or None when the driver cannot tell.
+    arrays), or None when the driver cannot tell (LoadedKernel.max_active_clusters).
 
-    The driver's cuOccupancyMaxActiveClusters knows how clusters pack into the GPU's
-    processing clusters: 8-program clusters at one program per SM fit 15 times on a
-    132-SM H200, not 132 / 8 = 16, and a 16th cluster would run in a second wave
-    behind the others (softmax 1024x262144 bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
+    Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
+    and a 16th cluster would run in a second wave behind the others (softmax 1024x262144
+    bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
     """
     if a.host:
         return HOST_RESIDENT_CLUSTERS
-    from tilec.runtime.driver import DriverError, check, cu  # noqa: PLC0415
     from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
     from tilec.runtime.module import load  # noqa: PLC0415
     register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
     compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **constexprs)
-    loaded = load(compiled, a.device)
-    d = cu()
-    try:
-        config = d.CUlaunchConfig()
-        config.gridDimX, config.gridDimY, config.gridDimZ = cl.c, 1, 1
-        config.blockDimX, config.blockDimY, config.blockDimZ = loaded.threads, 1, 1
-        config.sharedMemBytes = loaded.shared
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cl.c, 1, 1
-        config.attrs = [attr]
-        config.numAttrs = 1
-        n = int(check(d.cuOccupancyMaxActiveClusters(loaded.function, config), "cuOccupancyMaxActiveClusters"))
-    except (DriverError, AttributeError):  # an older driver or binding without the query
-        return None
-    return n if n > 0 else None
+    return load(compiled, a.device).max_active_clusters or None

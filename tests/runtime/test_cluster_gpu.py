@@ -79,3 +79,18 @@ def test_multicast_load_in_clusters(sm90):
     out = tc.from_numpy(np.zeros(64, np.float32))
     multicast_sum_kernel[(64,)](tc.from_numpy(x), out, BLOCK=256, cluster=4)
     np.testing.assert_array_equal(out.to_numpy(), np.full(64, x.sum(), np.float32))
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_loaded_cluster_kernels_know_how_many_clusters_run_at_once(sm90, n):
+    from tilec.runtime.module import load
+    buf = tc.from_numpy(np.zeros(16, np.int32))
+    out = tc.from_numpy(np.zeros(16, np.int32))
+    for persistent in (False, True):
+        ck = exchange_kernel.compile(buf, out, N=n, cluster=n, persistent=persistent)
+        loaded = load(ck, 0)
+        resident = loaded.resources.max_blocks_per_sm * sm90.multiprocessors
+        # the driver's answer: at least one, at most the resident programs' worth of clusters
+        assert 1 <= loaded.max_active_clusters <= resident // n, (resident, loaded.max_active_clusters)
+        if persistent:   # a persistent grid of whole clusters that all run at once
+            assert loaded.persistent_programs == min(resident, loaded.max_active_clusters * n)
