@@ -107,7 +107,10 @@ def _memory_type(ety: ir.Type) -> ir.Type:
     return ir.IntType(8) if ety == ir.IntType(1) else ety
 
 
-def store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
+def store_tile(ctx, t: TileType, vals, layout, byte_offset: int, columns=None) -> None:
+    """Write the register tile into a shared buffer of its shape in `layout`; with `columns`
+    (first, count), only the registers of those columns of a 2-D tile, into a buffer of
+    (rows, count) (the caller makes sure no lane or warp bit of the layout crosses them)."""
     reg_ty = ctx.ltype(t.element)
     ety = _memory_type(reg_ty)
     esize = t.dtype.itemsize if t.dtype is not None else 8
@@ -115,8 +118,18 @@ def store_tile(ctx, t: TileType, vals, layout, byte_offset: int) -> None:
     b = ctx.builder
     if ety != reg_ty:
         vals = [b.zext(x, ety) for x in vals]
+    shape = t.shape
+    if columns is not None:
+        first, count = columns
+        reg_cols = [o[1] for o in t.encoding.reg_offsets(t.shape)]
+        shape = (t.shape[0], count)
     for r, v in _vector_groups(t, layout, esize, dedupe=True):
-        off = layout.offset(t.shape, coords[r], ctx.ops)
+        coord = coords[r]
+        if columns is not None:
+            if not first <= reg_cols[r] < first + count:
+                continue
+            coord = (coord[0], ctx.ops.sub(coord[1], ctx.ops.const(first)) if first else coord[1])
+        off = layout.offset(shape, coord, ctx.ops)
         val = vals[r]
         if v > 1:
             val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)

@@ -167,22 +167,28 @@ def _tma_store(ctx, op):
         raise ValueError("a TMA store needs the scratch buffer allocate_shared places")
     off = op.attrs["_smem_offset"]
     layout = SharedLayout.for_swizzle(TMA_BOX_BYTES, t.dtype.itemsize)  # column blocks, as the boxes read them
-    if op.attrs.get("_smem_sync", True):
-        barrier(ctx)  # the scratch reuses bytes (the ring's) that other warps may still read
-    store_tile(ctx, t, ctx.elems(tile_v), layout, off)
-    # this thread's st.shared become visible to the bulk copy (async proxy) before the barrier
-    ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
-    barrier(ctx)
     b = ctx.builder
     tmap = ctx.memo["tmap"][(view_v.index, box)]
     row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, rows))
     col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, cols))
-    with _thread0(ctx):
-        src0 = b.ptrtoint(b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, off)], inbounds=True), I32)
-        tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
-        for blk in range(cols // box[1]):
-            src = b.add(src0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
-            _asm(ctx, _TMA_STORE, "l,r,r,r", [tmap_addr, b.add(col0, ir.Constant(I32, blk * box[1])), row0, src])
-        _asm(ctx, "cp.async.bulk.commit_group;", "", [])
-        # the scratch may be reused (or the program exit) only once the copies have read it
-        _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
+    vals = ctx.elems(tile_v)
+    per = op.group_blocks
+    for first in range(0, cols // box[1], per):   # rounds of `per` column blocks through the scratch
+        if first or op.attrs.get("_smem_sync", True):
+            barrier(ctx)  # the scratch reuses bytes (the ring's, the last round's) others may still read
+        columns = None if per * box[1] == cols else (first * box[1], per * box[1])
+        store_tile(ctx, t, vals, layout, off, columns)
+        # this thread's st.shared become visible to the bulk copy (async proxy) before the barrier
+        ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
+        barrier(ctx)
+        with _thread0(ctx):
+            src0 = b.ptrtoint(b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, off)], inbounds=True),
+                              I32)
+            tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
+            for blk in range(per):
+                src = b.add(src0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
+                col = b.add(col0, ir.Constant(I32, (first + blk) * box[1]))
+                _asm(ctx, _TMA_STORE, "l,r,r,r", [tmap_addr, col, row0, src])
+            _asm(ctx, "cp.async.bulk.commit_group;", "", [])
+            # the scratch may be reused (or the program exit) only once the copies have read it
+            _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])

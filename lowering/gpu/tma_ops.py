@@ -41,7 +41,8 @@ layout (allocate_shared places it, `_smem_offset`, where the K loop's ring was; 
 first where it reuses bytes, `_smem_sync`), fences them into the async proxy, and after a
 barrier thread 0 copies the column blocks out with `cp.async.bulk.tensor` (one box each;
 the copy clips whatever lies outside the view) and waits until they have been read from
-shared memory. Full 128-byte lines leave the SM instead of the accumulator layout's
+shared memory. A tile over MAX_SCRATCH_BYTES (128 x 256 f32) goes in rounds of
+`group_blocks` column blocks through a scratch of that size. Full 128-byte lines leave the SM instead of the accumulator layout's
 4-byte pieces.
 """
 from __future__ import annotations
@@ -60,6 +61,7 @@ __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp"
            "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
+MAX_SCRATCH_BYTES = 64 * 1024  # a gpu.tma_store's scratch: a 128 x 256 tile of 16-bit elements
 
 
 def _scalar(op: Op, idx: int, want, what: str) -> None:
@@ -244,8 +246,27 @@ class TmaStoreOp(Op):
         check_box(self, tuple(t.shape), vt)
 
     @property
-    def nbytes(self) -> int:
-        return self.operands[3].type.numel * self.operands[0].type.dtype.itemsize
+    def group_blocks(self) -> int:
+        """Column blocks (one box each) stored per round through the scratch: all of them when
+        the tile fits in MAX_SCRATCH_BYTES; otherwise as many as fit (a divisor of the count),
+        provided every thread's elements of a block are its own registers' (no lane or warp
+        bit of the layout crosses a block: the wgmma accumulator's lanes span 8 columns), so
+        the rounds split registers, not threads."""
+        t = self.operands[3].type
+        rows, cols = t.shape
+        width = self.attrs["box"][1]
+        blocks = cols // width
+        fit = max(1, MAX_SCRATCH_BYTES // (rows * TMA_BOX_BYTES))
+        if blocks <= fit or t.encoding is None:
+            return blocks
+        bs = t.encoding.bases(t.shape)
+        if any(b[1] >= width for b in list(bs.lane) + list(bs.warp)):
+            return blocks
+        return max(d for d in range(1, fit + 1) if blocks % d == 0)
+
+    @property
+    def scratch_bytes(self) -> int:
+        return self.operands[3].type.shape[0] * TMA_BOX_BYTES * self.group_blocks
 
 
 def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:

@@ -3,7 +3,8 @@
 Buffers are the gpu.alloc ops, plus a scratch area for each gpu.convert_layout
 that moves data between threads (codegen goes through shared memory for those;
 conversions within a thread's registers need none) and for each gpu.tma_store (its
-tile, in the 128-byte swizzle TMA reads, aligned to 1024). Lifetimes are intervals
+tile, or the column blocks it stores per round, in the 128-byte swizzle TMA reads,
+aligned to 1024). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again). A conversion's scratch
@@ -116,7 +117,7 @@ def _buffers(func):
                 op.attrs["_smem_layout"] = conversion_layout(src.encoding, dst.encoding, tuple(src.shape), esize)
                 out.append((op, src.numel * esize, 128, "_smem_offset"))
         elif isinstance(op, TmaStoreOp):
-            out.append((op, op.nbytes, 1024, "_smem_offset"))
+            out.append((op, op.scratch_bytes, 1024, "_smem_offset"))
     return out
 
 

@@ -22,7 +22,8 @@ tile leaves in whole 128-byte lines, issued by one thread. A store qualifies whe
 - the view is a kernel argument that TMA can address (tma_loads.tma_view_ok), row-major,
   in "index" mode;
 - the tile is at most 256 rows, a multiple of 8, its columns a multiple of one 128-byte
-  swizzle row (64 f16/bf16, 32 f32 elements), and at most MAX_SCRATCH_BYTES.
+  swizzle row (64 f16/bf16, 32 f32 elements), and at most MAX_TILE_BYTES (a 128 x 256 f32
+  result goes out in two rounds of 64 KB: TmaStoreOp.group_blocks).
 """
 from __future__ import annotations
 
@@ -37,9 +38,9 @@ from ..gpu.tma_ops import TMA_BOX_BYTES, TmaStoreOp
 from .accelerate_dot import dot_acc_layout
 from .tma_loads import tma_view_ok
 
-__all__ = ["tma_stores", "MAX_SCRATCH_BYTES"]
+__all__ = ["tma_stores", "MAX_TILE_BYTES"]
 
-MAX_SCRATCH_BYTES = 64 * 1024   # a 128 x 256 tile of 16-bit elements: no more than a ring slot or two
+MAX_TILE_BYTES = 128 * 1024   # 128 x 256 f32; a tile the layout cannot split takes this much scratch
 _SEARCH_LIMIT = 64              # ops visited looking for the dot behind a stored value
 
 
@@ -81,7 +82,7 @@ def _box(op: T.StoreViewOp, num_warps: int, arch: Optional[str]):
         return None
     rows, cols = t.shape
     width = TMA_BOX_BYTES // vt.dtype.itemsize
-    if rows > 256 or rows % 8 or cols % width or t.numel * vt.dtype.itemsize > MAX_SCRATCH_BYTES:
+    if rows > 256 or rows % 8 or cols % width or t.numel * vt.dtype.itemsize > MAX_TILE_BYTES:
         return None
     if not _wgmma_dot(tile, num_warps, arch):
         return None
