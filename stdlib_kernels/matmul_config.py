@@ -121,11 +121,11 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
       from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
     - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
     - Warp specialization (sm_90a, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
-      are at least WS_MIN_WAVES programs per SM (8192^3 +4-5% on an H200). Not for the
-      16-bit and f8 types, whose 128 x 256 result leaves through shared memory and TMA
-      (the tma_stores pass; a 128 x 256 f32 tile is more scratch than it takes): with that
-      epilogue the plain ring measured 0.5-2% ahead of the specialized one at 2048^3 to
-      8192^3, bf16 and f16 (H200, 2026-11-21, docs/benchmarks.md).
+      are at least WS_MIN_WAVES programs per SM (8192^3: +4-5% with register stores,
+      +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result
+      leaving through shared memory and TMA (the tma_stores pass) the plain ring measured
+      0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
+      2026-11-21, docs/benchmarks.md).
     """
     if dtype.bits == 8 and arch != "sm_90a":
         tensor_cores = False
