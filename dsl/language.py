@@ -13,7 +13,7 @@ import threading
 
 __all__ = [
     "constexpr", "static_range", "interpret", "interpreting", "is_builtin",
-    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cdiv", "arange", "zeros", "full",
+    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
     "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "abs", "clamp",
@@ -118,6 +118,18 @@ def cluster_sync():
     by any of them is visible to all of them after it. Every program of the cluster must
     reach each cluster_sync the same number of times. Without clusters it synchronizes the
     program's own threads only."""
+
+
+@builtin
+def cluster_gather(value, size):
+    """Every program of the cluster contributes the scalar `value` (f32 or i32); each gets back
+    a tile of `size` elements holding every program's value, by rank. `size` is the launch's
+    `cluster` (a constexpr: 1, 2, 4 or 8). It synchronizes the cluster as cluster_sync does
+    (every program must reach it the same number of times; memory written before it is
+    visible after it). On the GPU the values travel through the programs' shared memory
+    (distributed shared memory, sm_90+), not global memory: one short exchange where a
+    partial result written to global memory, a cluster_sync and a load would each wait on
+    the L2."""
 
 
 @builtin

@@ -54,6 +54,19 @@ def _cluster_sync(ctx, node):
     ctx.create(T.ClusterSyncOp)
 
 
+@builtin_handler(lang.cluster_gather)
+def _cluster_gather(ctx, node, value, size):
+    size = _axis_arg(ctx, size, "tc.cluster_gather's size")
+    if size not in (1, 2, 4, 8):
+        raise ctx.error(f"tc.cluster_gather's size must be the launch's cluster (1, 2, 4 or 8), got {size}")
+    v = _tile(ctx, value, "tc.cluster_gather's value")
+    if v.is_tile:
+        raise ctx.error(f"tc.cluster_gather's value must be a scalar, got a tile of shape {list(v.shape)}")
+    if v.dtype not in (dt.float32, dt.int32):
+        raise ctx.error(f"tc.cluster_gather takes an f32 or i32 scalar, got {v.dtype.name}; cast it first")
+    return ctx.value(T.ClusterGatherOp, v, size=size)
+
+
 @builtin_handler(lang.num_programs)
 def _num_programs(ctx, node, axis):
     axis = _axis_arg(ctx, axis)

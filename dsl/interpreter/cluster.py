@@ -56,6 +56,9 @@ class ClusterRun:
         self.multicast: Dict[Tuple[int, int], Tuple[int, Tuple, Tuple]] = {}
         self.multicast_counts: List[Dict[int, int]] = [{} for _ in range(size)]
         self.multicast_ops: Dict[int, object] = {}
+        # (id of the op, k) -> the values of the k-th execution of a cluster_gather, by rank
+        self.gathered: Dict[Tuple[int, int], list] = {}
+        self.gather_counts: List[Dict[int, int]] = [{} for _ in range(size)]
 
     # -- cluster_sync ------------------------------------------------------------
     def sync(self, rank: int, op) -> None:
@@ -73,6 +76,17 @@ class ClusterRun:
                 self.cv.wait()
                 if self.generation == gen:
                     self._check_ended(rank, op)
+
+    def gather(self, rank: int, op, value) -> list:
+        """Every rank's `value` at this execution of the gather `op` (a cluster_sync between)."""
+        with self.cv:
+            counts = self.gather_counts[rank]
+            k = counts.get(id(op), 0)
+            counts[id(op)] = k + 1
+            self.gathered.setdefault((id(op), k), [None] * self.size)[rank] = value
+        self.sync(rank, op)
+        with self.cv:
+            return list(self.gathered[(id(op), k)])
 
     def _check_ended(self, rank: int, op) -> None:
         if self.failed:
@@ -167,6 +181,23 @@ def _cluster_sync(op, cx):
         member = r[CLUSTER]
         if member is not None:  # one program alone: nothing to wait for
             member.run.sync(member.rank, op)
+    return step
+
+
+@rule(T.ClusterGatherOp)
+def _cluster_gather(op, cx):
+    o, (x,) = cx.out(op), cx.ins(op)
+    size = op.attrs["size"]
+    np_dtype = np.float32 if op.operands[0].type.dtype.name == "f32" else np.int32
+
+    def step(r):
+        member = r[CLUSTER]
+        have = 1 if member is None else member.run.size
+        if have != size:
+            raise InterpreterError(f"cluster_gather at {_where(op)} gathers {size} values, but the launch "
+                                   f"runs clusters of {have} program(s): size must be the `cluster` option")
+        vals = [r[x]] if member is None else member.run.gather(member.rank, op, r[x])
+        r[o] = np.array(vals, dtype=np_dtype)
     return step
 
 

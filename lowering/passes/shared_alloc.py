@@ -4,7 +4,9 @@ Buffers are the gpu.alloc ops, plus a scratch area for each gpu.convert_layout
 that moves data between threads (codegen goes through shared memory for those;
 conversions within a thread's registers need none) and for each gpu.tma_store (its
 tile, or the column blocks it stores per round, in the 128-byte swizzle TMA reads,
-aligned to 1024). Lifetimes are intervals
+aligned to 1024), and for each tile.cluster_gather of a cluster (GATHER_SLOTS rounds of
+one 4-byte value per program, which the cluster's programs write into each other's
+buffer: it lives for the whole kernel and is never shared). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again). A conversion's scratch
@@ -45,6 +47,7 @@ SHARED_LIMIT = {
     "sm_120": 99 * 1024, "sm_120a": 99 * 1024,
 }
 _LOOPS = (T.ForOp, T.WhileOp)
+GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
 
 
 def convert_needs_shared(src, dst, shape) -> bool:
@@ -118,6 +121,8 @@ def _buffers(func):
                 out.append((op, src.numel * esize, 128, "_smem_offset"))
         elif isinstance(op, TmaStoreOp):
             out.append((op, op.scratch_bytes, 1024, "_smem_offset"))
+        elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
+            out.append((op, GATHER_SLOTS * op.attrs["size"] * 4, 16, "_smem_offset"))
     return out
 
 
@@ -144,7 +149,7 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
 def _mark_syncs(bufs, intervals, offsets) -> None:
     """`_smem_sync` on each scratch area (conversion, TMA store) another use may still be reading."""
     for i, (op, size, _, attr) in enumerate(bufs):
-        if attr != "_smem_offset":
+        if attr != "_smem_offset" or isinstance(op, T.ClusterGatherOp):
             continue
         lo, hi = offsets[i], offsets[i] + size
         reused = bool(_enclosing_loops(op)) or any(
@@ -163,8 +168,12 @@ def allocate_shared(module: Module, arch=None, **_options) -> Module:
         bufs = _buffers(func)
         intervals = []
         for op, _, _, _ in bufs:
-            intervals.append(_interval(op, index, end) if isinstance(op, AllocOp)
-                             else (index[id(op)], index[id(op)]))
+            if isinstance(op, AllocOp):
+                intervals.append(_interval(op, index, end))
+            elif isinstance(op, T.ClusterGatherOp):   # the other programs write it when they get there
+                intervals.append((0, len(index)))
+            else:
+                intervals.append((index[id(op)], index[id(op)]))
         offsets, total = _place(bufs, intervals)
         for (op, _, _, attr), off in zip(bufs, offsets):
             op.attrs[attr] = off

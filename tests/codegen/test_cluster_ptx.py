@@ -44,3 +44,25 @@ def test_without_cluster_option_no_cluster_shape():
 def test_cluster_needs_sm90():
     with pytest.raises(tc.CompilationError, match="cluster=2 needs sm_90"):
         _compile("sm_80", 2)
+
+
+@pytest.mark.parametrize("cluster", [2, 8])
+def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
+    from cluster_gather_kernels import gather_rows_kernel as k
+    sig = f"x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C={cluster}, BLOCK=1024"
+    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch="sm_90a", cluster=cluster),
+                              use_cache=False)
+    ptx = compiled.asm["ptx"]
+    # thread 0 writes its value into every program's buffer, then the cluster barrier
+    assert ptx.count("st.shared::cluster.b32") == cluster and ptx.count("mapa.shared::cluster.u32") == cluster
+    assert "barrier.cluster.arrive" in ptx and "st.global" in ptx and "ld.global" in ptx
+    assert compiled.metadata["shared"] >= 2 * cluster * 4   # two rounds of the values, by rank
+    rep = compiled.metadata.get("ptxas")
+    assert rep is None or (rep["spill_stores"] == 0 and not rep["warnings"]), rep
+
+
+def test_cluster_gather_size_must_match_the_option():
+    from cluster_gather_kernels import gather_rows_kernel as k
+    sig = "x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C=4, BLOCK=1024"
+    with pytest.raises(tc.CompilationError, match="the size must be the `cluster` option"):
+        compile_kernel(k, parse_signature(k, sig), CompileOptions(arch="sm_90a", cluster=2), use_cache=False)

@@ -82,3 +82,48 @@ def test_multicast_must_be_a_constexpr():
 
 def test_multicast_must_be_a_bool():
     _check(multicast_int_kernel, "x=f32[?], out=f32[?]", "multicast must be True or False")
+
+
+@tc.kernel
+def gather_kernel(x, out, C: tc.constexpr):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), C)
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
+def gather_tile_kernel(x, out):
+    parts = tc.cluster_gather(tc.load(x, index=(0,), shape=(16,)), 2)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
+def gather_f16_kernel(x, out):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))).astype(tc.float16), 2)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
+def gather_size_kernel(x, out, n):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), n)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
+def gather_size3_kernel(x, out):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), 3)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+def test_cluster_gather_becomes_one_op_with_a_tile_of_the_cluster():
+    text = _ir(gather_kernel, "x=f32[?], out=f32[?], C=4")
+    assert "tile.cluster_gather" in text and "{size = 4} : tile<4xf32>" in text
+
+
+@pytest.mark.parametrize("kernel,sig,fragment", [
+    (gather_tile_kernel, "x=f32[?], out=f32[?]", "value must be a scalar, got a tile of shape [16]"),
+    (gather_f16_kernel, "x=f16[?], out=f16[?]", "takes an f32 or i32 scalar, got f16"),
+    (gather_size_kernel, "x=f32[?], out=f32[?], n=i32", "size must be a compile-time constant"),
+    (gather_size3_kernel, "x=f32[?], out=f32[?]", "size must be the launch's cluster (1, 2, 4 or 8), got 3"),
+])
+def test_cluster_gather_mistakes(kernel, sig, fragment):
+    _check(kernel, sig, fragment)

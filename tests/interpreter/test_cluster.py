@@ -159,3 +159,23 @@ def test_atomics_of_concurrent_programs_all_count():
     atomic_counter_kernel[(8,)](counter, seen, ROUNDS=3, cluster=8)
     np.testing.assert_array_equal(counter, 24)
     np.testing.assert_array_equal(seen, np.tile([8, 16, 24], (8, 1)))
+
+
+@pytest.mark.parametrize("n,programs", [(2, 6), (4, 8), (8, 8), (1, 3)])
+def test_cluster_gather_hands_every_program_the_values_by_rank(n, programs):
+    from cluster_gather_kernels import gather_rows_kernel, reference
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal((7, 13 * n)).astype(np.float32)   # 7 rows: several gathers per program
+    total, nb = np.zeros((7, n), np.float32), np.zeros((7, n), np.float32)
+    gather_rows_kernel[(programs,)](x, total, nb, C=n, BLOCK=16, cluster=n)
+    want_total, want_nb = reference(x, n, 16)
+    np.testing.assert_allclose(total, want_total, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(nb, want_nb, rtol=1e-5, atol=1e-5)
+
+
+def test_cluster_gather_size_must_be_the_cluster():
+    from cluster_gather_kernels import gather_rows_kernel
+    x = np.ones((2, 32), np.float32)
+    out = np.zeros((2, 4), np.float32)
+    with pytest.raises(tc.InterpreterError, match="size must be the `cluster` option"):
+        gather_rows_kernel[(4,)](x, out, out, C=4, BLOCK=8, cluster=2)

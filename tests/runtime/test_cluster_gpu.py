@@ -94,3 +94,17 @@ def test_loaded_cluster_kernels_know_how_many_clusters_run_at_once(sm90, n):
         assert 1 <= loaded.max_active_clusters <= resident // n, (resident, loaded.max_active_clusters)
         if persistent:   # a persistent grid of whole clusters that all run at once
             assert loaded.persistent_programs == min(resident, loaded.max_active_clusters * n)
+
+
+@pytest.mark.parametrize("n,programs,rows", [(2, 264, 1000), (4, 16, 37), (8, 8 * 15, 500)])
+def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
+    """Values by rank through distributed shared memory, many gathers per program (the
+    buffer's rounds in turn), against float64 numpy and the interpreter."""
+    from cluster_gather_kernels import gather_rows_kernel, reference
+    x = np.random.default_rng(rows).standard_normal((rows, 100 * n + 3)).astype(np.float32)
+    total = tc.from_numpy(np.zeros((rows, n), np.float32))
+    nb = tc.from_numpy(np.zeros((rows, n), np.float32))
+    gather_rows_kernel[(programs,)](tc.from_numpy(x), total, nb, C=n, BLOCK=128, cluster=n)
+    want_total, want_nb = reference(x, n, 128)
+    np.testing.assert_allclose(total.to_numpy(), want_total, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(nb.to_numpy(), want_nb, rtol=1e-4, atol=1e-3)

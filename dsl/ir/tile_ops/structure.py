@@ -120,6 +120,27 @@ class ClusterSyncOp(Op):
     num_results = 0
     traits = frozenset({"writes"})
 
+
+@register_op
+class ClusterGatherOp(Op):
+    """Every program of the cluster contributes the scalar `value`; the result holds all of
+    them by rank (`size` = the cluster's programs). Synchronizes as tile.cluster_sync does."""
+    name = "tile.cluster_gather"
+    operands_spec = ("value",)
+    attributes = {"size": A("int")}
+    traits = frozenset({"writes"})
+
+    def infer_types(self):
+        return [TileType((self.attrs["size"],), ScalarType(self.operands[0].type.dtype))]
+
+    def verify_op(self):
+        t = self.operands[0].type
+        if not isinstance(t, ScalarType) or t.dtype not in (dt.float32, dt.int32):
+            raise self.error(f"tile.cluster_gather takes an f32 or i32 scalar, got {t}")
+        if self.attrs["size"] not in (1, 2, 4, 8):
+            raise self.error(f"size must be 1, 2, 4 or 8 programs, got {self.attrs['size']}")
+
+
 # ----------------------------------------------------------------------------- control flow
 @register_op
 class ForOp(Op):

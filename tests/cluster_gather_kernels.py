@@ -1,0 +1,28 @@
+"""A tc.cluster_gather kernel shared by the interpreter, PTX and GPU tests, and its reference."""
+import numpy as np
+
+import tilec as tc
+
+
+@tc.kernel
+def gather_rows_kernel(x, total, neighbour, C: tc.constexpr, BLOCK: tc.constexpr):
+    # Cluster c walks rows c, c + clusters, ...: every program sums its chunk of the row,
+    # gathers the cluster's partial sums, and writes the row's total and the partial of
+    # the next rank (which checks the order). Several gathers per program exercise the
+    # buffer's two rounds.
+    rank = tc.cluster_rank()
+    clusters = tc.num_programs(0) // C
+    for row in range(tc.program_id(0) // C, x.shape[0], clusters):
+        t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=0.0)
+        parts = tc.cluster_gather(tc.sum(t), C)
+        tc.store(total, index=(row, rank), tile=tc.full((1, 1), tc.sum(parts), tc.float32))
+        pick = tc.arange(0, C) == (rank + 1) % C
+        tc.store(neighbour, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.where(pick, parts, 0.0)), tc.float32))
+
+
+def reference(x: np.ndarray, c: int, block: int):
+    """(total, neighbour) that gather_rows_kernel writes: rows x c."""
+    pad = np.zeros((x.shape[0], c * block), np.float64)
+    pad[:, :x.shape[1]] = x
+    parts = pad.reshape(x.shape[0], c, block).sum(-1)
+    return np.repeat(parts.sum(1, keepdims=True), c, 1), np.roll(parts, -1, axis=1)
