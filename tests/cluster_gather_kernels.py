@@ -26,3 +26,19 @@ def reference(x: np.ndarray, c: int, block: int):
     pad[:, :x.shape[1]] = x
     parts = pad.reshape(x.shape[0], c, block).sum(-1)
     return np.repeat(parts.sum(1, keepdims=True), c, 1), np.roll(parts, -1, axis=1)
+
+
+@tc.kernel
+def gather_pair_kernel(x, stats, C: tc.constexpr, BLOCK: tc.constexpr):
+    # Two values from one exchange: each program's max and its count of positives.
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // C
+    t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=float("-inf"))
+    m, pos = tc.cluster_gather((tc.max(t), tc.sum((t > 0).astype(tc.int32))), C)
+    tc.store(stats, index=(row, rank), tile=tc.full((1, 1), tc.max(m) + tc.sum(pos).astype(tc.float32), tc.float32))
+
+
+def pair_reference(x: np.ndarray, c: int, block: int):
+    pad = np.full((x.shape[0], c * block), -np.inf)
+    pad[:, :x.shape[1]] = x
+    return np.repeat((pad.max(1) + (pad > 0).sum(1))[:, None], c, 1)

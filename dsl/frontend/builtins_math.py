@@ -59,12 +59,20 @@ def _cluster_gather(ctx, node, value, size):
     size = _axis_arg(ctx, size, "tc.cluster_gather's size")
     if size not in (1, 2, 4, 8):
         raise ctx.error(f"tc.cluster_gather's size must be the launch's cluster (1, 2, 4 or 8), got {size}")
-    v = _tile(ctx, value, "tc.cluster_gather's value")
-    if v.is_tile:
-        raise ctx.error(f"tc.cluster_gather's value must be a scalar, got a tile of shape {list(v.shape)}")
-    if v.dtype not in (dt.float32, dt.int32):
-        raise ctx.error(f"tc.cluster_gather takes an f32 or i32 scalar, got {v.dtype.name}; cast it first")
-    return ctx.value(T.ClusterGatherOp, v, size=size)
+    values = list(value) if isinstance(value, tuple) else [value]
+    if not values:
+        raise ctx.error("tc.cluster_gather needs at least one value")
+    scalars = []
+    for x in values:
+        v = _tile(ctx, x, "tc.cluster_gather's value")
+        if v.is_tile:
+            raise ctx.error(f"tc.cluster_gather's value must be a scalar, got a tile of shape {list(v.shape)}")
+        if v.dtype not in (dt.float32, dt.int32):
+            raise ctx.error(f"tc.cluster_gather takes f32 or i32 scalars, got {v.dtype.name}; cast it first")
+        scalars.append(v)
+    op = ctx.create(T.ClusterGatherOp, *scalars, size=size)
+    out = tuple(TensorValue(r) for r in op.results)
+    return out if isinstance(value, tuple) else out[0]
 
 
 @builtin_handler(lang.num_programs)

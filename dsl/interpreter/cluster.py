@@ -186,9 +186,9 @@ def _cluster_sync(op, cx):
 
 @rule(T.ClusterGatherOp)
 def _cluster_gather(op, cx):
-    o, (x,) = cx.out(op), cx.ins(op)
+    outs, ins = [cx.out(op, i) for i in range(len(op.results))], cx.ins(op)
     size = op.attrs["size"]
-    np_dtype = np.float32 if op.operands[0].type.dtype.name == "f32" else np.int32
+    np_dtypes = [np.float32 if v.type.dtype.name == "f32" else np.int32 for v in op.operands]
 
     def step(r):
         member = r[CLUSTER]
@@ -196,8 +196,10 @@ def _cluster_gather(op, cx):
         if have != size:
             raise InterpreterError(f"cluster_gather at {_where(op)} gathers {size} values, but the launch "
                                    f"runs clusters of {have} program(s): size must be the `cluster` option")
-        vals = [r[x]] if member is None else member.run.gather(member.rank, op, r[x])
-        r[o] = np.array(vals, dtype=np_dtype)
+        mine = tuple(r[x] for x in ins)
+        every = [mine] if member is None else member.run.gather(member.rank, op, mine)
+        for i, (o, d) in enumerate(zip(outs, np_dtypes)):
+            r[o] = np.array([v[i] for v in every], dtype=d)
     return step
 
 

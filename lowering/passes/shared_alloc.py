@@ -5,7 +5,7 @@ that moves data between threads (codegen goes through shared memory for those;
 conversions within a thread's registers need none) and for each gpu.tma_store (its
 tile, or the column blocks it stores per round, in the 128-byte swizzle TMA reads,
 aligned to 1024), and for each tile.cluster_gather of a cluster (GATHER_SLOTS rounds of
-one 4-byte value per program, which the cluster's programs write into each other's
+its 4-byte values per program, which the cluster's programs write into each other's
 buffer: it lives for the whole kernel and is never shared). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
@@ -122,7 +122,7 @@ def _buffers(func):
         elif isinstance(op, TmaStoreOp):
             out.append((op, op.scratch_bytes, 1024, "_smem_offset"))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
-            out.append((op, GATHER_SLOTS * op.attrs["size"] * 4, 16, "_smem_offset"))
+            out.append((op, GATHER_SLOTS * len(op.operands) * op.attrs["size"] * 4, 16, "_smem_offset"))
     return out
 
 

@@ -61,6 +61,15 @@ def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
     assert rep is None or (rep["spill_stores"] == 0 and not rep["warnings"]), rep
 
 
+def test_cluster_gather_of_two_values_is_one_exchange():
+    from cluster_gather_kernels import gather_pair_kernel as k
+    compiled = compile_kernel(k, parse_signature(k, "x=f32[?,?], stats=f32[?,?], C=4, BLOCK=512"),
+                              CompileOptions(arch="sm_90a", cluster=4), use_cache=False)
+    ptx = compiled.asm["ptx"]
+    assert ptx.count("st.shared::cluster.b32") == 8 and ptx.count("mapa.shared::cluster.u32") == 4
+    assert ptx.count("barrier.cluster.arrive") == 1
+
+
 def test_cluster_gather_size_must_match_the_option():
     from cluster_gather_kernels import gather_rows_kernel as k
     sig = "x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C=4, BLOCK=1024"

@@ -121,7 +121,7 @@ def test_cluster_gather_becomes_one_op_with_a_tile_of_the_cluster():
 
 @pytest.mark.parametrize("kernel,sig,fragment", [
     (gather_tile_kernel, "x=f32[?], out=f32[?]", "value must be a scalar, got a tile of shape [16]"),
-    (gather_f16_kernel, "x=f16[?], out=f16[?]", "takes an f32 or i32 scalar, got f16"),
+    (gather_f16_kernel, "x=f16[?], out=f16[?]", "takes f32 or i32 scalars, got f16"),
     (gather_size_kernel, "x=f32[?], out=f32[?], n=i32", "size must be a compile-time constant"),
     (gather_size3_kernel, "x=f32[?], out=f32[?]", "size must be the launch's cluster (1, 2, 4 or 8), got 3"),
 ])

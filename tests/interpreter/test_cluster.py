@@ -179,3 +179,11 @@ def test_cluster_gather_size_must_be_the_cluster():
     out = np.zeros((2, 4), np.float32)
     with pytest.raises(tc.InterpreterError, match="size must be the `cluster` option"):
         gather_rows_kernel[(4,)](x, out, out, C=4, BLOCK=8, cluster=2)
+
+
+def test_cluster_gather_of_two_values_at_once():
+    from cluster_gather_kernels import gather_pair_kernel, pair_reference
+    x = np.random.default_rng(0).standard_normal((5, 50)).astype(np.float32)
+    stats = np.zeros((5, 4), np.float32)
+    gather_pair_kernel[(20,)](x, stats, C=4, BLOCK=16, cluster=4)
+    np.testing.assert_allclose(stats, pair_reference(x, 4, 16), rtol=1e-6)

@@ -108,3 +108,11 @@ def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
     want_total, want_nb = reference(x, n, 128)
     np.testing.assert_allclose(total.to_numpy(), want_total, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(nb.to_numpy(), want_nb, rtol=1e-4, atol=1e-3)
+
+
+def test_cluster_gather_of_two_values_on_the_gpu(sm90):
+    from cluster_gather_kernels import gather_pair_kernel, pair_reference
+    x = np.random.default_rng(1).standard_normal((300, 1000)).astype(np.float32)
+    stats = tc.from_numpy(np.zeros((300, 4), np.float32))
+    gather_pair_kernel[(1200,)](tc.from_numpy(x), stats, C=4, BLOCK=256, cluster=4)
+    np.testing.assert_allclose(stats.to_numpy(), pair_reference(x, 4, 256), rtol=1e-6)

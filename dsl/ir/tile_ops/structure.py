@@ -123,20 +123,24 @@ class ClusterSyncOp(Op):
 
 @register_op
 class ClusterGatherOp(Op):
-    """Every program of the cluster contributes the scalar `value`; the result holds all of
-    them by rank (`size` = the cluster's programs). Synchronizes as tile.cluster_sync does."""
+    """Every program of the cluster contributes its scalars `values`; result i holds value i
+    of every program, by rank (`size` = the cluster's programs). One exchange, which
+    synchronizes as tile.cluster_sync does."""
     name = "tile.cluster_gather"
-    operands_spec = ("value",)
+    operands_spec = ("values*",)
+    num_results = None
     attributes = {"size": A("int")}
     traits = frozenset({"writes"})
 
     def infer_types(self):
-        return [TileType((self.attrs["size"],), ScalarType(self.operands[0].type.dtype))]
+        return [TileType((self.attrs["size"],), ScalarType(v.type.dtype)) for v in self.operands]
 
     def verify_op(self):
-        t = self.operands[0].type
-        if not isinstance(t, ScalarType) or t.dtype not in (dt.float32, dt.int32):
-            raise self.error(f"tile.cluster_gather takes an f32 or i32 scalar, got {t}")
+        if not self.operands:
+            raise self.error("tile.cluster_gather needs at least one value")
+        for v in self.operands:
+            if not isinstance(v.type, ScalarType) or v.type.dtype not in (dt.float32, dt.int32):
+                raise self.error(f"tile.cluster_gather takes f32 or i32 scalars, got {v.type}")
         if self.attrs["size"] not in (1, 2, 4, 8):
             raise self.error(f"size must be 1, 2, 4 or 8 programs, got {self.attrs['size']}")
 
