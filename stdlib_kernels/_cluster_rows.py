@@ -2,9 +2,9 @@
 
 A row longer than one program holds in registers (16384 elements) is shared by the
 C programs of a cluster (C = 2, 4 or 8): program `rank` loads chunk `rank` of the row
-(BLOCK columns) into registers and reduces it, writes its partial statistics to a
-small f32 workspace (rows x C per statistic), waits at tc.cluster_sync(), reads the C
-partials of its row, combines them, and writes its chunk of the output from the
+(BLOCK columns) into registers and reduces it, exchanges its partial statistics with
+the other programs of its cluster (tc.cluster_gather: through their shared memory, one
+cluster barrier), combines the C partials, and writes its chunk of the output from the
 registers it still holds. One read and one write of the row, where the looped kernels
 read it twice (or three times when the rows in flight do not fit in L2).
 
@@ -20,9 +20,9 @@ softmax (not log_softmax: its variant spills at 64 registers) of 2-byte rows who
 chunks hold 32768 elements (rows over 131072) runs
 persistent (softmax_cluster_loop_kernel): as many clusters as can be resident (the
 driver's count, `resident_clusters`) walk rows c, c + G, ...; each program holds its
-chunk in the input's dtype, issues the next row's loads right after the cluster sync
+chunk in the input's dtype, issues the next row's loads right after the exchange
 (they fly while this row is normalized and stored), and computes exp again from the
-held values after the sync instead of holding the exps (no registers for two f32
+held values after the exchange instead of holding the exps (no registers for two f32
 chunks at 64 per thread). One program per SM holds 64 KB: without the early loads
 nothing was in flight during the reductions and the sync.
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
@@ -52,7 +52,7 @@ HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that 
 
 
 @tc.kernel
-def softmax_cluster_kernel(x, out, m_part, s_part, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
@@ -60,11 +60,7 @@ def softmax_cluster_kernel(x, out, m_part, s_part, LOG: tc.constexpr, C: tc.cons
     # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
     m_safe = tc.where(m == NEG_INF, 0.0, m)
     e = tc.exp(t - m_safe)
-    tc.store(m_part, index=(row, rank), tile=tc.full((1, 1), m, tc.float32))
-    tc.store(s_part, index=(row, rank), tile=tc.full((1, 1), tc.sum(e), tc.float32))
-    tc.cluster_sync()
-    mp = tc.load(m_part, index=(row, 0), shape=(1, C))
-    sp = tc.load(s_part, index=(row, 0), shape=(1, C))
+    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)   # every chunk's max and sum, by rank
     m_row = tc.max(mp)
     # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
     s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
@@ -79,7 +75,7 @@ def softmax_cluster_kernel(x, out, m_part, s_part, LOG: tc.constexpr, C: tc.cons
 
 
 @tc.kernel
-def softmax_cluster_loop_kernel(x, out, m_part, s_part, C: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_cluster_loop_kernel(x, out, C: tc.constexpr, BLOCK: tc.constexpr):
     # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
     # runs the same rows, so they reach each cluster_sync equally often.
     rank = tc.cluster_rank()
@@ -91,15 +87,10 @@ def softmax_cluster_loop_kernel(x, out, m_part, s_part, C: tc.constexpr, BLOCK: 
         t = cur.astype(tc.float32)
         m = tc.max(t)
         m_safe = tc.where(m == NEG_INF, 0.0, m)
-        tc.store(m_part, index=(row, rank), tile=tc.full((1, 1), m, tc.float32))
-        tc.store(s_part, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.exp(t - m_safe)), tc.float32))
-        tc.cluster_sync()
+        mp, sp = tc.cluster_gather((m, tc.sum(tc.exp(t - m_safe))), C)
         # The next row's chunk (padding past the last row: no memory access) loads while
-        # this row is combined, normalized and stored. The workspace has a slot per row,
-        # so a program already on the next row overwrites nothing another still reads.
+        # this row is combined, normalized and stored.
         nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
-        mp = tc.load(m_part, index=(row, 0), shape=(1, C))
-        sp = tc.load(s_part, index=(row, 0), shape=(1, C))
         m_row = tc.max(mp)
         s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
         # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
@@ -117,16 +108,16 @@ def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.cons
 
 
 @tc.kernel
-def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: tc.constexpr,
-                        HAS_W: tc.constexpr, HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr,
-                        BLOCK: tc.constexpr):
+def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     n = x.shape[1]
     t = tc.load(x, index=(row, rank), shape=(1, BLOCK)).astype(tc.float32)  # 0 past the row's end
-    shift = 0.0
     if RMS:
-        tc.store(part1, index=(row, rank), tile=tc.full((1, 1), tc.sum(t * t), tc.float32))
+        centre = 0.0    # t is x itself
+        mean = 0.0
+        var = tc.sum(tc.cluster_gather(tc.sum(t * t), C)) / n
     else:
         # Values shifted by the row's first element: a large mean next to a small spread
         # then costs no precision in the chunk sums (every program reads the same element).
@@ -134,22 +125,14 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: 
         t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
         count = tc.maximum(tc.minimum(n - rank * BLOCK, BLOCK), 0)
         mean_k = tc.sum(t) / tc.maximum(count, 1)
-        # The centred values are what stays live across the sync (not t): ptxas then keeps
-        # bf16 rows at 80 registers instead of 113 (three programs per SM, not two).
+        # The centred values are what stays live across the exchange (not t): ptxas then
+        # keeps bf16 rows at 80 registers instead of 113 (three programs per SM, not two).
         t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
-        tc.store(part1, index=(row, rank), tile=tc.full((1, 1), mean_k, tc.float32))
-        tc.store(part2, index=(row, rank), tile=tc.full((1, 1), tc.sum(t * t), tc.float32))
-    tc.cluster_sync()
-    mean = 0.0
-    if RMS:
-        centre = 0.0    # t is x itself
-        var = tc.sum(tc.load(part1, index=(row, 0), shape=(1, C))) / n
-    else:
-        counts = tc.maximum(tc.minimum(n - tc.arange(0, C)[None, :] * BLOCK, BLOCK), 0).astype(tc.float32)
-        means = tc.load(part1, index=(row, 0), shape=(1, C))
+        means, m2 = tc.cluster_gather((mean_k, tc.sum(t * t)), C)
+        counts = tc.maximum(tc.minimum(n - tc.arange(0, C) * BLOCK, BLOCK), 0).astype(tc.float32)
         mean_d = tc.sum(counts * means) / n
         spread = means - mean_d
-        var = (tc.sum(tc.load(part2, index=(row, 0), shape=(1, C))) + tc.sum(counts * spread * spread)) / n
+        var = (tc.sum(m2) + tc.sum(counts * spread * spread)) / n
         centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
         mean = mean_d + shift
     rstd = tc.rsqrt(var + eps)
@@ -166,10 +149,10 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, part1, part2, eps, RMS: 
 # entry points' options: cluster=C, BLOCK / 1024 warps, fast_math.
 _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
-_NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], part1=f32[?,?], "
-         "part2=f32[?,?], eps=f32, {flags}, C={c}, BLOCK={block}")
-_LOOP = "x={d}{V2}, out={d}{V2}, m_part=f32[?,?], s_part=f32[?,?], C={c}, BLOCK={block}"
-_SOFTMAX = "x={d}{V2}, out={d}{V2}, m_part=f32[?,?], s_part=f32[?,?], LOG={log}, C={c}, BLOCK={block}"
+_NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], eps=f32, {flags}, "
+         "C={c}, BLOCK={block}")
+_LOOP = "x={d}{V2}, out={d}{V2}, C={c}, BLOCK={block}"
+_SOFTMAX = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 # The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
 SM90_SIGNATURES = [

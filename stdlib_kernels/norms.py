@@ -19,7 +19,7 @@ import numpy as np
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
-from ._common import (as_array, check_float, check_same_place, empty_like, launch, long_row_launch, output,
+from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output,
                       row_config, rows_of, sm_count, view)
 from ._plan import derived, planned
 
@@ -168,11 +168,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
-            parts = [view(p, (n_rows, cl.c), (cl.c, 1))
-                     for p in (empty_like(a, (n_rows, cl.c), tc.float32) for _ in range(1 if rms else 2))]
             flags.update(C=cl.c, BLOCK=cl.block)
-            launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args[:6] + (parts[0], parts[-1], eps32),
-                   cl.num_warps, cluster=cl.c, **flags)
+            launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c, **flags)
         else:
             # rms_norm keeps one program per row: with one per SM it measured slower on an
             # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).

@@ -154,9 +154,7 @@ def _softmax(x, dim, out, log: bool, op: str):
         return o.obj
     cl = _cluster_rows.cluster_rows(n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
-        parts = [empty_like(a, (n_rows, cl.c), tc.float32) for _ in range(2)]
-        mv, sv = (view(p, (n_rows, cl.c), (cl.c, 1)) for p in parts)
-        args, flags = (xv, ov, mv, sv), dict(LOG=log, C=cl.c, BLOCK=cl.block)
+        args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block)
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         if not log and a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
             loop = _cluster_rows.softmax_cluster_loop_kernel

@@ -125,9 +125,8 @@ def test_softmax_kernel_with_small_chunks(c):
     x = (10 * rng.standard_normal((5, n))).astype(np.float32)
     x[2, :40] = -np.inf
     out = np.zeros_like(x)
-    parts = [np.zeros((5, c), np.float32) for _ in range(2)]
     with tc.interpret():
-        CR.softmax_cluster_kernel[(5 * c,)](x, out, *parts, LOG=False, C=c, BLOCK=block, cluster=c)
+        CR.softmax_cluster_kernel[(5 * c,)](x, out, LOG=False, C=c, BLOCK=block, cluster=c)
     np.testing.assert_allclose(out, ref_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-9)
 
 
@@ -141,9 +140,8 @@ def test_persistent_softmax_kernel_walks_rows(c, clusters):
     x[2, :40] = -np.inf                                   # a chunk of only -inf
     x[5] = -np.inf                                        # a row of only -inf: NaN
     out = np.full_like(x, 7.0)
-    parts = [np.zeros((7, c), np.float32) for _ in range(2)]
     with tc.interpret():
-        CR.softmax_cluster_loop_kernel[(clusters * c,)](x, out, *parts, C=c, BLOCK=block, cluster=c)
+        CR.softmax_cluster_loop_kernel[(clusters * c,)](x, out, C=c, BLOCK=block, cluster=c)
     want = ref_softmax(x.astype(np.float64))
     assert np.isnan(out[5]).all()
     np.testing.assert_allclose(np.delete(out, 5, 0), np.delete(want, 5, 0), rtol=2e-5, atol=1e-6)
@@ -176,9 +174,8 @@ def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
     w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     y = np.zeros_like(x)
     mean, rstd = np.zeros(4, np.float32), np.zeros(4, np.float32)
-    parts = [np.zeros((4, c), np.float32) for _ in range(2)]
     with tc.interpret():
-        CR.norm_cluster_kernel[(4 * c,)](x, w, b, y, mean, rstd, *parts, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+        CR.norm_cluster_kernel[(4 * c,)](x, w, b, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
                                          STATS=True, C=c, BLOCK=block, cluster=c)
     x64 = x.astype(np.float64)
     if rms:
