@@ -78,7 +78,6 @@ def ce_loop_kernel(logits, target, loss, part_m, part_s, ignore_index, steps_per
     # (SPLIT False) end with the loss; chunks leave (max, sum of exp(t - max)) partials.
     row = tc.program_id(0)
     chunk = tc.program_id(1)
-    n_cls = logits.shape[1]
     m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
     s_lane = tc.zeros((1, BLOCK), tc.float32)
     k0 = chunk * steps_per_chunk
