@@ -195,5 +195,15 @@ class CodegenContext:
             g.align = 1024
         return g
 
+    def kernel_variable(self, ty: ir.Type, init: ir.Constant) -> ir.Value:
+        """A variable of the kernel set to `init` once, in the prologue (an alloca that LLVM
+        keeps in registers): state an op carries from one execution to the next."""
+        here = self.builder.block
+        self.builder.position_before(self._prologue_br)
+        var = self.builder.alloca(ty)
+        self.builder.store(init, var)
+        self.builder.position_at_end(here)
+        return var
+
     def new_block(self, name: str) -> ir.Block:
         return self.func.append_basic_block(name)

@@ -31,17 +31,6 @@ def _cluster_barrier(ctx) -> None:
     ctx.intrinsic("llvm.nvvm.barrier.cluster.wait", ir.VoidType(), [])
 
 
-def _round_counter(ctx) -> ir.Value:
-    """An i32 variable of this op, 0 at kernel entry (an alloca in the prologue: registers)."""
-    b = ctx.builder
-    here = b.block
-    b.position_before(ctx._prologue_br)
-    var = b.alloca(I32)
-    b.store(ir.Constant(I32, 0), var)
-    b.position_at_end(here)
-    return var
-
-
 @rule(T.ClusterGatherOp)
 def _cluster_gather(ctx, op):
     """Thread 0 of each program writes its values into slot `rank` of every program's buffer
@@ -62,7 +51,7 @@ def _cluster_gather(ctx, op):
             ctx.set(r, [x] * len(ctx.coords(r.type)))
         return
     b = ctx.builder
-    counter = _round_counter(ctx)
+    counter = ctx.kernel_variable(I32, ir.Constant(I32, 0))   # the round, 0 or 1
     k = b.load(counter)
     row = 4 * size
     base = b.ptrtoint(b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, op.attrs["_smem_offset"])],
