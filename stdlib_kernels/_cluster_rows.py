@@ -16,8 +16,8 @@ Statistics per chunk and how they combine:
   large mean cancels nothing); Chan's formula gives the row's
   mean = sum(n_k mean_k) / n and M2 = sum(M2_k) + sum(n_k (mean_k - mean)^2).
 - rms_norm: the chunk's sum of squares; the row's is their sum.
-softmax (not log_softmax: its variant spills at 64 registers) of 2-byte rows whose
-chunks hold 32768 elements (rows over 131072) runs
+softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
+131072) run
 persistent (softmax_cluster_loop_kernel): as many clusters as can be resident (the
 driver's count, `resident_clusters`) walk rows c, c + G, ...; each program holds its
 chunk in the input's dtype, issues the next row's loads right after the exchange
@@ -75,9 +75,9 @@ def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc
 
 
 @tc.kernel
-def softmax_cluster_loop_kernel(x, out, C: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
     # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
-    # runs the same rows, so they reach each cluster_sync equally often.
+    # runs the same rows, so they reach each exchange equally often.
     rank = tc.cluster_rank()
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
@@ -94,7 +94,10 @@ def softmax_cluster_loop_kernel(x, out, C: tc.constexpr, BLOCK: tc.constexpr):
         m_row = tc.max(mp)
         s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
         # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
-        y = tc.exp(cur.astype(tc.float32) - m_row) * (1.0 / s_row)
+        if LOG:
+            y = cur.astype(tc.float32) - (m_row + tc.log(s_row))
+        else:
+            y = tc.exp(cur.astype(tc.float32) - m_row) * (1.0 / s_row)
         tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
 
 
@@ -151,7 +154,7 @@ _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 _NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], eps=f32, {flags}, "
          "C={c}, BLOCK={block}")
-_LOOP = "x={d}{V2}, out={d}{V2}, C={c}, BLOCK={block}"
+_LOOP = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 _SOFTMAX = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 # The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
@@ -159,8 +162,8 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="bf16", log=False, c=8, block=32768)),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f32", log=False, c=8, block=32768)),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f16", log=True, c=8, block=8192)),
-    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="bf16", c=8, block=32768)),
-    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="f16", c=8, block=32768)),
+    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="bf16", log=False, c=8, block=32768)),
+    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="f16", log=True, c=8, block=32768)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=16384)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=2, block=8192)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384)),

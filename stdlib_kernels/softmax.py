@@ -156,11 +156,11 @@ def _softmax(x, dim, out, log: bool, op: str):
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block)
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
-        if not log and a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
+        if a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
             loop = _cluster_rows.softmax_cluster_loop_kernel
-            resident = _cluster_rows.resident_clusters(a, loop, args, cl, C=cl.c, BLOCK=cl.block)
+            resident = _cluster_rows.resident_clusters(a, loop, args, cl, **flags)
             if resident is not None:
-                kernel, grid, flags = loop, (min(n_rows, resident) * cl.c,), dict(C=cl.c, BLOCK=cl.block)
+                kernel, grid = loop, (min(n_rows, resident) * cl.c,)
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
     n_tiles = tc.cdiv(n_cols, cfg.block)
