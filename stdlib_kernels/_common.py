@@ -426,12 +426,13 @@ def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
 
 # ----------------------------------------------------------------------------- launching
 def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = True, cluster: int = 1,
-           **constexprs) -> None:
+           options: Optional[dict] = None, **constexprs) -> None:
     """Run `kernel` on `grid` with `args` (views from `view`/`rows_of`, scalars).
 
     Host arguments (numpy arrays, BF16Arrays) run on the interpreter, the rest on
     the GPU with `num_warps`. An empty grid launches nothing. `cluster` > 1: in
-    thread-block clusters of that many programs (sm_90+).
+    thread-block clusters of that many programs (sm_90+). `options`: further compile
+    options of the GPU launch (num_stages, tma, warp_specialize).
 
     GPU launches use `fast_math` by default: exp, log and rsqrt become the
     hardware approximations (ex2/lg2/rsqrt.approx, relative error about 2^-22
@@ -445,8 +446,8 @@ def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = T
     if any(isinstance(v, (np.ndarray, BF16Array)) for v in args):
         _interpret(kernel, grid, args, constexprs, cluster)
     else:
-        options = {"cluster": cluster} if cluster > 1 else {}
-        kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **options, **constexprs)
+        opts = dict(options or {}, **({"cluster": cluster} if cluster > 1 else {}))
+        kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **opts, **constexprs)
         if _plan.recording() is not None:
             _plan.record_launch(kernel, grid, _bound(kernel, args, constexprs))
 

@@ -17,6 +17,7 @@ import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows, _plan, norms
 
 _softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
+_matmul = importlib.import_module("tilec.stdlib_kernels.matmul")
 
 _kernel_cls = type(sk.softmax.__wrapped_entry__.__globals__["softmax_tile_kernel"])
 _addresses = itertools.count(1)
@@ -52,7 +53,8 @@ def gpu_log(monkeypatch):
     def getitem(kernel, grid):
         def go(*args, **kw):
             st = launcher.kernel_state(kernel)
-            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math", "cluster") if k in kw)
+            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math", "cluster", "num_stages", "tma",
+                                                  "warp_specialize") if k in kw)
             vals = st.bind(args, kw)
             infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
                      for v, ce in zip(vals, st.ce_mask)]
@@ -72,6 +74,7 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
     monkeypatch.setattr(norms, "sm_count", lambda a: 132)  # no device to ask
     monkeypatch.setattr(_softmax, "sm_count", lambda a: 132)
+    monkeypatch.setattr(_matmul, "_device_info", lambda a: (132, "sm_90a"))
     monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: (9, 0))
     monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
     _plan.clear_plans()
@@ -112,6 +115,10 @@ CASES = {
     "rope": lambda: sk.rope(_array((2, 16, 4, 64), f16), _array((16, 32), f32), _array((16, 32), f32)),
     "dropout": lambda: sk.dropout(X, 0.25, 12345),
     "transpose": lambda: sk.transpose(X),
+    "matmul": lambda: sk.matmul(_array((256, 512), bf16), _array((512, 384), bf16)),
+    "matmul_bias_gelu_out": lambda: sk.matmul(X, _array((512, 256), f16), bias=_array((256,), f32),
+                                              activation="gelu", out=_array((256, 256), f16)),
+    "matmul_split_k": lambda: sk.matmul(_array((128, 4096), bf16), _array((4096, 4096), bf16)),
 }
 
 
@@ -164,6 +171,25 @@ def test_replayed_calls_compute_on_the_gpu_and_follow_torchs_stream():
     assert _plan.plan_count(sk.softmax) == 1 and _plan.plan_count(sk.add) == 1
 
 
+@pytest.mark.gpu
+def test_replayed_matmuls_compute_on_the_gpu():
+    torch = pytest.importorskip("torch")
+    _plan.clear_plans()
+    for i in range(3):  # record, then replays: new operands and scales of the same layout
+        a = torch.randn(128, 4096, device="cuda", dtype=torch.bfloat16)        # split-K: two launches
+        b = torch.randn(4096, 1000, device="cuda", dtype=torch.bfloat16)
+        c = torch.randn(300, 700, device="cuda", dtype=torch.float16)
+        d = torch.randn(700, 520, device="cuda", dtype=torch.float16)
+        bias = torch.randn(520, device="cuda", dtype=torch.float16)
+        y = sk.matmul(a, b, scale_a=0.5 * (i + 1))
+        z = sk.matmul(c, d, bias=bias, activation="silu")
+        ref_y = 0.5 * (i + 1) * (a.double() @ b.double())
+        ref_z = torch.nn.functional.silu(c.double() @ d.double() + bias.double())
+        torch.testing.assert_close(y.double(), ref_y, rtol=2e-2, atol=2e-2 * ref_y.abs().max().item() / 50)
+        torch.testing.assert_close(z.double(), ref_z, rtol=2e-2, atol=2e-2 * ref_z.abs().max().item() / 50)
+    assert _plan.plan_count(sk.matmul) == 2
+
+
 PER_CALL = {
     # (entry, call with the recorded values, call with new values, what the entry's own path does with those)
     "dropout_seed_and_p": (sk.dropout, lambda f: f(X, 0.25, seed=12345), lambda f: f(X, 0.75, seed=987654321)),
@@ -172,6 +198,11 @@ PER_CALL = {
                        lambda f: f(X, W, None, eps=0.125, return_stats=True)),
     "rms_norm_eps_long_rows": (sk.rms_norm, lambda f: f(_array((2, 65536), bf16), None, 1e-6),
                                lambda f: f(_array((2, 65536), bf16), None, 3e-2)),
+    "matmul_scales": (sk.matmul, lambda f: f(X, _array((512, 256), f16), scale_a=0.5, scale_b=3.0),
+                      lambda f: f(X, _array((512, 256), f16), scale_a=0.25, scale_b=3.0)),
+    "matmul_split_k_scale": (sk.matmul, lambda f: f(_array((128, 4096), bf16), _array((4096, 4096), bf16),
+                                                    scale_a=2.0),
+                             lambda f: f(_array((128, 4096), bf16), _array((4096, 4096), bf16), scale_a=0.5)),
 }
 
 
