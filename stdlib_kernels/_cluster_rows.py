@@ -102,7 +102,10 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
 
 
 @tc.func
-def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+def affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    """y * w[k] + b[k] in f32 (block k of BLOCK elements; each part where the norm has it):
+    the norms' last step, in every one of their kernels (norms.py too). w and b are 1-D:
+    their (BLOCK,) tile broadcasts over the rows of y."""
     if HAS_W:
         y = y * tc.load(w, index=(k,), shape=(BLOCK,)).astype(tc.float32)
     if HAS_B:
@@ -139,7 +142,7 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, 
         centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
         mean = mean_d + shift
     rstd = tc.rsqrt(var + eps)
-    out = _affine((t - centre) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
+    out = affine((t - centre) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
     if STATS:
         if rank == 0:

@@ -446,7 +446,9 @@ def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = T
     if any(isinstance(v, (np.ndarray, BF16Array)) for v in args):
         _interpret(kernel, grid, args, constexprs, cluster)
     else:
-        opts = dict(options or {}, **({"cluster": cluster} if cluster > 1 else {}))
+        opts = dict(options or {})
+        if cluster > 1:
+            opts["cluster"] = cluster
         kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **opts, **constexprs)
         if _plan.recording() is not None:
             _plan.record_launch(kernel, grid, _bound(kernel, args, constexprs))

@@ -19,21 +19,12 @@ import numpy as np
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
+from ._cluster_rows import affine
 from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output,
                       row_config, rows_of, sm_count, view)
 from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
-
-
-@tc.func
-def _affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
-    # w and b are 1-D: their (BLOCK,) tile broadcasts over the rows of y.
-    if HAS_W:
-        y = y * tc.load(w, index=(k,), shape=(BLOCK,)).astype(tc.float32)
-    if HAS_B:
-        y = y + tc.load(b, index=(k,), shape=(BLOCK,)).astype(tc.float32)
-    return y
 
 
 @tc.kernel
@@ -49,7 +40,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # Padded columns would add mean^2 each to the variance: mask them.
         d = tc.where(tc.arange(0, BLOCK)[None, :] < n, t - mean, 0.0)
     rstd = tc.rsqrt(tc.sum(d * d, axis=1, keep_dims=True) / n + eps)
-    out = _affine(d * rstd, w, b, 0, HAS_W, HAS_B, BLOCK)
+    out = affine(d * rstd, w, b, 0, HAS_W, HAS_B, BLOCK)
     tc.store(y, index=(pid, 0), tile=out.astype(y.dtype))
     if STATS:
         if not RMS:
@@ -87,7 +78,7 @@ def norm_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # Pass 2: normalize, scale and shift.
         for k in range(n_tiles):
             t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
-            out = _affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+            out = affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
             tc.store(y, index=(row, k), tile=out.astype(y.dtype))
         if STATS:
             if not RMS:

@@ -106,24 +106,38 @@ def _align(layout) -> int:
     return 16
 
 
+# How long a buffer lives: from its alloc to its last use; for its own op only (a scratch
+# area, which a barrier may have to precede: `_smem_sync`); or the whole kernel (the other
+# programs of a cluster write a cluster_gather's buffer whenever they get there).
+_USES, _OP, _KERNEL = "uses", "op", "kernel"
+
+
 def _buffers(func):
-    """(op, size in bytes, alignment, attribute to set) of every buffer of `func`."""
+    """(op, size in bytes, alignment, attribute to set, lifetime) of every buffer of `func`."""
     out = []
     for op in func.walk():
         if isinstance(op, AllocOp):
-            out.append((op, op.nbytes, _align(op.attrs["layout"]), "offset"))
+            out.append((op, op.nbytes, _align(op.attrs["layout"]), "offset", _USES))
         elif isinstance(op, ConvertLayoutOp):
             src, dst = op.operands[0].type, op.results[0].type
             if convert_needs_shared(src.encoding, dst.encoding, src.shape):
                 elem = src.element
                 esize = elem.dtype.itemsize if hasattr(elem, "dtype") else 8
                 op.attrs["_smem_layout"] = conversion_layout(src.encoding, dst.encoding, tuple(src.shape), esize)
-                out.append((op, src.numel * esize, 128, "_smem_offset"))
+                out.append((op, src.numel * esize, 128, "_smem_offset", _OP))
         elif isinstance(op, TmaStoreOp):
-            out.append((op, op.scratch_bytes, 1024, "_smem_offset"))
+            out.append((op, op.scratch_bytes, 1024, "_smem_offset", _OP))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
-            out.append((op, GATHER_SLOTS * len(op.operands) * op.attrs["size"] * 4, 16, "_smem_offset"))
+            out.append((op, GATHER_SLOTS * len(op.operands) * op.attrs["size"] * 4, 16, "_smem_offset", _KERNEL))
     return out
+
+
+def _lifetime(op, lives: str, index, end) -> Tuple[int, int]:
+    if lives == _USES:
+        return _interval(op, index, end)
+    if lives == _KERNEL:
+        return 0, len(index)
+    return index[id(op)], index[id(op)]
 
 
 def _place(bufs, intervals) -> Tuple[List[int], int]:
@@ -132,7 +146,7 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
     order = sorted(range(len(bufs)), key=lambda i: (intervals[i][0], -bufs[i][1]))
     total = 0
     for i in order:
-        _, size, align, _ = bufs[i]
+        size, align = bufs[i][1:3]
         s, e = intervals[i]
         live = sorted((o, o + n) for (ps, pe, o, n) in placed if not (pe < s or e < ps))
         off = 0
@@ -148,8 +162,8 @@ def _place(bufs, intervals) -> Tuple[List[int], int]:
 
 def _mark_syncs(bufs, intervals, offsets) -> None:
     """`_smem_sync` on each scratch area (conversion, TMA store) another use may still be reading."""
-    for i, (op, size, _, attr) in enumerate(bufs):
-        if attr != "_smem_offset" or isinstance(op, T.ClusterGatherOp):
+    for i, (op, size, _, _, lives) in enumerate(bufs):
+        if lives != _OP:
             continue
         lo, hi = offsets[i], offsets[i] + size
         reused = bool(_enclosing_loops(op)) or any(
@@ -166,16 +180,9 @@ def allocate_shared(module: Module, arch=None, **_options) -> Module:
             continue
         index, end = _numbering(func)
         bufs = _buffers(func)
-        intervals = []
-        for op, _, _, _ in bufs:
-            if isinstance(op, AllocOp):
-                intervals.append(_interval(op, index, end))
-            elif isinstance(op, T.ClusterGatherOp):   # the other programs write it when they get there
-                intervals.append((0, len(index)))
-            else:
-                intervals.append((index[id(op)], index[id(op)]))
+        intervals = [_lifetime(op, lives, index, end) for op, _, _, _, lives in bufs]
         offsets, total = _place(bufs, intervals)
-        for (op, _, _, attr), off in zip(bufs, offsets):
+        for (op, _, _, attr, _), off in zip(bufs, offsets):
             op.attrs[attr] = off
         _mark_syncs(bufs, intervals, offsets)
         func.attrs["_shared_bytes"] = total

@@ -9,18 +9,11 @@ from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
-
-@tc.kernel
-def cluster_exchange_kernel(buf, out, N: tc.constexpr):
-    pid = tc.program_id(0)
-    rank = tc.cluster_rank()
-    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
-    tc.cluster_sync()
-    tc.store(out, index=(pid,), tile=tc.load(buf, index=(pid - rank + (rank + 1) % N,), shape=(1,)))
+from cluster_kernels import exchange_kernel
 
 
 def _compile(arch, cluster):
-    k = cluster_exchange_kernel
+    k = exchange_kernel
     sig = f"buf=i32[?], out=i32[?], N={cluster}"
     return compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, cluster=cluster), use_cache=False)
 
@@ -48,7 +41,7 @@ def test_cluster_needs_sm90():
 
 @pytest.mark.parametrize("cluster", [2, 8])
 def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
-    from cluster_gather_kernels import gather_rows_kernel as k
+    from cluster_kernels import gather_rows_kernel as k
     sig = f"x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C={cluster}, BLOCK=1024"
     compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch="sm_90a", cluster=cluster),
                               use_cache=False)
@@ -62,7 +55,7 @@ def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
 
 
 def test_cluster_gather_of_two_values_is_one_exchange():
-    from cluster_gather_kernels import gather_pair_kernel as k
+    from cluster_kernels import gather_pair_kernel as k
     compiled = compile_kernel(k, parse_signature(k, "x=f32[?,?], stats=f32[?,?], C=4, BLOCK=512"),
                               CompileOptions(arch="sm_90a", cluster=4), use_cache=False)
     ptx = compiled.asm["ptx"]
@@ -71,7 +64,7 @@ def test_cluster_gather_of_two_values_is_one_exchange():
 
 
 def test_cluster_gather_size_must_match_the_option():
-    from cluster_gather_kernels import gather_rows_kernel as k
+    from cluster_kernels import gather_rows_kernel as k
     sig = "x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C=4, BLOCK=1024"
     with pytest.raises(tc.CompilationError, match="the size must be the `cluster` option"):
         compile_kernel(k, parse_signature(k, sig), CompileOptions(arch="sm_90a", cluster=2), use_cache=False)

@@ -7,16 +7,7 @@ import pytest
 import tilec as tc
 from tilec.interpreter import run
 
-
-@tc.kernel
-def exchange_kernel(buf, out, N: tc.constexpr):
-    # Every program publishes a value, then reads its right neighbour's in the cluster.
-    pid = tc.program_id(0)
-    rank = tc.cluster_rank()
-    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
-    tc.cluster_sync()
-    neighbour = pid - rank + (rank + 1) % N
-    tc.store(out, index=(pid,), tile=tc.load(buf, index=(neighbour,), shape=(1,)))
+from cluster_kernels import exchange_kernel
 
 
 @tc.kernel
@@ -163,7 +154,7 @@ def test_atomics_of_concurrent_programs_all_count():
 
 @pytest.mark.parametrize("n,programs", [(2, 6), (4, 8), (8, 8), (1, 3)])
 def test_cluster_gather_hands_every_program_the_values_by_rank(n, programs):
-    from cluster_gather_kernels import gather_rows_kernel, reference
+    from cluster_kernels import gather_rows_kernel, reference
     rng = np.random.default_rng(n)
     x = rng.standard_normal((7, 13 * n)).astype(np.float32)   # 7 rows: several gathers per program
     total, nb = np.zeros((7, n), np.float32), np.zeros((7, n), np.float32)
@@ -174,7 +165,7 @@ def test_cluster_gather_hands_every_program_the_values_by_rank(n, programs):
 
 
 def test_cluster_gather_size_must_be_the_cluster():
-    from cluster_gather_kernels import gather_rows_kernel
+    from cluster_kernels import gather_rows_kernel
     x = np.ones((2, 32), np.float32)
     out = np.zeros((2, 4), np.float32)
     with pytest.raises(tc.InterpreterError, match="size must be the `cluster` option"):
@@ -182,7 +173,7 @@ def test_cluster_gather_size_must_be_the_cluster():
 
 
 def test_cluster_gather_of_two_values_at_once():
-    from cluster_gather_kernels import gather_pair_kernel, pair_reference
+    from cluster_kernels import gather_pair_kernel, pair_reference
     x = np.random.default_rng(0).standard_normal((5, 50)).astype(np.float32)
     stats = np.zeros((5, 4), np.float32)
     gather_pair_kernel[(20,)](x, stats, C=4, BLOCK=16, cluster=4)

@@ -7,17 +7,9 @@ import pytest
 
 import tilec as tc
 
+from cluster_kernels import exchange_kernel
+
 pytestmark = pytest.mark.gpu
-
-
-@tc.kernel
-def exchange_kernel(buf, out, N: tc.constexpr):
-    pid = tc.program_id(0)
-    rank = tc.cluster_rank()
-    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
-    tc.cluster_sync()
-    neighbour = pid - rank + (rank + 1) % N
-    tc.store(out, index=(pid,), tile=tc.load(buf, index=(neighbour,), shape=(1,)))
 
 
 @tc.kernel
@@ -100,7 +92,7 @@ def test_loaded_cluster_kernels_know_how_many_clusters_run_at_once(sm90, n):
 def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
     """Values by rank through distributed shared memory, many gathers per program (the
     buffer's rounds in turn), against float64 numpy and the interpreter."""
-    from cluster_gather_kernels import gather_rows_kernel, reference
+    from cluster_kernels import gather_rows_kernel, reference
     x = np.random.default_rng(rows).standard_normal((rows, 100 * n + 3)).astype(np.float32)
     total = tc.from_numpy(np.zeros((rows, n), np.float32))
     nb = tc.from_numpy(np.zeros((rows, n), np.float32))
@@ -111,7 +103,7 @@ def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
 
 
 def test_cluster_gather_of_two_values_on_the_gpu(sm90):
-    from cluster_gather_kernels import gather_pair_kernel, pair_reference
+    from cluster_kernels import gather_pair_kernel, pair_reference
     x = np.random.default_rng(1).standard_normal((300, 1000)).astype(np.float32)
     stats = tc.from_numpy(np.zeros((300, 4), np.float32))
     gather_pair_kernel[(1200,)](tc.from_numpy(x), stats, C=4, BLOCK=256, cluster=4)

@@ -1,7 +1,18 @@
-"""A tc.cluster_gather kernel shared by the interpreter, PTX and GPU tests, and its reference."""
+"""Cluster kernels shared by the interpreter, PTX and GPU tests, and their references."""
 import numpy as np
 
 import tilec as tc
+
+
+@tc.kernel
+def exchange_kernel(buf, out, N: tc.constexpr):
+    # Every program publishes a value, then reads its right neighbour's in the cluster.
+    pid = tc.program_id(0)
+    rank = tc.cluster_rank()
+    tc.store(buf, index=(pid,), tile=tc.full((1,), pid * 10 + 1, tc.int32))
+    tc.cluster_sync()
+    neighbour = pid - rank + (rank + 1) % N
+    tc.store(out, index=(pid,), tile=tc.load(buf, index=(neighbour,), shape=(1,)))
 
 
 @tc.kernel
