@@ -27,7 +27,7 @@ from .errors import CompilationError, DriverError, InterpreterError  # noqa: F40
 from .options import CompileOptions  # noqa: F401
 from .kernel import Kernel, Func, kernel, func  # noqa: F401
 from .language import (  # noqa: F401
-    constexpr, static_range, interpret,
+    constexpr, static_range, range, interpret,
     program_id, num_programs, cluster_rank, cluster_sync, cluster_gather, cdiv, arange, zeros, full,
     load, store, atomic_add, atomic_max, atomic_min, atomic_xchg, atomic_cas,
     dot, where, minimum, maximum, fma, clamp,

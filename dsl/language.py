@@ -12,7 +12,7 @@ import functools
 import threading
 
 __all__ = [
-    "constexpr", "static_range", "interpret", "interpreting", "is_builtin",
+    "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
     "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
@@ -91,6 +91,12 @@ def interpret():
 @builtin
 def static_range(start, end=None, step=1):
     """`for i in tc.static_range(...)`: a loop over constexpr bounds, unrolled at compile time."""
+
+
+@builtin
+def range(start, end=None, step=1, num_stages=None):  # noqa: A001 (tc.range, as Python's)
+    """`for i in tc.range(...)`: a run-time loop, as `range`; `num_stages=S` (a constexpr, 2 to 8)
+    asks that the body's loads be issued S - 1 iterations ahead through shared memory."""
 
 
 @builtin

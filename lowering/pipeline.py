@@ -27,6 +27,7 @@ from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
 from .passes.pipeline_loads import pipeline_loads
+from .passes.prefetch_loads import prefetch_loads
 from .passes.warp_specialize import warp_specialize
 from .passes.reductions import lower_reductions
 from .passes.scans import lower_scans
@@ -56,6 +57,7 @@ PIPELINE: List[Tuple[str, Pass]] = [
     ("assign_layouts", assign_layouts),
     ("accelerate_dot", accelerate_dot),
     ("pipeline_loads", pipeline_loads),
+    ("prefetch_loads", prefetch_loads),    # tc.range(num_stages=) loops
     ("warp_specialize", warp_specialize),
     ("lower_reductions", lower_reductions),
     ("lower_scans", lower_scans),

@@ -37,8 +37,8 @@ import tilec as tc
 
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
 
-__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "softmax_cluster_kernel",
-           "softmax_cluster_loop_kernel", "norm_cluster_kernel"]
+__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "stages_for",
+           "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -113,11 +113,10 @@ def affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.const
     return y
 
 
-@tc.kernel
-def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
-                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
-    rank = tc.cluster_rank()
-    row = tc.program_id(0) // C
+@tc.func
+def _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr, HAS_W: tc.constexpr,
+              HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+    """Chunk `rank` of row `row` normalized with the statistics of the whole row (the exchange)."""
     n = x.shape[1]
     t = tc.load(x, index=(row, rank), shape=(1, BLOCK)).astype(tc.float32)  # 0 past the row's end
     if RMS:
@@ -151,6 +150,23 @@ def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, 
             tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
 
 
+@tc.kernel
+def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+    _norm_row(x, w, b, y, mean_out, rstd_out, eps, tc.program_id(0) // C, tc.cluster_rank(), RMS, HAS_W, HAS_B,
+              STATS, C, BLOCK)
+
+
+@tc.kernel
+def norm_cluster_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                             HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                             STAGES: tc.constexpr):
+    # Persistent: cluster c of G takes rows c, c + G, ..., the next STAGES - 1 rows' chunks
+    # in flight to shared memory (tc.range num_stages) while this one is reduced and stored.
+    for row in tc.range(tc.program_id(0) // C, x.shape[0], tc.num_programs(0) // C, num_stages=STAGES):
+        _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, tc.cluster_rank(), RMS, HAS_W, HAS_B, STATS, C, BLOCK)
+
+
 # Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), at the
 # entry points' options: cluster=C, BLOCK / 1024 warps, fast_math.
 _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
@@ -158,6 +174,7 @@ _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 _NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], eps=f32, {flags}, "
          "C={c}, BLOCK={block}")
 _LOOP = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
+_NORM_LOOP = _NORM + ", STAGES={stages}"
 _SOFTMAX = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 # The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
@@ -172,6 +189,10 @@ SM90_SIGNATURES = [
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=8192)),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=8192)),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=8, block=8192,
+                                                   stages=3)),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=4, block=8192,
+                                                   stages=2)),
 ]
 
 
@@ -211,6 +232,17 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Op
     if block > max_chunk:
         return None
     return ClusterRows(c, block, min(max(block // (32 * PER_THREAD), 1), 32))
+
+
+STAGED_BYTES = 200 * 1024  # shared memory the staged chunks of a persistent program may take
+MAX_STAGES = 3
+
+
+def stages_for(block: int, itemsize: int) -> int:
+    """How many chunks of `block` elements a persistent program stages in shared memory
+    (tc.range num_stages: the current row's and the next ones'): up to MAX_STAGES within
+    STAGED_BYTES; 1 (nothing staged) when two do not fit."""
+    return max(min(MAX_STAGES, STAGED_BYTES // (block * itemsize)), 1)
 
 
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:

@@ -93,6 +93,11 @@ def _static_range(ctx, node, start, end, step):
     raise ctx.error("tc.static_range can only be used as the iterable of a for loop")
 
 
+@builtin_handler(lang.range)
+def _range(ctx, node, start, end, step, num_stages):
+    raise ctx.error("tc.range can only be used as the iterable of a for loop")
+
+
 # ----------------------------------------------------------------------------- construction
 @builtin_handler(lang.arange)
 def _arange(ctx, node, start, end):

@@ -141,10 +141,8 @@ def lower_for(ctx, node):
         raise ctx.error("the loop variable must be a single name", node.target)
     it = node.iter
     callee = eval_expr(ctx, it.func) if isinstance(it, ast.Call) else None
-    if callee is lang.static_range or callee is range:
-        if it.keywords:
-            raise ctx.error(f"{'tc.static_range' if callee is lang.static_range else 'range'}() takes positional "
-                            "arguments only", it)
+    if callee is lang.static_range or callee is range or callee is lang.range:
+        stages = _num_stages(ctx, it, callee)
         args = [eval_expr(ctx, a) for a in it.args]
         if not 1 <= len(args) <= 3:
             raise ctx.error("range takes 1 to 3 arguments (start, end, step)", it)
@@ -160,12 +158,31 @@ def lower_for(ctx, node):
         if is_constexpr(step) and step == 0:
             raise ctx.error("range() step must not be zero", it)
         if _contains_break(node.body):
+            if stages is not None:
+                raise ctx.error("a tc.range loop with num_stages cannot break (its loads are issued ahead of "
+                                "the iterations); use range() or end the loop with its bounds", node)
             return _for_with_break(ctx, node, lb, ub, step)
-        return _for_range(ctx, node, lb, ub, step)
+        return _for_range(ctx, node, lb, ub, step, stages)
     iterable = eval_expr(ctx, it)
     if isinstance(iterable, tuple):
         return _unrolled(ctx, node, iterable)
     raise ctx.error("for loops iterate over range(...), tc.static_range(...) or a compile-time tuple", it)
+
+
+def _num_stages(ctx, it, callee):
+    """The constexpr num_stages of a tc.range loop (None when not given); other keywords are errors."""
+    name = {lang.static_range: "tc.static_range", lang.range: "tc.range"}.get(callee, "range")
+    stages = None
+    for kw in it.keywords:
+        if callee is not lang.range or kw.arg != "num_stages":
+            allowed = "; tc.range also takes num_stages=" if callee is lang.range else " only"
+            raise ctx.error(f"{name}() takes positional start, end and step{allowed}", kw.value)
+        stages = py_scalar(require_constexpr(ctx, eval_expr(ctx, kw.value), "tc.range num_stages", kw.value))
+        if stages is None:
+            continue
+        if not isinstance(stages, int) or isinstance(stages, bool) or not 1 <= stages <= 8:
+            raise ctx.error(f"tc.range num_stages must be an int from 1 to 8 (or None), got {stages!r}", kw.value)
+    return stages if stages is None or stages > 1 else None
 
 
 def _unrolled(ctx, node, values):
@@ -193,7 +210,7 @@ def _bounds(ctx, lb, ub, step, node):
     return [S.ensure_int_scalar(ctx, v, "range bound", d) for v in (lb, ub, step)]
 
 
-def _for_range(ctx, node, lb, ub, step):
+def _for_range(ctx, node, lb, ub, step, stages=None):
     lb, ub, step = _bounds(ctx, lb, ub, step, node)
     target = node.target.id
     body_names = _assigned_names(node.body)
@@ -217,7 +234,8 @@ def _for_range(ctx, node, lb, ub, step):
 
     regions = run_loop(ctx, carried, build)
     ctx.scope = before
-    op = ctx.create(T.ForOp, lb, ub, step, *carried.inits, result_types=carried.types, regions=regions)
+    attrs = {} if stages is None else {"num_stages": stages}
+    op = ctx.create(T.ForOp, lb, ub, step, *carried.inits, result_types=carried.types, regions=regions, **attrs)
     _finish_scope(ctx, before, body_names + [target], carried, [TensorValue(r) for r in op.results])
 
 

@@ -15,6 +15,7 @@ from ...ir import tile_ops as T
 from ...ir.types import TileType
 from ..gpu import ops as G
 from ..gpu.layouts import DistributedLayout
+from ..gpu.mma_ops import slot_layout
 from ..gpu.scan import scan_lanes, scan_thread, scan_warps
 from ..gpu.swizzle import smem_vector
 from ..gpu.stages import axis_bits
@@ -72,9 +73,9 @@ def combine(ctx, block, a: Sequence, b: Sequence) -> List:
     return [ctx.get(v) for v in term.operands]
 
 
-def _smem(ctx, byte_offset: int, elem: ir.Type, index):
+def _smem(ctx, byte_offset, elem: ir.Type, index):
     b = ctx.builder
-    base = b.gep(ctx.shared_base(), [ir.Constant(I32, 0), ir.Constant(I32, byte_offset)], inbounds=True)
+    base = b.gep(ctx.shared_base(), [ir.Constant(I32, 0), _as_value(byte_offset)], inbounds=True)
     base = b.bitcast(base, elem.as_pointer(addrspace=G.SHARED))
     return b.gep(base, [_as_value(index)], inbounds=True)
 
@@ -96,7 +97,7 @@ def _vector_groups(t: TileType, layout, esize: int, dedupe: bool):
     return out
 
 
-def _vec_ptr(ctx, byte_offset: int, ety: ir.Type, off, v: int):
+def _vec_ptr(ctx, byte_offset, ety: ir.Type, off, v: int):
     p = _smem(ctx, byte_offset, ety, _as_value(off))
     return p if v == 1 else ctx.builder.bitcast(p, ir.VectorType(ety, v).as_pointer(addrspace=G.SHARED))
 
@@ -138,7 +139,7 @@ def store_tile(ctx, t: TileType, vals, layout, byte_offset: int, columns=None) -
         b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
 
 
-def _load_tile(ctx, t: TileType, layout, byte_offset: int) -> List:
+def _load_tile(ctx, t: TileType, layout, byte_offset) -> List:
     reg_ty = ctx.ltype(t.element)
     ety = _memory_type(reg_ty)
     esize = t.dtype.itemsize if t.dtype is not None else 8
@@ -195,7 +196,15 @@ def _local_store(ctx, op):
 @rule(G.LocalLoadOp)
 def _local_load(ctx, op):
     alloc = op.operands[0].owner
-    ctx.set(op.result, _load_tile(ctx, op.result.type, alloc.attrs["layout"], alloc.attrs["offset"]))
+    layout, offset = alloc.attrs["layout"], alloc.attrs["offset"]
+    if len(op.operands) > 1:  # slot k of a buffer of slots: its bytes start k slots in
+        slot_bytes = op.result.type.dtype.itemsize
+        for s in alloc.attrs["shape"][1:]:
+            slot_bytes *= s
+        offset = ctx.builder.add(ir.Constant(I32, offset), ctx.builder.mul(ctx.get(op.operands[1]),
+                                                                           ir.Constant(I32, slot_bytes)))
+        layout = slot_layout(layout)
+    ctx.set(op.result, _load_tile(ctx, op.result.type, layout, offset))
 
 
 @rule(G.BarrierOp)

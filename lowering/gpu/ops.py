@@ -17,6 +17,7 @@ barriers, warp shuffles, and the stages of a reduction.
 """
 from __future__ import annotations
 
+from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Op, register_op
 from tilec.ir.types import PointerType, ScalarType, TileType
 
@@ -109,18 +110,24 @@ class LocalStoreOp(Op):
 
 @register_op
 class LocalLoadOp(Op):
-    """Read a shared buffer into registers, in the result type's layout."""
+    """Read a shared buffer (or, with an i32 `slot`, slot `slot` of a buffer whose leading
+    dimension counts the slots) into registers, in the result type's layout."""
     name = "gpu.local_load"
-    operands_spec = ("buffer",)
+    operands_spec = ("buffer", "slot?")
     traits = frozenset({"reads"})
 
     def verify_op(self):
         alloc = _alloc_of(self, self.operands[0])
         t = self.results[0].type
         _layout_of(self, t, "result")
-        if list(t.shape) != alloc.attrs["shape"] or t.dtype is not alloc.results[0].type.pointee:
-            raise self.error(f"cannot load {t} from a buffer of {alloc.attrs['shape']} "
-                             f"{alloc.results[0].type.pointee}")
+        shape = alloc.attrs["shape"]
+        if len(self.operands) > 1:
+            st = self.operands[1].type
+            if not isinstance(st, ScalarType) or st.dtype is not dt.int32:
+                raise self.error(f"the slot index must be an i32 scalar, got {st}")
+            shape = shape[1:]
+        if list(t.shape) != shape or t.dtype is not alloc.results[0].type.pointee:
+            raise self.error(f"cannot load {t} from a buffer of {shape} {alloc.results[0].type.pointee}")
 
 
 @register_op

@@ -52,6 +52,7 @@ from typing import Dict, List, Optional
 
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
+from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, TileType
 
@@ -84,10 +85,12 @@ def _slice(body, roots: List[Value], iv: Value) -> Optional[List[Op]]:
     todo = list(roots)
     while todo:
         v = todo.pop()
+        if isinstance(v, BlockArgument):
+            if v is not iv and v.block is body:
+                return None  # a loop-carried value
+            continue
         op = v.owner
         if op is None:
-            if v is not iv and getattr(v, "block", None) is body:
-                return None  # a loop-carried value
             continue
         if op.parent is not body:
             continue  # defined outside the loop: invariant

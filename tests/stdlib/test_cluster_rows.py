@@ -109,7 +109,8 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
     rowwise.close(y, want, dtype, scale=8)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    assert launched[-1] == ("norm_cluster_kernel", 8)
+    # 2-byte rms_norm rows: persistent clusters, the next rows staged in shared memory
+    assert launched[-1] == ("norm_cluster_kernel" if dtype == "f32" else "norm_cluster_loop_kernel", 8)
     want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
@@ -168,6 +169,21 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     assert launched == [("softmax_cluster_kernel", 4)]
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_rms_norm_of_2_byte_rows_walks_rows_on_fewer_clusters(rowwise, monkeypatch, launched, dtype):
+    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # 7 rows on 2 clusters: rows c, c + 2, ...
+    rng = np.random.default_rng(17)
+    n = 20001
+    x = rowwise.host(3 * rng.standard_normal((7, n)), dtype)
+    w = rowwise.host(rng.standard_normal(n), dtype)
+    y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+    assert launched == [("norm_cluster_loop_kernel", 4)]
+    x64 = rowwise.f64(x)
+    want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    rowwise.close(y, x64 * want_rstd[:, None] * rowwise.f64(w), dtype, scale=4)
+
+
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c", [2, 4, 8])
 def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
@@ -191,6 +207,13 @@ def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
         np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    # the persistent kernel: 4 rows on 3 clusters, staged ahead (the interpreter runs it as range)
+    y2, rstd2 = np.zeros_like(x), np.zeros(4, np.float32)
+    with tc.interpret():
+        CR.norm_cluster_loop_kernel[(3 * c,)](x, w, b, y2, mean, rstd2, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+                                              STATS=True, C=c, BLOCK=block, STAGES=2, cluster=c)
+    np.testing.assert_array_equal(y2, y)
+    np.testing.assert_array_equal(rstd2, rstd)
 
 
 # ----------------------------------------------------------------------------- PTX

@@ -152,6 +152,8 @@ class ForOp(Op):
     The body block takes (iv, *carried) and ends in tile.yield of the next carried values."""
     name = "tile.for"
     operands_spec = ("lb", "ub", "step", "inits*")
+    # tc.range(num_stages=S): prefetch_loads issues the body's loads S - 1 iterations ahead
+    attributes = {"num_stages": A("int", True, None)}
     num_results = None
     num_regions = 1
 

@@ -1,0 +1,215 @@
+"""prefetch_loads: the loads of a `tc.range(..., num_stages=S)` loop, issued S - 1 iterations
+ahead into shared memory with cp.async, so that they fly while the body computes.
+
+A load held in registers until the body uses it keeps its bytes in flight only from
+its issue to its first use; a loop that issues the next iteration's loads early has to
+hold them in registers too. Here every qualifying load of the loop body gets a buffer
+of S slots, one iteration's tile each, and the loop becomes:
+
+    prologue:  for s in 0 .. S-2: copies of iteration s into slot s; gpu.async_commit
+    loop (iteration c, read slot c % S):
+        gpu.async_wait {pending = S - 2}          (this thread's copies of iteration c landed)
+        gpu.barrier                               (only when a copied element is read by
+                                                   another thread: everyone's landed, and
+                                                   everyone has read slot (c - 1) % S)
+        copies of iteration c + S - 1 into slot (c - 1) % S; gpu.async_commit
+        %x = gpu.local_load %buf, c % S           (where the load was)
+        %x = tile.select %mask, %x, %padding      (a masked load with non-zero padding)
+    after:     gpu.async_wait {pending = 0}
+
+The buffer keeps the tile in row-major order without a swizzle, and each thread copies
+the 4-, 8- or 16-byte runs of its own registers: when no element of the load's layout
+is held by two threads, each thread reads back only what it copied itself, so neither
+the landing nor the reuse of a slot needs a barrier. cp.async fills zeros where the mask
+is off and for iterations past the loop's end (no memory is touched there).
+
+A load qualifies when it is a direct child of the loop body, its pointers and mask
+depend on the induction variable and otherwise only on loop invariants (the ops computing
+them are pure; a load of the same tile every iteration is left alone), it moves 4, 8 or
+16 bytes per access (`_vec`) and it does not feed a tensor-core operand buffer
+(pipeline_loads owns those). A loop that already holds cp.async copies (pipeline_loads'
+ring: a wait counts every group its thread committed) is left alone. S shrinks until
+the loop's buffers fit in the arch's shared memory less the buffers already placed and
+STAGED_RESERVE; below 2 stages, or before sm_80 (no cp.async), the loop keeps its loads.
+The loop's num_stages attribute is removed either way.
+
+The copies of later iterations are issued before this iteration's stores: a loop must
+not load what an earlier iteration of it stored (docs/language.md, tc.range).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from tilec import dtypes as dt
+from tilec.ir import Builder, Module, Op, Value
+from tilec.ir import tile_ops as T
+from tilec.ir.types import PointerType, ScalarType, TileType
+
+from ..gpu.layouts import DistributedLayout, SharedLayout
+from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
+from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
+from .dce import dce
+from .pipeline_loads import _clone, _is_zero, _slice
+from .rewrite import build_constant
+from .shared_alloc import SHARED_LIMIT
+
+__all__ = ["prefetch_loads", "STAGED_RESERVE"]
+
+# Shared memory left to the kernel's other buffers (reduction and layout-conversion
+# scratch, cluster exchanges) when the staged loads take the rest.
+STAGED_RESERVE = 16 * 1024
+
+
+class _Load:
+    """A qualifying load of the loop body and the ops that compute its pointers and mask."""
+
+    def __init__(self, op: Op, ops: List[Op]):
+        self.op, self.ops = op, ops
+
+    @property
+    def type(self) -> TileType:
+        return self.op.results[0].type
+
+    @property
+    def nbytes(self) -> int:
+        n = 1
+        for s in self.type.shape:
+            n *= s
+        return n * self.type.dtype.itemsize
+
+    @property
+    def shared_by_threads(self) -> bool:
+        """Some element of the tile is held by more than one thread."""
+        bs = self.type.encoding.bases(self.type.shape)
+        return any(not any(b) for b in bs.lane + bs.warp)
+
+
+def _qualifies(op: Op, body) -> Optional[_Load]:
+    if not isinstance(op, (T.LoadOp, T.LoadMaskedOp)) or op.parent is not body:
+        return None
+    t = op.results[0].type
+    if not isinstance(t, TileType) or not isinstance(t.encoding, DistributedLayout) or t.dtype is None:
+        return None
+    if t.dtype is dt.bool_:
+        return None  # i1 tiles are bytes in memory but bits in registers
+    if t.dtype.itemsize * op.attrs.get("_vec", 1) not in (4, 8, 16):
+        return None
+    if any(isinstance(u, LocalStoreOp) for u, _ in op.results[0].uses):
+        return None  # a tensor-core operand: pipeline_loads' ring, or a synchronous load
+    roots = list(op.operands[:2]) if isinstance(op, T.LoadMaskedOp) else [op.operands[0]]
+    iv = body.args[0]
+    ops = _slice(body, roots, iv)
+    if ops is None or not any(v is iv for v in roots + [o for x in ops for o in x.operands]):
+        return None  # the same tile every iteration: staging it would only copy it again
+    return _Load(op, ops)
+
+
+def _stages(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> int:
+    budget = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024) - STAGED_RESERVE - placed
+    per_stage = sum(ld.nbytes for ld in loads)
+    s = wanted
+    while s >= 2 and s * per_stage > budget:
+        s -= 1
+    return s
+
+
+def _has_cp_async(arch: Optional[str]) -> bool:
+    digits = "".join(ch for ch in (arch or "sm_90a")[3:] if ch.isdigit())
+    return bool(digits) and int(digits) >= 80
+
+
+def _live(at: Builder, iv_value: Value, ub: Value, step: Value) -> Value:
+    """iv_value is an iteration of the loop: below ub going up, above it going down."""
+    zero = build_constant(at, step.type, 0)
+    up = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="gt"), at.value(T.CmpOp, iv_value, ub, pred="lt"))
+    down = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="lt"), at.value(T.CmpOp, iv_value, ub, pred="gt"))
+    return at.value(T.OrOp, up, down)
+
+
+def _issue(at: Builder, ld: _Load, iv: Value, iv_value: Value, live: Value, buf: Value, slot: Value) -> None:
+    """The copies of `ld` for the iteration whose induction variable is `iv_value`."""
+    mapping: Dict[int, Value] = {id(iv): iv_value}
+    _clone(ld.ops, at, mapping)
+    ptrs = mapping.get(id(ld.op.operands[0]), ld.op.operands[0])
+    pt = ptrs.type
+    mask = at.value(T.SplatOp, live, shape=list(pt.shape),
+                    result_types=[TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)])
+    if isinstance(ld.op, T.LoadMaskedOp):
+        mask = at.value(T.AndOp, mapping.get(id(ld.op.operands[1]), ld.op.operands[1]), mask)
+    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=ld.op.attrs.get("_vec", 1))
+
+
+def _buffer(at: Builder, ld: _Load, stages: int) -> Value:
+    rank = len(ld.type.shape)
+    order = tuple(d + 1 for d in range(rank - 1, -1, -1)) + (0,)  # row-major slots, slot slowest
+    return at.create(AllocOp, shape=[stages] + list(ld.type.shape), layout=SharedLayout(1, 1, 1, order),
+                     result_types=[PointerType(ld.type.dtype, SHARED)]).result
+
+
+def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
+    body = loop.body
+    iv = body.args[0]
+    lb, ub, step = loop.operands[:3]
+    ivt = iv.type
+    i32 = ScalarType(dt.int32)
+    ahead = stages - 1
+    pre = Builder().before(loop)
+    pre.loc = loop.loc
+    bufs = [_buffer(pre, ld, stages) for ld in loads]
+    for s in range(ahead):
+        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
+        live = _live(pre, iv_s, ub, step)
+        for ld, buf in zip(loads, bufs):
+            _issue(pre, ld, iv, iv_s, live, buf, build_constant(pre, i32, s))
+        pre.create(AsyncCommitOp)
+
+    first = min(body.ops.index(ld.op) for ld in loads)
+    at = Builder().before(body.ops[first])
+    at.loc = loop.loc
+    count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
+    if ivt != i32:
+        count = at.value(T.CastOp, count, to=dt.int32)
+    n = build_constant(at, i32, stages)
+    read_slot = at.value(T.ModOp, count, n)
+    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead)), n)
+    at.create(AsyncWaitOp, pending=stages - 2)
+    if any(ld.shared_by_threads for ld in loads):
+        at.create(BarrierOp)
+    iv_next = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead)))
+    live = _live(at, iv_next, ub, step)
+    for ld, buf in zip(loads, bufs):
+        _issue(at, ld, iv, iv_next, live, buf, write_slot)
+    at.create(AsyncCommitOp)
+
+    for ld, buf in zip(loads, bufs):
+        op = ld.op
+        nb = Builder().before(op)
+        nb.loc = op.loc
+        value = nb.create(LocalLoadOp, buf, read_slot, result_types=[ld.type]).result
+        if isinstance(op, T.LoadMaskedOp) and not _is_zero(op.operands[2]):
+            value = nb.value(T.SelectOp, op.operands[1], value, op.operands[2])
+        op.results[0].replace_all_uses_with(value)
+        op.erase()
+
+    post = Builder().before(loop)
+    post.index += 1
+    post.create(AsyncWaitOp, pending=0, loc=loop.loc)
+
+
+def prefetch_loads(module: Module, arch: Optional[str] = None, **_options) -> Module:
+    changed = False
+    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+        wanted = loop.attrs.pop("num_stages", None)
+        if wanted is None:
+            continue
+        changed = True
+        if wanted < 2 or not _has_cp_async(arch):
+            continue
+        if any(isinstance(op, AsyncCopyOp) for op in loop.walk()):
+            continue
+        loads = [ld for ld in (_qualifies(op, loop.body) for op in list(loop.body.ops)) if ld is not None]
+        placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
+        stages = _stages(loads, wanted, arch, placed) if loads else 0
+        if stages >= 2:
+            _stage(loop, loads, stages)
+    return dce(module) if changed else module
