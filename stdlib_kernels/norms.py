@@ -219,6 +219,8 @@ def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=
 
     y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last
     dimension. Same dtypes, limits and block-size heuristic as `layer_norm`;
-    rstd is f32 of x.shape[:-1].
+    rstd is f32 of x.shape[:-1]. f16/bf16 rows on clusters run on as many
+    persistent clusters as are resident, each walking rows with the next ones
+    staged in shared memory (`stages_for`: up to 3 chunks, tc.range num_stages).
     """
     return _norm(x, weight, None, eps, return_stats, out, True, "rms_norm")
