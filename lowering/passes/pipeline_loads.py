@@ -63,9 +63,9 @@ from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
-from .rewrite import build_constant
+from .rewrite import build_constant, iteration_count
 
-__all__ = ["pipeline_loads"]
+__all__ = ["pipeline_loads", "issue_copy"]
 
 
 def _with_slots(layout: SharedLayout) -> SharedLayout:
@@ -156,18 +156,25 @@ def _scalar(at: Builder, cls, a: Value, b: Value, **attrs) -> Value:
 
 
 
-def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, buf: Value, iv: Value) -> None:
-    """Copies of `c`'s load for the iteration whose induction variable is `iv_value`."""
+def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value, buf: Value, slot: Value,
+               live) -> None:
+    """cp.async copies of `load` for the iteration whose induction variable is `iv_value`:
+    `ops` (from _slice) recompute its pointers and mask from it, and `live(at)`, built after
+    them, is the i1 scalar "that iteration exists" (copies of others fill zeros)."""
     mapping: Dict[int, Value] = {id(iv): iv_value}
-    _clone(c.ops, at, mapping)
-    ptrs = mapping.get(id(c.load.operands[0]), c.load.operands[0])
+    _clone(ops, at, mapping)
+    ptrs = mapping.get(id(load.operands[0]), load.operands[0])
     pt = ptrs.type
-    live = _scalar(at, T.CmpOp, iv_value, ub, pred="lt")
     mask_t = TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)
-    mask = at.value(T.SplatOp, live, shape=list(pt.shape), result_types=[mask_t])
-    if isinstance(c.load, T.LoadMaskedOp):
-        mask = at.value(T.AndOp, mapping.get(id(c.load.operands[1]), c.load.operands[1]), mask)
-    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=c.load.attrs.get("_vec", 1))
+    mask = at.value(T.SplatOp, live(at), shape=list(pt.shape), result_types=[mask_t])
+    if isinstance(load, T.LoadMaskedOp):
+        mask = at.value(T.AndOp, mapping.get(id(load.operands[1]), load.operands[1]), mask)
+    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=load.attrs.get("_vec", 1))
+
+
+def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, buf: Value, iv: Value) -> None:
+    """Copies of `c`'s load for the iteration whose induction variable is `iv_value` (K loops count up)."""
+    issue_copy(at, c.ops, c.load, iv, iv_value, buf, slot, lambda b: _scalar(b, T.CmpOp, iv_value, ub, pred="lt"))
 
 
 def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int) -> Optional[tuple]:
@@ -234,9 +241,7 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     barrier = body.ops[first_store - 1]
     at = Builder().before(barrier)
     at.loc = loop.loc
-    count = _scalar(at, T.FloorDivOp, _scalar(at, T.SubOp, iv, lb), step)
-    if ivt != i32:
-        count = at.value(T.CastOp, count, to=dt.int32)
+    count = iteration_count(at, iv, lb, step)
     nst = build_constant(at, i32, stages)
     read_slot = _scalar(at, T.ModOp, count, nst)
     write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, build_constant(at, i32, ahead_by)), nst)

@@ -39,7 +39,7 @@ from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
-from .rewrite import build_constant
+from .rewrite import build_constant, iteration_count
 
 __all__ = ["tma_markers", "pipeline_tma"]
 
@@ -100,9 +100,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     barrier = ops[first_store - 1]
     at = Builder().before(barrier)
     at.loc = loop.loc
-    count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
-    if ivt != i32:
-        count = at.value(T.CastOp, count, to=dt.int32)
+    count = iteration_count(at, iv, lb, step)
     nst = build_constant(at, i32, stages)
     read_slot = at.value(T.ModOp, count, nst)
     parity = at.value(T.AndOp, at.value(T.FloorDivOp, count, nst), build_constant(at, i32, 1))

@@ -38,7 +38,7 @@ not load what an earlier iteration of it stored (docs/language.md, tc.range).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
@@ -49,8 +49,8 @@ from ..gpu.layouts import DistributedLayout, SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
 from .dce import dce
-from .pipeline_loads import _clone, _is_zero, _slice
-from .rewrite import build_constant
+from .pipeline_loads import _is_zero, _slice, issue_copy
+from .rewrite import build_constant, iteration_count
 from .shared_alloc import SHARED_LIMIT
 
 __all__ = ["prefetch_loads", "STAGED_RESERVE"]
@@ -126,19 +126,6 @@ def _live(at: Builder, iv_value: Value, ub: Value, step: Value) -> Value:
     return at.value(T.OrOp, up, down)
 
 
-def _issue(at: Builder, ld: _Load, iv: Value, iv_value: Value, live: Value, buf: Value, slot: Value) -> None:
-    """The copies of `ld` for the iteration whose induction variable is `iv_value`."""
-    mapping: Dict[int, Value] = {id(iv): iv_value}
-    _clone(ld.ops, at, mapping)
-    ptrs = mapping.get(id(ld.op.operands[0]), ld.op.operands[0])
-    pt = ptrs.type
-    mask = at.value(T.SplatOp, live, shape=list(pt.shape),
-                    result_types=[TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)])
-    if isinstance(ld.op, T.LoadMaskedOp):
-        mask = at.value(T.AndOp, mapping.get(id(ld.op.operands[1]), ld.op.operands[1]), mask)
-    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=ld.op.attrs.get("_vec", 1))
-
-
 def _buffer(at: Builder, ld: _Load, stages: int) -> Value:
     rank = len(ld.type.shape)
     order = tuple(d + 1 for d in range(rank - 1, -1, -1)) + (0,)  # row-major slots, slot slowest
@@ -160,15 +147,13 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
         iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
         live = _live(pre, iv_s, ub, step)
         for ld, buf in zip(loads, bufs):
-            _issue(pre, ld, iv, iv_s, live, buf, build_constant(pre, i32, s))
+            issue_copy(pre, ld.ops, ld.op, iv, iv_s, buf, build_constant(pre, i32, s), lambda _: live)
         pre.create(AsyncCommitOp)
 
     first = min(body.ops.index(ld.op) for ld in loads)
     at = Builder().before(body.ops[first])
     at.loc = loop.loc
-    count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
-    if ivt != i32:
-        count = at.value(T.CastOp, count, to=dt.int32)
+    count = iteration_count(at, iv, lb, step)
     n = build_constant(at, i32, stages)
     read_slot = at.value(T.ModOp, count, n)
     write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead)), n)
@@ -178,7 +163,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
     iv_next = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead)))
     live = _live(at, iv_next, ub, step)
     for ld, buf in zip(loads, bufs):
-        _issue(at, ld, iv, iv_next, live, buf, write_slot)
+        issue_copy(at, ld.ops, ld.op, iv, iv_next, buf, write_slot, lambda _: live)
     at.create(AsyncCommitOp)
 
     for ld, buf in zip(loads, bufs):

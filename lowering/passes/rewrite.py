@@ -11,6 +11,7 @@ import math
 
 from typing import Callable, Dict, List, Sequence
 
+from tilec import dtypes as dt
 from tilec.ir import Block, Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, element_type
@@ -18,7 +19,7 @@ from tilec.ir.types import ScalarType, element_type
 __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
-    "normalize_constant",
+    "normalize_constant", "iteration_count",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -86,6 +87,14 @@ def make_constant(before: Op, type_, value) -> Value:
 def build_constant(at: Builder, type_, value) -> Value:
     """A tile.constant of `type_` holding `value`, created where the builder `at` stands."""
     return at.create(T.ConstantOp, result_types=[type_], value=value).result
+
+
+def iteration_count(at: Builder, iv: Value, lb: Value, step: Value) -> Value:
+    """(iv - lb) // step as an i32: the iteration of a loop whose induction variable is `iv`
+    (the slot a ring of copies reads is this count modulo its stages)."""
+    count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
+    i32 = ScalarType(dt.int32)
+    return count if count.type == i32 else at.value(T.CastOp, count, to=dt.int32)
 
 
 def replace_op(op: Op, values: Sequence[Value]) -> None:
