@@ -37,7 +37,7 @@ import tilec as tc
 
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
 
-__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "stages_for",
+__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "norm_cluster_rows",
            "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -83,21 +83,25 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     first = tc.program_id(0) // C
     nxt = tc.load(x, index=(first, rank), shape=(1, BLOCK), padding=NEG_INF)
     for row in range(first, x.shape[0], step):
-        cur = nxt                                   # held in x's dtype across the sync
+        cur = nxt
+        # The next row's chunk (padding past the last row: no memory access) loads while
+        # this row is reduced, exchanged, normalized and stored.
+        nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
         t = cur.astype(tc.float32)
         m = tc.max(t)
         m_safe = tc.where(m == NEG_INF, 0.0, m)
-        mp, sp = tc.cluster_gather((m, tc.sum(tc.exp(t - m_safe))), C)
-        # The next row's chunk (padding past the last row: no memory access) loads while
-        # this row is combined, normalized and stored.
-        nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
+        e = tc.exp(t - m_safe)
+        mp, sp = tc.cluster_gather((m, tc.sum(e)), C)
         m_row = tc.max(mp)
         s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
         # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
         if LOG:
-            y = cur.astype(tc.float32) - (m_row + tc.log(s_row))
+            y = cur.astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
         else:
-            y = tc.exp(cur.astype(tc.float32) - m_row) * (1.0 / s_row)
+            # The exps held across the exchange (one exp per element; the ex2 unit, not
+            # memory, bounded the kernel that took them again: 74% -> 80% of copy).
+            scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
+            y = e * tc.where(s_row == 0.0, float("nan"), scale)
         tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
 
 
@@ -114,24 +118,49 @@ def affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.const
 
 
 @tc.func
-def _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr, HAS_W: tc.constexpr,
+def params(w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    """Block k of w and b (BLOCK elements each, in their dtype), loaded once and held: the
+    cluster kernels issue them before the exchange, never after it (H200, rms_norm 4096x65536
+    bf16: loading w after the exchange left its latency in every row, 74% against 81% of
+    copy). A part the norm does not have is a 0-d placeholder nothing reads."""
+    wt = 0.0
+    bt = 0.0
+    if HAS_W:
+        wt = tc.load(w, index=(k,), shape=(BLOCK,))
+    if HAS_B:
+        bt = tc.load(b, index=(k,), shape=(BLOCK,))
+    return wt, bt
+
+
+@tc.func
+def chunk(x, row, rank, RMS: tc.constexpr, BLOCK: tc.constexpr):
+    """Chunk `rank` of row `row` in x's dtype (0 past the row's end; no access past the last
+    row), and layer_norm's shift: the row's first element (every program reads the same one)."""
+    cur = tc.load(x, index=(row, rank), shape=(1, BLOCK))
+    shift = 0.0
+    if not RMS:
+        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+    return cur, shift
+
+
+@tc.func
+def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr, HAS_W: tc.constexpr,
               HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
-    """Chunk `rank` of row `row` normalized with the statistics of the whole row (the exchange)."""
-    n = x.shape[1]
-    t = tc.load(x, index=(row, rank), shape=(1, BLOCK)).astype(tc.float32)  # 0 past the row's end
+    """Chunk `rank` of row `row` (cur, loaded by `chunk`) normalized with the statistics of the
+    whole row (the exchange), scaled and shifted by the held `params`."""
+    t = cur.astype(tc.float32)
     if RMS:
         centre = 0.0    # t is x itself
         mean = 0.0
         var = tc.sum(tc.cluster_gather(tc.sum(t * t), C)) / n
     else:
         # Values shifted by the row's first element: a large mean next to a small spread
-        # then costs no precision in the chunk sums (every program reads the same element).
-        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+        # then costs no precision in the chunk sums.
         t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
         count = tc.maximum(tc.minimum(n - rank * BLOCK, BLOCK), 0)
         mean_k = tc.sum(t) / tc.maximum(count, 1)
         # The centred values are what stays live across the exchange (not t): ptxas then
-        # keeps bf16 rows at 80 registers instead of 113 (three programs per SM, not two).
+        # keeps bf16 rows at 80 registers instead of 113.
         t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
         means, m2 = tc.cluster_gather((mean_k, tc.sum(t * t)), C)
         counts = tc.maximum(tc.minimum(n - tc.arange(0, C) * BLOCK, BLOCK), 0).astype(tc.float32)
@@ -141,7 +170,11 @@ def _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr,
         centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
         mean = mean_d + shift
     rstd = tc.rsqrt(var + eps)
-    out = affine((t - centre) * rstd, w, b, rank, HAS_W, HAS_B, BLOCK)
+    out = (t - centre) * rstd
+    if HAS_W:
+        out = out * wt.astype(tc.float32)
+    if HAS_B:
+        out = out + bt.astype(tc.float32)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
     if STATS:
         if rank == 0:
@@ -153,46 +186,67 @@ def _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr,
 @tc.kernel
 def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                         HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
-    _norm_row(x, w, b, y, mean_out, rstd_out, eps, tc.program_id(0) // C, tc.cluster_rank(), RMS, HAS_W, HAS_B,
-              STATS, C, BLOCK)
+    # One row per cluster.
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // C
+    wt, bt = params(w, b, rank, HAS_W, HAS_B, BLOCK)
+    cur, shift = chunk(x, row, rank, RMS, BLOCK)
+    _norm_row(cur, shift, wt, bt, x.shape[1], y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
+              BLOCK)
 
 
 @tc.kernel
 def norm_cluster_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                              HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                              STAGES: tc.constexpr):
-    # Persistent: cluster c of G takes rows c, c + G, ..., the next STAGES - 1 rows' chunks
-    # in flight to shared memory (tc.range num_stages) while this one is reduced and stored.
-    for row in tc.range(tc.program_id(0) // C, x.shape[0], tc.num_programs(0) // C, num_stages=STAGES):
-        _norm_row(x, w, b, y, mean_out, rstd_out, eps, row, tc.cluster_rank(), RMS, HAS_W, HAS_B, STATS, C, BLOCK)
+    # Persistent: cluster c of G takes rows c, c + G, ..., w and b held throughout. The next
+    # row is in flight while this one is reduced, exchanged and stored: STAGES = 1 in
+    # registers (loaded before this row's reductions), else the next STAGES - 1 rows staged
+    # in shared memory (tc.range num_stages).
+    rank = tc.cluster_rank()
+    step = tc.num_programs(0) // C
+    first = tc.program_id(0) // C
+    n = x.shape[1]
+    wt, bt = params(w, b, rank, HAS_W, HAS_B, BLOCK)
+    if STAGES == 1:
+        nxt, nshift = chunk(x, first, rank, RMS, BLOCK)
+        for row in range(first, x.shape[0], step):
+            cur, shift = nxt, nshift
+            nxt, nshift = chunk(x, row + step, rank, RMS, BLOCK)
+            _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
+                      BLOCK)
+    else:
+        for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
+            cur, shift = chunk(x, row, rank, RMS, BLOCK)
+            _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
+                      BLOCK)
 
 
-# Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), at the
-# entry points' options: cluster=C, BLOCK / 1024 warps, fast_math.
+# Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the
+# warps the entry points launch them with (cluster=C, fast_math).
 _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 _NORM = ("x={d}{V2}, w={d}{V1}, b={d}{V1}, y={d}{V2}, mean_out=f32[?], rstd_out=f32[?], eps=f32, {flags}, "
          "C={c}, BLOCK={block}")
-_LOOP = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 _NORM_LOOP = _NORM + ", STAGES={stages}"
 _SOFTMAX = "x={d}{V2}, out={d}{V2}, LOG={log}, C={c}, BLOCK={block}"
 # The divisibility an entry point's launch of 16-aligned rows specializes on (16-byte accesses).
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
 SM90_SIGNATURES = [
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="bf16", log=False, c=8, block=32768)),
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f32", log=False, c=8, block=32768)),
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, V1=_V1, d="f16", log=True, c=8, block=8192)),
-    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="bf16", log=False, c=8, block=32768)),
-    ("softmax_cluster_loop_kernel", _LOOP.format(V2=_V2, d="f16", log=True, c=8, block=32768)),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=16384)),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=2, block=8192)),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384)),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=8192)),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=8192)),
-    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=8, block=8192,
-                                                   stages=3)),
-    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=4, block=8192,
-                                                   stages=2)),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=16384), 16),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768), 32),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=8192), 8),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384), 8),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=16384), 8),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=2, block=16384), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=16384,
+                                                   stages=1), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=4, block=16384,
+                                                   stages=2), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384,
+                                                   stages=2), 16),
 ]
 
 
@@ -234,15 +288,26 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Op
     return ClusterRows(c, block, min(max(block // (32 * PER_THREAD), 1), 32))
 
 
-STAGED_BYTES = 200 * 1024  # shared memory the staged chunks of a persistent program may take
-MAX_STAGES = 3
+def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], itemsize: int) -> Optional[ClusterRows]:
+    """The norms' cluster launch of rows of `n_cols` elements of `itemsize` bytes, or None.
 
-
-def stages_for(block: int, itemsize: int) -> int:
-    """How many chunks of `block` elements a persistent program stages in shared memory
-    (tc.range num_stages: the current row's and the next ones'): up to MAX_STAGES within
-    STAGED_BYTES; 1 (nothing staged) when two do not fit."""
-    return max(min(MAX_STAGES, STAGED_BYTES // (block * itemsize)), 1)
+    Applies on sm_90+ to rows longer than one program's tile and at most 8 * MAX_NORM_CHUNK
+    long. C is the smallest of 2, 4, 8 whose chunks hold at most MAX_NORM_CHUNK elements;
+    BLOCK = next_pow2(cdiv(n_cols, C)); each thread holds 32 elements of an f32 chunk, 64
+    of a 2-byte one (a 16384-element chunk: 16 / 8 warps). Measured on an H200 at
+    4096x65536 (% of copy): f32 rms_norm 90% in chunks of 8192 at 8 warps, 91% in chunks
+    of 16384 at 16; the staged f32 layer_norm needs the 16384-element chunks (69% at 8192
+    and 8 warps: one program per SM); bf16 rms_norm 81% at 8192 / 8 warps, 85% at 16384
+    / 8 warps.
+    """
+    if tuple(capability) < (9, 0) or n_cols <= MAX_SINGLE_TILE:
+        return None
+    c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= MAX_NORM_CHUNK), None)
+    if c is None:
+        return None
+    block = next_pow2(tc.cdiv(n_cols, c))
+    per_thread = PER_THREAD if itemsize == 4 else 2 * PER_THREAD
+    return ClusterRows(c, block, max(block // (32 * per_thread), 1))
 
 
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:

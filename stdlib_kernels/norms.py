@@ -26,6 +26,8 @@ from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
 
+LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
+
 
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
@@ -150,22 +152,22 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
-        # 63 -> 73, f32 63 -> 85; layer_norm f32 58 -> 67, but layer_norm bf16 69 -> 45 (55 once the
-        # kernel held the centred values at 80 registers): kept looped
+        # 63 -> 85, f32 63 -> 91; layer_norm f32 58 -> 88, but layer_norm bf16 69 -> 45-69: kept looped
         clusters = rms or a.dtype.itemsize == 4
-        cl = None if cfg.single or not clusters else _cluster_rows.cluster_rows(
-            n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_NORM_CHUNK)
+        cl = None if cfg.single or not clusters else _cluster_rows.norm_cluster_rows(
+            n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize)
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block)
             kernel, grid = _cluster_rows.norm_cluster_kernel, cl.grid(n_rows)
-            stages = _cluster_rows.stages_for(cl.block, a.dtype.itemsize)
-            if rms and a.dtype.itemsize == 2 and stages > 1:
-                # 2-byte rms_norm: persistent clusters with the next rows staged in shared memory
-                # (H200, 4096x65536 bf16: 70% -> 80% of copy; f32 rms_norm and layer_norm measured
-                # slower that way than one row per cluster, 80% / 64% against 85% / 66%).
+            if a.dtype.itemsize == 4:
+                # f32 rows: persistent clusters holding w and b, the next row in flight during
+                # this one's exchange (rms_norm: in registers, 85% -> 90-91% of copy; layer_norm,
+                # whose centred chunk and w and b leave no registers for it: staged in shared
+                # memory, 66% -> 88%). 2-byte rms_norm rows measured best one row per cluster.
+                stages = 1 if rms else LN_STAGES
                 loop = _cluster_rows.norm_cluster_loop_kernel
                 resident = _cluster_rows.resident_clusters(a, loop, args, cl, STAGES=stages, **flags)
                 if resident is not None:

@@ -13,6 +13,8 @@ combines them and normalizes. All math is in f32 whatever the storage type.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
@@ -141,6 +143,10 @@ CLUSTER_MIN_WAVES = 2   # clusters (one read of the row) from this many programs
 # softmax of 2-byte rows whose cluster chunks hold this many elements (one program per SM) runs on persistent
 # clusters that load the next row during the sync (H200, 1024x262144 bf16: 58% -> 72% of copy)
 LOOP_MIN_CHUNK = 32768
+# Warps of the persistent kernel: 64 elements per thread, so that the current and the next row's
+# chunk both fit in registers (128 per thread) while the next one loads during this one's
+# reductions (H200, 1024x262144 bf16 log_softmax: 70% -> 81% of copy; softmax 75% either way)
+LOOP_WARPS = 16
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -157,10 +163,10 @@ def _softmax(x, dim, out, log: bool, op: str):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block)
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         if a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
-            loop = _cluster_rows.softmax_cluster_loop_kernel
-            resident = _cluster_rows.resident_clusters(a, loop, args, cl, **flags)
+            loop, looped = _cluster_rows.softmax_cluster_loop_kernel, replace(cl, num_warps=LOOP_WARPS)
+            resident = _cluster_rows.resident_clusters(a, loop, args, looped, **flags)
             if resident is not None:
-                kernel, grid = loop, (min(n_rows, resident) * cl.c,)
+                kernel, grid, cl = loop, (min(n_rows, resident) * cl.c,), looped
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
     n_tiles = tc.cdiv(n_cols, cfg.block)

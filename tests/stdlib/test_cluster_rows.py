@@ -40,21 +40,35 @@ def launched(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the heuristic
-@pytest.mark.parametrize("n_cols,max_chunk,want", [
-    (16384, CR.MAX_SOFTMAX_CHUNK, None),               # one program's tile: no cluster
-    (16385, CR.MAX_SOFTMAX_CHUNK, (4, 8192, 8)),       # chunks of at most 8192 elements
-    (32768, CR.MAX_NORM_CHUNK, (4, 8192, 8)),
-    (65536, CR.MAX_NORM_CHUNK, (8, 8192, 8)),
-    (70001, CR.MAX_NORM_CHUNK, (8, 16384, 16)),        # 8 programs, longer chunks
-    (131072, CR.MAX_NORM_CHUNK, (8, 16384, 16)),
-    (131073, CR.MAX_NORM_CHUNK, None),                 # norms: 16384 per program at most
-    (262144, CR.MAX_SOFTMAX_CHUNK, (8, 32768, 32)),    # softmax: 32768 at 32 warps
-    (262145, CR.MAX_SOFTMAX_CHUNK, None),
+@pytest.mark.parametrize("n_cols,want", [
+    (16384, None),                                     # one program's tile: no cluster
+    (16385, (4, 8192, 8)),                             # chunks of at most 8192 elements
+    (65536, (8, 8192, 8)),
+    (70001, (8, 16384, 16)),                           # 8 programs, longer chunks
+    (262144, (8, 32768, 32)),                          # softmax: 32768 at 32 warps
+    (262145, None),
 ])
-def test_cluster_heuristic(n_cols, max_chunk, want):
-    got = CR.cluster_rows(n_cols, (9, 0), max_chunk)
+def test_cluster_heuristic(n_cols, want):
+    got = CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK)
     assert (None if got is None else (got.c, got.block, got.num_warps)) == want
-    assert CR.cluster_rows(n_cols, (8, 6), max_chunk) is None   # clusters need sm_90
+    assert CR.cluster_rows(n_cols, (8, 6), CR.MAX_SOFTMAX_CHUNK) is None   # clusters need sm_90
+
+
+@pytest.mark.parametrize("n_cols,itemsize,want", [
+    (16384, 4, None),                                  # one program's tile: no cluster
+    (16385, 4, (2, 16384, 16)),                        # chunks of at most 16384, 32 per thread for f32
+    (16385, 2, (2, 16384, 8)),                         # 64 per thread for 2-byte types
+    (32768, 4, (2, 16384, 16)),
+    (65536, 4, (4, 16384, 16)),
+    (65536, 2, (4, 16384, 8)),
+    (70001, 4, (8, 16384, 16)),
+    (131072, 2, (8, 16384, 8)),
+    (131073, 4, None),                                 # 8 programs of 16384 at most
+])
+def test_norm_cluster_heuristic(n_cols, itemsize, want):
+    got = CR.norm_cluster_rows(n_cols, (9, 0), itemsize)
+    assert (None if got is None else (got.c, got.block, got.num_warps)) == want
+    assert CR.norm_cluster_rows(n_cols, (8, 6), itemsize) is None   # clusters need sm_90
 
 
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
@@ -94,14 +108,14 @@ def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     rng = np.random.default_rng(12)
-    n = 40007                                             # 8 chunks of 8192, the last empty
+    n = 40007                                             # 4 chunks of 16384: one part-filled, one empty
     x = rowwise.host(500 + 4 * rng.standard_normal((2, 3, n)), dtype)
     w = rng.standard_normal(n).astype(np.float32)
     b = rowwise.host(rng.standard_normal(n), dtype)
     x64 = rowwise.f64(x)
     y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
-    # layer_norm of 2-byte rows stays on the looped kernel (measured faster there)
-    assert (launched[0] == ("norm_cluster_kernel", 8)) == (dtype == "f32")
+    # f32 rows: persistent clusters; layer_norm of 2-byte rows stays on the looped kernel
+    assert (launched[0] == ("norm_cluster_loop_kernel", 4)) == (dtype == "f32")
     want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
     want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[..., None] * w + rowwise.f64(b)
     assert mean.shape == rstd.shape == (2, 3)
@@ -109,8 +123,8 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
     rowwise.close(y, want, dtype, scale=8)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    # 2-byte rms_norm rows: persistent clusters, the next rows staged in shared memory
-    assert launched[-1] == ("norm_cluster_kernel" if dtype == "f32" else "norm_cluster_loop_kernel", 8)
+    # 2-byte rms_norm rows: one row per cluster
+    assert launched[-1] == ("norm_cluster_loop_kernel" if dtype == "f32" else "norm_cluster_kernel", 4)
     want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
@@ -169,19 +183,26 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     assert launched == [("softmax_cluster_kernel", 4)]
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_rms_norm_of_2_byte_rows_walks_rows_on_fewer_clusters(rowwise, monkeypatch, launched, dtype):
+@pytest.mark.parametrize("rms", [False, True])
+def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # 7 rows on 2 clusters: rows c, c + 2, ...
     rng = np.random.default_rng(17)
     n = 20001
-    x = rowwise.host(3 * rng.standard_normal((7, n)), dtype)
-    w = rowwise.host(rng.standard_normal(n), dtype)
-    y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    assert launched == [("norm_cluster_loop_kernel", 4)]
-    x64 = rowwise.f64(x)
-    want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
+    x = (40 + 3 * rng.standard_normal((7, n))).astype(np.float32)
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x64 = x.astype(np.float64)
+    if rms:
+        y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+        want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
+        want = x64 * want_rstd[:, None] * w
+    else:
+        y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-6, return_stats=True)
+        want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-6)
+        want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[:, None] * w + b
+        np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
+    assert launched == [("norm_cluster_loop_kernel", 2)]
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
-    rowwise.close(y, x64 * want_rstd[:, None] * rowwise.f64(w), dtype, scale=4)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("rms", [False, True])
@@ -207,22 +228,24 @@ def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
         np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
-    # the persistent kernel: 4 rows on 3 clusters, staged ahead (the interpreter runs it as range)
-    y2, rstd2 = np.zeros_like(x), np.zeros(4, np.float32)
-    with tc.interpret():
-        CR.norm_cluster_loop_kernel[(3 * c,)](x, w, b, y2, mean, rstd2, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
-                                              STATS=True, C=c, BLOCK=block, STAGES=2, cluster=c)
-    np.testing.assert_array_equal(y2, y)
-    np.testing.assert_array_equal(rstd2, rstd)
+    # the persistent kernel: 4 rows on 3 clusters, the next row in registers (1 stage) or
+    # staged ahead (the interpreter runs tc.range as range)
+    for stages in (1, 2):
+        y2, rstd2 = np.zeros_like(x), np.zeros(4, np.float32)
+        with tc.interpret():
+            CR.norm_cluster_loop_kernel[(3 * c,)](x, w, b, y2, mean, rstd2, 1e-5, RMS=rms, HAS_W=True,
+                                                  HAS_B=not rms, STATS=True, C=c, BLOCK=block, STAGES=stages,
+                                                  cluster=c)
+        np.testing.assert_array_equal(y2, y)
+        np.testing.assert_array_equal(rstd2, rstd)
 
 
 # ----------------------------------------------------------------------------- PTX
-@pytest.mark.parametrize("name,sig", CR.SM90_SIGNATURES)
-def test_cluster_kernels_assemble_for_sm90a(name, sig):
+@pytest.mark.parametrize("name,sig,warps", CR.SM90_SIGNATURES)
+def test_cluster_kernels_assemble_for_sm90a(name, sig, warps):
     k = getattr(CR, name)
     spec = k.specialization(sig)
-    c, block = spec.constexprs["C"], spec.constexprs["BLOCK"]
-    warps = block // (32 * CR.PER_THREAD)                  # the entry points' warps for this chunk
+    c = spec.constexprs["C"]
     compiled = k.compile(spec, arch="sm_90a", num_warps=warps, fast_math=True, cluster=c)
     ptx = compiled.asm["ptx"]
     assert re.search(rf"\.reqnctapercluster\s+{c}\s*,\s*1\s*,\s*1", ptx)
