@@ -16,15 +16,21 @@ Statistics per chunk and how they combine:
   large mean cancels nothing); Chan's formula gives the row's
   mean = sum(n_k mean_k) / n and M2 = sum(M2_k) + sum(n_k (mean_k - mean)^2).
 - rms_norm: the chunk's sum of squares; the row's is their sum.
-softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
-131072) run
-persistent (softmax_cluster_loop_kernel): as many clusters as can be resident (the
-driver's count, `resident_clusters`) walk rows c, c + G, ...; each program holds its
-chunk in the input's dtype, issues the next row's loads right after the exchange
-(they fly while this row is normalized and stored), and computes exp again from the
-held values after the exchange instead of holding the exps (no registers for two f32
-chunks at 64 per thread). One program per SM holds 64 KB: without the early loads
-nothing was in flight during the reductions and the sync.
+What bounds these kernels is what is in flight while a program reduces and waits at the
+exchange, so the persistent ones keep the next row loading meanwhile:
+- softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
+  131072) run persistent (softmax_cluster_loop_kernel): as many clusters as can be
+  resident (the driver's count, `resident_clusters`) walk rows c, c + G, ...; at 16
+  warps (64 elements per thread, 128 registers) each program holds its chunk in x's
+  dtype and issues the next row's loads before this row's reductions; softmax holds
+  the f32 exps across the exchange (one exp per element: two made the ex2 unit the
+  bound).
+- the norms of f32 rows run persistent too (norm_cluster_loop_kernel), w and b loaded
+  once and held: rms_norm loads the next row into registers before this row's
+  reduction (STAGES = 1); layer_norm, whose centred chunk and w and b fill the
+  registers, stages the next row in shared memory (STAGES = 2, tc.range num_stages).
+- 2-byte rms_norm rows run one row per cluster (norm_cluster_kernel), w loaded before
+  the exchange; 2-byte layer_norm rows measured faster looped (norms.py).
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
 sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
 """

@@ -205,12 +205,15 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
     131072 elements (rms_norm: every dtype) run on thread-block clusters
     instead, whatever the number of rows (2-byte layer_norm rows measured
-    faster looped): C = 2, 4 or 8 programs per row, the smallest whose chunks hold at
-    most 8192 elements (else 8, chunks up to 16384); 32 elements per thread
-    (chunk / 1024 warps). Each program keeps its chunk in registers, writes the
-    chunk's mean and centred sum of squares (rms_norm: sum of squares) to an
-    f32 workspace of rows x C, waits at tc.cluster_sync() and combines its
-    row's C partials (Chan's formula): one read of the row.
+    faster looped): C = 2, 4 or 8 programs per row, the smallest whose chunks
+    hold at most 16384 elements; 32 elements per thread for f32, 64 for
+    f16/bf16 (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
+    in registers and exchanges the chunk's mean and centred sum of squares
+    (rms_norm: sum of squares) with the others of its cluster
+    (tc.cluster_gather), which it combines with Chan's formula: one read of the
+    row. f32 rows run on as many persistent clusters as are resident, w and b
+    held, the next row in flight during the exchange (rms_norm: in registers;
+    layer_norm: staged in shared memory, LN_STAGES).
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 
@@ -221,8 +224,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=
 
     y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last
     dimension. Same dtypes, limits and block-size heuristic as `layer_norm`;
-    rstd is f32 of x.shape[:-1]. f16/bf16 rows on clusters run on as many
-    persistent clusters as are resident, each walking rows with the next ones
-    staged in shared memory (`stages_for`: up to 3 chunks, tc.range num_stages).
+    rstd is f32 of x.shape[:-1]. f16/bf16 rows on clusters run one row per
+    cluster, w loaded before the exchange.
     """
     return _norm(x, weight, None, eps, return_stats, out, True, "rms_norm")

@@ -211,12 +211,12 @@ def softmax(x, dim: int = -1, out=None):
     fewer rows take the split path above): C is the smallest whose chunks
     hold at most 8192 elements, or 8 with chunks of up to 32768; each program
     holds its chunk in registers (32 elements per thread, chunk / 1024 warps),
-    writes the chunk's max and sum of exp to an f32 workspace (rows x C each),
-    waits at tc.cluster_sync(), combines its row's C pairs and writes its chunk:
-    the row is read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16
-    rows with chunks of 32768 (LOOP_MIN_CHUNK) runs on as many persistent
-    clusters as the device holds at once, each walking rows and loading the
-    next row's chunk during the current row's sync (`_cluster_rows`).
+    exchanges the chunk's max and sum of exp with the others of its cluster
+    (tc.cluster_gather), combines the C pairs and writes its chunk: the row is
+    read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16 rows with
+    chunks of 32768 (LOOP_MIN_CHUNK) runs on as many persistent clusters as the
+    device holds at once, at LOOP_WARPS = 16, each walking rows and loading the
+    next row's chunk while it reduces, exchanges and stores the current one.
     """
     return _softmax(x, dim, out, False, "softmax")
 
