@@ -43,7 +43,7 @@ import tilec as tc
 
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
 
-__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "norm_cluster_rows",
+__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "persistent_grid", "norm_cluster_rows",
            "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -112,18 +112,6 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
 
 
 @tc.func
-def affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
-    """y * w[k] + b[k] in f32 (block k of BLOCK elements; each part where the norm has it):
-    the norms' last step, in every one of their kernels (norms.py too). w and b are 1-D:
-    their (BLOCK,) tile broadcasts over the rows of y."""
-    if HAS_W:
-        y = y * tc.load(w, index=(k,), shape=(BLOCK,)).astype(tc.float32)
-    if HAS_B:
-        y = y + tc.load(b, index=(k,), shape=(BLOCK,)).astype(tc.float32)
-    return y
-
-
-@tc.func
 def params(w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
     """Block k of w and b (BLOCK elements each, in their dtype), loaded once and held: the
     cluster kernels issue them before the exchange, never after it (H200, rms_norm 4096x65536
@@ -136,6 +124,25 @@ def params(w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexp
     if HAS_B:
         bt = tc.load(b, index=(k,), shape=(BLOCK,))
     return wt, bt
+
+
+@tc.func
+def affine(y, w, b, k, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    """y * w[k] + b[k] in f32 (block k of BLOCK elements; each part where the norm has it):
+    the norms' last step in their tile and looped kernels (norms.py). w and b are 1-D:
+    their (BLOCK,) tile broadcasts over the rows of y."""
+    wt, bt = params(w, b, k, HAS_W, HAS_B, BLOCK)
+    return scale_shift(y, wt, bt, HAS_W, HAS_B)
+
+
+@tc.func
+def scale_shift(y, wt, bt, HAS_W: tc.constexpr, HAS_B: tc.constexpr):
+    """y * wt + bt in f32, each part where the norm has it (wt, bt from `params`)."""
+    if HAS_W:
+        y = y * wt.astype(tc.float32)
+    if HAS_B:
+        y = y + bt.astype(tc.float32)
+    return y
 
 
 @tc.func
@@ -176,11 +183,7 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
         centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
         mean = mean_d + shift
     rstd = tc.rsqrt(var + eps)
-    out = (t - centre) * rstd
-    if HAS_W:
-        out = out * wt.astype(tc.float32)
-    if HAS_B:
-        out = out + bt.astype(tc.float32)
+    out = scale_shift((t - centre) * rstd, wt, bt, HAS_W, HAS_B)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
     if STATS:
         if rank == 0:
@@ -276,44 +279,36 @@ def device_capability(a: Arr) -> Tuple[int, int]:
     return tuple(driver.get_device(a.device).capability)
 
 
-def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int) -> Optional[ClusterRows]:
+def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk: int = CLUSTER_CHUNK,
+                 per_thread: int = PER_THREAD) -> Optional[ClusterRows]:
     """The cluster launch of rows of `n_cols` elements, or None where it does not apply.
 
     Applies on sm_90+ to rows longer than one program's tile (MAX_SINGLE_TILE) and at
     most 8 * max_chunk long (MAX_SOFTMAX_CHUNK, MAX_NORM_CHUNK). C is the smallest of
-    2, 4, 8 whose chunks hold at most CLUSTER_CHUNK elements (8 beyond that, with
-    longer chunks); BLOCK = next_pow2(cdiv(n_cols, C)); num_warps = BLOCK / 1024, so
-    every thread holds PER_THREAD = 32 elements (8192-element chunks: 8 warps).
+    2, 4, 8 whose chunks hold at most `chunk` elements (8 beyond that, with longer
+    chunks); BLOCK = next_pow2(cdiv(n_cols, C)); num_warps = BLOCK / (32 * per_thread),
+    so every thread holds `per_thread` elements (softmax: 8192-element chunks at 8 warps).
     """
     if tuple(capability) < (9, 0) or n_cols <= MAX_SINGLE_TILE:
         return None
-    c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= CLUSTER_CHUNK), 8)
+    c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= chunk), 8)
     block = next_pow2(tc.cdiv(n_cols, c))
     if block > max_chunk:
         return None
-    return ClusterRows(c, block, min(max(block // (32 * PER_THREAD), 1), 32))
+    return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
 
 
 def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], itemsize: int) -> Optional[ClusterRows]:
-    """The norms' cluster launch of rows of `n_cols` elements of `itemsize` bytes, or None.
-
-    Applies on sm_90+ to rows longer than one program's tile and at most 8 * MAX_NORM_CHUNK
-    long. C is the smallest of 2, 4, 8 whose chunks hold at most MAX_NORM_CHUNK elements;
-    BLOCK = next_pow2(cdiv(n_cols, C)); each thread holds 32 elements of an f32 chunk, 64
-    of a 2-byte one (a 16384-element chunk: 16 / 8 warps). Measured on an H200 at
+    """The norms' cluster launch of rows of `n_cols` elements of `itemsize` bytes, or None:
+    `cluster_rows` with chunks of up to MAX_NORM_CHUNK elements, 32 per thread for f32 and 64
+    for 2-byte types (a 16384-element chunk: 16 / 8 warps). Measured on an H200 at
     4096x65536 (% of copy): f32 rms_norm 90% in chunks of 8192 at 8 warps, 91% in chunks
     of 16384 at 16; the staged f32 layer_norm needs the 16384-element chunks (69% at 8192
     and 8 warps: one program per SM); bf16 rms_norm 81% at 8192 / 8 warps, 85% at 16384
     / 8 warps.
     """
-    if tuple(capability) < (9, 0) or n_cols <= MAX_SINGLE_TILE:
-        return None
-    c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= MAX_NORM_CHUNK), None)
-    if c is None:
-        return None
-    block = next_pow2(tc.cdiv(n_cols, c))
     per_thread = PER_THREAD if itemsize == 4 else 2 * PER_THREAD
-    return ClusterRows(c, block, max(block // (32 * per_thread), 1))
+    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=MAX_NORM_CHUNK, per_thread=per_thread)
 
 
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:
@@ -332,3 +327,11 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constex
     register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
     compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **constexprs)
     return load(compiled, a.device).max_active_clusters or None
+
+
+def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, **constexprs):
+    """The grid of a persistent `kernel` walking `n_rows` rows on `cl`: as many clusters as are
+    resident, at most one per row; None when the driver cannot tell (launch one row per
+    cluster instead)."""
+    resident = resident_clusters(a, kernel, args, cl, **constexprs)
+    return None if resident is None else (min(n_rows, resident) * cl.c,)

@@ -169,9 +169,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 # memory, 66% -> 88%). 2-byte rms_norm rows measured best one row per cluster.
                 stages = 1 if rms else LN_STAGES
                 loop = _cluster_rows.norm_cluster_loop_kernel
-                resident = _cluster_rows.resident_clusters(a, loop, args, cl, STAGES=stages, **flags)
-                if resident is not None:
-                    kernel, grid = loop, (min(n_rows, resident) * cl.c,)
+                persistent = _cluster_rows.persistent_grid(a, loop, args, cl, n_rows, STAGES=stages, **flags)
+                if persistent is not None:
+                    kernel, grid = loop, persistent
                     flags["STAGES"] = stages
             launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         else:

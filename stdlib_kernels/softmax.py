@@ -164,9 +164,9 @@ def _softmax(x, dim, out, log: bool, op: str):
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         if a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
             loop, looped = _cluster_rows.softmax_cluster_loop_kernel, replace(cl, num_warps=LOOP_WARPS)
-            resident = _cluster_rows.resident_clusters(a, loop, args, looped, **flags)
-            if resident is not None:
-                kernel, grid, cl = loop, (min(n_rows, resident) * cl.c,), looped
+            persistent = _cluster_rows.persistent_grid(a, loop, args, looped, n_rows, **flags)
+            if persistent is not None:
+                kernel, grid, cl = loop, persistent, looped
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
     n_tiles = tc.cdiv(n_cols, cfg.block)

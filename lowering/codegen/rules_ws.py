@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from llvmlite import ir
 
 from ..gpu.ws_ops import WarpSpecializeOp
@@ -25,6 +27,17 @@ def _lower(ctx, region) -> None:
         raise ValueError("a gpu.warp_specialize region yields no values")
 
 
+@contextmanager
+def _setting(ctx, name: str, value):
+    """ctx.<name> = value while one role's region is lowered, then what it was."""
+    saved = getattr(ctx, name)
+    setattr(ctx, name, value)
+    try:
+        yield
+    finally:
+        setattr(ctx, name, saved)
+
+
 @rule(WarpSpecializeOp)
 def _warp_specialize(ctx, op):
     b = ctx.builder
@@ -35,21 +48,13 @@ def _warp_specialize(ctx, op):
     b.position_at_end(producer)
     _setmaxnreg(ctx, "dec", op.attrs["producer_regs"])
     with b.if_then(b.icmp_unsigned("==", ctx.warp, ir.Constant(I32, ctx.num_warps))):
-        saved = ctx.leader_tid
-        ctx.leader_tid = consumers
-        try:
+        with _setting(ctx, "leader_tid", consumers):
             _lower(ctx, op.regions[0])
-        finally:
-            ctx.leader_tid = saved
     b.branch(merge)
 
     b.position_at_end(consumer)
     _setmaxnreg(ctx, "inc", op.attrs["consumer_regs"])
-    saved = ctx.named_barrier
-    ctx.named_barrier = (_CONSUMER_BARRIER, consumers)
-    try:
+    with _setting(ctx, "named_barrier", (_CONSUMER_BARRIER, consumers)):
         _lower(ctx, op.regions[1])
-    finally:
-        ctx.named_barrier = saved
     b.branch(merge)
     b.position_at_end(merge)

@@ -8,6 +8,8 @@ import pytest
 import tilec as tc
 from tilec.specialize import parse_signature
 
+from err_marker import err_line
+
 GLOBAL_LIST = [1, 2]
 GLOBAL_BLOCK = tc.constexpr(64)
 
@@ -26,14 +28,6 @@ def helper2(a, b):
     return a + b
 
 
-def _err_line(kernel):
-    lines, first = inspect.getsourcelines(kernel.fn)
-    for i, text in enumerate(lines):
-        if "# ERR" in text:
-            return first + i
-    raise AssertionError("no # ERR marker")
-
-
 def _compile(kernel, sig):
     return kernel.ir(parse_signature(kernel, sig))
 
@@ -44,7 +38,7 @@ def check(kernel, sig, *fragments, line_of=None):
     err = info.value
     for f in fragments:
         assert f in err.msg, err.msg
-    assert err.loc.line == _err_line(line_of or kernel), (err.loc, str(err))
+    assert err.loc.line == err_line(line_of or kernel), (err.loc, str(err))
     assert err.loc.file == __file__
     assert err.loc.col >= 1
     text = str(err)

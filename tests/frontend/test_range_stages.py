@@ -1,13 +1,14 @@
 """tc.range: a run-time loop like range; num_stages=S (a constexpr 2 to 8) marks its tile.for for
 prefetch_loads. The IR it gives, every mistake the frontend reports (message and `# ERR` line),
 and the interpreter running it as range."""
-import inspect
 
 import numpy as np
 import pytest
 
 import tilec as tc
 from tilec.ir import parse, print_module, verify
+
+from err_marker import err_line
 
 STAGES = tc.constexpr(4)
 
@@ -23,21 +24,13 @@ def _for_lines(text):
     return [line.strip() for line in text.splitlines() if "= tile.for " in line]
 
 
-def _err_line(kernel):
-    lines, first = inspect.getsourcelines(kernel.fn)
-    for i, text in enumerate(lines):
-        if "# ERR" in text:
-            return first + i
-    raise AssertionError("no # ERR marker")
-
-
 def check(kernel, sig, *fragments):
     with pytest.raises(tc.CompilationError) as info:
         kernel.ir(kernel.specialization(sig))
     err = info.value
     for f in fragments:
         assert f in err.msg, err.msg
-    assert err.loc.line == _err_line(kernel), (err.loc, str(err))
+    assert err.loc.line == err_line(kernel), (err.loc, str(err))
     assert err.loc.file == __file__
     return err
 
