@@ -13,7 +13,7 @@ import threading
 
 __all__ = [
     "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
-    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "cdiv", "arange", "zeros", "full",
+    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "barrier", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
     "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "abs", "clamp",
@@ -137,6 +137,19 @@ def cluster_gather(value, size):
     shared memory (distributed shared memory, sm_90+), not global memory: one short exchange
     where a partial result written to global memory, a cluster_sync and a load would each
     wait on the L2."""
+
+
+@builtin
+def barrier():
+    """Wait until every thread of this program reaches this point (`bar.sync`); memory the
+    program's threads wrote before it is visible to all of them after it. Every thread
+    of the program must reach it the same number of times, so it may not sit under a
+    condition that differs within the program (a condition on scalars is uniform).
+
+    With an atomic after it, it orders a program's stores before its announcement to
+    other programs: a tile stored by many threads, `tc.barrier()`, then one
+    `tc.atomic_add` (acq_rel, gpu scope) on a counter. The program that sees the last
+    count reads every program's stores (docs/language.md, "The last program")."""
 
 
 @builtin

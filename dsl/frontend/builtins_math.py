@@ -54,6 +54,11 @@ def _cluster_sync(ctx, node):
     ctx.create(T.ClusterSyncOp)
 
 
+@builtin_handler(lang.barrier)
+def _barrier(ctx, node):
+    ctx.create(T.BarrierOp)
+
+
 @builtin_handler(lang.cluster_gather)
 def _cluster_gather(ctx, node, value, size):
     size = _axis_arg(ctx, size, "tc.cluster_gather's size")

@@ -38,6 +38,12 @@ def _program_id(op, cx):
     return step
 
 
+@rule(T.BarrierOp)
+def _barrier(op, cx):
+    # a program's tiles are whole arrays here: its "threads" are always in step
+    return lambda r: None
+
+
 @rule(T.NumProgramsOp)
 def _num_programs(op, cx):
     ax, o = op.attrs["axis"], cx.out(op)

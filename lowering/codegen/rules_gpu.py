@@ -207,7 +207,7 @@ def _local_load(ctx, op):
     ctx.set(op.result, _load_tile(ctx, op.result.type, layout, offset))
 
 
-@rule(G.BarrierOp)
+@rule(G.BarrierOp, T.BarrierOp)  # tc.barrier(): barrier 0, as __syncthreads
 def _barrier(ctx, op):
     barrier(ctx, op.attrs.get("id", 0))
 

@@ -113,6 +113,15 @@ class ClusterRankOp(Op):
 
 
 @register_op
+class BarrierOp(Op):
+    """Every thread of the program waits here; memory its threads wrote before it is
+    visible to all of them after it."""
+    name = "tile.barrier"
+    num_results = 0
+    traits = frozenset({"writes"})
+
+
+@register_op
 class ClusterSyncOp(Op):
     """Every program of the cluster waits here for all the others; the memory writes made
     before it are visible to every program of the cluster after it (release / acquire)."""
