@@ -36,6 +36,15 @@ def gpu_available() -> bool:
         return False
 
 
+@pytest.fixture(scope="session")
+def torch():
+    """torch, with a CUDA device; skips the test where it has none."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    return torch
+
+
 def pytest_collection_modifyitems(config, items):
     gpu_items = [it for it in items if it.get_closest_marker("gpu") is not None]
     if gpu_items and not gpu_available():

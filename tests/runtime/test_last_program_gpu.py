@@ -10,14 +10,6 @@ from last_program_kernels import block_sums_kernel, wide_partials_kernel
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return torch
-
-
 @pytest.mark.parametrize("programs", [1, 133, 20000])
 def test_last_program_sums_every_block(torch, programs):
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")

@@ -103,12 +103,6 @@ def test_grid_slots_survive_the_disk_cache(cache_dir):
 
 
 # ----------------------------------------------------------------------------- GPU
-@pytest.fixture
-def torch_cuda(gpu):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA here")
-    return torch
 
 
 def _codes(torch, grid, block=4, **options):
@@ -121,8 +115,7 @@ def _codes(torch, grid, block=4, **options):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scale", ["small", "sm_count", "large"])
-def test_2d_grid_same_as_plain_launch(torch_cuda, gpu, scale):
-    torch = torch_cuda
+def test_2d_grid_same_as_plain_launch(torch, gpu, scale):
     sm = gpu.multiprocessors
     grid = {"small": (3, 2), "sm_count": (sm, 1), "large": (sm * 9 + 5, 13)}[scale]
     plain = _codes(torch, grid)
@@ -136,8 +129,7 @@ def test_2d_grid_same_as_plain_launch(torch_cuda, gpu, scale):
 
 
 @pytest.mark.gpu
-def test_reduction_across_warps_in_every_virtual_program(torch_cuda, gpu):
-    torch = torch_cuda
+def test_reduction_across_warps_in_every_virtual_program(torch, gpu):
     rows = gpu.multiprocessors * 40 + 17  # many virtual programs per launched one
     x = torch.randn(rows, 1024, device="cuda", dtype=torch.float32)
     out = torch.zeros(rows, device="cuda", dtype=torch.float32)
@@ -146,8 +138,7 @@ def test_reduction_across_warps_in_every_virtual_program(torch_cuda, gpu):
 
 
 @pytest.mark.gpu
-def test_empty_grid_launches_nothing(torch_cuda):
-    torch = torch_cuda
+def test_empty_grid_launches_nothing(torch):
     out = torch.full((2, 8), -1, dtype=torch.int32, device="cuda")
     grid_codes[(0, 2)](out, BLOCK=4, persistent=True)
     torch.cuda.synchronize()
@@ -155,8 +146,7 @@ def test_empty_grid_launches_nothing(torch_cuda):
 
 
 @pytest.mark.gpu
-def test_launch_compiled_persistent(torch_cuda, gpu):
-    torch = torch_cuda
+def test_launch_compiled_persistent(torch, gpu):
     grid = (gpu.multiprocessors * 3 + 1, 4)
     want = _codes(torch, grid)
     out = torch.full_like(want, -1)
@@ -171,9 +161,8 @@ def test_launch_compiled_persistent(torch_cuda, gpu):
 # odd shapes (element-wise loads), and aligned ones (cp.async / TMA rings) with an odd number of
 # K steps, so that a ring's slots end a tile in different phases; more tiles than SMs either way
 @pytest.mark.parametrize("m,n,k", [(777, 3001, 515), (2048, 2048, 576)])
-def test_stdlib_matmul_kernel_persistent_matches_torch(torch_cuda, m, n, k, bm, bn, bk, warps, stages):
+def test_stdlib_matmul_kernel_persistent_matches_torch(torch, m, n, k, bm, bn, bk, warps, stages):
     from tilec.stdlib_kernels.matmul import matmul_kernel
-    torch = torch_cuda
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)

@@ -19,10 +19,7 @@ DTYPES = ["float32", "float16", "bfloat16"]
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
+def torch(torch):  # the shared fixture (tests/conftest.py), on sm_90+ only
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("thread-block clusters need sm_90+")
     return torch

@@ -9,11 +9,6 @@ pytestmark = pytest.mark.gpu
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
-@pytest.fixture(scope="module")
-def torch():
-    return pytest.importorskip("torch")
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape", [(1,), (4097,), (3, 1000, 257), (8, 4096)])
 def test_elementwise_against_torch(torch, dtype, shape):

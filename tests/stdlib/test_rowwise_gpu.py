@@ -14,14 +14,6 @@ TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.
 SHAPES = [(4096, 4096), (3, 262144), (5, 3, 1000), (7, 1), (64, 16385)]
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch has no CUDA device")
-    return torch
-
-
 def _close(torch, got, want, dtype_name, scale=1.0):
     rtol, atol = TOL[dtype_name]
     torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol * scale, equal_nan=True)
