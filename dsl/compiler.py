@@ -173,9 +173,10 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     arg_types = [a.type for a in func.regions[0].block.args]
     arg_names = list(func.attrs.get("arg_names", []))
     params = _stage("abi", name, timings, lambda: param_slots(arg_types))
-    ptx_version = _stage("target selection", name, timings, lambda: target.ptx_version_for(arch))
     gpu = _stage("passes", name, timings, lambda: run_pipeline(
         module, options, dump=dump.after_pass if dump else None))
+    ptx_version = _stage("target selection", name, timings,
+                         lambda: target.ptx_version_for(arch, _ptx_needed(gpu)))
     asm["gpu"] = str(gpu)
     tmaps = tma_params(gpu)
     persistent = bool(gpu.attrs.get("persistent"))
@@ -207,6 +208,14 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def _ptx_needed(gpu) -> int:
+    """The PTX ISA the kernel's inline PTX needs beyond the arch's minimum (0: none)."""
+    from .ir import tile_ops as T
+    from .lowering.codegen.rules_cluster import GATHER_PTX
+    gathers = any(isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1 for op in gpu.walk())
+    return GATHER_PTX if gathers else 0
 
 
 def _assemble(ptx: str, arch: str):

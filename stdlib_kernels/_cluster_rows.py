@@ -3,8 +3,8 @@
 A row longer than one program holds in registers (16384 elements) is shared by the
 C programs of a cluster (C = 2, 4 or 8): program `rank` loads chunk `rank` of the row
 (BLOCK columns) into registers and reduces it, exchanges its partial statistics with
-the other programs of its cluster (tc.cluster_gather: through their shared memory, one
-cluster barrier), combines the C partials, and writes its chunk of the output from the
+the other programs of its cluster (tc.cluster_gather: stores into their shared
+memory), combines the C partials, and writes its chunk of the output from the
 registers it still holds. One read and one write of the row, where the looped kernels
 read it twice (or three times when the rows in flight do not fit in L2).
 
@@ -16,8 +16,12 @@ Statistics per chunk and how they combine:
   large mean cancels nothing); Chan's formula gives the row's
   mean = sum(n_k mean_k) / n and M2 = sum(M2_k) + sum(n_k (mean_k - mean)^2).
 - rms_norm: the chunk's sum of squares; the row's is their sum.
-What bounds these kernels is what is in flight while a program reduces and waits at the
-exchange, so the persistent ones keep the next row loading meanwhile:
+The exchange is st.async stores into the other programs' shared memory, counted on their
+mbarriers (`tc.cluster_gather`): no cluster barrier, whose release is a GPU-wide fence that
+waited for every store still in flight (H200, softmax 1024x262144 bf16 80% -> 92% of
+copy, rms_norm 4096x65536 bf16 85% -> 92%). What bounds these kernels is what is in flight
+while a program reduces and waits at the exchange, so the persistent ones keep the next
+row loading meanwhile:
 - softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
   131072) run persistent (softmax_cluster_loop_kernel): as many clusters as can be
   resident (the driver's count, `resident_clusters`) walk rows c, c + G, ...; at 16
@@ -25,12 +29,12 @@ exchange, so the persistent ones keep the next row loading meanwhile:
   dtype and issues the next row's loads before this row's reductions; softmax holds
   the f32 exps across the exchange (one exp per element: two made the ex2 unit the
   bound).
-- the norms of f32 rows run persistent too (norm_cluster_loop_kernel), w and b loaded
-  once and held: rms_norm loads the next row into registers before this row's
-  reduction (STAGES = 1); layer_norm, whose centred chunk and w and b fill the
-  registers, stages the next row in shared memory (STAGES = 2, tc.range num_stages).
-- 2-byte rms_norm rows run one row per cluster (norm_cluster_kernel), w loaded before
-  the exchange; 2-byte layer_norm rows measured faster looped (norms.py).
+- the norms run persistent too (norm_cluster_loop_kernel), w and b loaded once and held:
+  rms_norm (every dtype) loads the next row into registers before this row's reduction
+  (STAGES = 1); f32 layer_norm, whose centred chunk and w and b fill the registers,
+  stages the next row in shared memory (STAGES = 2, tc.range num_stages). 2-byte
+  layer_norm rows measured faster looped (norms.py): bf16 w and b, one element per
+  register, leave one program per SM.
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
 sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
 """
@@ -247,8 +251,11 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=8192), 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384), 8),
-    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=16384), 8),
+    ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384,
+                                                   stages=1), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_RMS, c=8, block=16384,
+                                                   stages=1), 16),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=2, block=16384), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=16384,
                                                    stages=1), 16),
@@ -298,17 +305,15 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
 
 
-def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], itemsize: int) -> Optional[ClusterRows]:
-    """The norms' cluster launch of rows of `n_cols` elements of `itemsize` bytes, or None:
-    `cluster_rows` with chunks of up to MAX_NORM_CHUNK elements, 32 per thread for f32 and 64
-    for 2-byte types (a 16384-element chunk: 16 / 8 warps). Measured on an H200 at
-    4096x65536 (% of copy): f32 rms_norm 90% in chunks of 8192 at 8 warps, 91% in chunks
-    of 16384 at 16; the staged f32 layer_norm needs the 16384-element chunks (69% at 8192
-    and 8 warps: one program per SM); bf16 rms_norm 81% at 8192 / 8 warps, 85% at 16384
-    / 8 warps.
+def norm_cluster_rows(n_cols: int, capability: Tuple[int, int]) -> Optional[ClusterRows]:
+    """The norms' cluster launch of rows of `n_cols` elements, or None: `cluster_rows` with
+    chunks of up to MAX_NORM_CHUNK elements, 32 per thread (a 16384-element chunk: 16
+    warps). Measured on an H200 at 4096x65536 (% of copy): f32 rms_norm 90% in chunks of
+    8192 at 8 warps, 91% in chunks of 16384 at 16; the staged f32 layer_norm needs the
+    16384-element chunks (69% at 8192 and 8 warps: one program per SM); bf16 rms_norm on
+    persistent clusters 92% at 16384 / 16 warps, 91% at 16384 / 8.
     """
-    per_thread = PER_THREAD if itemsize == 4 else 2 * PER_THREAD
-    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=MAX_NORM_CHUNK, per_thread=per_thread)
+    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=MAX_NORM_CHUNK)
 
 
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:

@@ -155,24 +155,23 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         # 63 -> 85, f32 63 -> 91; layer_norm f32 58 -> 88, but layer_norm bf16 69 -> 45-69: kept looped
         clusters = rms or a.dtype.itemsize == 4
         cl = None if cfg.single or not clusters else _cluster_rows.norm_cluster_rows(
-            n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize)
+            n_cols, _cluster_rows.device_capability(a))
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block)
             kernel, grid = _cluster_rows.norm_cluster_kernel, cl.grid(n_rows)
-            if a.dtype.itemsize == 4:
-                # f32 rows: persistent clusters holding w and b, the next row in flight during
-                # this one's exchange (rms_norm: in registers, 85% -> 90-91% of copy; layer_norm,
-                # whose centred chunk and w and b leave no registers for it: staged in shared
-                # memory, 66% -> 88%). 2-byte rms_norm rows measured best one row per cluster.
-                stages = 1 if rms else LN_STAGES
-                loop = _cluster_rows.norm_cluster_loop_kernel
-                persistent = _cluster_rows.persistent_grid(a, loop, args, cl, n_rows, STAGES=stages, **flags)
-                if persistent is not None:
-                    kernel, grid = loop, persistent
-                    flags["STAGES"] = stages
+            # Persistent clusters holding w and b, the next row in flight during this one's
+            # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
+            # layer_norm, whose centred chunk and w and b leave no registers for it: staged
+            # in shared memory, 66% -> 88%).
+            stages = 1 if rms else LN_STAGES
+            loop = _cluster_rows.norm_cluster_loop_kernel
+            persistent = _cluster_rows.persistent_grid(a, loop, args, cl, n_rows, STAGES=stages, **flags)
+            if persistent is not None:
+                kernel, grid = loop, persistent
+                flags["STAGES"] = stages
             launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         else:
             # rms_norm keeps one program per row: with one per SM it measured slower on an
@@ -206,13 +205,13 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     131072 elements (rms_norm: every dtype) run on thread-block clusters
     instead, whatever the number of rows (2-byte layer_norm rows measured
     faster looped): C = 2, 4 or 8 programs per row, the smallest whose chunks
-    hold at most 16384 elements; 32 elements per thread for f32, 64 for
-    f16/bf16 (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
+    hold at most 16384 elements; 32 elements per thread
+    (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
     in registers and exchanges the chunk's mean and centred sum of squares
     (rms_norm: sum of squares) with the others of its cluster
     (tc.cluster_gather), which it combines with Chan's formula: one read of the
-    row. f32 rows run on as many persistent clusters as are resident, w and b
-    held, the next row in flight during the exchange (rms_norm: in registers;
+    row. The clusters are persistent (as many as are resident), w and b held,
+    the next row in flight during the exchange (rms_norm: in registers;
     layer_norm: staged in shared memory, LN_STAGES).
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
@@ -224,7 +223,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, return_stats: bool = False, out=
 
     y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) over the last
     dimension. Same dtypes, limits and block-size heuristic as `layer_norm`;
-    rstd is f32 of x.shape[:-1]. f16/bf16 rows on clusters run one row per
-    cluster, w loaded before the exchange.
+    rstd is f32 of x.shape[:-1]. Long rows of every dtype run on clusters
+    (see `layer_norm`).
     """
     return _norm(x, weight, None, eps, return_stats, out, True, "rms_norm")

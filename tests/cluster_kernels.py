@@ -53,3 +53,25 @@ def pair_reference(x: np.ndarray, c: int, block: int):
     pad = np.full((x.shape[0], c * block), -np.inf)
     pad[:, :x.shape[1]] = x
     return np.repeat((pad.max(1) + (pad > 0).sum(1))[:, None], c, 1)
+
+
+@tc.kernel
+def gather_rounds_kernel(sums, picks, C: tc.constexpr):
+    # Two gathers per row and nothing between them that holds a program's threads together
+    # (no reduction over the tile): what keeps a program from storing into a buffer another
+    # program's threads still read is the gather itself. Cluster c walks rows c, c + G, ...
+    rank = tc.cluster_rank()
+    for row in range(tc.program_id(0) // C, sums.shape[0], tc.num_programs(0) // C):
+        a = tc.cluster_gather(row * C + rank, C)
+        b = tc.cluster_gather((row + 7 * rank).astype(tc.float32), C)
+        pick = tc.arange(0, C) == (rank + 1) % C
+        tc.store(sums, index=(row, rank), tile=tc.full((1, 1), tc.sum(a), tc.int32))
+        tc.store(picks, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.where(pick, b, 0.0)), tc.float32))
+
+
+def rounds_reference(rows: int, c: int):
+    """(sums, picks) that gather_rounds_kernel writes: rows x c."""
+    r = np.arange(rows)[:, None]
+    sums = np.repeat(r * c * c + c * (c - 1) // 2, c, 1)
+    picks = r + 7 * ((np.arange(c)[None, :] + 1) % c)
+    return sums.astype(np.int32), picks.astype(np.float32)

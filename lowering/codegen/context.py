@@ -8,6 +8,7 @@ Value representation (the contract every rule follows):
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -101,11 +102,9 @@ class CodegenContext:
         key = (layout, t.shape)
         hit = self._coords_cache.get(key)
         if hit is None:
-            saved = self.builder.block
-            self.builder.position_before(self._prologue_br)
-            raw = layout.coords(t.shape, self.lane, self.warp, self.ops)
-            hit = [tuple(as_i32(c) for c in cs) for cs in raw]
-            self.builder.position_at_end(saved)
+            with self.in_prologue():
+                raw = layout.coords(t.shape, self.lane, self.warp, self.ops)
+                hit = [tuple(as_i32(c) for c in cs) for cs in raw]
             self._coords_cache[key] = hit
         return hit
 
@@ -124,11 +123,9 @@ class CodegenContext:
             return rep, None
         hit = self._coords_cache.get(key)
         if hit is None:
-            saved = self.builder.block
-            self.builder.position_before(self._prologue_br)
-            flag = as_i32(owner_flag(rep, self.lane, self.warp, self.ops))
-            hit = self.builder.icmp_unsigned("==", flag, ir.Constant(I32, 0), name="owner")
-            self.builder.position_at_end(saved)
+            with self.in_prologue():
+                flag = as_i32(owner_flag(rep, self.lane, self.warp, self.ops))
+                hit = self.builder.icmp_unsigned("==", flag, ir.Constant(I32, 0), name="owner")
             self._coords_cache[key] = hit
         return rep, hit
 
@@ -198,12 +195,21 @@ class CodegenContext:
     def kernel_variable(self, ty: ir.Type, init: ir.Constant) -> ir.Value:
         """A variable of the kernel set to `init` once, in the prologue (an alloca that LLVM
         keeps in registers): state an op carries from one execution to the next."""
-        here = self.builder.block
-        self.builder.position_before(self._prologue_br)
-        var = self.builder.alloca(ty)
-        self.builder.store(init, var)
-        self.builder.position_at_end(here)
+        with self.in_prologue():
+            var = self.builder.alloca(ty)
+            self.builder.store(init, var)
         return var
+
+    @contextmanager
+    def in_prologue(self, before: Optional[ir.Instruction] = None):
+        """Emit at the end of the prologue (before `before`, an instruction there, if given),
+        then go back to the end of the current block."""
+        here = self.builder.block
+        self.builder.position_before(before if before is not None else self._prologue_br)
+        try:
+            yield self.builder
+        finally:
+            self.builder.position_at_end(here)
 
     def new_block(self, name: str) -> ir.Block:
         return self.func.append_basic_block(name)

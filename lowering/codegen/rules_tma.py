@@ -102,16 +102,28 @@ def _mbarrier_arrive(ctx, op):
 
 @rule(G.MbarrierWaitOp)
 def _mbarrier_wait(ctx, op):
+    wait_parity(ctx, _barrier_addr(ctx, op.operands[0], op.operands[1]), ctx.get(op.operands[2]))
+
+
+def wait_parity(ctx, bar, parity, order: str = "", inline_loop: bool = False) -> None:
+    """Spin until the phase of parity `parity` (an i32, 0 or 1) of the mbarrier at shared
+    address `bar` has completed. `order`: the wait's qualifiers (e.g. ".acquire.cluster";
+    the default is acquire at CTA scope). `inline_loop`: the loop inside one inline PTX
+    block (its label made unique by ${:uid}), which ptxas allocates around with fewer
+    registers than a loop in the LLVM CFG (the cluster rows at 128 registers spilled)."""
     b = ctx.builder
-    bar = _barrier_addr(ctx, op.operands[0], op.operands[1])
-    parity = ctx.get(op.operands[2])
+    wait = f"mbarrier.try_wait.parity{order}.shared::cta.b64 p, [$1], $2;"
+    if inline_loop:
+        b.asm(ir.FunctionType(ir.VoidType(), [I32, I32]),
+              f"{{ .reg .pred p; WAIT${{:uid}}: {wait.replace('$1', '$0').replace('$2', '$1')} "
+              "@!p bra WAIT${:uid}; }", "r,r", [bar, parity], True)
+        return
     spin = ctx.func.append_basic_block("mbar_wait")
     done = ctx.func.append_basic_block("mbar_done")
     b.branch(spin)
     b.position_at_end(spin)
     fty = ir.FunctionType(I32, [I32, I32])
-    ready = b.asm(fty, "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; "
-                       "selp.u32 $0, 1, 0, p; }", "=r,r,r", [bar, parity], True)
+    ready = b.asm(fty, f"{{ .reg .pred p; {wait} selp.u32 $0, 1, 0, p; }}", "=r,r,r", [bar, parity], True)
     b.cbranch(b.icmp_unsigned("!=", ready, ir.Constant(I32, 0)), done, spin)
     b.position_at_end(done)
 

@@ -4,9 +4,10 @@ Buffers are the gpu.alloc ops, plus a scratch area for each gpu.convert_layout
 that moves data between threads (codegen goes through shared memory for those;
 conversions within a thread's registers need none) and for each gpu.tma_store (its
 tile, or the column blocks it stores per round, in the 128-byte swizzle TMA reads,
-aligned to 1024), and for each tile.cluster_gather of a cluster (GATHER_SLOTS rounds of
-its 4-byte values per program, which the cluster's programs write into each other's
-buffer: it lives for the whole kernel and is never shared). Lifetimes are intervals
+aligned to 1024), and for each tile.cluster_gather of a cluster (`gather_bytes`: two
+mbarriers and the 4-byte values of every program for each of GATHER_SLOTS rounds, which
+the cluster's programs write into each other's buffer: it lives for the whole kernel and
+is never shared). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again). A conversion's scratch
@@ -39,7 +40,7 @@ from ..gpu.ops import AllocOp, ConvertLayoutOp
 from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
-__all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared"]
+__all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes"]
 
 # Shared memory one CTA may use (opt-in maximum), per arch.
 SHARED_LIMIT = {
@@ -49,6 +50,12 @@ SHARED_LIMIT = {
 }
 _LOOPS = (T.ForOp, T.WhileOp)
 GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
+
+
+def gather_bytes(values: int, size: int) -> int:
+    """A tile.cluster_gather's buffer: two mbarriers (8 bytes each) per round, then GATHER_SLOTS
+    rounds of `values` rows of `size` 4-byte values (rules_cluster)."""
+    return GATHER_SLOTS * (16 + values * size * 4)
 
 
 def convert_needs_shared(src, dst, shape) -> bool:
@@ -133,7 +140,7 @@ def _buffers(func):
         elif isinstance(op, TmaStoreOp):
             out.append((op, op.scratch_bytes, 1024, "_smem_offset", _OP))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
-            out.append((op, GATHER_SLOTS * len(op.operands) * op.attrs["size"] * 4, 16, "_smem_offset", _KERNEL))
+            out.append((op, gather_bytes(len(op.operands), op.attrs["size"]), 16, "_smem_offset", _KERNEL))
     return out
 
 

@@ -7,6 +7,7 @@ import pytest
 import tilec as tc
 from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
+from tilec.lowering.passes.shared_alloc import gather_bytes
 from tilec.specialize import parse_signature
 
 from cluster_kernels import exchange_kernel
@@ -39,28 +40,56 @@ def test_cluster_needs_sm90():
         _compile("sm_80", 2)
 
 
+_ASYNC_STORE = "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32"
+
+
+def _gather_ptx(kernel, sig, cluster):
+    compiled = compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch="sm_90a", cluster=cluster),
+                              use_cache=False)
+    rep = compiled.metadata.get("ptxas")
+    assert rep is None or (rep["spill_stores"] == 0 and not rep["warnings"]), rep
+    return compiled, compiled.asm["ptx"]
+
+
 @pytest.mark.parametrize("cluster", [2, 8])
 def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
     from cluster_kernels import gather_rows_kernel as k
-    sig = f"x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C={cluster}, BLOCK=1024"
-    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch="sm_90a", cluster=cluster),
-                              use_cache=False)
-    ptx = compiled.asm["ptx"]
-    # thread 0 writes its value into every program's buffer, then the cluster barrier
-    assert ptx.count("st.shared::cluster.b32") == cluster and ptx.count("mapa.shared::cluster.u32") == cluster
-    assert "barrier.cluster.arrive" in ptx and "st.global" in ptx and "ld.global" in ptx
-    assert compiled.metadata["shared"] >= 2 * cluster * 4   # two rounds of the values, by rank
-    rep = compiled.metadata.get("ptxas")
-    assert rep is None or (rep["spill_stores"] == 0 and not rep["warnings"]), rep
+    compiled, ptx = _gather_ptx(k, f"x=f32[?,?], total=f32[?,?], neighbour=f32[?,?], C={cluster}, BLOCK=1024",
+                                cluster)
+    # thread 0 stores its value into every program's buffer, counted on that program's mbarrier
+    assert ptx.count(_ASYNC_STORE) == cluster and ptx.count("mapa.shared::cluster.u32") == 2 * cluster
+    assert ptx.count("mbarrier.arrive.expect_tx.shared::cta.b64") == 1
+    assert "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64" in ptx
+    # no release at cluster scope (a GPU-wide fence): only the prologue's relaxed barrier
+    assert "barrier.cluster.arrive;" not in ptx and "fence.acq_rel" not in ptx
+    assert ptx.count("barrier.cluster.arrive.relaxed;") == 1 and ptx.count("barrier.cluster.wait;") == 1
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 4   # full and empty, two rounds
+    assert ".version 8.1" in ptx   # st.async
+    assert "st.global" in ptx and "ld.global" in ptx
+    assert compiled.metadata["shared"] >= gather_bytes(1, cluster)
 
 
 def test_cluster_gather_of_two_values_is_one_exchange():
     from cluster_kernels import gather_pair_kernel as k
-    compiled = compile_kernel(k, parse_signature(k, "x=f32[?,?], stats=f32[?,?], C=4, BLOCK=512"),
-                              CompileOptions(arch="sm_90a", cluster=4), use_cache=False)
-    ptx = compiled.asm["ptx"]
-    assert ptx.count("st.shared::cluster.b32") == 8 and ptx.count("mapa.shared::cluster.u32") == 4
-    assert ptx.count("barrier.cluster.arrive") == 1
+    _, ptx = _gather_ptx(k, "x=f32[?,?], stats=f32[?,?], C=4, BLOCK=512", 4)
+    assert ptx.count(_ASYNC_STORE) == 8 and ptx.count("mapa.shared::cluster.u32") == 8
+    assert ptx.count("mbarrier.arrive.expect_tx.shared::cta.b64") == 1
+
+
+def test_two_gathers_share_the_prologue_cluster_barrier():
+    # every round barrier is initialized before the one cluster barrier that publishes them
+    from cluster_kernels import gather_rounds_kernel as k
+    _, ptx = _gather_ptx(k, "sums=i32[?,?], picks=f32[?,?], C=4", 4)
+    assert ptx.count("mbarrier.init.shared::cta.b64") == 8
+    assert ptx.count("barrier.cluster.arrive.relaxed;") == 1 and ptx.count("barrier.cluster.wait;") == 1
+    last_init = ptx.rindex("mbarrier.init.shared::cta.b64")
+    assert last_init < ptx.rindex("fence.mbarrier_init.release.cluster") < ptx.index("barrier.cluster.arrive.relaxed")
+    assert ptx.index("barrier.cluster.wait;") < ptx.index(_ASYNC_STORE)
+
+
+def test_gather_free_cluster_kernels_keep_the_arch_ptx_version():
+    ptx = _compile("sm_90a", 2).asm["ptx"]
+    assert ".version 8.0" in ptx and "st.async" not in ptx
 
 
 def test_cluster_gather_size_must_match_the_option():

@@ -178,3 +178,13 @@ def test_cluster_gather_of_two_values_at_once():
     stats = np.zeros((5, 4), np.float32)
     gather_pair_kernel[(20,)](x, stats, C=4, BLOCK=16, cluster=4)
     np.testing.assert_allclose(stats, pair_reference(x, 4, 16), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n,programs,rows", [(2, 6, 11), (4, 8, 9)])
+def test_back_to_back_gathers(n, programs, rows):
+    from cluster_kernels import gather_rounds_kernel, rounds_reference
+    sums, picks = np.zeros((rows, n), np.int32), np.zeros((rows, n), np.float32)
+    gather_rounds_kernel[(programs,)](sums, picks, C=n, cluster=n)
+    want_sums, want_picks = rounds_reference(rows, n)
+    np.testing.assert_array_equal(sums, want_sums)
+    np.testing.assert_array_equal(picks, want_picks)

@@ -108,3 +108,16 @@ def test_cluster_gather_of_two_values_on_the_gpu(sm90):
     stats = tc.from_numpy(np.zeros((300, 4), np.float32))
     gather_pair_kernel[(1200,)](tc.from_numpy(x), stats, C=4, BLOCK=256, cluster=4)
     np.testing.assert_allclose(stats.to_numpy(), pair_reference(x, 4, 256), rtol=1e-6)
+
+
+@pytest.mark.parametrize("n,programs,rows", [(2, 264, 5000), (4, 64, 3001), (8, 8 * 15, 4000)])
+def test_cluster_gathers_back_to_back_on_the_gpu(sm90, n, programs, rows):
+    """Hundreds of gathers per program, two per row with no reduction between them: every
+    value lands in its round, none overwrites a round still being read."""
+    from cluster_kernels import gather_rounds_kernel, rounds_reference
+    sums = tc.from_numpy(np.zeros((rows, n), np.int32))
+    picks = tc.from_numpy(np.zeros((rows, n), np.float32))
+    gather_rounds_kernel[(programs,)](sums, picks, C=n, cluster=n, num_warps=8)
+    want_sums, want_picks = rounds_reference(rows, n)
+    np.testing.assert_array_equal(sums.to_numpy(), want_sums)
+    np.testing.assert_array_equal(picks.to_numpy(), want_picks)

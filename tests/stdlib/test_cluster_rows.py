@@ -48,21 +48,19 @@ def test_cluster_heuristic(n_cols, want):
     assert CR.cluster_rows(n_cols, (8, 6), CR.MAX_SOFTMAX_CHUNK) is None   # clusters need sm_90
 
 
-@pytest.mark.parametrize("n_cols,itemsize,want", [
-    (16384, 4, None),                                  # one program's tile: no cluster
-    (16385, 4, (2, 16384, 16)),                        # chunks of at most 16384, 32 per thread for f32
-    (16385, 2, (2, 16384, 8)),                         # 64 per thread for 2-byte types
-    (32768, 4, (2, 16384, 16)),
-    (65536, 4, (4, 16384, 16)),
-    (65536, 2, (4, 16384, 8)),
-    (70001, 4, (8, 16384, 16)),
-    (131072, 2, (8, 16384, 8)),
-    (131073, 4, None),                                 # 8 programs of 16384 at most
+@pytest.mark.parametrize("n_cols,want", [
+    (16384, None),                                  # one program's tile: no cluster
+    (16385, (2, 16384, 16)),                        # chunks of at most 16384, 32 per thread
+    (32768, (2, 16384, 16)),
+    (65536, (4, 16384, 16)),
+    (70001, (8, 16384, 16)),
+    (131072, (8, 16384, 16)),
+    (131073, None),                                 # 8 programs of 16384 at most
 ])
-def test_norm_cluster_heuristic(n_cols, itemsize, want):
-    got = CR.norm_cluster_rows(n_cols, (9, 0), itemsize)
+def test_norm_cluster_heuristic(n_cols, want):
+    got = CR.norm_cluster_rows(n_cols, (9, 0))
     assert (None if got is None else (got.c, got.block, got.num_warps)) == want
-    assert CR.norm_cluster_rows(n_cols, (8, 6), itemsize) is None   # clusters need sm_90
+    assert CR.norm_cluster_rows(n_cols, (8, 6)) is None   # clusters need sm_90
 
 
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
@@ -117,8 +115,8 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
     rowwise.close(y, want, dtype, scale=8)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    # 2-byte rms_norm rows: one row per cluster
-    assert launched[-1] == ("norm_cluster_loop_kernel" if dtype == "f32" else "norm_cluster_kernel", 4)
+    # rms_norm rows of every dtype: persistent clusters
+    assert launched[-1] == ("norm_cluster_loop_kernel", 4)
     want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
