@@ -31,10 +31,11 @@ row loading meanwhile:
   bound).
 - the norms run persistent too (norm_cluster_loop_kernel), w and b loaded once and held:
   rms_norm (every dtype) loads the next row into registers before this row's reduction
-  (STAGES = 1); f32 layer_norm, whose centred chunk and w and b fill the registers,
+  (STAGES = 1); layer_norm, whose centred chunk and w and b fill the registers,
   stages the next row in shared memory (STAGES = 2, tc.range num_stages). 2-byte
-  layer_norm rows measured faster looped (norms.py): bf16 w and b, one element per
-  register, leave one program per SM.
+  layer_norm rows need every chunk full (EVEN: no column masks, 940 -> 800 PTX
+  instructions; with the masks the kernel spills at 16 warps); ragged ones run looped
+  (norms.py).
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
 sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
 """
@@ -162,7 +163,7 @@ def chunk(x, row, rank, RMS: tc.constexpr, BLOCK: tc.constexpr):
 
 @tc.func
 def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS: tc.constexpr, HAS_W: tc.constexpr,
-              HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+              HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr, EVEN: tc.constexpr):
     """Chunk `rank` of row `row` (cur, loaded by `chunk`) normalized with the statistics of the
     whole row (the exchange), scaled and shifted by the held `params`."""
     t = cur.astype(tc.float32)
@@ -173,12 +174,19 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
     else:
         # Values shifted by the row's first element: a large mean next to a small spread
         # then costs no precision in the chunk sums.
-        t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
+        # EVEN (every chunk full): no column to mask, two selects per element fewer.
+        if EVEN:
+            t = t - shift
+        else:
+            t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - shift, 0.0)
         count = tc.maximum(tc.minimum(n - rank * BLOCK, BLOCK), 0)
         mean_k = tc.sum(t) / tc.maximum(count, 1)
         # The centred values are what stays live across the exchange (not t): ptxas then
         # keeps bf16 rows at 80 registers instead of 113.
-        t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
+        if EVEN:
+            t = t - mean_k
+        else:
+            t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
         means, m2 = tc.cluster_gather((mean_k, tc.sum(t * t)), C)
         counts = tc.maximum(tc.minimum(n - tc.arange(0, C) * BLOCK, BLOCK), 0).astype(tc.float32)
         mean_d = tc.sum(counts * means) / n
@@ -198,20 +206,21 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
 
 @tc.kernel
 def norm_cluster_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
-                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                        EVEN: tc.constexpr = False):
     # One row per cluster.
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     wt, bt = params(w, b, rank, HAS_W, HAS_B, BLOCK)
     cur, shift = chunk(x, row, rank, RMS, BLOCK)
     _norm_row(cur, shift, wt, bt, x.shape[1], y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
-              BLOCK)
+              BLOCK, EVEN)
 
 
 @tc.kernel
 def norm_cluster_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                              HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                             STAGES: tc.constexpr):
+                             STAGES: tc.constexpr, EVEN: tc.constexpr = False):
     # Persistent: cluster c of G takes rows c, c + G, ..., w and b held throughout. The next
     # row is in flight while this one is reduced, exchanged and stored: STAGES = 1 in
     # registers (loaded before this row's reductions), else the next STAGES - 1 rows staged
@@ -227,12 +236,12 @@ def norm_cluster_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.conste
             cur, shift = nxt, nshift
             nxt, nshift = chunk(x, row + step, rank, RMS, BLOCK)
             _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
-                      BLOCK)
+                      BLOCK, EVEN)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
             cur, shift = chunk(x, row, rank, RMS, BLOCK)
             _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS, HAS_W, HAS_B, STATS, C,
-                      BLOCK)
+                      BLOCK, EVEN)
 
 
 # Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the
@@ -263,6 +272,10 @@ SM90_SIGNATURES = [
                                                    stages=2), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384,
                                                    stages=2), 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=4, block=16384,
+                                                   stages=2) + ", EVEN=True", 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_LN, c=8, block=16384,
+                                                   stages=2) + ", EVEN=True", 16),
 ]
 
 

@@ -152,15 +152,17 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
-        # 63 -> 85, f32 63 -> 91; layer_norm f32 58 -> 88, but layer_norm bf16 69 -> 45-69: kept looped
-        clusters = rms or a.dtype.itemsize == 4
-        cl = None if cfg.single or not clusters else _cluster_rows.norm_cluster_rows(
-            n_cols, _cluster_rows.device_capability(a))
+        # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 89 with every chunk full
+        # (EVEN: no masks; with them the kernel spills at 16 warps): ragged 2-byte rows stay looped
+        cl = None if cfg.single else _cluster_rows.norm_cluster_rows(n_cols, _cluster_rows.device_capability(a))
+        even = cl is not None and n_cols == cl.c * cl.block
+        if cl is not None and not (rms or a.dtype.itemsize == 4 or even):
+            cl = None
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
-            flags.update(C=cl.c, BLOCK=cl.block)
+            flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
             kernel, grid = _cluster_rows.norm_cluster_kernel, cl.grid(n_rows)
             # Persistent clusters holding w and b, the next row in flight during this one's
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
@@ -202,9 +204,10 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
-    131072 elements (rms_norm: every dtype) run on thread-block clusters
-    instead, whatever the number of rows (2-byte layer_norm rows measured
-    faster looped): C = 2, 4 or 8 programs per row, the smallest whose chunks
+    131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C
+    chunks of BLOCK fill them exactly, as 65536 or 131072 do: ragged ones
+    measured faster looped) run on thread-block clusters instead, whatever the
+    number of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks
     hold at most 16384 elements; 32 elements per thread
     (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
     in registers and exchanges the chunk's mean and centred sum of squares

@@ -63,6 +63,27 @@ def test_norm_cluster_heuristic(n_cols, want):
     assert CR.norm_cluster_rows(n_cols, (8, 6)) is None   # clusters need sm_90
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launched, dtype):
+    # 32768 columns: two full chunks of 16384 (EVEN, no masks); a large mean next to a small spread
+    rng = np.random.default_rng(13)
+    n = 32768
+    x = rowwise.host(300 + 2 * rng.standard_normal((3, n)), dtype)
+    w = rowwise.host(rng.standard_normal(n), dtype)
+    b = rowwise.host(rng.standard_normal(n), dtype)
+    x64 = rowwise.f64(x)
+    y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
+    assert launched == [("norm_cluster_loop_kernel", 2)]
+    want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
+    np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
+    want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[:, None] * rowwise.f64(w) + rowwise.f64(b)
+    rowwise.close(y, want, dtype, scale=8)
+    launched.clear()
+    sk.layer_norm(rowwise.host(rng.standard_normal((3, n - 1)), dtype), None, None)   # ragged: looped
+    assert [k for k, _ in launched] == ["norm_loop_kernel"]
+
+
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
     x = np.zeros((33, 16385), np.float32)                  # 33 rows x 4 programs = 132 < 264: split
     sk.softmax(x)
