@@ -43,7 +43,7 @@ def _cluster_gather(ctx, op):
     the values it holds and arrives on the round's `empty` mbarrier. No cluster barrier and
     no fence: a release at cluster scope (barrier.cluster.arrive, fence.acq_rel.cluster) is a
     MEMBAR.GPU, which waits for every global store still in flight (H200, softmax
-    1024x262144 bf16 on persistent clusters: 80% of copy with it, 93% without).
+    1024x262144 bf16 on persistent clusters: 80% of copy with it, 92% with this exchange).
 
     Buffer layout (shared_alloc.gather_bytes): `full` and `empty` mbarriers for each of the
     GATHER_SLOTS rounds, then the rounds' values; gather u uses round u % 2, phase u // 2.
@@ -76,8 +76,8 @@ def _cluster_gather(ctx, op):
         # phase", parity 1, which counts as complete)
         prev = b.sub(u, ir.Constant(I32, 1))
         # the other round's `empty` (the buffer is 16-aligned: bit 3 of the address is k)
-        wait_parity(ctx, b.xor(empty, ir.Constant(I32, 8)), b.and_(b.ashr(prev, ir.Constant(I32, 1)), ir.Constant(I32, 1)),
-                    inline_loop=True)
+        prev_parity = b.and_(b.ashr(prev, ir.Constant(I32, 1)), ir.Constant(I32, 1))
+        wait_parity(ctx, b.xor(empty, ir.Constant(I32, 8)), prev_parity, inline_loop=True)
         void2, void3 = ir.FunctionType(ir.VoidType(), [I32, I32]), ir.FunctionType(ir.VoidType(), [I32, I32, I32])
         b.asm(void2, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
               [full, ir.Constant(I32, size * len(xs) * 4)], True)
