@@ -3,7 +3,8 @@ memory, and the epilogue's stores out of it), as inline PTX.
 
 Shared addresses are 32-bit (`--nvptx-short-ptr`); an mbarrier is 8 bytes of its gpu.alloc
 buffer, one per slot. The wait is a loop around `mbarrier.try_wait.parity` built in LLVM
-IR (a label inside inline PTX would be duplicated wherever LLVM copies the asm). Copies and
+IR, or (`wait_parity(inline_loop=True)`) inside one inline PTX block whose label `${:uid}`
+makes unique per emitted copy. Copies and
 arrivals are issued by thread 0 only, inside an `if`.
 """
 from __future__ import annotations
@@ -112,18 +113,20 @@ def wait_parity(ctx, bar, parity, order: str = "", inline_loop: bool = False) ->
     block (its label made unique by ${:uid}), which ptxas allocates around with fewer
     registers than a loop in the LLVM CFG (the cluster rows at 128 registers spilled)."""
     b = ctx.builder
-    wait = f"mbarrier.try_wait.parity{order}.shared::cta.b64 p, [$1], $2;"
+
+    def wait(bar_operand, parity_operand):
+        return f"mbarrier.try_wait.parity{order}.shared::cta.b64 p, [{bar_operand}], {parity_operand};"
     if inline_loop:
         b.asm(ir.FunctionType(ir.VoidType(), [I32, I32]),
-              f"{{ .reg .pred p; WAIT${{:uid}}: {wait.replace('$1', '$0').replace('$2', '$1')} "
-              "@!p bra WAIT${:uid}; }", "r,r", [bar, parity], True)
+              f"{{ .reg .pred p; WAIT${{:uid}}: {wait('$0', '$1')} @!p bra WAIT${{:uid}}; }}", "r,r",
+              [bar, parity], True)
         return
     spin = ctx.func.append_basic_block("mbar_wait")
     done = ctx.func.append_basic_block("mbar_done")
     b.branch(spin)
     b.position_at_end(spin)
     fty = ir.FunctionType(I32, [I32, I32])
-    ready = b.asm(fty, f"{{ .reg .pred p; {wait} selp.u32 $0, 1, 0, p; }}", "=r,r,r", [bar, parity], True)
+    ready = b.asm(fty, f"{{ .reg .pred p; {wait('$1', '$2')} selp.u32 $0, 1, 0, p; }}", "=r,r,r", [bar, parity], True)
     b.cbranch(b.icmp_unsigned("!=", ready, ir.Constant(I32, 0)), done, spin)
     b.position_at_end(done)
 
