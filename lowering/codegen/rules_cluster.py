@@ -76,8 +76,9 @@ def _cluster_gather(ctx, op):
         # phase", parity 1, which counts as complete)
         prev = b.sub(u, ir.Constant(I32, 1))
         # the other round's `empty` (the buffer is 16-aligned: bit 3 of the address is k)
+        prev_empty = b.xor(empty, ir.Constant(I32, 8))
         prev_parity = b.and_(b.ashr(prev, ir.Constant(I32, 1)), ir.Constant(I32, 1))
-        wait_parity(ctx, b.xor(empty, ir.Constant(I32, 8)), prev_parity, inline_loop=True)
+        wait_parity(ctx, prev_empty, prev_parity, inline_loop=True)
         void2, void3 = ir.FunctionType(ir.VoidType(), [I32, I32]), ir.FunctionType(ir.VoidType(), [I32, I32, I32])
         b.asm(void2, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
               [full, ir.Constant(I32, size * len(xs) * 4)], True)
