@@ -26,10 +26,6 @@ def _cluster_rank(ctx, op):
 
 @rule(T.ClusterSyncOp)
 def _cluster_sync(ctx, op):
-    _cluster_barrier(ctx)
-
-
-def _cluster_barrier(ctx) -> None:
     """barrier.cluster.arrive (release) + wait (acquire): every thread of every program."""
     ctx.intrinsic("llvm.nvvm.barrier.cluster.arrive", ir.VoidType(), [])
     ctx.intrinsic("llvm.nvvm.barrier.cluster.wait", ir.VoidType(), [])
@@ -56,8 +52,7 @@ def _cluster_gather(ctx, op):
         raise ValueError(f"tc.cluster_gather(..., {size}) in a kernel compiled with cluster={cluster}: "
                          "the size must be the `cluster` option")
     xs = [ctx.get(v) for v in op.operands]
-    if size == 1:
-        _cluster_barrier(ctx)
+    if size == 1:   # a program alone: its own values, nothing to wait for
         for r, x in zip(op.results, xs):
             ctx.set(r, [x] * len(ctx.coords(r.type)))
         return

@@ -87,6 +87,13 @@ def test_two_gathers_share_the_prologue_cluster_barrier():
     assert ptx.index("barrier.cluster.wait;") < ptx.index(_ASYNC_STORE)
 
 
+def test_gather_of_one_program_is_its_own_values():
+    from cluster_kernels import gather_rounds_kernel as k
+    _, ptx = _gather_ptx(k, "sums=i32[?,?], picks=f32[?,?], C=1", 1)
+    assert "barrier.cluster" not in ptx and "st.async" not in ptx and "mbarrier" not in ptx
+    assert ".version 8.0" in ptx
+
+
 def test_gather_free_cluster_kernels_keep_the_arch_ptx_version():
     ptx = _compile("sm_90a", 2).asm["ptx"]
     assert ".version 8.0" in ptx and "st.async" not in ptx

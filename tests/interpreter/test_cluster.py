@@ -180,7 +180,7 @@ def test_cluster_gather_of_two_values_at_once():
     np.testing.assert_allclose(stats, pair_reference(x, 4, 16), rtol=1e-6)
 
 
-@pytest.mark.parametrize("n,programs,rows", [(2, 6, 11), (4, 8, 9)])
+@pytest.mark.parametrize("n,programs,rows", [(1, 3, 7), (2, 6, 11), (4, 8, 9)])
 def test_back_to_back_gathers(n, programs, rows):
     from cluster_kernels import gather_rounds_kernel, rounds_reference
     sums, picks = np.zeros((rows, n), np.int32), np.zeros((rows, n), np.float32)

@@ -110,7 +110,7 @@ def test_cluster_gather_of_two_values_on_the_gpu(sm90):
     np.testing.assert_allclose(stats.to_numpy(), pair_reference(x, 4, 256), rtol=1e-6)
 
 
-@pytest.mark.parametrize("n,programs,rows", [(2, 264, 5000), (4, 64, 3001), (8, 8 * 15, 4000)])
+@pytest.mark.parametrize("n,programs,rows", [(1, 132, 2000), (2, 264, 5000), (4, 64, 3001), (8, 8 * 15, 4000)])
 def test_cluster_gathers_back_to_back_on_the_gpu(sm90, n, programs, rows):
     """Hundreds of gathers per program, two per row with no reduction between them: every
     value lands in its round, none overwrites a round still being read."""

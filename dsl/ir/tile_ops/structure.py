@@ -133,8 +133,9 @@ class ClusterSyncOp(Op):
 @register_op
 class ClusterGatherOp(Op):
     """Every program of the cluster contributes its scalars `values`; result i holds value i
-    of every program, by rank (`size` = the cluster's programs). One exchange, which
-    synchronizes as tile.cluster_sync does."""
+    of every program, by rank (`size` = the cluster's programs). One exchange: every program
+    reaches it equally often, and its values reach every program; unlike tile.cluster_sync it
+    orders no other memory access."""
     name = "tile.cluster_gather"
     operands_spec = ("values*",)
     num_results = None
