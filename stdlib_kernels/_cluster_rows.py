@@ -32,7 +32,8 @@ row loading meanwhile:
 - the norms run persistent too (norm_cluster_loop_kernel), w and b loaded once and held:
   rms_norm (every dtype) loads the next row into registers before this row's reduction
   (STAGES = 1); layer_norm, whose centred chunk and w and b fill the registers,
-  stages the next row in shared memory (STAGES = 2, tc.range num_stages). 2-byte
+  stages the next row in shared memory (STAGES = 2, tc.range num_stages; 2-byte rows:
+  chunks of 8192 at 8 warps, the next two rows staged). 2-byte
   layer_norm rows need every chunk full (EVEN: no column masks, 940 -> 800 PTX
   instructions; with the masks the kernel spills at 16 warps); ragged ones run looped
   (norms.py).
@@ -86,34 +87,52 @@ def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc
 
 
 @tc.kernel
-def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                                STAGES: tc.constexpr = 1, EVEN: tc.constexpr = False):
     # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
-    # runs the same rows, so they reach each exchange equally often.
+    # runs the same rows, so they reach each exchange equally often. The next row's chunk
+    # (padding past the last row: no memory access) loads while this row is reduced,
+    # exchanged, normalized and stored: STAGES = 1 in registers, issued before this row's
+    # reductions; else through shared memory (tc.range num_stages: an f32 chunk of 32768
+    # holds one slot, read into registers before its refill).
     rank = tc.cluster_rank()
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
-    nxt = tc.load(x, index=(first, rank), shape=(1, BLOCK), padding=NEG_INF)
-    for row in range(first, x.shape[0], step):
-        cur = nxt
-        # The next row's chunk (padding past the last row: no memory access) loads while
-        # this row is reduced, exchanged, normalized and stored.
-        nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
-        t = cur.astype(tc.float32)
-        m = tc.max(t)
-        m_safe = tc.where(m == NEG_INF, 0.0, m)
-        e = tc.exp(t - m_safe)
-        mp, sp = tc.cluster_gather((m, tc.sum(e)), C)
-        m_row = tc.max(mp)
-        s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
-        # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
-        if LOG:
-            y = cur.astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
-        else:
-            # The exps held across the exchange (one exp per element; the ex2 unit, not
-            # memory, bounded the kernel that took them again: 74% -> 80% of copy).
-            scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
-            y = e * tc.where(s_row == 0.0, float("nan"), scale)
-        tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
+    if STAGES == 1:
+        nxt = tc.load(x, index=(first, rank), shape=(1, BLOCK), padding=NEG_INF)
+        for row in range(first, x.shape[0], step):
+            cur = nxt
+            nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
+            _softmax_row(cur, out, row, rank, LOG, C)
+    else:
+        for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
+            if EVEN:
+                cur = tc.load(x, index=(row, rank), shape=(1, BLOCK))
+            else:
+                cur = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF)
+            _softmax_row(cur, out, row, rank, LOG, C)
+
+
+@tc.func
+def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr):
+    """Chunk `rank` of row `row` (cur, in x's dtype) normalized with the whole row's max and
+    sum, exchanged in the cluster."""
+    t = cur.astype(tc.float32)
+    m = tc.max(t)
+    m_safe = tc.where(m == NEG_INF, 0.0, m)
+    e = tc.exp(t - m_safe)
+    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)
+    m_row = tc.max(mp)
+    s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
+    # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
+    if LOG:
+        y = cur.astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
+    else:
+        # The exps held across the exchange (one exp per element; the ex2 unit, not
+        # memory, bounded the kernel that took them again: 74% -> 80% of copy).
+        scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
+        y = e * tc.where(s_row == 0.0, float("nan"), scale)
+    tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
 
 
 @tc.func
@@ -260,6 +279,10 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=8192), 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768) + ", STAGES=2, EVEN=True",
+     32),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=True, c=8, block=32768) + ", STAGES=2, EVEN=True",
+     32),
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_RMS, c=4, block=16384,
                                                    stages=1), 16),
@@ -272,10 +295,10 @@ SM90_SIGNATURES = [
                                                    stages=2), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384,
                                                    stages=2), 16),
-    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=4, block=16384,
-                                                   stages=2) + ", EVEN=True", 16),
+    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=8192,
+                                                   stages=3) + ", EVEN=True", 8),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_LN, c=8, block=16384,
-                                                   stages=2) + ", EVEN=True", 16),
+                                                   stages=3) + ", EVEN=True", 16),
 ]
 
 
@@ -318,15 +341,16 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
 
 
-def norm_cluster_rows(n_cols: int, capability: Tuple[int, int]) -> Optional[ClusterRows]:
+def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX_NORM_CHUNK) -> Optional[ClusterRows]:
     """The norms' cluster launch of rows of `n_cols` elements, or None: `cluster_rows` with
-    chunks of up to MAX_NORM_CHUNK elements, 32 per thread (a 16384-element chunk: 16
-    warps). Measured on an H200 at 4096x65536 (% of copy): f32 rms_norm 90% in chunks of
-    8192 at 8 warps, 91% in chunks of 16384 at 16; the staged f32 layer_norm needs the
-    16384-element chunks (69% at 8192 and 8 warps: one program per SM); bf16 rms_norm on
-    persistent clusters 92% at 16384 / 16 warps, 91% at 16384 / 8.
+    chunks of up to `chunk` elements (at most MAX_NORM_CHUNK), 32 per thread (a 16384-element
+    chunk: 16 warps). Measured on an H200 at 4096x65536 (% of copy): f32 rms_norm 90% in
+    chunks of 8192 at 8 warps, 91% in chunks of 16384 at 16; the staged f32 layer_norm
+    needs the 16384-element chunks (69% at 8192 and 8 warps: one program per SM); bf16
+    rms_norm on persistent clusters 92% at 16384 / 16 warps, 91% at 16384 / 8; bf16
+    layer_norm 90% at 8192 / 8 warps with 3 stages (norms.LN_CHUNK_2BYTE).
     """
-    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=MAX_NORM_CHUNK)
+    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=chunk)
 
 
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:

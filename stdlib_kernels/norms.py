@@ -27,6 +27,11 @@ from ._plan import derived, planned
 __all__ = ["layer_norm", "rms_norm"]
 
 LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
+# 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8 at 8 warps, two programs per SM) with the
+# next two rows staged (H200, 4096x65536 bf16: 88.9% of copy at C = 4 / 16 warps / 2 stages, 90.1% at 3
+# stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
+LN_CHUNK_2BYTE = 8192
+LN_STAGES_2BYTE = 3
 
 
 @tc.kernel
@@ -154,7 +159,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
         # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 89 with every chunk full
         # (EVEN: no masks; with them the kernel spills at 16 warps): ragged 2-byte rows stay looped
-        cl = None if cfg.single else _cluster_rows.norm_cluster_rows(n_cols, _cluster_rows.device_capability(a))
+        two_byte_ln = not rms and a.dtype.itemsize == 2
+        cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
+            n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
         if cl is not None and not (rms or a.dtype.itemsize == 4 or even):
             cl = None
@@ -168,7 +175,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            stages = 1 if rms else LN_STAGES
+            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
             persistent = _cluster_rows.persistent_grid(a, loop, args, cl, n_rows, STAGES=stages, **flags)
             if persistent is not None:
@@ -208,14 +215,15 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     chunks of BLOCK fill them exactly, as 65536 or 131072 do: ragged ones
     measured faster looped) run on thread-block clusters instead, whatever the
     number of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks
-    hold at most 16384 elements; 32 elements per thread
-    (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
+    hold at most 16384 elements (2-byte layer_norm: 8192, LN_CHUNK_2BYTE); 32
+    elements per thread (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
     in registers and exchanges the chunk's mean and centred sum of squares
     (rms_norm: sum of squares) with the others of its cluster
     (tc.cluster_gather), which it combines with Chan's formula: one read of the
     row. The clusters are persistent (as many as are resident), w and b held,
     the next row in flight during the exchange (rms_norm: in registers;
-    layer_norm: staged in shared memory, LN_STAGES).
+    layer_norm: staged in shared memory, LN_STAGES, for 2-byte rows the next two,
+    LN_STAGES_2BYTE).
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 

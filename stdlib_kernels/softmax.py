@@ -147,6 +147,25 @@ LOOP_MIN_CHUNK = 32768
 # chunk both fit in registers (128 per thread) while the next one loads during this one's
 # reductions (H200, 1024x262144 bf16 log_softmax: 70% -> 81% of copy; softmax 75% either way)
 LOOP_WARPS = 16
+# f32 rows of 8 such chunks (262144 elements) run persistent too, at 32 warps (32 per thread), the
+# next row staged in shared memory: tc.range(num_stages=2), one slot read first (H200, 1024x262144
+# f32: XX% -> XX% of copy)
+LOOP_STAGES_F32 = 2
+
+
+def _loop_plan(cl, n_cols: int, itemsize: int):
+    """The persistent launch of rows on clusters `cl` (its ClusterRows and the loop kernel's
+    further constexprs), or None: 2-byte chunks of LOOP_MIN_CHUNK hold the next row in
+    registers at LOOP_WARPS; f32 ones stage it in shared memory (one 128 KB slot), only when
+    every chunk is full: their loads then need no -inf padding, a select per element that
+    made the kernel spill at 64 registers."""
+    if cl.block < LOOP_MIN_CHUNK:
+        return None
+    if itemsize == 2:
+        return replace(cl, num_warps=LOOP_WARPS), {}
+    if n_cols == cl.c * cl.block:
+        return cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True)
+    return None
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -162,11 +181,12 @@ def _softmax(x, dim, out, log: bool, op: str):
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block)
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
-        if a.dtype.itemsize == 2 and cl.block >= LOOP_MIN_CHUNK:
-            loop, looped = _cluster_rows.softmax_cluster_loop_kernel, replace(cl, num_warps=LOOP_WARPS)
-            persistent = _cluster_rows.persistent_grid(a, loop, args, looped, n_rows, **flags)
+        plan = _loop_plan(cl, n_cols, a.dtype.itemsize)
+        if plan is not None:
+            loop, (looped, extra) = _cluster_rows.softmax_cluster_loop_kernel, plan
+            persistent = _cluster_rows.persistent_grid(a, loop, args, looped, n_rows, **flags, **extra)
             if persistent is not None:
-                kernel, grid, cl = loop, persistent, looped
+                kernel, grid, cl, flags = loop, persistent, looped, {**flags, **extra}
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
     n_tiles = tc.cdiv(n_cols, cfg.block)
@@ -216,7 +236,9 @@ def softmax(x, dim: int = -1, out=None):
     read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16 rows with
     chunks of 32768 (LOOP_MIN_CHUNK) runs on as many persistent clusters as the
     device holds at once, at LOOP_WARPS = 16, each walking rows and loading the
-    next row's chunk while it reduces, exchanges and stores the current one.
+    next row's chunk while it reduces, exchanges and stores the current one; so
+    do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
+    chunk staged in shared memory.
     """
     return _softmax(x, dim, out, False, "softmax")
 

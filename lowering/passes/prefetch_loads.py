@@ -17,6 +17,21 @@ of S slots, one iteration's tile each, and the loop becomes:
         %x = tile.select %mask, %x, %padding      (a masked load with non-zero padding)
     after:     gpu.async_wait {pending = 0}
 
+When S slots do not fit, the loop reads its slot first and refills it at once: S - 1
+slots keep the same S - 1 iterations in flight (fewer slots fitting: S one more than
+them), at the cost of holding the tiles in registers from the top of the body:
+
+    loop (iteration c, slot c % (S - 1)):
+        gpu.async_wait {pending = S - 2}; gpu.barrier (as above)
+        %x = gpu.local_load %buf, c % (S - 1)     (every staged tile, read here)
+        gpu.barrier                               (only when a copied element is read by
+                                                   another thread: all have read the slot)
+        copies of iteration c + S - 1 into slot c % (S - 1); gpu.async_commit
+        %x = tile.select %mask, %x, %padding      (where the load was)
+
+A 128 KB tile (32768 f32: a long softmax row's chunk) thus keeps the next row in flight
+with one slot, where two would not fit.
+
 The buffer keeps the tile in row-major order without a swizzle, and each thread copies
 the 4-, 8- or 16-byte runs of its own registers: when no element of the load's layout
 is held by two threads, each thread reads back only what it copied itself, so neither
@@ -28,9 +43,10 @@ depend on the induction variable and otherwise only on loop invariants (the ops 
 them are pure; a load of the same tile every iteration is left alone), it moves 4, 8 or
 16 bytes per access (`_vec`) and it does not feed a tensor-core operand buffer
 (pipeline_loads owns those). A loop that already holds cp.async copies (pipeline_loads'
-ring: a wait counts every group its thread committed) is left alone. S shrinks until
-the loop's buffers fit in the arch's shared memory less the buffers already placed and
-STAGED_RESERVE; below 2 stages, or before sm_80 (no cp.async), the loop keeps its loads.
+ring: a wait counts every group its thread committed) is left alone. The slots must fit
+in the arch's shared memory less the buffers already placed and STAGED_RESERVE; when
+fewer than S do, the loop reads first with as many as fit; with none, or before sm_80
+(no cp.async), it keeps its loads.
 The loop's num_stages attribute is removed either way.
 
 The copies of later iterations are issued before this iteration's stores: a loop must
@@ -38,7 +54,7 @@ not load what an earlier iteration of it stored (docs/language.md, tc.range).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
@@ -104,13 +120,15 @@ def _qualifies(op: Op, body) -> Optional[_Load]:
     return _Load(op, ops)
 
 
-def _stages(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> int:
+def _plan(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> Tuple[int, int]:
+    """(stages, slots) of a loop asking for `wanted` stages: `wanted` slots where they fit,
+    else as many slots as fit, read first (stages = slots + 1); (0, 0) when none fits."""
     budget = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024) - STAGED_RESERVE - placed
-    per_stage = sum(ld.nbytes for ld in loads)
-    s = wanted
-    while s >= 2 and s * per_stage > budget:
-        s -= 1
-    return s
+    fit = budget // sum(ld.nbytes for ld in loads)
+    if fit >= wanted:
+        return wanted, wanted
+    slots = min(fit, wanted - 1)
+    return (slots + 1, slots) if slots >= 1 else (0, 0)
 
 
 def _has_cp_async(arch: Optional[str]) -> bool:
@@ -133,16 +151,17 @@ def _buffer(at: Builder, ld: _Load, stages: int) -> Value:
                      result_types=[PointerType(ld.type.dtype, SHARED)]).result
 
 
-def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
+def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     body = loop.body
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
     ivt = iv.type
     i32 = ScalarType(dt.int32)
     ahead = stages - 1
+    read_first = slots < stages
     pre = Builder().before(loop)
     pre.loc = loop.loc
-    bufs = [_buffer(pre, ld, stages) for ld in loads]
+    bufs = [_buffer(pre, ld, slots) for ld in loads]
     for s in range(ahead):
         iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
         live = _live(pre, iv_s, ub, step)
@@ -154,11 +173,17 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
     at = Builder().before(body.ops[first])
     at.loc = loop.loc
     count = iteration_count(at, iv, lb, step)
-    n = build_constant(at, i32, stages)
+    n = build_constant(at, i32, slots)
     read_slot = at.value(T.ModOp, count, n)
-    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead)), n)
+    # Read first: the slot just read takes iteration c + S - 1 ((c + S - 1) % (S - 1) = c % (S - 1)).
+    write_slot = read_slot if read_first else at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead)), n)
+    barrier = any(ld.shared_by_threads for ld in loads)
     at.create(AsyncWaitOp, pending=stages - 2)
-    if any(ld.shared_by_threads for ld in loads):
+    if barrier:
+        at.create(BarrierOp)
+    held = [at.create(LocalLoadOp, buf, read_slot, result_types=[ld.type]).result if read_first else None
+            for ld, buf in zip(loads, bufs)]
+    if read_first and barrier:
         at.create(BarrierOp)
     iv_next = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead)))
     live = _live(at, iv_next, ub, step)
@@ -166,11 +191,12 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int) -> None:
         issue_copy(at, ld.ops, ld.op, iv, iv_next, buf, write_slot, lambda _: live)
     at.create(AsyncCommitOp)
 
-    for ld, buf in zip(loads, bufs):
+    for ld, buf, value in zip(loads, bufs, held):
         op = ld.op
         nb = Builder().before(op)
         nb.loc = op.loc
-        value = nb.create(LocalLoadOp, buf, read_slot, result_types=[ld.type]).result
+        if value is None:
+            value = nb.create(LocalLoadOp, buf, read_slot, result_types=[ld.type]).result
         if isinstance(op, T.LoadMaskedOp) and not _is_zero(op.operands[2]):
             value = nb.value(T.SelectOp, op.operands[1], value, op.operands[2])
         op.results[0].replace_all_uses_with(value)
@@ -194,7 +220,7 @@ def prefetch_loads(module: Module, arch: Optional[str] = None, **_options) -> Mo
             continue
         loads = [ld for ld in (_qualifies(op, loop.body) for op in list(loop.body.ops)) if ld is not None]
         placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
-        stages = _stages(loads, wanted, arch, placed) if loads else 0
+        stages, slots = _plan(loads, wanted, arch, placed) if loads else (0, 0)
         if stages >= 2:
-            _stage(loop, loads, stages)
+            _stage(loop, loads, stages, slots)
     return dce(module) if changed else module

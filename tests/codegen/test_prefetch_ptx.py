@@ -68,3 +68,23 @@ def test_without_num_stages_the_loads_stay_in_registers():
     ptx = staged_softmax_rows.compile(staged_softmax_rows.specialization(sig), arch="sm_90a", num_warps=8,
                                       fast_math=True).asm["ptx"]
     assert "cp.async" not in ptx and "ld.global.v4" in ptx
+
+
+@pytest.mark.parametrize("arch,slots", [("sm_80", 1), ("sm_90a", 2)])
+def test_stages_that_do_not_fit_read_their_slot_first(arch, slots):
+    # 3 stages of 16384 f32 + f16 elements (96 KB each) fit neither in sm_80's 163 KB nor in
+    # sm_90a's 227 KB (less the 16 KB kept for other buffers): the loop reads first, with 1
+    # and 2 slots, keeping as many iterations in flight (sm_90a: the 2 that 3 stages ask for).
+    sig = ("x=f32[?,?]:div=1x16:stride_div=16x1, y=f16[?,?]:div=1x16:stride_div=16x1, "
+           "out=f32[?,?]:div=1x16:stride_div=16x1, DOWN=False, STAGES=3, BLOCK=16384")
+    compiled = staged_axpy_rows.compile(staged_axpy_rows.specialization(sig), arch=arch, num_warps=16,
+                                        fast_math=True)
+    ptx = compiled.asm["ptx"]
+    per_stage = 16384 * (4 + 2)
+    assert slots * per_stage <= compiled.metadata["shared"] < slots * per_stage + 4096
+    loop = ptx[ptx.index("cp.async.wait_group"):]
+    # wait for the slot, read it, refill it: the first read precedes the first refill
+    assert re.search(r"ld\.shared\.v\d", loop).start() < loop.index("cp.async.cg")
+    assert re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)[0] == str(slots - 1)   # stages - 2
+    ptxas = compiled.metadata["ptxas"]
+    assert ptxas["spill_stores"] == 0 and not ptxas["warnings"], ptxas

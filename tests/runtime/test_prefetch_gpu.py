@@ -17,6 +17,8 @@ pytestmark = pytest.mark.gpu
     (1000, 4093, 132, 3, 8),     # ~8 rows per program, a part-filled tile
     (37, 300, 64, 4, 4),         # more programs than rows: some never load
     (4096, 2048, 264, 2, 4),
+    (300, 30001, 132, 2, 32),    # 128 KB tiles: one slot, read first
+    (500, 16000, 132, 4, 16),    # 64 KB tiles: 3 slots of the 4 asked for, read first
 ])
 def test_staged_softmax_rows(gpu, rows, cols, grid, stages, warps):
     rng = np.random.default_rng(rows)

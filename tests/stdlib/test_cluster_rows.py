@@ -63,9 +63,16 @@ def test_norm_cluster_heuristic(n_cols, want):
     assert CR.norm_cluster_rows(n_cols, (8, 6)) is None   # clusters need sm_90
 
 
+@pytest.mark.parametrize("n_cols,want", [(32768, (4, 8192, 8)), (65536, (8, 8192, 8)), (131072, (8, 16384, 16))])
+def test_two_byte_layer_norm_asks_for_smaller_chunks(n_cols, want):
+    got = CR.norm_cluster_rows(n_cols, (9, 0), norms.LN_CHUNK_2BYTE)
+    assert (got.c, got.block, got.num_warps) == want
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launched, dtype):
-    # 32768 columns: two full chunks of 16384 (EVEN, no masks); a large mean next to a small spread
+    # 32768 columns: four full chunks of 8192 (2-byte layer_norm's chunks; EVEN, no masks); a
+    # large mean next to a small spread
     rng = np.random.default_rng(13)
     n = 32768
     x = rowwise.host(300 + 2 * rng.standard_normal((3, n)), dtype)
@@ -73,7 +80,7 @@ def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launc
     b = rowwise.host(rng.standard_normal(n), dtype)
     x64 = rowwise.f64(x)
     y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
-    assert launched == [("norm_cluster_loop_kernel", 2)]
+    assert launched == [("norm_cluster_loop_kernel", 4)]
     want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
     np.testing.assert_allclose(mean, x64.mean(-1), rtol=1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
@@ -192,8 +199,22 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
         rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=20 if log else 1.0)
     assert launched == [("softmax_cluster_loop_kernel", 4), ("softmax_cluster_loop_kernel", 4)]
     launched.clear()
-    sk.softmax(np.zeros((5, 20001), np.float32))           # f32 rows keep one row per cluster
+    sk.softmax(np.zeros((5, 20001), np.float32))           # ragged f32 rows keep one row per cluster
     assert launched == [("softmax_cluster_kernel", 4)]
+
+
+def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch, launched):
+    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # 32768 columns: 4 full chunks of 8192
+    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    rng = np.random.default_rng(19)
+    x = (20 * rng.standard_normal((5, 32768))).astype(np.float32)
+    x[1, :20000] = -np.inf                                 # whole chunks of -inf
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(sk.softmax(x), ref_softmax(x64), rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(sk.log_softmax(x), ref_softmax(x64, True), rtol=2e-5, atol=1e-4)
+    assert launched == [("softmax_cluster_loop_kernel", 4)] * 2
+    assert softmax._loop_plan(CR.ClusterRows(4, 8192, 8), 32768, 4)[1] == dict(STAGES=2, EVEN=True)
 
 
 @pytest.mark.parametrize("rms", [False, True])
@@ -263,7 +284,10 @@ def test_cluster_kernels_assemble_for_sm90a(name, sig, warps):
     ptx = compiled.asm["ptx"]
     assert re.search(rf"\.reqnctapercluster\s+{c}\s*,\s*1\s*,\s*1", ptx)
     assert "%cluster_ctarank" in ptx and "barrier.cluster.arrive" in ptx
-    assert "ld.global.v4" in ptx                           # 16-byte loads of the row
+    if spec.constexprs.get("STAGES", 1) > 1:               # 16-byte accesses of the row: staged copies
+        assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16", ptx)
+    else:                                                   # or loads
+        assert "ld.global.v4" in ptx
     ptxas = compiled.metadata.get("ptxas")
     assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
