@@ -28,7 +28,9 @@ row loading meanwhile:
   warps (64 elements per thread, 128 registers) each program holds its chunk in x's
   dtype and issues the next row's loads before this row's reductions; softmax holds
   the f32 exps across the exchange (one exp per element: two made the ex2 unit the
-  bound).
+  bound). f32 rows of 262144 (8 full chunks) do too at 32 warps, the next row staged
+  in shared memory instead (STAGES = 2: one 128 KB slot, read into registers before
+  its refill; EVEN: no -inf padding, whose select per element spilled).
 - the norms run persistent too (norm_cluster_loop_kernel), w and b loaded once and held:
   rms_norm (every dtype) loads the next row into registers before this row's reduction
   (STAGES = 1); layer_norm, whose centred chunk and w and b fill the registers,

@@ -149,7 +149,7 @@ LOOP_MIN_CHUNK = 32768
 LOOP_WARPS = 16
 # f32 rows of 8 such chunks (262144 elements) run persistent too, at 32 warps (32 per thread), the
 # next row staged in shared memory: tc.range(num_stages=2), one slot read first (H200, 1024x262144
-# f32: XX% -> XX% of copy)
+# f32: 86.0% -> 93.0% of copy, log_softmax 86.4% -> 92.5%)
 LOOP_STAGES_F32 = 2
 
 
