@@ -157,7 +157,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
-        # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 89 with every chunk full
+        # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 90 with every chunk full
         # (EVEN: no masks; with them the kernel spills at 16 warps): ragged 2-byte rows stay looped
         two_byte_ln = not rms and a.dtype.itemsize == 2
         cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
@@ -212,7 +212,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
     131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C
-    chunks of BLOCK fill them exactly, as 65536 or 131072 do: ragged ones
+    chunks of BLOCK fill them exactly, as 32768, 65536 or 131072 do: ragged ones
     measured faster looped) run on thread-block clusters instead, whatever the
     number of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks
     hold at most 16384 elements (2-byte layer_norm: 8192, LN_CHUNK_2BYTE); 32
