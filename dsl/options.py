@@ -38,6 +38,11 @@ def parse_arch(arch) -> str:
     return arch
 
 
+def arch_number(arch: str) -> int:
+    """The number of a normalized arch: 90 for "sm_90a"."""
+    return int("".join(c for c in arch[3:] if c.isdigit()))
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     num_warps: int = 4

@@ -67,25 +67,10 @@ HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that 
 
 @tc.kernel
 def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
+    # One row per cluster.
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
-    t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
-    m = tc.max(t)
-    # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
-    m_safe = tc.where(m == NEG_INF, 0.0, m)
-    e = tc.exp(t - m_safe)
-    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)   # every chunk's max and sum, by rank
-    m_row = tc.max(mp)
-    # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
-    s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
-    if LOG:
-        y = t - m_row - tc.log(s_row)
-    else:
-        # exp(x - m_row) / s_row from the exps already held: one multiply per element.
-        scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
-        # s_row is at least 1 unless the row is all -inf: then NaN, as torch.
-        y = e * tc.where(s_row == 0.0, float("nan"), scale)
-    tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
+    _softmax_row(tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF), out, row, rank, LOG, C)
 
 
 @tc.kernel
@@ -121,12 +106,14 @@ def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr):
     sum, exchanged in the cluster."""
     t = cur.astype(tc.float32)
     m = tc.max(t)
+    # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
     m_safe = tc.where(m == NEG_INF, 0.0, m)
     e = tc.exp(t - m_safe)
-    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)
+    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)   # every chunk's max and sum, by rank
     m_row = tc.max(mp)
+    # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf: m_row = -inf,
+    # (-inf) - (-inf) = NaN, as torch.
     s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
-    # A row of only -inf: m_row = -inf, (-inf) - (-inf) = NaN, as torch.
     if LOG:
         y = cur.astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
     else:

@@ -19,9 +19,10 @@ import numpy as np
 from llvmlite import ir
 
 from ...dtypes import DType, float32
+from ...options import arch_number
 from .types import F32, I1, I8, I16, I32, llvm_scalar
 
-__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "arch_number"]
+__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
 # `over`: from this magnitude on (ties included) the result is the `over_code`.
@@ -29,10 +30,6 @@ _F8 = {
     "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, over_code=0x7F, nan=0x7F),
     "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, over_code=0x7C, nan=0x7F),
 }
-
-
-def arch_number(arch: str) -> int:
-    return int("".join(c for c in arch[3:] if c.isdigit()))
 
 
 def f8_bits(v: float, name: str) -> int:

@@ -17,7 +17,8 @@ from llvmlite import ir
 
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
-from .casts import arch_number, cast_bool
+from ...options import arch_number
+from .casts import cast_bool
 from .rules_gpu import barrier, shuffle
 from .types import I8, I32
 from .walker import rule

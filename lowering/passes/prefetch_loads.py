@@ -60,6 +60,7 @@ from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType
+from tilec.options import arch_number
 
 from ..gpu.layouts import DistributedLayout, SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
@@ -131,11 +132,6 @@ def _plan(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> 
     return (slots + 1, slots) if slots >= 1 else (0, 0)
 
 
-def _has_cp_async(arch: Optional[str]) -> bool:
-    digits = "".join(ch for ch in (arch or "sm_90a")[3:] if ch.isdigit())
-    return bool(digits) and int(digits) >= 80
-
-
 def _live(at: Builder, iv_value: Value, ub: Value, step: Value) -> Value:
     """iv_value is an iteration of the loop: below ub going up, above it going down."""
     zero = build_constant(at, step.type, 0)
@@ -144,10 +140,10 @@ def _live(at: Builder, iv_value: Value, ub: Value, step: Value) -> Value:
     return at.value(T.OrOp, up, down)
 
 
-def _buffer(at: Builder, ld: _Load, stages: int) -> Value:
+def _buffer(at: Builder, ld: _Load, slots: int) -> Value:
     rank = len(ld.type.shape)
     order = tuple(d + 1 for d in range(rank - 1, -1, -1)) + (0,)  # row-major slots, slot slowest
-    return at.create(AllocOp, shape=[stages] + list(ld.type.shape), layout=SharedLayout(1, 1, 1, order),
+    return at.create(AllocOp, shape=[slots] + list(ld.type.shape), layout=SharedLayout(1, 1, 1, order),
                      result_types=[PointerType(ld.type.dtype, SHARED)]).result
 
 
@@ -214,7 +210,7 @@ def prefetch_loads(module: Module, arch: Optional[str] = None, **_options) -> Mo
         if wanted is None:
             continue
         changed = True
-        if wanted < 2 or not _has_cp_async(arch):
+        if wanted < 2 or arch_number(arch or "sm_90a") < 80:
             continue
         if any(isinstance(op, AsyncCopyOp) for op in loop.walk()):
             continue
