@@ -214,8 +214,11 @@ def _ptx_needed(gpu) -> int:
     """The PTX ISA the kernel's inline PTX needs beyond the arch's minimum (0: none)."""
     from .ir import tile_ops as T
     from .lowering.codegen.rules_cluster import GATHER_PTX
-    gathers = any(isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1 for op in gpu.walk())
-    return GATHER_PTX if gathers else 0
+    from .lowering.codegen.rules_memory import CACHE_HINT_PTX
+    ops = list(gpu.walk())
+    gathers = any(isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1 for op in ops)
+    hints = any(isinstance(op, (T.LoadOp, T.LoadMaskedOp)) and op.attrs.get("evict") for op in ops)
+    return max(GATHER_PTX if gathers else 0, CACHE_HINT_PTX if hints else 0)
 
 
 def _assemble(ptx: str, arch: str):

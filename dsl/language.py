@@ -184,7 +184,8 @@ def full(shape, value, dtype=None):
 
 # ----------------------------------------------------------------------------- memory
 @builtin
-def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None, multicast=False):
+def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None, multicast=False,
+         eviction_policy=None):
     """Read memory.
 
     View form: `tc.load(view, index=(i, j), shape=(BM, BN), padding=0.0)` reads the
@@ -197,6 +198,11 @@ def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None,
     promise.
     Pointer form: `tc.load(ptrs, mask=m, other=0.0)` gathers one element per pointer;
     masked-off elements read `other`.
+    `eviction_policy` (a constexpr, either form): "evict_first" for data read once (the
+    lines it brings into L2 go first, before other data there), "evict_last" for data
+    read again soon, "evict_normal" or None for the default. A hint: on sm_80 and newer
+    register loads carry it; copies a staged loop makes of the load (cp.async, TMA) and
+    older GPUs use the default.
     """
 
 

@@ -93,18 +93,19 @@ def _broadcast_all(ctx, *xs):
 
 # ----------------------------------------------------------------------------- load / store
 @builtin_handler(lang.load)
-def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multicast):
+def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multicast, eviction_policy):
     require_constexpr(ctx, multicast, "multicast")
     multicast = py_scalar(multicast)
     if not isinstance(multicast, bool):
         raise ctx.error(f"multicast must be True or False, got {multicast!r}")
+    hint = _eviction(ctx, eviction_policy)
     if isinstance(pointer, ViewValue):
         if mask is not None or other is not None:
             raise ctx.error("mask= and other= are for pointer loads; a view load reads padding= where the tile "
                             "is out of bounds")
         mode, idx = _view_indices(ctx, "tc.load", pointer, index, offset)
         shape = _view_shape(ctx, "tc.load", pointer, shape)
-        extra = {"multicast": True} if multicast else {}
+        extra = dict(hint, **({"multicast": True} if multicast else {}))
         return ctx.value(T.LoadViewOp, pointer.value, *idx, shape=list(shape),
                          padding=_padding(ctx, pointer, padding), mode=mode, **extra)
     if multicast:
@@ -118,7 +119,7 @@ def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multic
     if m is None:
         if other is not None:
             raise ctx.error("other= needs mask=: it is the value of masked-off elements")
-        return ctx.value(T.LoadOp, ptr)
+        return ctx.value(T.LoadOp, ptr, **hint)
     ptr, m = _broadcast_all(ctx, ptr, m)
     elem = ptr.element.pointee
     if other is None:
@@ -129,7 +130,19 @@ def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multic
         o = S.constant(ctx, other, elem, ptr.shape)
     else:
         raise ctx.error(f"other must be a number or tile, got {_describe(other)}")
-    return ctx.value(T.LoadMaskedOp, ptr, m, o)
+    return ctx.value(T.LoadMaskedOp, ptr, m, o, **hint)
+
+
+_EVICTION = {None: None, "evict_normal": None, "evict_first": "first", "evict_last": "last"}
+
+
+def _eviction(ctx, policy) -> dict:
+    """The load's `evict` attribute for `eviction_policy=` (empty for the default)."""
+    require_constexpr(ctx, policy, "eviction_policy")
+    policy = py_scalar(policy) if policy is not None else None
+    if not isinstance(policy, (str, type(None))) or policy not in _EVICTION:
+        raise ctx.error(f"eviction_policy must be one of {', '.join(repr(k) for k in _EVICTION)}, got {policy!r}")
+    return {"evict": _EVICTION[policy]} if _EVICTION[policy] else {}
 
 
 @builtin_handler(lang.store)

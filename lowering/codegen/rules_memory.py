@@ -4,7 +4,8 @@ Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info an
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory and the mask is uniform across them. Masked accesses
-branch around the access, so a masked-off lane never touches memory.
+branch around the access, so a masked-off lane never touches memory. A load with an
+eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
 element, in the owner copy only; an atomic's old values then reach the other
@@ -23,7 +24,9 @@ from .rules_gpu import barrier, shuffle
 from .types import I8, I32
 from .walker import rule
 
-__all__ = ["guarded", "owner_masks", "broadcast_from_owners"]
+__all__ = ["guarded", "owner_masks", "broadcast_from_owners", "CACHE_HINT_PTX"]
+
+CACHE_HINT_PTX = 74  # `.L2::cache_hint` and `createpolicy` (compiler._ptx_needed)
 
 
 @rule(T.ConstantOp)
@@ -135,15 +138,69 @@ def _load(ctx, op, masked: bool):
     align = dtype.itemsize * vec
     b = ctx.builder
     out = []
+    evict = op.attrs.get("evict")
     for g in range(0, len(ptrs), vec):
         def emit(p=ptrs[g]):
             return b.load(p, typ=vty, align=align)
-        if masked:
+        if evict and _hintable(ptrs[g], vty):
+            v = _hinted_load(ctx, ptrs[g], masks[g] if masked else None,
+                             _pack(b, others[g:g + vec]) if masked else None, vty, evict)
+        elif masked:
             v = guarded(ctx, masks[g], emit, _pack(b, others[g:g + vec]))
         else:
             v = emit()
         out.extend(_from_memory(ctx, x, dtype) for x in _unpack(b, v, vec))
     ctx.set_elems(op.result, out)
+
+
+def _bits(ty) -> int:
+    if isinstance(ty, ir.VectorType):
+        return ty.count * _bits(ty.element)
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {"half": 16, "bfloat": 16, "float": 32, "double": 64}.get(str(ty), 0)
+
+
+def _hintable(ptr, vty) -> bool:
+    """A global access of 1 to 16 bytes: one `ld.global.L2::cache_hint` (_hinted_load)."""
+    return isinstance(ptr.type, ir.PointerType) and ptr.type.addrspace == 1 and _bits(vty) in (8, 16, 32, 64, 128)
+
+
+def _hinted_load(ctx, ptr, mask, fallback, vty, evict: str):
+    """A load of `vty` from `ptr` whose L2 lines get eviction priority `evict` ("first",
+    "last"): `ld.global.L2::cache_hint` with a `createpolicy` operand (sm_80+). Masked:
+    `fallback` moved into the destination registers, then the load predicated on `mask`,
+    in one straight line (LLVM has no such load; an inline-asm load inside a branch would
+    do too, but straight-line code lets ptxas issue several before their first use)."""
+    b = ctx.builder
+    bits = _bits(vty)
+    small = bits < 32
+    wty = ir.IntType(16) if small else I32
+    words = 1 if small else bits // 32
+    reg, width = ("h", f"b{bits}") if small else ("r", "b32")
+    policy = ctx.inline_asm(ir.IntType(64), f"createpolicy.fractional.L2::evict_{evict}.b64 $0, 1.0;", "=l", [],
+                            side_effect=False)
+    outs = [f"${i}" for i in range(words)]
+    dst = outs[0] if words == 1 else "{" + ", ".join(outs) + "}"
+    vec = "" if words == 1 else f".v{words}"
+    args, cons, text = [], [f"={reg}"] * words, ""
+    if mask is not None:
+        packed = b.bitcast(b.zext(fallback, wty) if bits == 8 else fallback,
+                           wty if words == 1 else ir.VectorType(wty, words))
+        args = [packed] if words == 1 else [b.extract_element(packed, ir.Constant(I32, i)) for i in range(words)]
+        text = " ".join(f"mov.b{16 if small else 32} ${i}, ${words + i};" for i in range(words)) + f" @${2 * words} "
+        args.append(cast_bool(b, mask))
+        cons += [reg] * words + ["b"]
+    n = len(args) + words
+    text += f"ld.global.L2::cache_hint{vec}.{width} {dst}, [${n}], ${n + 1};"
+    ret = wty if words == 1 else ir.LiteralStructType([wty] * words)
+    r = ctx.inline_asm(ret, text, ",".join(cons + ["l", "l"]), args + [ptr, policy])
+    if words == 1:
+        return b.trunc(r, vty) if bits == 8 else b.bitcast(r, vty)
+    v = ir.Constant(ir.VectorType(wty, words), ir.Undefined)
+    for i in range(words):
+        v = b.insert_element(v, b.extract_value(r, i), ir.Constant(I32, i))
+    return b.bitcast(v, vty)
 
 
 def _memory_type(ctx, t):

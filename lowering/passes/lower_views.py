@@ -93,7 +93,7 @@ def _lower(op) -> None:
     if isinstance(op, T.LoadViewOp):
         rt = op.results[0].type
         other = build_constant(b, rt, _padding(op, vt.dtype))
-        new = b.value(T.LoadMaskedOp, ptrs, mask, other)
+        new = b.value(T.LoadMaskedOp, ptrs, mask, other, **({"evict": op.attrs["evict"]} if "evict" in op.attrs else {}))
         if "_tma" in op.attrs:  # tma_loads' tag: pipeline_loads may copy this load with TMA
             new.owner.attrs["_tma"] = op.attrs["_tma"]
         new.name_hint = op.results[0].name_hint

@@ -33,6 +33,8 @@ def _num_warps(spec, kernel: str = "") -> int:
     # The entry points' rule (`_common.row_config`): tile elements / 512, 1..16.
     if kernel in FIXED_WARPS:
         return FIXED_WARPS[kernel]
+    if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
+        return _module("cross_entropy").reduce_config(spec.constexprs["BLOCK"])[1]
     elems = math.prod(v for k, v in spec.constexprs.items() if k in TILE_CONSTEXPRS)
     return min(max(elems // 512, 1), 16)
 

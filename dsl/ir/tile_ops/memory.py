@@ -66,8 +66,10 @@ class LoadViewOp(_ViewAccess):
     operands_spec = ("view", "indices*")
     # multicast: a promise that every program of the launch's cluster loads this same tile
     # here (sm_90a: TMA fetches it from L2 once for the cluster; elsewhere an ordinary load)
+    # evict: the L2 eviction priority of the lines read, "first" or "last" (EVICT_POLICIES;
+    # absent: the default)
     attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index"),
-                  "multicast": A("bool", True)}
+                  "multicast": A("bool", True), "evict": A("str", True)}
     traits = frozenset({"reads"})
 
     def infer_types(self):
@@ -75,6 +77,7 @@ class LoadViewOp(_ViewAccess):
 
     def verify_op(self):
         self._check_indices(self.attrs["shape"])
+        _check_evict(self)
 
 
 @register_op
@@ -117,14 +120,26 @@ def _pointee(t: Type):
     return e.pointee if isinstance(e, PointerType) else None
 
 
+EVICT_POLICIES = ("first", "last")
+
+
+def _check_evict(op):
+    if op.attrs.get("evict") not in (None,) + EVICT_POLICIES:
+        raise op.error(f"evict must be one of {EVICT_POLICIES}, got {op.attrs['evict']!r}")
+
+
 @register_op
 class LoadOp(Op):
     name = "tile.load"
     operands_spec = ("ptr",)
+    attributes = {"evict": A("str", True)}   # as on tile.load_view
     traits = frozenset({"reads"})
 
     def infer_types(self):
         return [with_element(self.operands[0].type, ScalarType(_pointee(self.operands[0].type)))]
+
+    def verify_op(self):
+        _check_evict(self)
 
 
 @register_op
@@ -132,12 +147,14 @@ class LoadMaskedOp(Op):
     """Load where `mask`; elsewhere the result is `other`."""
     name = "tile.load_masked"
     operands_spec = ("ptr", "mask", "other")
+    attributes = {"evict": A("str", True)}   # as on tile.load_view
     traits = frozenset({"reads"})
 
     def infer_types(self):
         return [with_element(self.operands[0].type, ScalarType(_pointee(self.operands[0].type)))]
 
     def verify_op(self):
+        _check_evict(self)
         p, m, o = (v.type for v in self.operands)
         if shape_of(m) != shape_of(p) or _dtype(m) is not dt.bool_:
             raise self.error(f"mask must be i1 of shape {list(shape_of(p))}, got {m}")
