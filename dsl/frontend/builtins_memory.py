@@ -133,7 +133,7 @@ def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multic
     return ctx.value(T.LoadMaskedOp, ptr, m, o, **hint)
 
 
-_EVICTION = {None: None, "evict_normal": None, "evict_first": "first", "evict_last": "last"}
+_EVICTION = {None: None, "evict_normal": None, **{f"evict_{p}": p for p in T.EVICT_POLICIES}}
 
 
 def _eviction(ctx, policy) -> dict:

@@ -93,9 +93,9 @@ def _lower(op) -> None:
     if isinstance(op, T.LoadViewOp):
         rt = op.results[0].type
         other = build_constant(b, rt, _padding(op, vt.dtype))
-        new = b.value(T.LoadMaskedOp, ptrs, mask, other, **({"evict": op.attrs["evict"]} if "evict" in op.attrs else {}))
-        if "_tma" in op.attrs:  # tma_loads' tag: pipeline_loads may copy this load with TMA
-            new.owner.attrs["_tma"] = op.attrs["_tma"]
+        new = b.value(T.LoadMaskedOp, ptrs, mask, other)
+        # the eviction hint, and tma_loads' tag (pipeline_loads may copy this load with TMA)
+        new.owner.attrs.update({k: op.attrs[k] for k in ("evict", "_tma") if k in op.attrs})
         new.name_hint = op.results[0].name_hint
         op.results[0].replace_all_uses_with(new)
     else:
