@@ -18,7 +18,8 @@ import tilec as tc
 from . import _plan
 from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, view
 
-__all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "INDEX_LIMIT"]
+__all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "program", "tile_origin",
+           "INDEX_LIMIT"]
 
 # Element offsets at or past this need 64-bit index arithmetic in the kernels.
 INDEX_LIMIT = 2 ** 31 - 2 ** 20
@@ -106,7 +107,8 @@ def slice_last(a: Arr, start: int, stop: int) -> Arr:
 
 
 class TileConfig(tuple):
-    """(block_rows, block_cols, num_warps) of an elementwise launch."""
+    """(block_rows, block_cols, num_warps, flat) of an elementwise launch; flat: the
+    array is one row, and the kernels take tile i at column i * block_cols (`tile_origin`)."""
 
     @property
     def rows(self) -> int:
@@ -120,22 +122,56 @@ class TileConfig(tuple):
     def num_warps(self) -> int:
         return self[2]
 
+    @property
+    def flat(self) -> bool:
+        return self[3]
+
     def grid(self, n_rows: int, n_cols: int, batch: int = 1) -> Tuple[int]:
         return (tc.cdiv(n_rows, self.rows) * tc.cdiv(n_cols, self.cols) * batch,)
 
 
 TILE_ELEMS = 4096   # elements per program: 16 per thread at 8 warps (two or four 16-byte accesses)
+# One row (a contiguous array in its flat form): 2048 per program at 4 warps. mul of
+# 4096x4096 f16 on an H200: 1.02x torch eager against 1.00x at 4096 / 8 warps.
+FLAT_TILE_ELEMS = 2048
 
 
-def tile_config(n_rows: int, n_cols: int, tile_elems: int = TILE_ELEMS) -> TileConfig:
+def tile_config(n_rows: int, n_cols: int, tile_elems: int = 0) -> TileConfig:
     """The elementwise heuristic.
 
-    A program handles a (BR, BC) tile of about `tile_elems` elements: BC =
-    next_pow2(n_cols) capped at `tile_elems`, BR fills the rest with rows (never
-    more than there are). num_warps = tile elements / 512 (16 elements per
-    thread), clamped to 1..8, so small inputs do not launch idle warps.
+    A program handles a (BR, BC) tile of about `tile_elems` elements (by default
+    TILE_ELEMS, FLAT_TILE_ELEMS for a single row): BC = next_pow2(n_cols) capped
+    at `tile_elems`, BR fills the rest with rows (never more than there are).
+    num_warps = tile elements / 512 (16 elements per thread), clamped to 1..8, so
+    small inputs do not launch idle warps. A single row is `flat`.
     """
+    flat = n_rows == 1
+    tile_elems = tile_elems or (FLAT_TILE_ELEMS if flat else TILE_ELEMS)
     bc = min(next_pow2(max(n_cols, 1)), tile_elems)
     br = min(max(tile_elems // bc, 1), next_pow2(max(n_rows, 1)))
     warps = min(max(br * bc // 512, 1), 8)
-    return TileConfig((br, bc, warps))
+    return TileConfig((br, bc, warps, flat))
+
+
+@tc.func
+def program(WIDE: tc.constexpr):
+    """This program's id, as i64 when WIDE (element offsets past INDEX_LIMIT)."""
+    pid = tc.program_id(0)
+    if WIDE:
+        pid = pid.astype(tc.int64)
+    return pid
+
+
+@tc.func
+def tile_origin(pid, n_cols, BR: tc.constexpr, BC: tc.constexpr, FLAT: tc.constexpr):
+    """(rows, first column) of tile `pid` of a row-major (BR, BC) tiling of rows of
+    n_cols. FLAT (a single row): tile pid starts at column pid * BC, with no integer
+    division (its ~60 instructions came before the first load)."""
+    if FLAT:
+        rows = tc.arange(0, BR)
+        col0 = pid * BC
+    else:
+        n_col_tiles = tc.cdiv(n_cols, BC)
+        rows = (pid // n_col_tiles) * BR + tc.arange(0, BR)
+        col0 = (pid % n_col_tiles) * BC
+    return rows, col0

@@ -24,7 +24,7 @@ import tilec as tc
 
 from ._common import as_array, check_float, launch, output
 from ._plan import derived, planned
-from ._rows import INDEX_LIMIT, rows_form, tile_config
+from ._rows import INDEX_LIMIT, program, rows_form, tile_config, tile_origin
 
 __all__ = ["dropout", "dropout_kernel", "SIGNATURES", "THRESHOLD_BITS"]
 
@@ -44,16 +44,12 @@ def half_word(word, odd):
 
 @tc.kernel
 def dropout_kernel(x, out, n_rows, n_cols, sx, so, threshold, scale, seed,
-                   BR: tc.constexpr, BC: tc.constexpr, GROUPED: tc.constexpr, WIDE: tc.constexpr):
-    pid = tc.program_id(0)
-    if WIDE:
-        pid = pid.astype(tc.int64)
+                   BR: tc.constexpr, BC: tc.constexpr, GROUPED: tc.constexpr, WIDE: tc.constexpr,
+                   FLAT: tc.constexpr = False):
     # A seed of 1 arrives as the constant 1 (the launch specializes ints equal to 1):
     # make it an i64 value either way, so the Philox key reads its 64 bits.
     seed = tc.full((1, 1), seed, tc.int64)
-    n_col_tiles = tc.cdiv(n_cols, BC)
-    rows = (pid // n_col_tiles) * BR + tc.arange(0, BR)
-    col0 = (pid % n_col_tiles) * BC
+    rows, col0 = tile_origin(program(WIDE), n_cols, BR, BC, FLAT)
     if GROUPED:
         # The tile as (BR, BC / 8, 8): every run of 8 columns starts at a multiple of 8 of
         # the flat index (n_cols % 8 == 0 or a single row), so one Philox counter serves a
@@ -83,12 +79,12 @@ def dropout_kernel(x, out, n_rows, n_cols, sx, so, threshold, scale, seed,
 
 SIGNATURES = {
     "dropout_kernel": "x=f16[?,?], out=f16[?,?], n_rows=1, n_cols=i32:16, sx=i32:16, so=i32:16, threshold=i32, "
-                      "scale=f32, seed=i64, BR=1, BC=4096, GROUPED=True, WIDE=False",
+                      "scale=f32, seed=i64, BR=1, BC=2048, GROUPED=True, WIDE=False, FLAT=True",
     "dropout_kernel_rows": "x=bf16[?,?], out=bf16[?,?], n_rows=i32, n_cols=i32, sx=i32, so=i32, threshold=i32, "
                            "scale=f32, seed=i64, BR=8, BC=128, GROUPED=False, WIDE=False",
 }
 # The options the entry points launch SIGNATURES with (`_rows.tile_config`; tests/test_ptxas.py).
-OPTIONS = {"dropout_kernel": {"num_warps": 8, "fast_math": True}, "dropout_kernel_rows": {"num_warps": 2, "fast_math": True}}
+OPTIONS = {"dropout_kernel": {"num_warps": 4, "fast_math": True}, "dropout_kernel_rows": {"num_warps": 2, "fast_math": True}}
 # Both entries compile the one kernel (grouped and per-element draws).
 dropout_kernel_rows = dropout_kernel
 
@@ -138,5 +134,5 @@ def dropout(x, p: float, seed: int, out=None):
     wide = max(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols) >= INDEX_LIMIT
     launch(dropout_kernel, cfg.grid(n_rows, n_cols),
            [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, threshold, scale32, seed64],
-           num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped, WIDE=wide)
+           num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped, WIDE=wide, FLAT=cfg.flat)
     return o.obj

@@ -18,22 +18,18 @@ from tilec import dtypes as _dt
 
 from ._common import as_array, check_float, check_same_place, launch, output, view
 from ._plan import planned
-from ._rows import INDEX_LIMIT, row_view, rows_form, slice_last, tile_config
+from ._rows import INDEX_LIMIT, program, row_view, rows_form, slice_last, tile_config, tile_origin
 
 __all__ = ["gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "SIGNATURES"]
 
 
 # ----------------------------------------------------------------------------- shared device helpers
 @tc.func
-def tile_index(n_rows, n_cols, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr):
+def tile_index(n_rows, n_cols, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr, FLAT: tc.constexpr):
     """This program's (rows, cols, mask) of a (BR, BC) tiling of n_rows x n_cols, row-major
-    over tiles; i64 indices when WIDE."""
-    pid = tc.program_id(0)
-    if WIDE:
-        pid = pid.astype(tc.int64)
-    n_col_tiles = tc.cdiv(n_cols, BC)
-    rows = (pid // n_col_tiles) * BR + tc.arange(0, BR)
-    cols = (pid % n_col_tiles) * BC + tc.arange(0, BC)
+    over tiles; i64 indices when WIDE; FLAT: n_rows is 1 (`_rows.tile_origin`)."""
+    rows, col0 = tile_origin(program(WIDE), n_cols, BR, BC, FLAT)
+    cols = col0 + tc.arange(0, BC)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     return rows, cols, mask
 
@@ -88,16 +84,16 @@ def gelu_f32(x, APPROX: tc.constexpr, NARROW: tc.constexpr):
 # ----------------------------------------------------------------------------- kernels
 @tc.kernel
 def gelu_kernel(x, out, n_rows, n_cols, sx, so, APPROX: tc.constexpr, BR: tc.constexpr, BC: tc.constexpr,
-                WIDE: tc.constexpr, NARROW: tc.constexpr = False):
-    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE)
+                WIDE: tc.constexpr, NARROW: tc.constexpr = False, FLAT: tc.constexpr = False):
+    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE, FLAT)
     t = tc.load(x.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     tc.store(out.ptr + rows[:, None] * so + cols[None, :], gelu_f32(t, APPROX, NARROW).astype(out.dtype), mask=mask)
 
 
 @tc.kernel
 def silu_mul_kernel(g, u, out, n_rows, n_cols, sg, su, so, BR: tc.constexpr, BC: tc.constexpr,
-                    WIDE: tc.constexpr):
-    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE)
+                    WIDE: tc.constexpr, FLAT: tc.constexpr = False):
+    rows, cols, mask = tile_index(n_rows, n_cols, BR, BC, WIDE, FLAT)
     a = tc.load(g.ptr + rows[:, None] * sg + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     b = tc.load(u.ptr + rows[:, None] * su + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     tc.store(out.ptr + rows[:, None] * so + cols[None, :], (a * tc.sigmoid(a) * b).astype(out.dtype), mask=mask)
@@ -105,18 +101,21 @@ def silu_mul_kernel(g, u, out, n_rows, n_cols, sg, su, so, BR: tc.constexpr, BC:
 
 @tc.kernel
 def binary_kernel(a, b, out, n_batch, n_rows, n_cols, sab, sar, sac, sbb, sbr, sbc, sob, sor,
-                  OP: tc.constexpr, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr):
+                  OP: tc.constexpr, BR: tc.constexpr, BC: tc.constexpr, WIDE: tc.constexpr,
+                  FLAT: tc.constexpr = False):
     # A (batch, rows, cols) iteration space; a stride of 0 broadcasts an operand. The
     # batch index is the slowest part of the program id, one batch entry per program.
-    pid = tc.program_id(0)
-    if WIDE:
-        pid = pid.astype(tc.int64)
-    n_col_tiles = tc.cdiv(n_cols, BC)
-    per_batch = tc.cdiv(n_rows, BR) * n_col_tiles
-    bi = pid // per_batch
-    rest = pid % per_batch
-    rows = (rest // n_col_tiles) * BR + tc.arange(0, BR)
-    cols = (rest % n_col_tiles) * BC + tc.arange(0, BC)
+    # FLAT: one batch entry of one row (same-shape contiguous operands).
+    pid = program(WIDE)
+    if FLAT:
+        bi = 0
+        rest = pid
+    else:
+        per_batch = tc.cdiv(n_rows, BR) * tc.cdiv(n_cols, BC)
+        bi = pid // per_batch
+        rest = pid % per_batch
+    rows, col0 = tile_origin(rest, n_cols, BR, BC, FLAT)
+    cols = col0 + tc.arange(0, BC)
     mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
     x = tc.load(a.ptr + bi * sab + rows[:, None] * sar + cols[None, :] * sac, mask=mask, other=0.0)
     y = tc.load(b.ptr + bi * sbb + rows[:, None] * sbr + cols[None, :] * sbc, mask=mask, other=0.0)
@@ -134,7 +133,7 @@ def rope_half_kernel(x1, x2, cos, sin, o1, o2, n_rows, half, sx, sc, so, inner, 
                      BR: tc.constexpr, BH: tc.constexpr, WIDE: tc.constexpr):
     # Half-split layout: x = [x1 | x2]; o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin.
     # x1/x2 (and o1/o2) point at the two halves of each row, so each load is contiguous.
-    rows, cols, mask = tile_index(n_rows, half, BR, BH, WIDE)
+    rows, cols, mask = tile_index(n_rows, half, BR, BH, WIDE, False)
     pos = (rows // inner) % seq
     c = tc.load(cos.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     s = tc.load(sin.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
@@ -149,7 +148,7 @@ def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, se
                             BR: tc.constexpr, BD: tc.constexpr, WIDE: tc.constexpr):
     # Interleaved layout: pairs (x[2j], x[2j+1]) rotate by angle j. The row tile is read
     # whole (contiguous), split into pairs by a reshape to (BR, BD/2, 2), and written whole.
-    rows, cols, mask = tile_index(n_rows, dim, BR, BD, WIDE)
+    rows, cols, mask = tile_index(n_rows, dim, BR, BD, WIDE, False)
     pid = tc.program_id(0)
     j = (pid % tc.cdiv(dim, BD)) * (BD // 2) + tc.arange(0, BD // 2)
     t = tc.load(x.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
@@ -169,20 +168,26 @@ def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, se
 
 _ROW_ARGS = "n_rows=i32, n_cols=i32:16"
 SIGNATURES = {
-    "gelu_kernel": f"x=f16[?,?], out=f16[?,?], {_ROW_ARGS}, sx=i32:16, so=i32:16, APPROX='none', BR=1, BC=4096, WIDE=False, "
-                   "NARROW=True",
+    "gelu_kernel": "x=f16[?,?], out=f16[?,?], n_rows=1, n_cols=i32:16, sx=i32:16, so=i32:16, APPROX='none', BR=1, "
+                   "BC=2048, WIDE=False, NARROW=True, FLAT=True",
     "silu_mul_kernel": f"g=bf16[?,?], u=bf16[?,?], out=bf16[?,?], {_ROW_ARGS}, sg=i32:16, su=i32:16, so=i32:16, "
                        "BR=2, BC=2048, WIDE=False",
     "binary_kernel": "a=f32[?,?,?], b=f32[?,?,?], out=f32[?,?,?], n_batch=i32, n_rows=i32, n_cols=i32:16, sab=i32:16, "
                      "sar=i32:16, sac=1, sbb=i32:16, sbr=i32:16, sbc=1, sob=i32:16, sor=i32:16, OP='add', BR=4, BC=1024, "
                      "WIDE=False",
+    "binary_kernel_flat": "a=bf16[?,?,?], b=bf16[?,?,?], out=bf16[?,?,?], n_batch=1, n_rows=1, n_cols=i32:16, "
+                          "sab=i32:16, sar=i32:16, sac=1, sbb=i32:16, sbr=i32:16, sbc=1, sob=i32:16, sor=i32:16, "
+                          "OP='mul', BR=1, BC=2048, WIDE=False, FLAT=True",
     "rope_half_kernel": "x1=f16[?,?], x2=f16[?,?], cos=f32[?,?], sin=f32[?,?], o1=f16[?,?], o2=f16[?,?], n_rows=i32, "
                         "half=i32:16, sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=64, BH=64, WIDE=False",
     "rope_interleaved_kernel": "x=bf16[?,?], cos=f32[?,?], sin=f32[?,?], out=bf16[?,?], n_rows=i32, dim=i32:16, "
                                "sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=32, BD=128, WIDE=False",
 }
 # The options the entry points launch SIGNATURES with (`_rows.tile_config`; tests/test_ptxas.py).
-OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in SIGNATURES}
+OPTIONS = {name: {"num_warps": 4 if name in ("gelu_kernel", "binary_kernel_flat") else 8, "fast_math": True}
+           for name in SIGNATURES}
+# The one binary kernel, compiled as a broadcast and as a flat launch.
+binary_kernel_flat = binary_kernel
 
 
 # ----------------------------------------------------------------------------- entry points
@@ -203,7 +208,8 @@ def gelu(x, approximate: str = "none", out=None):
     """GELU of `x`: 0.5 x (1 + erf(x / sqrt 2)), or with approximate="tanh" the tanh form.
 
     f16, bf16, f32; any shape; computed in f32. Tiles of about 4096 elements
-    (`_rows.tile_config`: whole rows when short, 16 elements per thread).
+    (`_rows.tile_config`: whole rows when short, 16 elements per thread); a
+    contiguous array is one flat row in tiles of 2048 at 4 warps.
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -213,7 +219,8 @@ def gelu(x, approximate: str = "none", out=None):
     cfg = tile_config(n_rows, n_cols)
     launch(gelu_kernel, cfg.grid(n_rows, n_cols), [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride],
            num_warps=cfg.num_warps, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
-           WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols), NARROW=o.dtype.itemsize == 2)
+           WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols), NARROW=o.dtype.itemsize == 2,
+           FLAT=cfg.flat)
     return o.obj
 
 
@@ -224,7 +231,7 @@ def _gated(ga, ua, out, like):
     launch(silu_mul_kernel, cfg.grid(n_rows, n_cols),
            [rg.arg, ru.arg, ro.arg, n_rows, n_cols, rg.stride, ru.stride, ro.stride],
            num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols,
-           WIDE=_wide(n_rows * rg.stride, n_rows * ru.stride, n_rows * ro.stride, n_rows * n_cols))
+           WIDE=_wide(n_rows * rg.stride, n_rows * ru.stride, n_rows * ro.stride, n_rows * n_cols), FLAT=cfg.flat)
     return o.obj
 
 
@@ -297,7 +304,7 @@ def _binary(op, a, b, out):
     extent = [abs(st) * (n - 1) for s in (sa, sb, so) for st, n in zip(s, sizes)]
     launch(binary_kernel, cfg.grid(n_rows, n_cols, n_batch), args, num_warps=cfg.num_warps, OP=op,
            BR=cfg.rows, BC=cfg.cols, WIDE=_wide(sum(extent[:3]), sum(extent[3:6]), sum(extent[6:]),
-                                                 n_batch * n_rows * n_cols))
+                                                 n_batch * n_rows * n_cols), FLAT=cfg.flat and n_batch == 1)
     return o.obj
 
 

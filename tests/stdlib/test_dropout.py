@@ -77,7 +77,8 @@ def test_dropout_strided_rows_match_the_flat_mask(cols):
 def test_dropout_grouped_kernel_keeps_values_in_their_threads():
     # Each thread draws the Philox words of its own 8-element runs: no layout conversion
     # through shared memory, no barrier, 16-byte accesses.
-    c = D.dropout_kernel.compile(D.SIGNATURES["dropout_kernel"], arch="sm_90a", num_warps=8)
+    c = D.dropout_kernel.compile(D.SIGNATURES["dropout_kernel"], arch="sm_90a",
+                                 num_warps=D.OPTIONS["dropout_kernel"]["num_warps"])
     ptx = c.asm["ptx"]
     assert c.metadata["shared"] == 0
     assert "bar.sync" not in ptx and "ld.shared" not in ptx

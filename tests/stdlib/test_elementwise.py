@@ -192,3 +192,31 @@ def test_elementwise_kernels_assemble_with_16_byte_accesses():
     for name, _arch, ptx in _compile_all(E):
         if name in ("gelu_kernel", "silu_mul_kernel", "binary_kernel"):
             assert re.search(r"ld\.global(\.nc)?\.v4", ptx) and "st.global.v4" in ptx, name
+
+
+def test_single_rows_take_flat_tiles():
+    from tilec.stdlib_kernels._rows import FLAT_TILE_ELEMS, tile_config
+    cfg = tile_config(1, 10 ** 6)
+    assert cfg.flat and (cfg.rows, cfg.cols, cfg.num_warps) == (1, FLAT_TILE_ELEMS, FLAT_TILE_ELEMS // 512)
+    assert not tile_config(64, 1024).flat
+    assert tile_config(1, 100).cols == 128   # short rows: next_pow2 of the row
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_flat_launches_cover_ragged_lengths(dtype):
+    # Contiguous same-shape operands are one row: tiles of 2048 and a ragged last one.
+    rng = np.random.default_rng(5)
+    a, b = (host(rng.standard_normal((3, 2741)), dtype) for _ in range(2))
+    close(E.mul(a, b), f64(a) * f64(b), dtype)
+    close(E.add(a, b), f64(a) + f64(b), dtype)
+    close(E.swiglu(a, b), f64(a) / (1 + np.exp(-f64(a))) * f64(b), dtype, atol=1e-2)
+
+
+def test_flat_kernels_index_without_division():
+    # The flat form's tile is the program id: no i32 division (about 60 instructions of
+    # sm_90a SASS before the first load otherwise), which the broadcast form keeps.
+    def ptx(name):
+        return getattr(E, name).compile(E.SIGNATURES[name], arch="sm_90a").asm["ptx"]
+    for name in ("gelu_kernel", "binary_kernel_flat"):
+        assert not re.search(r"\b(div|rem)\.s32", ptx(name)), name
+    assert re.search(r"\b(div|rem)\.s32", ptx("binary_kernel"))
