@@ -56,3 +56,12 @@ def test_dropout_and_transpose_on_gpu(torch):
     torch.testing.assert_close(y[y != 0].double(), x[y != 0].double() / 0.75, rtol=2e-3, atol=0)
     m = torch.randn(1000, 777, device="cuda")
     assert torch.equal(S.transpose(m), m.T)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int8", "float64"])
+@pytest.mark.parametrize("shape", [(1000, 777), (129, 4100), (4100, 129), (1, 300), (8192, 8192)])
+def test_transpose_tiles_of_every_size_on_gpu(torch, dtype, shape):
+    # 128x128 (1-2 bytes), 64x128 (4) and 64x64 (8) tiles, ragged on both sides.
+    dt = getattr(torch, dtype)
+    m = (torch.randn(shape, device="cuda") * 50).to(dt)
+    assert torch.equal(S.transpose(m), m.T.contiguous())

@@ -11,7 +11,8 @@ from tilec.stdlib_kernels import BF16Array
 T = importlib.import_module("tilec.stdlib_kernels.transpose")  # the package attribute is the function
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 17), (17, 1), (37, 70), (65, 64), (128, 3)])
+# (130, 300) and (300, 260): several row and column tiles (row tiles vary fastest), ragged both ways
+@pytest.mark.parametrize("shape", [(1, 1), (1, 17), (17, 1), (37, 70), (65, 64), (128, 3), (130, 300), (300, 260)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
 def test_transpose(shape, dtype):
     x = (np.arange(np.prod(shape)) % 1000).astype(dtype).reshape(shape)
@@ -35,6 +36,6 @@ def test_transpose_bf16_strided_and_out():
 def test_transpose_kernel_assembles():
     for name, sig in T.SIGNATURES.items():
         for arch in ("sm_80", "sm_90a"):
-            c = getattr(T, name).compile(sig, arch=arch)
+            c = getattr(T, name).compile(sig, arch=arch, **T.OPTIONS[name])
             assert c.metadata["ptxas"]["spill_stores"] == 0
             assert "st.global.v4" in c.asm["ptx"]
