@@ -10,7 +10,7 @@ groups of 8 (f16/bf16) or 4 (f32) consecutive elements share one mask, and emits
 from __future__ import annotations
 
 import math
-from typing import Tuple
+from typing import Optional, Tuple
 
 
 import tilec as tc
@@ -136,7 +136,7 @@ TILE_ELEMS = 4096   # elements per program: 16 per thread at 8 warps (two or fou
 FLAT_TILE_ELEMS = 2048
 
 
-def tile_config(n_rows: int, n_cols: int, tile_elems: int = 0) -> TileConfig:
+def tile_config(n_rows: int, n_cols: int, tile_elems: Optional[int] = None) -> TileConfig:
     """The elementwise heuristic.
 
     A program handles a (BR, BC) tile of about `tile_elems` elements (by default
