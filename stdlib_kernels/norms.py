@@ -163,7 +163,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
             n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
-        if cl is not None and not (rms or a.dtype.itemsize == 4 or even):
+        if two_byte_ln and not even:
             cl = None
         if cfg.single:
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)

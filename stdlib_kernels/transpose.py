@@ -24,7 +24,7 @@ FLOAT_AND_INT = (tc.float16, tc.bfloat16, tc.float32, tc.int32, tc.int16, tc.int
 def transpose_kernel(x, out, n_rows, n_cols, sx, so, BM: tc.constexpr, BN: tc.constexpr, WIDE: tc.constexpr):
     # Row tiles vary fastest: consecutive programs take consecutive row tiles of one
     # column band, so their stores continue each other along out's rows (on an H200,
-    # 8192x8192 f32 +2.5% and f16 +2.8% over column tiles fastest).
+    # 8192x8192 at 64x64 tiles, f32 +2.0% and f16 +2.8% over column tiles fastest).
     pid = tc.program_id(0)
     if WIDE:
         pid = pid.astype(tc.int64)
