@@ -45,3 +45,16 @@ def ref_softmax(x: np.ndarray) -> np.ndarray:
     x = x.astype(np.float64)
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
+
+
+@tc.kernel
+def staged_sum_near_i32_max(x, out, lb, ub, STAGES: tc.constexpr, BLOCK: tc.constexpr):
+    # The loop variable runs just below 2**31 - 1, so `k + (STAGES - 1) * BLOCK` wraps past
+    # the i32 range for the last iterations (ub + BLOCK must not: the loop's own step would):
+    # those must issue no copy. Element k is x[k - lb], addressed in i64, so a copy issued for
+    # a wrapped iteration would read ~2**32 elements before x.
+    acc = tc.zeros((BLOCK,), tc.float32)
+    for k in tc.range(lb, ub, BLOCK, num_stages=STAGES):
+        offs = tc.arange(0, BLOCK).astype(tc.int64) + k
+        acc += tc.load(x.ptr + (offs - lb), mask=offs < ub, other=0.0)
+    tc.store(out, index=(0,), tile=tc.full((1,), tc.sum(acc), tc.float32))

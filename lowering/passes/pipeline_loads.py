@@ -63,7 +63,7 @@ from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
-from .rewrite import build_constant, iteration_count
+from .rewrite import build_constant, iteration_count, iteration_live
 
 __all__ = ["pipeline_loads", "issue_copy"]
 
@@ -172,9 +172,10 @@ def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value,
     at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=load.attrs.get("_vec", 1))
 
 
-def _issue(at: Builder, c: _Candidate, iv_value: Value, ub: Value, slot: Value, buf: Value, iv: Value) -> None:
-    """Copies of `c`'s load for the iteration whose induction variable is `iv_value` (K loops count up)."""
-    issue_copy(at, c.ops, c.load, iv, iv_value, buf, slot, lambda b: _scalar(b, T.CmpOp, iv_value, ub, pred="lt"))
+def _issue(at: Builder, c: _Candidate, iv_value: Value, live: Value, slot: Value, buf: Value, iv: Value) -> None:
+    """Copies of `c`'s load for the iteration whose induction variable is `iv_value`, where
+    `live` (iteration_live) says that iteration exists."""
+    issue_copy(at, c.ops, c.load, iv, iv_value, buf, slot, lambda _: live)
 
 
 def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int) -> Optional[tuple]:
@@ -233,8 +234,9 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     for s in range(ahead_by):
         iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, build_constant(pre, ivt, s)))
         slot = build_constant(pre, i32, s)
+        live = iteration_live(pre, lb, step, s, ub)
         for c in cands:
-            _issue(pre, c, iv_s, ub, slot, bufs[id(c.alloc)], iv)
+            _issue(pre, c, iv_s, live, slot, bufs[id(c.alloc)], iv)
         pre.create(AsyncCommitOp)
     # the body: the two barriers around the stores become wait + barrier + prefetch
     first_store = min(body.ops.index(c.store) for c in cands)
@@ -252,8 +254,9 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
         at.create(FenceProxyAsyncOp)
         fence.erase()
     at.create(BarrierOp)
+    live = iteration_live(at, iv, step, ahead_by, ub)
     for c in cands:
-        _issue(at, c, ahead, ub, write_slot, bufs[id(c.alloc)], iv)
+        _issue(at, c, ahead, live, write_slot, bufs[id(c.alloc)], iv)
     at.create(AsyncCommitOp)
     second = body.ops[max(body.ops.index(c.store) for c in cands) + 1]
     for c in cands:

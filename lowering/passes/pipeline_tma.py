@@ -39,7 +39,7 @@ from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
-from .rewrite import build_constant, iteration_count
+from .rewrite import build_constant, iteration_count, iteration_live
 
 __all__ = ["tma_markers", "pipeline_tma"]
 
@@ -55,10 +55,9 @@ def tma_origin(load: Op, markers: Dict[int, TmaOriginOp]) -> Optional[TmaOriginO
 
 
 
-def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: Value, ub: Value,
+def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: Value, live: Value,
            slot: Value, slice_of, clone) -> None:
-    """Thread 0's copies of iteration `iv_value` into `slot`, where that iteration exists."""
-    live = at.value(T.CmpOp, iv_value, ub, pred="lt")
+    """Thread 0's copies of iteration `iv_value` into `slot`, where `live` says that iteration exists."""
     total = sum(c.alloc.nbytes for c in cands)
     at.create(MbarrierExpectOp, bar, slot, live, bytes=total)
     for c, origin in zip(cands, origins):
@@ -93,7 +92,8 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     pre.create(BarrierOp)  # every thread sees initialized barriers before waiting on them
     for s in range(ahead_by):
         iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
-        _issue(pre, cands, origins, bufs, bar, iv, iv_s, ub, build_constant(pre, i32, s), slice_of, clone)
+        live = iteration_live(pre, lb, step, s, ub)
+        _issue(pre, cands, origins, bufs, bar, iv, iv_s, live, build_constant(pre, i32, s), slice_of, clone)
     # the body: `barrier; stores; fence; barrier` becomes the wait; barrier and prefetch follow the lag
     ops = body.ops
     first_store = min(ops.index(c.store) for c in cands)
@@ -112,7 +112,8 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     refill.index += 1
     refill.loc = loop.loc
     refill.create(BarrierOp)
-    _issue(refill, cands, origins, bufs, bar, iv, ahead, ub, write_slot, slice_of, clone)
+    live = iteration_live(refill, iv, step, ahead_by, ub)
+    _issue(refill, cands, origins, bufs, bar, iv, ahead, live, write_slot, slice_of, clone)
     last = max(ops.index(c.store) for c in cands)
     tail = [ops[last + 1]]
     if isinstance(tail[0], FenceProxyAsyncOp):

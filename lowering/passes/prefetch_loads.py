@@ -67,7 +67,7 @@ from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
 from .dce import dce
 from .pipeline_loads import _is_zero, _slice, issue_copy
-from .rewrite import build_constant, iteration_count
+from .rewrite import build_constant, iteration_count, iteration_live
 from .shared_alloc import SHARED_LIMIT
 
 __all__ = ["prefetch_loads", "STAGED_RESERVE"]
@@ -132,14 +132,6 @@ def _plan(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> 
     return (slots + 1, slots) if slots >= 1 else (0, 0)
 
 
-def _live(at: Builder, iv_value: Value, ub: Value, step: Value) -> Value:
-    """iv_value is an iteration of the loop: below ub going up, above it going down."""
-    zero = build_constant(at, step.type, 0)
-    up = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="gt"), at.value(T.CmpOp, iv_value, ub, pred="lt"))
-    down = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="lt"), at.value(T.CmpOp, iv_value, ub, pred="gt"))
-    return at.value(T.OrOp, up, down)
-
-
 def _buffer(at: Builder, ld: _Load, slots: int) -> Value:
     rank = len(ld.type.shape)
     order = tuple(d + 1 for d in range(rank - 1, -1, -1)) + (0,)  # row-major slots, slot slowest
@@ -160,7 +152,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     bufs = [_buffer(pre, ld, slots) for ld in loads]
     for s in range(ahead):
         iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
-        live = _live(pre, iv_s, ub, step)
+        live = iteration_live(pre, lb, step, s, ub)
         for ld, buf in zip(loads, bufs):
             issue_copy(pre, ld.ops, ld.op, iv, iv_s, buf, build_constant(pre, i32, s), lambda _: live)
         pre.create(AsyncCommitOp)
@@ -182,7 +174,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     if read_first and barrier:
         at.create(BarrierOp)
     iv_next = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead)))
-    live = _live(at, iv_next, ub, step)
+    live = iteration_live(at, iv, step, ahead, ub)
     for ld, buf in zip(loads, bufs):
         issue_copy(at, ld.ops, ld.op, iv, iv_next, buf, write_slot, lambda _: live)
     at.create(AsyncCommitOp)

@@ -19,7 +19,7 @@ from tilec.ir.types import ScalarType, element_type
 __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
-    "normalize_constant", "iteration_count",
+    "normalize_constant", "iteration_count", "iteration_live",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -95,6 +95,27 @@ def iteration_count(at: Builder, iv: Value, lb: Value, step: Value) -> Value:
     count = at.value(T.FloorDivOp, at.value(T.SubOp, iv, lb), step)
     i32 = ScalarType(dt.int32)
     return count if count.type == i32 else at.value(T.CastOp, count, to=dt.int32)
+
+
+def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -> Value:
+    """The i1 scalar "iteration `iv + ahead * step` of the loop exists": below `ub` counting
+    up, above it counting down (a constant step picks its direction at compile time). An
+    i32 loop compares in i64: near the top of the i32 range `iv + ahead * step` would wrap
+    to a negative value below `ub`, and the copies issued for that iteration would read
+    outside the tensor."""
+    i64 = ScalarType(dt.int64)
+    if iv.type != i64:
+        iv, wide_step, ub = (at.value(T.CastOp, v, to=dt.int64) for v in (iv, step, ub))
+    else:
+        wide_step = step
+    value = iv if ahead == 0 else at.value(T.AddOp, iv, at.value(T.MulOp, wide_step, build_constant(at, i64, ahead)))
+    known = constant_of(step)
+    if known is not NOT_CONSTANT:
+        return at.value(T.CmpOp, value, ub, pred="lt" if known > 0 else "gt")
+    zero = build_constant(at, step.type, 0)
+    up = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="gt"), at.value(T.CmpOp, value, ub, pred="lt"))
+    down = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="lt"), at.value(T.CmpOp, value, ub, pred="gt"))
+    return at.value(T.OrOp, up, down)
 
 
 def replace_op(op: Op, values: Sequence[Value]) -> None:

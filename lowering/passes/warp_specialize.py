@@ -88,7 +88,7 @@ class _Ring:
         lives = {id(op.operands[-1]) for op in self.issues}
         body = self.loop.body
         return (isinstance(self.barrier, BarrierOp) and self.init_barrier is not None and self.lag is not None
-                and len(loads) >= 1 and len(lives) == 1 and isinstance(self.issues[0].operands[-1].owner, T.CmpOp)
+                and len(loads) >= 1 and len(lives) == 1
                 and all(_slice(body, list(op.operands[4:6]), body.args[0]) is not None for op in loads)
                 and all(op.operands[0] is self.wait.operands[0] for op in self.issues
                         if isinstance(op, MbarrierExpectOp))
@@ -162,15 +162,16 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
     one = build_constant(b, _I32, 1)
     parity = b.value(T.XorOp, b.value(T.AndOp, b.value(T.FloorDivOp, count, nst), one), one)
     b.create(MbarrierWaitOp, empty, slot, parity)
-    live = build_constant(b, _BOOL, True)
-    ahead = ring.issues[0].operands[-1].owner.operands[0]  # live = ahead < ub: the iteration issued
+    live = build_constant(b, _BOOL, True)  # the producer's loop runs only the iterations that exist
     body = loop.body
+    ahead = _issued_iteration(body, ring.issues)
     for op in ring.issues:
         if isinstance(op, MbarrierExpectOp):
             b.create(MbarrierExpectOp, ring.full.result, slot, live, bytes=op.attrs["bytes"])
             continue
         mapping = dict(lmap)
-        mapping[id(ahead)] = k
+        if ahead is not None:
+            mapping[id(ahead)] = k
         ops = _slice(body, list(op.operands[4:6]), body.args[0])
         _clone([o for o in ops if ahead not in o.results], b, mapping)
         i, j = (mapping.get(id(v), v) for v in op.operands[4:6])
@@ -178,6 +179,19 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], i, j, live,
                  box=list(op.attrs["box"]), **shared)
     b.create(T.YieldOp)
+
+
+def _issued_iteration(body: Block, issues) -> Optional[Value]:
+    """pipeline_tma's `iv + D * step`, the iteration the refill issues, among the ops its TMA
+    coordinates read (the only one there that reads the induction variable itself); None
+    when the coordinates do not change with the loop."""
+    iv = body.args[0]
+    for op in issues:
+        if isinstance(op, TmaLoadOp):
+            for o in _slice(body, list(op.operands[4:6]), iv):
+                if isinstance(o, T.AddOp) and o.operands[0] is iv:
+                    return o.results[0]
+    return None
 
 
 def _outer_needs(ring: _Ring) -> List[Value]:

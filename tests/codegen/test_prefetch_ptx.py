@@ -10,7 +10,8 @@ import pytest
 
 import tilec as tc
 
-from prefetch_kernels import ref_softmax, staged_axpy_rows, staged_column_sums, staged_softmax_rows
+from prefetch_kernels import (ref_softmax, staged_axpy_rows, staged_column_sums, staged_softmax_rows,
+                              staged_sum_near_i32_max)
 
 
 @pytest.mark.parametrize("grid,stages", [(1, 3), (3, 2), (7, 4)])
@@ -88,3 +89,20 @@ def test_stages_that_do_not_fit_read_their_slot_first(arch, slots):
     assert re.findall(r"cp\.async\.wait_group\s+(\d+)", ptx)[0] == str(slots - 1)   # stages - 2
     ptxas = compiled.metadata["ptxas"]
     assert ptxas["spill_stores"] == 0 and not ptxas["warnings"], ptxas
+
+
+def test_a_loop_ending_near_i32_max_is_staged():
+    # k + 2 * 256 wraps past 2**31 - 1 in the last iteration: the interpreter (a plain
+    # range) sums every element once and the loop's load becomes cp.async copies. That the
+    # wrapped iterations issue none is checked on the GPU (tests/runtime/test_prefetch_gpu.py)
+    # and in the pass's golden text (tests/golden/prefetch_loads/three_stages_row_loop.ir).
+    ub = 2**31 - 257
+    x = np.random.default_rng(1).standard_normal(1000).astype(np.float32)
+    out = np.zeros(1, np.float32)
+    with tc.interpret():
+        staged_sum_near_i32_max[(1,)](x, out, ub - 1000, ub, STAGES=3, BLOCK=256)
+    np.testing.assert_allclose(out[0], x.astype(np.float64).sum(), rtol=1e-5, atol=1e-4)
+    sig = "x=f32[?], out=f32[?], lb=i32, ub=i32, STAGES=3, BLOCK=256"
+    ptx = staged_sum_near_i32_max.compile(staged_sum_near_i32_max.specialization(sig), arch="sm_90a",
+                                          num_warps=4).asm["ptx"]
+    assert "cp.async.commit_group" in ptx and not re.search(r"ld\.global(\.nc)?\.f32", ptx)

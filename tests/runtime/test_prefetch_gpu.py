@@ -3,12 +3,30 @@ gpu, sm_80+): every row of every slot lands where it should, walking up or down,
 -inf padding, several loads per iteration and more programs than rows."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import tilec as tc
 
 from prefetch_kernels import ref_softmax, staged_axpy_rows, staged_column_sums, staged_softmax_rows
+
+NEAR_I32_MAX = '''
+import sys
+import numpy as np
+import tilec as tc
+sys.path.insert(0, {tests!r})
+from prefetch_kernels import staged_sum_near_i32_max
+ub = 2**31 - 257
+lb = ub - {n}
+x = np.random.default_rng({n}).standard_normal({n}).astype(np.float32)
+out = tc.from_numpy(np.zeros(1, np.float32))
+staged_sum_near_i32_max[(1,)](tc.from_numpy(x), out, lb, ub, STAGES={stages}, BLOCK=256, num_warps=4)
+print("SUM", float(out.to_numpy()[0]), float(x.astype(np.float64).sum()))
+'''
 
 pytestmark = pytest.mark.gpu
 
@@ -51,3 +69,17 @@ def test_staged_column_sums(gpu, rows, block, warps):
     want = np.zeros(8 * block)
     want[: x.shape[1]] = x.astype(np.float64).sum(0)
     np.testing.assert_allclose(out.to_numpy(), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("n,stages", [(1000, 3), (1000, 4), (300, 3), (2000, 4)])
+def test_iterations_past_i32_max_issue_no_copy(gpu, n, stages):
+    # The loop ends at 2**31 - 257 with a part-filled last tile of 256: its own last step stays
+    # in the i32 range, but the iterations the copies run ahead to, k + 512 and k + 768, wrap
+    # to negative values. Were they taken for live ones, their copies would read ~2**32
+    # elements before x and fault, so the kernel runs in its own process.
+    tests = str(Path(__file__).resolve().parent.parent)
+    code = NEAR_I32_MAX.format(tests=tests, n=n, stages=stages)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got, want = (float(v) for v in out.stdout.split("SUM", 1)[1].split())
+    assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
