@@ -50,8 +50,8 @@ def ref_softmax(x: np.ndarray) -> np.ndarray:
 @tc.kernel
 def staged_sum_near_i32_max(x, out, lb, ub, STAGES: tc.constexpr, BLOCK: tc.constexpr):
     # The loop variable runs just below 2**31 - 1, so `k + (STAGES - 1) * BLOCK` wraps past
-    # the i32 range for the last iterations (ub + BLOCK must not: the loop's own step would):
-    # those must issue no copy. Element k is x[k - lb], addressed in i64, so a copy issued for
+    # the i32 range for the last iterations (the tests keep ub + BLOCK in it, so that only
+    # the copies' look-ahead wraps): those must issue no copy. Element k is x[k - lb], addressed in i64, so a copy issued for
     # a wrapped iteration would read ~2**32 elements before x.
     acc = tc.zeros((BLOCK,), tc.float32)
     for k in tc.range(lb, ub, BLOCK, num_stages=STAGES):

@@ -38,32 +38,51 @@ def _returns(ctx, term) -> bool:
     return True
 
 
+def trip_count(b, lb, ub, step):
+    """How many iterations range(lb, ub, step) runs, unsigned, of the bounds' width. Taken
+    from the distance between the bounds, so only real iterations need `iv + step` to be
+    representable: a loop ending within one step of the type's limit ends there instead of
+    wrapping around to a value that passes `iv < ub`."""
+    zero, one = ir.Constant(lb.type, 0), ir.Constant(lb.type, 1)
+
+    def runs(lo, hi, stride):  # (hi - lo - 1) // stride + 1 when hi > lo, else 0
+        n = b.add(b.udiv(b.sub(b.sub(hi, lo), one), stride), one)
+        return b.select(b.icmp_signed(">", hi, lo), n, zero)
+
+    if isinstance(step, ir.Constant):  # the usual case: one direction, a division by a constant
+        return runs(lb, ub, step) if step.constant > 0 else runs(ub, lb, b.neg(step))
+    positive = b.icmp_signed(">", step, zero)
+    return b.select(positive, runs(lb, ub, step), runs(ub, lb, b.neg(step)))
+
+
 @rule(T.ForOp)
 def _for(ctx, op):
     b = ctx.builder
     lb, ub, step = (ctx.get(v) for v in op.operands[:3])
     inits = [ctx.get(v) for v in op.group("inits")]
+    trips = trip_count(b, lb, ub, step)
     pre = b.block
     header, body, exit_ = ctx.new_block("for.header"), ctx.new_block("for.body"), ctx.new_block("for.exit")
     b.branch(header)
     b.position_at_end(header)
+    left = b.phi(lb.type, name="left")   # iterations still to run: one register, as `ub` was
     iv = b.phi(lb.type, name="iv")
     carried = _phis(b, inits)
+    left.add_incoming(trips, pre)
     iv.add_incoming(lb, pre)
     _add_incoming(carried, inits, pre)
-    # range() semantics for either sign of the step; a constant step folds the select away.
-    up = b.icmp_signed("<", iv, ub)
-    down = b.icmp_signed(">", iv, ub)
-    positive = b.icmp_signed(">", step, ir.Constant(step.type, 0))
-    b.cbranch(b.select(positive, up, down), body, exit_)
+    # range() semantics for either sign of the step, counted: see trip_count.
+    b.cbranch(b.icmp_unsigned("!=", left, ir.Constant(lb.type, 0)), body, exit_)
     b.position_at_end(body)
     cur = unflatten(list(carried), inits)
     term = lower_region(ctx, op.body, [iv] + cur)
     if not _returns(ctx, term):
         nxt = _yielded(ctx, term, "tile.for body")
         latch = b.block
+        left_next = b.sub(left, ir.Constant(lb.type, 1), name="left.next")
         iv_next = b.add(iv, step, name="iv.next")
         b.branch(header)
+        left.add_incoming(left_next, latch)
         iv.add_incoming(iv_next, latch)
         _add_incoming(carried, nxt, latch)
     b.position_at_end(exit_)

@@ -9,6 +9,9 @@ import numpy as np
 from llvmlite import ir
 
 _ENGINES = []  # keep engines (and their code) alive for the test session
+# integers travel as unsigned arrays of their width (pass signed values through .view)
+_NUMPY = {"float": np.float32, "double": np.float64, "i8": np.uint8, "i16": np.uint16, "i32": np.uint32,
+          "i64": np.uint64}
 
 
 def _host():
@@ -45,8 +48,7 @@ def vectorize(build, nargs: int, ty: ir.Type, out_ty: ir.Type = None):
     eng.finalize_object()
     _ENGINES.append(eng)
     cfn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * (nargs + 1)), ctypes.c_int64)(eng.get_function_address("apply"))
-    np_in = {"float": np.float32, "double": np.float64, "i8": np.uint8, "i16": np.uint16, "i32": np.uint32}[str(ty)]
-    np_out = {"float": np.float32, "double": np.float64, "i8": np.uint8, "i16": np.uint16, "i32": np.uint32}[str(out_ty)]
+    np_in, np_out = (_NUMPY[str(t)] for t in (ty, out_ty))
 
     def call(*arrays):
         arrs = [np.ascontiguousarray(a, dtype=np_in) for a in arrays]
