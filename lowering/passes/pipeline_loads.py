@@ -63,7 +63,7 @@ from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
-from .rewrite import build_constant, iteration_count, iteration_live
+from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
 
 __all__ = ["pipeline_loads", "issue_copy"]
 
@@ -151,9 +151,6 @@ def _ancestors(op: Op) -> List[Op]:
     return out
 
 
-def _scalar(at: Builder, cls, a: Value, b: Value, **attrs) -> Value:
-    return at.value(cls, a, b, **attrs)
-
 
 
 def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value, buf: Value, slot: Value,
@@ -225,14 +222,13 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
-    ivt = iv.type
     i32 = ScalarType(dt.int32)
     bufs = _slot_buffers(cands, stages)
     # prologue
     pre = Builder().before(loop)
     pre.loc = loop.loc
     for s in range(ahead_by):
-        iv_s = lb if s == 0 else _scalar(pre, T.AddOp, lb, _scalar(pre, T.MulOp, step, build_constant(pre, ivt, s)))
+        iv_s = iteration_at(pre, lb, step, s)
         slot = build_constant(pre, i32, s)
         live = iteration_live(pre, lb, step, s, ub)
         for c in cands:
@@ -245,9 +241,9 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     at.loc = loop.loc
     count = iteration_count(at, iv, lb, step)
     nst = build_constant(at, i32, stages)
-    read_slot = _scalar(at, T.ModOp, count, nst)
-    write_slot = _scalar(at, T.ModOp, _scalar(at, T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
-    ahead = _scalar(at, T.AddOp, iv, _scalar(at, T.MulOp, step, build_constant(at, ivt, ahead_by)))
+    read_slot = at.value(T.ModOp, count, nst)
+    write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
+    ahead = iteration_at(at, iv, step, ahead_by)
     at.create(AsyncWaitOp, pending=ahead_by - 1)
     fence = next((op for op in body.ops if isinstance(op, FenceProxyAsyncOp)), None)
     if fence is not None:  # cp.async writes, then wgmma reads through the async proxy

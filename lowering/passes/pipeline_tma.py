@@ -39,7 +39,7 @@ from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
-from .rewrite import build_constant, iteration_count, iteration_live
+from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
 
 __all__ = ["tma_markers", "pipeline_tma"]
 
@@ -78,7 +78,6 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     ahead_by = stages - 1
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
-    ivt = iv.type
     i32 = ScalarType(dt.int32)
     bufs = new_buffers(cands, stages)
     first_alloc = min((c.alloc for c in cands), key=lambda a: a.parent.ops.index(a))
@@ -91,7 +90,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     pre.create(MbarrierInitOp, bar)
     pre.create(BarrierOp)  # every thread sees initialized barriers before waiting on them
     for s in range(ahead_by):
-        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
+        iv_s = iteration_at(pre, lb, step, s)
         live = iteration_live(pre, lb, step, s, ub)
         _issue(pre, cands, origins, bufs, bar, iv, iv_s, live, build_constant(pre, i32, s), slice_of, clone)
     # the body: `barrier; stores; fence; barrier` becomes the wait; barrier and prefetch follow the lag
@@ -105,7 +104,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     read_slot = at.value(T.ModOp, count, nst)
     parity = at.value(T.AndOp, at.value(T.FloorDivOp, count, nst), build_constant(at, i32, 1))
     write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
-    ahead = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead_by)))
+    ahead = iteration_at(at, iv, step, ahead_by)
     at.create(MbarrierWaitOp, bar, read_slot, parity)
     wait, j = lag
     refill = Builder().before(wait)

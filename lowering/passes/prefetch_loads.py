@@ -67,7 +67,7 @@ from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
 from .dce import dce
 from .pipeline_loads import _is_zero, _slice, issue_copy
-from .rewrite import build_constant, iteration_count, iteration_live
+from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
 from .shared_alloc import SHARED_LIMIT
 
 __all__ = ["prefetch_loads", "STAGED_RESERVE"]
@@ -143,7 +143,6 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     body = loop.body
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
-    ivt = iv.type
     i32 = ScalarType(dt.int32)
     ahead = stages - 1
     read_first = slots < stages
@@ -151,7 +150,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     pre.loc = loop.loc
     bufs = [_buffer(pre, ld, slots) for ld in loads]
     for s in range(ahead):
-        iv_s = lb if s == 0 else pre.value(T.AddOp, lb, pre.value(T.MulOp, step, build_constant(pre, ivt, s)))
+        iv_s = iteration_at(pre, lb, step, s)
         live = iteration_live(pre, lb, step, s, ub)
         for ld, buf in zip(loads, bufs):
             issue_copy(pre, ld.ops, ld.op, iv, iv_s, buf, build_constant(pre, i32, s), lambda _: live)
@@ -173,7 +172,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
             for ld, buf in zip(loads, bufs)]
     if read_first and barrier:
         at.create(BarrierOp)
-    iv_next = at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, ivt, ahead)))
+    iv_next = iteration_at(at, iv, step, ahead)
     live = iteration_live(at, iv, step, ahead, ub)
     for ld, buf in zip(loads, bufs):
         issue_copy(at, ld.ops, ld.op, iv, iv_next, buf, write_slot, lambda _: live)

@@ -19,7 +19,7 @@ from tilec.ir.types import ScalarType, element_type
 __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
-    "normalize_constant", "iteration_count", "iteration_live",
+    "normalize_constant", "iteration_count", "iteration_at", "iteration_live",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -97,18 +97,25 @@ def iteration_count(at: Builder, iv: Value, lb: Value, step: Value) -> Value:
     return count if count.type == i32 else at.value(T.CastOp, count, to=dt.int32)
 
 
+def iteration_at(at: Builder, iv: Value, step: Value, ahead: int) -> Value:
+    """`iv + ahead * step` in `iv`'s type: the induction variable `ahead` iterations after `iv`
+    (`iv` itself for 0). Staged loops issue the copies of that iteration."""
+    if ahead == 0:
+        return iv
+    return at.value(T.AddOp, iv, at.value(T.MulOp, step, build_constant(at, step.type, ahead)))
+
+
 def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -> Value:
     """The i1 scalar "iteration `iv + ahead * step` of the loop exists": below `ub` counting
     up, above it counting down (a constant step picks its direction at compile time). An
     i32 loop compares in i64: near the top of the i32 range `iv + ahead * step` would wrap
     to a negative value below `ub`, and the copies issued for that iteration would read
     outside the tensor."""
-    i64 = ScalarType(dt.int64)
-    if iv.type != i64:
-        iv, wide_step, ub = (at.value(T.CastOp, v, to=dt.int64) for v in (iv, step, ub))
-    else:
-        wide_step = step
-    value = iv if ahead == 0 else at.value(T.AddOp, iv, at.value(T.MulOp, wide_step, build_constant(at, i64, ahead)))
+    wide = (iv, step, ub)
+    if iv.type != ScalarType(dt.int64):
+        wide = tuple(at.value(T.CastOp, v, to=dt.int64) for v in wide)
+    value = iteration_at(at, wide[0], wide[1], ahead)
+    ub = wide[2]
     known = constant_of(step)
     if known is not NOT_CONSTANT:
         return at.value(T.CmpOp, value, ub, pred="lt" if known > 0 else "gt")

@@ -182,9 +182,9 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
 
 
 def _issued_iteration(body: Block, issues) -> Optional[Value]:
-    """pipeline_tma's `iv + D * step`, the iteration the refill issues, among the ops its TMA
-    coordinates read (the only one there that reads the induction variable itself); None
-    when the coordinates do not change with the loop."""
+    """pipeline_tma's `iv + D * step` (rewrite.iteration_at), the iteration the refill issues,
+    among the ops its TMA coordinates read (the only one there that reads the induction
+    variable itself); None when the coordinates do not change with the loop."""
     iv = body.args[0]
     for op in issues:
         if isinstance(op, TmaLoadOp):
