@@ -265,21 +265,24 @@ def rows_of(a: Arr, name: str):
     n_rows = math.prod(a.shape[:-1])
     if n_rows == 0 or n_cols == 0:  # nothing will be read: any strides do
         return view(a, (n_rows, n_cols), (max(n_cols, 1), 1)), n_rows, n_cols
-    if n_cols > 1 and a.strides[-1] != 1:
+    return view(a, (n_rows, n_cols), (row_stride(a, name), 1)), n_rows, n_cols
+
+
+def row_stride(a: Arr, name: str) -> int:
+    """The one stride (elements) that steps through `a`'s rows of its last dimension,
+    leading dimensions flattened; ValueError when the last dimension is not contiguous
+    or the rows do not flatten."""
+    if a.shape[-1] > 1 and a.strides[-1] != 1:
         raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {a.strides} "
                          f"(elements) for shape {a.shape}; pass a contiguous copy "
                          "(np.ascontiguousarray / .contiguous())")
     lead = [(s, st) for s, st in zip(a.shape[:-1], a.strides[:-1]) if s != 1]
-    for (s0, st0), (s1, st1) in zip(lead, lead[1:]):
+    for (_s0, st0), (s1, st1) in zip(lead, lead[1:]):
         if st0 != st1 * s1:
             raise ValueError(f"{name}: the leading dimensions of shape {a.shape} with strides {a.strides} "
                              "(elements) cannot be flattened into rows without a copy; pass a contiguous copy "
                              "(np.ascontiguousarray / .contiguous())")
-    if lead:
-        row_stride = lead[-1][1]
-    else:
-        row_stride = max(n_cols, 1)
-    return view(a, (n_rows, n_cols), (row_stride, 1)), n_rows, n_cols
+    return lead[-1][1] if lead else max(a.shape[-1], 1)
 
 
 def flat_view(a: Arr, name: str):

@@ -16,7 +16,7 @@ from typing import Optional, Tuple
 import tilec as tc
 
 from . import _plan
-from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, view
+from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, row_stride, view
 
 __all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "program", "tile_origin",
            "INDEX_LIMIT"]
@@ -41,22 +41,6 @@ def _contiguous(a: Arr) -> bool:
     return all(s == c for s, c, n in zip(a.strides, contiguous_strides(a.shape), a.shape) if n > 1)
 
 
-def _row_stride(a: Arr, name: str) -> int:
-    """The one stride that steps through `a`'s rows (leading dimensions flattened);
-    ValueError when the last dimension is not contiguous or the rows do not flatten."""
-    if a.shape[-1] > 1 and a.strides[-1] != 1:
-        raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {a.strides} "
-                         f"(elements) for shape {a.shape}; pass a contiguous copy "
-                         "(np.ascontiguousarray / .contiguous())")
-    lead = [(s, st) for s, st in zip(a.shape[:-1], a.strides[:-1]) if s != 1]
-    for (_s0, st0), (s1, st1) in zip(lead, lead[1:]):
-        if st0 != st1 * s1:
-            raise ValueError(f"{name}: the leading dimensions of shape {a.shape} with strides {a.strides} "
-                             "(elements) cannot be flattened into rows without a copy; pass a contiguous copy "
-                             "(np.ascontiguousarray / .contiguous())")
-    return lead[-1][1] if lead else max(a.shape[-1], 1)
-
-
 def rows_form(arrays, names) -> Tuple[int, int, list]:
     """(n_rows, n_cols, [Rows per array]) for arrays of one shape.
 
@@ -74,7 +58,7 @@ def rows_form(arrays, names) -> Tuple[int, int, list]:
     n_rows = n // n_cols if n_cols else 0
     out = []
     for a, name in zip(arrays, names):
-        stride = _row_stride(a, name)
+        stride = row_stride(a, name)
         out.append(Rows((view(a, (n_rows, n_cols), (stride, 1)), stride)))
     return n_rows, n_cols, out
 
@@ -83,7 +67,7 @@ def row_view(a: Arr, name: str) -> Rows:
     """`a` as its rows of the last dimension (leading dimensions flattened), never one long row."""
     n_cols = a.shape[-1]
     n_rows = math.prod(a.shape[:-1])
-    stride = _row_stride(a, name)
+    stride = row_stride(a, name)
     return Rows((view(a, (n_rows, n_cols), (stride, 1)), stride))
 
 

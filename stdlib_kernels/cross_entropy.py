@@ -13,8 +13,9 @@ from __future__ import annotations
 import tilec as tc
 
 from ._common import (as_array, check_float, check_same_place, contiguous_strides, empty_like, flat_view, launch,
-                      next_pow2, output, row_config, rows_of, view)
+                      next_pow2, output, row_config, row_stride, rows_of, view)
 from ._plan import planned
+from ._window import window_of, window_start, window_steps, window_tile
 
 __all__ = ["cross_entropy"]
 
@@ -63,9 +64,12 @@ def ce_tile_kernel(logits, target, loss, ignore_index, ROWS: tc.constexpr, BLOCK
 
 
 @tc.func
-def _logits_tile(logits, row, j, BLOCK: tc.constexpr):
+def _logits_tile(logits, row, j, base, lead, BLOCK: tc.constexpr, WINDOW: tc.constexpr):
     # Read once, but not eviction_policy="evict_first": on an H200 that gained 1.2 points of
     # copy at 4096x32000 bf16 and lost 2.6-5 at 16384x32000, 4096x128256 and f32 8192x32000.
+    if WINDOW:  # rows off 16-byte boundaries: tiles of the aligned window (_window.py)
+        t, _ = window_tile(logits, base, lead, j, NEG_INF, BLOCK)
+        return t.astype(tc.float32)
     return tc.load(logits, index=(row, j), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
 
 
@@ -83,12 +87,15 @@ def _online(m_lane, s_lane, t0, t1, t2, t3):
 
 @tc.kernel
 def ce_loop_kernel(logits, target, loss, part_m, part_s, ignore_index, steps_per_chunk, BLOCK: tc.constexpr,
-                   SPLIT: tc.constexpr):
+                   SPLIT: tc.constexpr, WINDOW: tc.constexpr = 0):
     # Program (row, chunk) walks steps [chunk * steps_per_chunk, ...) of four BLOCK-wide
     # tiles of its row; a step past the row is all padding (no memory traffic). Whole rows
     # (SPLIT False) end with the loss; chunks leave (max, sum of exp(t - max)) partials.
     row = tc.program_id(0)
     chunk = tc.program_id(1)
+    base, lead = 0, 0
+    if WINDOW:
+        base, lead = window_start(logits, row, WINDOW)
     m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
     s_lane = tc.zeros((1, BLOCK), tc.float32)
     k0 = chunk * steps_per_chunk
@@ -96,10 +103,10 @@ def ce_loop_kernel(logits, target, loss, part_m, part_s, ignore_index, steps_per
         # Four tiles per step, all loads issued before the math: 4x the bytes in flight.
         # (Issuing step k + 1's loads before step k's math was measured slower on an H200:
         # 74 registers instead of 48, so fewer programs per SM.)
-        t0 = _logits_tile(logits, row, 4 * k, BLOCK)
-        t1 = _logits_tile(logits, row, 4 * k + 1, BLOCK)
-        t2 = _logits_tile(logits, row, 4 * k + 2, BLOCK)
-        t3 = _logits_tile(logits, row, 4 * k + 3, BLOCK)
+        t0 = _logits_tile(logits, row, 4 * k, base, lead, BLOCK, WINDOW)
+        t1 = _logits_tile(logits, row, 4 * k + 1, base, lead, BLOCK, WINDOW)
+        t2 = _logits_tile(logits, row, 4 * k + 2, base, lead, BLOCK, WINDOW)
+        t3 = _logits_tile(logits, row, 4 * k + 3, base, lead, BLOCK, WINDOW)
         m_lane, s_lane = _online(m_lane, s_lane, t0, t1, t2, t3)
     m = tc.max(m_lane)
     if SPLIT:
@@ -182,10 +189,11 @@ EXTRA_SIGNATURES = [
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def chunk_count(n_rows: int, n_cls: int):
+def chunk_count(n_rows: int, n_cls: int, window: int = 0):
     """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
-    SPLIT_ROWS programs in all, each at least one step of 4 * LOOP_BLOCK classes."""
-    n_steps = tc.cdiv(n_cls, 4 * LOOP_BLOCK)
+    SPLIT_ROWS programs in all, each at least one step of 4 * LOOP_BLOCK classes (rows
+    read in aligned windows, `window` > 0: steps from the window's start)."""
+    n_steps = window_steps(n_cls, window, 4 * LOOP_BLOCK)
     chunks = 1 if n_rows >= SPLIT_ROWS else min(n_steps, tc.cdiv(SPLIT_ROWS, n_rows))
     per = tc.cdiv(n_steps, chunks)
     return tc.cdiv(n_steps, per), per
@@ -199,16 +207,17 @@ def reduce_config(n_rows: int):
 
 
 def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
-    chunks, per = chunk_count(n_rows, n_cls)
+    window = window_of(row_stride(a, "logits"), a.dtype.itemsize, n_rows) if n_rows > 1 else 0
+    chunks, per = chunk_count(n_rows, n_cls, window)
     if chunks == 1:
         # the partials are not touched: the loss view stands in for them
         launch(ce_loop_kernel, (n_rows, 1), (xv, tv, lv, lv, lv, ignore_index, per), LOOP_WARPS,
-               BLOCK=LOOP_BLOCK, SPLIT=False)
+               BLOCK=LOOP_BLOCK, SPLIT=False, WINDOW=window)
         return
     shape = (n_rows, chunks)
     part_m, part_s = (view(empty_like(a, shape, tc.float32), shape, contiguous_strides(shape)) for _ in range(2))
     launch(ce_loop_kernel, (n_rows, chunks), (xv, tv, lv, part_m, part_s, ignore_index, per), LOOP_WARPS,
-           BLOCK=LOOP_BLOCK, SPLIT=True)
+           BLOCK=LOOP_BLOCK, SPLIT=True, WINDOW=window)
     launch(ce_combine_kernel, (n_rows,), (xv, tv, lv, part_m, part_s, ignore_index), 1, CHUNKS=next_pow2(chunks))
 
 

@@ -3,8 +3,10 @@
 Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info and
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
-are contiguous in memory and the mask is uniform across them. Masked accesses
-branch around the access, so a masked-off lane never touches memory. A load with an
+are contiguous in memory. Masked accesses branch around the access, so a masked-off
+group never touches memory. A store's mask is uniform across its N elements; a
+load's may not be (`_mask_vec` < N): it reads the aligned group if any element is
+wanted and selects each element by its own mask. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -134,6 +136,9 @@ def _load(ctx, op, masked: bool):
     masks = ctx.elems(op.operands[1]) if masked else None
     others = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[2])] if masked else None
     vec = _vec(op, len(ptrs))
+    # a mask that changes inside a group (axis_info's _mask_vec): the group is loaded if
+    # any element is wanted, and each element selected by its own mask
+    per_elem = masked and vec > 1 and op.attrs.get("_mask_vec", vec) < vec
     vty = mty if vec == 1 else ir.VectorType(mty, vec)
     align = dtype.itemsize * vec
     b = ctx.builder
@@ -142,15 +147,36 @@ def _load(ctx, op, masked: bool):
     for g in range(0, len(ptrs), vec):
         def emit(p=ptrs[g]):
             return b.load(p, typ=vty, align=align)
+        pred = None
+        if masked:
+            pred = _any(b, masks[g:g + vec]) if per_elem else masks[g]
         if evict and _hintable(ptrs[g], vty):
-            v = _hinted_load(ctx, ptrs[g], masks[g] if masked else None,
-                             _pack(b, others[g:g + vec]) if masked else None, vty, evict)
+            v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
         elif masked:
-            v = guarded(ctx, masks[g], emit, _pack(b, others[g:g + vec]))
+            v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
         else:
             v = emit()
-        out.extend(_from_memory(ctx, x, dtype) for x in _unpack(b, v, vec))
+        xs = _unpack(b, v, vec)
+        if per_elem:
+            xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(masks[g:g + vec], xs, others[g:g + vec])]
+        out.extend(_from_memory(ctx, x, dtype) for x in xs)
     ctx.set_elems(op.result, out)
+
+
+def _any(b, masks):
+    acc = cast_bool(b, masks[0])
+    for m in masks[1:]:
+        acc = b.or_(acc, cast_bool(b, m))
+    return acc
+
+
+def _all(b, preds):
+    true = ir.Constant(ir.IntType(1), 1)
+    acc = None
+    for p in preds:
+        p = true if p is None else cast_bool(b, p)
+        acc = p if acc is None else b.and_(acc, p)
+    return acc
 
 
 def _bits(ty) -> int:
@@ -229,15 +255,39 @@ def _store(ctx, op, masked: bool):
     b = ctx.builder
     # copies of an element write the same value: only the owner's store is kept
     preds = owner_masks(ctx, op.operands[0].type, masks if masked else None)
+    per_elem = masked and vec > 1 and op.attrs.get("_mask_vec", vec) < vec
     for g in range(0, len(ptrs), vec):
         acting = [p for p in preds[g:g + vec] if p is not False]
         if not acting:
             continue
-        pred = acting[0]  # the mask is uniform over a vector, the owner test is per thread
 
         def emit(p=ptrs[g], v=_pack(b, vals[g:g + vec])):
             return b.store(v, p, align=dtype.itemsize * vec)
-        guarded(ctx, pred, emit)
+        if per_elem:
+            _store_group(ctx, ptrs[g:g + vec], vals[g:g + vec], preds[g:g + vec], dtype.itemsize, emit)
+        else:
+            guarded(ctx, acting[0], emit)  # the mask is uniform over a vector, the owner test is per thread
+
+
+def _store_group(ctx, ptrs, vals, preds, itemsize: int, emit_vector):
+    """A group whose mask varies inside it: one vector store where every element is
+    wanted (a row's interior), else each wanted element alone (its edges)."""
+    b = ctx.builder
+    if any(p is False for p in preds):  # copies act alone: never a whole vector
+        every = ir.Constant(ir.IntType(1), 0)
+    else:
+        every = _all(b, preds)
+    whole, parts, merge = ctx.new_block("group.whole"), ctx.new_block("group.parts"), ctx.new_block("group.end")
+    b.cbranch(every, whole, parts)
+    b.position_at_end(whole)
+    emit_vector()
+    b.branch(merge)
+    b.position_at_end(parts)
+    for p, v, pred in zip(ptrs, vals, preds):
+        if pred is not False:
+            guarded(ctx, pred, lambda p=p, v=v: b.store(v, p, align=itemsize))
+    b.branch(merge)
+    b.position_at_end(merge)
 
 
 rule(T.StoreOp)(lambda ctx, op: _store(ctx, op, False))

@@ -16,8 +16,11 @@ divisible by 16 (`arg_divisibility` on the function). Anything else is unknown
 
 The pass stores on every pointer-tile load/store `_vec`: how many consecutive
 elements along the contiguous dimension (`_contig_dim`) one access may move,
-min(contiguity, alignment / element size, 16 bytes / element size, the mask's
-constancy), used by assign_layouts and by codegen's vectorized loads and stores.
+min(contiguity, alignment / element size, 16 bytes / element size), used by
+assign_layouts and by codegen's vectorized loads and stores. A masked access whose
+mask changes inside such a group also gets `_mask_vec` (the mask's runs): codegen
+then loads the aligned group when any of its elements is wanted and selects per
+element, and stores it at once only when all are (`access_vec`).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from tilec.ir import Module, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType, shape_of
 
-__all__ = ["AxisInfo", "analyze", "axis_info", "MAX_DIV"]
+__all__ = ["AxisInfo", "analyze", "axis_info", "uniform_vec", "MAX_DIV"]
 
 MAX_DIV = 1 << 30  # "divisible by anything" (e.g. the constant 0)
 
@@ -117,8 +120,11 @@ class _Analysis:
                 self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
                 return
             ins = lambda t, x: t[:ax] + (x,) + t[ax:]  # noqa: E731
-            self.set(r, AxisInfo(ins(s.contiguity, 1), ins(s.divisibility, min(s.divisibility) if s.divisibility else 1),
-                                 ins(s.constancy, 1)))
+            # Along the new dimension every element is a run of its own: a multiple of what
+            # divides all of them. A contiguous run (x, x+1, ...) holds odd values, however
+            # divisible its first one is.
+            div = min((1 if c > 1 else d for c, d in zip(s.contiguity, s.divisibility)), default=1)
+            self.set(r, AxisInfo(ins(s.contiguity, 1), ins(s.divisibility, div), ins(s.constancy, 1)))
         elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)) and rank:
             a, b = self.get(ops[0]), self.get(ops[1])
             scale = _elem_bytes(ops[0]) if isinstance(op, T.AddPtrOp) else 1
@@ -183,21 +189,40 @@ def analyze(func) -> _Analysis:
 _MEM = (T.LoadOp, T.LoadMaskedOp, T.StoreOp, T.StoreMaskedOp)
 
 
-def access_vec(info: _Analysis, op) -> Tuple[int, int]:
-    """(contiguous dimension, elements one access may move) of a pointer-tile access."""
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
+    """(contiguous dimension, elements one access may move, elements over which the mask
+    is uniform) of a pointer-tile access.
+
+    The width does not depend on the mask. Where the mask varies inside a group, codegen
+    loads the whole group if any element is wanted and selects per element: the group's
+    first address is a multiple of its bytes, so it lies in one aligned 16-byte block with
+    an element the mask wants, hence on a page the program may read. It stores the group
+    at once where every element is wanted, else element by element."""
     ptr = op.operands[0]
     if not isinstance(ptr.type, TileType):
-        return -1, 1
+        return -1, 1, 1
     pi = info.get(ptr)
     rank = ptr.type.rank
     dim = max(range(rank), key=lambda d: (pi.contiguity[d], d))
     esize = ptr.type.element.pointee.itemsize
-    vec = min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize))
+    vec = _pow2_floor(min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize)))
     mask = op.operand("mask") if "mask" in [s.rstrip("*?") for s in op.operands_spec] else None
+    uniform = vec
     if mask is not None and isinstance(mask.type, TileType):
-        vec = min(vec, info.get(mask).constancy[dim])
-    vec = 1 << (max(1, vec).bit_length() - 1)
-    return dim, vec
+        uniform = _pow2_floor(min(vec, info.get(mask).constancy[dim]))
+    return dim, vec, uniform
+
+
+def uniform_vec(op) -> int:
+    """The elements one access of `op` moves under a single mask bit (`_mask_vec` where
+    a load's group is wider than its mask's runs, else `_vec`): what a copy that cannot
+    select per element (cp.async) may move at once."""
+    vec = op.attrs.get("_vec", 1)
+    return min(vec, op.attrs.get("_mask_vec", vec))
 
 
 def axis_info(module: Module, **_options) -> Module:
@@ -207,8 +232,10 @@ def axis_info(module: Module, **_options) -> Module:
         info = analyze(func)
         for op in func.walk():
             if isinstance(op, _MEM):
-                dim, vec = access_vec(info, op)
+                dim, vec, uniform = access_vec(info, op)
                 if dim >= 0:
                     op.attrs["_contig_dim"] = dim
                     op.attrs["_vec"] = vec
+                    if uniform < vec:
+                        op.attrs["_mask_vec"] = uniform
     return module

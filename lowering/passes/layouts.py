@@ -367,6 +367,8 @@ class _Assigner:
                         break
                     run += 1
                 op.attrs["_vec"] = min(op.attrs["_vec"], 1 << run)
+                if "_mask_vec" in op.attrs:
+                    op.attrs["_mask_vec"] = min(op.attrs["_mask_vec"], op.attrs["_vec"])
 
     def _convert_operand(self, op: Op, idx: int, want) -> None:
         v = op.operands[idx]

@@ -83,11 +83,22 @@ def test_examples_get_16_byte_accesses(which, kernel, sig, vector):
         assert ck.metadata["ptxas"]["spill_stores"] == 0
 
 
-def test_unknown_extent_stays_scalar():
+def test_unknown_extent_moves_whole_groups():
+    # The mask (offs < n, n of unknown divisibility) may end inside a 16-byte group: loads
+    # still move whole aligned groups (selecting per element), stores move whole groups
+    # where every element is wanted and single elements at the edge.
     from tilec.compiler import compile_kernel
     k = _examples()[0].add_kernel
     ck = compile_kernel(k, k.specialization("x=f32[?], y=f32[?], out=f32[?], BLOCK=1024"), CompileOptions())
-    assert _accesses(ck.asm["ptx"]) == {"ld.global.b32", "st.global.b32"}
+    assert _accesses(ck.asm["ptx"]) == {"ld.global.v4.b32", "st.global.v4.b32", "st.global.b32"}
+
+
+def test_unaligned_base_stays_scalar():
+    from tilec.compiler import compile_kernel
+    k = _examples()[0].add_kernel_ptr
+    ck = compile_kernel(k, k.specialization("x=f32[?]:align=4, y=f32[?], out=f32[?], n=i32, BLOCK=1024"),
+                        CompileOptions())
+    assert "ld.global.b32" in _accesses(ck.asm["ptx"])
 
 
 def test_numpy_launch_specializes_on_divisibility():

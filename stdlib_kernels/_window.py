@@ -1,0 +1,50 @@
+"""Rows that do not start on a 16-byte boundary, read in aligned windows.
+
+A row of C elements at element offset s, with s * itemsize not a multiple of 16
+(an odd class count: 50257, 32001), read tile by tile from its column 0 puts every
+tile at the same misalignment, so no access can move 16 bytes. Counted instead from
+s rounded down to a multiple of WINDOW (16 bytes of elements), tile j covers
+elements [base + j * BLOCK, base + (j + 1) * BLOCK): each 16-byte group is aligned,
+and the lanes before the row's start or past its end are padding. The compiler
+moves whole groups and selects the row's two edge groups element by element
+(passes/axis_info.py). Lane k of tile j then holds column base - s + j * BLOCK + k,
+not j * BLOCK + k: a window suits reductions over the row, whose result does not
+depend on which lane holds which column, and stores back to the same places.
+"""
+from __future__ import annotations
+
+import tilec as tc
+
+__all__ = ["window_of", "window_start", "window_tile", "window_steps"]
+
+
+def window_of(stride: int, itemsize: int, n_rows: int) -> int:
+    """WINDOW for rows `stride` elements apart: the elements in 16 bytes when some row
+    starts off a 16-byte boundary, else 0 (column tiles are aligned as they are)."""
+    return 16 // itemsize if n_rows > 1 and (stride * itemsize) % 16 else 0
+
+
+def window_steps(n_cols: int, window: int, per_step: int) -> int:
+    """Steps of `per_step` elements that cover a row of n_cols from its window's start
+    (up to window - 1 elements before the row)."""
+    return tc.cdiv(n_cols + max(window - 1, 0), per_step)
+
+
+@tc.func
+def window_start(x, row, WINDOW: tc.constexpr):
+    """(pointer to the multiple of WINDOW elements at or before row `row`'s first element,
+    how many elements before the row it is: 0..WINDOW-1, i32)."""
+    start = row.astype(tc.int64) * x.stride(0)
+    base = start // WINDOW * WINDOW
+    return x.ptr + base, (start - base).astype(tc.int32)
+
+
+@tc.func
+def window_tile(x, base, lead, j, pad, BLOCK: tc.constexpr):
+    """(tile, inside) of window tile j of a row (`window_start`'s base and lead): a
+    (1, BLOCK) tile of x's dtype, `pad` outside the row, and where it holds the row's
+    elements. (The offsets within the row are i32: i64 masks cost ~15 registers.)"""
+    idx = j * BLOCK + tc.arange(0, BLOCK)[None, :]
+    col = idx - lead
+    inside = (col >= 0) & (col < x.shape[1])
+    return tc.load(base + idx, mask=inside, other=pad), inside
