@@ -59,6 +59,13 @@ def _pow2_div(c: int) -> int:
     return MAX_DIV if c == 0 else min(MAX_DIV, c & -c)
 
 
+def _run_div(contiguity: int, divisibility: int, cap: int) -> int:
+    """What divides an operand's value at the start of each run of a result whose runs
+    are `cap` (in the operand's units) long: its own runs' divisibility where those are
+    single elements, else at most `cap` (the runs' later elements are x + c, x + 2c, ...)."""
+    return divisibility if contiguity == 1 else min(divisibility, _pow2_div(cap))
+
+
 def _elem_bytes(v: Value) -> int:
     e = v.type.element if isinstance(v.type, TileType) else v.type
     if isinstance(e, PointerType):
@@ -133,7 +140,11 @@ class _Analysis:
                 c = max(gcd(a.contiguity[d], b.constancy[d]),
                         gcd(b.contiguity[d], a.constancy[d]) if not isinstance(op, T.SubOp) else 1)
                 contig.append(c)
-            div = tuple(min(x, y * scale) for x, y in zip(a.divisibility, b.divisibility))
+            # The result's runs (c long) start inside an operand's longer runs at multiples of
+            # c: there that operand is only as divisible as c (both contiguous: c = 1).
+            div = tuple(min(_run_div(a.contiguity[d], a.divisibility[d], c * scale),
+                            _run_div(b.contiguity[d], b.divisibility[d], c) * scale)
+                        for d, c in enumerate(contig))
             self.set(r, AxisInfo(tuple(contig), div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
         elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)):
             a, b = self._scalar_div(ops[0]), self._scalar_div(ops[1])
@@ -144,10 +155,14 @@ class _Analysis:
             if not rank:
                 self.set(r, AxisInfo((), (min(MAX_DIV, self._scalar_div(ops[0]) * self._scalar_div(ops[1])),), ()))
                 return
+            one_a, one_b = self._is_one(ops[0], rank), self._is_one(ops[1], rank)
             contig = tuple(max(ca if cb_is_one else 1, cb if ca_is_one else 1)
-                           for ca, cb, ca_is_one, cb_is_one in zip(
-                               a.contiguity, b.contiguity, self._is_one(ops[0], rank), self._is_one(ops[1], rank)))
-            div = tuple(min(MAX_DIV, x * y) for x, y in zip(a.divisibility, b.divisibility))
+                           for ca, cb, ca_is_one, cb_is_one in zip(a.contiguity, b.contiguity, one_a, one_b))
+            # Unless the other factor is 1, a contiguous run's elements are scaled one by one:
+            # only its first is as divisible as the run says (x, x+1, ... hold odd values).
+            da = tuple(1 if c > 1 and not o else d for c, d, o in zip(a.contiguity, a.divisibility, one_b))
+            db = tuple(1 if c > 1 and not o else d for c, d, o in zip(b.contiguity, b.divisibility, one_a))
+            div = tuple(min(MAX_DIV, x * y) for x, y in zip(da, db))
             self.set(r, AxisInfo(contig, div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
         elif isinstance(op, T.CastOp) and r.type and _int_like(r) and _int_like(ops[0]):
             self.set(r, self.get(ops[0]))
