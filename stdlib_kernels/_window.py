@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tilec as tc
 
-__all__ = ["window_of", "window_start", "window_tile", "window_steps"]
+__all__ = ["window_of", "window_start", "window_tile", "window_steps", "window_steps_of"]
 
 
 def window_of(stride: int, itemsize: int, n_rows: int) -> int:
@@ -28,6 +28,12 @@ def window_steps(n_cols: int, window: int, per_step: int) -> int:
     """Steps of `per_step` elements that cover a row of n_cols from its window's start
     (up to window - 1 elements before the row)."""
     return tc.cdiv(n_cols + max(window - 1, 0), per_step)
+
+
+@tc.func
+def window_steps_of(n, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+    """`window_steps` in a kernel: BLOCK-wide tiles covering a row of n from its window."""
+    return tc.cdiv(n + (WINDOW - 1), BLOCK)
 
 
 @tc.func

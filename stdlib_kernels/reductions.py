@@ -14,8 +14,9 @@ import builtins
 import tilec as tc
 
 from ._common import (last_dim_rows, as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
-                      output, row_config, rows_of, view)
+                      output, row_config, row_stride, rows_of, view)
 from ._plan import planned
+from ._window import window_of, window_start, window_steps_of, window_tile
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -39,13 +40,22 @@ def _combine(a, b, MAX: tc.constexpr):
 
 
 @tc.kernel
-def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
+                       WINDOW: tc.constexpr = 0):
+    # WINDOW: long rows off 16-byte boundaries (ROWS = 1), read in aligned windows (_window.py)
     pid = tc.program_id(0)
     pad = NEG_INF if MAX else 0.0
-    acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
-    for k in range(1, tc.cdiv(x.shape[1], BLOCK)):  # no iterations when the row is one tile
-        t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
-        acc = _combine(acc, t, MAX)
+    if WINDOW:
+        base, lead = window_start(x, pid, WINDOW)
+        acc = tc.full((1, BLOCK), pad, tc.float32)
+        for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
+            t, _ = window_tile(x, base, lead, k, pad, BLOCK)
+            acc = _combine(acc, t.astype(tc.float32), MAX)
+    else:
+        acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
+        for k in range(1, tc.cdiv(x.shape[1], BLOCK)):  # no iterations when the row is one tile
+            t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
+            acc = _combine(acc, t, MAX)
     if MAX:
         r = tc.max(acc, axis=1)
     else:
@@ -105,6 +115,7 @@ OPTIONS = {"reduce_rows_kernel": {"num_warps": 16, "fast_math": True}, "reduce_i
 EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
     ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),
+    ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=False, ROWS=1, BLOCK=4096, WINDOW=8"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=1, MAX=False, BLOCK_R=4096, BLOCK_I=1"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f16[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=64, BLOCK_I=64"),
     ("reduce_inner_kernel", "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=16, BLOCK_I=512"),
@@ -151,8 +162,9 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         xv, n_rows, n_cols = rows_of(a, "x")
         ov = view(o, (n_rows,), (_group(o.shape, o.strides, "out")[1],))
         cfg = row_config(n_cols, n_rows)
+        window = 0 if cfg.single or n_rows < 2 else window_of(row_stride(a, "x"), a.dtype.itemsize, n_rows)
         launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
-               BLOCK=cfg.block)
+               BLOCK=cfg.block, WINDOW=window)
         return o.obj
     outer, s_outer = _group(a.shape[:d], a.strides[:d], "x")
     inner, s_inner = _group(a.shape[d + 1:], a.strides[d + 1:], "x")
