@@ -82,3 +82,26 @@ def test_device_arrays_match_numpy():
     loss = sk.cross_entropy(xd, tc.from_numpy(t)).to_numpy()
     lse = np.log(e.sum(-1)) + x64.max(-1)
     np.testing.assert_allclose(loss, np.mean(lse - x64[np.arange(300), t]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape", [(64, 50257), (7, 16389), (300, 32001)])
+def test_rows_off_16_byte_boundaries(torch, shape, dtype_name):
+    # An odd class count puts every row but the first off a 16-byte boundary: the looped
+    # kernels read aligned windows whose edges lie in the neighbouring rows.
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x64 = x.double()
+    t = torch.randint(0, shape[-1], shape[:-1], device="cuda")
+    t[1] = -100
+    for reduction in ("none", "mean"):
+        want = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)
+        _close(torch, sk.cross_entropy(x, t, reduction=reduction), want, dtype_name, scale=8)
+    _close(torch, sk.sum(x, -1), x64.sum(-1), dtype_name, scale=shape[-1] ** 0.5 * 4)
+    _close(torch, sk.max(x, -1), x64.max(-1).values, dtype_name)
+    # a view whose rows start one element in: the same windows, shifted
+    xs = x[:, 1:]
+    _close(torch, sk.cross_entropy(xs, t.clamp(0, shape[-1] - 2), reduction="none"),
+           F.cross_entropy(xs.double(), t.clamp(0, shape[-1] - 2), reduction="none"), dtype_name, scale=8)
+    _close(torch, sk.sum(xs, -1), xs.double().sum(-1), dtype_name, scale=shape[-1] ** 0.5 * 4)
