@@ -13,15 +13,22 @@ depend on which lane holds which column, and stores back to the same places.
 """
 from __future__ import annotations
 
+import math
+
 import tilec as tc
 
-__all__ = ["window_of", "window_start", "window_tile", "window_steps", "window_steps_of"]
+from ._common import Arr, row_stride
+
+__all__ = ["row_window", "window_start", "window_tile", "window_steps", "window_steps_of"]
 
 
-def window_of(stride: int, itemsize: int, n_rows: int) -> int:
-    """WINDOW for rows `stride` elements apart: the elements in 16 bytes when some row
-    starts off a 16-byte boundary, else 0 (column tiles are aligned as they are)."""
-    return 16 // itemsize if n_rows > 1 and (stride * itemsize) % 16 else 0
+def row_window(a: Arr, name: str) -> int:
+    """WINDOW for `a`'s rows of its last dimension: the elements in 16 bytes when some
+    row starts off a 16-byte boundary, else 0 (column tiles are aligned as they are)."""
+    if math.prod(a.shape[:-1]) < 2:
+        return 0
+    isz = a.dtype.itemsize
+    return 16 // isz if (row_stride(a, name) * isz) % 16 else 0
 
 
 def window_steps(n_cols: int, window: int, per_step: int) -> int:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import tilec as tc
 
 from ._common import (as_array, check_float, check_same_place, contiguous_strides, empty_like, flat_view, launch,
-                      next_pow2, output, row_config, row_stride, rows_of, view)
+                      next_pow2, output, row_config, rows_of, view)
 from ._plan import planned
-from ._window import window_of, window_start, window_steps, window_tile
+from ._window import row_window, window_start, window_steps, window_tile
 
 __all__ = ["cross_entropy"]
 
@@ -207,7 +207,7 @@ def reduce_config(n_rows: int):
 
 
 def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
-    window = window_of(row_stride(a, "logits"), a.dtype.itemsize, n_rows) if n_rows > 1 else 0
+    window = row_window(a, "logits")
     chunks, per = chunk_count(n_rows, n_cls, window)
     if chunks == 1:
         # the partials are not touched: the loss view stands in for them

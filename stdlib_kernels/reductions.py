@@ -14,9 +14,9 @@ import builtins
 import tilec as tc
 
 from ._common import (last_dim_rows, as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
-                      output, row_config, row_stride, rows_of, view)
+                      output, row_config, rows_of, view)
 from ._plan import planned
-from ._window import window_of, window_start, window_steps_of, window_tile
+from ._window import row_window, window_start, window_steps_of, window_tile
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -162,7 +162,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         xv, n_rows, n_cols = rows_of(a, "x")
         ov = view(o, (n_rows,), (_group(o.shape, o.strides, "out")[1],))
         cfg = row_config(n_cols, n_rows)
-        window = 0 if cfg.single or n_rows < 2 else window_of(row_stride(a, "x"), a.dtype.itemsize, n_rows)
+        window = 0 if cfg.single else row_window(a, "x")
         launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
                BLOCK=cfg.block, WINDOW=window)
         return o.obj

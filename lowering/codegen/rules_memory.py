@@ -4,9 +4,10 @@ Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info an
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory. Masked accesses branch around the access, so a masked-off
-group never touches memory. A store's mask is uniform across its N elements; a
-load's may not be (`_mask_vec` < N): it reads the aligned group if any element is
-wanted and selects each element by its own mask. A load with an
+group never touches memory. Where the mask changes inside a group (`_mask_vec` < N,
+passes/axis_info.py), a load reads the aligned group if any element is wanted and
+selects each element by its own mask, and a store writes the group at once only where
+every element is wanted, else element by element. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -93,6 +94,11 @@ def _vec(op, n: int) -> int:
     return v if v > 1 and n % v == 0 else 1
 
 
+def _mask_varies(op, vec: int) -> bool:
+    """The mask of a masked access moving `vec` elements at once changes inside a group."""
+    return vec > 1 and op.attrs.get("_mask_vec", vec) < vec
+
+
 def guarded(ctx, mask, emit, fallback=None):
     """Run `emit()` only where `mask` holds; returns its value merged with `fallback`."""
     if mask is None:
@@ -136,9 +142,7 @@ def _load(ctx, op, masked: bool):
     masks = ctx.elems(op.operands[1]) if masked else None
     others = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[2])] if masked else None
     vec = _vec(op, len(ptrs))
-    # a mask that changes inside a group (axis_info's _mask_vec): the group is loaded if
-    # any element is wanted, and each element selected by its own mask
-    per_elem = masked and vec > 1 and op.attrs.get("_mask_vec", vec) < vec
+    per_elem = masked and _mask_varies(op, vec)  # load the group if any element is wanted
     vty = mty if vec == 1 else ir.VectorType(mty, vec)
     align = dtype.itemsize * vec
     b = ctx.builder
@@ -149,7 +153,7 @@ def _load(ctx, op, masked: bool):
             return b.load(p, typ=vty, align=align)
         pred = None
         if masked:
-            pred = _any(b, masks[g:g + vec]) if per_elem else masks[g]
+            pred = _fold(b, b.or_, masks[g:g + vec]) if per_elem else masks[g]
         if evict and _hintable(ptrs[g], vty):
             v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
         elif masked:
@@ -163,19 +167,14 @@ def _load(ctx, op, masked: bool):
     ctx.set_elems(op.result, out)
 
 
-def _any(b, masks):
-    acc = cast_bool(b, masks[0])
-    for m in masks[1:]:
-        acc = b.or_(acc, cast_bool(b, m))
-    return acc
-
-
-def _all(b, preds):
-    true = ir.Constant(ir.IntType(1), 1)
-    acc = None
-    for p in preds:
-        p = true if p is None else cast_bool(b, p)
-        acc = p if acc is None else b.and_(acc, p)
+def _fold(b, combine, masks):
+    """`combine` (b.or_, b.and_) over masks; None (always) drops out of an and."""
+    bits = [cast_bool(b, m) for m in masks if m is not None]
+    if not bits:
+        return ir.Constant(ir.IntType(1), 1)
+    acc = bits[0]
+    for m in bits[1:]:
+        acc = combine(acc, m)
     return acc
 
 
@@ -255,7 +254,7 @@ def _store(ctx, op, masked: bool):
     b = ctx.builder
     # copies of an element write the same value: only the owner's store is kept
     preds = owner_masks(ctx, op.operands[0].type, masks if masked else None)
-    per_elem = masked and vec > 1 and op.attrs.get("_mask_vec", vec) < vec
+    per_elem = masked and _mask_varies(op, vec)
     for g in range(0, len(ptrs), vec):
         acting = [p for p in preds[g:g + vec] if p is not False]
         if not acting:
@@ -271,21 +270,24 @@ def _store(ctx, op, masked: bool):
 
 def _store_group(ctx, ptrs, vals, preds, itemsize: int, emit_vector):
     """A group whose mask varies inside it: one vector store where every element is
-    wanted (a row's interior), else each wanted element alone (its edges)."""
+    wanted (a row's interior), else each wanted element alone (its edges). A group
+    holding copies (False: another register stores them) is never stored whole."""
     b = ctx.builder
-    if any(p is False for p in preds):  # copies act alone: never a whole vector
-        every = ir.Constant(ir.IntType(1), 0)
-    else:
-        every = _all(b, preds)
-    whole, parts, merge = ctx.new_block("group.whole"), ctx.new_block("group.parts"), ctx.new_block("group.end")
-    b.cbranch(every, whole, parts)
+
+    def parts():
+        for p, v, pred in zip(ptrs, vals, preds):
+            if pred is not False:
+                guarded(ctx, pred, lambda p=p, v=v: b.store(v, p, align=itemsize))
+    if any(p is False for p in preds):
+        parts()
+        return
+    whole, split, merge = ctx.new_block("group.whole"), ctx.new_block("group.parts"), ctx.new_block("group.end")
+    b.cbranch(_fold(b, b.and_, preds), whole, split)
     b.position_at_end(whole)
     emit_vector()
     b.branch(merge)
-    b.position_at_end(parts)
-    for p, v, pred in zip(ptrs, vals, preds):
-        if pred is not False:
-            guarded(ctx, pred, lambda p=p, v=v: b.store(v, p, align=itemsize))
+    b.position_at_end(split)
+    parts()
     b.branch(merge)
     b.position_at_end(merge)
 

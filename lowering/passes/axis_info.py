@@ -234,7 +234,7 @@ def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
 
 def uniform_vec(op) -> int:
     """The elements one access of `op` moves under a single mask bit (`_mask_vec` where
-    a load's group is wider than its mask's runs, else `_vec`): what a copy that cannot
+    the group is wider than the mask's runs, else `_vec`): what a copy that cannot
     select per element (cp.async) may move at once."""
     vec = op.attrs.get("_vec", 1)
     return min(vec, op.attrs.get("_mask_vec", vec))

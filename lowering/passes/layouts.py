@@ -366,9 +366,7 @@ class _Assigner:
                     if b != tuple((1 << run) if d == dim else 0 for d in range(t.rank)):
                         break
                     run += 1
-                op.attrs["_vec"] = min(op.attrs["_vec"], 1 << run)
-                if "_mask_vec" in op.attrs:
-                    op.attrs["_mask_vec"] = min(op.attrs["_mask_vec"], op.attrs["_vec"])
+                op.attrs["_vec"] = min(op.attrs["_vec"], 1 << run)  # _mask_vec is read as at most this
 
     def _convert_operand(self, op: Op, idx: int, want) -> None:
         v = op.operands[idx]
