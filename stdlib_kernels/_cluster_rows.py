@@ -50,6 +50,7 @@ from typing import Optional, Sequence, Tuple
 import tilec as tc
 
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
+from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "persistent_grid", "norm_cluster_rows",
            "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
@@ -66,16 +67,18 @@ HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that 
 
 
 @tc.kernel
-def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr):
-    # One row per cluster.
+def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                           WINDOW: tc.constexpr = 0):
+    # One row per cluster. WINDOW (both softmax kernels): rows off 16-byte boundaries, chunk
+    # `rank` of their aligned windows (_window.py).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
-    _softmax_row(tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF), out, row, rank, LOG, C)
+    _softmax_row(row_tile(x, row, rank, NEG_INF, WINDOW, BLOCK), out, row, rank, LOG, C, WINDOW)
 
 
 @tc.kernel
 def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                                STAGES: tc.constexpr = 1, EVEN: tc.constexpr = False):
+                                STAGES: tc.constexpr = 1, EVEN: tc.constexpr = False, WINDOW: tc.constexpr = 0):
     # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
     # runs the same rows, so they reach each exchange equally often. The next row's chunk
     # (padding past the last row: no memory access) loads while this row is reduced,
@@ -86,22 +89,22 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
     if STAGES == 1:
-        nxt = tc.load(x, index=(first, rank), shape=(1, BLOCK), padding=NEG_INF)
+        nxt = row_tile(x, first, rank, NEG_INF, WINDOW, BLOCK)
         for row in range(first, x.shape[0], step):
             cur = nxt
-            nxt = tc.load(x, index=(row + step, rank), shape=(1, BLOCK), padding=NEG_INF)
-            _softmax_row(cur, out, row, rank, LOG, C)
+            nxt = row_tile(x, row + step, rank, NEG_INF, WINDOW, BLOCK)
+            _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
             if EVEN:
                 cur = tc.load(x, index=(row, rank), shape=(1, BLOCK))
             else:
-                cur = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=NEG_INF)
-            _softmax_row(cur, out, row, rank, LOG, C)
+                cur = row_tile(x, row, rank, NEG_INF, WINDOW, BLOCK)
+            _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
 
 
 @tc.func
-def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr):
+def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDOW: tc.constexpr):
     """Chunk `rank` of row `row` (cur, in x's dtype) normalized with the whole row's max and
     sum, exchanged in the cluster."""
     t = cur.astype(tc.float32)
@@ -121,7 +124,7 @@ def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr):
         # memory, bounded the kernel that took them again: 74% -> 80% of copy).
         scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
         y = e * tc.where(s_row == 0.0, float("nan"), scale)
-    tc.store(out, index=(row, rank), tile=y.astype(out.dtype))
+    store_row_tile(out, row, rank, y.astype(out.dtype), WINDOW, cur.shape[1])
 
 
 @tc.func

@@ -49,7 +49,7 @@ def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.
         base, lead = window_start(x, pid, WINDOW)
         acc = tc.full((1, BLOCK), pad, tc.float32)
         for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
-            t, _ = window_tile(x, base, lead, k, pad, BLOCK)
+            t, _ = window_tile(x, base, lead, k, pad, BLOCK, SIGNED=True)
             acc = _combine(acc, t.astype(tc.float32), MAX)
     else:
         acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
@@ -115,7 +115,7 @@ OPTIONS = {"reduce_rows_kernel": {"num_warps": 16, "fast_math": True}, "reduce_i
 EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
     ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),
-    ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=False, ROWS=1, BLOCK=4096, WINDOW=8"),
+    ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=False, ROWS=1, BLOCK=4096, WINDOW=16"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=1, MAX=False, BLOCK_R=4096, BLOCK_I=1"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f16[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=64, BLOCK_I=64"),
     ("reduce_inner_kernel", "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=16, BLOCK_I=512"),

@@ -21,6 +21,7 @@ from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGN
 from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config, sm_count,
                       view)
 from ._plan import planned
+from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps_of
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -28,10 +29,13 @@ NEG_INF = float("-inf")
 
 
 @tc.kernel
-def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
+                        WINDOW: tc.constexpr = 0):
+    # WINDOW (every kernel here): rows off 16-byte boundaries, read and written in aligned
+    # windows (_window.py).
     pid = tc.program_id(0)
     # -inf padding: padded columns add exp(-inf) = 0 to the sum and never win the max.
-    t = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=NEG_INF).astype(tc.float32)
+    t = row_tile(x, pid, 0, NEG_INF, WINDOW, BLOCK, ROWS).astype(tc.float32)
     m = tc.max(t, axis=1, keep_dims=True)
     # A row of only -inf gives m = -inf and (-inf) - (-inf) = NaN: NaN out, as torch does.
     shifted = t - m
@@ -41,27 +45,27 @@ def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc
         y = shifted - tc.log(s)
     else:
         y = e / s
-    tc.store(out, index=(pid, 0), tile=y.astype(out.dtype))
+    store_row_tile(out, pid, 0, y.astype(out.dtype), WINDOW, BLOCK, ROWS)
 
 
 @tc.kernel
-def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr):
+def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
     # One program per long row: pass 1 keeps lane-wise running statistics (no
     # cross-thread reduction per tile), pass 2 normalizes.
     row = tc.program_id(0)
-    n_tiles = tc.cdiv(x.shape[1], BLOCK)
-    m, s = _lane_stats(x, row, 0, n_tiles, BLOCK)
-    _normalize(x, out, row, 0, n_tiles, m, s, LOG, BLOCK)
+    n_tiles = window_steps_of(x.shape[1], WINDOW, BLOCK)
+    m, s = _lane_stats(x, row, 0, n_tiles, WINDOW, BLOCK)
+    _normalize(x, out, row, 0, n_tiles, m, s, LOG, WINDOW, BLOCK)
 
 
 @tc.func
-def _lane_stats(x, row, k0, n_k, BLOCK: tc.constexpr):
+def _lane_stats(x, row, k0, n_k, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     # Lane-wise online max and sum of exp over the row tiles [k0, k0 + n_k), then the
     # (max, sum) of the whole range: tiles past the row are all -inf and add nothing.
     m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
     s_lane = tc.zeros((1, BLOCK), tc.float32)
     for k in range(k0, k0 + n_k):
-        t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t = row_tile(x, row, k, NEG_INF, WINDOW, BLOCK).astype(tc.float32)
         m_new = tc.maximum(m_lane, t)
         # While a lane has seen only -inf, shift by 0 so the rescale is exp(-inf) = 0, not NaN.
         m_safe = tc.where(m_new == NEG_INF, 0.0, m_new)
@@ -73,34 +77,34 @@ def _lane_stats(x, row, k0, n_k, BLOCK: tc.constexpr):
 
 
 @tc.func
-def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, BLOCK: tc.constexpr):
+def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     # Writes softmax (or log_softmax) of the row tiles [k0, k0 + n_k) given the row's
     # max m and sum of exp(x - m) s; stores past the row's end are skipped.
     log_s = tc.log(s)
     inv_s = 1.0 / s
     for k in range(k0, k0 + n_k):
-        t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t = row_tile(x, row, k, NEG_INF, WINDOW, BLOCK).astype(tc.float32)
         if LOG:
             y = t - m - log_s
         else:
             y = tc.exp(t - m) * inv_s
-        tc.store(out, index=(row, k), tile=y.astype(out.dtype))
+        store_row_tile(out, row, k, y.astype(out.dtype), WINDOW, BLOCK)
 
 
 @tc.kernel
-def softmax_partial_kernel(x, m_part, s_part, tiles_per_chunk, BLOCK: tc.constexpr):
+def softmax_partial_kernel(x, m_part, s_part, tiles_per_chunk, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
     # Split rows, pass 1: program (row, c) writes the (max, sum of exp) of its chunk of
     # tiles_per_chunk tiles.
     row = tc.program_id(0)
     c = tc.program_id(1)
-    m, s = _lane_stats(x, row, c * tiles_per_chunk, tiles_per_chunk, BLOCK)
+    m, s = _lane_stats(x, row, c * tiles_per_chunk, tiles_per_chunk, WINDOW, BLOCK)
     tc.store(m_part, index=(row, c), tile=tc.full((1, 1), m, tc.float32))
     tc.store(s_part, index=(row, c), tile=tc.full((1, 1), s, tc.float32))
 
 
 @tc.kernel
 def softmax_finish_kernel(x, out, m_part, s_part, tiles_per_chunk, LOG: tc.constexpr, CHUNKS: tc.constexpr,
-                          BLOCK: tc.constexpr):
+                          BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
     # Split rows, pass 2: every program combines its row's chunk statistics (a few
     # dozen numbers) and normalizes its own chunk.
     row = tc.program_id(0)
@@ -110,7 +114,7 @@ def softmax_finish_kernel(x, out, m_part, s_part, tiles_per_chunk, LOG: tc.const
     m = tc.max(mp)
     # A chunk of only -inf has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
     s = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m)))
-    _normalize(x, out, row, c * tiles_per_chunk, tiles_per_chunk, m, s, LOG, BLOCK)
+    _normalize(x, out, row, c * tiles_per_chunk, tiles_per_chunk, m, s, LOG, WINDOW, BLOCK)
 
 
 SIGNATURES = {
@@ -134,6 +138,13 @@ EXTRA_SIGNATURES = [
     ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096"),
     ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                               "LOG=True, CHUNKS=2, BLOCK=4096"),
+    # rows off 16-byte boundaries, through aligned windows
+    ("softmax_tile_kernel", "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=16, BLOCK=128, WINDOW=16"),
+    ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=True, BLOCK=4096, WINDOW=8"),
+    ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096, "
+                               "WINDOW=16"),
+    ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
+                              "LOG=False, CHUNKS=8, BLOCK=4096, WINDOW=16"),
 ]
 
 SPLIT_ROWS = 264        # fewer long rows than two waves of 132 SMs: split each row among programs
@@ -163,7 +174,7 @@ def _loop_plan(cl, n_cols: int, itemsize: int):
         return None
     if itemsize == 2:
         return replace(cl, num_warps=LOOP_WARPS), {}
-    if n_cols == cl.c * cl.block:
+    if n_cols == cl.c * cl.block:   # (such rows are 16-byte aligned: no window)
         return cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True)
     return None
 
@@ -172,14 +183,18 @@ def _softmax(x, dim, out, log: bool, op: str):
     a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
     if n_cols == 0:
         return o.obj
-    cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
+    # Rows off 16-byte boundaries are read and written in aligned windows, which span up to
+    # WINDOW - 1 elements more than the row: the tiles are sized for that span.
+    window = shared_window(a, o)
+    span = window_span(n_cols, window)
+    cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
-               BLOCK=cfg.block)
+               BLOCK=cfg.block, WINDOW=window)
         return o.obj
-    cl = _cluster_rows.cluster_rows(n_cols, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
+    cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
-        args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block)
+        args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block, WINDOW=window)
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         plan = _loop_plan(cl, n_cols, a.dtype.itemsize)
         if plan is not None:
@@ -189,18 +204,20 @@ def _softmax(x, dim, out, log: bool, op: str):
                 kernel, grid, cl, flags = loop, persistent, looped, {**flags, **extra}
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
-    n_tiles = tc.cdiv(n_cols, cfg.block)
+    n_tiles = tc.cdiv(span, cfg.block)
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
     if chunks < 2:
-        launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block)
+        launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block,
+               WINDOW=window)
         return o.obj
     per = tc.cdiv(n_tiles, chunks)
     chunks = tc.cdiv(n_tiles, per)  # every chunk holds at least one real tile
     parts = [empty_like(a, (n_rows, chunks), tc.float32) for _ in range(2)]
     mv, sv = (view(p, (n_rows, chunks), (chunks, 1)) for p in parts)
-    launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block)
+    launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block,
+           WINDOW=window)
     launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, LOG=log,
-           CHUNKS=next_pow2(chunks), BLOCK=cfg.block)
+           CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window)
     return o.obj
 
 

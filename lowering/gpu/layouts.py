@@ -390,7 +390,12 @@ class SliceLayout(DistributedLayout):
         return tuple(s)
 
     def _raw_bases(self, shape):
-        pb = self.parent._raw_bases(self.parent_shape(shape))
+        if isinstance(self.parent, LinearLayout):
+            # explicit bases (a reshape's, a cat's) already span the operand the reduction
+            # read, whose extent along `dim` is not 1: take them as they are
+            pb = Bases(self.parent.reg, self.parent.lane, self.parent.warp)
+        else:
+            pb = self.parent._raw_bases(self.parent_shape(shape))
 
         def drop(b):
             return b[:self.dim] + b[self.dim + 1:]

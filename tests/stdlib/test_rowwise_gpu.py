@@ -39,6 +39,24 @@ def test_softmax_and_norms_match_torch(torch, shape, dtype_name):
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+# rows off 32-byte sectors on each softmax path (one tile, clusters, split rows, persistent
+# clusters for 2-byte rows), read and written through aligned windows whose edges lie in the
+# gaps between out's rows: those must keep their sentinels
+@pytest.mark.parametrize("shape", [(37, 1001), (300, 50257), (3, 40001), (40, 140001), (4099, 17)])
+def test_softmax_over_rows_off_16_bytes_writes_only_the_rows(torch, shape, dtype_name):
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x[1, : shape[1] // 2] = float("-inf")
+    n = shape[-1]
+    for fn, ref, scale in ((sk.softmax, torch.softmax, 1.0), (sk.log_softmax, torch.log_softmax, 10.0)):
+        buf = torch.full((shape[0], n + 16), 7.0, device="cuda", dtype=dtype)
+        out = buf[:, :n]
+        assert fn(x, out=out) is out
+        _close(torch, out, ref(x.double(), -1), dtype_name, scale=scale)
+        assert (buf[:, n:] == 7.0).all()
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 # odd widths (50257, 16389, 32001) put every row but the first off a 16-byte boundary:
 # the looped kernels read aligned windows whose edges lie in the neighbouring rows
 @pytest.mark.parametrize("shape", [(4096, 4096), (3, 262144), (1000, 7), (64, 50257), (7, 16389), (300, 32001)])

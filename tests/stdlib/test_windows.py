@@ -1,0 +1,117 @@
+"""softmax and log_softmax over rows off 32-byte sectors, read and written through
+aligned windows (`_window.py`): every launch path on the interpreter against float64
+numpy, with nothing written outside the rows; when an output's rows do not share the
+input's windows; and the 16-byte accesses of the windowed kernels' PTX (sm_90a)."""
+from __future__ import annotations
+
+import importlib
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels import _cluster_rows as CR
+
+from row_refs import ref_softmax
+
+softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
+
+SENTINEL = 7.0
+
+
+@pytest.fixture
+def windows(monkeypatch):
+    """(kernel name, WINDOW) of each kernel the softmax entry points launch."""
+    seen = []
+    real = softmax.launch
+
+    def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, **constexprs):
+        seen.append((kernel.name, constexprs.get("WINDOW", 0)))
+        return real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
+    monkeypatch.setattr(softmax, "launch", spy)
+    return seen
+
+
+def _persistent(monkeypatch):
+    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
+    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows: a look-ahead past the last
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+
+
+def _no_clusters(monkeypatch):
+    monkeypatch.setattr(CR, "HOST_CAPABILITY", (8, 0))
+
+
+# (shape, set-up, kernels launched for f32 / f16); every row but the first starts off 32 bytes
+PATHS = {
+    "one tile": ((37, 1001), None, ["softmax_tile_kernel"], ["softmax_tile_kernel"]),
+    "packed rows": ((300, 99), None, ["softmax_tile_kernel"], ["softmax_tile_kernel"]),
+    "clusters": ((140, 20001), None, ["softmax_cluster_kernel"], ["softmax_cluster_kernel"]),
+    "persistent clusters": ((5, 20001), _persistent, ["softmax_cluster_kernel"], ["softmax_cluster_loop_kernel"]),
+    "split rows": ((3, 40001), None, ["softmax_partial_kernel", "softmax_finish_kernel"],
+                   ["softmax_partial_kernel", "softmax_finish_kernel"]),
+    "looped rows": ((270, 17001), _no_clusters, ["softmax_loop_kernel"], ["softmax_loop_kernel"]),
+}
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_windowed_rows_match_numpy_and_write_only_the_rows(monkeypatch, windows, path, dtype, log):
+    shape, setup, f32_kernels, f16_kernels = PATHS[path]
+    if setup:
+        setup(monkeypatch)
+    n = shape[-1]
+    rng = np.random.default_rng(n)
+    x = (20 * rng.standard_normal(shape)).astype(dtype)
+    x[1, : n // 2] = -np.inf                        # a row half masked: chunks of only -inf
+    # out's rows 16 elements apart from x's stride: the same windows, and sentinels between them
+    buf = np.full((shape[0], n + 16), SENTINEL, dtype)
+    out = buf[:, :n]
+    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    window = 32 // np.dtype(dtype).itemsize      # elements per 32-byte sector
+    want = f32_kernels if dtype == np.float32 else f16_kernels
+    assert windows == [(k, window) for k in want]
+    rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
+                               atol=atol * (20 if log else 1))
+    assert (buf[:, n:] == SENTINEL).all()
+
+
+def test_an_output_off_the_inputs_windows_is_written_by_columns(windows):
+    x = (5 * np.random.default_rng(1).standard_normal((64, 1001))).astype(np.float16)
+    buf = np.full((64, 1006), SENTINEL, np.float16)   # stride 1006: rows 5 elements further each time
+    out = buf[:, :1001]
+    sk.softmax(x, out=out)
+    assert windows == [("softmax_tile_kernel", 0)]
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64)), rtol=2e-3, atol=2e-3)
+    assert (buf[:, 1001:] == SENTINEL).all()
+
+
+def _accesses(ptx):
+    return Counter(re.findall(r"((?:ld|st)\.global(?:\.v\d)?\.b\d+)", ptx))
+
+
+@pytest.mark.parametrize("kernel,sig,options,spills", [
+    (softmax.softmax_tile_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192, WINDOW=16",
+     dict(num_warps=8), 0),
+    (softmax.softmax_tile_kernel, "x=f32[?,?], out=f32[?,?], LOG=True, ROWS=2, BLOCK=1024, WINDOW=8",
+     dict(num_warps=4), 0),
+    (softmax.softmax_loop_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096, WINDOW=16", dict(num_warps=8), 0),
+    (CR.softmax_cluster_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, C=8, BLOCK=8192, WINDOW=16",
+     dict(num_warps=8, cluster=8), 0),
+    (CR.softmax_cluster_loop_kernel, "x=f16[?,?], out=f16[?,?], LOG=False, C=8, BLOCK=32768, WINDOW=16",
+     # the next row's chunk and its masks held with this one's: a few words spill (H200,
+     # 1024x150001 bf16 48% of copy against 40% for one row per cluster without spills)
+     dict(num_warps=16, cluster=8), 64),
+])
+def test_windowed_kernels_move_16_bytes(kernel, sig, options, spills):
+    # Rows off 32-byte sectors (no stride divisibility) still load and store whole 16-byte
+    # groups; only the row's two edge groups are stored element by element.
+    c = kernel.compile(kernel.specialization(sig), arch="sm_90a", fast_math=True, **options)
+    acc = _accesses(c.asm["ptx"])
+    assert {k for k in acc if k.startswith("ld.")} == {"ld.global.v4.b32"}, acc
+    assert "st.global.v4.b32" in acc, acc
+    assert c.metadata["ptxas"]["spill_stores"] <= spills
