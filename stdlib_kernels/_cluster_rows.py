@@ -69,7 +69,7 @@ HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that 
 @tc.kernel
 def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                            WINDOW: tc.constexpr = 0):
-    # One row per cluster. WINDOW (both softmax kernels): rows off 16-byte boundaries, chunk
+    # One row per cluster. WINDOW (both softmax kernels): rows off 32-byte sectors, chunk
     # `rank` of their aligned windows (_window.py).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C

@@ -42,7 +42,7 @@ def _combine(a, b, MAX: tc.constexpr):
 @tc.kernel
 def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
                        WINDOW: tc.constexpr = 0):
-    # WINDOW: long rows off 16-byte boundaries (ROWS = 1), read in aligned windows (_window.py)
+    # WINDOW: long rows off 32-byte sectors (ROWS = 1), read in aligned windows (_window.py)
     pid = tc.program_id(0)
     pad = NEG_INF if MAX else 0.0
     if WINDOW:

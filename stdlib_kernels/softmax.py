@@ -31,7 +31,7 @@ NEG_INF = float("-inf")
 @tc.kernel
 def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
                         WINDOW: tc.constexpr = 0):
-    # WINDOW (every kernel here): rows off 16-byte boundaries, read and written in aligned
+    # WINDOW (every kernel here): rows off 32-byte sectors, read and written in aligned
     # windows (_window.py).
     pid = tc.program_id(0)
     # -inf padding: padded columns add exp(-inf) = 0 to the sum and never win the max.
@@ -138,7 +138,7 @@ EXTRA_SIGNATURES = [
     ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096"),
     ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                               "LOG=True, CHUNKS=2, BLOCK=4096"),
-    # rows off 16-byte boundaries, through aligned windows
+    # rows off 32-byte sectors, through aligned windows
     ("softmax_tile_kernel", "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=16, BLOCK=128, WINDOW=16"),
     ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=True, BLOCK=4096, WINDOW=8"),
     ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096, "
@@ -183,7 +183,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
     if n_cols == 0:
         return o.obj
-    # Rows off 16-byte boundaries are read and written in aligned windows, which span up to
+    # Rows off 32-byte sectors are read and written in aligned windows, which span up to
     # WINDOW - 1 elements more than the row: the tiles are sized for that span.
     window = shared_window(a, o)
     span = window_span(n_cols, window)
@@ -256,6 +256,11 @@ def softmax(x, dim: int = -1, out=None):
     next row's chunk while it reduces, exchanges and stores the current one; so
     do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
     chunk staged in shared memory.
+
+    Rows that start off a 32-byte sector (a row stride of 50257 or 32001
+    elements, or 32008 in bf16) are read and written through aligned windows
+    (`_window.py`) on every path above; the heuristics then size the tiles for
+    the row plus up to 32 bytes of padding before it (n_cols + WINDOW - 1).
     """
     return _softmax(x, dim, out, False, "softmax")
 
