@@ -43,7 +43,7 @@ def test_softmax_and_norms_match_torch(torch, shape, dtype_name):
 # clusters for 2-byte rows), read and written through aligned windows whose edges lie in the
 # gaps between out's rows: those must keep their sentinels
 @pytest.mark.parametrize("shape", [(37, 1001), (300, 50257), (3, 40001), (40, 140001), (4099, 17)])
-def test_softmax_over_rows_off_16_bytes_writes_only_the_rows(torch, shape, dtype_name):
+def test_softmax_over_rows_off_32_byte_sectors_writes_only_the_rows(torch, shape, dtype_name):
     dtype = getattr(torch, dtype_name)
     x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
     x[1, : shape[1] // 2] = float("-inf")
