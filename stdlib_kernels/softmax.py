@@ -21,7 +21,7 @@ from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGN
 from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config, sm_count,
                       view)
 from ._plan import planned
-from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps_of
+from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -174,7 +174,7 @@ def _loop_plan(cl, n_cols: int, itemsize: int):
         return None
     if itemsize == 2:
         return replace(cl, num_warps=LOOP_WARPS), {}
-    if n_cols == cl.c * cl.block:   # (such rows are 16-byte aligned: no window)
+    if n_cols == cl.c * cl.block:   # (such rows fill whole 32-byte sectors: no window)
         return cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True)
     return None
 
@@ -204,7 +204,7 @@ def _softmax(x, dim, out, log: bool, op: str):
                 kernel, grid, cl, flags = loop, persistent, looped, {**flags, **extra}
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
-    n_tiles = tc.cdiv(span, cfg.block)
+    n_tiles = window_steps(n_cols, window, cfg.block)
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
     if chunks < 2:
         launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block,
