@@ -33,7 +33,7 @@ from tilec.dtypes import DType
 from . import _plan
 
 __all__ = ["FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
-           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "next_pow2",
+           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row", "next_pow2",
            "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
@@ -361,6 +361,7 @@ class RowConfig:
     rows: int         # rows per program (a power of two; 1 on the looped path)
     num_warps: int
     single: bool      # the whole row fits in one tile
+    tiles: int = 1    # tiles of `block` columns holding one row (`split_row`)
 
     def grid(self, n_rows: int) -> Tuple[int]:
         return (tc.cdiv(n_rows, self.rows),)
@@ -393,6 +394,25 @@ def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
     per_thread = big_tile_per_thread if block * rows >= 8192 else 16
     num_warps = min(max(block * rows // (32 * per_thread), 1), 16)
     return RowConfig(block, rows, num_warps, single)
+
+
+# Rows held as three tiles of a quarter of their power of two: elements per thread (H200, % of copy, one
+# tile -> three: layer_norm 16384x5120 bf16 70 -> 92, 32768x3072 bf16 80 -> 99, 8192x12288 f32 75 -> 98;
+# softmax 16384x4097 bf16 62 -> 68 at 24, 77 at 48 per thread: rows read through windows want 48)
+SPLIT_PER_THREAD = 24
+SPLIT_PER_THREAD_WINDOW = 48
+
+
+def split_row(cfg: RowConfig, n_cols: int, per_thread: int = SPLIT_PER_THREAD) -> RowConfig:
+    """`cfg` with a single row that fills at most 3/4 of its tile held as three tiles of a
+    quarter of it instead (TILES = 3: 4097 columns take 3 x 2048 lanes, not 8192), at
+    `per_thread` elements per thread; other configs as they are. Kernels that take TILES
+    combine the tiles lane-wise before each reduction, so the row still costs one
+    cross-thread reduction per statistic."""
+    if not cfg.single or cfg.rows != 1 or 4 * n_cols > 3 * cfg.block:
+        return cfg
+    quarter = cfg.block // 4
+    return RowConfig(quarter, 1, min(max(3 * quarter // (32 * per_thread), 1), 16), True, tiles=3)
 
 
 # Bytes of rows a looped kernel may have in flight and still find pass 1's data in L2

@@ -21,7 +21,7 @@ import tilec as tc
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine
 from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output,
-                      row_config, rows_of, sm_count, view)
+                      row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -36,19 +36,32 @@ LN_STAGES_2BYTE = 3
 
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
-                     HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+                     HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
+                     TILES: tc.constexpr = 1):
+    # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`_common.split_row`).
     pid = tc.program_id(0)
     n = x.shape[1]
-    t = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK)).astype(tc.float32)
+    ts = ()
+    for k in tc.static_range(TILES):
+        ts = ts + (tc.load(x, index=(pid, k), shape=(ROWS, BLOCK)).astype(tc.float32),)
     if RMS:
-        d = t  # zero padding adds nothing to the sum of squares
+        ds = ts  # zero padding adds nothing to the sum of squares
     else:
-        mean = tc.sum(t, axis=1, keep_dims=True) / n
+        total = ts[0]
+        for k in tc.static_range(1, TILES):
+            total = total + ts[k]
+        mean = tc.sum(total, axis=1, keep_dims=True) / n
         # Padded columns would add mean^2 each to the variance: mask them.
-        d = tc.where(tc.arange(0, BLOCK)[None, :] < n, t - mean, 0.0)
-    rstd = tc.rsqrt(tc.sum(d * d, axis=1, keep_dims=True) / n + eps)
-    out = affine(d * rstd, w, b, 0, HAS_W, HAS_B, BLOCK)
-    tc.store(y, index=(pid, 0), tile=out.astype(y.dtype))
+        ds = ()
+        for k in tc.static_range(TILES):
+            ds = ds + (tc.where(k * BLOCK + tc.arange(0, BLOCK)[None, :] < n, ts[k] - mean, 0.0),)
+    sq = ds[0] * ds[0]
+    for k in tc.static_range(1, TILES):
+        sq = sq + ds[k] * ds[k]
+    rstd = tc.rsqrt(tc.sum(sq, axis=1, keep_dims=True) / n + eps)
+    for k in tc.static_range(TILES):
+        out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+        tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
     if STATS:
         if not RMS:
             tc.store(mean_out, index=(pid,), tile=tc.reshape(mean, (ROWS,)))
@@ -166,7 +179,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if two_byte_ln and not even:
             cl = None
         if cfg.single:
-            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, **flags)
+            cfg = split_row(cfg, n_cols)
+            flags["BLOCK"] = cfg.block
+            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)

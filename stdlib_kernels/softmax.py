@@ -18,8 +18,8 @@ from dataclasses import replace
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
-from ._common import (last_dim_rows, empty_like, launch, next_pow2, row_config, sm_count,
-                      view)
+from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, last_dim_rows, empty_like, launch, next_pow2,
+                      row_config, sm_count, split_row, view)
 from ._plan import planned
 from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
@@ -30,22 +30,34 @@ NEG_INF = float("-inf")
 
 @tc.kernel
 def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                        WINDOW: tc.constexpr = 0):
+                        WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1):
     # WINDOW (every kernel here): rows off 32-byte sectors, read and written in aligned
-    # windows (_window.py).
+    # windows (_window.py). TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles, so
+    # that a row just past a power of two leaves few lanes idle (`tile_split`).
     pid = tc.program_id(0)
     # -inf padding: padded columns add exp(-inf) = 0 to the sum and never win the max.
-    t = row_tile(x, pid, 0, NEG_INF, WINDOW, BLOCK, ROWS).astype(tc.float32)
-    m = tc.max(t, axis=1, keep_dims=True)
+    ts = ()
+    for k in tc.static_range(TILES):
+        ts = ts + (row_tile(x, pid, k, NEG_INF, WINDOW, BLOCK, ROWS).astype(tc.float32),)
+    # lane-wise across the tiles first: one cross-thread reduction per statistic
+    m_lane = ts[0]
+    for k in tc.static_range(1, TILES):
+        m_lane = tc.maximum(m_lane, ts[k])
+    m = tc.max(m_lane, axis=1, keep_dims=True)
     # A row of only -inf gives m = -inf and (-inf) - (-inf) = NaN: NaN out, as torch does.
-    shifted = t - m
-    e = tc.exp(shifted)
-    s = tc.sum(e, axis=1, keep_dims=True)
-    if LOG:
-        y = shifted - tc.log(s)
-    else:
-        y = e / s
-    store_row_tile(out, pid, 0, y.astype(out.dtype), WINDOW, BLOCK, ROWS)
+    es = ()
+    for k in tc.static_range(TILES):
+        es = es + (tc.exp(ts[k] - m),)
+    s_lane = es[0]
+    for k in tc.static_range(1, TILES):
+        s_lane = s_lane + es[k]
+    s = tc.sum(s_lane, axis=1, keep_dims=True)
+    for k in tc.static_range(TILES):
+        if LOG:
+            y = (ts[k] - m) - tc.log(s)
+        else:
+            y = es[k] / s
+        store_row_tile(out, pid, k, y.astype(out.dtype), WINDOW, BLOCK, ROWS)
 
 
 @tc.kernel
@@ -189,8 +201,9 @@ def _softmax(x, dim, out, log: bool, op: str):
     span = window_span(n_cols, window)
     cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:
+        cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window)
+               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):

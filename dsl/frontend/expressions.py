@@ -250,6 +250,8 @@ def _binop(ctx, node):
     lhs = eval_expr(ctx, node.left)
     rhs = eval_expr(ctx, node.right)
     name = binop_name(ctx, node.op, node)
+    if isinstance(lhs, tuple) and isinstance(rhs, tuple) and name == "add":
+        return lhs + rhs  # tuples may hold tiles: built up in tc.static_range loops
     if isinstance(lhs, (tuple, str)) or isinstance(rhs, (tuple, str)):
         if name in ("add", "mul") and is_constexpr(lhs) and is_constexpr(rhs):
             return S._fold(ctx, {"add": lambda a, b: a + b, "mul": lambda a, b: a * b}[name], lhs, rhs)

@@ -167,3 +167,25 @@ def test_dtype_promotion_rules_in_ir():
     assert "%b = tile.mul %a" in text and ": tile<4xf16>" in text
     assert "tile.div" in text
     verify(m)
+
+
+@tc.kernel
+def tiles_in_a_tuple(x, out, TILES: tc.constexpr, BLOCK: tc.constexpr):
+    # a row held as TILES tiles, gathered into a tuple by a static_range loop and indexed back
+    pid = tc.program_id(0)
+    ts = ()
+    for k in tc.static_range(TILES):
+        ts = ts + (tc.load(x, index=(pid, k), shape=(1, BLOCK), padding=float("-inf")),)
+    m = ts[0]
+    for k in tc.static_range(1, TILES):
+        m = tc.maximum(m, ts[k])
+    top = tc.max(m, axis=1, keep_dims=True)
+    for k in tc.static_range(TILES):
+        tc.store(out, index=(pid, k), tile=ts[k] - top)
+
+
+def test_tuples_of_tiles_concatenate():
+    x = np.random.default_rng(5).standard_normal((3, 45)).astype(np.float32)
+    out = np.zeros_like(x)
+    run(tiles_in_a_tuple, (3,), x, out, TILES=3, BLOCK=16)
+    np.testing.assert_array_equal(out, x - x.max(1, keepdims=True))

@@ -39,6 +39,36 @@ def test_softmax_and_norms_match_torch(torch, shape, dtype_name):
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
+# rows held as three tiles of a quarter of their power of two (`_common.split_row`), on
+# 32-byte sectors (5120, 3072, 12288 f32/bf16) or off them (4097, 1025: softmax's windows)
+@pytest.mark.parametrize("shape", [(300, 4097), (257, 5120), (129, 3072), (1000, 1025), (65, 12288)])
+def test_split_rows_match_torch_and_write_only_the_rows(torch, shape, dtype_name):
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64) + 40).to(dtype)
+    x[1, : shape[1] - 3] = float("-inf")
+    x64 = x.double()
+    n = shape[-1]
+    for fn, ref, scale in ((sk.softmax, torch.softmax, 1.0), (sk.log_softmax, torch.log_softmax, 10.0)):
+        buf = torch.full((shape[0], n + 16), 7.0, device="cuda", dtype=dtype)
+        assert fn(x, out=buf[:, :n]) is not None
+        _close(torch, buf[:, :n], ref(x64, -1), dtype_name, scale=scale)
+        assert (buf[:, n:] == 7.0).all()
+    x = x[2:]   # finite rows for the norms, whose mean (40) is large next to the spread
+    x64 = x.double()
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    buf = torch.full((x.shape[0], n + 16), 7.0, device="cuda", dtype=dtype)
+    y, mean, rstd = sk.layer_norm(x, w, b, return_stats=True, out=buf[:, :n])
+    _close(torch, y, F.layer_norm(x64, (n,), w.double(), b.double(), 1e-5), dtype_name, scale=8)
+    torch.testing.assert_close(mean.double(), x64.mean(-1), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(rstd.double(), torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5), rtol=1e-3, atol=0)
+    assert (buf[:, n:] == 7.0).all()
+    want_rms = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w.double()
+    _close(torch, sk.rms_norm(x, w), want_rms, dtype_name, scale=8)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 # rows off 32-byte sectors on each softmax path (one tile, clusters, split rows, persistent
 # clusters for 2-byte rows), read and written through aligned windows whose edges lie in the
 # gaps between out's rows: those must keep their sentinels

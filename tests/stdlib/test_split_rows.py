@@ -1,0 +1,113 @@
+"""Rows held as three tiles of a quarter of their power of two (`_common.split_row`):
+the heuristic's boundaries, and softmax, log_softmax, layer_norm and rms_norm through
+that path on the interpreter against float64 numpy, with nothing written between rows."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels._common import RowConfig, row_config, split_row
+
+from row_refs import ref_softmax
+
+softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+
+SENTINEL = 7.0
+
+
+@pytest.mark.parametrize("n, want", [
+    (1025, RowConfig(512, 1, 2, True, 3)),      # the first row length with a tile of its own
+    (1536, RowConfig(512, 1, 2, True, 3)),      # exactly 3/4 of 2048
+    (1537, RowConfig(2048, 1, 4, True, 1)),     # past 3/4: one tile
+    (4097, RowConfig(2048, 1, 8, True, 3)),
+    (5120, RowConfig(2048, 1, 8, True, 3)),
+    (12288, RowConfig(4096, 1, 16, True, 3)),
+    (12289, RowConfig(16384, 1, 16, True, 1)),
+    (4096, RowConfig(4096, 1, 8, True, 1)),     # a power of two stays one tile
+    (600, RowConfig(1024, 2, 4, True, 1)),      # packed rows stay as they are
+    (40000, RowConfig(4096, 1, 8, False, 1)),   # and so do looped ones
+])
+def test_split_row_takes_three_quarter_tiles_up_to_three_quarters(n, want):
+    assert split_row(row_config(n, 1000), n) == want
+
+
+def test_split_row_per_thread_sets_the_warps():
+    assert split_row(row_config(4097, 10), 4097, per_thread=48).num_warps == 4
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """(kernel name, BLOCK, TILES) of each kernel that softmax and the norms launch."""
+    seen = []
+    for mod in (softmax, norms):
+        real = mod.launch
+
+        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=real, **constexprs):
+            seen.append((kernel.name, constexprs.get("BLOCK"), constexprs.get("TILES", 1)))
+            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
+        monkeypatch.setattr(mod, "launch", spy)
+    return seen
+
+
+def _strided_out(shape, dtype, pad):
+    # out's rows `pad` elements apart beyond the row: sentinels between them must survive
+    buf = np.full((shape[0], shape[1] + pad), SENTINEL, dtype)
+    return buf, buf[:, :shape[1]]
+
+
+# 1536 and 3072 f32 rows start on 32-byte sectors (plain tiles); 1029 and 4099 do not (windows)
+@pytest.mark.parametrize("n, block", [(1029, 512), (1536, 512), (3072, 1024), (4099, 2048)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_of_split_rows_matches_numpy(launched, n, block, dtype, log):
+    rng = np.random.default_rng(n)
+    x = (30 * rng.standard_normal((9, n))).astype(dtype)
+    x[2, : n - 5] = -np.inf                      # the row's finite values all in its last tile
+    x[4, :] = -np.inf                            # a row of only -inf gives NaN, as torch
+    buf, out = _strided_out(x.shape, dtype, 16)
+    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    assert launched == [("softmax_tile_kernel", block, 3)]
+    rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
+                               atol=atol * (30 if log else 1), equal_nan=True)
+    assert np.isnan(out[4]).all()
+    assert (buf[:, n:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("n, block", [(1025, 512), (3000, 1024), (5120, 2048)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_layer_norm_of_split_rows_matches_numpy(launched, n, block, dtype):
+    rng = np.random.default_rng(n)
+    # a mean far from 0 next to the spread: the centring must use the whole row's mean
+    x = (300 + 2 * rng.standard_normal((7, n))).astype(dtype)
+    w = rng.standard_normal(n).astype(np.float32)
+    b = rng.standard_normal(n).astype(dtype)
+    buf, out = _strided_out(x.shape, dtype, 8)
+    y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True, out=out)
+    assert y is out
+    assert launched == [("norm_tile_kernel", block, 3)]
+    x64 = x.astype(np.float64)
+    want_mean = x64.mean(-1)
+    want_rstd = 1 / np.sqrt(x64.var(-1) + 1e-5)
+    want = (x64 - want_mean[:, None]) * want_rstd[:, None] * w + b
+    tol = 2e-5 if dtype == np.float32 else 4e-3
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol * 4)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=2e-3 if dtype == np.float16 else 1e-4)
+    assert (buf[:, n:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("n, block", [(1300, 512), (2049, 1024), (12288, 4096)])
+def test_rms_norm_of_split_rows_matches_numpy(launched, n, block):
+    rng = np.random.default_rng(n)
+    x = (3 * rng.standard_normal((5, n))).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+    assert launched == [("norm_tile_kernel", block, 3)]
+    want_rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + 1e-6)
+    np.testing.assert_allclose(y, x * want_rstd[:, None] * w, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
