@@ -19,10 +19,11 @@ import numpy as np
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
-from ._cluster_rows import affine
+from ._cluster_rows import affine, scale_shift
 from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output,
                       row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
+from ._window import shared_window, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -37,13 +38,23 @@ LN_STAGES_2BYTE = 3
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                     TILES: tc.constexpr = 1):
+                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0):
     # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`_common.split_row`).
+    # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
+    # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
+    # gathered (they are small and stay in L1).
     pid = tc.program_id(0)
     n = x.shape[1]
+    lead = 0
+    if WINDOW:
+        base, lead = window_start(x, pid, WINDOW)
     ts = ()
     for k in tc.static_range(TILES):
-        ts = ts + (tc.load(x, index=(pid, k), shape=(ROWS, BLOCK)).astype(tc.float32),)
+        if WINDOW:
+            t, _ = window_tile(x, base, lead, k, 0.0, BLOCK)
+        else:
+            t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK))
+        ts = ts + (t.astype(tc.float32),)
     if RMS:
         ds = ts  # zero padding adds nothing to the sum of squares
     else:
@@ -54,18 +65,35 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # Padded columns would add mean^2 each to the variance: mask them.
         ds = ()
         for k in tc.static_range(TILES):
-            ds = ds + (tc.where(k * BLOCK + tc.arange(0, BLOCK)[None, :] < n, ts[k] - mean, 0.0),)
+            ds = ds + (tc.where(_columns(k, lead, BLOCK).astype(tc.uint32) < n.astype(tc.uint32), ts[k] - mean, 0.0),)
     sq = ds[0] * ds[0]
     for k in tc.static_range(1, TILES):
         sq = sq + ds[k] * ds[k]
     rstd = tc.rsqrt(tc.sum(sq, axis=1, keep_dims=True) / n + eps)
     for k in tc.static_range(TILES):
-        out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
-        tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
+        if WINDOW:
+            cols = _columns(k, lead, BLOCK)
+            inside = cols.astype(tc.uint32) < n.astype(tc.uint32)
+            wt = 0.0
+            bt = 0.0
+            if HAS_W:
+                wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
+            if HAS_B:
+                bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
+            store_row_tile(y, pid, k, scale_shift(ds[k] * rstd, wt, bt, HAS_W, HAS_B).astype(y.dtype), WINDOW, BLOCK)
+        else:
+            out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+            tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
     if STATS:
         if not RMS:
             tc.store(mean_out, index=(pid,), tile=tc.reshape(mean, (ROWS,)))
         tc.store(rstd_out, index=(pid,), tile=tc.reshape(rstd, (ROWS,)))
+
+
+@tc.func
+def _columns(k, lead, BLOCK: tc.constexpr):
+    # the row's column held by each lane of tile k: (1, BLOCK), negative before the row
+    return k * BLOCK + tc.arange(0, BLOCK)[None, :] - lead
 
 
 @tc.kernel
@@ -123,6 +151,11 @@ EXTRA_SIGNATURES = [
                          f"eps=f32, {_LN}, ROWS=1, BLOCK=16384"),
     ("norm_loop_kernel", f"x=f16[?,?], w=f16[?], b=f16[?,?], y=f16[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
                          f"eps=f32, {_RMS}, BLOCK=4096"),
+    # rows as three quarter tiles; rows off 32-byte sectors through windows
+    ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?], b=f32[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                         f"eps=f32, {_LN}, ROWS=1, BLOCK=2048, TILES=3, WINDOW=16"),
+    ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?], y=f32[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                         f"eps=f32, {_RMS}, ROWS=1, BLOCK=4096, TILES=3"),
 ]
 
 
@@ -166,6 +199,12 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         # two dependent reductions hold more registers, is faster at 16).
         wide = a.dtype.itemsize == 2 or rms
         cfg = row_config(n_cols, n_rows, big_tile_per_thread=32 if wide else 16)
+        # Single rows off 32-byte sectors are read and written in aligned windows, the tiles
+        # sized for the row plus up to 32 bytes before it (_window.py; packed rows are not).
+        window = shared_window(a, o) if cfg.single and cfg.rows == 1 else 0
+        if window:
+            spanned = row_config(window_span(n_cols, window), n_rows, big_tile_per_thread=32 if wide else 16)
+            cfg, window = (spanned, window) if spanned.single and spanned.rows == 1 else (cfg, 0)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
@@ -179,9 +218,10 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if two_byte_ln and not even:
             cl = None
         if cfg.single:
-            cfg = split_row(cfg, n_cols)
+            cfg = split_row(cfg, window_span(n_cols, window))
             flags["BLOCK"] = cfg.block
-            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles, **flags)
+            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
+                   WINDOW=window, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
@@ -224,6 +264,12 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     are one tile (read once), longer rows loop over 4096-column tiles (read
     twice, statistics from shifted sums). Tiles of 8192+ elements take 32
     elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
+    A row of one program that fills at most 3/4 of its tile is held as three
+    tiles of a quarter of it, 24 elements per thread (`_common.split_row`: 5120
+    columns take 3 x 2048 lanes). Such single rows that start off a 32-byte
+    sector (4097 bf16 columns) are read and written through aligned windows
+    (`_window.py`) when `out`'s rows sit at the same offsets, w and b gathered
+    at each lane's column; packed rows (up to 1024 columns) are not.
 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
     131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C

@@ -152,6 +152,8 @@ EXTRA_SIGNATURES = [
                               "LOG=True, CHUNKS=2, BLOCK=4096"),
     # rows off 32-byte sectors, through aligned windows
     ("softmax_tile_kernel", "x=f16[?,?], out=f16[?,?], LOG=False, ROWS=16, BLOCK=128, WINDOW=16"),
+    ("softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=True, ROWS=1, BLOCK=2048, WINDOW=16, TILES=3"),
+    ("softmax_tile_kernel", "x=f32[?,?], out=f32[?,?], LOG=False, ROWS=1, BLOCK=1024, TILES=3"),
     ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=True, BLOCK=4096, WINDOW=8"),
     ("softmax_partial_kernel", "x=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, BLOCK=4096, "
                                "WINDOW=16"),
@@ -247,7 +249,11 @@ def softmax(x, dim: int = -1, out=None):
     torch.
 
     Block size: rows up to 16384 elements are one tile of next_pow2(n) columns,
-    with short rows packed until a tile holds 2048 elements; longer rows loop
+    with short rows packed until a tile holds 2048 elements; a row of one
+    program that fills at most 3/4 of that tile is held as three tiles of a
+    quarter of it instead (4097 columns: 3 x 2048 lanes, not 8192), at 24
+    elements per thread, 48 for rows read through windows
+    (`_common.split_row`); longer rows loop
     over 4096-column tiles (read twice). num_warps = tile elements / 512,
     1..16, or / 1024 for f16/bf16 tiles of 8192 elements or more (see
     `_common.row_config`). Fewer than 264 long rows cannot fill

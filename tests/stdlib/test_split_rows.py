@@ -41,13 +41,13 @@ def test_split_row_per_thread_sets_the_warps():
 
 @pytest.fixture
 def launched(monkeypatch):
-    """(kernel name, BLOCK, TILES) of each kernel that softmax and the norms launch."""
+    """(kernel name, BLOCK, TILES, WINDOW) of each kernel that softmax and the norms launch."""
     seen = []
     for mod in (softmax, norms):
         real = mod.launch
 
         def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=real, **constexprs):
-            seen.append((kernel.name, constexprs.get("BLOCK"), constexprs.get("TILES", 1)))
+            seen.append((kernel.name, constexprs.get("BLOCK"), constexprs.get("TILES", 1), constexprs.get("WINDOW", 0)))
             return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
         monkeypatch.setattr(mod, "launch", spy)
     return seen
@@ -59,7 +59,7 @@ def _strided_out(shape, dtype, pad):
     return buf, buf[:, :shape[1]]
 
 
-# 1536 and 3072 f32 rows start on 32-byte sectors (plain tiles); 1029 and 4099 do not (windows)
+# 1536 and 3072-element rows start on 32-byte sectors (plain tiles); 1029 and 4099 do not (windows)
 @pytest.mark.parametrize("n, block", [(1029, 512), (1536, 512), (3072, 1024), (4099, 2048)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("log", [False, True])
@@ -70,7 +70,8 @@ def test_softmax_of_split_rows_matches_numpy(launched, n, block, dtype, log):
     x[4, :] = -np.inf                            # a row of only -inf gives NaN, as torch
     buf, out = _strided_out(x.shape, dtype, 16)
     assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
-    assert launched == [("softmax_tile_kernel", block, 3)]
+    window = 0 if n % 512 == 0 else 32 // np.dtype(dtype).itemsize
+    assert launched == [("softmax_tile_kernel", block, 3, window)]
     rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
     np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
                                atol=atol * (30 if log else 1), equal_nan=True)
@@ -78,6 +79,7 @@ def test_softmax_of_split_rows_matches_numpy(launched, n, block, dtype, log):
     assert (buf[:, n:] == SENTINEL).all()
 
 
+# windows: 1025 in either dtype, 3000 in f16 (16-byte but not 32-byte rows); 5120 and f32 3000 plain
 @pytest.mark.parametrize("n, block", [(1025, 512), (3000, 1024), (5120, 2048)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_layer_norm_of_split_rows_matches_numpy(launched, n, block, dtype):
@@ -86,10 +88,11 @@ def test_layer_norm_of_split_rows_matches_numpy(launched, n, block, dtype):
     x = (300 + 2 * rng.standard_normal((7, n))).astype(dtype)
     w = rng.standard_normal(n).astype(np.float32)
     b = rng.standard_normal(n).astype(dtype)
-    buf, out = _strided_out(x.shape, dtype, 8)
+    buf, out = _strided_out(x.shape, dtype, 16)
     y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True, out=out)
     assert y is out
-    assert launched == [("norm_tile_kernel", block, 3)]
+    window = 0 if (n * np.dtype(dtype).itemsize) % 32 == 0 else 32 // np.dtype(dtype).itemsize
+    assert launched == [("norm_tile_kernel", block, 3, window)]
     x64 = x.astype(np.float64)
     want_mean = x64.mean(-1)
     want_rstd = 1 / np.sqrt(x64.var(-1) + 1e-5)
@@ -107,7 +110,33 @@ def test_rms_norm_of_split_rows_matches_numpy(launched, n, block):
     x = (3 * rng.standard_normal((5, n))).astype(np.float32)
     w = rng.standard_normal(n).astype(np.float32)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    assert launched == [("norm_tile_kernel", block, 3)]
+    assert launched == [("norm_tile_kernel", block, 3, 0 if n % 8 == 0 else 8)]
     want_rstd = 1 / np.sqrt((x.astype(np.float64) ** 2).mean(-1) + 1e-6)
     np.testing.assert_allclose(y, x * want_rstd[:, None] * w, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+
+
+def test_windowed_layer_norm_gathers_strided_weights(launched):
+    # w and b every other element of a buffer: gathered at each lane's column of the window
+    rng = np.random.default_rng(3)
+    x = (5 + rng.standard_normal((6, 1025))).astype(np.float32)
+    w = rng.standard_normal(2050).astype(np.float32)[::2]
+    b = rng.standard_normal(2050).astype(np.float32)[::2]
+    y = sk.layer_norm(x, w, b, eps=1e-5)
+    assert launched == [("norm_tile_kernel", 512, 3, 8)]
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w + b
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=1e-4)
+
+
+def test_norm_output_off_the_inputs_windows_is_written_column_tile_by_column_tile(launched):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 1025)).astype(np.float16)
+    buf, out = _strided_out(x.shape, np.float16, 8)      # out's rows 8 elements off x's windows
+    w = rng.standard_normal(1025).astype(np.float16)
+    sk.rms_norm(x, w, eps=1e-6, out=out)
+    assert launched == [("norm_tile_kernel", 512, 3, 0)]
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+    assert (buf[:, 1025:] == SENTINEL).all()
