@@ -65,7 +65,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # Padded columns would add mean^2 each to the variance: mask them.
         ds = ()
         for k in tc.static_range(TILES):
-            ds = ds + (tc.where(_columns(k, lead, BLOCK).astype(tc.uint32) < n.astype(tc.uint32), ts[k] - mean, 0.0),)
+            ds = ds + (tc.where(_inside(k, lead, n, WINDOW, BLOCK), ts[k] - mean, 0.0),)
     sq = ds[0] * ds[0]
     for k in tc.static_range(1, TILES):
         sq = sq + ds[k] * ds[k]
@@ -73,7 +73,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     for k in tc.static_range(TILES):
         if WINDOW:
             cols = _columns(k, lead, BLOCK)
-            inside = cols.astype(tc.uint32) < n.astype(tc.uint32)
+            inside = _inside(k, lead, n, WINDOW, BLOCK)
             wt = 0.0
             bt = 0.0
             if HAS_W:
@@ -94,6 +94,15 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
 def _columns(k, lead, BLOCK: tc.constexpr):
     # the row's column held by each lane of tile k: (1, BLOCK), negative before the row
     return k * BLOCK + tc.arange(0, BLOCK)[None, :] - lead
+
+
+@tc.func
+def _inside(k, lead, n, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+    # the lanes of tile k that hold the row's columns (through a window: one unsigned
+    # compare, a column before the row wrapping past n, as _window.window_mask)
+    if WINDOW:
+        return _columns(k, lead, BLOCK).astype(tc.uint32) < n.astype(tc.uint32)
+    return _columns(k, 0, BLOCK) < n
 
 
 @tc.kernel
