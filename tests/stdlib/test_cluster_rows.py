@@ -14,6 +14,7 @@ import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
 
 from row_refs import ref_softmax
+from launch_spy import spy_launches
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
@@ -22,15 +23,7 @@ norms = importlib.import_module("tilec.stdlib_kernels.norms")
 @pytest.fixture
 def launched(monkeypatch):
     """The kernels the entry points launch, by name, with their cluster size."""
-    seen = []
-    for mod in (softmax, norms):
-        real = mod.launch
-
-        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=real, **constexprs):
-            seen.append((kernel.name, cluster))
-            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
-        monkeypatch.setattr(mod, "launch", spy)
-    return seen
+    return spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (kernel.name, cluster))
 
 
 # ----------------------------------------------------------------------------- the heuristic

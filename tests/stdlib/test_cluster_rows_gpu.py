@@ -9,6 +9,8 @@ import pytest
 
 import tilec.stdlib_kernels as sk
 
+from launch_spy import spy_launches
+
 pytestmark = pytest.mark.gpu
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
@@ -28,13 +30,7 @@ def torch(torch):  # the shared fixture (tests/conftest.py), on sm_90+ only
 @pytest.fixture
 def launched(monkeypatch):
     """(kernel name, cluster) of every launch the entry points make."""
-    seen = []
-    for mod in (softmax, norms):
-        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=mod.launch, **constexprs):
-            seen.append((kernel.name, cluster))
-            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
-        monkeypatch.setattr(mod, "launch", spy)
-    return seen
+    return spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (kernel.name, cluster))
 
 
 def _close(torch, got, want, dtype_name, scale=1.0):

@@ -12,6 +12,7 @@ import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels._common import RowConfig, row_config, split_row
 
 from row_refs import ref_softmax
+from launch_spy import spy_launches
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
@@ -42,15 +43,8 @@ def test_split_row_per_thread_sets_the_warps():
 @pytest.fixture
 def launched(monkeypatch):
     """(kernel name, BLOCK, TILES, WINDOW) of each kernel that softmax and the norms launch."""
-    seen = []
-    for mod in (softmax, norms):
-        real = mod.launch
-
-        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=real, **constexprs):
-            seen.append((kernel.name, constexprs.get("BLOCK"), constexprs.get("TILES", 1), constexprs.get("WINDOW", 0)))
-            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
-        monkeypatch.setattr(mod, "launch", spy)
-    return seen
+    return spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (
+        kernel.name, c.get("BLOCK"), c.get("TILES", 1), c.get("WINDOW", 0)))
 
 
 def _strided_out(shape, dtype, pad):

@@ -15,6 +15,7 @@ import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
 
 from row_refs import ref_softmax
+from launch_spy import spy_launches
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 
@@ -24,14 +25,7 @@ SENTINEL = 7.0
 @pytest.fixture
 def windows(monkeypatch):
     """(kernel name, WINDOW) of each kernel the softmax entry points launch."""
-    seen = []
-    real = softmax.launch
-
-    def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, **constexprs):
-        seen.append((kernel.name, constexprs.get("WINDOW", 0)))
-        return real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
-    monkeypatch.setattr(softmax, "launch", spy)
-    return seen
+    return spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("WINDOW", 0)))
 
 
 def _persistent(monkeypatch):
