@@ -52,8 +52,8 @@ import tilec as tc
 from ._common import MAX_SINGLE_TILE, Arr, next_pow2
 from ._window import row_tile, store_row_tile
 
-__all__ = ["ClusterRows", "cluster_rows", "device_capability", "resident_clusters", "persistent_grid", "norm_cluster_rows",
-           "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "device_capability", "resident_clusters", "persistent_grid",
+           "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -62,18 +62,36 @@ CLUSTER_CHUNK = 8192        # elements per program wanted: 32 per thread at 8 wa
 MAX_SOFTMAX_CHUNK = 32768   # at most: 32 per thread at 32 warps (64 registers; rows of 256k in clusters of 8)
 MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (32 warps)
 PER_THREAD = 32             # elements each thread holds
+# softmax chunks as tiles (`split_chunks`): 1024 columns at 4 warps (8 per thread: one or two
+# 16-byte accesses per tile), 4 or 5 of them (32 or 40 per thread at up to 64 registers: 8
+# programs per SM)
+CHUNK_TILE = 1024
+CHUNK_TILE_WARPS = 4
+MIN_CHUNK_TILES = 4
+MAX_CHUNK_TILES = 5
 HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would
 HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that an H200 holds at once
 
 
 @tc.kernel
 def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                           WINDOW: tc.constexpr = 0):
+                           WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1):
     # One row per cluster. WINDOW (both softmax kernels): rows off 32-byte sectors, chunk
-    # `rank` of their aligned windows (_window.py).
+    # `rank` of their aligned windows (_window.py). TILES: a chunk held as that many
+    # BLOCK-wide tiles (tiles rank * TILES ... of the row: `split_chunks`).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
-    _softmax_row(row_tile(x, row, rank, NEG_INF, WINDOW, BLOCK), out, row, rank, LOG, C, WINDOW)
+    _softmax_row(_chunk_tiles(x, row, rank, WINDOW, BLOCK, TILES), out, row, rank, LOG, C, WINDOW)
+
+
+@tc.func
+def _chunk_tiles(x, row, rank, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr):
+    """Chunk `rank` of row `row` as a tuple of TILES tiles (1, BLOCK) in x's dtype, -inf outside
+    the row."""
+    ts = ()
+    for k in tc.static_range(TILES):
+        ts = ts + (row_tile(x, row, rank * TILES + k, NEG_INF, WINDOW, BLOCK),)
+    return ts
 
 
 @tc.kernel
@@ -89,42 +107,57 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
     if STAGES == 1:
-        nxt = row_tile(x, first, rank, NEG_INF, WINDOW, BLOCK)
+        nxt = _chunk_tiles(x, first, rank, WINDOW, BLOCK, 1)
         for row in range(first, x.shape[0], step):
             cur = nxt
-            nxt = row_tile(x, row + step, rank, NEG_INF, WINDOW, BLOCK)
+            nxt = _chunk_tiles(x, row + step, rank, WINDOW, BLOCK, 1)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
             if EVEN:
-                cur = tc.load(x, index=(row, rank), shape=(1, BLOCK))
+                cur = (tc.load(x, index=(row, rank), shape=(1, BLOCK)),)
             else:
-                cur = row_tile(x, row, rank, NEG_INF, WINDOW, BLOCK)
+                cur = _chunk_tiles(x, row, rank, WINDOW, BLOCK, 1)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
 
 
 @tc.func
-def _softmax_row(cur, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDOW: tc.constexpr):
-    """Chunk `rank` of row `row` (cur, in x's dtype) normalized with the whole row's max and
-    sum, exchanged in the cluster."""
-    t = cur.astype(tc.float32)
-    m = tc.max(t)
+def _softmax_row(curs, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDOW: tc.constexpr):
+    """Chunk `rank` of row `row` (curs: its tiles from `_chunk_tiles`, in x's dtype) normalized
+    with the whole row's max and sum, exchanged in the cluster."""
+    TILES = len(curs)
+    ts = ()
+    for k in tc.static_range(TILES):
+        ts = ts + (curs[k].astype(tc.float32),)
+    # lane-wise across the tiles first: one cross-thread reduction per statistic
+    m_lane = ts[0]
+    for k in tc.static_range(1, TILES):
+        m_lane = tc.maximum(m_lane, ts[k])
+    m = tc.max(m_lane)
     # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
     m_safe = tc.where(m == NEG_INF, 0.0, m)
-    e = tc.exp(t - m_safe)
-    mp, sp = tc.cluster_gather((m, tc.sum(e)), C)   # every chunk's max and sum, by rank
+    es = ()
+    for k in tc.static_range(TILES):
+        es = es + (tc.exp(ts[k] - m_safe),)
+    s_lane = es[0]
+    for k in tc.static_range(1, TILES):
+        s_lane = s_lane + es[k]
+    mp, sp = tc.cluster_gather((m, tc.sum(s_lane)), C)   # every chunk's max and sum, by rank
     m_row = tc.max(mp)
     # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf: m_row = -inf,
     # (-inf) - (-inf) = NaN, as torch.
     s_row = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m_row)))
-    if LOG:
-        y = cur.astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
-    else:
+    if not LOG:
         # The exps held across the exchange (one exp per element; the ex2 unit, not
         # memory, bounded the kernel that took them again: 74% -> 80% of copy).
         scale = tc.where(m == NEG_INF, 0.0, tc.exp(m_safe - m_row) / s_row)
-        y = e * tc.where(s_row == 0.0, float("nan"), scale)
-    store_row_tile(out, row, rank, y.astype(out.dtype), WINDOW, cur.shape[1])
+        scale = tc.where(s_row == 0.0, float("nan"), scale)
+    for k in tc.static_range(TILES):
+        if LOG:
+            y = curs[k].astype(tc.float32) - (m_row + tc.log(s_row))   # the chunk held in x's dtype
+        else:
+            y = es[k] * scale
+        store_row_tile(out, row, rank * TILES + k, y.astype(out.dtype), WINDOW, curs[k].shape[1])
 
 
 @tc.func
@@ -269,6 +302,11 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=16384), 16),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768), 32),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=8192), 8),
+    # chunks as tiles (`split_chunks`), rows on sectors and off them
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=1024) + ", TILES=5", 4),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=4, block=1024) + ", WINDOW=16, TILES=5",
+     4),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=1024) + ", TILES=3", 4),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768) + ", STAGES=2, EVEN=True",
@@ -297,10 +335,12 @@ SM90_SIGNATURES = [
 # ----------------------------------------------------------------------------- the heuristic
 @dataclass(frozen=True)
 class ClusterRows:
-    """How a long-row kernel runs on clusters: C programs per row, BLOCK columns each."""
+    """How a long-row kernel runs on clusters: C programs per row, each holding TILES tiles of
+    BLOCK columns."""
     c: int
     block: int
     num_warps: int
+    tiles: int = 1
 
     def grid(self, n_rows: int) -> Tuple[int]:
         return (n_rows * self.c,)
@@ -331,6 +371,26 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     if block > max_chunk:
         return None
     return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
+
+
+def split_chunks(cl: Optional[ClusterRows], n_cols: int) -> Optional[ClusterRows]:
+    """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE
+    columns at CHUNK_TILE_WARPS (C the smallest of 2, 4, 8 with at most MAX_CHUNK_TILES)
+    where that leaves fewer lanes idle than cl's one power-of-two tile per program; else
+    `cl`. For softmax_cluster_kernel (TILES). Measured on an H200, % of copy, one tile ->
+    tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
+    4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97.
+    Three tiles (24 per thread) lost: log_softmax 4096x24576 bf16 88 -> 80; seven
+    (4096x50257 bf16) took 96 registers and lost too (75 -> 63)."""
+    if cl is None:
+        return None
+    for c in (2, 4, 8):
+        tiles = tc.cdiv(tc.cdiv(n_cols, c), CHUNK_TILE)
+        if tiles <= MAX_CHUNK_TILES:
+            if tiles >= MIN_CHUNK_TILES and c * tiles * CHUNK_TILE < cl.c * cl.block:
+                return ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles)
+            break
+    return cl
 
 
 def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX_NORM_CHUNK) -> Optional[ClusterRows]:

@@ -208,8 +208,11 @@ def _softmax(x, dim, out, log: bool, op: str):
                BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
+    cl = _cluster_rows.split_chunks(cl, span)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block, WINDOW=window)
+        if cl.tiles > 1:
+            flags["TILES"] = cl.tiles
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         plan = _loop_plan(cl, n_cols, a.dtype.itemsize)
         if plan is not None:

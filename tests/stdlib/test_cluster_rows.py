@@ -96,16 +96,39 @@ def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
 # ----------------------------------------------------------------------------- entry points
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("log", [False, True])
-def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, launched, dtype, log):
+@pytest.mark.parametrize("n,want", [
+    (50257, (8, 8192, 1)),     # one tile of 8192 per program: 6 full chunks, one part-filled, one empty
+    (20001, (4, 1024, 5)),     # 5 tiles of 1024 per program: the last one part-filled
+])
+def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, want):
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)  # clusters for few rows too
+    launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (
+        kernel.name, cluster, c["BLOCK"], c.get("TILES", 1)))
     rng = np.random.default_rng(11)
-    n = 20001                                             # 4 chunks of 8192: the last empty
     x64 = 30 * rng.standard_normal((3, n))
     x64[0, :9000] = -np.inf                               # a chunk of only -inf, one partly -inf
+    x64[1, n - 300:] += 50                                # the max in the row's last tile
     x = rowwise.host(x64, dtype)
     got = (sk.log_softmax if log else sk.softmax)(x)
-    assert launched == [("softmax_cluster_kernel", 4)]
+    assert launched == [("softmax_cluster_kernel", *want)]
     rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=30 if log else 1.0)
+
+
+@pytest.mark.parametrize("n_cols,want", [
+    (16385, (4, 1024, 4, 5)),   # 4 x 5 x 1024 lanes for 16385, not 4 x 8192
+    (20001, (4, 1024, 4, 5)),
+    (24576, (4, 8192, 8, 1)),   # 8 x 3 tiles: 24 per thread, too few
+    (36000, (8, 1024, 4, 5)),
+    (40001, (8, 1024, 4, 5)),
+    (32000, (4, 8192, 8, 1)),   # 8 x 4 tiles of 1024 idle no fewer lanes than 4 x 8192
+    (40961, (8, 8192, 8, 1)),   # 6 tiles a program: too many registers
+    (50257, (8, 8192, 8, 1)),
+    (262144, (8, 32768, 32, 1)),
+])
+def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
+    got = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols)
+    assert (got.c, got.block, got.num_warps, got.tiles) == want
+    assert CR.split_chunks(None, n_cols) is None
 
 
 def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
@@ -186,14 +209,14 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     rng = np.random.default_rng(13)
-    x = rowwise.host(20 * rng.standard_normal((5, 20001)), dtype)
+    x = rowwise.host(20 * rng.standard_normal((5, 40961)), dtype)   # 8 chunks of 8192 (`split_chunks`: none)
     for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
         got = fn(x)
         rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=20 if log else 1.0)
-    assert launched == [("softmax_cluster_loop_kernel", 4), ("softmax_cluster_loop_kernel", 4)]
+    assert launched == [("softmax_cluster_loop_kernel", 8), ("softmax_cluster_loop_kernel", 8)]
     launched.clear()
-    sk.softmax(np.zeros((5, 20001), np.float32))           # ragged f32 rows keep one row per cluster
-    assert launched == [("softmax_cluster_kernel", 4)]
+    sk.softmax(np.zeros((5, 40961), np.float32))           # ragged f32 rows keep one row per cluster
+    assert launched == [("softmax_cluster_kernel", 8)]
 
 
 def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch, launched):

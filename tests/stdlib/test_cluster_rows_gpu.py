@@ -40,20 +40,22 @@ def _close(torch, got, want, dtype_name, scale=1.0):
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape,force", [((40, 200003), False), ((3, 200003), True), ((300, 16411), False),
-                                         ((300, 200003), False), ((300, 262144), False)])
+                                         ((300, 200003), False), ((300, 262144), False), ((300, 40001), False),
+                                         ((300, 50257), False), ((2, 150, 24576), False)])
 def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, force, dtype_name):
     if force:  # few rows take the split kernels unless told otherwise
         monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     dtype = getattr(torch, dtype_name)
     x = (8 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
-    x[0, : shape[1] // 3] = float("-inf")           # whole chunks of -inf
+    x[..., 0, : shape[-1] // 3] = float("-inf")     # whole chunks of -inf
     x64 = x.double()
     _close(torch, sk.softmax(x), torch.softmax(x64, -1), dtype_name)
     _close(torch, sk.log_softmax(x), torch.log_softmax(x64, -1), dtype_name, scale=30)
     # softmax and log_softmax of 2-byte rows with 32768-element chunks: persistent clusters
     # (300 rows: more than are resident, so clusters walk several rows); f32 ones when every
     # chunk is full (the next row staged in shared memory)
-    persistent = shape[1] > 131072 and (dtype_name != "float32" or shape[1] == 262144)
+    # (16411 and 40001: chunks as five tiles of 1024, `split_chunks`)
+    persistent = shape[-1] > 131072 and (dtype_name != "float32" or shape[-1] == 262144)
     assert [k for k, _ in launched] == ["softmax_cluster_loop_kernel" if persistent else "softmax_cluster_kernel"] * 2
 
 
