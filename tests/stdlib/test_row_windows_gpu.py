@@ -1,0 +1,58 @@
+"""sum, max, cumsum and cross_entropy over rows off 32-byte sectors on the GPU (aligned
+windows, `_window.py`) against torch in float64, every dtype, with sentinels between the
+output's rows. Skipped where no GPU is found."""
+from __future__ import annotations
+
+import pytest
+
+import tilec.stdlib_kernels as sk
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ["float32", "float16", "bfloat16"]
+SENTINEL = 7.0
+
+
+def _rows(torch, shape, dtype, pad=16):
+    """x of `shape` whose rows start off 32-byte sectors (a view of a wider buffer)."""
+    buf = (3 * torch.randn(shape[0], shape[1] + pad, device="cuda", dtype=torch.float64)).to(dtype)
+    return buf[:, : shape[1]]
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(300, 3000), (257, 2500), (64, 9001), (1000, 99)])
+def test_cumsum_of_rows_off_sectors_matches_torch(torch, shape, dtype_name):
+    dtype = getattr(torch, dtype_name)
+    x = _rows(torch, shape, dtype)
+    buf = torch.full((shape[0], shape[1] + 16), SENTINEL, device="cuda", dtype=dtype)
+    out = buf[:, : shape[1]]
+    assert sk.cumsum(x, out=out) is out
+    want = torch.cumsum(x.double(), -1)
+    # a running sum of up to 9001 terms, rounded once to x's dtype
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    torch.testing.assert_close(out.double(), want, rtol=rtol, atol=rtol * shape[1] ** 0.5 * 3)
+    assert (buf[:, shape[1]:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(257, 4097), (300, 3000), (33, 20001)])
+def test_sum_and_max_of_rows_off_sectors_match_torch(torch, shape, dtype_name):
+    x = _rows(torch, shape, getattr(torch, dtype_name))
+    x64 = x.double()
+    torch.testing.assert_close(sk.max(x, -1).double(), x64.amax(-1), rtol=0, atol=0)
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    torch.testing.assert_close(sk.sum(x, -1).double(), x64.sum(-1), rtol=rtol, atol=rtol * shape[1] ** 0.5 * 3)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(300, 5000), (64, 2049), (40, 50257)])
+def test_cross_entropy_of_rows_off_sectors_matches_torch(torch, shape, dtype_name):
+    F = torch.nn.functional
+    x = _rows(torch, shape, getattr(torch, dtype_name))
+    t = torch.randint(0, shape[1], (shape[0],), device="cuda")
+    t[0], t[1], t[2] = 0, shape[1] - 1, -100
+    x64 = x.double()
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    want = F.cross_entropy(x64, t, reduction="none")
+    torch.testing.assert_close(sk.cross_entropy(x, t, reduction="none").double(), want, rtol=rtol, atol=rtol)
+    torch.testing.assert_close(sk.cross_entropy(x, t).double(), F.cross_entropy(x64, t), rtol=rtol, atol=rtol)
