@@ -49,7 +49,7 @@ from typing import Optional, Sequence, Tuple
 
 import tilec as tc
 
-from ._common import MAX_SINGLE_TILE, Arr, next_pow2
+from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "device_capability", "resident_clusters", "persistent_grid",
@@ -130,19 +130,13 @@ def _softmax_row(curs, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDO
     for k in tc.static_range(TILES):
         ts = ts + (curs[k].astype(tc.float32),)
     # lane-wise across the tiles first: one cross-thread reduction per statistic
-    m_lane = ts[0]
-    for k in tc.static_range(1, TILES):
-        m_lane = tc.maximum(m_lane, ts[k])
-    m = tc.max(m_lane)
+    m = tc.max(lanewise_max(ts))
     # A chunk of only -inf (or past the row's end) shifts by 0: its exps are 0, not NaN.
     m_safe = tc.where(m == NEG_INF, 0.0, m)
     es = ()
     for k in tc.static_range(TILES):
         es = es + (tc.exp(ts[k] - m_safe),)
-    s_lane = es[0]
-    for k in tc.static_range(1, TILES):
-        s_lane = s_lane + es[k]
-    mp, sp = tc.cluster_gather((m, tc.sum(s_lane)), C)   # every chunk's max and sum, by rank
+    mp, sp = tc.cluster_gather((m, tc.sum(lanewise_sum(es))), C)   # every chunk's max and sum, by rank
     m_row = tc.max(mp)
     # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf: m_row = -inf,
     # (-inf) - (-inf) = NaN, as torch.

@@ -33,7 +33,7 @@ from tilec.dtypes import DType
 from . import _plan
 
 __all__ = ["FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
-           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row", "next_pow2",
+           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row", "lanewise_max", "lanewise_sum", "next_pow2",
            "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
@@ -401,6 +401,25 @@ def row_config(n_cols: int, n_rows: int = 1, max_single: int = MAX_SINGLE_TILE,
 # softmax 16384x4097 bf16 62 -> 68 at 24, 77 at 48 per thread: rows read through windows want 48)
 SPLIT_PER_THREAD = 24
 SPLIT_PER_THREAD_WINDOW = 48
+
+
+@tc.func
+def lanewise_max(ts):
+    """The lane-wise max of a tuple of same-shape tiles (a row held as several tiles, `split_row`):
+    combined before the one cross-thread reduction."""
+    m = ts[0]
+    for k in tc.static_range(1, len(ts)):
+        m = tc.maximum(m, ts[k])
+    return m
+
+
+@tc.func
+def lanewise_sum(ts):
+    """The lane-wise sum of a tuple of same-shape tiles (as `lanewise_max`)."""
+    s = ts[0]
+    for k in tc.static_range(1, len(ts)):
+        s = s + ts[k]
+    return s
 
 
 def split_row(cfg: RowConfig, n_cols: int, per_thread: int = SPLIT_PER_THREAD) -> RowConfig:

@@ -20,7 +20,7 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (as_array, check_float, check_same_place, launch, long_row_launch, output,
+from ._common import (as_array, check_float, check_same_place, lanewise_sum, launch, long_row_launch, output,
                       row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, store_row_tile, window_span, window_start, window_tile
@@ -58,10 +58,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     if RMS:
         ds = ts  # zero padding adds nothing to the sum of squares
     else:
-        total = ts[0]
-        for k in tc.static_range(1, TILES):
-            total = total + ts[k]
-        mean = tc.sum(total, axis=1, keep_dims=True) / n
+        mean = tc.sum(lanewise_sum(ts), axis=1, keep_dims=True) / n
         # Padded columns would add mean^2 each to the variance: mask them.
         ds = ()
         for k in tc.static_range(TILES):

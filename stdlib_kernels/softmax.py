@@ -18,8 +18,8 @@ from dataclasses import replace
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
-from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, last_dim_rows, empty_like, launch, next_pow2,
-                      row_config, sm_count, split_row, view)
+from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, last_dim_rows, empty_like, lanewise_max, lanewise_sum,
+                      launch, next_pow2, row_config, sm_count, split_row, view)
 from ._plan import planned
 from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
@@ -40,18 +40,12 @@ def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc
     for k in tc.static_range(TILES):
         ts = ts + (row_tile(x, pid, k, NEG_INF, WINDOW, BLOCK, ROWS).astype(tc.float32),)
     # lane-wise across the tiles first: one cross-thread reduction per statistic
-    m_lane = ts[0]
-    for k in tc.static_range(1, TILES):
-        m_lane = tc.maximum(m_lane, ts[k])
-    m = tc.max(m_lane, axis=1, keep_dims=True)
+    m = tc.max(lanewise_max(ts), axis=1, keep_dims=True)
     # A row of only -inf gives m = -inf and (-inf) - (-inf) = NaN: NaN out, as torch does.
     es = ()
     for k in tc.static_range(TILES):
         es = es + (tc.exp(ts[k] - m),)
-    s_lane = es[0]
-    for k in tc.static_range(1, TILES):
-        s_lane = s_lane + es[k]
-    s = tc.sum(s_lane, axis=1, keep_dims=True)
+    s = tc.sum(lanewise_sum(es), axis=1, keep_dims=True)
     for k in tc.static_range(TILES):
         if LOG:
             y = (ts[k] - m) - tc.log(s)
@@ -211,7 +205,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     cl = _cluster_rows.split_chunks(cl, span)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block, WINDOW=window)
-        if cl.tiles > 1:
+        if cl.tiles > 1:    # (split chunks never run persistent, whose kernel has no TILES)
             flags["TILES"] = cl.tiles
         kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
         plan = _loop_plan(cl, n_cols, a.dtype.itemsize)
