@@ -127,16 +127,18 @@ def cluster_sync():
 
 
 @builtin
-def cluster_gather(value, size):
+def cluster_gather(value, size, padding=None):
     """Every program of the cluster contributes the scalar `value` (f32 or i32); each gets back
-    a tile of `size` elements holding every program's value, by rank. `value` may be a tuple
-    of scalars: then a tuple of such tiles comes back, from one exchange. `size` is the
-    launch's `cluster` (a constexpr: 1, 2, 4 or 8). Every program must reach it the same
-    number of times; it hands over the values only: memory written before it is not made
-    visible to the other programs (that is cluster_sync's job). On the GPU the values travel
-    through the programs' shared memory (distributed shared memory, sm_90+), not global
-    memory: one short exchange where a partial result written to global memory, a
-    cluster_sync and a load would each wait on the L2."""
+    a tile holding every program's value, by rank. `value` may be a tuple of scalars: then a
+    tuple of such tiles comes back, from one exchange. `size` is the launch's `cluster` (a
+    constexpr, 1 to 8). Tiles have a power-of-two length, so for a cluster of 3, 5, 6 or 7
+    the tile has the next power of two's entries and those past `size` hold `padding` (a
+    constexpr number per value, required then: -inf before a max, 0 before a sum). Every
+    program must reach it the same number of times; it hands over the values only: memory
+    written before it is not made visible to the other programs (that is cluster_sync's
+    job). On the GPU the values travel through the programs' shared memory (distributed
+    shared memory, sm_90+), not global memory: one short exchange where a partial result
+    written to global memory, a cluster_sync and a load would each wait on the L2."""
 
 
 @builtin

@@ -1,8 +1,8 @@
 """Long rows on thread-block clusters (sm_90+): softmax and the norms read such a row once.
 
 A row longer than one program holds in registers (16384 elements) is shared by the
-C programs of a cluster (C = 2, 4 or 8): program `rank` loads chunk `rank` of the row
-(BLOCK columns) into registers and reduces it, exchanges its partial statistics with
+C programs of a cluster (C = 2, 4 or 8; 2 to 8 for chunks held as tiles): program `rank`
+loads chunk `rank` of the row (BLOCK columns) into registers and reduces it, exchanges its partial statistics with
 the other programs of its cluster (tc.cluster_gather: stores into their shared
 memory), combines the C partials, and writes its chunk of the output from the
 registers it still holds. One read and one write of the row, where the looped kernels
@@ -44,7 +44,7 @@ sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
 import tilec as tc
@@ -52,7 +52,7 @@ import tilec as tc
 from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
-__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "device_capability", "resident_clusters", "persistent_grid",
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "fewer_programs", "device_capability", "resident_clusters", "persistent_grid",
            "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -64,7 +64,7 @@ MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (3
 PER_THREAD = 32             # elements each thread holds
 # softmax chunks as tiles (`split_chunks`): 1024 columns at 4 warps (8 per thread: one or two
 # 16-byte accesses per tile), 4 or 5 of them (32 or 40 per thread at up to 64 registers: 8
-# programs per SM)
+# programs per SM), on clusters of 2 to 8 programs
 CHUNK_TILE = 1024
 CHUNK_TILE_WARPS = 4
 MIN_CHUNK_TILES = 4
@@ -136,7 +136,8 @@ def _softmax_row(curs, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDO
     es = ()
     for k in tc.static_range(TILES):
         es = es + (tc.exp(ts[k] - m_safe),)
-    mp, sp = tc.cluster_gather((m, tc.sum(lanewise_sum(es))), C)   # every chunk's max and sum, by rank
+    # every chunk's max and sum, by rank (entries past a cluster of 3, 5, 6 or 7 add nothing)
+    mp, sp = tc.cluster_gather((m, tc.sum(lanewise_sum(es))), C, padding=(NEG_INF, 0.0))
     m_row = tc.max(mp)
     # An empty chunk has s = 0: 0 * exp(-inf) = 0. A row of only -inf: m_row = -inf,
     # (-inf) - (-inf) = NaN, as torch.
@@ -301,6 +302,10 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=4, block=1024) + ", WINDOW=16, TILES=5",
      4),
     ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=1024) + ", TILES=3", 4),
+    # clusters of 6 and 7 (split_chunks): the gather padded to 8 entries
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=6, block=1024) + ", TILES=4", 4),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=4",
+     4),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768) + ", STAGES=2, EVEN=True",
@@ -369,22 +374,40 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
 
 def split_chunks(cl: Optional[ClusterRows], n_cols: int) -> Optional[ClusterRows]:
     """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE
-    columns at CHUNK_TILE_WARPS (C the smallest of 2, 4, 8 with at most MAX_CHUNK_TILES)
-    where that leaves fewer lanes idle than cl's one power-of-two tile per program; else
-    `cl`. For softmax_cluster_kernel (TILES). Measured on an H200, % of copy, one tile ->
-    tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
-    4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97.
-    Three tiles (24 per thread) lost: log_softmax 4096x24576 bf16 88 -> 80; seven
-    (4096x50257 bf16) took 96 registers and lost too (75 -> 63)."""
+    columns at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer
+    lanes idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to
+    power-of-two clusters, then to fewer programs); else `cl`. For softmax_cluster_kernel
+    (TILES). Measured on an H200, % of copy, one tile -> tiles: softmax 8192x16400 bf16 65 ->
+    94, 8192x20001 bf16 (rows off sectors) 66 -> 95, 4096x40001 bf16 64 -> 92, log_softmax
+    4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; on clusters of 6 or 7: softmax
+    8192x24000 bf16 78 -> 92, 4096x28000 bf16 85 -> 91, log_softmax 8192x24576 bf16 88 -> 94.
+    Lost: three tiles (24 per thread; log_softmax 4096x24576 bf16 88 -> 80), seven (96
+    registers; 4096x50257 bf16 75 -> 63), tiles of 2048 at 8 warps (4096x45000 bf16 70 -> 64
+    on 6 programs, 4096x50257 75 -> 78 on 5) and of 4096 at 16 (2048x100000 bf16 63 -> 49)."""
     if cl is None:
         return None
-    for c in (2, 4, 8):
+    best = None
+    for c in range(2, 9):
         tiles = tc.cdiv(tc.cdiv(n_cols, c), CHUNK_TILE)
-        if tiles <= MAX_CHUNK_TILES:
-            if tiles >= MIN_CHUNK_TILES and c * tiles * CHUNK_TILE < cl.c * cl.block:
-                return ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles)
-            break
+        if MIN_CHUNK_TILES <= tiles <= MAX_CHUNK_TILES:
+            key = (c * tiles, c & (c - 1) != 0, c)
+            if best is None or key < best[0]:
+                best = key, ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles)
+    if best is not None and best[0][0] * CHUNK_TILE < cl.c * cl.block:
+        return best[1]
     return cl
+
+
+def fewer_programs(cl: Optional[ClusterRows], n_cols: int, max_block: int) -> Optional[ClusterRows]:
+    """`cl` (one power-of-two tile per program, BLOCK below `max_block`) on the fewest programs
+    that cover a row, cdiv(n_cols, BLOCK) of them: 3, 5, 6 or 7 where a power of two would
+    leave a chunk empty or nearly so. Measured on an H200 (% of copy), clusters of 8 -> fewer:
+    softmax 4096x50257 bf16 75 -> 80 (7), 4096x45000 bf16 69 -> 82 (6), 2048x100000 bf16 64 ->
+    67 (7 x 16384), 2048x50257 f32 91 -> 93 (7). Where `split_chunks` applies it measured
+    better on the whole (4096x40001 bf16: 8 x 5 tiles of 1024 92, 5 x 8192 85)."""
+    if cl is None or cl.tiles != 1 or cl.block >= max_block:
+        return cl
+    return replace(cl, c=tc.cdiv(n_cols, cl.block))
 
 
 def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX_NORM_CHUNK) -> Optional[ClusterRows]:

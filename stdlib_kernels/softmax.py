@@ -203,6 +203,7 @@ def _softmax(x, dim, out, log: bool, op: str):
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     cl = _cluster_rows.split_chunks(cl, span)
+    cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent chunks keep clusters of 8)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block, WINDOW=window)
         if cl.tiles > 1:    # (split chunks never run persistent, whose kernel has no TILES)
@@ -259,11 +260,15 @@ def softmax(x, dim: int = -1, out=None):
     chunk's max and sum of exp, a second combines them and normalizes.
 
     On sm_90+ (the interpreter counts as an H100/H200), rows of 16385 to
-    262144 elements run on thread-block clusters of C = 2, 4 or 8 programs per
+    262144 elements run on thread-block clusters of C = 2 to 8 programs per
     row when that makes at least two programs per SM (n_rows * C >= 2 * SMs;
-    fewer rows take the split path above): C is the smallest whose chunks
-    hold at most 8192 elements, or 8 with chunks of up to 32768; each program
-    holds its chunk in registers (32 elements per thread, chunk / 1024 warps),
+    fewer rows take the split path above): the chunk is the power of two that
+    C = 2, 4 or 8 programs need to hold at most 8192 elements each (8 with
+    chunks of up to 32768), and C the fewest programs that cover the row with
+    it (50257 columns: 7 chunks of 8192, `_cluster_rows.fewer_programs`); rows
+    of 16385 to 40960 elements are held as 4 or 5 tiles of 1024 per program
+    instead where that idles fewer lanes (`_cluster_rows.split_chunks`). Each
+    program holds its chunk in registers (32 or 40 elements per thread),
     exchanges the chunk's max and sum of exp with the others of its cluster
     (tc.cluster_gather), combines the C pairs and writes its chunk: the row is
     read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16 rows with

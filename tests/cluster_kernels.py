@@ -25,9 +25,9 @@ def gather_rows_kernel(x, total, neighbour, C: tc.constexpr, BLOCK: tc.constexpr
     clusters = tc.num_programs(0) // C
     for row in range(tc.program_id(0) // C, x.shape[0], clusters):
         t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=0.0)
-        parts = tc.cluster_gather(tc.sum(t), C)
+        parts = tc.cluster_gather(tc.sum(t), C, padding=0.0)   # (entries past a cluster of 3, 5, 6, 7)
         tc.store(total, index=(row, rank), tile=tc.full((1, 1), tc.sum(parts), tc.float32))
-        pick = tc.arange(0, C) == (rank + 1) % C
+        pick = tc.arange(0, parts.shape[0]) == (rank + 1) % C
         tc.store(neighbour, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.where(pick, parts, 0.0)), tc.float32))
 
 
@@ -45,7 +45,7 @@ def gather_pair_kernel(x, stats, C: tc.constexpr, BLOCK: tc.constexpr):
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     t = tc.load(x, index=(row, rank), shape=(1, BLOCK), padding=float("-inf"))
-    m, pos = tc.cluster_gather((tc.max(t), tc.sum((t > 0).astype(tc.int32))), C)
+    m, pos = tc.cluster_gather((tc.max(t), tc.sum((t > 0).astype(tc.int32))), C, padding=(float("-inf"), 0))
     tc.store(stats, index=(row, rank), tile=tc.full((1, 1), tc.max(m) + tc.sum(pos).astype(tc.float32), tc.float32))
 
 
@@ -62,9 +62,9 @@ def gather_rounds_kernel(sums, picks, C: tc.constexpr):
     # program's threads still read is the gather itself. Cluster c walks rows c, c + G, ...
     rank = tc.cluster_rank()
     for row in range(tc.program_id(0) // C, sums.shape[0], tc.num_programs(0) // C):
-        a = tc.cluster_gather(row * C + rank, C)
-        b = tc.cluster_gather((row + 7 * rank).astype(tc.float32), C)
-        pick = tc.arange(0, C) == (rank + 1) % C
+        a = tc.cluster_gather(row * C + rank, C, padding=0)
+        b = tc.cluster_gather((row + 7 * rank).astype(tc.float32), C, padding=0.0)
+        pick = tc.arange(0, b.shape[0]) == (rank + 1) % C
         tc.store(sums, index=(row, rank), tile=tc.full((1, 1), tc.sum(a), tc.int32))
         tc.store(picks, index=(row, rank), tile=tc.full((1, 1), tc.sum(tc.where(pick, b, 0.0)), tc.float32))
 

@@ -5,6 +5,7 @@ from .. import dtypes as dt
 from .. import language as lang
 from ..dtypes import DType
 from ..ir import tile_ops as T
+from ..options import CLUSTER_SIZES
 from . import semantic as S
 from .calls import builtin_handler
 from .expressions import require_constexpr
@@ -60,13 +61,14 @@ def _barrier(ctx, node):
 
 
 @builtin_handler(lang.cluster_gather)
-def _cluster_gather(ctx, node, value, size):
+def _cluster_gather(ctx, node, value, size, padding):
     size = _axis_arg(ctx, size, "tc.cluster_gather's size")
-    if size not in (1, 2, 4, 8):
-        raise ctx.error(f"tc.cluster_gather's size must be the launch's cluster (1, 2, 4 or 8), got {size}")
+    if size not in CLUSTER_SIZES:
+        raise ctx.error(f"tc.cluster_gather's size must be the launch's cluster (1 to 8), got {size}")
     values = list(value) if isinstance(value, tuple) else [value]
     if not values:
         raise ctx.error("tc.cluster_gather needs at least one value")
+    pads = _gather_padding(ctx, padding, size, len(values), isinstance(value, tuple))
     scalars = []
     for x in values:
         v = _tile(ctx, x, "tc.cluster_gather's value")
@@ -75,9 +77,32 @@ def _cluster_gather(ctx, node, value, size):
         if v.dtype not in (dt.float32, dt.int32):
             raise ctx.error(f"tc.cluster_gather takes f32 or i32 scalars, got {v.dtype.name}; cast it first")
         scalars.append(v)
-    op = ctx.create(T.ClusterGatherOp, *scalars, size=size)
+    for v, pad in zip(scalars, pads or ()):
+        if v.dtype is dt.int32 and (not isinstance(pad, int) or isinstance(pad, bool)):
+            raise ctx.error(f"tc.cluster_gather's padding for an i32 value must be an int, got {pad!r}")
+    attrs = {"padding": [float(p) if v.dtype is dt.float32 else p for v, p in zip(scalars, pads)]} if pads else {}
+    op = ctx.create(T.ClusterGatherOp, *scalars, size=size, **attrs)
     out = tuple(TensorValue(r) for r in op.results)
     return out if isinstance(value, tuple) else out[0]
+
+
+def _gather_padding(ctx, padding, size: int, n: int, as_tuple: bool):
+    """cluster_gather's padding as a list of n Python numbers, or None: required for a size
+    that is not a power of two (its tiles have entries past `size`), ignored otherwise."""
+    if padding is None:
+        if size & (size - 1):
+            raise ctx.error(f"tc.cluster_gather of {size} programs returns tiles of {1 << (size - 1).bit_length()} "
+                            "entries: give `padding=` (a number per value) for the entries past the cluster")
+        return None
+    require_constexpr(ctx, padding, "tc.cluster_gather's padding")
+    pads = list(padding) if isinstance(padding, tuple) else [padding]
+    if isinstance(padding, tuple) != as_tuple or len(pads) != n:
+        raise ctx.error(f"tc.cluster_gather's padding must match its value: {'a tuple of ' if as_tuple else ''}"
+                        f"{n} number{'s' if n > 1 else ''}, got {padding!r}")
+    pads = [py_scalar(p) for p in pads]
+    if not all(is_py_scalar(p) and not isinstance(p, bool) for p in pads):
+        raise ctx.error(f"tc.cluster_gather's padding must be numbers, got {padding!r}")
+    return pads if size & (size - 1) else None
 
 
 @builtin_handler(lang.num_programs)

@@ -198,8 +198,9 @@ def _cluster_gather(op, cx):
                                    f"runs clusters of {have} program(s): size must be the `cluster` option")
         mine = tuple(r[x] for x in ins)
         every = [mine] if member is None else member.run.gather(member.rank, op, mine)
+        pad = op.attrs.get("padding") or [0] * len(outs)
         for i, (o, d) in enumerate(zip(outs, np_dtypes)):
-            r[o] = np.array([v[i] for v in every], dtype=d)
+            r[o] = np.array([v[i] for v in every] + [pad[i]] * (op.entries - size), dtype=d)
     return step
 
 

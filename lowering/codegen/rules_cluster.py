@@ -57,7 +57,7 @@ def _cluster_gather(ctx, op):
             ctx.set(r, [x] * len(ctx.coords(r.type)))
         return
     b = ctx.builder
-    row = 4 * size
+    row = 4 * op.entries    # (a row's slots past `size` receive nothing: their entries read `padding`)
     base = _round_barriers(ctx, op.attrs["_smem_offset"])
     uses = ctx.kernel_variable(I32, ir.Constant(I32, 0))   # gathers done so far
     u = b.load(uses)
@@ -88,12 +88,17 @@ def _cluster_gather(ctx, op):
                       "r,r,r", [remote, bits, remote_bar], True)
     wait_parity(ctx, full, b.and_(b.lshr(u, ir.Constant(I32, 1)), ir.Constant(I32, 1)), ".acquire.cluster",
                 inline_loop=True)
+    padding = op.attrs.get("padding")
     for i, (res, x) in enumerate(zip(op.results, xs)):
         vals = []
         for c in ctx.coords(res.type):
             addr = b.add(values, b.add(b.mul(c[0], ir.Constant(I32, 4)), ir.Constant(I32, i * row)))
             v = b.load(b.inttoptr(addr, I32.as_pointer(addrspace=3)))
-            vals.append(b.bitcast(v, x.type) if x.type != I32 else v)
+            v = b.bitcast(v, x.type) if x.type != I32 else v
+            if op.entries != size:
+                inside = b.icmp_unsigned("<", c[0], ir.Constant(I32, size))
+                v = b.select(inside, v, ir.Constant(x.type, padding[i]))
+            vals.append(v)
         ctx.set(res, vals)
     b.asm(ir.FunctionType(ir.VoidType(), [I32]), "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [empty], True)
     b.store(b.add(u, ir.Constant(I32, 1)), uses)

@@ -52,7 +52,6 @@ from typing import List, Tuple
 from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Module, Op, register_op
 from tilec.ir.types import ScalarType, TileType, ViewType
-from tilec.options import CLUSTER_SIZES
 
 from .ops import AllocOp
 
@@ -61,6 +60,9 @@ __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp"
            "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
+# Programs sharing a multicast copy (each issues a share of its rows): clusters of 1, 2, 4
+# or 8; the tma_loads pass multicasts only in such clusters.
+MULTICAST_SIZES = (1, 2, 4, 8)
 MAX_SCRATCH_BYTES = 64 * 1024  # a gpu.tma_store's scratch: a 128 x 256 tile of 16-bit elements
 
 
@@ -82,7 +84,7 @@ _INDEX = (dt.int32, dt.int64)
 
 
 def _check_cluster(op: Op, n: int, what: str) -> None:
-    if n not in CLUSTER_SIZES:
+    if n not in MULTICAST_SIZES:
         raise op.error(f"{what} must be 1, 2, 4 or 8 programs, got {n}")
 
 

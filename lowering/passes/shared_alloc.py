@@ -52,10 +52,10 @@ _LOOPS = (T.ForOp, T.WhileOp)
 GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
 
 
-def gather_bytes(values: int, size: int) -> int:
+def gather_bytes(values: int, entries: int) -> int:
     """A tile.cluster_gather's buffer: two mbarriers (8 bytes each) per round, then GATHER_SLOTS
-    rounds of `values` rows of `size` 4-byte values (rules_cluster)."""
-    return GATHER_SLOTS * (16 + values * size * 4)
+    rounds of `values` rows of `entries` 4-byte values (the results' length: rules_cluster)."""
+    return GATHER_SLOTS * (16 + values * entries * 4)
 
 
 def convert_needs_shared(src, dst, shape) -> bool:
@@ -140,7 +140,7 @@ def _buffers(func):
         elif isinstance(op, TmaStoreOp):
             out.append((op, op.scratch_bytes, 1024, "_smem_offset", _OP))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
-            out.append((op, gather_bytes(len(op.operands), op.attrs["size"]), 16, "_smem_offset", _KERNEL))
+            out.append((op, gather_bytes(len(op.operands), op.entries), 16, "_smem_offset", _KERNEL))
     return out
 
 

@@ -31,7 +31,7 @@ removes every marker. A load qualifies when
 
 The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
 bytes of K] of a column-major one. A load promised the same for the whole cluster
-(`multicast`, with the `cluster` option above 1) gets `multicast = cluster` on its marker.
+(`multicast`, with the `cluster` option 2, 4 or 8) gets `multicast = cluster` on its marker.
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ViewType
 
-from ..gpu.tma_ops import TMA_BOX_BYTES, TmaOriginOp
+from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp
 from ..gpu.wgmma_fragments import b_k_major
 from .accelerate_dot import dot_acc_layout
 
@@ -124,7 +124,8 @@ def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, n
             continue
         b = Builder().before(op)
         i, j = op.group("indices")
-        shared = {"multicast": cluster} if cluster > 1 and op.attrs.get("multicast") else {}
+        # (clusters of 3, 5, 6 or 7 copy as ordinary loads: a program issues a power-of-two share)
+        shared = {"multicast": cluster} if cluster in MULTICAST_SIZES[1:] and op.attrs.get("multicast") else {}
         b.create(TmaOriginOp, view, i, j, tag=tag, box=list(box), loc=op.loc, **shared)
         op.attrs["_tma"] = tag
         tag += 1

@@ -69,6 +69,19 @@ def test_cluster_gather_goes_through_distributed_shared_memory(cluster):
     assert compiled.metadata["shared"] >= gather_bytes(1, cluster)
 
 
+def test_cluster_gather_of_5_programs_reads_its_padding_past_the_cluster():
+    from cluster_kernels import gather_pair_kernel as k
+    compiled, ptx = _gather_ptx(k, "x=f32[?,?], stats=f32[?,?], C=5, BLOCK=512", 5)
+    assert ".reqnctapercluster 5, 1, 1" in ptx
+    assert ptx.count(_ASYNC_STORE) == 10    # two values into each of 5 programs
+    # each value's row holds 8 entries (its tile): the second value goes 32 bytes on; the
+    # round expects 5 programs x 2 values x 4 bytes
+    assert _ASYNC_STORE + " [%r" in ptx and re.search(r"st\.async[^\n]*\+32\], ", ptx)
+    assert re.search(r"mov\.b32\s+%r\d+, 40;", ptx)
+    assert "0fFF800000" in ptx                # -inf: the max's padding, selected past rank 4
+    assert compiled.metadata["shared"] >= gather_bytes(2, 8)
+
+
 def test_cluster_gather_of_two_values_is_one_exchange():
     from cluster_kernels import gather_pair_kernel as k
     _, ptx = _gather_ptx(k, "x=f32[?,?], stats=f32[?,?], C=4, BLOCK=512", 4)

@@ -109,8 +109,41 @@ def gather_size_kernel(x, out, n):
 
 
 @tc.kernel
+def gather_size9_kernel(x, out):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), 9)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
 def gather_size3_kernel(x, out):
     parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), 3)  # ERR
+    tc.store(out, index=(0,), tile=parts)
+
+
+@tc.kernel
+def gather_padded_kernel(x, out, C: tc.constexpr):
+    t = tc.load(x, index=(0,), shape=(16,))
+    m, n = tc.cluster_gather((tc.max(t), tc.sum((t > 0).astype(tc.int32))), C, padding=(float("-inf"), 0))
+    tc.store(out, index=(0,), tile=m + n.astype(tc.float32))
+
+
+@tc.kernel
+def gather_pad_count_kernel(x, out):
+    t = tc.load(x, index=(0,), shape=(16,))
+    m, s = tc.cluster_gather((tc.max(t), tc.sum(t)), 5, padding=0.0)  # ERR
+    tc.store(out, index=(0,), tile=m + s)
+
+
+@tc.kernel
+def gather_pad_int_kernel(x, out):
+    t = tc.load(x, index=(0,), shape=(16,))
+    n = tc.cluster_gather(tc.sum((t > 0).astype(tc.int32)), 6, padding=0.5)  # ERR
+    tc.store(out, index=(0,), tile=n.astype(tc.float32))
+
+
+@tc.kernel
+def gather_pad_runtime_kernel(x, out, p):
+    parts = tc.cluster_gather(tc.sum(tc.load(x, index=(0,), shape=(16,))), 7, padding=p)  # ERR
     tc.store(out, index=(0,), tile=parts)
 
 
@@ -119,11 +152,24 @@ def test_cluster_gather_becomes_one_op_with_a_tile_of_the_cluster():
     assert "tile.cluster_gather" in text and "{size = 4} : tile<4xf32>" in text
 
 
+def test_cluster_gather_of_3_5_6_7_programs_pads_to_a_power_of_two():
+    text = _ir(gather_padded_kernel, "x=f32[?], out=f32[?], C=5")
+    assert "{size = 5, padding = [-inf, 0]} : tile<8xf32>, tile<8xi32>" in text
+    # a power-of-two cluster has no entry to pad: the padding is dropped
+    text = _ir(gather_padded_kernel, "x=f32[?], out=f32[?], C=4")
+    gather = next(line for line in text.splitlines() if "tile.cluster_gather" in line)
+    assert "{size = 4} : tile<4xf32>, tile<4xi32>" in gather
+
+
 @pytest.mark.parametrize("kernel,sig,fragment", [
     (gather_tile_kernel, "x=f32[?], out=f32[?]", "value must be a scalar, got a tile of shape [16]"),
     (gather_f16_kernel, "x=f16[?], out=f16[?]", "takes f32 or i32 scalars, got f16"),
     (gather_size_kernel, "x=f32[?], out=f32[?], n=i32", "size must be a compile-time constant"),
-    (gather_size3_kernel, "x=f32[?], out=f32[?]", "size must be the launch's cluster (1, 2, 4 or 8), got 3"),
+    (gather_size9_kernel, "x=f32[?], out=f32[?]", "size must be the launch's cluster (1 to 8), got 9"),
+    (gather_size3_kernel, "x=f32[?], out=f32[?]", "of 3 programs returns tiles of 4 entries: give `padding=`"),
+    (gather_pad_count_kernel, "x=f32[?], out=f32[?]", "padding must match its value: a tuple of 2 numbers, got 0.0"),
+    (gather_pad_int_kernel, "x=f32[?], out=f32[?]", "padding for an i32 value must be an int, got 0.5"),
+    (gather_pad_runtime_kernel, "x=f32[?], out=f32[?], p=f32", "padding must be a compile-time constant"),
 ])
 def test_cluster_gather_mistakes(kernel, sig, fragment):
     _check(kernel, sig, fragment)

@@ -60,8 +60,9 @@ def test_wgmma_descriptor_takes_the_shared_offset():
 def test_cluster_needs_sm90():
     with pytest.raises(ValueError, match="sm_90"):
         CompileOptions(cluster=2, arch="sm_80").validated()
-    with pytest.raises(ValueError, match="1, 2, 4 or 8"):
-        CompileOptions(cluster=3).validated()
+    with pytest.raises(ValueError, match="1 to 8"):
+        CompileOptions(cluster=9).validated()
+    assert CompileOptions(cluster=3).validated().cluster == 3
 
 
 def test_matmul_config_cluster_checks():

@@ -95,8 +95,11 @@ def test_grid_must_be_a_multiple_of_the_cluster():
 
 
 def test_cluster_size_is_checked():
-    with pytest.raises(ValueError, match="cluster must be 1, 2, 4 or 8"):
-        exchange_kernel[(6,)](np.zeros(6, np.int32), np.zeros(6, np.int32), N=3, cluster=3)
+    with pytest.raises(ValueError, match="cluster must be 1 to 8"):
+        exchange_kernel[(18,)](np.zeros(18, np.int32), np.zeros(18, np.int32), N=9, cluster=9)
+    buf, out = np.zeros(6, np.int32), np.zeros(6, np.int32)
+    exchange_kernel[(6,)](buf, out, N=3, cluster=3)     # any size up to 8
+    np.testing.assert_array_equal(out, [11, 21, 1, 41, 51, 31])
 
 
 def test_multicast_promise_kept():
@@ -152,7 +155,7 @@ def test_atomics_of_concurrent_programs_all_count():
     np.testing.assert_array_equal(seen, np.tile([8, 16, 24], (8, 1)))
 
 
-@pytest.mark.parametrize("n,programs", [(2, 6), (4, 8), (8, 8), (1, 3)])
+@pytest.mark.parametrize("n,programs", [(2, 6), (4, 8), (8, 8), (1, 3), (3, 6), (5, 10), (7, 7)])
 def test_cluster_gather_hands_every_program_the_values_by_rank(n, programs):
     from cluster_kernels import gather_rows_kernel, reference
     rng = np.random.default_rng(n)
@@ -172,15 +175,17 @@ def test_cluster_gather_size_must_be_the_cluster():
         gather_rows_kernel[(4,)](x, out, out, C=4, BLOCK=8, cluster=2)
 
 
-def test_cluster_gather_of_two_values_at_once():
+@pytest.mark.parametrize("c", [4, 5])
+def test_cluster_gather_of_two_values_at_once(c):
     from cluster_kernels import gather_pair_kernel, pair_reference
     x = np.random.default_rng(0).standard_normal((5, 50)).astype(np.float32)
-    stats = np.zeros((5, 4), np.float32)
-    gather_pair_kernel[(20,)](x, stats, C=4, BLOCK=16, cluster=4)
-    np.testing.assert_allclose(stats, pair_reference(x, 4, 16), rtol=1e-6)
+    x[1] = -np.abs(x[1])        # no positives and a negative max: the padding must change neither
+    stats = np.zeros((5, c), np.float32)
+    gather_pair_kernel[(5 * c,)](x, stats, C=c, BLOCK=16, cluster=c)
+    np.testing.assert_allclose(stats, pair_reference(x, c, 16), rtol=1e-6)
 
 
-@pytest.mark.parametrize("n,programs,rows", [(1, 3, 7), (2, 6, 11), (4, 8, 9)])
+@pytest.mark.parametrize("n,programs,rows", [(1, 3, 7), (2, 6, 11), (4, 8, 9), (6, 12, 9)])
 def test_back_to_back_gathers(n, programs, rows):
     from cluster_kernels import gather_rounds_kernel, rounds_reference
     sums, picks = np.zeros((rows, n), np.int32), np.zeros((rows, n), np.float32)

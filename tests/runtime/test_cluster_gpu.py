@@ -88,7 +88,8 @@ def test_loaded_cluster_kernels_know_how_many_clusters_run_at_once(sm90, n):
             assert loaded.persistent_programs == min(resident, loaded.max_active_clusters * n)
 
 
-@pytest.mark.parametrize("n,programs,rows", [(2, 264, 1000), (4, 16, 37), (8, 8 * 15, 500)])
+@pytest.mark.parametrize("n,programs,rows", [(2, 264, 1000), (4, 16, 37), (8, 8 * 15, 500), (3, 240, 700),
+                                             (5, 25, 61), (7, 7 * 18, 500)])
 def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
     """Values by rank through distributed shared memory, many gathers per program (the
     buffer's rounds in turn), against float64 numpy and the interpreter."""
@@ -102,15 +103,18 @@ def test_cluster_gather_on_the_gpu(sm90, n, programs, rows):
     np.testing.assert_allclose(nb.to_numpy(), want_nb, rtol=1e-4, atol=1e-3)
 
 
-def test_cluster_gather_of_two_values_on_the_gpu(sm90):
+@pytest.mark.parametrize("c", [4, 5, 6])
+def test_cluster_gather_of_two_values_on_the_gpu(sm90, c):
     from cluster_kernels import gather_pair_kernel, pair_reference
-    x = np.random.default_rng(1).standard_normal((300, 1000)).astype(np.float32)
-    stats = tc.from_numpy(np.zeros((300, 4), np.float32))
-    gather_pair_kernel[(1200,)](tc.from_numpy(x), stats, C=4, BLOCK=256, cluster=4)
-    np.testing.assert_allclose(stats.to_numpy(), pair_reference(x, 4, 256), rtol=1e-6)
+    x = np.random.default_rng(1).standard_normal((300, 250 * c)).astype(np.float32)
+    x[7] = -np.abs(x[7])        # no positives and a negative max: the padding must change neither
+    stats = tc.from_numpy(np.zeros((300, c), np.float32))
+    gather_pair_kernel[(300 * c,)](tc.from_numpy(x), stats, C=c, BLOCK=256, cluster=c)
+    np.testing.assert_allclose(stats.to_numpy(), pair_reference(x, c, 256), rtol=1e-6)
 
 
-@pytest.mark.parametrize("n,programs,rows", [(1, 132, 2000), (2, 264, 5000), (4, 64, 3001), (8, 8 * 15, 4000)])
+@pytest.mark.parametrize("n,programs,rows", [(1, 132, 2000), (2, 264, 5000), (4, 64, 3001), (8, 8 * 15, 4000),
+                                             (6, 6 * 22, 3001)])
 def test_cluster_gathers_back_to_back_on_the_gpu(sm90, n, programs, rows):
     """Hundreds of gathers per program, two per row with no reduction between them: every
     value lands in its round, none overwrites a round still being read."""

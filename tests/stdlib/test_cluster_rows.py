@@ -97,8 +97,10 @@ def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("n,want", [
-    (50257, (8, 8192, 1)),     # one tile of 8192 per program: 6 full chunks, one part-filled, one empty
+    (50257, (7, 8192, 1)),     # one tile of 8192 on each of 7 programs (not 8): the last part-filled
+    (65537, (5, 16384, 1)),    # 5 x 16384 at 16 warps, not 8
     (20001, (4, 1024, 5)),     # 5 tiles of 1024 per program: the last one part-filled
+    (28000, (7, 1024, 4)),     # 4 tiles of 1024 on clusters of 7 (a gather padded to 8 entries)
 ])
 def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, want):
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)  # clusters for few rows too
@@ -117,7 +119,10 @@ def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, 
 @pytest.mark.parametrize("n_cols,want", [
     (16385, (4, 1024, 4, 5)),   # 4 x 5 x 1024 lanes for 16385, not 4 x 8192
     (20001, (4, 1024, 4, 5)),
-    (24576, (4, 8192, 8, 1)),   # 8 x 3 tiles: 24 per thread, too few
+    (24576, (6, 1024, 4, 4)),   # clusters of 6 (8 x 3 tiles: 24 per thread, too few)
+    (24000, (6, 1024, 4, 4)),
+    (28000, (7, 1024, 4, 4)),
+    (18000, (4, 1024, 4, 5)),   # 5 x 4 tiles idle as many lanes: the power-of-two cluster
     (36000, (8, 1024, 4, 5)),
     (40001, (8, 1024, 4, 5)),
     (32000, (4, 8192, 8, 1)),   # 8 x 4 tiles of 1024 idle no fewer lanes than 4 x 8192
@@ -129,6 +134,23 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     got = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols)
     assert (got.c, got.block, got.num_warps, got.tiles) == want
     assert CR.split_chunks(None, n_cols) is None
+
+
+@pytest.mark.parametrize("n_cols,want", [
+    (50257, (7, 8192)),
+    (45000, (6, 8192)),
+    (40961, (6, 8192)),
+    (65536, (8, 8192)),        # every chunk full already
+    (65537, (5, 16384)),
+    (100000, (7, 16384)),
+    (200003, (8, 32768)),      # persistent chunks (the limit, LOOP_MIN_CHUNK) keep their clusters
+    (20001, (4, 1024)),        # chunks held as tiles keep theirs
+])
+def test_softmax_on_the_fewest_programs_that_cover_a_row(n_cols, want):
+    cl = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols)
+    got = CR.fewer_programs(cl, n_cols, softmax.LOOP_MIN_CHUNK)
+    assert (got.c, got.block) == want and got.num_warps == cl.num_warps
+    assert CR.fewer_programs(None, n_cols, softmax.LOOP_MIN_CHUNK) is None
 
 
 def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
@@ -169,10 +191,12 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
 
 
 # ----------------------------------------------------------------------------- kernels, small chunks
-@pytest.mark.parametrize("c", [2, 4, 8])
-def test_softmax_kernel_with_small_chunks(c):
+@pytest.mark.parametrize("c,n", [(2, 37), (4, 101), (8, 229), (3, 70), (5, 133), (7, 197), (8, 197), (6, 40)])
+def test_softmax_kernel_with_small_chunks(c, n):
+    # chunks of 32: the last one part-filled (8 x 32 for 197 columns: the last one empty, and
+    # for 40 columns on 6 programs four of them)
     rng = np.random.default_rng(c)
-    block, n = 32, 32 * (c - 1) + 5                        # the last chunk part-filled
+    block = 32
     x = (10 * rng.standard_normal((5, n))).astype(np.float32)
     x[2, :40] = -np.inf
     out = np.zeros_like(x)

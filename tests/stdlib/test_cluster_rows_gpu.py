@@ -41,7 +41,8 @@ def _close(torch, got, want, dtype_name, scale=1.0):
 @pytest.mark.parametrize("dtype_name", DTYPES)
 @pytest.mark.parametrize("shape,force", [((40, 200003), False), ((3, 200003), True), ((300, 16411), False),
                                          ((300, 200003), False), ((300, 262144), False), ((300, 40001), False),
-                                         ((300, 50257), False), ((2, 150, 24576), False)])
+                                         ((300, 50257), False), ((2, 150, 24576), False), ((300, 28000), False),
+                                         ((300, 70001), False)])
 def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, force, dtype_name):
     if force:  # few rows take the split kernels unless told otherwise
         monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
@@ -57,6 +58,11 @@ def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, 
     # (16411 and 40001: chunks as five tiles of 1024, `split_chunks`)
     persistent = shape[-1] > 131072 and (dtype_name != "float32" or shape[-1] == 262144)
     assert [k for k, _ in launched] == ["softmax_cluster_loop_kernel" if persistent else "softmax_cluster_kernel"] * 2
+    # clusters of 6 and 7 programs holding four tiles of 1024 (24576, 28000), of 7 x 8192
+    # and 5 x 16384 (50257, 70001: `fewer_programs`)
+    clusters = {24576: 6, 28000: 7, 50257: 7, 70001: 5}
+    if shape[-1] in clusters:
+        assert [c for _, c in launched] == [clusters[shape[-1]]] * 2
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)

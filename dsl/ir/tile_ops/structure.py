@@ -133,17 +133,23 @@ class ClusterSyncOp(Op):
 @register_op
 class ClusterGatherOp(Op):
     """Every program of the cluster contributes its scalars `values`; result i holds value i
-    of every program, by rank (`size` = the cluster's programs). One exchange: every program
-    reaches it equally often, and its values reach every program; unlike tile.cluster_sync it
-    orders no other memory access."""
+    of every program, by rank (`size` = the cluster's programs), in a tile of the next power
+    of two's entries: those past `size` hold `padding[i]` (required when size is not a power
+    of two). One exchange: every program reaches it equally often, and its values reach
+    every program; unlike tile.cluster_sync it orders no other memory access."""
     name = "tile.cluster_gather"
     operands_spec = ("values*",)
     num_results = None
-    attributes = {"size": A("int")}
+    attributes = {"size": A("int"), "padding": A("any", True)}
     traits = frozenset({"writes"})
 
+    @property
+    def entries(self) -> int:
+        """The results' length: `size` rounded up to a power of two."""
+        return 1 << (self.attrs["size"] - 1).bit_length()
+
     def infer_types(self):
-        return [TileType((self.attrs["size"],), ScalarType(v.type.dtype)) for v in self.operands]
+        return [TileType((self.entries,), ScalarType(v.type.dtype)) for v in self.operands]
 
     def verify_op(self):
         if not self.operands:
@@ -151,8 +157,15 @@ class ClusterGatherOp(Op):
         for v in self.operands:
             if not isinstance(v.type, ScalarType) or v.type.dtype not in (dt.float32, dt.int32):
                 raise self.error(f"tile.cluster_gather takes f32 or i32 scalars, got {v.type}")
-        if self.attrs["size"] not in (1, 2, 4, 8):
-            raise self.error(f"size must be 1, 2, 4 or 8 programs, got {self.attrs['size']}")
+        size, padding = self.attrs["size"], self.attrs.get("padding")
+        if size not in range(1, 9):
+            raise self.error(f"size must be 1 to 8 programs, got {size}")
+        if padding is None and self.entries != size:
+            raise self.error(f"size {size} is not a power of two: padding (one number per value) is required")
+        if padding is not None and (not isinstance(padding, list) or len(padding) != len(self.operands)
+                                    or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
+                                               for p in padding)):
+            raise self.error(f"padding must be a list of {len(self.operands)} numbers, got {padding!r}")
 
 
 # ----------------------------------------------------------------------------- control flow
