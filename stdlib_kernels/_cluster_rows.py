@@ -4,9 +4,10 @@ A row longer than one program holds in registers (16384 elements) is shared by t
 C programs of a cluster (softmax: 2 to 8; the norms: 2, 4 or 8): program `rank`
 loads chunk `rank` of the row (BLOCK columns) into registers and reduces it,
 exchanges its partial statistics with the other programs of its cluster
-(tc.cluster_gather: stores into their shared memory), combines the C partials, and writes its chunk of the output from the
-registers it still holds. One read and one write of the row, where the looped kernels
-read it twice (or three times when the rows in flight do not fit in L2).
+(tc.cluster_gather: stores into their shared memory), combines the C partials, and
+writes its chunk of the output from the registers it still holds. One read and one
+write of the row, where the looped kernels read it twice (or three times when the rows
+in flight do not fit in L2).
 
 Statistics per chunk and how they combine:
 - softmax: the chunk's max m_k and s_k = sum(exp(x - m_k)); the row's max is max(m_k)
