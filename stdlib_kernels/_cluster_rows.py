@@ -53,8 +53,8 @@ import tilec as tc
 from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
-__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "fewer_programs", "device_capability", "resident_clusters", "persistent_grid",
-           "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "fewer_programs", "device_capability", "resident_clusters",
+           "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -387,16 +387,14 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int) -> Optional[ClusterRows
     on 6 programs, 4096x50257 75 -> 78 on 5) and of 4096 at 16 (2048x100000 bf16 63 -> 49)."""
     if cl is None:
         return None
-    best = None
-    for c in range(2, 9):
-        tiles = tc.cdiv(tc.cdiv(n_cols, c), CHUNK_TILE)
-        if MIN_CHUNK_TILES <= tiles <= MAX_CHUNK_TILES:
-            key = (c * tiles, c & (c - 1) != 0, c)
-            if best is None or key < best[0]:
-                best = key, ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles)
-    if best is not None and best[0][0] * CHUNK_TILE < cl.c * cl.block:
-        return best[1]
-    return cl
+    tiles = {c: tc.cdiv(tc.cdiv(n_cols, c), CHUNK_TILE) for c in range(2, 9)}
+    fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= MAX_CHUNK_TILES]
+    if not fits:
+        return cl
+    c = min(fits, key=lambda c: (c * tiles[c], c & (c - 1) != 0, c))
+    if c * tiles[c] * CHUNK_TILE >= cl.c * cl.block:
+        return cl
+    return ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles[c])
 
 
 def fewer_programs(cl: Optional[ClusterRows], n_cols: int, max_block: int) -> Optional[ClusterRows]:

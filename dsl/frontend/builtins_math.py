@@ -5,6 +5,7 @@ from .. import dtypes as dt
 from .. import language as lang
 from ..dtypes import DType
 from ..ir import tile_ops as T
+from ..ir.types import is_pow2
 from ..options import CLUSTER_SIZES
 from . import semantic as S
 from .calls import builtin_handler
@@ -68,7 +69,6 @@ def _cluster_gather(ctx, node, value, size, padding):
     values = list(value) if isinstance(value, tuple) else [value]
     if not values:
         raise ctx.error("tc.cluster_gather needs at least one value")
-    pads = _gather_padding(ctx, padding, size, len(values), isinstance(value, tuple))
     scalars = []
     for x in values:
         v = _tile(ctx, x, "tc.cluster_gather's value")
@@ -77,32 +77,34 @@ def _cluster_gather(ctx, node, value, size, padding):
         if v.dtype not in (dt.float32, dt.int32):
             raise ctx.error(f"tc.cluster_gather takes f32 or i32 scalars, got {v.dtype.name}; cast it first")
         scalars.append(v)
-    for v, pad in zip(scalars, pads or ()):
-        if v.dtype is dt.int32 and (not isinstance(pad, int) or isinstance(pad, bool)):
-            raise ctx.error(f"tc.cluster_gather's padding for an i32 value must be an int, got {pad!r}")
-    attrs = {"padding": [float(p) if v.dtype is dt.float32 else p for v, p in zip(scalars, pads)]} if pads else {}
+    attrs = _gather_padding(ctx, padding, size, scalars, isinstance(value, tuple))
     op = ctx.create(T.ClusterGatherOp, *scalars, size=size, **attrs)
     out = tuple(TensorValue(r) for r in op.results)
     return out if isinstance(value, tuple) else out[0]
 
 
-def _gather_padding(ctx, padding, size: int, n: int, as_tuple: bool):
-    """cluster_gather's padding as a list of n Python numbers, or None: required for a size
-    that is not a power of two (its tiles have entries past `size`), ignored otherwise."""
+def _gather_padding(ctx, padding, size: int, scalars, as_tuple: bool) -> dict:
+    """cluster_gather's `padding` attribute (one number per value, in its dtype) where its
+    tiles have entries past `size` (not a power of two: then required); else no attribute."""
     if padding is None:
-        if size & (size - 1):
+        if not is_pow2(size):
             raise ctx.error(f"tc.cluster_gather of {size} programs returns tiles of {1 << (size - 1).bit_length()} "
                             "entries: give `padding=` (a number per value) for the entries past the cluster")
-        return None
+        return {}
     require_constexpr(ctx, padding, "tc.cluster_gather's padding")
-    pads = list(padding) if isinstance(padding, tuple) else [padding]
+    pads = [py_scalar(p) for p in (padding if isinstance(padding, tuple) else (padding,))]
+    n = len(scalars)
     if isinstance(padding, tuple) != as_tuple or len(pads) != n:
         raise ctx.error(f"tc.cluster_gather's padding must match its value: {'a tuple of ' if as_tuple else ''}"
                         f"{n} number{'s' if n > 1 else ''}, got {padding!r}")
-    pads = [py_scalar(p) for p in pads]
     if not all(is_py_scalar(p) and not isinstance(p, bool) for p in pads):
         raise ctx.error(f"tc.cluster_gather's padding must be numbers, got {padding!r}")
-    return pads if size & (size - 1) else None
+    for v, pad in zip(scalars, pads):
+        if v.dtype is dt.int32 and not isinstance(pad, int):
+            raise ctx.error(f"tc.cluster_gather's padding for an i32 value must be an int, got {pad!r}")
+    if is_pow2(size):
+        return {}
+    return {"padding": [float(p) if v.dtype is dt.float32 else p for v, p in zip(scalars, pads)]}
 
 
 @builtin_handler(lang.num_programs)

@@ -125,7 +125,8 @@ def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, n
         b = Builder().before(op)
         i, j = op.group("indices")
         # (clusters of 3, 5, 6 or 7 copy as ordinary loads: a program issues a power-of-two share)
-        shared = {"multicast": cluster} if cluster in MULTICAST_SIZES[1:] and op.attrs.get("multicast") else {}
+        multicast = cluster > 1 and cluster in MULTICAST_SIZES and op.attrs.get("multicast")
+        shared = {"multicast": cluster} if multicast else {}
         b.create(TmaOriginOp, view, i, j, tag=tag, box=list(box), loc=op.loc, **shared)
         op.attrs["_tma"] = tag
         tag += 1

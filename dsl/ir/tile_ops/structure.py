@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ... import dtypes as dt
 from ..core import Op, register_op
-from ..types import ScalarType, TileType, tile
+from ..types import ScalarType, TileType, is_pow2, tile
 from .common import PURE, TERM, A, _check_shape, _dtype
 
 
@@ -160,7 +160,7 @@ class ClusterGatherOp(Op):
         size, padding = self.attrs["size"], self.attrs.get("padding")
         if size not in range(1, 9):
             raise self.error(f"size must be 1 to 8 programs, got {size}")
-        if padding is None and self.entries != size:
+        if padding is None and not is_pow2(size):
             raise self.error(f"size {size} is not a power of two: padding (one number per value) is required")
         if padding is not None and (not isinstance(padding, list) or len(padding) != len(self.operands)
                                     or not all(isinstance(p, (int, float)) and not isinstance(p, bool)
