@@ -14,14 +14,16 @@ to the spread), then a second pass normalizes. Statistics are f32.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (as_array, check_float, check_same_place, lanewise_sum, launch, long_row_launch, output,
-                      row_config, rows_of, sm_count, split_row, view)
+from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum, launch,
+                      long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, store_row_tile, window_span, window_start, window_tile
 
@@ -33,13 +35,21 @@ LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and nex
 # stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
 LN_CHUNK_2BYTE = 8192
 LN_STAGES_2BYTE = 3
+# A row of one program filling more than 3/4 of a tile of at least this many lanes is held as
+# 2 tiles of half of it (4 of a quarter at MAX_SINGLE_TILE): the same lanes and warps in fewer
+# registers, so more programs fit per SM (layer_norm bf16 16384 lanes at 16 warps: 91 -> 64
+# registers, 1 -> 2 programs; 8192 at 8 warps: 80 -> 64, 3 -> 4). H200, % of copy, one tile
+# -> tiles: layer_norm 16384x16384 bf16 61 -> 95, 16384x14336 bf16 56 -> 89, 16384x8192 bf16
+# 91 -> 98, 65536x2048 bf16 94.5 -> 99, 8192x16384 f32 86 -> 90; rms_norm equal or up to 2.5
+# higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40).
+HALVE_MIN_BLOCK = 2048
 
 
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
                      TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0):
-    # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`_common.split_row`).
+    # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`norm_tiles`).
     # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
     # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
     # gathered (they are small and stay in L1).
@@ -221,7 +231,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if two_byte_ln and not even:
             cl = None
         if cfg.single:
-            cfg = split_row(cfg, window_span(n_cols, window))
+            cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
                    WINDOW=window, **flags)
@@ -252,6 +262,17 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
+def norm_tiles(cfg: RowConfig, n_cols: int, window: int) -> RowConfig:
+    """How a single-tile norm row is held: as `split_row`'s three quarter tiles when it fills
+    at most 3/4 of its tile (counting its window's lead); else, unwindowed, as 2 tiles of half
+    of a tile of HALVE_MIN_BLOCK lanes or more (4 quarters of MAX_SINGLE_TILE lanes)."""
+    split = split_row(cfg, window_span(n_cols, window))
+    if split.tiles > 1 or window or not cfg.single or cfg.rows != 1 or cfg.block < HALVE_MIN_BLOCK:
+        return split
+    tiles = 4 if cfg.block >= MAX_SINGLE_TILE else 2
+    return replace(cfg, block=cfg.block // tiles, tiles=tiles)
+
+
 @planned(per_call=_eps_scalar)
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False, out=None):
     """layer_norm(x, weight, bias, eps=1e-5, return_stats=False, out=None) -> y, or (y, mean, rstd).
@@ -269,7 +290,9 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     elements per thread for f16/bf16 (16 for f32); rms_norm always 32 there.
     A row of one program that fills at most 3/4 of its tile is held as three
     tiles of a quarter of it, 24 elements per thread (`_common.split_row`: 5120
-    columns take 3 x 2048 lanes). Such single rows that start off a 32-byte
+    columns take 3 x 2048 lanes); one that fills more, in a tile of 2048 lanes
+    or more, as two tiles of half of it (four quarters at 16384 lanes), which
+    takes fewer registers (`norm_tiles`). Such single rows that start off a 32-byte
     sector (4097 bf16 columns) are read and written through aligned windows
     (`_window.py`) when `out`'s rows sit at the same offsets, w and b gathered
     at each lane's column; packed rows (up to 1024 columns) are not.

@@ -40,8 +40,10 @@ def test_softmax_and_norms_match_torch(torch, shape, dtype_name):
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 # rows held as three tiles of a quarter of their power of two (`_common.split_row`), on
-# 32-byte sectors (5120, 3072, 12288 f32/bf16) or off them (4097, 1025: softmax's windows)
-@pytest.mark.parametrize("shape", [(300, 4097), (257, 5120), (129, 3072), (1000, 1025), (65, 12288)])
+# 32-byte sectors (5120, 3072, 12288 f32/bf16) or off them (4097, 1025: softmax's windows);
+# the norms' full rows as two halves (8192) or four quarters (14336, 16384: `norms.norm_tiles`)
+@pytest.mark.parametrize("shape", [(300, 4097), (257, 5120), (129, 3072), (1000, 1025), (65, 12288), (40, 8192),
+                                   (33, 14336), (70, 16384)])
 def test_split_rows_match_torch_and_write_only_the_rows(torch, shape, dtype_name):
     F = torch.nn.functional
     dtype = getattr(torch, dtype_name)

@@ -134,3 +134,59 @@ def test_norm_output_off_the_inputs_windows_is_written_column_tile_by_column_til
     want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=4e-3, atol=4e-3)
     assert (buf[:, 1025:] == SENTINEL).all()
+
+
+# Norm rows past 3/4 of a tile of 2048+ lanes: two half tiles (four quarters at 16384 lanes),
+# unless read through windows (`norms.norm_tiles`).
+@pytest.mark.parametrize("n, window, want", [
+    (1537, 0, RowConfig(1024, 1, 4, True, 2)),     # just past 3/4 of 2048
+    (1536, 0, RowConfig(512, 1, 2, True, 3)),      # 3/4: split_row's quarters
+    (1024, 0, RowConfig(1024, 2, 4, True, 1)),     # packed rows stay one tile
+    (8192, 0, RowConfig(4096, 1, 8, True, 2)),
+    (12289, 0, RowConfig(4096, 1, 16, True, 4)),
+    (16384, 0, RowConfig(4096, 1, 16, True, 4)),
+    (7001, 8, RowConfig(8192, 1, 8, True, 1)),     # through a window: one tile
+    (40000, 0, RowConfig(4096, 1, 8, False, 1)),   # looped rows as they are
+])
+def test_norm_tiles_hold_full_rows_as_halves_or_quarters(n, window, want):
+    assert norms.norm_tiles(row_config(n, 1000, big_tile_per_thread=32), n, window) == want
+
+
+@pytest.mark.parametrize("n, dtype, block, tiles", [(2048, np.float32, 1024, 2), (1808, np.float16, 1024, 2),
+                                                    (12296, np.float32, 4096, 4)])
+def test_norms_of_rows_in_halves_and_quarters_match_numpy(launched, n, dtype, block, tiles):
+    rng = np.random.default_rng(n)
+    x = (300 + 2 * rng.standard_normal((3, n))).astype(dtype)   # a mean far from 0 next to the spread
+    x[1, -1] = 400                                             # a value in the last tile moves the mean
+    w = rng.standard_normal(n).astype(dtype)
+    b = rng.standard_normal(n).astype(np.float32)
+    buf, out = _strided_out(x.shape, dtype, 32)
+    y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True, out=out)
+    yr, rstd_r = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
+    window = 0 if (n * np.dtype(dtype).itemsize) % 32 == 0 else 32 // np.dtype(dtype).itemsize
+    assert window == 0 and launched == [("norm_tile_kernel", block, tiles, 0)] * 2
+    x64 = x.astype(np.float64)
+    want_mean, want_rstd = x64.mean(-1), 1 / np.sqrt(x64.var(-1) + 1e-5)
+    tol = 2e-5 if dtype == np.float32 else 4e-3
+    np.testing.assert_allclose(y.astype(np.float64), (x64 - want_mean[:, None]) * want_rstd[:, None] * w + b,
+                               rtol=tol, atol=tol * 4)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=2e-3 if dtype == np.float16 else 1e-4)
+    assert (buf[:, n:] == SENTINEL).all()
+    want_rms = 1 / np.sqrt((x64 ** 2).mean(-1) + 1e-6)
+    np.testing.assert_allclose(yr.astype(np.float64), x64 * want_rms[:, None] * w, rtol=tol, atol=tol)
+    np.testing.assert_allclose(rstd_r, want_rms, rtol=1e-5)
+
+
+# The registers that let two (four) layer_norm programs share an SM: one 16384-lane bf16 tile
+# took 91 at 16 warps, one of 8192 80 at 8 (sm_90a ptxas).
+@pytest.mark.parametrize("block, tiles, warps", [(4096, 4, 16), (4096, 2, 8)])
+def test_layer_norm_rows_in_tiles_fit_two_or_four_programs_per_sm(block, tiles, warps):
+    v2 = "[?,?]:div=1x16:stride_div=16x1"
+    sig = (f"x=bf16{v2}, w=bf16[?]:div=16, b=bf16[?]:div=16, y=bf16{v2}, mean_out=f32[?], rstd_out=f32[?], eps=f32, "
+           f"RMS=False, HAS_W=True, HAS_B=True, STATS=False, ROWS=1, BLOCK={block}, TILES={tiles}")
+    kernel = norms.norm_tile_kernel
+    compiled = kernel.compile(kernel.specialization(sig), arch="sm_90a", num_warps=warps, fast_math=True)
+    ptxas = compiled.metadata.get("ptxas")
+    assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
+    assert ptxas["spill_stores"] == 0 and ptxas["registers"] <= 64, ptxas
