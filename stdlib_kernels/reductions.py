@@ -13,11 +13,11 @@ import builtins
 
 import tilec as tc
 
-from ._common import (last_dim_rows, as_array, check_float, contiguous_strides, empty_like, launch, next_pow2, normalize_dim,
-                      output, row_config, rows_of, view)
+from ._common import (Arr, as_array, check_float, empty_like, last_dim_rows, launch, next_pow2, normalize_dim, output,
+                      row_config, rows_of, view)
 from ._plan import planned
-from ._window import (row_tile, row_window, shared_window, store_row_tile, window_mask, window_span, window_start,
-                      window_steps_of, window_tile)
+from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_row_tile, window_mask, window_span,
+                      window_start, window_steps_of, window_tile)
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -31,6 +31,7 @@ MIN_TILES_PER_SPLIT = 4
 TILES_PER_SPLIT = 16  # row tiles per program that keep each program streaming (256 KB of f32)
 TILES_PER_SPLIT_2BYTE = 32
 MAX_SCAN_TILE = 4096  # longest row scanned in one tile
+MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows from this many columns
 
 
 @tc.func
@@ -91,6 +92,58 @@ def reduce_inner_kernel(x, out, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.
     else:
         r = tc.sum(acc, axis=1, keep_dims=True)
     tc.store(out, index=(o, s, j), tile=r.astype(out.dtype))
+
+
+@tc.kernel
+def reduce_inner_window_kernel(x, part, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.constexpr,
+                               BLOCK_I: tc.constexpr, WINDOW: tc.constexpr):
+    # x is (outer, R, inner) with rows off WINDOW-element (32-byte) boundaries, whose column
+    # tiles would move 2 or 4 bytes per access. Rows c, c + WINDOW, c + 2 WINDOW, ... (class c)
+    # start at one offset `lead` past such a boundary (WINDOW rows apart is a multiple of
+    # WINDOW elements), so program (o, j, s * WINDOW + c) walks class c's rows of split s
+    # through aligned windows: lane l of strip j holds column j * BLOCK_I + l - lead. Its
+    # sums go to row s * WINDOW + c of part (outer, splits * WINDOW, inner; f32), each
+    # column where it belongs.
+    o = tc.program_id(0)
+    j = tc.program_id(1)
+    c = tc.program_id(2) % WINDOW
+    k0 = tc.program_id(2) // WINDOW * tiles_per_split
+    pad = NEG_INF if MAX else 0.0
+    GROUP = 16 // x.dtype.itemsize
+    start = o.astype(tc.int64) * x.stride(0) + c.astype(tc.int64) * x.stride(1)
+    base = start // WINDOW * WINDOW
+    lead = (start - base).astype(tc.int32)
+    step = x.stride(1) * WINDOW                      # a class's rows apart, a multiple of WINDOW
+    grp = j * BLOCK_I + tc.arange(0, BLOCK_I // GROUP)[None, :, None] * GROUP
+    e = tc.arange(0, GROUP)[None, None, :]
+    # Whole 16-byte groups that hold some of the row: the lanes of a row's edge groups outside
+    # it add up other rows' values, lane by lane, and are never stored (a mask per element
+    # took 112 registers instead of 64 in bf16). Only the tensor's last row has no memory
+    # after its end group: it is read after the loop, element by element.
+    group_in = (grp + GROUP > lead) & (grp < x.shape[2] + lead)
+    last = o == tc.num_programs(0) - 1
+    n_rows = x.shape[1] - last.astype(tc.int32)
+    m = tc.arange(0, BLOCK_R)[:, None, None]
+    acc = tc.full((BLOCK_R, BLOCK_I // GROUP, GROUP), pad, tc.float32)
+    for k in range(k0, k0 + tiles_per_split):
+        first = k * BLOCK_R                          # the tile's first row of the class
+        ptr = x.ptr + base + first.astype(tc.int64) * step
+        rows_in = c + (first + m) * WINDOW < n_rows
+        t = tc.load(ptr + (m * step + grp + e), mask=group_in & rows_in, other=pad)
+        acc = _combine(acc, t.astype(tc.float32), MAX)
+    if MAX:
+        r = tc.max(acc, axis=0, keep_dims=True)
+    else:
+        r = tc.sum(acc, axis=0, keep_dims=True)
+    col = (grp - lead) + e
+    in_row = col.astype(tc.uint32) < x.shape[2].astype(tc.uint32)   # col < 0 wraps past n
+    final = x.shape[1] - 1
+    tile_of_final = (final - c) // WINDOW // BLOCK_R
+    if last & (final % WINDOW == c) & (tile_of_final >= k0) & (tile_of_final < k0 + tiles_per_split):
+        t = tc.load(x.ptr + base + (final - c).astype(tc.int64) * x.stride(1) + (grp + e), mask=in_row, other=pad)
+        r = _combine(r, t.astype(tc.float32), MAX)
+    row = part.ptr + o.astype(tc.int64) * part.stride(0) + tc.program_id(2).astype(tc.int64) * part.stride(1)
+    tc.store(row + col, r, mask=in_row)
 
 
 @tc.kernel
@@ -200,6 +253,9 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
     o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
     ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see _group
+    window = inner_window(a, r, s_outer, s_r, inner, s_inner)
+    if window:
+        return _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max, o)
     block_r, block_i, num_warps = inner_config(r, inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(r, block_r)
     strips = outer * tc.cdiv(inner, block_i)
@@ -211,14 +267,59 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     # Too few column strips to fill the GPU: split R, reduce each part to f32, then the parts.
     per = tc.cdiv(n_tiles, splits)
     splits = tc.cdiv(n_tiles, per)
-    part = empty_like(a, (outer, splits, inner), tc.float32)
-    pv = view(part, (outer, splits, inner), contiguous_strides((outer, splits, inner)))
+    pv = _partials(a, outer, splits, inner)
     launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), splits), (xv, pv, per), num_warps,
            MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
-    block_r2, block_i2, warps2 = inner_config(splits, inner)
-    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i2), 1), (pv, ov, tc.cdiv(splits, block_r2)),
-           warps2, MAX=is_max, BLOCK_R=block_r2, BLOCK_I=block_i2)
+    _reduce_partials(pv, ov, outer, splits, inner, is_max)
     return o.obj
+
+
+def inner_window(a: Arr, r: int, s_outer: int, s_r: int, inner: int, s_inner: int) -> int:
+    """WINDOW (elements in 32 bytes) when the reduced rows of (outer, R, inner) start off
+    32-byte sectors and are wide enough to read through windows (`reduce_inner_window_kernel`);
+    else 0."""
+    w = WINDOW_BYTES // a.dtype.itemsize
+    if s_inner != 1 or inner < MIN_WINDOW_INNER or (r < 2 and s_outer % w == 0):
+        return 0
+    return w if s_r % w or s_outer % w else 0
+
+
+def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window: int, is_max: bool, o):
+    # Rows in WINDOW classes (`reduce_inner_window_kernel`), each class's strips split like
+    # an aligned reduction of R / WINDOW rows; then the classes' partial sums are reduced.
+    block_r, block_i, num_warps = inner_config(tc.cdiv(r, window), inner, a.dtype.itemsize)
+    n_tiles = tc.cdiv(tc.cdiv(r, window), block_r)
+    strips = tc.cdiv(inner + window - 1, block_i)   # a window starts up to WINDOW - 1 before the row
+    per = tc.cdiv(n_tiles, window_split_count(outer * strips * window, n_tiles, a.dtype.itemsize))
+    splits = tc.cdiv(n_tiles, per)
+    pv = _partials(a, outer, splits * window, inner)
+    launch(reduce_inner_window_kernel, (outer, strips, splits * window), (xv, pv, per), num_warps, MAX=is_max,
+           BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window)
+    _reduce_partials(pv, ov, outer, splits * window, inner, is_max)
+    return o.obj
+
+
+def window_split_count(programs: int, n_tiles: int, itemsize: int) -> int:
+    """How many programs share one class's strip (`_reduce_inner_windows`): as many as keep all
+    programs within SPLIT_TARGET (one wave of the window kernel, 4 programs per SM), each with
+    at least MIN_TILES_PER_SPLIT tiles. More, as `split_count` allows, made a second wave:
+    16384x5000 bf16 ran 640 programs of 16 tiles on 528 places."""
+    target = SPLIT_TARGET_2BYTE if itemsize <= 2 else SPLIT_TARGET
+    return builtins.max(1, builtins.min(n_tiles // MIN_TILES_PER_SPLIT, target // programs))
+
+
+def _partials(a: Arr, outer: int, rows: int, inner: int):
+    """An f32 (outer, rows, inner) view for partial results, its rows padded to 32 bytes so
+    that the reduction over them reads 16-byte groups."""
+    pitch = tc.cdiv(inner, 8) * 8
+    part = empty_like(a, (outer, rows, pitch), tc.float32)
+    return view(part, (outer, rows, inner), (rows * pitch, pitch, 1))
+
+
+def _reduce_partials(pv, ov, outer: int, rows: int, inner: int, is_max: bool):
+    block_r, block_i, warps = inner_config(rows, inner)
+    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), 1), (pv, ov, tc.cdiv(rows, block_r)),
+           warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
 
 
 def inner_config(r: int, inner: int, itemsize: int = 4):

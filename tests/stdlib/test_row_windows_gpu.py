@@ -56,3 +56,18 @@ def test_cross_entropy_of_rows_off_sectors_matches_torch(torch, shape, dtype_nam
     want = F.cross_entropy(x64, t, reduction="none")
     torch.testing.assert_close(sk.cross_entropy(x, t, reduction="none").double(), want, rtol=rtol, atol=rtol)
     torch.testing.assert_close(sk.cross_entropy(x, t).double(), F.cross_entropy(x64, t), rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape, dim", [((2000, 50257), 0), ((1000, 5000), 0), ((3, 333, 1001), 1), ((4100, 200), 0)])
+def test_sum_and_max_over_leading_rows_off_sectors_match_torch(torch, shape, dim, dtype_name):
+    # rows in classes read through aligned windows (`reductions.reduce_inner_window_kernel`)
+    dtype = getattr(torch, dtype_name)
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    x.view(-1)[-1] = 90     # the tensor's last element, read after the loop
+    x64 = x.double()
+    torch.testing.assert_close(sk.max(x, dim).double(), x64.amax(dim), rtol=0, atol=0)
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    torch.testing.assert_close(sk.sum(x, dim).double(), x64.sum(dim), rtol=rtol, atol=rtol * shape[dim] ** 0.5 * 3)
+    xs = _rows(torch, (700, 3001), dtype)     # a view of a wider buffer: rows 3017 elements apart
+    torch.testing.assert_close(sk.sum(xs, 0).double(), xs.double().sum(0), rtol=rtol, atol=rtol * 700 ** 0.5 * 3)
