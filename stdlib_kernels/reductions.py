@@ -185,10 +185,12 @@ SIGNATURES = {
     "reduce_rows_kernel": "x=f16[?,?], out=f16[?], MAX=False, ROWS=1, BLOCK=16384",
     "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=32, BLOCK_I=256",
     "cumsum_kernel": "x=f32[?,?], out=f32[?,?], ROWS=1, BLOCK=4096",
+    "reduce_inner_window_kernel": "x=bf16[?,?,?], part=f32[?,?,?]:stride_div=16x16x1, tiles_per_split=i32, MAX=False, "
+                                  "BLOCK_R=16, BLOCK_I=512, WINDOW=16",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"reduce_rows_kernel": {"num_warps": 16, "fast_math": True}, "reduce_inner_kernel": {"num_warps": 8, "fast_math": True},
-           "cumsum_kernel": {"num_warps": 8, "fast_math": True}}
+           "cumsum_kernel": {"num_warps": 8, "fast_math": True}, "reduce_inner_window_kernel": {"num_warps": 8, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
     ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),

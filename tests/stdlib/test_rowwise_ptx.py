@@ -25,8 +25,9 @@ def _cases():
 
 
 # Kernels launched at a fixed warp count rather than by the tile rule.
-# (reduce_inner_kernel: tile bytes / 2048, at most 8; every signature listed is a full tile.)
-FIXED_WARPS = {"ce_loop_kernel": 8, "reduce_inner_kernel": 8}
+# (reduce_inner_kernel and its windowed form: tile bytes / 2048, at most 8; every signature
+# listed is a full tile.)
+FIXED_WARPS = {"ce_loop_kernel": 8, "reduce_inner_kernel": 8, "reduce_inner_window_kernel": 8}
 
 
 def _num_warps(spec, kernel: str = "") -> int:
