@@ -257,7 +257,8 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see _group
     window = inner_window(a, r, s_outer, s_r, inner, s_inner)
     if window:
-        return _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max, o)
+        _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max)
+        return o.obj
     block_r, block_i, num_warps = inner_config(r, inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(r, block_r)
     strips = outer * tc.cdiv(inner, block_i)
@@ -286,9 +287,10 @@ def inner_window(a: Arr, r: int, s_outer: int, s_r: int, inner: int, s_inner: in
     return w if s_r % w or s_outer % w else 0
 
 
-def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window: int, is_max: bool, o):
-    # Rows in WINDOW classes (`reduce_inner_window_kernel`), each class's strips split like
-    # an aligned reduction of R / WINDOW rows; then the classes' partial sums are reduced.
+def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window: int, is_max: bool):
+    # Rows in WINDOW classes (`reduce_inner_window_kernel`), tiled as an aligned reduction of
+    # R / WINDOW rows and split within one wave (`window_split_count`); then the classes'
+    # partial sums are reduced.
     block_r, block_i, num_warps = inner_config(tc.cdiv(r, window), inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(tc.cdiv(r, window), block_r)
     strips = tc.cdiv(inner + window - 1, block_i)   # a window starts up to WINDOW - 1 before the row
@@ -298,7 +300,6 @@ def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window
     launch(reduce_inner_window_kernel, (outer, strips, splits * window), (xv, pv, per), num_warps, MAX=is_max,
            BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window)
     _reduce_partials(pv, ov, outer, splits * window, inner, is_max)
-    return o.obj
 
 
 def window_split_count(programs: int, n_tiles: int, itemsize: int) -> int:
@@ -313,7 +314,8 @@ def window_split_count(programs: int, n_tiles: int, itemsize: int) -> int:
 def _partials(a: Arr, outer: int, rows: int, inner: int):
     """An f32 (outer, rows, inner) view for partial results, its rows padded to 32 bytes so
     that the reduction over them reads 16-byte groups."""
-    pitch = tc.cdiv(inner, 8) * 8
+    per_window = WINDOW_BYTES // 4
+    pitch = tc.cdiv(inner, per_window) * per_window
     part = empty_like(a, (outer, rows, pitch), tc.float32)
     return view(part, (outer, rows, inner), (rows * pitch, pitch, 1))
 
