@@ -309,6 +309,10 @@ SM90_SIGNATURES = [
      4),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
+    # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=True, c=5, block=32768), 16),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=7, block=16384), 8),
+    ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=5, block=16384), 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=False, c=8, block=32768) + ", STAGES=2, EVEN=True",
      32),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f32", log=True, c=8, block=32768) + ", STAGES=2, EVEN=True",

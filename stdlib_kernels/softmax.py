@@ -172,19 +172,46 @@ LOOP_WARPS = 16
 LOOP_STAGES_F32 = 2
 
 
-def _loop_plan(cl, n_cols: int, itemsize: int):
-    """The persistent launch of rows on clusters `cl` (its ClusterRows and the loop kernel's
-    further constexprs), or None: 2-byte chunks of LOOP_MIN_CHUNK hold the next row in
-    registers at LOOP_WARPS; f32 ones stage it in shared memory (one 128 KB slot), only when
-    every chunk is full: their loads then need no -inf padding, a select per element that
-    made the kernel spill at 64 registers."""
-    if cl.block < LOOP_MIN_CHUNK:
-        return None
+# f16/bf16 rows run persistent on the fewest programs that cover them (where a power of two leaves chunks
+# empty): rows that start on 32-byte sectors (no window) once longer than 2 * LOOP_MIN_CHUNK (65536 elements),
+# in chunks of LOOP_MIN_CHUNK at LOOP_WARPS or of half that at HALF_LOOP_WARPS, whichever the device keeps
+# more programs of resident (ties: the larger chunks); windowed rows once their chunks reach LOOP_MIN_CHUNK
+# (rows over 131072), in those chunks. H200, % of copy, before (one row per cluster, or 8 persistent chunks)
+# -> now: 2048x151936 bf16 61 -> 86 (5 x 32768), log_softmax 2048x128256 bf16 77 -> 93 (4 x 32768),
+# 2048x100000 bf16 67 -> 87 (7 x 16384), 4096x80000 f16 75 -> 90 (5 x 16384), windowed 1024x150001 bf16
+# 48 -> 68 (5 x 32768). Windowed rows of 65537 to 131072 lost (4096x70001 bf16 69 -> 61 on 3 x 32768).
+HALF_LOOP_WARPS = 8
+
+
+def _loop_plans(cl, n_cols: int, itemsize: int, window: int):
+    """The persistent launches worth asking the device about for rows of `n_cols` (with the
+    window's padding) on clusters `cl`, as (ClusterRows, the loop kernel's further constexprs):
+    2-byte chunks hold the next row in registers (above); f32 chunks of LOOP_MIN_CHUNK stage it
+    in shared memory (one 128 KB slot), only when every chunk is full: their loads then need no
+    -inf padding, a select per element that made the kernel spill at 64 registers."""
     if itemsize == 2:
-        return replace(cl, num_warps=LOOP_WARPS), {}
-    if n_cols == cl.c * cl.block:   # (such rows fill whole 32-byte sectors: no window)
-        return cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True)
-    return None
+        if not window and n_cols > 2 * LOOP_MIN_CHUNK:
+            sizes = ((LOOP_MIN_CHUNK, LOOP_WARPS), (LOOP_MIN_CHUNK // 2, HALF_LOOP_WARPS))
+        elif cl.block >= LOOP_MIN_CHUNK and cl.tiles == 1:
+            sizes = ((LOOP_MIN_CHUNK, LOOP_WARPS),)
+        else:
+            return []
+        return [(_cluster_rows.ClusterRows(tc.cdiv(n_cols, b), b, w), {}) for b, w in sizes if tc.cdiv(n_cols, b) <= 8]
+    if cl.block >= LOOP_MIN_CHUNK and cl.tiles == 1 and n_cols == cl.c * cl.block:   # (so no window)
+        return [(cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True))]
+    return []
+
+
+def _persistent(a, args, cl, n_cols: int, n_rows: int, window: int, flags: dict):
+    """The loop kernel's (grid, ClusterRows, constexprs) among `_loop_plans` that keeps the
+    most programs resident, or None (none applies, or the driver cannot tell)."""
+    best = None
+    for looped, extra in _loop_plans(cl, n_cols, a.dtype.itemsize, window):
+        f = {**flags, "C": looped.c, "BLOCK": looped.block, **extra}
+        resident = _cluster_rows.resident_clusters(a, _cluster_rows.softmax_cluster_loop_kernel, args, looped, **f)
+        if resident and (best is None or resident * looped.c > best[0]):
+            best = (resident * looped.c, ((min(n_rows, resident) * looped.c,), looped, f))
+    return None if best is None else best[1]
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -205,16 +232,15 @@ def _softmax(x, dim, out, log: bool, op: str):
     cl = _cluster_rows.split_chunks(cl, span)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent chunks keep clusters of 8)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
-        args, flags = (xv, ov), dict(LOG=log, C=cl.c, BLOCK=cl.block, WINDOW=window)
-        if cl.tiles > 1:    # (split chunks never run persistent, whose kernel has no TILES)
-            flags["TILES"] = cl.tiles
-        kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
-        plan = _loop_plan(cl, n_cols, a.dtype.itemsize)
-        if plan is not None:
-            loop, (looped, extra) = _cluster_rows.softmax_cluster_loop_kernel, plan
-            persistent = _cluster_rows.persistent_grid(a, loop, args, looped, n_rows, **flags, **extra)
-            if persistent is not None:
-                kernel, grid, cl, flags = loop, persistent, looped, {**flags, **extra}
+        args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
+        persistent = _persistent(a, args, cl, span, n_rows, window, flags)
+        if persistent is not None:
+            grid, cl, flags = persistent
+            kernel = _cluster_rows.softmax_cluster_loop_kernel
+        else:
+            kernel, grid, flags = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows), dict(flags, C=cl.c, BLOCK=cl.block)
+            if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
+                flags["TILES"] = cl.tiles
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
         return o.obj
     n_tiles = window_steps(n_cols, window, cfg.block)
@@ -276,7 +302,11 @@ def softmax(x, dim: int = -1, out=None):
     device holds at once, at LOOP_WARPS = 16, each walking rows and loading the
     next row's chunk while it reduces, exchanges and stores the current one; so
     do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
-    chunk staged in shared memory.
+    chunk staged in shared memory. f16/bf16 rows run persistent on the fewest
+    programs that cover them (`_loop_plans`): rows that start on 32-byte sectors
+    from 65537 elements, in chunks of 32768 at 16 warps or of 16384 at 8
+    (HALF_LOOP_WARPS), whichever the device keeps more programs of resident
+    (151936 columns: 5 x 32768); windowed rows from 131073, in chunks of 32768.
 
     Rows that start off a 32-byte sector (a row stride of 50257 or 32001
     elements, or 32008 in bf16) are read and written through aligned windows

@@ -237,10 +237,49 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
         got = fn(x)
         rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=20 if log else 1.0)
-    assert launched == [("softmax_cluster_loop_kernel", 8), ("softmax_cluster_loop_kernel", 8)]
+    assert launched == [("softmax_cluster_loop_kernel", 6), ("softmax_cluster_loop_kernel", 6)]   # the fewest programs
     launched.clear()
     sk.softmax(np.zeros((5, 40961), np.float32))           # ragged f32 rows keep one row per cluster
     assert launched == [("softmax_cluster_kernel", 8)]
+
+
+@pytest.mark.parametrize("resident,want", [
+    ({8192: 2, 4096: 2}, 6),     # 6 resident programs of 4096 beat 3 of 8192 x 2 clusters (12 vs 6)
+    ({8192: 5, 4096: 2}, 3),     # 15 of 8192 beat 12 of 4096
+    ({8192: 4, 4096: 2}, 3),     # a tie (12 each) goes to the larger chunks
+])
+def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwise, monkeypatch, launched, resident,
+                                                                          want):
+    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small: 2 x 8192 is the limit
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    monkeypatch.setattr(CR, "resident_clusters", lambda a, kernel, args, cl, **c: resident[cl.block])
+    rng = np.random.default_rng(23)
+    v = 20 * rng.standard_normal((5, 24000))     # 48000-byte rows: on 32-byte sectors
+    v[2, :9000] = -np.inf                        # a whole chunk of -inf, in either size
+    x = rowwise.host(v, "bf16")
+    for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
+        got = fn(x)
+        rowwise.close(got, ref_softmax(rowwise.f64(x), log), "bf16", scale=20 if log else 1.0)
+    assert launched == [("softmax_cluster_loop_kernel", want)] * 2
+    launched.clear()
+    sk.softmax(rowwise.host(rng.standard_normal((5, 24001)), "bf16"))         # rows off sectors: one row per cluster
+    assert launched[0][0] == "softmax_cluster_kernel"
+
+
+@pytest.mark.parametrize("n_cols,itemsize,window,want", [
+    (65536, 2, 0, []),                                          # 8 chunks of 8192: one row per cluster
+    (65552, 2, 0, [(3, 32768, 16), (5, 16384, 8)]),             # past 2 x LOOP_MIN_CHUNK, on sectors
+    (151936, 2, 0, [(5, 32768, 16)]),                           # 10 chunks of 16384: more than a cluster
+    (151951, 2, 16, [(5, 32768, 16)]),                          # off sectors: chunks of 32768 only
+    (131072, 2, 16, []),                                        # off sectors, chunks of 16384: one row per cluster
+    (151936, 4, 0, []),                                         # ragged f32 chunks: one row per cluster
+    (262144, 4, 0, [(8, 32768, 32)]),                           # full f32 chunks: staged
+])
+def test_softmax_loop_plans(n_cols, itemsize, window, want):
+    cl = CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK)
+    got = softmax._loop_plans(CR.fewer_programs(CR.split_chunks(cl, n_cols), n_cols, softmax.LOOP_MIN_CHUNK),
+                              n_cols, itemsize, window)
+    assert [(p.c, p.block, p.num_warps) for p, _ in got] == want
 
 
 def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch, launched):
@@ -254,7 +293,7 @@ def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch
     np.testing.assert_allclose(sk.softmax(x), ref_softmax(x64), rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(sk.log_softmax(x), ref_softmax(x64, True), rtol=2e-5, atol=1e-4)
     assert launched == [("softmax_cluster_loop_kernel", 4)] * 2
-    assert softmax._loop_plan(CR.ClusterRows(4, 8192, 8), 32768, 4)[1] == dict(STAGES=2, EVEN=True)
+    assert softmax._loop_plans(CR.ClusterRows(4, 8192, 8), 32768, 4, 0) == [(CR.ClusterRows(4, 8192, 8), dict(STAGES=2, EVEN=True))]
 
 
 @pytest.mark.parametrize("rms", [False, True])
