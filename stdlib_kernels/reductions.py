@@ -13,8 +13,8 @@ import builtins
 
 import tilec as tc
 
-from ._common import (Arr, as_array, check_float, empty_like, last_dim_rows, launch, next_pow2, normalize_dim, output,
-                      row_config, rows_of, view)
+from ._common import (Arr, RowConfig, as_array, check_float, empty_like, last_dim_rows, launch, next_pow2, normalize_dim,
+                      output, row_config, rows_of, view)
 from ._plan import planned
 from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_row_tile, window_mask, window_span,
                       window_start, window_steps_of, window_tile)
@@ -32,6 +32,13 @@ TILES_PER_SPLIT = 16  # row tiles per program that keep each program streaming (
 TILES_PER_SPLIT_2BYTE = 32
 MAX_SCAN_TILE = 4096  # longest row scanned in one tile
 MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows from this many columns
+# f16/bf16 rows off 32-byte sectors that one tile would hold (its column tiles then take 2-byte
+# accesses) loop over windows of this many elements at 2 warps, from that many columns. H200, % of
+# copy, one tile -> windows: sum 16384x4097 bf16 48 -> 82, 32768x4500 f16 51 -> 93, 4096x10001 bf16
+# 40 -> 78, 65536x1025 f16 53 -> 75, max 4096x16001 bf16 48 -> 79, 8192x8191 f16 69 -> 81; f32 rows
+# lost (8192x4097 88 -> 86), and windows of 1024 or at 4 warps did no better on the whole.
+WINDOW_LOOP_TILE = 512
+WINDOW_LOOP_WARPS = 2
 
 
 @tc.func
@@ -241,10 +248,13 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         xv, n_rows, n_cols = rows_of(a, "x")
         ov = view(o, (n_rows,), (_group(o.shape, o.strides, "out")[1],))
         cfg = row_config(n_cols, n_rows)
-        # Long rows off 32-byte sectors are read in aligned windows. Single rows keep column
-        # tiles: through a window 16384x4097 bf16 lost (H200, 48% -> 41% of copy; 32768x3000
-        # gained 65% -> 70%).
-        window = 0 if cfg.single else row_window(a, "x")
+        # Long rows off 32-byte sectors are read in aligned windows; so are 2-byte rows of one
+        # tile, looped in small windows (WINDOW_LOOP_TILE). f32 ones keep their tile.
+        window = row_window(a, "x")
+        if cfg.single and window and a.dtype.itemsize == 2 and n_cols >= WINDOW_LOOP_TILE:
+            cfg = RowConfig(WINDOW_LOOP_TILE, 1, WINDOW_LOOP_WARPS, False)
+        elif cfg.single:
+            window = 0
         launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
                BLOCK=cfg.block, WINDOW=window)
         return o.obj
@@ -366,7 +376,9 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
 
     Block size: for the last dimension, `_common.row_config` (one tile up to
     16384 elements, short rows packed, longer rows looped in 4096-element
-    tiles). For another dimension, each program owns min(next_pow2(inner), 256)
+    tiles); f16/bf16 rows of 512 columns or more that start off 32-byte
+    sectors (odd widths) loop over aligned windows of 512 at 2 warps instead
+    of one tile (`WINDOW_LOOP_TILE`). For another dimension, each program owns min(next_pow2(inner), 256)
     contiguous columns (512 for f16/bf16) and walks the reduced dimension in tiles of
     4096 (f32) or 8192 (f16/bf16) / that many rows; num_warps = tile bytes
     / 2048, 1..8. When that

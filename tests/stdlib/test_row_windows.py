@@ -96,8 +96,10 @@ def test_cumsum_of_bf16_rows_off_sectors(launched):
 
 @pytest.mark.parametrize("is_max", [False, True])
 @pytest.mark.parametrize("shape,dtype,want", [
-    ((7, 2001), np.float32, (2048, 1, 0)),      # single rows: column tiles (measured faster)
-    ((5, 4097), np.float16, (8192, 1, 0)),
+    ((7, 2001), np.float32, (2048, 1, 0)),      # single f32 rows: column tiles (measured faster)
+    ((5, 4097), np.float16, (512, 1, 8 * 2)),   # single 2-byte rows: looped in windows of 512
+    ((4, 513), np.float16, (512, 1, 16)),       # (from one window's width)
+    ((6, 511), np.float16, (512, 4, 0)),        # narrower: packed column tiles
     ((3, 20001), np.float32, (4096, 1, 8)),     # looped rows through windows
     ((50, 99), np.float32, (128, 16, 0)),       # packed rows: column tiles
 ])
@@ -144,6 +146,7 @@ PTX_CASES = [
     (reductions.cumsum_kernel, "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096, WINDOW=16", 8, 64),
     (reductions.cumsum_kernel, "x=f32[?,?], out=f32[?,?], ROWS=16, BLOCK=128, WINDOW=8", 4, 80),
     (reductions.reduce_rows_kernel, "x=bf16[?,?], out=bf16[?], MAX=False, ROWS=1, BLOCK=4096, WINDOW=16", 8, 64),
+    (reductions.reduce_rows_kernel, "x=f16[?,?], out=f16[?], MAX=True, ROWS=1, BLOCK=512, WINDOW=16", 2, 64),
     (cross_entropy.ce_tile_kernel, "logits=bf16[?,?], target=i64[?], loss=bf16[?], ignore_index=i32, ROWS=1, "
                                    "BLOCK=8192, WINDOW=16", 16, 64),
 ]
