@@ -13,8 +13,6 @@ combines them and normalizes. All math is in f32 whatever the storage type.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
@@ -230,7 +228,7 @@ def _softmax(x, dim, out, log: bool, op: str):
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     cl = _cluster_rows.split_chunks(cl, span)
-    cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent chunks keep clusters of 8)
+    cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
         persistent = _persistent(a, args, cl, span, n_rows, window, flags)
