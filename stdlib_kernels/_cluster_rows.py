@@ -54,7 +54,8 @@ from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "fewer_programs", "device_capability", "resident_clusters",
-           "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
+           "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel",
+           "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 

@@ -21,10 +21,10 @@ import math
 
 import tilec as tc
 
-from ._common import Arr, row_stride
+from ._common import Arr, RowConfig, row_config, row_stride
 
 __all__ = ["row_window", "shared_window", "window_start", "window_mask", "window_tile", "window_span",
-           "window_steps", "window_steps_of", "row_tile", "store_row_tile"]
+           "single_row_window", "window_steps", "window_steps_of", "row_tile", "store_row_tile"]
 
 
 # Windows start on 32-byte sectors, not just 16-byte vectors: rows 16 bytes off a sector
@@ -60,6 +60,16 @@ def shared_window(a: Arr, o: Arr, unknown_stride: bool = False) -> int:
 def window_span(n_cols: int, window: int) -> int:
     """The elements a row's window covers at most: the row and up to window - 1 before it."""
     return n_cols + max(window - 1, 0)
+
+
+def single_row_window(cfg: RowConfig, n_cols: int, n_rows: int, window: int, **row_kw):
+    """(cfg, WINDOW) of a single-tile row kernel: `row_config` sized for the row plus its
+    window's lead (`window_span`) where the row then still takes one tile alone; else cfg,
+    without a window (packed rows keep column tiles). row_kw: the caller's row_config options."""
+    if not window or not cfg.single:
+        return cfg, 0
+    spanned = row_config(window_span(n_cols, window), n_rows, **row_kw)
+    return (spanned, window) if spanned.single and spanned.rows == 1 else (cfg, 0)
 
 
 def window_steps(n_cols: int, window: int, per_step: int) -> int:

@@ -15,7 +15,7 @@ import tilec as tc
 from ._common import (as_array, check_float, check_same_place, contiguous_strides, empty_like, flat_view, launch,
                       next_pow2, output, row_config, rows_of, view)
 from ._plan import planned
-from ._window import row_window, window_span, window_start, window_steps, window_tile
+from ._window import row_window, single_row_window, window_start, window_steps, window_tile
 
 __all__ = ["cross_entropy"]
 
@@ -275,12 +275,10 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     lv = view(per_row, (n_rows,), (1,))
     cfg = row_config(n_cls, n_rows)
     window = row_window(a, "logits", unknown_stride=True)
-    if window and cfg.single:
-        # A single row off 32-byte sectors, or of a stride not a multiple of 16 elements
-        # (column tiles: scalar loads), through its aligned window (H200, % of copy:
-        # 16384x5000 bf16 30 -> 49, 16384x3001 f32 81 -> 92). Packed rows keep column tiles.
-        spanned = row_config(window_span(n_cls, window), n_rows)
-        cfg, window = (spanned, window) if spanned.single and spanned.rows == 1 else (cfg, 0)
+    # A single row off 32-byte sectors, or of a stride not a multiple of 16 elements (column
+    # tiles: scalar loads), through its aligned window (H200, % of copy: 16384x5000 bf16
+    # 30 -> 49, 16384x3001 f32 81 -> 92). Packed rows keep column tiles.
+    cfg, window = single_row_window(cfg, n_cls, n_rows, window)
     if cfg.single:
         launch(ce_tile_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), cfg.num_warps, ROWS=cfg.rows,
                BLOCK=cfg.block, WINDOW=window)

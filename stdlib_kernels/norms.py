@@ -25,7 +25,7 @@ from ._cluster_rows import affine, scale_shift
 from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum, launch,
                       long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
-from ._window import shared_window, store_row_tile, window_span, window_start, window_tile
+from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -215,9 +215,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         # Single rows off 32-byte sectors are read and written in aligned windows, the tiles
         # sized for the row plus up to 32 bytes before it (_window.py; packed rows are not).
         window = shared_window(a, o) if cfg.single and cfg.rows == 1 else 0
-        if window:
-            spanned = row_config(window_span(n_cols, window), n_rows, big_tile_per_thread=per_thread)
-            cfg, window = (spanned, window) if spanned.single and spanned.rows == 1 else (cfg, 0)
+        cfg, window = single_row_window(cfg, n_cols, n_rows, window, big_tile_per_thread=per_thread)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)

@@ -201,15 +201,16 @@ def _loop_plans(cl, n_cols: int, itemsize: int, window: int):
 
 
 def _persistent(a, args, cl, n_cols: int, n_rows: int, window: int, flags: dict):
-    """The loop kernel's (grid, ClusterRows, constexprs) among `_loop_plans` that keeps the
-    most programs resident, or None (none applies, or the driver cannot tell)."""
+    """The loop kernel's (grid, ClusterRows, constexprs) among `_loop_plans` whose persistent
+    grid holds the most programs (ties: the first), or None (none applies, or the driver
+    cannot tell)."""
     best = None
     for looped, extra in _loop_plans(cl, n_cols, a.dtype.itemsize, window):
         f = {**flags, "C": looped.c, "BLOCK": looped.block, **extra}
-        resident = _cluster_rows.resident_clusters(a, _cluster_rows.softmax_cluster_loop_kernel, args, looped, **f)
-        if resident and (best is None or resident * looped.c > best[0]):
-            best = (resident * looped.c, ((min(n_rows, resident) * looped.c,), looped, f))
-    return None if best is None else best[1]
+        grid = _cluster_rows.persistent_grid(a, _cluster_rows.softmax_cluster_loop_kernel, args, looped, n_rows, **f)
+        if grid is not None and (best is None or grid[0] > best[0][0]):
+            best = (grid, looped, f)
+    return best
 
 
 def _softmax(x, dim, out, log: bool, op: str):

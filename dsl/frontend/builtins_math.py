@@ -5,7 +5,7 @@ from .. import dtypes as dt
 from .. import language as lang
 from ..dtypes import DType
 from ..ir import tile_ops as T
-from ..ir.types import is_pow2
+from ..ir.types import is_pow2, next_pow2
 from ..options import CLUSTER_SIZES
 from . import semantic as S
 from .calls import builtin_handler
@@ -88,7 +88,7 @@ def _gather_padding(ctx, padding, size: int, scalars, as_tuple: bool) -> dict:
     tiles have entries past `size` (not a power of two: then required); else no attribute."""
     if padding is None:
         if not is_pow2(size):
-            raise ctx.error(f"tc.cluster_gather of {size} programs returns tiles of {1 << (size - 1).bit_length()} "
+            raise ctx.error(f"tc.cluster_gather of {size} programs returns tiles of {next_pow2(size)} "
                             "entries: give `padding=` (a number per value) for the entries past the cluster")
         return {}
     require_constexpr(ctx, padding, "tc.cluster_gather's padding")

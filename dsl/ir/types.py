@@ -23,11 +23,16 @@ from typing import Optional, Tuple
 from ..dtypes import DType
 
 __all__ = ["Type", "ScalarType", "TileType", "PointerType", "ViewType", "scalar", "tile",
-           "element_type", "shape_of", "with_element", "is_pow2"]
+           "element_type", "shape_of", "with_element", "is_pow2", "next_pow2"]
 
 
 def is_pow2(n: int) -> bool:
     return n > 0 and (n & (n - 1)) == 0
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (n >= 1)."""
+    return 1 << (n - 1).bit_length()
 
 
 class Type:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ... import dtypes as dt
 from ..core import Op, register_op
-from ..types import ScalarType, TileType, is_pow2, tile
+from ..types import ScalarType, TileType, is_pow2, next_pow2, tile
 from .common import PURE, TERM, A, _check_shape, _dtype
 
 
@@ -146,7 +146,7 @@ class ClusterGatherOp(Op):
     @property
     def entries(self) -> int:
         """The results' length: `size` rounded up to a power of two."""
-        return 1 << (self.attrs["size"] - 1).bit_length()
+        return next_pow2(self.attrs["size"])
 
     def infer_types(self):
         return [TileType((self.entries,), ScalarType(v.type.dtype)) for v in self.operands]
