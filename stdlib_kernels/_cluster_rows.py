@@ -87,12 +87,13 @@ def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc
 
 
 @tc.func
-def _chunk_tiles(x, row, rank, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr):
+def _chunk_tiles(x, row, rank, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr,
+                 PAST: tc.constexpr = False):
     """Chunk `rank` of row `row` as a tuple of TILES tiles (1, BLOCK) in x's dtype, -inf outside
-    the row."""
+    the row (PAST: row may be past x's last, then all -inf)."""
     ts = ()
     for k in tc.static_range(TILES):
-        ts = ts + (row_tile(x, row, rank * TILES + k, NEG_INF, WINDOW, BLOCK),)
+        ts = ts + (row_tile(x, row, rank * TILES + k, NEG_INF, WINDOW, BLOCK, 1, PAST),)
     return ts
 
 
@@ -109,10 +110,10 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
     if STAGES == 1:
-        nxt = _chunk_tiles(x, first, rank, WINDOW, BLOCK, 1)
+        nxt = _chunk_tiles(x, first, rank, WINDOW, BLOCK, 1, True)
         for row in range(first, x.shape[0], step):
             cur = nxt
-            nxt = _chunk_tiles(x, row + step, rank, WINDOW, BLOCK, 1)
+            nxt = _chunk_tiles(x, row + step, rank, WINDOW, BLOCK, 1, True)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):

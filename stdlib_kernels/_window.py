@@ -97,43 +97,70 @@ def window_start(x, row, WINDOW: tc.constexpr):
 
 
 @tc.func
-def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr, SIGNED: tc.constexpr = False):
-    """(offsets from the window's base, inside) of window tile j of a row of n elements that
-    starts `lead` elements into its window, as (BLOCK // GROUP, GROUP) groups of 16 bytes: an
-    element's column is its group's plus a constant, so no per-element offset stays live
-    from a tile's load to its store (softmax_cluster_kernel bf16: 80 -> 64 registers, 4
-    programs per SM instead of 3). (i32: i64 masks cost ~15 registers.)"""
+def _groups(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
+    # (offsets from the window's base, lo, hi) of window tile j's (BLOCK // GROUP, GROUP)
+    # groups: element e of a group is inside the row where lo <= e < hi, (groups, 1) each
     grp = j * BLOCK + tc.arange(0, BLOCK // GROUP)[:, None] * GROUP
-    e = tc.arange(0, GROUP)[None, :]
-    if SIGNED:
-        col = (grp - lead) + e
-        return grp + e, (col >= 0) & (col < n)
-    # 0 <= col < n as one unsigned compare: a column before the row wraps to above n (H200:
-    # softmax 4096x50257 bf16 70% -> 74% of copy, f32 2048x50257 64% -> 91%; the sum over a
-    # row measured the other way, 92% against 86%: reduce_rows_kernel asks for SIGNED)
-    col = ((grp - lead) + e).astype(tc.uint32)
-    return grp + e, col < n.astype(tc.uint32)
+    lo = lead - grp
+    return grp + tc.arange(0, GROUP)[None, :], lo, lo + n
 
 
 @tc.func
-def window_tile(x, base, lead, j, pad, BLOCK: tc.constexpr, SIGNED: tc.constexpr = False):
-    """(tile, inside) of window tile j of a row (`window_start`'s base and lead): a
-    (1, BLOCK) tile of x's dtype, `pad` outside the row, and where it holds the row's
-    elements (SIGNED: `window_mask`'s two compares)."""
-    idx, inside = window_mask(lead, j, x.shape[1], 16 // x.dtype.itemsize, BLOCK, SIGNED)
-    t = tc.load(base + idx, mask=inside, other=pad)
+def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
+    """(offsets from the window's base, inside) of window tile j of a row of n elements that
+    starts `lead` elements into its window, as (BLOCK // GROUP, GROUP) groups of 16 bytes.
+    Element e of a group is inside where lo <= e < hi (`_groups`): two compares with a
+    constant per element against two values per group, so no per-element column stays live
+    from a tile's load to its store, and a store's "whole group inside" folds to lo <= 0 and
+    hi >= GROUP. (A column per element, compared unsigned with n, held softmax_cluster_kernel
+    bf16 7 x 8192 at 64 registers, 4 programs per SM; this form takes 48, 5 per SM.)"""
+    idx, lo, hi = _groups(lead, j, n, GROUP, BLOCK)
+    e = tc.arange(0, GROUP)[None, :]
+    return idx, (e >= lo) & (e < hi)
+
+
+@tc.func
+def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.constexpr = True):
+    """(tile, inside) of window tile j of a row of n elements (`window_start`'s base and lead;
+    n = 0 reads nothing where not BY_GROUP: a row past the last): a (1, BLOCK) tile of x's
+    dtype, `pad` outside the row, and where it holds the row's elements.
+
+    BY_GROUP: each 16-byte group loads where any of it is inside, tested by two compares per
+    group, then selects per element. Loaded with `window_mask`'s per-element mask instead,
+    the compiler ORs 16 compares before each load and keeps their predicates in registers
+    (H200, softmax 4096x50257 bf16 80% of copy -> 67%; by group 89%); but the persistent
+    softmax kernel, which holds the next row's chunk too, spills with the group test (108
+    bytes at 8 x 32768, 1024x250001 bf16 76% -> 71%) and not with the element masks."""
+    GROUP = 16 // x.dtype.itemsize
+    idx, lo, hi = _groups(lead, j, n, GROUP, BLOCK)
+    e = tc.arange(0, GROUP)[None, :]
+    inside = (e >= lo) & (e < hi)
+    if BY_GROUP:
+        # the groups that reach into the row, up to its end (past the last row's end is past
+        # the array); the elements before the row lie in the array (lead <= the row's offset)
+        t = tc.where(inside, tc.load(base + idx, mask=(lo < GROUP) & (e < hi), other=pad), pad)
+    else:
+        t = tc.load(base + idx, mask=inside, other=pad)
     return tc.reshape(t, (1, BLOCK)), tc.reshape(inside, (1, BLOCK))
 
 
 @tc.func
-def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr):
-    # (base, lead) of row block `row`'s windows; a row past x's last (a persistent kernel's
-    # look-ahead, a packed tile's tail) gets a lead that puts all of tile k before it.
+def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr, PAST: tc.constexpr):
+    # (base, lead, length) of tile k of row block `row`'s windows. Packed rows (ROWS > 1,
+    # one tile) past x's last get a lead past tile k: nothing read or written (lengths per row
+    # instead: f32 cumsum of 16 rows 71 -> 96 registers; a lead that does not depend on k:
+    # 89). A single row past the last (PAST: a persistent kernel's look-ahead) gets length 0.
+    # Either select costs the single-row kernels 16 registers (softmax_cluster_kernel bf16
+    # 7 x 8192: 48 -> 64), so only PAST has it.
     rows = row
     if ROWS > 1:
         rows = row * ROWS + tc.arange(0, ROWS)[:, None]
     base, lead = window_start(x, rows, WINDOW)
-    return base, tc.where(rows < x.shape[0], lead, (k + 1) * BLOCK)
+    if ROWS > 1:
+        return base, tc.where(rows < x.shape[0], lead, (k + 1) * BLOCK), x.shape[1]
+    if PAST:
+        return base, lead, tc.where(row < x.shape[0], x.shape[1], 0)
+    return base, lead, x.shape[1]
 
 
 @tc.func
@@ -144,16 +171,18 @@ def _packed_mask(lead, n, BLOCK: tc.constexpr):
 
 
 @tc.func
-def row_tile(x, row, k, pad, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr = 1):
+def row_tile(x, row, k, pad, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr = 1,
+             PAST: tc.constexpr = False):
     """Tile k of the rows [row * ROWS, (row + 1) * ROWS), (ROWS, BLOCK) in x's dtype and `pad`
-    outside them: of each row's window when WINDOW (rows past x's last read nothing; packed
-    rows, ROWS > 1, have one tile: k = 0), else its columns [k * BLOCK, (k + 1) * BLOCK)."""
+    outside them: of each row's window when WINDOW, else its columns [k * BLOCK, (k + 1) *
+    BLOCK). Rows past x's last read nothing: packed rows (ROWS > 1, one tile: k = 0) always, a
+    single row where PAST says it may be one (else it must be one of x's)."""
     if WINDOW:
-        base, lead = _windows(x, row, k, WINDOW, BLOCK, ROWS)
+        base, lead, n = _windows(x, row, k, WINDOW, BLOCK, ROWS, PAST)
         if ROWS == 1:
-            t, _ = window_tile(x, base, lead, k, pad, BLOCK)
+            t, _ = window_tile(x, base, lead, n, k, pad, BLOCK, not PAST)
             return t
-        idx, inside = _packed_mask(lead, x.shape[1], BLOCK)
+        idx, inside = _packed_mask(lead, n, BLOCK)
         return tc.load(base + idx, mask=inside, other=pad)
     return tc.load(x, index=(row, k), shape=(ROWS, BLOCK), padding=pad)
 
@@ -163,12 +192,12 @@ def store_row_tile(out, row, k, y, WINDOW: tc.constexpr, BLOCK: tc.constexpr, RO
     """Writes y where `row_tile(x, row, k, ...)` read it, into out's rows: through out's
     windows, whose leads are x's when `shared_window` gave WINDOW."""
     if WINDOW:
-        base, lead = _windows(out, row, k, WINDOW, BLOCK, ROWS)
+        base, lead, n = _windows(out, row, k, WINDOW, BLOCK, ROWS, False)
         if ROWS == 1:
-            idx, inside = window_mask(lead, k, out.shape[1], 16 // out.dtype.itemsize, BLOCK)
+            idx, inside = window_mask(lead, k, n, 16 // out.dtype.itemsize, BLOCK)
             tc.store(base + idx, tc.reshape(y, idx.shape), mask=inside)
         else:
-            idx, inside = _packed_mask(lead, out.shape[1], BLOCK)
+            idx, inside = _packed_mask(lead, n, BLOCK)
             tc.store(base + idx, y, mask=inside)
     else:
         tc.store(out, index=(row, k), tile=y)

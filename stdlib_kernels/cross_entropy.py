@@ -77,7 +77,7 @@ def _logits_tile(logits, row, j, base, lead, BLOCK: tc.constexpr, WINDOW: tc.con
     # Read once, but not eviction_policy="evict_first": on an H200 that gained 1.2 points of
     # copy at 4096x32000 bf16 and lost 2.6-5 at 16384x32000, 4096x128256 and f32 8192x32000.
     if WINDOW:  # rows off 32-byte sectors: tiles of the aligned window (_window.py)
-        t, _ = window_tile(logits, base, lead, j, NEG_INF, BLOCK)
+        t, _ = window_tile(logits, base, lead, logits.shape[1], j, NEG_INF, BLOCK)
         return t.astype(tc.float32)
     return tc.load(logits, index=(row, j), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
 

@@ -61,7 +61,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     ts = ()
     for k in tc.static_range(TILES):
         if WINDOW:
-            t, _ = window_tile(x, base, lead, k, 0.0, BLOCK)
+            t, _ = window_tile(x, base, lead, x.shape[1], k, 0.0, BLOCK)
         else:
             t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK))
         ts = ts + (t.astype(tc.float32),)

@@ -58,7 +58,7 @@ def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.
         base, lead = window_start(x, pid, WINDOW)
         acc = tc.full((1, BLOCK), pad, tc.float32)
         for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
-            t, _ = window_tile(x, base, lead, k, pad, BLOCK, SIGNED=True)
+            t, _ = window_tile(x, base, lead, x.shape[1], k, pad, BLOCK)
             acc = _combine(acc, t.astype(tc.float32), MAX)
     else:
         acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)

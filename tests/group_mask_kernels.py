@@ -25,7 +25,7 @@ def window_rows(x, y, sums, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     yb, _ = window_start(y, row, WINDOW)
     acc = tc.zeros((1, BLOCK), tc.float32)
     for j in range(tc.cdiv(x.shape[1] + WINDOW - 1, BLOCK)):
-        t, inside = window_tile(x, xb, lead, j, 0, BLOCK)
+        t, inside = window_tile(x, xb, lead, x.shape[1], j, 0, BLOCK)
         acc += t.astype(tc.float32)
         tc.store(yb + j * BLOCK + tc.arange(0, BLOCK)[None, :], t * 3, mask=inside)
     tc.store(sums, index=(row,), tile=tc.full((1,), tc.sum(acc), tc.float32))
