@@ -7,8 +7,9 @@ moves 16 bytes, or each warp's accesses straddle one more 32-byte sector than th
 fill. Counted instead from s rounded down to a multiple of WINDOW (WINDOW_BYTES of
 elements), tile j covers elements [base + j * BLOCK, base + (j + 1) * BLOCK): each
 16-byte group and each sector is aligned, and the lanes before the row's start or
-past its end are padding. The compiler moves whole groups and selects the row's two
-edge groups element by element (passes/axis_info.py). Lane k of tile j then holds
+past its end are padding. Loads move every group that reaches into the row and select per
+element (`window_tile`); stores move whole groups and write the row's two edge groups
+element by element (passes/axis_info.py). Lane k of tile j then holds
 column base - s + j * BLOCK + k, not j * BLOCK + k: a window suits reductions over
 the row, whose result does not depend on which lane holds which column, and stores
 back to the same places: an output whose rows start at the same offsets modulo
