@@ -99,11 +99,14 @@ def window_start(x, row, WINDOW: tc.constexpr):
 
 @tc.func
 def _groups(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
-    # (offsets from the window's base, lo, hi) of window tile j's (BLOCK // GROUP, GROUP)
-    # groups: element e of a group is inside the row where lo <= e < hi, (groups, 1) each
+    # (offsets from the window's base, e, lo, hi, inside) of window tile j's (BLOCK // GROUP,
+    # GROUP) groups: element e (1, GROUP) of a group is inside the row where lo <= e < hi
+    # (lo, hi: (groups, 1))
     grp = j * BLOCK + tc.arange(0, BLOCK // GROUP)[:, None] * GROUP
+    e = tc.arange(0, GROUP)[None, :]
     lo = lead - grp
-    return grp + tc.arange(0, GROUP)[None, :], lo, lo + n
+    hi = lo + n
+    return grp + e, e, lo, hi, (e >= lo) & (e < hi)
 
 
 @tc.func
@@ -115,9 +118,8 @@ def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
     from a tile's load to its store, and a store's "whole group inside" folds to lo <= 0 and
     hi >= GROUP. (A column per element, compared unsigned with n, held softmax_cluster_kernel
     bf16 7 x 8192 at 64 registers, 4 programs per SM; this form takes 48, 5 per SM.)"""
-    idx, lo, hi = _groups(lead, j, n, GROUP, BLOCK)
-    e = tc.arange(0, GROUP)[None, :]
-    return idx, (e >= lo) & (e < hi)
+    idx, _, _, _, inside = _groups(lead, j, n, GROUP, BLOCK)
+    return idx, inside
 
 
 @tc.func
@@ -133,9 +135,7 @@ def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.cons
     softmax kernel, which holds the next row's chunk too, spills with the group test (108
     bytes at 8 x 32768, 1024x250001 bf16 76% -> 71%) and not with the element masks."""
     GROUP = 16 // x.dtype.itemsize
-    idx, lo, hi = _groups(lead, j, n, GROUP, BLOCK)
-    e = tc.arange(0, GROUP)[None, :]
-    inside = (e >= lo) & (e < hi)
+    idx, e, lo, hi, inside = _groups(lead, j, n, GROUP, BLOCK)
     if BY_GROUP:
         # the groups that reach into the row, up to its end (past the last row's end is past
         # the array); the elements before the row lie in the array (lead <= the row's offset)
@@ -153,12 +153,11 @@ def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.cons
     # 89). A single row past the last (PAST: a persistent kernel's look-ahead) gets length 0.
     # Either select costs the single-row kernels 16 registers (softmax_cluster_kernel bf16
     # 7 x 8192: 48 -> 64), so only PAST has it.
-    rows = row
     if ROWS > 1:
         rows = row * ROWS + tc.arange(0, ROWS)[:, None]
-    base, lead = window_start(x, rows, WINDOW)
-    if ROWS > 1:
+        base, lead = window_start(x, rows, WINDOW)
         return base, tc.where(rows < x.shape[0], lead, (k + 1) * BLOCK), x.shape[1]
+    base, lead = window_start(x, row, WINDOW)
     if PAST:
         return base, lead, tc.where(row < x.shape[0], x.shape[1], 0)
     return base, lead, x.shape[1]
