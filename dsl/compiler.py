@@ -226,16 +226,28 @@ def _assemble(ptx: str, arch: str):
     kernel that must spill anyway to full-occupancy register counts (32 at 128 threads) and
     spills several times more; `.minnctapersm 1` lets it use what it needs. Not emitted by
     default because, for kernels that fit, it raises register use and lowers occupancy.
+    A floor the `min_programs_per_sm` option asked for is a preference: where it spills, the
+    kernel is assembled again without it. The assembly with fewer spills is kept.
     Returns the PTX that was kept and its ptxas result."""
     from .lowering.ptxas import assemble
     result = assemble(ptx, arch)
-    if (result.spill_stores or result.spill_loads) and ".minnctapersm" not in ptx:
-        relaxed = re.sub(r"(\.maxntid [0-9, ]+)\n", r"\1\n.minnctapersm 1\n", ptx, count=1)
+    if result.spill_stores or result.spill_loads:
+        relaxed = _relaxed(ptx)
         if relaxed != ptx:
             second = assemble(relaxed, arch)
             if second.spill_stores + second.spill_loads < result.spill_stores + result.spill_loads:
                 return relaxed, second
     return ptx, result
+
+
+def _relaxed(ptx: str) -> str:
+    # `.minnctapersm 1` added, or an option's floor above 1 dropped (setmaxnreg needs the 1)
+    floor = re.search(r"\.minnctapersm (\d+)\n", ptx)
+    if floor is None:
+        return re.sub(r"(\.maxntid [0-9, ]+)\n", r"\1\n.minnctapersm 1\n", ptx, count=1)
+    if int(floor.group(1)) > 1:
+        return ptx.replace(floor.group(0), ".minnctapersm 1\n" if "setmaxnreg" in ptx else "", 1)
+    return ptx
 
 
 def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_cache: bool = True) -> CompiledKernel:

@@ -5,14 +5,17 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch",
-           "check_cluster_size", "parse_arch", "split_options"]
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS", "RESERVED_KWARGS",
+           "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs", "parse_arch",
+           "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
-                 "cluster")
+                 "cluster", "min_programs_per_sm")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
+MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM
+MAX_PROGRAMS_PER_SM = 32           # and resident CTAs
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
 # ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
@@ -54,6 +57,7 @@ class CompileOptions:
     warp_specialize: bool = False   # sm_90a: a producer warpgroup issues the TMA ring, the num_warps consume it
     persistent: bool = False        # one program per SM slot, looping over the grid's program ids
     cluster: int = 1                # sm_90+: programs per thread-block cluster, along grid axis 0
+    min_programs_per_sm: int = 0    # ptxas keeps registers low enough for this many programs per SM (0: its choice)
 
     def validated(self) -> "CompileOptions":
         if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
@@ -63,6 +67,7 @@ class CompileOptions:
         arch = parse_arch(self.arch) if self.arch is not None else None
         check_cluster_size(self.cluster)
         check_cluster_arch(self.cluster, arch)
+        check_min_programs(self.min_programs_per_sm, self.num_warps)
         return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
                        warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent))
 
@@ -79,6 +84,15 @@ def check_cluster_size(cluster) -> int:
     if isinstance(cluster, bool) or not hasattr(cluster, "__index__") or cluster not in CLUSTER_SIZES:
         raise ValueError(f"cluster must be 1 to 8 programs, got {cluster!r}")
     return int(cluster)
+
+
+def check_min_programs(n, num_warps: int) -> None:
+    """`min_programs_per_sm` is 0 (no floor) or as many programs of num_warps warps as an SM holds."""
+    most = min(MAX_THREADS_PER_SM // (32 * num_warps), MAX_PROGRAMS_PER_SM)
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= most:
+        raise ValueError(f"min_programs_per_sm must be an int from 0 (no floor) to {most} (an SM holds "
+                         f"{MAX_THREADS_PER_SM} threads and {MAX_PROGRAMS_PER_SM} programs: {most} of "
+                         f"{num_warps} warps), got {n!r}")
 
 
 def check_cluster_arch(cluster: int, arch: Optional[str]) -> None:

@@ -53,8 +53,8 @@ import tilec as tc
 from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
-__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "fewer_programs", "device_capability", "resident_clusters",
-           "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel",
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
+           "resident_clusters", "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel",
            "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -71,6 +71,12 @@ CHUNK_TILE = 1024
 CHUNK_TILE_WARPS = 4
 MIN_CHUNK_TILES = 4
 MAX_CHUNK_TILES = 5
+# 2-byte softmax chunks of 8192 at 8 warps ask ptxas for this many programs per SM (48 registers):
+# log_softmax holds its chunk in x's dtype across the exchange and took 51 registers (windowed rows)
+# or 79 (aligned), 4 or 3 programs per SM (H200, log_softmax 4096x50257 bf16 81% -> 89% of copy).
+# Where 48 would spill (softmax of aligned rows: 64) the compiler keeps its own count.
+CHUNK_PROGRAMS_PER_SM = 5
+CHUNK_PROGRAMS_WARPS = 8
 HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would
 HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that an H200 holds at once
 
@@ -401,6 +407,14 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int) -> Optional[ClusterRows
     if c * tiles[c] * CHUNK_TILE >= cl.c * cl.block:
         return cl
     return ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles[c])
+
+
+def chunk_options(cl: ClusterRows, itemsize: int) -> dict:
+    """softmax_cluster_kernel's compile options on `cl`: a floor of CHUNK_PROGRAMS_PER_SM programs
+    per SM for 2-byte chunks at CHUNK_PROGRAMS_WARPS warps."""
+    if itemsize == 2 and cl.num_warps == CHUNK_PROGRAMS_WARPS:
+        return {"min_programs_per_sm": CHUNK_PROGRAMS_PER_SM}
+    return {}
 
 
 def fewer_programs(cl: Optional[ClusterRows], n_cols: int, max_block: int) -> Optional[ClusterRows]:

@@ -233,6 +233,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
         persistent = _persistent(a, args, cl, span, n_rows, window, flags)
+        options = None
         if persistent is not None:
             grid, cl, flags = persistent
             kernel = _cluster_rows.softmax_cluster_loop_kernel
@@ -240,7 +241,8 @@ def _softmax(x, dim, out, log: bool, op: str):
             kernel, grid, flags = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows), dict(flags, C=cl.c, BLOCK=cl.block)
             if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
                 flags["TILES"] = cl.tiles
-        launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
+            options = _cluster_rows.chunk_options(cl, a.dtype.itemsize)
+        launch(kernel, grid, args, cl.num_warps, cluster=cl.c, options=options, **flags)
         return o.obj
     n_tiles = window_steps(n_cols, window, cfg.block)
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1

@@ -141,15 +141,18 @@ def _bind_params(ctx: CodegenContext, entry: Block, slots) -> None:
 
 
 def _annotate(module: ir.Module, fn: ir.Function, threads: int, slots=(), setmaxnreg: bool = False,
-              cluster: int = 1) -> None:
+              cluster: int = 1, min_programs: int = 0) -> None:
     # Launch bound: lets ptxas budget registers for exactly this many threads.
     ann = module.add_named_metadata("nvvm.annotations")
     ann.add(module.add_metadata([fn, "maxntidx", ir.Constant(ir.IntType(32), threads)]))
     if cluster > 1:  # .reqnctapercluster: a plain launch then runs clusters of this shape
         for axis, n in zip("xyz", (cluster, 1, 1)):
             ann.add(module.add_metadata([fn, f"cluster_dim_{axis}", ir.Constant(ir.IntType(32), n)]))
-    if setmaxnreg:  # ptxas honours setmaxnreg only with a minimum of one CTA per SM declared
-        ann.add(module.add_metadata([fn, "minctasm", ir.Constant(ir.IntType(32), 1)]))
+    # .minnctapersm: ptxas honours setmaxnreg only with a minimum of one CTA per SM declared;
+    # min_programs_per_sm asks ptxas to fit that many (it then budgets registers for them)
+    min_ctas = max(min_programs, 1 if setmaxnreg else 0)
+    if min_ctas:
+        ann.add(module.add_metadata([fn, "minctasm", ir.Constant(ir.IntType(32), min_ctas)]))
     # Tensor maps are read where the driver put them: without grid_constant LLVM copies a
     # byval parameter to local memory, and TMA would read the copy's (wrong) address.
     tmaps = [ir.Constant(ir.IntType(32), k + 1) for k, s in enumerate(slots) if s.kind == "tmap"]
@@ -209,5 +212,5 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     ctx.builder.ret_void()
     threads = int(module.attrs.get("threads", 32 * num_warps))  # warp_specialize adds a producer
     _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps,
-              cluster=int(getattr(options, "cluster", 1)))
+              cluster=int(getattr(options, "cluster", 1)), min_programs=int(getattr(options, "min_programs_per_sm", 0)))
     return llmod

@@ -136,6 +136,42 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     assert CR.split_chunks(None, n_cols) is None
 
 
+@pytest.mark.parametrize("cl,itemsize,want", [
+    (CR.ClusterRows(7, 8192, 8), 2, {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}),
+    (CR.ClusterRows(4, 8192, 8), 2, {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}),
+    (CR.ClusterRows(7, 8192, 8), 4, {}),              # f32 chunks: 2048x50257 97% of copy either way
+    (CR.ClusterRows(5, 16384, 16), 2, {}),            # 16 warps: 3 programs would spill
+    (CR.ClusterRows(8, 1024, 4, 5), 2, {}),           # chunks as tiles
+])
+def test_two_byte_chunks_of_8192_ask_for_five_programs_per_sm(cl, itemsize, want):
+    assert CR.chunk_options(cl, itemsize) == want
+
+
+@pytest.mark.parametrize("n,log", [(50257, True), (32000, False), (150001, False)])
+def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log):
+    launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    x = sk.BF16Array(np.random.default_rng(0).standard_normal((2, n)).astype(np.float32))
+    (sk.log_softmax if log else sk.softmax)(x)
+    floor = {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}
+    # the persistent kernel (rows over 131072) sizes its own grid by the resident programs: no floor
+    assert launched == ([("softmax_cluster_loop_kernel", None)] if n > 131072 else [("softmax_cluster_kernel", floor)])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("window", [0, 16])
+def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
+    # log_softmax holds its chunk in x's dtype across the exchange: 51 registers on windowed
+    # rows, 79 on aligned ones without the floor (4 and 3 programs per SM; H200, 4096x50257
+    # bf16 81% -> 89% of copy with it)
+    k = CR.softmax_cluster_kernel
+    sig = f"x={dtype}[?,?], out={dtype}[?,?], LOG=True, C=7, BLOCK=8192, WINDOW={window}"
+    opts = CR.chunk_options(CR.ClusterRows(7, 8192, 8), 2)
+    c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=8, cluster=7, **opts)
+    ptxas = c.metadata["ptxas"]
+    assert ".minnctapersm 5" in c.asm["ptx"] and ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
+
+
 @pytest.mark.parametrize("n_cols,want", [
     (50257, (7, 8192)),
     (45000, (6, 8192)),
