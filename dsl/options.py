@@ -5,9 +5,9 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS", "RESERVED_KWARGS",
-           "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs", "parse_arch",
-           "split_options"]
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS",
+           "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs",
+           "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",

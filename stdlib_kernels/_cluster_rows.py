@@ -54,8 +54,8 @@ from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
-           "resident_clusters", "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel", "softmax_cluster_loop_kernel",
-           "norm_cluster_kernel", "norm_cluster_loop_kernel"]
+           "resident_clusters", "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel",
+           "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 
@@ -73,8 +73,9 @@ MIN_CHUNK_TILES = 4
 MAX_CHUNK_TILES = 5
 # 2-byte softmax chunks of 8192 at 8 warps ask ptxas for this many programs per SM (48 registers):
 # log_softmax holds its chunk in x's dtype across the exchange and took 51 registers (windowed rows)
-# or 79 (aligned), 4 or 3 programs per SM (H200, log_softmax 4096x50257 bf16 81% -> 89% of copy).
-# Where 48 would spill (softmax of aligned rows: 64) the compiler keeps its own count.
+# or 79 (aligned), 4 or 3 programs per SM (H200, % of copy: log_softmax 4096x50257 bf16 81 -> 90;
+# aligned softmax chunks 63 -> 48 registers, 4096x32000 bf16 93 -> 98). f32 chunks gained nothing
+# (2048x50257 97 either way). Where the floor would spill, the compiler drops it (dsl/compiler.py).
 CHUNK_PROGRAMS_PER_SM = 5
 CHUNK_PROGRAMS_WARPS = 8
 HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would

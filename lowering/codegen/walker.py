@@ -212,5 +212,6 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     ctx.builder.ret_void()
     threads = int(module.attrs.get("threads", 32 * num_warps))  # warp_specialize adds a producer
     _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps,
-              cluster=int(getattr(options, "cluster", 1)), min_programs=int(getattr(options, "min_programs_per_sm", 0)))
+              cluster=int(getattr(options, "cluster", 1)),
+              min_programs=int(getattr(options, "min_programs_per_sm", 0)))
     return llmod
