@@ -14,7 +14,8 @@ OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma",
                  "cluster", "min_programs_per_sm")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
-MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM
+MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM (sm_86/sm_89: 1536, where
+                                   # ptxas ignores a larger min_programs_per_sm with a warning)
 MAX_PROGRAMS_PER_SM = 32           # and resident CTAs
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX

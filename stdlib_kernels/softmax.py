@@ -238,7 +238,8 @@ def _softmax(x, dim, out, log: bool, op: str):
             grid, cl, flags = persistent
             kernel = _cluster_rows.softmax_cluster_loop_kernel
         else:
-            kernel, grid, flags = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows), dict(flags, C=cl.c, BLOCK=cl.block)
+            kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
+            flags = dict(flags, C=cl.c, BLOCK=cl.block)
             if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
                 flags["TILES"] = cl.tiles
             options = _cluster_rows.chunk_options(cl, a.dtype.itemsize)

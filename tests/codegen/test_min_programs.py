@@ -67,3 +67,9 @@ def test_interpreter_takes_the_option():
         held[(1,)](x, out, BLOCK=1024, min_programs_per_sm=4)
     e = np.exp(x - x.max())
     np.testing.assert_allclose(out, e / e.sum() + x, rtol=1e-5, atol=1e-6)
+
+
+def test_a_floor_beyond_an_sm_86_is_ignored_with_a_warning():
+    # 16 programs of 128 threads: 2048 threads, more than an sm_86 SM holds (1536)
+    c = held.compile(parse_signature(held, SIG), arch="sm_86", num_warps=4, min_programs_per_sm=16)
+    assert any("minnctapersm will be ignored" in w for w in c.metadata["ptxas"]["warnings"])
