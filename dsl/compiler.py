@@ -184,8 +184,12 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         params = param_slots(arg_types, tmaps, grid=persistent)
     layout = target.data_layout(arch)
     llmod = _stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout))
-    ll_text = str(llmod)
-    res = target.optimize_and_emit(ll_text, arch, ptx_version, kernel=name)
+    res = target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+
+    def narrow():  # the kernel with its 16-bit loop invariants kept narrow: fewer registers
+        llmod = generate(gpu, options, data_layout=layout, narrow_invariants=True)
+        return target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+
     for k, v in res.timings.items():
         timings[k] = v
     asm["llvm"], asm["ptx"] = res.llvm, res.ptx
@@ -203,7 +207,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         run_ptxas = _want_ptxas()
     if run_ptxas and target.find_ptxas():
         t0 = time.perf_counter()
-        asm["ptx"], result = _assemble(res.ptx, arch)
+        kept, result = _assemble(res, arch, narrow if options.min_programs_per_sm > 1 else None)
+        asm["llvm"], asm["ptx"] = kept.llvm, kept.ptx
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
@@ -221,23 +226,36 @@ def _ptx_needed(gpu) -> int:
     return max(GATHER_PTX if gathers else 0, CACHE_HINT_PTX if hints else 0)
 
 
-def _assemble(ptx: str, arch: str):
-    """ptxas, once, or twice for a kernel that spills: given only `.maxntid`, ptxas 13 drops a
+def _assemble(res, arch: str, narrow=None):
+    """ptxas, once, or again for a kernel that spills: given only `.maxntid`, ptxas 13 drops a
     kernel that must spill anyway to full-occupancy register counts (32 at 128 threads) and
     spills several times more; `.minnctapersm 1` lets it use what it needs. Not emitted by
     default because, for kernels that fit, it raises register use and lowers occupancy.
-    A floor the `min_programs_per_sm` option asked for is a preference: where it spills, the
-    kernel is assembled again without it. The assembly with fewer spills is kept.
-    Returns the PTX that was kept and its ptxas result."""
+    A floor the `min_programs_per_sm` option asked for is a preference: where it spills,
+    `narrow()` (the kernel emitted with its 16-bit loop invariants kept narrow, fewer
+    registers) is kept if it fits without spilling; else the kernel is assembled again
+    without the floor, and the assembly with fewer spills is kept.
+    `res`: the emitted kernel (.llvm, .ptx). Returns the emitted kernel kept and its ptxas
+    result (the PTX may differ from the emitted one in its `.minnctapersm`)."""
     from .lowering.ptxas import assemble
-    result = assemble(ptx, arch)
-    if result.spill_stores or result.spill_loads:
-        relaxed = _relaxed(ptx)
-        if relaxed != ptx:
+
+    def spills(r):
+        return r.spill_stores + r.spill_loads
+
+    result = assemble(res.ptx, arch)
+    if spills(result) and narrow is not None:
+        alt = narrow()
+        if alt.ptx != res.ptx:
+            second = assemble(alt.ptx, arch)
+            if not spills(second):
+                return alt, second
+    if spills(result):
+        relaxed = _relaxed(res.ptx)
+        if relaxed != res.ptx:
             second = assemble(relaxed, arch)
-            if second.spill_stores + second.spill_loads < result.spill_stores + result.spill_loads:
-                return relaxed, second
-    return ptx, result
+            if spills(second) < spills(result):
+                return type(res)(res.llvm, relaxed, res.timings), second
+    return res, result
 
 
 def _relaxed(ptx: str) -> str:

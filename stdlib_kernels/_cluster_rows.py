@@ -339,7 +339,7 @@ SM90_SIGNATURES = [
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384,
                                                    stages=2), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="bf16", flags=_LN, c=8, block=8192,
-                                                   stages=3) + ", EVEN=True", 8),
+                                                   stages=3) + ", EVEN=True", 4),   # norms.persistent_norm_rows
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f16", flags=_LN, c=8, block=16384,
                                                    stages=3) + ", EVEN=True", 16),
 ]
@@ -442,9 +442,10 @@ def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX
     return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=chunk)
 
 
-def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constexprs) -> Optional[int]:
+def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None,
+                      **constexprs) -> Optional[int]:
     """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
-    `args` on `cl`, the device of `a` runs at once (HOST_RESIDENT_CLUSTERS for host
+    `args` and compile `options` on `cl`, the device of `a` runs at once (HOST_RESIDENT_CLUSTERS for host
     arrays), or None when the driver cannot tell (LoadedKernel.max_active_clusters).
 
     Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
@@ -456,13 +457,15 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, **constex
     from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
     from tilec.runtime.module import load  # noqa: PLC0415
     register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
-    compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **constexprs)
+    compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **(options or {}),
+                              **constexprs)
     return load(compiled, a.device).max_active_clusters or None
 
 
-def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, **constexprs):
-    """The grid of a persistent `kernel` walking `n_rows` rows on `cl`: as many clusters as are
-    resident, at most one per row; None when the driver cannot tell (launch one row per
-    cluster instead)."""
-    resident = resident_clusters(a, kernel, args, cl, **constexprs)
+def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, options: Optional[dict] = None,
+                    **constexprs):
+    """The grid of a persistent `kernel` walking `n_rows` rows on `cl` (compile `options`): as
+    many clusters as are resident, at most one per row; None when the driver cannot tell
+    (launch one row per cluster instead)."""
+    resident = resident_clusters(a, kernel, args, cl, options=options, **constexprs)
     return None if resident is None else (min(n_rows, resident) * cl.c,)

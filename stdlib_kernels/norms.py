@@ -35,6 +35,13 @@ LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and nex
 # stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
 LN_CHUNK_2BYTE = 8192
 LN_STAGES_2BYTE = 3
+# Their clusters of 8 (65536 columns) run at 4 warps with a floor of 3 programs per SM instead: at 8 warps
+# (2 per SM) the driver fits 30 clusters, 240 programs on 120 of 132 SMs. The floor fits 168 registers
+# (w and b held in 16 bits, `min_programs_per_sm`; 183 without it). H200, % of copy, 8 warps -> 4: 1024x65536
+# bf16 88.7 -> 89.9, 4096x65536 bf16 90.7 -> 92.2, f16 90.7 -> 92.1, 8192x65536 bf16 89.6 -> 90.6. Clusters
+# of 4 (32768 columns) fill every SM at 8 warps and lost at 4 (8192x32768 f16 92.3 -> 90.2).
+LN_EIGHT_CHUNKS_WARPS = 4
+LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 # A row of one program filling more than 3/4 of a tile of at least this many lanes is held as
 # 2 tiles of half of it (4 of a quarter at MAX_SINGLE_TILE): the same lanes and warps in fewer
 # registers, so more programs fit per SM (layer_norm bf16 16384 lanes at 16 warps: 91 -> 64
@@ -236,18 +243,19 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
-            kernel, grid = _cluster_rows.norm_cluster_kernel, cl.grid(n_rows)
             # Persistent clusters holding w and b, the next row in flight during this one's
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
+            flags["STAGES"] = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
-            persistent = _cluster_rows.persistent_grid(a, loop, args, cl, n_rows, STAGES=stages, **flags)
+            loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
+            persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, **flags)
             if persistent is not None:
-                kernel, grid = loop, persistent
-                flags["STAGES"] = stages
-            launch(kernel, grid, args, cl.num_warps, cluster=cl.c, **flags)
+                launch(loop, persistent, args, loop_cl.num_warps, cluster=loop_cl.c, options=options, **flags)
+            else:
+                del flags["STAGES"]
+                launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c, **flags)
         else:
             # rms_norm keeps one program per row: with one per SM it measured slower on an
             # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).
@@ -258,6 +266,15 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
+
+
+def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):
+    """(cl, compile options) of the persistent cluster kernel: 2-byte layer_norm rows in 8
+    chunks of LN_CHUNK_2BYTE at LN_EIGHT_CHUNKS_WARPS with a floor of
+    LN_EIGHT_CHUNKS_PROGRAMS_PER_SM programs per SM; anything else as `cl`, no options."""
+    if two_byte_ln and cl.c == 8 and cl.block == LN_CHUNK_2BYTE:
+        return replace(cl, num_warps=LN_EIGHT_CHUNKS_WARPS), {"min_programs_per_sm": LN_EIGHT_CHUNKS_PROGRAMS_PER_SM}
+    return cl, {}
 
 
 def norm_tiles(cfg: RowConfig, n_cols: int, window: int) -> RowConfig:

@@ -25,7 +25,7 @@ from .types import Type
 __all__ = [
     "Location", "Value", "OpResult", "BlockArgument", "Op", "Block", "Region", "Module",
     "AttrSpec", "VerifyError", "register_op", "register_attr", "ATTR_REGISTRY", "normalize_attr", "OP_REGISTRY", "lookup_op", "ir_equal",
-    "Builder", "UNKNOWN_LOC",
+    "Builder", "UNKNOWN_LOC", "defined_inside",
 ]
 
 
@@ -372,6 +372,21 @@ class Module:
         return isinstance(other, Module) and ir_equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def defined_inside(v: Value, op: Op) -> bool:
+    """Whether `v` is defined within `op`'s regions (by an op nested in them, or as an
+    argument of one of their blocks)."""
+    owner = v.owner
+    blk = owner.parent if isinstance(owner, Op) else owner
+    while blk is not None:
+        parent_op = blk.parent.parent if blk.parent is not None else None
+        if parent_op is op:
+            return True
+        if parent_op is None:
+            return False
+        blk = parent_op.parent
+    return False
 
 
 def _same_attr(a, b) -> bool:

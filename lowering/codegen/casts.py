@@ -22,7 +22,7 @@ from ...dtypes import DType, float32
 from ...options import arch_number
 from .types import F32, I1, I8, I16, I32, llvm_scalar
 
-__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32"]
+__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
 # `over`: from this magnitude on (ties included) the result is the `over_code`.
@@ -160,6 +160,34 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> 
     if dst.bits > src.bits:
         return b.fpext(x, dty)
     return b.fptrunc(x, dty)
+
+
+_ASM_REG = {16: "h", 32: "r", 64: "l"}
+
+
+def tie_to(b: ir.IRBuilder, xs: list, iv: ir.Value) -> list:
+    """The bits of `xs` (16-bit values) through an empty asm that also reads `iv`: LLVM can no
+    longer hoist what is computed from them out of `iv`'s loop. Pairs pass as one 32-bit
+    word, so ptxas keeps them packed (as loaded) until each use; alone, every 16-bit value
+    took a register of its own. The asm has no side effects: it moves and merges like
+    arithmetic, and ptxas drops the mov."""
+    out = []
+    for k in range(0, len(xs) - 1, 2):
+        pair = ir.VectorType(xs[k].type, 2)
+        vec = b.insert_element(b.insert_element(ir.Constant(pair, None), xs[k], ir.Constant(I32, 0)),
+                               xs[k + 1], ir.Constant(I32, 1))
+        word = _tied(b, b.bitcast(vec, I32), iv, "b32", "r")
+        vec = b.bitcast(word, pair)
+        out += [b.extract_element(vec, ir.Constant(I32, 0)), b.extract_element(vec, ir.Constant(I32, 1))]
+    if len(xs) % 2:
+        x = xs[-1]
+        out.append(b.bitcast(_tied(b, b.bitcast(x, I16), iv, "b16", "h"), x.type))
+    return out
+
+
+def _tied(b, bits, iv, width: str, reg: str):
+    fty = ir.FunctionType(bits.type, [bits.type, iv.type])
+    return b.asm(fty, f"mov.{width} $0, $1;", f"={reg},{reg},{_ASM_REG[iv.type.width]}", [bits, iv], False)
 
 
 def cast_bool(b: ir.IRBuilder, x: ir.Value) -> ir.Value:

@@ -182,8 +182,11 @@ def _debug_info(module: ir.Module, fn: ir.Function, func: Op):
     return sp
 
 
-def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "") -> ir.Module:
-    """Lower a gpu-IR module holding one kernel to an llvmlite module."""
+def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "",
+             narrow_invariants: bool = False) -> ir.Module:
+    """Lower a gpu-IR module holding one kernel to an llvmlite module. `narrow_invariants`:
+    16-bit floats a loop widens but does not define stay 16-bit through the loop
+    (rules_arith._invariant_widening; compiler._assemble tries it under a floor that spills)."""
     from . import rules  # noqa: F401  (registers every rule)
 
     func = module.func()
@@ -203,6 +206,7 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
     except TypeError as e:
         raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
     ctx = CodegenContext(llmod, fn, name, options, num_warps)
+    ctx.narrow_invariants = narrow_invariants
     if getattr(options, "debug", False):
         ctx.debug_scope = _debug_info(llmod, fn, func)
     _bind_params(ctx, entry, slots)

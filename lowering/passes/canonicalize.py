@@ -10,7 +10,7 @@ a constant condition, constant loop bounds) and shape ops that do nothing.
 """
 from __future__ import annotations
 
-from tilec.ir import Module, Op
+from tilec.ir import Module, Op, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import TileType
 
@@ -307,23 +307,10 @@ def if_same_yield(op: Op) -> bool:
     then_y, else_y = (r.block.terminator for r in op.regions)
     fired = False
     for r, a, b in zip(op.results, then_y.operands, else_y.operands):
-        if a is b and r.uses and not _defined_inside(a, op):
+        if a is b and r.uses and not defined_inside(a, op):
             r.replace_all_uses_with(a)
             fired = True
     return fired
-
-
-def _defined_inside(v, op: Op) -> bool:
-    owner = v.owner
-    blk = owner.parent if isinstance(owner, Op) else owner
-    while blk is not None:
-        parent_op = blk.parent.parent if blk.parent is not None else None
-        if parent_op is op:
-            return True
-        if parent_op is None:
-            return False
-        blk = parent_op.parent
-    return False
 
 
 def for_constant_trip_count(op: Op) -> bool:

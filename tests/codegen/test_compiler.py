@@ -10,6 +10,7 @@ from tilec.errors import CompilationError
 from tilec.ir import Location, parse
 from tilec.ir.core import Op, register_op
 from tilec.lowering.codegen import generate
+from tilec.lowering.target import LLVMResult
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
@@ -245,8 +246,32 @@ def test_spilling_kernel_is_reassembled_with_min_ctas(monkeypatch):
                                  spill_loads=spills)
     monkeypatch.setattr(ptxas, "assemble", fake_assemble)
     ptx = ".visible .entry k(\n)\n.maxntid 128\n{\n\tret;\n}\n"
-    kept, result = compiler._assemble(ptx, "sm_90a")
-    assert ".maxntid 128\n.minnctapersm 1\n" in kept and result.spill_stores == 0 and len(calls) == 2
+    kept, result = compiler._assemble(LLVMResult("ll", ptx, {}), "sm_90a")
+    assert ".maxntid 128\n.minnctapersm 1\n" in kept.ptx and result.spill_stores == 0 and len(calls) == 2
+    assert kept.llvm == "ll"
     calls.clear()
     kept, result = compiler._assemble(kept, "sm_90a")  # no spills: one run, PTX unchanged
     assert len(calls) == 1 and result.registers == 255
+
+
+@pytest.mark.parametrize("narrow_spills", [False, True])
+def test_floor_that_spills_tries_narrow_invariants_first(monkeypatch, narrow_spills):
+    from tilec import compiler
+    from tilec.lowering import ptxas
+
+    def fake_assemble(ptx, arch):  # the floor spills unless the kernel keeps its invariants narrow
+        spills = 0 if "narrow" in ptx and not narrow_spills or ".minnctapersm" not in ptx else 16
+        return ptxas.PtxasResult(b"cubin", registers=80, spill_stores=spills, spill_loads=spills)
+    monkeypatch.setattr(ptxas, "assemble", fake_assemble)
+    plain = LLVMResult("plain", ".visible .entry k(\n)\n.maxntid 256\n.minnctapersm 3\n{\n\tret;\n}\n", {})
+    narrow = LLVMResult("narrow", plain.ptx.replace("ret;", "ret; // narrow"), {})
+    kept, result = compiler._assemble(plain, "sm_90a", lambda: narrow)
+    if narrow_spills:   # the floor is dropped from the plain kernel instead
+        assert kept.llvm == "plain" and ".minnctapersm" not in kept.ptx
+    else:
+        assert kept is narrow
+    assert result.spill_stores == 0
+    # a kernel that fits its floor is not emitted again
+    kept, _ = compiler._assemble(narrow, "sm_90a", lambda: pytest.fail("emitted again")) if not narrow_spills \
+        else (narrow, None)
+    assert kept is narrow

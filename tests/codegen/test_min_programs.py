@@ -18,6 +18,44 @@ def held(x, out, BLOCK: tc.constexpr):
     tc.store(out, index=(0,), tile=e / tc.sum(e) + t)
 
 
+@tc.kernel
+def scaled_rows(x, w, b, y, BLOCK: tc.constexpr):
+    # w and b are loaded once and widened in the loop, a row held across two reductions
+    wt = tc.load(w, index=(0,), shape=(BLOCK,))
+    bt = tc.load(b, index=(0,), shape=(BLOCK,))
+    for row in range(tc.program_id(0), x.shape[0], tc.num_programs(0)):
+        t = tc.load(x, index=(row, 0), shape=(1, BLOCK)).astype(tc.float32)
+        t = t - tc.sum(t) / BLOCK
+        t = t * tc.rsqrt(tc.sum(t * t) / BLOCK + 1e-5)
+        tc.store(y, index=(row, 0), tile=(t * wt.astype(tc.float32) + bt.astype(tc.float32)).astype(y.dtype))
+
+
+_ROWS = "x=bf16[?,?]{v}, w=bf16[?]:div=16, b=bf16[?]:div=16, y=bf16[?,?]{v}, BLOCK=4096".format(
+    v=":div=1x16:stride_div=16x1")
+TIED = "mov.b32 $0, $1;"   # tie_to's asm in the LLVM IR: a pair of 16-bit values kept in the loop
+
+
+def _rows(floor):
+    return scaled_rows.compile(parse_signature(scaled_rows, _ROWS), arch="sm_90a", num_warps=4,
+                               min_programs_per_sm=floor)
+
+
+def test_a_floor_that_spills_keeps_loop_invariants_narrow():
+    # LLVM hoists w's and b's conversions out of the loop: 64 f32 per thread live through it
+    plain = _rows(0)
+    assert TIED not in plain.asm["llvm"] and plain.metadata["ptxas"]["registers"] > 80
+    # 6 programs of 128 threads fit 80 registers: only with w and b held as packed bf16
+    floored = _rows(6)
+    report = floored.metadata["ptxas"]
+    assert ".minnctapersm 6\n" in floored.asm["ptx"] and floored.asm["llvm"].count(TIED) == 32
+    assert report["registers"] <= 80 and report["spill_stores"] == 0
+    # a floor the hoisted form fits keeps it; one neither fits is dropped, from the hoisted form
+    assert TIED not in _rows(4).asm["llvm"]
+    dropped = _rows(7)
+    assert ".minnctapersm" not in dropped.asm["ptx"] and TIED not in dropped.asm["llvm"]
+    assert dropped.metadata["ptxas"] == plain.metadata["ptxas"]
+
+
 def _compile(**opts):
     return held.compile(parse_signature(held, SIG), arch="sm_90a", num_warps=4, **opts)
 

@@ -44,6 +44,26 @@ def test_round_trip_structured_kernel():
     assert str(again) == text
 
 
+def test_defined_inside_follows_nested_regions():
+    m, f, b = make_func([I32], ["n"])
+    four = b.value(ConstantOp, result_types=[I32], value=4)
+    outer = b.create(ForOp, four, f.body.args[0], four)
+    outer.add_region(ir.Region([ir.Block([I32], ["i"])]))
+    ob = ir.Builder(outer.body)
+    inner = ob.create(ForOp, four, f.body.args[0], four)
+    inner.add_region(ir.Region([ir.Block([I32], ["j"])]))
+    ib = ir.Builder(inner.body)
+    s = ib.value(AddOp, outer.body.args[0], inner.body.args[0])
+    ib.create(YieldOp)
+    ob.create(YieldOp)
+    b.create(ReturnOp)
+    ir.verify(m)
+    assert ir.defined_inside(s, inner) and ir.defined_inside(s, outer)
+    assert ir.defined_inside(inner.body.args[0], inner) and ir.defined_inside(inner.body.args[0], outer)
+    assert ir.defined_inside(outer.body.args[0], outer) and not ir.defined_inside(outer.body.args[0], inner)
+    assert not ir.defined_inside(four, outer) and not ir.defined_inside(f.body.args[0], inner)
+
+
 @pytest.mark.parametrize("t", [
     F32, ScalarType(dt.bfloat16), ScalarType(dt.float8e4m3), PointerType(dt.float16),
     TileType((64, 32), ScalarType(dt.bfloat16)), TileType((128,), PointerType(dt.int8)),

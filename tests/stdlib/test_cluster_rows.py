@@ -172,6 +172,50 @@ def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
     assert ".minnctapersm 5" in c.asm["ptx"] and ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
 
 
+LN_FLOOR = {"min_programs_per_sm": norms.LN_EIGHT_CHUNKS_PROGRAMS_PER_SM}
+
+
+@pytest.mark.parametrize("cl,two_byte_ln,want", [
+    (CR.ClusterRows(8, 8192, 8), True, (CR.ClusterRows(8, 8192, norms.LN_EIGHT_CHUNKS_WARPS), LN_FLOOR)),
+    (CR.ClusterRows(4, 8192, 8), True, (CR.ClusterRows(4, 8192, 8), {})),      # clusters of 4 fill every SM
+    (CR.ClusterRows(8, 16384, 16), True, (CR.ClusterRows(8, 16384, 16), {})),
+    (CR.ClusterRows(8, 8192, 8), False, (CR.ClusterRows(8, 8192, 8), {})),     # rms_norm, f32 layer_norm
+])
+def test_persistent_norm_rows(cl, two_byte_ln, want):
+    assert norms.persistent_norm_rows(cl, two_byte_ln) == want
+
+
+@pytest.mark.parametrize("op,n,dtype,want", [
+    ("layer_norm", 65536, "bf16", LN_FLOOR), ("layer_norm", 65536, "f16", LN_FLOOR),
+    ("layer_norm", 32768, "bf16", {}), ("rms_norm", 65536, "bf16", {}), ("layer_norm", 65536, "f32", {})])
+def test_norm_entry_points_pass_the_floor(monkeypatch, op, n, dtype, want):
+    launched = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((2, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    if dtype == "bf16":
+        x, w = sk.BF16Array(x), sk.BF16Array(w)
+    elif dtype == "f16":
+        x, w = x.astype(np.float16), w.astype(np.float16)
+    if op == "layer_norm":
+        sk.layer_norm(x, w, w)
+    else:
+        sk.rms_norm(x, w)
+    assert launched == [("norm_cluster_loop_kernel", want)]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+def test_two_byte_layer_norm_clusters_of_8_fit_three_programs_per_sm(dtype):
+    # at 4 warps each thread holds 64 centred f32 values and 64 of w and b: the floor fits
+    # 168 registers by holding w and b as packed 16-bit values (255 without the floor)
+    k = CR.norm_cluster_loop_kernel
+    sig = next(s for n, s, w in CR.SM90_SIGNATURES if n == k.name and "BLOCK=8192" in s).replace("bf16", dtype)
+    c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=norms.LN_EIGHT_CHUNKS_WARPS,
+                  cluster=8, **LN_FLOOR)
+    ptxas = c.metadata["ptxas"]
+    assert ".minnctapersm 3\n" in c.asm["ptx"] and "mov.b32 $0, $1;" in c.asm["llvm"]
+    assert ptxas["registers"] <= 168 and ptxas["spill_stores"] == 0, ptxas
+
+
 @pytest.mark.parametrize("n_cols,want", [
     (50257, (7, 8192)),
     (45000, (6, 8192)),

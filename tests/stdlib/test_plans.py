@@ -11,6 +11,7 @@ import itertools
 import pytest
 
 import tilec as tc
+from tilec.options import OPTION_FIELDS
 from tilec.runtime import interop, launcher
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
@@ -53,8 +54,7 @@ def gpu_log(monkeypatch):
     def getitem(kernel, grid):
         def go(*args, **kw):
             st = launcher.kernel_state(kernel)
-            opts = tuple((k, kw.pop(k)) for k in ("num_warps", "fast_math", "cluster", "num_stages", "tma",
-                                                  "warp_specialize") if k in kw)
+            opts = tuple((k, kw.pop(k)) for k in OPTION_FIELDS if k in kw)
             vals = st.bind(args, kw)
             infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
                      for v, ce in zip(vals, st.ce_mask)]
