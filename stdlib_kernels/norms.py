@@ -30,16 +30,16 @@ from ._window import shared_window, single_row_window, store_row_tile, window_sp
 __all__ = ["layer_norm", "rms_norm"]
 
 LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
-# 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8 at 8 warps, two programs per SM) with the
+# 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8, see below) with the
 # next two rows staged (H200, 4096x65536 bf16: 88.9% of copy at C = 4 / 16 warps / 2 stages, 90.1% at 3
 # stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
 LN_CHUNK_2BYTE = 8192
 LN_STAGES_2BYTE = 3
 # Their clusters of 8 (65536 columns) run at 4 warps with a floor of 3 programs per SM instead: at 8 warps
-# (2 per SM) the driver fits 30 clusters, 240 programs on 120 of 132 SMs. The floor fits 168 registers
-# (w and b held in 16 bits, `min_programs_per_sm`; 183 without it). H200, % of copy, 8 warps -> 4: 1024x65536
-# bf16 88.7 -> 89.9, 4096x65536 bf16 90.7 -> 92.2, f16 90.7 -> 92.1, 8192x65536 bf16 89.6 -> 90.6. Clusters
-# of 4 (32768 columns) fill every SM at 8 warps and lost at 4 (8192x32768 f16 92.3 -> 90.2).
+# they took 144 registers, one program per SM, 15 resident clusters; the floor fits 168 registers at 4 warps
+# (w and b held as packed 16-bit values: `min_programs_per_sm`), 45 clusters. H200, % of copy, 8 warps -> 4:
+# 1024x65536 bf16 87.4-88.6 -> 89.1-89.2, 4096x65536 bf16 90.7 -> 92.0, f16 90.5 -> 92.0, 8192x65536 bf16
+# 89.6 -> 90.7. Clusters of 4 (32768 columns) lost at 4 warps (8192x32768 f16 92.3 -> 90.2).
 LN_EIGHT_CHUNKS_WARPS = 4
 LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 # A row of one program filling more than 3/4 of a tile of at least this many lanes is held as

@@ -224,11 +224,11 @@ def _invariant_widening(ctx, op, src: DType, dst: DType):
     when `op` widens 16-bit floats defined outside that loop, else None. Such a conversion
     then stays in the loop (`tie_to`), where LLVM's LICM would hoist it and keep the wide
     copy live through the loop: twice the registers of the packed 16-bit one, for one cheap
-    conversion per element and iteration. Not the default: where registers do not decide
-    the programs per SM the hoisted form measured faster (H200: layer_norm's persistent bf16
-    clusters, 8 warps, w and b held as f32 at 144 registers or narrow at 110, 2 programs per
-    SM either way: 88.7% -> 86.5% of copy); at 4 warps only the narrow form fits the 3
-    programs per SM its floor asks for (168 registers)."""
+    conversion per element and iteration. Not the default: it measured slower where the
+    kernel fits without it (H200: layer_norm's persistent bf16 clusters at 8 warps, w and b
+    held as f32 at 144 registers, 1 program per SM, or packed at 110, 2 per SM: 88.7% ->
+    86.5% of copy). compiler._assemble asks for it under a floor that spills: at 4 warps
+    the same kernel fits its floor of 3 programs per SM only so (168 registers)."""
     if not ctx.narrow_invariants:
         return None
     if not (src.is_float and src.bits == 16 and dst.is_float and dst.bits > 16):
