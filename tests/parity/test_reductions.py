@@ -5,6 +5,8 @@ needs) is drawn from a few values so that argmax/argmin see ties; integer sums a
 products wrap in their own type."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -77,7 +79,10 @@ def reduce_1d_kernel(x, vals, idx, LO: tc.constexpr, HI: tc.constexpr, AXIS: tc.
 
 def _data(rng, np_dtype, shape):
     if np.dtype(np_dtype).kind == "f":
-        return rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0, 3.0], size=shape).astype(np_dtype)
+        # Powers of two, as many halves as doubles: every order of the product is exact and far
+        # from overflow (with 3.0 in the pool, 512 factors came near f32's limit, where the
+        # reference's order overflowed and the GPU's tree did not).
+        return rng.choice([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0], size=shape).astype(np_dtype)
     info = np.iinfo(np_dtype)
     pool = rng.integers(info.min, info.max, size=5, endpoint=True, dtype=np_dtype)
     return rng.choice(np.concatenate([pool, np.array([0, 1], np_dtype)]), size=shape)
@@ -123,7 +128,8 @@ def _check(vals, idx, x, axis, n_valid):
 @pytest.mark.parametrize("np_dtype", DTYPES, ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("axis", [0, 1, "all"])
 def test_reductions_2d(backend, np_dtype, axis):
-    rng = np.random.default_rng(hash((np.dtype(np_dtype).name, str(axis))) % 2**32)
+    # a seed fixed across processes (hash() of a str is not)
+    rng = np.random.default_rng(zlib.crc32(f"{np.dtype(np_dtype).name}-{axis}".encode()))
     x = _data(rng, np_dtype, (ROWS, COLS))
     if axis == "all":  # the flat argmax of a (16, 32) tile counts padded columns: use a full tile
         x = _data(rng, np_dtype, (BM, BN))
