@@ -52,11 +52,12 @@ def _clone_block(src: Block, loc) -> Block:
     return blk
 
 
-def combiner_region(op) -> Block:
-    """The scalar combiner of `op` (tile.reduce or tile.reduce_generic) as a block."""
+def combiner_region(op, element=None) -> Block:
+    """The scalar combiner of `op` (tile.reduce or tile.reduce_generic) as a block, on
+    `element` (a ScalarType) where given, else on the operand's element type."""
     if isinstance(op, T.ReduceGenericOp):
         return _clone_block(op.regions[0].block, op.loc)
-    x = op.operands[0].type.element
+    x = element or op.operands[0].type.element
     kind = op.attrs["kind"]
     b = Builder()
     b.loc = op.loc
@@ -134,6 +135,13 @@ def _lower(op) -> None:
     b = Builder().before(op)
     b.loc = op.loc
     vals = [x]
+    # sums and products of narrow floats accumulate in f32, as the interpreter does (an f16
+    # product of a tile's values overflowed midway where the f32 one did not)
+    widen = isinstance(op, T.ReduceOp) and op.attrs["kind"] in ("sum", "prod") and t.element.dtype.is_float \
+        and t.element.dtype.bits < 32
+    element = ScalarType(dt.float32) if widen else None
+    if widen:
+        vals = [b.value(T.CastOp, x, to=dt.float32)]
     if isinstance(op, T.ReduceOp) and op.attrs["kind"].startswith("arg"):
         vals.append(_index_tile(b, t, axis))
     reg_i, lane_i, warp_i = axis_bits(t.encoding.bases(t.shape), axis)
@@ -144,14 +152,16 @@ def _lower(op) -> None:
     for k, s in enumerate(stages):
         final = k == len(stages) - 1
         if s == "thread":
-            vals = _stage(b, ReduceThreadOp, vals, axis, final, want, combiner_region(op))
+            vals = _stage(b, ReduceThreadOp, vals, axis, final, want, combiner_region(op, element))
         elif s == "lanes":
-            vals = _stage(b, ReduceLanesOp, vals, axis, final, want, combiner_region(op))
+            vals = _stage(b, ReduceLanesOp, vals, axis, final, want, combiner_region(op, element))
         else:
             vals = _through_shared(b, vals, axis)
-            vals = _stage(b, ReduceThreadOp, vals, axis, True, want, combiner_region(op))
+            vals = _stage(b, ReduceThreadOp, vals, axis, True, want, combiner_region(op, element))
     if len(vals) == 2:
         vals = vals[1:]  # argmax/argmin give the index
+    if widen:
+        vals = [b.value(T.CastOp, vals[0], to=t.element.dtype)]
     for r, v in zip(op.results, vals):
         v.name_hint = r.name_hint
         r.replace_all_uses_with(v)
