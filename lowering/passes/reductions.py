@@ -17,6 +17,8 @@ tile reduces to a scalar every thread holds). Each stage carries the combiner
 as a region on scalars: tile.add/mul/maximum/minimum for the named kinds, the
 user's region for reduce_generic, and for argmax/argmin a combiner on (value,
 index) pairs that keeps the first index on ties and lets NaN win (numpy's rule).
+f16, bf16 and f8 sums and products are computed in f32 (the operand widened first,
+the result rounded once), as the interpreter and lower_scans do.
 """
 from __future__ import annotations
 
@@ -135,8 +137,8 @@ def _lower(op) -> None:
     b = Builder().before(op)
     b.loc = op.loc
     vals = [x]
-    # sums and products of narrow floats accumulate in f32, as the interpreter does (an f16
-    # product of a tile's values overflowed midway where the f32 one did not)
+    # narrow floats accumulate in f32 (an f16 product of a tile overflowed midway on the GPU
+    # where the interpreter's f32 one did not)
     widen = isinstance(op, T.ReduceOp) and op.attrs["kind"] in ("sum", "prod") and t.element.dtype.is_float \
         and t.element.dtype.bits < 32
     element = ScalarType(dt.float32) if widen else None
