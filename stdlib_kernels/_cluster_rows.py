@@ -445,8 +445,9 @@ def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX
 def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None,
                       **constexprs) -> Optional[int]:
     """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
-    `args` and compile `options` on `cl`, the device of `a` runs at once (HOST_RESIDENT_CLUSTERS for host
-    arrays), or None when the driver cannot tell (LoadedKernel.max_active_clusters).
+    `args` and compile `options` on `cl`, the device of `a` runs at once
+    (HOST_RESIDENT_CLUSTERS for host arrays), or None when the driver cannot tell
+    (LoadedKernel.max_active_clusters).
 
     Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
     and a 16th cluster would run in a second wave behind the others (softmax 1024x262144

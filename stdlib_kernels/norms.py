@@ -247,14 +247,15 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            flags["STAGES"] = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
+            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
             loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
-            persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, **flags)
+            persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, STAGES=stages,
+                                                       **flags)
             if persistent is not None:
-                launch(loop, persistent, args, loop_cl.num_warps, cluster=loop_cl.c, options=options, **flags)
+                launch(loop, persistent, args, loop_cl.num_warps, cluster=loop_cl.c, options=options, STAGES=stages,
+                       **flags)
             else:
-                del flags["STAGES"]
                 launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c, **flags)
         else:
             # rms_norm keeps one program per row: with one per SM it measured slower on an
