@@ -183,12 +183,14 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     if tmaps or persistent:  # the kernel also takes the tensor maps of its TMA copies, the grid's extents
         params = param_slots(arg_types, tmaps, grid=persistent)
     layout = target.data_layout(arch)
-    llmod = _stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout))
-    res = target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+
+    def emit(llmod):
+        return target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+
+    res = emit(_stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout)))
 
     def narrow():  # the kernel with its 16-bit loop invariants kept narrow: fewer registers
-        llmod = generate(gpu, options, data_layout=layout, narrow_invariants=True)
-        return target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+        return emit(generate(gpu, options, data_layout=layout, narrow_invariants=True))
 
     for k, v in res.timings.items():
         timings[k] = v

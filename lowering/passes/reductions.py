@@ -33,7 +33,7 @@ from ..gpu.layouts import SharedLayout, SliceLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp, ReduceLanesOp, ReduceThreadOp
 from ..gpu.stages import axis_bits, canonical, drop_axis, stage_result, warps_to_registers
 
-__all__ = ["lower_reductions", "combiner_region"]
+__all__ = ["lower_reductions", "combiner_region", "simple_combiner", "accumulates_in_f32"]
 
 _SIMPLE = {"sum": T.AddOp, "prod": T.MulOp, "max": T.MaximumOp, "min": T.MinimumOp}
 
@@ -54,6 +54,21 @@ def _clone_block(src: Block, loc) -> Block:
     return blk
 
 
+def accumulates_in_f32(kind: str, dtype) -> bool:
+    """Sums and products of f16, bf16 and f8 are computed in f32 and rounded once (the
+    interpreter's accumulation type): reductions here, scans in lower_scans."""
+    return kind in ("sum", "prod") and dtype.is_float and dtype.bits < 32
+
+
+def simple_combiner(kind: str, element, loc) -> Block:
+    """^bb0(a, b): tile.yield a <kind> b, on scalars of `element` (sum, prod, max, min)."""
+    blk = Block([element, element])
+    b = Builder().at_end(blk)
+    b.loc = loc
+    b.create(T.YieldOp, b.value(_SIMPLE[kind], *blk.args))
+    return blk
+
+
 def combiner_region(op, element=None) -> Block:
     """The scalar combiner of `op` (tile.reduce or tile.reduce_generic) as a block, on
     `element` (a ScalarType) where given, else on the operand's element type."""
@@ -61,13 +76,10 @@ def combiner_region(op, element=None) -> Block:
         return _clone_block(op.regions[0].block, op.loc)
     x = element or op.operands[0].type.element
     kind = op.attrs["kind"]
+    if kind in _SIMPLE:
+        return simple_combiner(kind, x, op.loc)
     b = Builder()
     b.loc = op.loc
-    if kind in _SIMPLE:
-        blk = Block([x, x])
-        b.at_end(blk)
-        b.create(T.YieldOp, b.value(_SIMPLE[kind], *blk.args))
-        return blk
     i32 = ScalarType(dt.int32)
     blk = Block([x, i32, x, i32])
     b.at_end(blk)
@@ -137,10 +149,8 @@ def _lower(op) -> None:
     b = Builder().before(op)
     b.loc = op.loc
     vals = [x]
-    # narrow floats accumulate in f32 (an f16 product of a tile overflowed midway on the GPU
-    # where the interpreter's f32 one did not)
-    widen = isinstance(op, T.ReduceOp) and op.attrs["kind"] in ("sum", "prod") and t.element.dtype.is_float \
-        and t.element.dtype.bits < 32
+    # (an f16 product of a tile overflowed midway on the GPU where the interpreter's f32 one did not)
+    widen = isinstance(op, T.ReduceOp) and accumulates_in_f32(op.attrs["kind"], t.element.dtype)
     element = ScalarType(dt.float32) if widen else None
     if widen:
         vals = [b.value(T.CastOp, x, to=dt.float32)]

@@ -17,26 +17,18 @@ element, as the interpreter does.
 from __future__ import annotations
 
 from tilec import dtypes as dt
-from tilec.ir import Block, Builder, Module, Region
+from tilec.ir import Builder, Module, Region
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, TileType
 
 from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ScanLanesOp, ScanThreadOp, ScanWarpsOp
 from ..gpu.scan import scan_segments, warps_buffer_shape
-from .reductions import _SIMPLE
+from .reductions import accumulates_in_f32, simple_combiner
 
 __all__ = ["lower_scans"]
 
 _STAGES = {"thread": ScanThreadOp, "lanes": ScanLanesOp, "warps": ScanWarpsOp}
-
-
-def _combiner(kind: str, elem, loc) -> Block:
-    blk = Block([elem, elem])
-    b = Builder().at_end(blk)
-    b.loc = loc
-    b.create(T.YieldOp, b.value(_SIMPLE[kind], *blk.args))
-    return blk
 
 
 def _lower(op) -> None:
@@ -45,7 +37,7 @@ def _lower(op) -> None:
     axis, kind, reverse = op.attrs["axis"], op.attrs["kind"], bool(op.attrs.get("reverse", False))
     b = Builder().before(op)
     b.loc = op.loc
-    narrow = kind in ("sum", "prod") and t.dtype.is_float and t.dtype.bits < 32
+    narrow = accumulates_in_f32(kind, t.dtype)
     if narrow:
         x = b.value(T.CastOp, x, to=dt.float32)
     prefix = total = x
@@ -60,7 +52,7 @@ def _lower(op) -> None:
             operands.append(buf)
         stage = _STAGES[seg.kind](operands, [x.type, x.type],
                                   {"axis": axis, "bits": list(seg.bits), "reverse": reverse}, (), op.loc)
-        stage.add_region(Region([_combiner(kind, x.type.element, op.loc)]))
+        stage.add_region(Region([simple_combiner(kind, x.type.element, op.loc)]))
         b.insert(stage)
         prefix, total = stage.results
     if narrow:
