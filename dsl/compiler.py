@@ -21,7 +21,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional
 
 from .abi import param_slots
 from .compiled import CompiledKernel
@@ -235,34 +235,67 @@ def _assemble(res, arch: str, narrow=None):
     default because, for kernels that fit, it raises register use and lowers occupancy.
     A floor the `min_programs_per_sm` option asked for is a preference: where it spills,
     `narrow()` (the kernel emitted with its 16-bit loop invariants kept narrow, fewer
-    registers) is kept if it fits without spilling; else the kernel is assembled again
-    without the floor, and the assembly with fewer spills is kept.
-    `res`: the emitted kernel (.llvm, .ptx). Returns the emitted kernel kept and its ptxas
-    result (the PTX may differ from the emitted one in its `.minnctapersm`)."""
+    registers) is kept if it fits without spilling; else the highest lower floor that either
+    form fits without spilling (`_floors_below`), else the kernel without a floor, where that
+    spills less. `res`: the emitted kernel (.llvm, .ptx). Returns the emitted kernel kept and
+    its ptxas result (the PTX may differ from the emitted one in its `.minnctapersm`)."""
     from .lowering.ptxas import assemble
 
     def spills(r):
         return r.spill_stores + r.spill_loads
 
     result = assemble(res.ptx, arch)
-    if spills(result) and narrow is not None:
+    if not spills(result):
+        return res, result
+    forms = [res]
+    if narrow is not None:
         alt = narrow()
         if alt.ptx != res.ptx:
             second = assemble(alt.ptx, arch)
             if not spills(second):
                 return alt, second
-    if spills(result):
-        relaxed = _relaxed(res.ptx)
-        if relaxed != res.ptx:
-            second = assemble(relaxed, arch)
-            if spills(second) < spills(result):
-                return type(res)(res.llvm, relaxed, res.timings), second
+            forms.append(alt)
+    relaxed = _relaxed(res.ptx)
+    if relaxed == res.ptx:
+        return res, result
+    second = assemble(relaxed, arch)
+    for floor in _floors_below(res.ptx, second.registers):
+        for form in forms:
+            ptx = _with_floor(form.ptx, floor)
+            third = assemble(ptx, arch)
+            if not spills(third):
+                return type(res)(form.llvm, ptx, form.timings), third
+    if spills(second) < spills(result):
+        return type(res)(res.llvm, relaxed, res.timings), second
     return res, result
+
+
+_FLOOR = re.compile(r"\.minnctapersm (\d+)\n")
+
+
+def _floors_below(ptx: str, registers: int) -> List[int]:
+    """The floors under the PTX's `.minnctapersm` worth trying, highest first: those whose
+    register budget (65536 per SM, allocated per thread in eights, at most 255) is below
+    `registers`, what the kernel takes without a floor; at a floor whose budget holds that
+    many, the kernel without a floor is as good."""
+    floor = _FLOOR.search(ptx)
+    threads = re.search(r"\.maxntid (\d+)(?:, (\d+), (\d+))?\n", ptx)
+    if floor is None or threads is None:
+        return []
+    n = 1
+    for g in threads.groups():
+        n *= int(g or 1)
+    warps = -(-n // 32)
+    return [f for f in range(int(floor.group(1)) - 1, 1, -1) if min(65536 // (f * warps * 32) // 8 * 8, 255) < registers]
+
+
+def _with_floor(ptx: str, floor: int) -> str:
+    return _FLOOR.sub(f".minnctapersm {floor}\n", ptx, count=1)
 
 
 def _relaxed(ptx: str) -> str:
     # `.minnctapersm 1` added, or an option's floor above 1 dropped (setmaxnreg needs the 1)
-    floor = re.search(r"\.minnctapersm (\d+)\n", ptx)
+    floor = _FLOOR.search(ptx)
     if floor is None:
         return re.sub(r"(\.maxntid [0-9, ]+)\n", r"\1\n.minnctapersm 1\n", ptx, count=1)
     if int(floor.group(1)) > 1:

@@ -293,10 +293,12 @@ def softmax(x, dim: int = -1, out=None):
     fewer rows take the split path above): the chunk is the power of two that
     C = 2, 4 or 8 programs need to hold at most 8192 elements each (8 with
     chunks of up to 32768), and C the fewest programs that cover the row with
-    it (50257 columns: 7 chunks of 8192, `_cluster_rows.fewer_programs`); rows
-    of 16385 to 40960 elements are held as 4 or 5 tiles of 1024 per program
-    instead where that idles fewer lanes (`_cluster_rows.split_chunks`). Each
-    program holds its chunk in registers (32 or 40 elements per thread),
+    it (70001 columns: 5 chunks of 16384, `_cluster_rows.fewer_programs`); rows
+    of 16385 to 57344 elements are held as 4 to 8 tiles of 1024 per program at
+    4 warps instead where that idles fewer lanes, on the fewest programs among
+    equals (50257 columns: 7 programs of 8 tiles; `_cluster_rows.split_chunks`),
+    asking for 8 programs per SM (the compiler keeps the most that fit). Each
+    program holds its chunk in registers (32 to 64 elements per thread),
     exchanges the chunk's max and sum of exp with the others of its cluster
     (tc.cluster_gather), combines the C pairs and writes its chunk: the row is
     read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16 rows with

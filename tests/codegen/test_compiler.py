@@ -1,4 +1,5 @@
 """The compiler driver: artifacts, metadata, dumps, cache, and errors that name the op."""
+import re
 import textwrap
 
 import pytest
@@ -275,3 +276,30 @@ def test_floor_that_spills_tries_narrow_invariants_first(monkeypatch, narrow_spi
     kept, _ = compiler._assemble(narrow, "sm_90a", lambda: pytest.fail("emitted again")) if not narrow_spills \
         else (narrow, None)
     assert kept is narrow
+
+
+@pytest.mark.parametrize("fits_from,natural,kept", [(6, 96, 6), (6, 72, None), (1, 200, None)])
+def test_floor_that_spills_steps_down(monkeypatch, fits_from, natural, kept):
+    # 128 threads: floor 7 allows 72 registers, 6 80, 5 96, 4 128, 3 168, 2 255
+    from tilec import compiler
+    from tilec.lowering import ptxas
+
+    tried = []
+
+    def fake_assemble(ptx, arch):
+        floor = re.search(r"\.minnctapersm (\d+)", ptx)
+        floor = int(floor.group(1)) if floor else 0
+        tried.append(floor)
+        spills = 16 if floor > fits_from else 0
+        return ptxas.PtxasResult(b"cubin", registers=natural if not floor else 64, spill_stores=spills,
+                                 spill_loads=spills)
+    monkeypatch.setattr(ptxas, "assemble", fake_assemble)
+    plain = LLVMResult("plain", ".visible .entry k(\n)\n.maxntid 128, 1, 1\n.minnctapersm 8\n{\n\tret;\n}\n", {})
+    got, result = compiler._assemble(plain, "sm_90a")
+    if kept:        # the highest floor that fits, after the natural count says which are worth it
+        assert f".minnctapersm {kept}\n" in got.ptx and tried == [8, 0, 7, 6]
+    elif natural == 72:   # floor 7 holds 72 registers: without a floor is as good
+        assert ".minnctapersm" not in got.ptx and tried == [8, 0]
+    else:           # no floor fits: dropped
+        assert ".minnctapersm" not in got.ptx and tried == [8, 0, 7, 6, 5, 4, 3]
+    assert result.spill_stores == 0 and got.llvm == "plain"

@@ -1,5 +1,7 @@
 """The min_programs_per_sm option: validation, the `.minnctapersm` floor ptxas fits registers
-to, and the floor dropped where it would make the kernel spill."""
+to, and lower floors tried where it would make the kernel spill."""
+import re
+
 import pytest
 
 import tilec as tc
@@ -49,11 +51,12 @@ def test_a_floor_that_spills_keeps_loop_invariants_narrow():
     report = floored.metadata["ptxas"]
     assert ".minnctapersm 6\n" in floored.asm["ptx"] and floored.asm["llvm"].count(TIED) == 32
     assert report["registers"] <= 80 and report["spill_stores"] == 0
-    # a floor the hoisted form fits keeps it; one neither fits is dropped, from the hoisted form
+    # a floor the hoisted form fits keeps it; one neither fits steps down to the highest one
+    # fits, here the narrow form's 6
     assert TIED not in _rows(4).asm["llvm"]
-    dropped = _rows(7)
-    assert ".minnctapersm" not in dropped.asm["ptx"] and TIED not in dropped.asm["llvm"]
-    assert dropped.metadata["ptxas"] == plain.metadata["ptxas"]
+    lowered = _rows(7)
+    assert ".minnctapersm 6\n" in lowered.asm["ptx"] and lowered.asm["llvm"].count(TIED) == 32
+    assert lowered.metadata["ptxas"] == report
 
 
 def _compile(**opts):
@@ -86,11 +89,15 @@ def test_floor_lowers_registers_to_fit_the_programs():
     assert report["spill_stores"] == 0
 
 
-def test_a_floor_that_spills_is_dropped():
-    free = _compile()
+def test_a_floor_that_spills_steps_down_to_one_that_fits():
+    regs = _compile().metadata["ptxas"]["registers"]
     floored = _compile(min_programs_per_sm=16)   # 32 registers: fewer than the kernel needs
-    assert ".minnctapersm" not in floored.asm["ptx"]
-    assert floored.metadata["ptxas"] == free.metadata["ptxas"]
+    kept = int(re.search(r"\.minnctapersm (\d+)\n", floored.asm["ptx"]).group(1))
+    report = floored.metadata["ptxas"]
+    assert 1 < kept < 16 and report["spill_stores"] == 0 and report["registers"] < regs
+    assert 128 * -(-report["registers"] // 8) * 8 * kept <= 65536
+    # every floor above it spills: asking for the next one lands on it too
+    assert _compile(min_programs_per_sm=kept + 1).asm["ptx"] == floored.asm["ptx"]
 
 
 def test_floor_is_part_of_the_cache_key():

@@ -85,22 +85,23 @@ def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launc
 
 
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
-    x = np.zeros((33, 16385), np.float32)                  # 33 rows x 4 programs = 132 < 264: split
+    x = np.zeros((87, 16385), np.float32)                  # 87 rows x 3 programs = 261 < 264: split
     sk.softmax(x)
-    assert ("softmax_cluster_kernel", 4) not in launched
+    assert ("softmax_cluster_kernel", 3) not in launched
     launched.clear()
-    sk.softmax(np.zeros((66, 16385), np.float32))          # 264 programs: one cluster of 4 per row
-    assert launched == [("softmax_cluster_kernel", 4)]
+    sk.softmax(np.zeros((88, 16385), np.float32))          # 264 programs: one cluster of 3 per row
+    assert launched == [("softmax_cluster_kernel", 3)]
 
 
 # ----------------------------------------------------------------------------- entry points
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("n,want", [
-    (50257, (7, 8192, 1)),     # one tile of 8192 on each of 7 programs (not 8): the last part-filled
+    (50257, (7, 1024, 8)),     # 8 tiles of 1024 on each of 7 programs (not 8): the last part-filled
     (65537, (5, 16384, 1)),    # 5 x 16384 at 16 warps, not 8
     (20001, (4, 1024, 5)),     # 5 tiles of 1024 per program: the last one part-filled
-    (28000, (7, 1024, 4)),     # 4 tiles of 1024 on clusters of 7 (a gather padded to 8 entries)
+    (28000, (4, 1024, 7)),     # 7 tiles of 1024 on clusters of 4, not 4 on clusters of 7
+    (45000, (6, 1024, 8)),     # clusters of 6 (a gather padded to 8 entries)
 ])
 def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, want):
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)  # clusters for few rows too
@@ -117,17 +118,18 @@ def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, 
 
 
 @pytest.mark.parametrize("n_cols,want", [
-    (16385, (4, 1024, 4, 5)),   # 4 x 5 x 1024 lanes for 16385, not 4 x 8192
-    (20001, (4, 1024, 4, 5)),
-    (24576, (6, 1024, 4, 4)),   # clusters of 6 (8 x 3 tiles: 24 per thread, too few)
-    (24000, (6, 1024, 4, 4)),
-    (28000, (7, 1024, 4, 4)),
-    (18000, (4, 1024, 4, 5)),   # 5 x 4 tiles idle as many lanes: the power-of-two cluster
-    (36000, (8, 1024, 4, 5)),
-    (40001, (8, 1024, 4, 5)),
-    (32000, (4, 8192, 8, 1)),   # 8 x 4 tiles of 1024 idle no fewer lanes than 4 x 8192
-    (40961, (8, 8192, 8, 1)),   # 6 tiles a program: too many registers
-    (50257, (8, 8192, 8, 1)),
+    (16385, (3, 1024, 4, 6)),   # 3 x 6 x 1024 lanes for 16385, not 4 x 8192
+    (20001, (4, 1024, 4, 5)),   # 5 x 4 tiles idle as many lanes: the fewer programs
+    (24576, (3, 1024, 4, 8)),   # not 6 x 4 or 4 x 6 (8 x 3 tiles: 24 per thread, too few)
+    (24000, (3, 1024, 4, 8)),
+    (28000, (4, 1024, 4, 7)),
+    (18000, (3, 1024, 4, 6)),
+    (36000, (6, 1024, 4, 6)),
+    (40001, (5, 1024, 4, 8)),   # not 8 x 5
+    (40961, (6, 1024, 4, 7)),
+    (50257, (7, 1024, 4, 8)),   # not 8 x 8192
+    (32000, (4, 8192, 8, 1)),   # 4 x 8 tiles of 1024 idle no fewer lanes than 4 x 8192
+    (60000, (8, 8192, 8, 1)),   # nor 8 x 8 tiles than 8 x 8192
     (262144, (8, 32768, 32, 1)),
 ])
 def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
@@ -141,19 +143,21 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     (CR.ClusterRows(4, 8192, 8), 2, {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}),
     (CR.ClusterRows(7, 8192, 8), 4, {}),              # f32 chunks: 2048x50257 97% of copy either way
     (CR.ClusterRows(5, 16384, 16), 2, {}),            # 16 warps: 3 programs would spill
-    (CR.ClusterRows(8, 1024, 4, 5), 2, {}),           # chunks as tiles
+    (CR.ClusterRows(8, 1024, 4, 5), 2, {"min_programs_per_sm": CR.CHUNK_TILE_PROGRAMS_PER_SM}),  # chunks as tiles
+    (CR.ClusterRows(7, 1024, 4, 8), 4, {"min_programs_per_sm": CR.CHUNK_TILE_PROGRAMS_PER_SM}),  # any dtype
 ])
-def test_two_byte_chunks_of_8192_ask_for_five_programs_per_sm(cl, itemsize, want):
+def test_chunks_ask_for_a_floor_of_programs_per_sm(cl, itemsize, want):
     assert CR.chunk_options(cl, itemsize) == want
 
 
-@pytest.mark.parametrize("n,log", [(50257, True), (32000, False), (150001, False)])
-def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log):
+@pytest.mark.parametrize("n,log,floor", [(50257, True, CR.CHUNK_TILE_PROGRAMS_PER_SM),
+                                         (32000, False, CR.CHUNK_PROGRAMS_PER_SM), (150001, False, None)])
+def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log, floor):
     launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     x = sk.BF16Array(np.random.default_rng(0).standard_normal((2, n)).astype(np.float32))
     (sk.log_softmax if log else sk.softmax)(x)
-    floor = {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}
+    floor = {"min_programs_per_sm": floor}
     # the persistent kernel (rows over 131072) sizes its own grid by the resident programs: no floor
     assert launched == ([("softmax_cluster_loop_kernel", None)] if n > 131072 else [("softmax_cluster_kernel", floor)])
 
@@ -170,6 +174,23 @@ def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
     c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=8, cluster=7, **opts)
     ptxas = c.metadata["ptxas"]
     assert ".minnctapersm 5" in c.asm["ptx"] and ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
+
+
+@pytest.mark.parametrize("log,floor,regs", [(False, 6, 80), (True, None, 80)])
+def test_eight_tile_chunks_take_the_highest_floor_that_fits(log, floor, regs):
+    # 8 tiles of 1024 at 4 warps ask for 8 programs per SM (64 registers) and spill there;
+    # softmax, which holds its f32 exps across the exchange, takes 96 registers without a floor
+    # and fits 6 programs' 80; log_softmax takes 80 without one (floor 7's 72 spill)
+    k = CR.softmax_cluster_kernel
+    sig = f"x=bf16[?,?], out=bf16[?,?], LOG={log}, C=7, BLOCK=1024, WINDOW=16, TILES=8"
+    cl = CR.split_chunks(CR.cluster_rows(50272, (9, 0), CR.MAX_SOFTMAX_CHUNK), 50272)
+    assert (cl.c, cl.tiles) == (7, 8)
+    c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=4, cluster=7,
+                  **CR.chunk_options(cl, 2))
+    ptxas = c.metadata["ptxas"]
+    kept = f".minnctapersm {floor}\n" if floor else ".minnctapersm"
+    assert (kept in c.asm["ptx"]) == bool(floor), ptxas
+    assert ptxas["registers"] <= regs and ptxas["spill_stores"] == 0, ptxas
 
 
 LN_FLOOR = {"min_programs_per_sm": norms.LN_EIGHT_CHUNKS_PROGRAMS_PER_SM}
@@ -217,14 +238,13 @@ def test_two_byte_layer_norm_clusters_of_8_fit_three_programs_per_sm(dtype):
 
 
 @pytest.mark.parametrize("n_cols,want", [
-    (50257, (7, 8192)),
-    (45000, (6, 8192)),
-    (40961, (6, 8192)),
+    (57345, (8, 8192)),        # 8 x 8 tiles of 1024 idle as many lanes (`split_chunks`)
     (65536, (8, 8192)),        # every chunk full already
     (65537, (5, 16384)),
     (100000, (7, 16384)),
     (200003, (8, 32768)),      # persistent chunks (the limit, LOOP_MIN_CHUNK) keep their clusters
     (20001, (4, 1024)),        # chunks held as tiles keep theirs
+    (50257, (7, 1024)),
 ])
 def test_softmax_on_the_fewest_programs_that_cover_a_row(n_cols, want):
     cl = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols)
@@ -313,13 +333,13 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     rng = np.random.default_rng(13)
-    x = rowwise.host(20 * rng.standard_normal((5, 40961)), dtype)   # 8 chunks of 8192 (`split_chunks`: none)
+    x = rowwise.host(20 * rng.standard_normal((5, 57345)), dtype)   # 8 chunks of 8192 (`split_chunks`: none)
     for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
         got = fn(x)
         rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=20 if log else 1.0)
-    assert launched == [("softmax_cluster_loop_kernel", 6), ("softmax_cluster_loop_kernel", 6)]   # the fewest programs
+    assert launched == [("softmax_cluster_loop_kernel", 8), ("softmax_cluster_loop_kernel", 8)]
     launched.clear()
-    sk.softmax(np.zeros((5, 40961), np.float32))           # ragged f32 rows keep one row per cluster
+    sk.softmax(np.zeros((5, 57345), np.float32))           # ragged f32 rows keep one row per cluster
     assert launched == [("softmax_cluster_kernel", 8)]
 
 

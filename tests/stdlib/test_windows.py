@@ -43,7 +43,7 @@ PATHS = {
     "one tile": ((37, 1001), None, ["softmax_tile_kernel"], ["softmax_tile_kernel"]),
     "packed rows": ((300, 99), None, ["softmax_tile_kernel"], ["softmax_tile_kernel"]),
     "clusters": ((140, 20001), None, ["softmax_cluster_kernel"], ["softmax_cluster_kernel"]),
-    "persistent clusters": ((5, 40961), _persistent, ["softmax_cluster_kernel"], ["softmax_cluster_loop_kernel"]),
+    "persistent clusters": ((5, 57345), _persistent, ["softmax_cluster_kernel"], ["softmax_cluster_loop_kernel"]),
     "split rows": ((3, 40001), None, ["softmax_partial_kernel", "softmax_finish_kernel"],
                    ["softmax_partial_kernel", "softmax_finish_kernel"]),
     "looped rows": ((270, 17001), _no_clusters, ["softmax_loop_kernel"], ["softmax_loop_kernel"]),
