@@ -36,6 +36,15 @@ MAX_REDUCE_WARPS = 32
 # registers; the lane-wise state stays small.
 LOOP_BLOCK = 2048
 LOOP_WARPS = 8
+# Whole rows off 32-byte sectors (aligned windows) of up to WINDOW_LOOP_MAX_COLS classes step by
+# tiles of 1024 at 4 warps: the window's masks took 64 registers at 2048 / 8 warps (4 programs
+# per SM), 64 at 1024 / 4 (8). H200, % of copy, reduction="none": 4096x50257 bf16 77.3 -> 82.5,
+# 8192x32001 bf16 83.2 -> 87.1, 8192x50257 f16 82.1 -> 88.5, 4096x50257 f32 96.7 -> 98.6; longer
+# rows lost (2048x128257 bf16 85.6 -> 83.7), and rows on sectors keep 2048 / 8 (4096x32000 bf16
+# 89.5, 87.3 at 1024 / 4).
+WINDOW_LOOP_BLOCK = 1024
+WINDOW_LOOP_WARPS = 4
+WINDOW_LOOP_MAX_COLS = 65536
 # Fewer rows than this: each long row is split into chunks among programs (merged by a
 # second launch), so that a few rows still fill the GPU. From 1024 rows whole rows win:
 # 4096x32000 bf16 on an H200 measured 83% of copy with whole rows, 80% / 81% in 2 / 4
@@ -187,6 +196,9 @@ EXTRA_SIGNATURES = [
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=False"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=True"),
+    # whole rows off 32-byte sectors (`loop_config`: 4 warps)
+    ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
+                       "steps_per_chunk=i32, BLOCK=1024, SPLIT=False, WINDOW=16"),
     ("ce_combine_kernel", "logits=f32[?,?], target=i32[?], loss=bf16[?], part_m=f32[?,?], part_s=f32[?,?], "
                           "ignore_index=i32, CHUNKS=128"),
     ("ce_reduce_kernel", "loss=f32[?], target=i32[?], out=f32[?], ignore_index=i32, MEAN=False, BLOCK=1024"),
@@ -198,11 +210,20 @@ EXTRA_SIGNATURES = [
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def chunk_count(n_rows: int, n_cls: int, window: int = 0):
+def loop_config(n_rows: int, n_cls: int, window: int = 0):
+    """(BLOCK, num_warps) of the looped kernel: WINDOW_LOOP_BLOCK at WINDOW_LOOP_WARPS for whole
+    rows (n_rows >= SPLIT_ROWS) read through windows (`window` > 0) of up to
+    WINDOW_LOOP_MAX_COLS classes, else LOOP_BLOCK at LOOP_WARPS."""
+    if window and n_rows >= SPLIT_ROWS and n_cls <= WINDOW_LOOP_MAX_COLS:
+        return WINDOW_LOOP_BLOCK, WINDOW_LOOP_WARPS
+    return LOOP_BLOCK, LOOP_WARPS
+
+
+def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: int = LOOP_BLOCK):
     """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
-    SPLIT_ROWS programs in all, each at least one step of 4 * LOOP_BLOCK classes (rows
+    SPLIT_ROWS programs in all, each at least one step of 4 * `block` classes (rows
     read in aligned windows, `window` > 0: steps from the window's start)."""
-    n_steps = window_steps(n_cls, window, 4 * LOOP_BLOCK)
+    n_steps = window_steps(n_cls, window, 4 * block)
     chunks = 1 if n_rows >= SPLIT_ROWS else min(n_steps, tc.cdiv(SPLIT_ROWS, n_rows))
     per = tc.cdiv(n_steps, chunks)
     return tc.cdiv(n_steps, per), per
@@ -217,11 +238,12 @@ def reduce_config(n_rows: int):
 
 def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
     window = row_window(a, "logits")
-    chunks, per = chunk_count(n_rows, n_cls, window)
+    block, warps = loop_config(n_rows, n_cls, window)
+    chunks, per = chunk_count(n_rows, n_cls, window, block)
     if chunks == 1:
         # the partials are not touched: the loss view stands in for them
-        launch(ce_loop_kernel, (n_rows, 1), (xv, tv, lv, lv, lv, ignore_index, per), LOOP_WARPS,
-               BLOCK=LOOP_BLOCK, SPLIT=False, WINDOW=window)
+        launch(ce_loop_kernel, (n_rows, 1), (xv, tv, lv, lv, lv, ignore_index, per), warps,
+               BLOCK=block, SPLIT=False, WINDOW=window)
         return
     shape = (n_rows, chunks)
     part_m, part_s = (view(empty_like(a, shape, tc.float32), shape, contiguous_strides(shape)) for _ in range(2))
@@ -245,7 +267,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
     classes, else an online logsumexp over steps of four 2048-column tiles,
-    8 warps). With fewer than SPLIT_ROWS (1024) such rows, each row is split
+    8 warps; of four 1024-column tiles at 4 warps for 1024 rows or more of
+    up to 65536 classes that start off 32-byte sectors: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows, each row is split
     into chunks of steps, about SPLIT_ROWS programs in all, whose (max, sum)
     partials a second launch merges (one program per row). The mean/sum is
     one program walking the per-row losses in tiles of next_pow2(rows), at

@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows
 
+from launch_spy import spy_launches
 from row_refs import ref_softmax
 
 # Row lengths: 1, primes, tile edges and one past them, a few thousand.
@@ -261,6 +262,30 @@ def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, s
     bad = sk.cross_entropy(x, np.array([16385, 9000, -5, 3]), reduction="none")
     assert np.isnan(bad[0]) and np.isnan(bad[2]) and np.isfinite(bad[[1, 3]]).all()
     assert np.isnan(sk.cross_entropy(x, np.full(4, -100)))  # every row ignored: 0 / 0
+
+
+@pytest.mark.parametrize("rows,n,window,want", [(4096, 50257, 16, (1024, 4)), (8192, 32001, 8, (1024, 4)),
+                                                 (4096, 32000, 0, (2048, 8)), (2048, 128257, 16, (2048, 8)),
+                                                 (512, 50257, 16, (2048, 8))])
+def test_cross_entropy_loop_config(rows, n, window, want):
+    # whole rows off 32-byte sectors of up to 65536 classes step by smaller tiles at 4 warps
+    assert importlib.import_module("tilec.stdlib_kernels.cross_entropy").loop_config(rows, n, window) == want
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("n", [20001, 20000])
+def test_cross_entropy_windowed_rows_step_by_smaller_tiles(rowwise, monkeypatch, dtype, n):
+    CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
+    monkeypatch.setattr(CE, "SPLIT_ROWS", 2)      # whole rows for a few rows
+    launched = spy_launches(monkeypatch, (CE,), lambda kernel, cluster, c: (kernel.name, c.get("BLOCK"), c.get("WINDOW")))
+    rng = np.random.default_rng(7)
+    x = rowwise.host(4 * rng.standard_normal((3, n)), dtype)
+    t = np.array([n - 1, 0, 7777])
+    none, _, mean = ref_cross_entropy(rowwise.f64(x), t, -100)
+    rowwise.close(sk.cross_entropy(x, t, reduction="none"), none, dtype, scale=1 + np.log(n))
+    rowwise.close(sk.cross_entropy(x, t), mean, dtype, scale=1 + np.log(n))
+    window = 0 if n * (2 if dtype == "bf16" else 4) % 32 == 0 else 32 // (2 if dtype == "bf16" else 4)
+    assert launched[0] == ("ce_loop_kernel", 1024 if window else 2048, window)
 
 
 def test_cross_entropy_argument_errors():

@@ -27,11 +27,14 @@ def _cases():
 # Kernels launched at a fixed warp count rather than by the tile rule.
 # (reduce_inner_kernel and its windowed form: tile bytes / 2048, at most 8; every signature
 # listed is a full tile.)
-FIXED_WARPS = {"ce_loop_kernel": 8, "reduce_inner_kernel": 8, "reduce_inner_window_kernel": 8}
+FIXED_WARPS = {"reduce_inner_kernel": 8, "reduce_inner_window_kernel": 8}
 
 
 def _num_warps(spec, kernel: str = "") -> int:
     # The entry points' rule (`_common.row_config`): tile elements / 512, 1..16.
+    if kernel == "ce_loop_kernel":    # 2048-column tiles at 8 warps, 1024 at 4 (`loop_config`)
+        ce = _module("cross_entropy")
+        return {ce.LOOP_BLOCK: ce.LOOP_WARPS, ce.WINDOW_LOOP_BLOCK: ce.WINDOW_LOOP_WARPS}[spec.constexprs["BLOCK"]]
     if kernel in FIXED_WARPS:
         return FIXED_WARPS[kernel]
     if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
