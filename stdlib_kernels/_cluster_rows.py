@@ -66,9 +66,9 @@ MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (3
 PER_THREAD = 32             # elements each thread holds
 # softmax chunks as tiles (`split_chunks`): 1024 columns at 4 warps (8 per thread: one or two
 # 16-byte accesses per tile), 4 to 8 of them (32 to 64 per thread, 48 to 96 registers), on
-# clusters of 2 to 8 programs; asking ptxas for CHUNK_TILE_PROGRAMS_PER_SM programs per SM (64
-# registers), the compiler keeping the highest floor under it that fits without spilling (8
-# tiles: 80 registers, 6 per SM). H200, % of copy, softmax / log_softmax, 4 or 5 tiles without a
+# clusters of 2 to 8 programs; asking ptxas for as many programs per SM as CHUNK_TILE_REGISTERS
+# allow (8 at 4 warps), the compiler keeping the highest floor under it that fits without
+# spilling (8 tiles: 80 registers, 6 per SM). H200, % of copy, softmax / log_softmax, 4 or 5 tiles without a
 # floor -> 4 to 8 with it: 4096x50257 bf16 88.6 / 90.0 -> 93.7 / 95.7 (7 x 8 tiles; one 8192-tile
 # per program before), 4096x40001 bf16 94.2 / 94.0 -> 98.1 / 97.9 (5 x 8), 4096x45000 bf16
 # 92.6 / 92.0 -> 97.9 / 97.3 (6 x 8), 8192x24000 bf16 92.2 / 92.3 -> 98.0 / 97.0 (3 x 8),
@@ -79,7 +79,17 @@ CHUNK_TILE = 1024
 CHUNK_TILE_WARPS = 4
 MIN_CHUNK_TILES = 4
 MAX_CHUNK_TILES = 8
-CHUNK_TILE_PROGRAMS_PER_SM = 8
+CHUNK_TILE_REGISTERS = 64     # the floor asked for: as many programs per SM as this many registers allow
+# 2-byte rows too long for that (over 65536 elements, with the window's padding) take, in this order,
+# up to LONG_CHUNK_TILES tiles of 1024, or 4 to 8 tiles of LONG_CHUNK_TILE at LONG_CHUNK_TILE_WARPS.
+# Rows on 32-byte sectors that long run persistent (softmax._loop_plans) and never get here. H200,
+# % of copy, softmax / log_softmax, before (5 x 16384 at 16 warps) -> now: 4096x70001 bf16 67.5 /
+# 68.0 -> 96.6 / 92.4 (7 x 10 x 1024), 4096x65537 bf16 64.9 / 65.3 -> 92.9 / 89.6 (7 x 10 x 1024),
+# 2048x100277 bf16 64.8 / 65.9 -> 88.3 / 89.8 (7 x 7 x 2048). Tiles of 4096 at 16 warps did worse
+# (70001: 50-90 on 2 to 6 programs).
+LONG_CHUNK_TILES = 10
+LONG_CHUNK_TILE = 2048
+LONG_CHUNK_TILE_WARPS = 8
 # 2-byte softmax chunks of 8192 at 8 warps ask ptxas for this many programs per SM (48 registers):
 # log_softmax holds its chunk in x's dtype across the exchange and took 51 registers (windowed rows)
 # or 79 (aligned), 4 or 3 programs per SM (H200, % of copy: log_softmax 4096x50257 bf16 81 -> 90;
@@ -328,6 +338,11 @@ SM90_SIGNATURES = [
     # 8 tiles of 1024 per program, the most split_chunks asks for (96 registers without a floor)
     ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="bf16", log=False, c=7, block=1024) + ", WINDOW=16, TILES=8",
      4),
+    # 2-byte rows over 65536 (split_chunks): 10 tiles of 1024, 7 of 2048 at 8 warps
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="bf16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=10",
+     4),
+    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=False, c=7, block=2048) + ", WINDOW=16, TILES=7",
+     8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
     # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
@@ -398,39 +413,46 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
 
 
-def split_chunks(cl: Optional[ClusterRows], n_cols: int) -> Optional[ClusterRows]:
+def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4) -> Optional[ClusterRows]:
     """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE
     columns at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer
     lanes idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to
-    fewer programs, more tiles each); else `cl`. For softmax_cluster_kernel (TILES; compile
-    options: `chunk_options`). Measured on an H200, % of copy, one tile -> tiles: softmax
-    8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95, 4096x40001 bf16
-    64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up to 8 tiles with
-    a floor of programs per SM (the numbers at CHUNK_TILE_PROGRAMS_PER_SM). Ties to fewer
-    programs: 4096x40001 bf16 softmax 5 x 8 tiles 98.1, 8 x 5 94.8; 4096x45000 bf16 6 x 8 97.9,
-    8 x 6 96.1 (8192x24000 bf16: 3 x 8 98.0, 4 x 6 99.4). Lost: three tiles (24 per thread;
-    log_softmax 4096x24576 bf16 88 -> 80), tiles of 2048 at 8 warps (4096x45000 bf16 70 -> 64
-    on 6 programs, 4096x50257 bf16 93.4 on 5 x 5 against 95.7 on 7 x 8 tiles of 1024) and of
-    4096 at 16 (2048x100000 bf16 63 -> 49)."""
+    fewer programs, more tiles each); else `cl`. Rows of 2-byte types (`itemsize`) too long
+    for that take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of
+    LONG_CHUNK_TILE. For softmax_cluster_kernel (TILES; compile options: `chunk_options`).
+    Measured on an H200, % of copy, one tile -> tiles: softmax 8192x16400 bf16 65 -> 94,
+    8192x20001 bf16 (rows off sectors) 66 -> 95, 4096x40001 bf16 64 -> 92, log_softmax
+    4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up to 8 tiles with a floor of programs
+    per SM (the numbers at CHUNK_TILE_REGISTERS). Ties to fewer programs: 4096x40001 bf16
+    softmax 5 x 8 tiles 98.1, 8 x 5 94.8; 4096x45000 bf16 6 x 8 97.9, 8 x 6 96.1 (8192x24000
+    bf16: 3 x 8 98.0, 4 x 6 99.4). Lost: three tiles (24 per thread; log_softmax 4096x24576
+    bf16 88 -> 80), tiles of 2048 at 8 warps where 1024 fit (4096x45000 bf16 70 -> 64 on 6
+    programs, 4096x50257 bf16 93.4 on 5 x 5 against 95.7 on 7 x 8 tiles of 1024) and of 4096
+    at 16 (2048x100000 bf16 63 -> 49)."""
     if cl is None:
         return None
-    tiles = {c: tc.cdiv(tc.cdiv(n_cols, c), CHUNK_TILE) for c in range(2, 9)}
-    fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= MAX_CHUNK_TILES]
-    if not fits:
-        return cl
-    c = min(fits, key=lambda c: (c * tiles[c], c))
-    if c * tiles[c] * CHUNK_TILE >= cl.c * cl.block:
-        return cl
-    return ClusterRows(c, CHUNK_TILE, CHUNK_TILE_WARPS, tiles[c])
+    shapes = [(CHUNK_TILE, CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
+    if itemsize == 2:
+        shapes += [(CHUNK_TILE, CHUNK_TILE_WARPS, LONG_CHUNK_TILES),
+                   (LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
+    for block, warps, most in shapes:
+        tiles = {c: tc.cdiv(tc.cdiv(n_cols, c), block) for c in range(2, 9)}
+        fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= most]
+        if fits:
+            c = min(fits, key=lambda c: (c * tiles[c], c))
+            if c * tiles[c] * block >= cl.c * cl.block:
+                return cl
+            return ClusterRows(c, block, warps, tiles[c])
+    return cl
 
 
 def chunk_options(cl: ClusterRows, itemsize: int) -> dict:
-    """softmax_cluster_kernel's compile options on `cl`: a floor of CHUNK_TILE_PROGRAMS_PER_SM
-    programs per SM for chunks held as tiles (`split_chunks`), of CHUNK_PROGRAMS_PER_SM for
-    2-byte chunks at CHUNK_PROGRAMS_WARPS warps. Where a floor spills, the compiler keeps the
-    highest lower one that fits (dsl/compiler.py)."""
+    """softmax_cluster_kernel's compile options on `cl`: for chunks held as tiles
+    (`split_chunks`), a floor of the programs per SM that CHUNK_TILE_REGISTERS registers allow;
+    for 2-byte chunks at CHUNK_PROGRAMS_WARPS warps, of CHUNK_PROGRAMS_PER_SM. Where a floor
+    spills, the compiler keeps the highest lower one that fits (dsl/compiler.py)."""
     if cl.tiles > 1:
-        return {"min_programs_per_sm": CHUNK_TILE_PROGRAMS_PER_SM}
+        return {"min_programs_per_sm": 65536 // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
     if itemsize == 2 and cl.num_warps == CHUNK_PROGRAMS_WARPS:
         return {"min_programs_per_sm": CHUNK_PROGRAMS_PER_SM}
     return {}

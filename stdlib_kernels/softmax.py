@@ -228,7 +228,7 @@ def _softmax(x, dim, out, log: bool, op: str):
                BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
-    cl = _cluster_rows.split_chunks(cl, span)
+    cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
@@ -297,8 +297,11 @@ def softmax(x, dim: int = -1, out=None):
     of 16385 to 57344 elements are held as 4 to 8 tiles of 1024 per program at
     4 warps instead where that idles fewer lanes, on the fewest programs among
     equals (50257 columns: 7 programs of 8 tiles; `_cluster_rows.split_chunks`),
-    asking for 8 programs per SM (the compiler keeps the most that fit). Each
-    program holds its chunk in registers (32 to 64 elements per thread),
+    asking for 8 programs per SM (the compiler keeps the most that fit);
+    f16/bf16 rows off 32-byte sectors of 65537 to 131072 elements the same way
+    in up to 10 tiles of 1024, or else 4 to 8 tiles of 2048 at 8 warps (70001
+    columns: 7 x 10 x 1024; 100277: 7 x 7 x 2048). Each
+    program holds its chunk in registers (32 to 80 elements per thread),
     exchanges the chunk's max and sum of exp with the others of its cluster
     (tc.cluster_gather), combines the C pairs and writes its chunk: the row is
     read once (`_cluster_rows.cluster_rows`). softmax of f16/bf16 rows with

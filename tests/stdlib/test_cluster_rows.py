@@ -98,7 +98,9 @@ def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("n,want", [
     (50257, (7, 1024, 8)),     # 8 tiles of 1024 on each of 7 programs (not 8): the last part-filled
-    (65537, (5, 16384, 1)),    # 5 x 16384 at 16 warps, not 8
+    (65537, {"f32": (5, 16384, 1), "2-byte": (7, 1024, 10)}),   # 5 x 16384 at 16 warps, not 8; 2-byte
+                               # rows that long (rows off sectors): up to 10 tiles of 1024
+    (100277, {"f32": (7, 16384, 1), "2-byte": (7, 2048, 7)}),   # longer: tiles of 2048 at 8 warps
     (20001, (4, 1024, 5)),     # 5 tiles of 1024 per program: the last one part-filled
     (28000, (4, 1024, 7)),     # 7 tiles of 1024 on clusters of 4, not 4 on clusters of 7
     (45000, (6, 1024, 8)),     # clusters of 6 (a gather padded to 8 entries)
@@ -113,6 +115,8 @@ def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, 
     x64[1, n - 300:] += 50                                # the max in the row's last tile
     x = rowwise.host(x64, dtype)
     got = (sk.log_softmax if log else sk.softmax)(x)
+    if isinstance(want, dict):
+        want = want["f32" if dtype == "f32" else "2-byte"]
     assert launched == [("softmax_cluster_kernel", *want)]
     rowwise.close(got, ref_softmax(rowwise.f64(x), log), dtype, scale=30 if log else 1.0)
 
@@ -138,19 +142,33 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     assert CR.split_chunks(None, n_cols) is None
 
 
+@pytest.mark.parametrize("n_cols,itemsize,want", [
+    (70016, 2, (7, 1024, 4, 10)),      # 2-byte rows over 65536: up to 10 tiles of 1024
+    (65552, 2, (7, 1024, 4, 10)),
+    (100288, 2, (7, 2048, 8, 7)),      # then 4 to 8 of 2048 at 8 warps
+    (131072, 2, (8, 16384, 16, 1)),    # 8 x 8 tiles of 2048 idle no fewer lanes than 8 x 16384
+    (150016, 2, (8, 32768, 32, 1)),    # too long for either
+    (70016, 4, (8, 16384, 16, 1)),     # f32 rows keep their power-of-two chunks
+])
+def test_long_two_byte_rows_as_more_or_wider_tiles(n_cols, itemsize, want):
+    got = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols, itemsize)
+    assert (got.c, got.block, got.num_warps, got.tiles) == want
+
+
 @pytest.mark.parametrize("cl,itemsize,want", [
     (CR.ClusterRows(7, 8192, 8), 2, {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}),
     (CR.ClusterRows(4, 8192, 8), 2, {"min_programs_per_sm": CR.CHUNK_PROGRAMS_PER_SM}),
     (CR.ClusterRows(7, 8192, 8), 4, {}),              # f32 chunks: 2048x50257 97% of copy either way
     (CR.ClusterRows(5, 16384, 16), 2, {}),            # 16 warps: 3 programs would spill
-    (CR.ClusterRows(8, 1024, 4, 5), 2, {"min_programs_per_sm": CR.CHUNK_TILE_PROGRAMS_PER_SM}),  # chunks as tiles
-    (CR.ClusterRows(7, 1024, 4, 8), 4, {"min_programs_per_sm": CR.CHUNK_TILE_PROGRAMS_PER_SM}),  # any dtype
+    (CR.ClusterRows(8, 1024, 4, 5), 2, {"min_programs_per_sm": 8}),   # chunks as tiles: 64 registers
+    (CR.ClusterRows(7, 1024, 4, 8), 4, {"min_programs_per_sm": 8}),   # any dtype
+    (CR.ClusterRows(7, 2048, 8, 7), 2, {"min_programs_per_sm": 4}),
 ])
 def test_chunks_ask_for_a_floor_of_programs_per_sm(cl, itemsize, want):
     assert CR.chunk_options(cl, itemsize) == want
 
 
-@pytest.mark.parametrize("n,log,floor", [(50257, True, CR.CHUNK_TILE_PROGRAMS_PER_SM),
+@pytest.mark.parametrize("n,log,floor", [(50257, True, 8),
                                          (32000, False, CR.CHUNK_PROGRAMS_PER_SM), (150001, False, None)])
 def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log, floor):
     launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
