@@ -286,7 +286,10 @@ def _floors_below(ptx: str, registers: int) -> List[int]:
     for g in threads.groups():
         n *= int(g or 1)
     warps = -(-n // 32)
-    return [f for f in range(int(floor.group(1)) - 1, 1, -1) if min(65536 // (f * warps * 32) // 8 * 8, 255) < registers]
+
+    def budget(f):
+        return min(65536 // (f * warps * 32) // 8 * 8, 255)
+    return [f for f in range(int(floor.group(1)) - 1, 1, -1) if budget(f) < registers]
 
 
 def _with_floor(ptx: str, floor: int) -> str:

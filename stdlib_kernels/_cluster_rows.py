@@ -68,9 +68,9 @@ PER_THREAD = 32             # elements each thread holds
 # 16-byte accesses per tile), 4 to 8 of them (32 to 64 per thread, 48 to 96 registers), on
 # clusters of 2 to 8 programs; asking ptxas for as many programs per SM as CHUNK_TILE_REGISTERS
 # allow (8 at 4 warps), the compiler keeping the highest floor under it that fits without
-# spilling (8 tiles: 80 registers, 6 per SM). H200, % of copy, softmax / log_softmax, 4 or 5 tiles without a
-# floor -> 4 to 8 with it: 4096x50257 bf16 88.6 / 90.0 -> 93.7 / 95.7 (7 x 8 tiles; one 8192-tile
-# per program before), 4096x40001 bf16 94.2 / 94.0 -> 98.1 / 97.9 (5 x 8), 4096x45000 bf16
+# spilling (8 tiles: 80 registers, 6 per SM). H200, % of copy, softmax / log_softmax, 4 or 5
+# tiles without a floor -> 4 to 8 with it: 4096x50257 bf16 88.6 / 90.0 -> 93.7 / 95.7 (7 x 8
+# tiles; one 8192-tile per program before), 4096x40001 bf16 94.2 / 94.0 -> 98.1 / 97.9 (5 x 8), 4096x45000 bf16
 # 92.6 / 92.0 -> 97.9 / 97.3 (6 x 8), 8192x24000 bf16 92.2 / 92.3 -> 98.0 / 97.0 (3 x 8),
 # 8192x16400 bf16 93.7 / 93.5 -> 98.5 / 99.2 (3 x 6). Without a floor 8 tiles took 96 registers
 # (5 per SM: 4096x50257 bf16 softmax 87.2); a fixed floor of 6 cost log_softmax, whose chunks
@@ -336,13 +336,13 @@ SM90_SIGNATURES = [
     ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=4",
      4),
     # 8 tiles of 1024 per program, the most split_chunks asks for (96 registers without a floor)
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="bf16", log=False, c=7, block=1024) + ", WINDOW=16, TILES=8",
-     4),
+    ("softmax_cluster_kernel",
+     _SOFTMAX.format(V2="[?,?]", d="bf16", log=False, c=7, block=1024) + ", WINDOW=16, TILES=8", 4),
     # 2-byte rows over 65536 (split_chunks): 10 tiles of 1024, 7 of 2048 at 8 warps
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="bf16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=10",
-     4),
-    ("softmax_cluster_kernel", _SOFTMAX.format(V2="[?,?]", d="f16", log=False, c=7, block=2048) + ", WINDOW=16, TILES=7",
-     8),
+    ("softmax_cluster_kernel",
+     _SOFTMAX.format(V2="[?,?]", d="bf16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=10", 4),
+    ("softmax_cluster_kernel",
+     _SOFTMAX.format(V2="[?,?]", d="f16", log=False, c=7, block=2048) + ", WINDOW=16, TILES=7", 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
     # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps

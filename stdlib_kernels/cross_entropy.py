@@ -268,8 +268,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     Block size: the rows use `_common.row_config` (one tile up to 16384
     classes, else an online logsumexp over steps of four 2048-column tiles,
     8 warps; of four 1024-column tiles at 4 warps for 1024 rows or more of
-    up to 65536 classes that start off 32-byte sectors: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows, each row is split
-    into chunks of steps, about SPLIT_ROWS programs in all, whose (max, sum)
+    up to 65536 classes that start off 32-byte sectors: `loop_config`). With
+    fewer than SPLIT_ROWS (1024) such rows, each row is split into chunks of
+    steps, about SPLIT_ROWS programs in all, whose (max, sum)
     partials a second launch merges (one program per row). The mean/sum is
     one program walking the per-row losses in tiles of next_pow2(rows), at
     most 8192, with tile / 128 warps (1..32: few masked loads per thread).
