@@ -81,8 +81,11 @@ MIN_CHUNK_TILES = 4
 MAX_CHUNK_TILES = 8
 CHUNK_TILE_REGISTERS = 64     # the floor asked for: as many programs per SM as this many registers allow
 # 2-byte rows too long for that (over 65536 elements, with the window's padding) take, in this order,
-# up to LONG_CHUNK_TILES tiles of 1024, or 4 to 8 tiles of LONG_CHUNK_TILE at LONG_CHUNK_TILE_WARPS.
-# Rows on 32-byte sectors that long run persistent (softmax._loop_plans) and never get here. H200,
+# up to LONG_CHUNK_TILES tiles of 1024, or 4 to 8 tiles of LONG_CHUNK_TILE at LONG_CHUNK_TILE_WARPS,
+# at most LONG_CHUNK_MAX_TILES on rows on 32-byte sectors (8 took 97-99 registers there, 80 on
+# windowed rows: 2048x116000 bf16 log_softmax 74%, 89% persistent; 2048x110001 bf16 softmax /
+# log_softmax 91.3 / 92.5 on 7 x 8, 89.9 / 90.9 on 8 x 7). Longer rows keep their chunks of 16384
+# or 32768 (persistent on sectors). H200,
 # % of copy, softmax / log_softmax, before (5 x 16384 at 16 warps) -> now: 4096x70001 bf16 67.5 /
 # 68.0 -> 96.6 / 92.4 (7 x 10 x 1024), 4096x65537 bf16 64.9 / 65.3 -> 92.9 / 89.6 (7 x 10 x 1024),
 # 2048x100277 bf16 64.8 / 65.9 -> 88.3 / 89.8 (7 x 7 x 2048). Tiles of 4096 at 16 warps did worse
@@ -90,6 +93,7 @@ CHUNK_TILE_REGISTERS = 64     # the floor asked for: as many programs per SM as 
 LONG_CHUNK_TILES = 10
 LONG_CHUNK_TILE = 2048
 LONG_CHUNK_TILE_WARPS = 8
+LONG_CHUNK_MAX_TILES = 7
 # 2-byte softmax chunks of 8192 at 8 warps ask ptxas for this many programs per SM (48 registers):
 # log_softmax holds its chunk in x's dtype across the exchange and took 51 registers (windowed rows)
 # or 79 (aligned), 4 or 3 programs per SM (H200, % of copy: log_softmax 4096x50257 bf16 81 -> 90;
@@ -413,28 +417,29 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     return ClusterRows(c, block, min(max(block // (32 * per_thread), 1), 32))
 
 
-def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4) -> Optional[ClusterRows]:
-    """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE
-    columns at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer
-    lanes idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to
-    fewer programs, more tiles each); else `cl`. Rows of 2-byte types (`itemsize`) too long
-    for that take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of
-    LONG_CHUNK_TILE. For softmax_cluster_kernel (TILES; compile options: `chunk_options`).
-    Measured on an H200, % of copy, one tile -> tiles: softmax 8192x16400 bf16 65 -> 94,
-    8192x20001 bf16 (rows off sectors) 66 -> 95, 4096x40001 bf16 64 -> 92, log_softmax
-    4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up to 8 tiles with a floor of programs
-    per SM (the numbers at CHUNK_TILE_REGISTERS). Ties to fewer programs: 4096x40001 bf16
-    softmax 5 x 8 tiles 98.1, 8 x 5 94.8; 4096x45000 bf16 6 x 8 97.9, 8 x 6 96.1 (8192x24000
-    bf16: 3 x 8 98.0, 4 x 6 99.4). Lost: three tiles (24 per thread; log_softmax 4096x24576
-    bf16 88 -> 80), tiles of 2048 at 8 warps where 1024 fit (4096x45000 bf16 70 -> 64 on 6
-    programs, 4096x50257 bf16 93.4 on 5 x 5 against 95.7 on 7 x 8 tiles of 1024) and of 4096
-    at 16 (2048x100000 bf16 63 -> 49)."""
+def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
+                 window: int = 0) -> Optional[ClusterRows]:
+    """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE columns
+    at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer lanes
+    idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to fewer
+    programs, more tiles each); else `cl`. Rows of 2-byte types (`itemsize`) too long for that
+    take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of LONG_CHUNK_TILE
+    (LONG_CHUNK_MAX_TILES on rows on 32-byte sectors, `window` 0). For softmax_cluster_kernel
+    (TILES; compile options: `chunk_options`). Measured on an H200, % of copy, one tile ->
+    tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
+    4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up
+    to 8 tiles with a floor of programs per SM (the numbers at CHUNK_TILE_REGISTERS). Ties to
+    fewer programs: 4096x40001 bf16 softmax 5 x 8 tiles 98.1, 8 x 5 94.8; 4096x45000 bf16 6 x 8
+    97.9, 8 x 6 96.1 (8192x24000 bf16: 3 x 8 98.0, 4 x 6 99.4). Lost: three tiles (24 per
+    thread; log_softmax 4096x24576 bf16 88 -> 80), tiles of 2048 at 8 warps where 1024 fit
+    (4096x45000 bf16 70 -> 64 on 6 programs, 4096x50257 bf16 93.4 on 5 x 5 against 95.7 on 7 x 8
+    tiles of 1024) and of 4096 at 16 (2048x100000 bf16 63 -> 49)."""
     if cl is None:
         return None
     shapes = [(CHUNK_TILE, CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
     if itemsize == 2:
         shapes += [(CHUNK_TILE, CHUNK_TILE_WARPS, LONG_CHUNK_TILES),
-                   (LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
+                   (LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, LONG_CHUNK_MAX_TILES if not window else MAX_CHUNK_TILES)]
     for block, warps, most in shapes:
         tiles = {c: tc.cdiv(tc.cdiv(n_cols, c), block) for c in range(2, 9)}
         fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= most]

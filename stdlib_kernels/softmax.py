@@ -178,6 +178,8 @@ LOOP_STAGES_F32 = 2
 # -> now: 2048x151936 bf16 61 -> 86 (5 x 32768), log_softmax 2048x128256 bf16 77 -> 93 (4 x 32768),
 # 2048x100000 bf16 67 -> 87 (7 x 16384), 4096x80000 f16 75 -> 90 (5 x 16384), windowed 1024x150001 bf16
 # 48 -> 68 (5 x 32768). Windowed rows of 65537 to 131072 lost (4096x70001 bf16 69 -> 61 on 3 x 32768).
+# Rows that `_cluster_rows.split_chunks` holds as tiles (up to 114688 elements on sectors) run those
+# instead (`_loop_plans`).
 HALF_LOOP_WARPS = 8
 
 
@@ -186,7 +188,13 @@ def _loop_plans(cl, n_cols: int, itemsize: int, window: int):
     window's padding) on clusters `cl`, as (ClusterRows, the loop kernel's further constexprs):
     2-byte chunks hold the next row in registers (above); f32 chunks of LOOP_MIN_CHUNK stage it
     in shared memory (one 128 KB slot), only when every chunk is full: their loads then need no
-    -inf padding, a select per element that made the kernel spill at 64 registers."""
+    -inf padding, a select per element that made the kernel spill at 64 registers. Chunks held
+    as tiles (`_cluster_rows.split_chunks`) run one row per cluster instead: H200, % of copy,
+    softmax / log_softmax, persistent -> tiles: 4096x100000 bf16 85.5 / 80.7 -> 90.1 / 90.6 (7 x
+    7 x 2048), 4096x80000 f16 90.3 / 85.2 -> 95.4 / 95.4 (8 x 10 x 1024), 4096x65552 bf16 87.8 /
+    69.8 -> 89.5 / 90.5 (7 x 10 x 1024)."""
+    if cl.tiles > 1:
+        return []
     if itemsize == 2:
         if not window and n_cols > 2 * LOOP_MIN_CHUNK:
             sizes = ((LOOP_MIN_CHUNK, LOOP_WARPS), (LOOP_MIN_CHUNK // 2, HALF_LOOP_WARPS))
@@ -228,7 +236,7 @@ def _softmax(x, dim, out, log: bool, op: str):
                BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
-    cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize)
+    cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize, window)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
         args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
@@ -298,9 +306,9 @@ def softmax(x, dim: int = -1, out=None):
     4 warps instead where that idles fewer lanes, on the fewest programs among
     equals (50257 columns: 7 programs of 8 tiles; `_cluster_rows.split_chunks`),
     asking for 8 programs per SM (the compiler keeps the most that fit);
-    f16/bf16 rows off 32-byte sectors of 65537 to 131072 elements the same way
-    in up to 10 tiles of 1024, or else 4 to 8 tiles of 2048 at 8 warps (70001
-    columns: 7 x 10 x 1024; 100277: 7 x 7 x 2048). Each
+    f16/bf16 rows of 65537 to 131072 elements the same way in up to 10 tiles
+    of 1024, or else 4 to 8 tiles of 2048 at 8 warps (7 on rows on 32-byte
+    sectors; 70001 columns: 7 x 10 x 1024; 100277: 7 x 7 x 2048). Each
     program holds its chunk in registers (32 to 80 elements per thread),
     exchanges the chunk's max and sum of exp with the others of its cluster
     (tc.cluster_gather), combines the C pairs and writes its chunk: the row is
@@ -311,7 +319,7 @@ def softmax(x, dim: int = -1, out=None):
     do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
     chunk staged in shared memory. f16/bf16 rows run persistent on the fewest
     programs that cover them (`_loop_plans`): rows that start on 32-byte sectors
-    from 65537 elements, in chunks of 32768 at 16 warps or of 16384 at 8
+    from 65537 elements that are not held as tiles (from 114689), in chunks of 32768 at 16 warps or of 16384 at 8
     (HALF_LOOP_WARPS), whichever the device keeps more programs of resident
     (151936 columns: 5 x 32768); windowed rows from 131073, in chunks of 32768.
 

@@ -142,16 +142,19 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     assert CR.split_chunks(None, n_cols) is None
 
 
-@pytest.mark.parametrize("n_cols,itemsize,want", [
-    (70016, 2, (7, 1024, 4, 10)),      # 2-byte rows over 65536: up to 10 tiles of 1024
-    (65552, 2, (7, 1024, 4, 10)),
-    (100288, 2, (7, 2048, 8, 7)),      # then 4 to 8 of 2048 at 8 warps
-    (131072, 2, (8, 16384, 16, 1)),    # 8 x 8 tiles of 2048 idle no fewer lanes than 8 x 16384
-    (150016, 2, (8, 32768, 32, 1)),    # too long for either
-    (70016, 4, (8, 16384, 16, 1)),     # f32 rows keep their power-of-two chunks
+@pytest.mark.parametrize("n_cols,itemsize,window,want", [
+    (70016, 2, 16, (7, 1024, 4, 10)),      # 2-byte rows over 65536: up to 10 tiles of 1024
+    (65552, 2, 0, (7, 1024, 4, 10)),
+    (100288, 2, 16, (7, 2048, 8, 7)),      # then 4 to 8 of 2048 at 8 warps
+    (110016, 2, 16, (7, 2048, 8, 8)),
+    (110016, 2, 0, (8, 2048, 8, 7)),       # at most 7 on rows on sectors
+    (120000, 2, 0, (8, 16384, 16, 1)),     # (persistent, softmax._loop_plans)
+    (131072, 2, 16, (8, 16384, 16, 1)),    # 8 x 8 tiles of 2048 idle no fewer lanes than 8 x 16384
+    (150016, 2, 16, (8, 32768, 32, 1)),    # too long for either
+    (70016, 4, 8, (8, 16384, 16, 1)),      # f32 rows keep their power-of-two chunks
 ])
-def test_long_two_byte_rows_as_more_or_wider_tiles(n_cols, itemsize, want):
-    got = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols, itemsize)
+def test_long_two_byte_rows_as_more_or_wider_tiles(n_cols, itemsize, window, want):
+    got = CR.split_chunks(CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK), n_cols, itemsize, window)
     assert (got.c, got.block, got.num_warps, got.tiles) == want
 
 
@@ -371,6 +374,8 @@ def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwis
     monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small: 2 x 8192 is the limit
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     monkeypatch.setattr(CR, "resident_clusters", lambda a, kernel, args, cl, **c: resident[cl.block])
+    tiles = CR.split_chunks
+    monkeypatch.setattr(CR, "split_chunks", lambda cl, n, itemsize=4, window=0: cl)   # (chunks as tiles never go persistent)
     rng = np.random.default_rng(23)
     v = 20 * rng.standard_normal((5, 24000))     # 48000-byte rows: on 32-byte sectors
     v[2, :9000] = -np.inf                        # a whole chunk of -inf, in either size
@@ -380,13 +385,16 @@ def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwis
         rowwise.close(got, ref_softmax(rowwise.f64(x), log), "bf16", scale=20 if log else 1.0)
     assert launched == [("softmax_cluster_loop_kernel", want)] * 2
     launched.clear()
+    monkeypatch.setattr(CR, "split_chunks", tiles)
     sk.softmax(rowwise.host(rng.standard_normal((5, 24001)), "bf16"))         # rows off sectors: one row per cluster
     assert launched[0][0] == "softmax_cluster_kernel"
 
 
 @pytest.mark.parametrize("n_cols,itemsize,window,want", [
     (65536, 2, 0, []),                                          # 8 chunks of 8192: one row per cluster
-    (65552, 2, 0, [(3, 32768, 16), (5, 16384, 8)]),             # past 2 x LOOP_MIN_CHUNK, on sectors
+    (120000, 2, 0, [(4, 32768, 16), (8, 16384, 8)]),            # past 2 x LOOP_MIN_CHUNK, on sectors
+    (65552, 2, 0, []),                                          # chunks as tiles: one row per cluster
+    (100000, 2, 0, []),
     (151936, 2, 0, [(5, 32768, 16)]),                           # 10 chunks of 16384: more than a cluster
     (151951, 2, 16, [(5, 32768, 16)]),                          # off sectors: chunks of 32768 only
     (131072, 2, 16, []),                                        # off sectors, chunks of 16384: one row per cluster
@@ -395,8 +403,8 @@ def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwis
 ])
 def test_softmax_loop_plans(n_cols, itemsize, window, want):
     cl = CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK)
-    got = softmax._loop_plans(CR.fewer_programs(CR.split_chunks(cl, n_cols), n_cols, softmax.LOOP_MIN_CHUNK),
-                              n_cols, itemsize, window)
+    cl = CR.split_chunks(cl, n_cols, itemsize, window)
+    got = softmax._loop_plans(CR.fewer_programs(cl, n_cols, softmax.LOOP_MIN_CHUNK), n_cols, itemsize, window)
     assert [(p.c, p.block, p.num_warps) for p, _ in got] == want
 
 

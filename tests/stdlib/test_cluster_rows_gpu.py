@@ -55,17 +55,20 @@ def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, 
     # softmax and log_softmax of 2-byte rows with 32768-element chunks: persistent clusters
     # (300 rows: more than are resident, so clusters walk several rows); f32 ones when every
     # chunk is full (the next row staged in shared memory)
-    # (16411 to 50257: chunks as 4 to 8 tiles of 1024, `split_chunks`); 2-byte rows on 32-byte
-    # sectors from 65537 elements (100000, 151936: on the fewest programs, `softmax._loop_plans`)
+    # (16411 to 50257: chunks as 4 to 8 tiles of 1024, `split_chunks`; 2-byte rows up to
+    # 114688 as up to 10 tiles of 1024 or 7 of 2048); 2-byte rows on 32-byte sectors longer
+    # than that (151936: on the fewest programs, `softmax._loop_plans`)
     n = shape[-1]
     if dtype_name == "float32":
         persistent = n == 262144
     else:
-        persistent = n > 131072 or (n > 65536 and n * 2 % 32 == 0)
+        persistent = n > 131072 or (n > 7 * 8 * 2048 and n * 2 % 32 == 0)
     assert [k for k, _ in launched] == ["softmax_cluster_loop_kernel" if persistent else "softmax_cluster_kernel"] * 2
     # clusters of 3, 4, 6, 7 and 7 programs holding 8, 7, 8, 8 and 10 tiles of 1024 (24576,
-    # 28000, 45000, 50257; 70001 in 2 bytes, 5 x 16384 in f32: `fewer_programs`)
-    clusters = {24576: 3, 28000: 4, 45000: 6, 50257: 7, 70001: 5 if dtype_name == "float32" else 7}
+    # 28000, 45000, 50257; 70001 in 2 bytes, 5 x 16384 in f32: `fewer_programs`), 7 x 7 tiles
+    # of 2048 (100000 and 100277 in 2 bytes; 7 x 16384 in f32)
+    clusters = {24576: 3, 28000: 4, 45000: 6, 50257: 7, 70001: 7 if dtype_name != "float32" else 5, 100000: 7,
+                100277: 7}
     if shape[-1] in clusters:
         assert [c for _, c in launched] == [clusters[shape[-1]]] * 2
 
