@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional
 from .abi import param_slots
 from .compiled import CompiledKernel
 from .errors import CompilationError
-from .options import CompileOptions
+from .options import REGISTERS_PER_SM, CompileOptions
 
 __all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key", "compiler_source_hash"]
 
@@ -288,7 +288,7 @@ def _floors_below(ptx: str, registers: int) -> List[int]:
     warps = -(-n // 32)
 
     def budget(f):
-        return min(65536 // (f * warps * 32) // 8 * 8, 255)
+        return min(REGISTERS_PER_SM // (f * warps * 32) // 8 * 8, 255)
     return [f for f in range(int(floor.group(1)) - 1, 1, -1) if budget(f) < registers]
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 __all__ = ["CompileOptions", "CLUSTER_SIZES", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS",
-           "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs",
+           "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs",
            "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
@@ -17,6 +17,7 @@ CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the 
 MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM (sm_86/sm_89: 1536, where
                                    # ptxas ignores a larger min_programs_per_sm with a warning)
 MAX_PROGRAMS_PER_SM = 32           # and resident CTAs
+REGISTERS_PER_SM = 65536           # 32-bit registers of an SM's register file
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
 # ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).

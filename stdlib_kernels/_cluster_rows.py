@@ -49,6 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
 import tilec as tc
+from tilec.options import REGISTERS_PER_SM
 
 from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
@@ -457,7 +458,7 @@ def chunk_options(cl: ClusterRows, itemsize: int) -> dict:
     for 2-byte chunks at CHUNK_PROGRAMS_WARPS warps, of CHUNK_PROGRAMS_PER_SM. Where a floor
     spills, the compiler keeps the highest lower one that fits (dsl/compiler.py)."""
     if cl.tiles > 1:
-        return {"min_programs_per_sm": 65536 // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
+        return {"min_programs_per_sm": REGISTERS_PER_SM // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
     if itemsize == 2 and cl.num_warps == CHUNK_PROGRAMS_WARPS:
         return {"min_programs_per_sm": CHUNK_PROGRAMS_PER_SM}
     return {}
