@@ -251,6 +251,37 @@ def last_dim_rows(x, dim: int, out, op: str):
     return a, o, xv, ov, n_rows, n_cols
 
 
+def flat_group(shape, strides, name):
+    """(size, stride) of dimensions flattened into one, or ValueError when they cannot be.
+
+    A group of size 1 gets stride 0: its index is always 0, and a stride the launch
+    sees as divisible by 16 keeps the kernel's accesses 16-byte vectors (a stride of 1
+    would make every row start possibly unaligned, hence scalar loads).
+    """
+    dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
+    size = 1
+    for s, _ in dims:
+        size *= s
+    if size == 1:
+        return 1, 0
+    if size == 0 or not dims:
+        return size, 1
+    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
+        if st0 != st1 * s1:
+            raise ValueError(f"{name}: dimensions of sizes {tuple(shape)} with strides {tuple(strides)} "
+                             "(elements) cannot be flattened without a copy; pass a contiguous copy")
+    return size, dims[-1][1]
+
+
+def slab_view(a: Arr, dim: int, name: str):
+    """(view, (outer, n, inner), strides): `a` seen as (outer, n, inner), `dim` (of size n)
+    in the middle, the dimensions before and after it each flattened (`flat_group`)."""
+    outer, s_outer = flat_group(a.shape[:dim], a.strides[:dim], name)
+    inner, s_inner = flat_group(a.shape[dim + 1:], a.strides[dim + 1:], name)
+    shape, strides = (outer, a.shape[dim], inner), (s_outer, a.strides[dim], s_inner)
+    return view(a, shape, strides), shape, strides
+
+
 def rows_of(a: Arr, name: str):
     """(kernel argument, n_rows, n_cols): `a` seen as a 2-D array of rows of its last
     dimension, leading dimensions flattened into rows without a copy.

@@ -13,8 +13,8 @@ import builtins
 
 import tilec as tc
 
-from ._common import (Arr, RowConfig, as_array, check_float, empty_like, last_dim_rows, launch, next_pow2, normalize_dim,
-                      output, row_config, rows_of, view)
+from ._common import (Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch, next_pow2,
+                      normalize_dim, output, row_config, rows_of, slab_view, view)
 from ._plan import planned
 from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_row_tile, window_mask, window_span,
                       window_start, window_steps_of, window_tile)
@@ -210,28 +210,6 @@ EXTRA_SIGNATURES = [
 ]
 
 
-def _group(shape, strides, name):
-    """(size, stride) of dimensions flattened into one, or ValueError when they cannot be.
-
-    A group of size 1 gets stride 0: its index is always 0, and a stride the launch
-    sees as divisible by 16 keeps the kernel's accesses 16-byte vectors (a stride of 1
-    would make every row start possibly unaligned, hence scalar loads).
-    """
-    dims = [(s, st) for s, st in zip(shape, strides) if s != 1]
-    size = 1
-    for s, _ in dims:
-        size *= s
-    if size == 1:
-        return 1, 0
-    if size == 0 or not dims:
-        return size, 1
-    for (s0, st0), (s1, st1) in zip(dims, dims[1:]):
-        if st0 != st1 * s1:
-            raise ValueError(f"{name}: dimensions of sizes {tuple(shape)} with strides {tuple(strides)} "
-                             "(elements) cannot be flattened without a copy; pass a contiguous copy")
-    return size, dims[-1][1]
-
-
 def _reduce(x, dim, out, is_max: bool, op: str):
     a = as_array(x, "x")
     check_float(a, "x")
@@ -246,7 +224,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         return o.obj
     if d == a.ndim - 1 and (a.shape[d] == 1 or a.strides[d] == 1):
         xv, n_rows, n_cols = rows_of(a, "x")
-        ov = view(o, (n_rows,), (_group(o.shape, o.strides, "out")[1],))
+        ov = view(o, (n_rows,), (flat_group(o.shape, o.strides, "out")[1],))
         cfg = row_config(n_cols, n_rows)
         # Long rows off 32-byte sectors are read in aligned windows; so are 2-byte rows of one
         # tile, looped in small windows (WINDOW_LOOP_TILE). f32 ones keep their tile.
@@ -258,13 +236,10 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
                BLOCK=cfg.block, WINDOW=window)
         return o.obj
-    outer, s_outer = _group(a.shape[:d], a.strides[:d], "x")
-    inner, s_inner = _group(a.shape[d + 1:], a.strides[d + 1:], "x")
-    r, s_r = a.shape[d], a.strides[d]
-    xv = view(a, (outer, r, inner), (s_outer, s_r, s_inner))
-    o_outer, so_outer = _group(o.shape[:d], o.strides[:d], "out")
-    o_inner, so_inner = _group(o.shape[d:], o.strides[d:], "out")
-    ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see _group
+    xv, (outer, r, inner), (s_outer, s_r, s_inner) = slab_view(a, d, "x")
+    o_outer, so_outer = flat_group(o.shape[:d], o.strides[:d], "out")
+    o_inner, so_inner = flat_group(o.shape[d:], o.strides[d:], "out")
+    ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see flat_group
     window = inner_window(a, r, s_outer, s_r, inner, s_inner)
     if window:
         _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max)
@@ -280,7 +255,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     # Too few column strips to fill the GPU: split R, reduce each part to f32, then the parts.
     per = tc.cdiv(n_tiles, splits)
     splits = tc.cdiv(n_tiles, per)
-    pv = _partials(a, outer, splits, inner)
+    pv = partials_view(a, outer, splits, inner)
     launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), splits), (xv, pv, per), num_warps,
            MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
     _reduce_partials(pv, ov, outer, splits, inner, is_max)
@@ -306,7 +281,7 @@ def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window
     strips = tc.cdiv(inner + window - 1, block_i)   # a window starts up to WINDOW - 1 before the row
     per = tc.cdiv(n_tiles, window_split_count(outer * strips * window, n_tiles, a.dtype.itemsize))
     splits = tc.cdiv(n_tiles, per)
-    pv = _partials(a, outer, splits * window, inner)
+    pv = partials_view(a, outer, splits * window, inner)
     launch(reduce_inner_window_kernel, (outer, strips, splits * window), (xv, pv, per), num_warps, MAX=is_max,
            BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window)
     _reduce_partials(pv, ov, outer, splits * window, inner, is_max)
@@ -321,7 +296,7 @@ def window_split_count(programs: int, n_tiles: int, itemsize: int) -> int:
     return builtins.max(1, builtins.min(n_tiles // MIN_TILES_PER_SPLIT, target // programs))
 
 
-def _partials(a: Arr, outer: int, rows: int, inner: int):
+def partials_view(a: Arr, outer: int, rows: int, inner: int):
     """An f32 (outer, rows, inner) view for partial results, its rows padded to 32 bytes so
     that the reduction over them reads 16-byte groups."""
     per_window = WINDOW_BYTES // 4

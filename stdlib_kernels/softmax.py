@@ -1,4 +1,4 @@
-"""softmax and log_softmax along the last dimension.
+"""softmax and log_softmax along the last dimension (other dimensions: softmax_dim.py).
 
 A row that fits in one tile (up to 16384 elements) is read once
 and kept in registers: max, exp, sum and the division happen on the tile, and
@@ -16,8 +16,9 @@ from __future__ import annotations
 import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
-from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, last_dim_rows, empty_like, lanewise_max, lanewise_sum,
-                      launch, next_pow2, row_config, sm_count, split_row, view)
+from . import softmax_dim
+from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, last_dim_rows, empty_like, lanewise_max,
+                      lanewise_sum, launch, next_pow2, normalize_dim, row_config, sm_count, split_row, view)
 from ._plan import planned
 from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
@@ -222,6 +223,9 @@ def _persistent(a, args, cl, n_cols: int, n_rows: int, window: int, flags: dict)
 
 
 def _softmax(x, dim, out, log: bool, op: str):
+    a = as_array(x, "x")
+    if a.ndim > 1 and normalize_dim(dim, a.ndim) != a.ndim - 1:
+        return softmax_dim.softmax_along(x, normalize_dim(dim, a.ndim), out, log, op)
     a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
     if n_cols == 0:
         return o.obj
@@ -272,15 +276,22 @@ def _softmax(x, dim, out, log: bool, op: str):
 
 @planned
 def softmax(x, dim: int = -1, out=None):
-    """softmax(x, dim=-1, out=None) -> exp(x - max) / sum(exp(x - max)) along the last dimension.
+    """softmax(x, dim=-1, out=None) -> exp(x - max) / sum(exp(x - max)) along dimension `dim`.
 
     x: f16, bf16 or f32, any leading batch shape, rows of any length (1 to
     256k elements and more); the last dimension must have stride 1 and the
     leading ones must flatten into rows without a copy (else ValueError).
-    Only dim=-1 (or its positive equal) is supported; other dims raise
-    ValueError. Computes in f32; returns x's dtype, or writes `out` (same
-    shape and dtype, may be x itself). A row that is all -inf gives NaN, as in
-    torch.
+    Computes in f32; returns x's dtype, or writes `out` (same shape and dtype,
+    may be x itself). A row that is all -inf gives NaN, as in torch.
+
+    Another `dim` (negative counts from the end) sees x as (outer, R, inner)
+    with R that dimension; the dimensions before it and those after it must
+    each flatten without a copy (else ValueError), with any strides. Each
+    program owns a strip of contiguous inner columns: R up to about 16384 /
+    (64 bytes of columns) is one tile read once, longer R is read twice
+    (online max and sum, then normalize) and split among programs when the
+    strips are too few (`softmax_dim.dim_config`). The rest of this text is
+    about the last dimension.
 
     Block size: rows up to 16384 elements are one tile of next_pow2(n) columns,
     with short rows packed until a tile holds 2048 elements; a row of one

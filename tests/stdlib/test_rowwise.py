@@ -104,8 +104,6 @@ def test_softmax_argument_errors():
         sk.softmax(x[:, ::2])
     with pytest.raises(ValueError, match="cannot be flattened"):
         sk.softmax(np.zeros((3, 4, 8), np.float32).transpose(1, 0, 2))
-    with pytest.raises(ValueError, match="only the last dimension"):
-        sk.softmax(x, dim=0)
     with pytest.raises(IndexError, match="out of range"):
         sk.softmax(x, dim=2)
     with pytest.raises(TypeError, match="dtype i32 is not supported"):

@@ -9,7 +9,7 @@ import pytest
 
 from tilec import Kernel
 
-MODULES = ["softmax", "norms", "cross_entropy", "reductions"]
+MODULES = ["softmax", "softmax_dim", "norms", "cross_entropy", "reductions"]
 TILE_CONSTEXPRS = ("ROWS", "BLOCK", "BLOCK_R", "BLOCK_I")
 
 
@@ -39,6 +39,9 @@ def _num_warps(spec, kernel: str = "") -> int:
         return FIXED_WARPS[kernel]
     if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
         return _module("cross_entropy").reduce_config(spec.constexprs["BLOCK"])[1]
+    if kernel.startswith("softmax_dim_"):   # tile bytes / 2048, 1..16 (`softmax_dim.dim_config`)
+        tile = spec.constexprs["BLOCK_R"] * spec.constexprs["BLOCK_I"] * spec.params[0].type.dtype.itemsize
+        return min(max(tile // 2048, 1), 16)
     elems = math.prod(v for k, v in spec.constexprs.items() if k in TILE_CONSTEXPRS)
     return min(max(elems // 512, 1), 16)
 

@@ -1,0 +1,193 @@
+"""softmax and log_softmax along a dimension other than the last.
+
+x is seen as (outer, R, inner), R the softmax dimension (`_common.slab_view`). Each
+program owns a strip of contiguous inner columns of one outer slab and reduces down R
+per column, so every load reads whole 16-byte groups of the rows it touches:
+- R up to a tile (`dim_config`): the strip is one tile, read once and written once;
+- longer R: a first pass keeps, per lane, a running max and a sum of exp(x - max) that
+  is rescaled whenever the max grows; a second pass normalizes (read twice);
+- too few strips to fill the GPU: R is also split among programs. A first launch writes
+  each split's per-column (max, sum); the second merges every split's pair and
+  normalizes its own split.
+All math is in f32 whatever the storage type.
+"""
+from __future__ import annotations
+
+import builtins
+
+import tilec as tc
+
+from ._common import as_array, check_float, launch, next_pow2, output, slab_view
+from .reductions import inner_config, partials_view, split_count
+
+__all__ = ["softmax_along"]
+
+NEG_INF = float("-inf")
+SINGLE_TILE = 16384      # most elements of a one-tile strip (32 f32 per thread at 16 warps)
+MIN_STRIP_BYTES = 64     # narrowest strip row: two 32-byte sectors
+MAX_STRIP_BYTES = 1024   # widest: as the reductions' strips
+TILE_BYTES = 16384       # a one-tile strip's wanted size when R is short (4 16-byte loads per thread at 8 warps)
+PROGRAMS_WANTED = 528    # one-tile strips are narrowed (down to MIN_STRIP_BYTES) until this many programs
+
+
+@tc.func
+def _strip(x, o, k, j, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # -inf padding: rows past R never win the max and add exp(-inf) = 0 to the sum
+    return tc.load(x, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=NEG_INF).astype(tc.float32)
+
+
+@tc.func
+def _normalized(t, m, s, LOG: tc.constexpr):
+    # A column of only -inf has m = -inf: (-inf) - (-inf) = NaN out, as torch.
+    if LOG:
+        return (t - m) - tc.log(s)
+    return tc.exp(t - m) / s
+
+
+@tc.kernel
+def softmax_dim_tile_kernel(x, out, LOG: tc.constexpr, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # Program (o, j): columns [j * BLOCK_I, ...) of slab o, all R (<= BLOCK_R) rows in one tile.
+    o = tc.program_id(0)
+    j = tc.program_id(1)
+    t = _strip(x, o, 0, j, BLOCK_R, BLOCK_I)
+    m = tc.max(t, axis=1, keep_dims=True)
+    e = tc.exp(t - m)
+    s = tc.sum(e, axis=1, keep_dims=True)
+    if LOG:
+        y = (t - m) - tc.log(s)
+    else:
+        y = e / s
+    tc.store(out, index=(o, 0, j), tile=y.astype(out.dtype))
+
+
+@tc.func
+def _column_stats(x, o, j, k0, k1, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # Per column of the strip: (max, sum of exp(x - max)) over row tiles [k0, k1), each
+    # lane keeping its own running pair (no cross-thread reduction per tile).
+    m_lane = tc.full((1, BLOCK_R, BLOCK_I), NEG_INF, tc.float32)
+    s_lane = tc.zeros((1, BLOCK_R, BLOCK_I), tc.float32)
+    for k in range(k0, k1):
+        t = _strip(x, o, k, j, BLOCK_R, BLOCK_I)
+        m_new = tc.maximum(m_lane, t)
+        # While a lane has seen only -inf, shift by 0: exp(-inf) = 0, not NaN.
+        shift = tc.where(m_new == NEG_INF, 0.0, m_new)
+        s_lane = s_lane * tc.exp(m_lane - shift) + tc.exp(t - shift)
+        m_lane = m_new
+    return _merge(m_lane, s_lane)
+
+
+@tc.func
+def _merge(m_parts, s_parts):
+    # (max, sum) pairs down axis 1 merged into one per column
+    m = tc.max(m_parts, axis=1, keep_dims=True)
+    shift = tc.where(m == NEG_INF, 0.0, m)
+    return m, tc.sum(s_parts * tc.exp(m_parts - shift), axis=1, keep_dims=True)
+
+
+@tc.kernel
+def softmax_dim_stats_kernel(x, m_part, s_part, tiles_per_split, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # Program (o, j, p): the per-column (max, sum) of row tiles [p * tiles_per_split, ...) of
+    # strip j, to row p of m_part / s_part (outer, splits, inner; f32). Tiles past R are all
+    # padding (no memory traffic), so the last split needs no bound.
+    o = tc.program_id(0)
+    j = tc.program_id(1)
+    p = tc.program_id(2)
+    m, s = _column_stats(x, o, j, p * tiles_per_split, (p + 1) * tiles_per_split, BLOCK_R, BLOCK_I)
+    tc.store(m_part, index=(o, p, j), tile=m)
+    tc.store(s_part, index=(o, p, j), tile=s)
+
+
+@tc.kernel
+def softmax_dim_loop_kernel(x, out, m_part, s_part, tiles_per_split, LOG: tc.constexpr, SPLITS: tc.constexpr,
+                            BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # Program (o, j, p) normalizes row tiles [p * tiles_per_split, ...) of strip j. SPLITS = 1:
+    # the program's own first pass gives the column statistics (m_part / s_part unused);
+    # else the (max, sum) pairs of every split, SPLITS a power of two >= their count.
+    o = tc.program_id(0)
+    j = tc.program_id(1)
+    p = tc.program_id(2)
+    k0 = p * tiles_per_split
+    if SPLITS == 1:
+        m, s = _column_stats(x, o, j, 0, tiles_per_split, BLOCK_R, BLOCK_I)
+    else:
+        m, s = _merge(tc.load(m_part, index=(o, 0, j), shape=(1, SPLITS, BLOCK_I), padding=NEG_INF),
+                      tc.load(s_part, index=(o, 0, j), shape=(1, SPLITS, BLOCK_I), padding=0.0))
+    for k in range(k0, k0 + tiles_per_split):
+        y = _normalized(_strip(x, o, k, j, BLOCK_R, BLOCK_I), m, s, LOG)
+        tc.store(out, index=(o, k, j), tile=y.astype(out.dtype))
+
+
+SIGNATURES = {
+    "softmax_dim_tile_kernel": "x=f32[?,?,?], out=f32[?,?,?], LOG=False, BLOCK_R=128, BLOCK_I=32",
+    "softmax_dim_stats_kernel": "x=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], tiles_per_split=i32, "
+                                "BLOCK_R=16, BLOCK_I=512",
+    "softmax_dim_loop_kernel": "x=f16[?,?,?], out=f16[?,?,?], m_part=f16[?,?,?], s_part=f16[?,?,?], "
+                               "tiles_per_split=i32, LOG=True, SPLITS=1, BLOCK_R=16, BLOCK_I=512",
+}
+# The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
+OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 8, "fast_math": True},
+           "softmax_dim_stats_kernel": {"num_warps": 8, "fast_math": True},
+           "softmax_dim_loop_kernel": {"num_warps": 8, "fast_math": True}}
+EXTRA_SIGNATURES = [
+    ("softmax_dim_tile_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], LOG=True, BLOCK_R=512, BLOCK_I=32"),
+    ("softmax_dim_loop_kernel", "x=f32[?,?,?], out=f32[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
+                                "tiles_per_split=i32, LOG=False, SPLITS=16, BLOCK_R=16, BLOCK_I=256"),
+]
+
+
+def dim_config(r: int, inner: int, outer: int, itemsize: int):
+    """(single, BLOCK_R, BLOCK_I, num_warps) of softmax along a middle dimension of R rows
+    over `inner` columns in `outer` slabs.
+
+    single: R fits one tile with strips of at least MIN_STRIP_BYTES (64 bytes) per row,
+    next_pow2(R) x BLOCK_I <= SINGLE_TILE (16384) elements: each strip is read once. Its
+    BLOCK_I is the widest power of two up to MAX_STRIP_BYTES (1 KB) rows and TILE_BYTES
+    (16 KB) tiles, halved (down to 64 bytes) while fewer than PROGRAMS_WANTED (528)
+    programs cover the array. Otherwise the reductions' strips (`reductions.inner_config`:
+    1 KB rows, 4096 f32 or 8192 2-byte elements per tile). num_warps = tile bytes / 2048
+    (four 16-byte loads per thread), 1..16.
+    """
+    widest = next_pow2(inner)
+    narrowest = builtins.min(widest, builtins.max(MIN_STRIP_BYTES // itemsize, 1))
+    block_r = next_pow2(r)
+    if block_r * narrowest > SINGLE_TILE:
+        block_r, block_i, warps = inner_config(r, inner, itemsize)
+        return False, block_r, block_i, warps
+    block_i = builtins.min(widest, MAX_STRIP_BYTES // itemsize, builtins.max(TILE_BYTES // itemsize // block_r, 1))
+    block_i = builtins.max(block_i, narrowest)
+    while block_i > narrowest and outer * tc.cdiv(inner, block_i) < PROGRAMS_WANTED:
+        block_i //= 2
+    warps = builtins.min(builtins.max(block_r * block_i * itemsize // 2048, 1), 16)
+    return True, block_r, block_i, warps
+
+
+def softmax_along(x, dim: int, out, log: bool, op: str):
+    """softmax (log=True: log_softmax) of x along `dim`, which is not x's last dimension
+    (the entry points `softmax.softmax` / `log_softmax` dispatch here)."""
+    a = as_array(x, "x")
+    check_float(a, "x")
+    o = output(out, a, a.shape, a.dtype)
+    if o.numel == 0:
+        return o.obj
+    xv, (outer, r, inner), _ = slab_view(a, dim, "x")
+    ov, _, _ = slab_view(o, dim, "out")
+    single, block_r, block_i, warps = dim_config(r, inner, outer, a.dtype.itemsize)
+    strips = tc.cdiv(inner, block_i)
+    if single:
+        launch(softmax_dim_tile_kernel, (outer, strips), (xv, ov), warps, LOG=log, BLOCK_R=block_r, BLOCK_I=block_i)
+        return o.obj
+    n_tiles = tc.cdiv(r, block_r)
+    splits = split_count(outer * strips, n_tiles, a.dtype.itemsize)
+    if splits == 1:
+        # the partials are not touched: the output view stands in for them
+        launch(softmax_dim_loop_kernel, (outer, strips, 1), (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLITS=1,
+               BLOCK_R=block_r, BLOCK_I=block_i)
+        return o.obj
+    per = tc.cdiv(n_tiles, splits)
+    splits = tc.cdiv(n_tiles, per)      # every split holds at least one real tile
+    mv, sv = partials_view(a, outer, splits, inner), partials_view(a, outer, splits, inner)
+    launch(softmax_dim_stats_kernel, (outer, strips, splits), (xv, mv, sv, per), warps, BLOCK_R=block_r,
+           BLOCK_I=block_i)
+    launch(softmax_dim_loop_kernel, (outer, strips, splits), (xv, ov, mv, sv, per), warps, LOG=log,
+           SPLITS=next_pow2(splits), BLOCK_R=block_r, BLOCK_I=block_i)
+    return o.obj

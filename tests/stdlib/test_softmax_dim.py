@@ -1,0 +1,130 @@
+"""softmax / log_softmax along a dimension other than the last (softmax_dim.py), on the CPU
+interpreter against float64 numpy references: each path (one tile per strip, looped strips,
+split strips), masked columns, strides, out= and argument errors."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels import softmax_dim
+
+from launch_spy import spy_launches
+
+softmax_mod = importlib.import_module("tilec.stdlib_kernels.softmax")   # (sk.softmax is the op)
+
+DIM_SIZES = [1, 2, 7, 31, 150, 513, 1025, 5000]   # one tile up to 512-1024 rows, looped past it
+OTHER_SIZES = [1, 3, 5, 17, 33]
+
+
+def ref(x, dim, log=False):
+    m = x.max(dim, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e = np.exp(x - m)
+        s = e.sum(dim, keepdims=True)
+        return x - m - np.log(s) if log else e / s
+
+
+@st.composite
+def shapes_and_dims(draw):
+    """2 to 4 dimensions, one of them (not the last) the softmax dimension."""
+    ndim = draw(st.integers(2, 4))
+    dim = draw(st.integers(0, ndim - 2))
+    shape = [draw(st.sampled_from(OTHER_SIZES)) for _ in range(ndim)]
+    shape[dim] = draw(st.sampled_from(DIM_SIZES))
+    if np.prod(shape) > 60000:   # the interpreter's time
+        shape[-1] = 1
+    negative = draw(st.booleans())
+    return tuple(shape), dim - ndim if negative else dim
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=shapes_and_dims(), dtype=st.sampled_from(["f32", "f16", "bf16"]), scale=st.sampled_from([1.0, 300.0]),
+       log=st.booleans(), seed=st.integers(0, 2**16))
+def test_softmax_along_a_dim_matches_numpy(rowwise, case, dtype, scale, log, seed):
+    shape, dim = case
+    x = rowwise.host(scale * np.random.default_rng(seed).standard_normal(shape), dtype)
+    got = (sk.log_softmax if log else sk.softmax)(x, dim=dim)
+    assert type(got) is type(x)
+    rowwise.close(got, ref(rowwise.f64(x), dim, log), dtype, scale=scale if log else 1.0)
+
+
+def _kernels(monkeypatch):
+    return spy_launches(monkeypatch, [softmax_dim], lambda k, cluster, c: (k.name, c.get("SPLITS")))
+
+
+@pytest.mark.parametrize("shape,dim,whole,want", [
+    ((4, 300, 70), 1, False, [("softmax_dim_tile_kernel", None)]),             # 300 rows: one tile
+    ((3000, 300), 0, True, [("softmax_dim_loop_kernel", 1)]),                   # looped strips (as if enough of them)
+    ((3000, 300), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", 64)]),  # 2 strips: split
+    ((20000, 5), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", 16)]),   # one strip
+])
+def test_each_path_is_taken_and_correct(monkeypatch, shape, dim, whole, want):
+    if whole:   # (1024 strips of f32 would be slow on the interpreter)
+        monkeypatch.setattr(softmax_dim, "split_count", lambda strips, n_tiles, itemsize: 1)
+    seen = _kernels(monkeypatch)
+    x = (4 * np.random.default_rng(1).standard_normal(shape)).astype(np.float32)
+    got = sk.softmax(x, dim=dim)
+    assert seen == want
+    np.testing.assert_allclose(got, ref(x.astype(np.float64), dim), rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("r", [100, 20000])   # one tile; split strips, whole splits of -inf
+def test_masked_columns_follow_torch(log, r):
+    x = np.random.default_rng(2).standard_normal((r, 3)).astype(np.float32)
+    x[:, 0] = -np.inf                           # a column of only -inf: NaN, as torch
+    x[: r - 5, 1] = -np.inf                     # masked but for its last 5 rows
+    got = (sk.log_softmax if log else sk.softmax)(x, dim=0)
+    assert np.isnan(got[:, 0]).all()
+    np.testing.assert_allclose(got[:, 1:], ref(x[:, 1:].astype(np.float64), 0, log), rtol=2e-5, atol=1e-7)
+
+
+def test_strided_inputs_out_and_in_place():
+    base = np.random.default_rng(3).standard_normal((6, 40, 50)).astype(np.float32)
+    x = base[::2, :, 5:45]                      # strided slabs and rows
+    want = ref(x.astype(np.float64), 1)
+    out = np.empty_like(x)
+    assert sk.softmax(x, dim=1, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=1e-7)
+    t = base[0].T                               # (50, 40), strides (1, 50): columns of stride 50
+    np.testing.assert_allclose(sk.log_softmax(t, dim=0), ref(t.astype(np.float64), 0, True), rtol=2e-5, atol=1e-6)
+    y = x.copy()
+    sk.softmax(y, dim=-2, out=y)
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=1e-7)
+
+
+def test_empty_and_argument_errors():
+    assert sk.softmax(np.zeros((0, 4), np.float32), dim=0).shape == (0, 4)
+    assert sk.softmax(np.zeros((3, 0, 4), np.float32), dim=1).shape == (3, 0, 4)
+    with pytest.raises(IndexError, match="out of range"):
+        sk.softmax(np.zeros((4, 8), np.float32), dim=-3)
+    with pytest.raises(ValueError, match="cannot be flattened"):
+        sk.softmax(np.zeros((3, 4, 8, 2), np.float32).transpose(0, 2, 1, 3), dim=0)
+    with pytest.raises(ValueError, match=r"out has shape \(8, 4\), expected \(4, 8\)"):
+        sk.softmax(np.zeros((4, 8), np.float32), dim=0, out=np.zeros((8, 4), np.float32))
+
+
+@pytest.mark.parametrize("r,inner,outer,itemsize,want", [
+    (150, 33, 3, 4, (True, 256, 16, 8)),       # 64-byte strips: a 16 KB tile of 256 rows holds 16 columns
+    (7, 4096, 64, 4, (True, 8, 256, 4)),       # 1 KB rows: 1024 programs
+    (7, 4096, 16, 4, (True, 8, 64, 1)),        # 1 KB rows would make 256 programs: halved twice
+    (7, 4096, 512, 2, (True, 8, 512, 4)),
+    (1024, 100, 1, 4, (True, 1024, 16, 16)),   # the longest one tile of 64-byte strips (f32)
+    (1025, 100, 1, 4, (False, 32, 128, 8)),    # one more: the reductions' strips
+    (513, 100, 1, 2, (False, 64, 128, 8)),     # (2-byte: 32-column strips, so 512 rows)
+])
+def test_dim_config(r, inner, outer, itemsize, want):
+    assert softmax_dim.dim_config(r, inner, outer, itemsize) == want
+
+
+def test_the_last_dim_keeps_the_row_kernels(monkeypatch):
+    seen = spy_launches(monkeypatch, [softmax_mod, softmax_dim], lambda k, cluster, c: k.name)
+    x = np.random.default_rng(4).standard_normal((3, 5, 40)).astype(np.float32)
+    sk.softmax(x, dim=2)
+    sk.softmax(x, dim=-1)
+    sk.softmax(x[0, 0], dim=0)                 # 1-d: dim 0 is the last
+    assert seen == ["softmax_tile_kernel"] * 3
