@@ -8,7 +8,7 @@ per column, so every load reads whole 16-byte groups of the rows it touches:
   is rescaled whenever the max grows; a second pass normalizes (read twice);
 - too few strips to fill the GPU: R is also split among programs. A first launch writes
   each split's per-column (max, sum); the second merges every split's pair and
-  normalizes its own split.
+  normalizes its own split, BLOCK_R splits at a time.
 All math is in f32 whatever the storage type.
 """
 from __future__ import annotations
@@ -61,27 +61,44 @@ def softmax_dim_tile_kernel(x, out, LOG: tc.constexpr, BLOCK_R: tc.constexpr, BL
 
 
 @tc.func
+def _online(m_lane, s_lane, m_in, s_in):
+    # Lane-wise merge of running (max, sum of exp(x - max)) pairs with new ones (a value t
+    # is the pair (t, 1)). While a lane has seen only -inf, shift by 0: exp(-inf) = 0, not NaN.
+    m_new = tc.maximum(m_lane, m_in)
+    shift = tc.where(m_new == NEG_INF, 0.0, m_new)
+    return m_new, s_lane * tc.exp(m_lane - shift) + s_in * tc.exp(m_in - shift)
+
+
+@tc.func
+def _merge(m_lane, s_lane):
+    # the lanes' pairs down axis 1 merged into one per column
+    m = tc.max(m_lane, axis=1, keep_dims=True)
+    shift = tc.where(m == NEG_INF, 0.0, m)
+    return m, tc.sum(s_lane * tc.exp(m_lane - shift), axis=1, keep_dims=True)
+
+
+@tc.func
 def _column_stats(x, o, j, k0, k1, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
-    # Per column of the strip: (max, sum of exp(x - max)) over row tiles [k0, k1), each
-    # lane keeping its own running pair (no cross-thread reduction per tile).
+    # Per column of the strip: (max, sum of exp(x - max)) over row tiles [k0, k1), each lane
+    # keeping its own running pair (no cross-thread reduction per tile).
     m_lane = tc.full((1, BLOCK_R, BLOCK_I), NEG_INF, tc.float32)
     s_lane = tc.zeros((1, BLOCK_R, BLOCK_I), tc.float32)
     for k in range(k0, k1):
-        t = _strip(x, o, k, j, BLOCK_R, BLOCK_I)
-        m_new = tc.maximum(m_lane, t)
-        # While a lane has seen only -inf, shift by 0: exp(-inf) = 0, not NaN.
-        shift = tc.where(m_new == NEG_INF, 0.0, m_new)
-        s_lane = s_lane * tc.exp(m_lane - shift) + tc.exp(t - shift)
-        m_lane = m_new
+        m_lane, s_lane = _online(m_lane, s_lane, _strip(x, o, k, j, BLOCK_R, BLOCK_I), 1.0)
     return _merge(m_lane, s_lane)
 
 
 @tc.func
-def _merge(m_parts, s_parts):
-    # (max, sum) pairs down axis 1 merged into one per column
-    m = tc.max(m_parts, axis=1, keep_dims=True)
-    shift = tc.where(m == NEG_INF, 0.0, m)
-    return m, tc.sum(s_parts * tc.exp(m_parts - shift), axis=1, keep_dims=True)
+def _split_stats(m_part, s_part, o, j, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+    # Per column of the strip: every split's pair (rows of m_part / s_part) merged, BLOCK_R
+    # splits at a time.
+    m_lane = tc.full((1, BLOCK_R, BLOCK_I), NEG_INF, tc.float32)
+    s_lane = tc.zeros((1, BLOCK_R, BLOCK_I), tc.float32)
+    for k in range(tc.cdiv(m_part.shape[1], BLOCK_R)):
+        m_lane, s_lane = _online(m_lane, s_lane,
+                                 tc.load(m_part, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=NEG_INF),
+                                 tc.load(s_part, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=0.0))
+    return _merge(m_lane, s_lane)
 
 
 @tc.kernel
@@ -98,20 +115,19 @@ def softmax_dim_stats_kernel(x, m_part, s_part, tiles_per_split, BLOCK_R: tc.con
 
 
 @tc.kernel
-def softmax_dim_loop_kernel(x, out, m_part, s_part, tiles_per_split, LOG: tc.constexpr, SPLITS: tc.constexpr,
+def softmax_dim_loop_kernel(x, out, m_part, s_part, tiles_per_split, LOG: tc.constexpr, SPLIT: tc.constexpr,
                             BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
-    # Program (o, j, p) normalizes row tiles [p * tiles_per_split, ...) of strip j. SPLITS = 1:
-    # the program's own first pass gives the column statistics (m_part / s_part unused);
-    # else the (max, sum) pairs of every split, SPLITS a power of two >= their count.
+    # Program (o, j, p) normalizes row tiles [p * tiles_per_split, ...) of strip j. SPLIT: the
+    # column statistics come from every split's pair (m_part / s_part); else from the
+    # program's own first pass over the strip (m_part / s_part unused).
     o = tc.program_id(0)
     j = tc.program_id(1)
     p = tc.program_id(2)
     k0 = p * tiles_per_split
-    if SPLITS == 1:
-        m, s = _column_stats(x, o, j, 0, tiles_per_split, BLOCK_R, BLOCK_I)
+    if SPLIT:
+        m, s = _split_stats(m_part, s_part, o, j, BLOCK_R, BLOCK_I)
     else:
-        m, s = _merge(tc.load(m_part, index=(o, 0, j), shape=(1, SPLITS, BLOCK_I), padding=NEG_INF),
-                      tc.load(s_part, index=(o, 0, j), shape=(1, SPLITS, BLOCK_I), padding=0.0))
+        m, s = _column_stats(x, o, j, 0, tiles_per_split, BLOCK_R, BLOCK_I)
     for k in range(k0, k0 + tiles_per_split):
         y = _normalized(_strip(x, o, k, j, BLOCK_R, BLOCK_I), m, s, LOG)
         tc.store(out, index=(o, k, j), tile=y.astype(out.dtype))
@@ -122,7 +138,7 @@ SIGNATURES = {
     "softmax_dim_stats_kernel": "x=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], tiles_per_split=i32, "
                                 "BLOCK_R=16, BLOCK_I=512",
     "softmax_dim_loop_kernel": "x=f16[?,?,?], out=f16[?,?,?], m_part=f16[?,?,?], s_part=f16[?,?,?], "
-                               "tiles_per_split=i32, LOG=True, SPLITS=1, BLOCK_R=16, BLOCK_I=512",
+                               "tiles_per_split=i32, LOG=True, SPLIT=False, BLOCK_R=16, BLOCK_I=512",
 }
 # The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
 OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 8, "fast_math": True},
@@ -131,7 +147,7 @@ OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 8, "fast_math": True},
 EXTRA_SIGNATURES = [
     ("softmax_dim_tile_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], LOG=True, BLOCK_R=512, BLOCK_I=32"),
     ("softmax_dim_loop_kernel", "x=f32[?,?,?], out=f32[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
-                                "tiles_per_split=i32, LOG=False, SPLITS=16, BLOCK_R=16, BLOCK_I=256"),
+                                "tiles_per_split=i32, LOG=False, SPLIT=True, BLOCK_R=16, BLOCK_I=256"),
 ]
 
 
@@ -180,7 +196,7 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
     splits = split_count(outer * strips, n_tiles, a.dtype.itemsize)
     if splits == 1:
         # the partials are not touched: the output view stands in for them
-        launch(softmax_dim_loop_kernel, (outer, strips, 1), (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLITS=1,
+        launch(softmax_dim_loop_kernel, (outer, strips, 1), (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLIT=False,
                BLOCK_R=block_r, BLOCK_I=block_i)
         return o.obj
     per = tc.cdiv(n_tiles, splits)
@@ -189,5 +205,5 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
     launch(softmax_dim_stats_kernel, (outer, strips, splits), (xv, mv, sv, per), warps, BLOCK_R=block_r,
            BLOCK_I=block_i)
     launch(softmax_dim_loop_kernel, (outer, strips, splits), (xv, ov, mv, sv, per), warps, LOG=log,
-           SPLITS=next_pow2(splits), BLOCK_R=block_r, BLOCK_I=block_i)
+           SPLIT=True, BLOCK_R=block_r, BLOCK_I=block_i)
     return o.obj

@@ -53,14 +53,14 @@ def test_softmax_along_a_dim_matches_numpy(rowwise, case, dtype, scale, log, see
 
 
 def _kernels(monkeypatch):
-    return spy_launches(monkeypatch, [softmax_dim], lambda k, cluster, c: (k.name, c.get("SPLITS")))
+    return spy_launches(monkeypatch, [softmax_dim], lambda k, cluster, c: (k.name, c.get("SPLIT")))
 
 
 @pytest.mark.parametrize("shape,dim,whole,want", [
     ((4, 300, 70), 1, False, [("softmax_dim_tile_kernel", None)]),             # 300 rows: one tile
-    ((3000, 300), 0, True, [("softmax_dim_loop_kernel", 1)]),                   # looped strips (as if enough of them)
-    ((3000, 300), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", 64)]),  # 2 strips: split
-    ((20000, 5), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", 16)]),   # one strip
+    ((3000, 300), 0, True, [("softmax_dim_loop_kernel", False)]),                   # looped strips (as if enough of them)
+    ((3000, 300), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", True)]),  # 2 strips: split
+    ((20000, 5), 0, False, [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", True)]),   # one strip
 ])
 def test_each_path_is_taken_and_correct(monkeypatch, shape, dim, whole, want):
     if whole:   # (1024 strips of f32 would be slow on the interpreter)
