@@ -3,7 +3,8 @@
 x is seen as (outer, R, inner), R the softmax dimension (`_common.slab_view`). Each
 program owns a strip of contiguous inner columns of one outer slab and reduces down R
 per column, so every load reads whole 16-byte groups of the rows it touches:
-- R up to a tile (`dim_config`): the strip is one tile, read once and written once;
+- R up to a tile (`dim_config`): the strip is one tile, read once and written once, 64
+  elements per thread so that most of the reduction down R stays within threads;
 - longer R: a first pass keeps, per lane, a running max and a sum of exp(x - max) that
   is rescaled whenever the max grows; a second pass normalizes (read twice);
 - too few strips to fill the GPU: R is also split among programs. A first launch writes
@@ -23,11 +24,16 @@ from .reductions import inner_config, partials_view, split_count
 __all__ = ["softmax_along"]
 
 NEG_INF = float("-inf")
-SINGLE_TILE = 16384      # most elements of a one-tile strip (32 f32 per thread at 16 warps)
-MIN_STRIP_BYTES = 64     # narrowest strip row: two 32-byte sectors
+SINGLE_TILE = 16384      # most elements of a one-tile strip
+MIN_STRIP_BYTES = 32     # narrowest strip row: one 32-byte sector
 MAX_STRIP_BYTES = 1024   # widest: as the reductions' strips
-TILE_BYTES = 16384       # a one-tile strip's wanted size when R is short (4 16-byte loads per thread at 8 warps)
+TILE_F32 = 16384         # a one-tile strip's wanted elements when R is short (f32; 2-byte types: half)
+PER_THREAD = 64          # elements per thread of a one-tile strip: num_warps = tile / (32 * PER_THREAD)
 PROGRAMS_WANTED = 528    # one-tile strips are narrowed (down to MIN_STRIP_BYTES) until this many programs
+# H200, % of copy by (BLOCK_I / warps) for one-tile strips: (16, 150, 65536) dim 1 f32 64/8 91, 32/4 84,
+# 32/8 84, 16/8 77; bf16 32/4 75, 32/8 47, 64/8 52; (64, 19, 262144) f16 128/2 82, 256/4 76, 256/8 39;
+# (256, 7, 65536) bf16 512/2 91, 1024/4 91, 512/8 57: the reduction down the strip wants its rows
+# within a thread (64 elements each) rather than spread over more warps.
 
 
 @tc.func
@@ -141,7 +147,7 @@ SIGNATURES = {
                                "tiles_per_split=i32, LOG=True, SPLIT=False, BLOCK_R=16, BLOCK_I=512",
 }
 # The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
-OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 8, "fast_math": True},
+OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 2, "fast_math": True},
            "softmax_dim_stats_kernel": {"num_warps": 8, "fast_math": True},
            "softmax_dim_loop_kernel": {"num_warps": 8, "fast_math": True}}
 EXTRA_SIGNATURES = [
@@ -155,13 +161,14 @@ def dim_config(r: int, inner: int, outer: int, itemsize: int):
     """(single, BLOCK_R, BLOCK_I, num_warps) of softmax along a middle dimension of R rows
     over `inner` columns in `outer` slabs.
 
-    single: R fits one tile with strips of at least MIN_STRIP_BYTES (64 bytes) per row,
+    single: R fits one tile with strips of at least MIN_STRIP_BYTES (32 bytes) per row,
     next_pow2(R) x BLOCK_I <= SINGLE_TILE (16384) elements: each strip is read once. Its
-    BLOCK_I is the widest power of two up to MAX_STRIP_BYTES (1 KB) rows and TILE_BYTES
-    (16 KB) tiles, halved (down to 64 bytes) while fewer than PROGRAMS_WANTED (528)
-    programs cover the array. Otherwise the reductions' strips (`reductions.inner_config`:
-    1 KB rows, 4096 f32 or 8192 2-byte elements per tile). num_warps = tile bytes / 2048
-    (four 16-byte loads per thread), 1..16.
+    BLOCK_I is the widest power of two up to MAX_STRIP_BYTES (1 KB) rows and TILE_F32
+    (16384; 8192 for 2-byte types) elements per tile, halved (down to 32 bytes) while
+    fewer than PROGRAMS_WANTED (528) programs cover the array; num_warps = tile /
+    (32 * PER_THREAD), 1..16 (64 elements per thread). Otherwise the reductions' strips
+    (`reductions.inner_config`: 1 KB rows, 4096 f32 or 8192 2-byte elements per tile,
+    tile bytes / 2048 warps up to 8).
     """
     widest = next_pow2(inner)
     narrowest = builtins.min(widest, builtins.max(MIN_STRIP_BYTES // itemsize, 1))
@@ -169,11 +176,12 @@ def dim_config(r: int, inner: int, outer: int, itemsize: int):
     if block_r * narrowest > SINGLE_TILE:
         block_r, block_i, warps = inner_config(r, inner, itemsize)
         return False, block_r, block_i, warps
-    block_i = builtins.min(widest, MAX_STRIP_BYTES // itemsize, builtins.max(TILE_BYTES // itemsize // block_r, 1))
+    tile = TILE_F32 if itemsize == 4 else TILE_F32 // 2
+    block_i = builtins.min(widest, MAX_STRIP_BYTES // itemsize, builtins.max(tile // block_r, 1))
     block_i = builtins.max(block_i, narrowest)
     while block_i > narrowest and outer * tc.cdiv(inner, block_i) < PROGRAMS_WANTED:
         block_i //= 2
-    warps = builtins.min(builtins.max(block_r * block_i * itemsize // 2048, 1), 16)
+    warps = builtins.min(builtins.max(block_r * block_i // (32 * PER_THREAD), 1), 16)
     return True, block_r, block_i, warps
 
 

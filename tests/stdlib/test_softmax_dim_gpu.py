@@ -21,7 +21,7 @@ def _close(torch, got, want, dtype_name, scale=1.0):
 @pytest.mark.parametrize("shape,dim", [
     ((8, 150, 1001), 1),      # one tile per strip (segmentation-like: classes over pixels)
     ((3, 7, 5, 33), -3),      # short, odd, a negative dim
-    ((1100, 1030, 17), 1),    # looped strips, enough of them (1100) not to split
+    ((1100, 2100, 17), 1),    # looped strips, enough of them (1100) not to split
     ((5000, 333), 0),         # few strips: split among programs
     ((20001, 7), 0),          # one strip, split, odd widths
 ])
