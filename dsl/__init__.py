@@ -29,6 +29,7 @@ from .kernel import Kernel, Func, kernel, func  # noqa: F401
 from .language import (  # noqa: F401
     constexpr, static_range, range, interpret,
     program_id, num_programs, cluster_rank, cluster_sync, cluster_gather, barrier, cdiv, arange, zeros, full,
+    grid_dependency_wait, launch_dependents,
     load, store, atomic_add, atomic_max, atomic_min, atomic_xchg, atomic_cas,
     dot, where, minimum, maximum, fma, clamp,
     exp, exp2, log, log2, sqrt, rsqrt, sin, cos, tanh, sigmoid, erf, floor, ceil, abs,

@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional
 from .abi import param_slots
 from .compiled import CompiledKernel
 from .errors import CompilationError
-from .options import REGISTERS_PER_SM, CompileOptions
+from .options import REGISTERS_PER_SM, CompileOptions, arch_number
 
 __all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key", "compiler_source_hash"]
 
@@ -203,6 +203,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": arch,
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
         "warp_specialized": "threads" in gpu.attrs, "persistent": persistent, "cluster": options.cluster,
+        # the runtime launches it with programmatic stream serialization (sm_90+ only)
+        "dependent_launch": options.dependent_launch and arch_number(arch) >= 90,
         "timings": timings,
     }
     if run_ptxas is None:

@@ -13,7 +13,8 @@ import threading
 
 __all__ = [
     "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
-    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "barrier", "cdiv", "arange", "zeros", "full",
+    "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "barrier",
+    "grid_dependency_wait", "launch_dependents", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
     "dot", "where", "minimum", "maximum", "fma", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
     "sin", "cos", "tanh", "sigmoid", "erf", "floor", "ceil", "abs", "clamp",
@@ -152,6 +153,28 @@ def barrier():
     other programs: a tile stored by many threads, `tc.barrier()`, then one
     `tc.atomic_add` (acq_rel, gpu scope) on a counter. The program that sees the last
     count reads every program's stores (docs/language.md, "The last program")."""
+
+
+@builtin
+def grid_dependency_wait():
+    """Wait until the kernel launched before this one in the stream has finished and its
+    memory writes are visible (`griddepcontrol.wait`, sm_90+).
+
+    Only a kernel compiled with `dependent_launch=True` may start before the kernel ahead
+    of it has finished; such a kernel must not read what that kernel writes, nor write
+    what it reads or writes, before this call. Work before it (address arithmetic, loads
+    of inputs the kernel ahead does not write) overlaps that kernel's end. A kernel compiled
+    with `dependent_launch=True` that never calls it waits at its start. Without
+    `dependent_launch`, and before sm_90, it does nothing."""
+
+
+@builtin
+def launch_dependents():
+    """Let the next kernel of the stream, when it was compiled with `dependent_launch=True`,
+    start before this one ends (`griddepcontrol.launch_dependents`, sm_90+): it is launched
+    once every program of this kernel has called this or ended. It changes no ordering of
+    memory: the next kernel still sees this one's writes only after its
+    `tc.grid_dependency_wait()`. Before sm_90 it does nothing."""
 
 
 @builtin

@@ -5,19 +5,21 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS",
-           "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size", "check_min_programs",
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS",
+           "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size",
+           "check_grid_limits", "check_min_programs",
            "parse_arch", "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
-                 "cluster", "min_programs_per_sm")
+                 "cluster", "min_programs_per_sm", "dependent_launch")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
 MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM (sm_86/sm_89: 1536, where
                                    # ptxas ignores a larger min_programs_per_sm with a warning)
 MAX_PROGRAMS_PER_SM = 32           # and resident CTAs
 REGISTERS_PER_SM = 65536           # 32-bit registers of an SM's register file
+GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)  # programs a CUDA grid holds along axes 0, 1 and 2
 
 # Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
 # ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
@@ -60,6 +62,9 @@ class CompileOptions:
     persistent: bool = False        # one program per SM slot, looping over the grid's program ids
     cluster: int = 1                # sm_90+: programs per thread-block cluster, along grid axis 0
     min_programs_per_sm: int = 0    # ptxas keeps registers low enough for this many programs per SM (0: its choice)
+    dependent_launch: bool = False  # sm_90+: launched as soon as the kernel before it in the stream lets it
+                                    # (programmatic dependent launch); it waits for that kernel's results
+                                    # at tc.grid_dependency_wait(), at its start when it calls none
 
     def validated(self) -> "CompileOptions":
         if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
@@ -71,7 +76,8 @@ class CompileOptions:
         check_cluster_arch(self.cluster, arch)
         check_min_programs(self.min_programs_per_sm, self.num_warps)
         return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
-                       warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent))
+                       warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
+                       dependent_launch=bool(self.dependent_launch))
 
     def with_arch(self, default_arch: str) -> "CompileOptions":
         if self.arch is not None:
@@ -86,6 +92,16 @@ def check_cluster_size(cluster) -> int:
     if isinstance(cluster, bool) or not hasattr(cluster, "__index__") or cluster not in CLUSTER_SIZES:
         raise ValueError(f"cluster must be 1 to 8 programs, got {cluster!r}")
     return int(cluster)
+
+
+def check_grid_limits(grid3, kernel: str) -> None:
+    """ValueError naming the first axis of `grid3` (3 ints) that holds more programs than
+    CUDA allows (GRID_LIMITS), else nothing."""
+    for axis, (n, most) in enumerate(zip(grid3, GRID_LIMITS)):
+        if n > most:
+            fix = ("spread the programs over axes 1 and 2 (up to 65535 each)" if axis == 0 else
+                   "put the largest extent on axis 0 (up to 2**31 - 1)")
+            raise ValueError(f"kernel '{kernel}': grid axis {axis} holds at most {most} programs, got {n}; {fix}")
 
 
 def check_min_programs(n, num_warps: int) -> None:

@@ -19,6 +19,7 @@ from tilec.options import CompileOptions
 
 from .passes import canonicalize, cse, dce, fold
 from .passes.persistent import make_persistent
+from .passes.dependent_launch import wait_for_prior_grid
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
 from .passes.tma_loads import tma_loads
@@ -49,6 +50,7 @@ TILE_PASSES: List[Tuple[str, Pass]] = [
 PIPELINE: List[Tuple[str, Pass]] = [
     *TILE_PASSES,
     ("make_persistent", make_persistent),  # persistent=True only; before every pass that looks at loops
+    ("wait_for_prior_grid", wait_for_prior_grid),  # dependent_launch=True only; outside a persistent loop
     ("index_width", index_width),
     ("tma_loads", tma_loads),
     ("tma_stores", tma_stores),

@@ -34,13 +34,13 @@ import threading
 from typing import Any, Dict, Tuple
 
 from ..options import OPTION_FIELDS as _OPTION_NAMES
-from ..options import CompileOptions
+from ..options import CompileOptions, check_grid_limits
 from . import driver, interop
 from .memory import DeviceArray
 from .packing import build_packer
 from .stream import stream_handle
 
-__all__ = ["launch", "launch_compiled", "preload", "kernel_state", "PreparedLaunch"]
+__all__ = ["launch", "launch_compiled", "preload", "kernel_state", "PreparedLaunch", "DependentLaunch"]
 
 _I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
 _OFFSET_LIMIT = 2 ** 31
@@ -156,7 +156,7 @@ class PreparedLaunch:
     """One compiled kernel loaded on one device, with its argument packer."""
 
     __slots__ = ("compiled", "loaded", "function", "threads", "shared", "pool", "param_names",
-                 "name", "device", "persistent", "cluster")
+                 "name", "device", "persistent", "cluster", "dependent")
 
     def __init__(self, compiled, loaded, param_names):
         self.compiled, self.loaded = compiled, loaded
@@ -169,12 +169,53 @@ class PreparedLaunch:
         # Free (packer, kernelParams address) pairs, each with its own buffer. A launch pops
         # one (atomic under the GIL), so two threads never pack into the same buffer.
         self.pool = [build_packer(compiled, self.param_names)]
+        # dependent_launch (sm_90+): launched by cuLaunchKernelEx with programmatic serialization
+        self.dependent = DependentLaunch(self) if compiled.metadata.get("dependent_launch") else None
 
     def take_packer(self):
         try:
             return self.pool.pop()
         except IndexError:  # another thread holds the only one: give this thread its own
             return build_packer(self.compiled, self.param_names)
+
+
+class DependentLaunch:
+    """How a kernel compiled with dependent_launch=True is launched: cuLaunchKernelEx with
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so it may start while the
+    kernel before it in the stream still runs (it waits for that kernel's results at its
+    griddepcontrol.wait). Each launch takes a CUlaunchConfig from a pool, as packers are
+    taken, so two threads never fill the same one."""
+
+    __slots__ = ("function", "threads", "shared", "configs")
+
+    def __init__(self, p: "PreparedLaunch"):
+        self.function, self.threads, self.shared = p.function, p.threads, p.shared
+        self.configs = [self._config()]
+
+    def _config(self):
+        d = driver.cu()
+        config = d.CUlaunchConfig()
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.threads, 1, 1
+        config.sharedMemBytes = self.shared
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        config.attrs = [attr]
+        config.numAttrs = 1
+        return config
+
+    def launch(self, gx, gy, gz, stream, params):
+        """cuLaunchKernelEx's result code."""
+        try:
+            config = self.configs.pop()
+        except IndexError:  # another thread holds the only one
+            config = self._config()
+        config.gridDimX, config.gridDimY, config.gridDimZ = gx, gy, gz
+        config.hStream = stream
+        try:
+            return driver.cu().cuLaunchKernelEx(config, self.function, params, 0)[0]
+        finally:
+            self.configs.append(config)
 
 
 def _signature(state: KernelState, vals):
@@ -320,15 +361,20 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
             gx, gy, gz = _persistent_grid(prepared, packer[0], vals, infos, gx, gy, gz)
         else:
             packer[0](vals, infos)
-        res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
-                              prepared.shared, s, packer[1], 0)[0]
+        if prepared.dependent is None:
+            res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
+                                  prepared.shared, s, packer[1], 0)[0]
+        else:
+            res = prepared.dependent.launch(gx, gy, gz, s, packer[1])
         pool.append(packer)
     except (TypeError, OverflowError):
-        _grid3(grid if not callable(grid) else (gx, gy, gz), state.name)  # says what is wrong
+        g = _grid3(grid if not callable(grid) else (gx, gy, gz), state.name)  # says what is wrong
+        check_grid_limits(g, state.name)  # (an extent past 2**32 - 1 overflows the driver's argument)
         raise
     if res is not _SUCCESS:
         if gx == 0 or gy == 0 or gz == 0:
             return None  # an empty grid launches nothing
+        check_grid_limits((gx, gy, gz), prepared.name)  # the driver's error names no axis
         driver.check((res,), "cuLaunchKernel", prepared.name)
     return None
 
@@ -425,9 +471,13 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         gx, gy, gz = _persistent_grid(p, packer[0], vals, infos, gx, gy, gz)
     else:
         packer[0](vals, infos)
-    res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
+    if p.dependent is None:
+        res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
+    else:
+        res = p.dependent.launch(gx, gy, gz, s, packer[1])
     p.pool.append(packer)
     if res is not _SUCCESS:
+        check_grid_limits((gx, gy, gz), p.name)  # the driver's error names no axis
         driver.check((res,), "cuLaunchKernel", p.name)
 
 

@@ -32,7 +32,7 @@ from tilec.dtypes import DType
 
 from . import _plan
 
-__all__ = ["FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
+__all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
            "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
            "lanewise_max", "lanewise_sum", "next_pow2", "launch", "contiguous_strides"]
 
@@ -498,6 +498,13 @@ def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
 
 
 # ----------------------------------------------------------------------------- launching
+# The options of a launch that only follows another launch of the same op (a merge of its
+# partials): on sm_90+ it is launched while that one ends and waits for its results at its
+# start (or at its tc.grid_dependency_wait), hiding the launch's latency (H100, a
+# single-program mean after 4096 row programs: 1.4 of 4 us).
+DEPENDENT = {"dependent_launch": True}
+
+
 def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = True, cluster: int = 1,
            options: Optional[dict] = None, **constexprs) -> None:
     """Run `kernel` on `grid` with `args` (views from `view`/`rows_of`, scalars).

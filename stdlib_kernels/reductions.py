@@ -4,17 +4,19 @@ Reducing the last dimension is row-wise (one tile per row when it fits, rows
 packed when short, else a lane-wise loop). Reducing another dimension sees the
 array as (outer, R, inner) and gives each program a strip of `inner` columns:
 it walks R in tiles, accumulating lane-wise, so the contiguous inner dimension
-is what each load reads. cumsum carries the running total of a row from tile
-to tile. Accumulation is in f32.
+is what each load reads (`slab_grid` fits any number of strips in the grid).
+cumsum carries the running total of a row from tile to tile. Accumulation is in
+f32.
 """
 from __future__ import annotations
 
 import builtins
 
 import tilec as tc
+from tilec.options import GRID_LIMITS
 
-from ._common import (Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch, next_pow2,
-                      normalize_dim, output, row_config, rows_of, slab_view, view)
+from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch,
+                      next_pow2, normalize_dim, output, row_config, rows_of, slab_view, view)
 from ._plan import planned
 from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_row_tile, window_mask, window_span,
                       window_start, window_steps_of, window_tile)
@@ -80,14 +82,26 @@ def _strip_tile(x, o, k, j, pad, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
     return tc.load(x, index=(o, k, j), shape=(1, BLOCK_R, BLOCK_I), padding=pad).astype(tc.float32)
 
 
+@tc.func
+def slab_strip(STRIPS_FIRST: tc.constexpr):
+    # (slab o, strip j) of this program: grid axes (0, 1), or (1, 0) where the strips pass
+    # axis 1's limit (`slab_grid`). A constexpr: choosing at run time (a select on
+    # num_programs) cost 5% on an H100 (softmax over dim 1 of 16x150x65536 bf16), and a
+    # divmod of one flat program id an integer add per element address.
+    if STRIPS_FIRST:
+        return tc.program_id(1), tc.program_id(0)
+    return tc.program_id(0), tc.program_id(1)
+
+
 @tc.kernel
 def reduce_inner_kernel(x, out, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.constexpr,
-                        BLOCK_I: tc.constexpr):
+                        BLOCK_I: tc.constexpr, STRIPS_FIRST: tc.constexpr = False):
     # x is (outer, R, inner); out is (outer, splits, inner): program (o, j, s) reduces the
     # row tiles [s * tiles_per_split, (s + 1) * tiles_per_split) of column strip j. Tiles
-    # past R are all padding (no memory traffic), so the last split needs no bound.
-    o = tc.program_id(0)
-    j = tc.program_id(1)
+    # past R are all padding (no memory traffic), so the last split needs no bound. Once
+    # every program has started, the merge of the splits (a dependent launch) may be placed.
+    tc.launch_dependents()
+    o, j = slab_strip(STRIPS_FIRST)
     s = tc.program_id(2)
     pad = NEG_INF if MAX else 0.0
     k0 = s * tiles_per_split
@@ -103,7 +117,7 @@ def reduce_inner_kernel(x, out, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.
 
 @tc.kernel
 def reduce_inner_window_kernel(x, part, tiles_per_split, MAX: tc.constexpr, BLOCK_R: tc.constexpr,
-                               BLOCK_I: tc.constexpr, WINDOW: tc.constexpr):
+                               BLOCK_I: tc.constexpr, WINDOW: tc.constexpr, STRIPS_FIRST: tc.constexpr = False):
     # x is (outer, R, inner) with rows off WINDOW-element (32-byte) boundaries, whose column
     # tiles would move 2 or 4 bytes per access. Rows c, c + WINDOW, c + 2 WINDOW, ... (class c)
     # start at one offset `lead` past such a boundary (WINDOW rows apart is a multiple of
@@ -111,8 +125,8 @@ def reduce_inner_window_kernel(x, part, tiles_per_split, MAX: tc.constexpr, BLOC
     # through aligned windows: lane l of strip j holds column j * BLOCK_I + l - lead. Its
     # sums go to row s * WINDOW + c of part (outer, splits * WINDOW, inner; f32), each
     # column where it belongs.
-    o = tc.program_id(0)
-    j = tc.program_id(1)
+    tc.launch_dependents()  # as reduce_inner_kernel
+    o, j = slab_strip(STRIPS_FIRST)
     c = tc.program_id(2) % WINDOW
     k0 = tc.program_id(2) // WINDOW * tiles_per_split
     pad = NEG_INF if MAX else 0.0
@@ -128,7 +142,7 @@ def reduce_inner_window_kernel(x, part, tiles_per_split, MAX: tc.constexpr, BLOC
     # took 112 registers instead of 64 in bf16). Only the tensor's last row has no memory
     # after its end group: it is read after the loop, element by element.
     group_in = (grp + GROUP > lead) & (grp < x.shape[2] + lead)
-    last = o == tc.num_programs(0) - 1
+    last = o == x.shape[0] - 1
     n_rows = x.shape[1] - last.astype(tc.int32)
     m = tc.arange(0, BLOCK_R)[:, None, None]
     acc = tc.full((BLOCK_R, BLOCK_I // GROUP, GROUP), pad, tc.float32)
@@ -205,6 +219,11 @@ EXTRA_SIGNATURES = [
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=1, MAX=False, BLOCK_R=4096, BLOCK_I=1"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f16[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=64, BLOCK_I=64"),
     ("reduce_inner_kernel", "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=16, BLOCK_I=512"),
+    # strips past grid axis 1's limit (`slab_grid`)
+    ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=16, BLOCK_I=256, "
+                            "STRIPS_FIRST=True"),
+    ("reduce_inner_window_kernel", "x=f32[?,?,?], part=f32[?,?,?]:stride_div=16x16x1, tiles_per_split=i32, MAX=True, "
+                                   "BLOCK_R=16, BLOCK_I=256, WINDOW=8, STRIPS_FIRST=True"),
     ("cumsum_kernel", "x=f16[?,?], out=f16[?,?], ROWS=64, BLOCK=32"),
     ("cumsum_kernel", "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096"),
 ]
@@ -249,15 +268,17 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     strips = outer * tc.cdiv(inner, block_i)
     splits = split_count(strips, n_tiles, a.dtype.itemsize)
     if splits == 1:
-        launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), 1), (xv, ov, n_tiles), num_warps,
-               MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
+        grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
+        launch(reduce_inner_kernel, grid, (xv, ov, n_tiles), num_warps, MAX=is_max, BLOCK_R=block_r,
+               BLOCK_I=block_i, STRIPS_FIRST=first)
         return o.obj
     # Too few column strips to fill the GPU: split R, reduce each part to f32, then the parts.
     per = tc.cdiv(n_tiles, splits)
     splits = tc.cdiv(n_tiles, per)
     pv = partials_view(a, outer, splits, inner)
-    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), splits), (xv, pv, per), num_warps,
-           MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
+    grid, first = slab_grid(outer, tc.cdiv(inner, block_i), splits)
+    launch(reduce_inner_kernel, grid, (xv, pv, per), num_warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i,
+           STRIPS_FIRST=first)
     _reduce_partials(pv, ov, outer, splits, inner, is_max)
     return o.obj
 
@@ -282,8 +303,9 @@ def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window
     per = tc.cdiv(n_tiles, window_split_count(outer * strips * window, n_tiles, a.dtype.itemsize))
     splits = tc.cdiv(n_tiles, per)
     pv = partials_view(a, outer, splits * window, inner)
-    launch(reduce_inner_window_kernel, (outer, strips, splits * window), (xv, pv, per), num_warps, MAX=is_max,
-           BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window)
+    grid, first = slab_grid(outer, strips, splits * window)
+    launch(reduce_inner_window_kernel, grid, (xv, pv, per), num_warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i,
+           WINDOW=window, STRIPS_FIRST=first)
     _reduce_partials(pv, ov, outer, splits * window, inner, is_max)
 
 
@@ -307,8 +329,30 @@ def partials_view(a: Arr, outer: int, rows: int, inner: int):
 
 def _reduce_partials(pv, ov, outer: int, rows: int, inner: int, is_max: bool):
     block_r, block_i, warps = inner_config(rows, inner)
-    launch(reduce_inner_kernel, (outer, tc.cdiv(inner, block_i), 1), (pv, ov, tc.cdiv(rows, block_r)),
-           warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
+    grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
+    launch(reduce_inner_kernel, grid, (pv, ov, tc.cdiv(rows, block_r)), warps, options=DEPENDENT, MAX=is_max,
+           BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
+
+
+def slab_grid(outer: int, strips: int, splits: int = 1):
+    """(grid, STRIPS_FIRST) of a column-strip kernel over (outer, R, inner), whose program
+    (o, j, s) reduces strip j of slab o, split s (`slab_strip`): grid (outer, strips, splits),
+    the order the kernels were tuned in, or, where the strips pass axis 1's limit, (strips,
+    outer, splits) and STRIPS_FIRST.
+
+    A grid holds 2**31 - 1 programs along axis 0 but 65535 along axes 1 and 2
+    (`tilec.options.GRID_LIMITS`): sum over dim 0 of 4 x 40M f32 has 156250 strips of 256
+    columns. The splits stay within 2 * SPLIT_TARGET (`split_count`, `window_split_count`).
+    No grid fits more than 2**31 - 1 slabs (arrays of 2**32 elements or more, unless R is
+    1), nor more than 65535 of both slabs and strips (2**36 or more): a ValueError.
+    """
+    first = strips > GRID_LIMITS[1]
+    grid = (strips, outer, splits) if first else (outer, strips, splits)
+    if any(n > most for n, most in zip(grid, GRID_LIMITS)):
+        raise ValueError(f"{outer} slabs x {strips} column strips x {splits} splits do not fit a grid (at most "
+                         f"{GRID_LIMITS} programs along its axes); run the op on parts of the array's leading "
+                         "dimensions")
+    return grid, first
 
 
 def inner_config(r: int, inner: int, itemsize: int = 4):

@@ -17,8 +17,9 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from . import softmax_dim
-from ._common import (SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, last_dim_rows, empty_like, lanewise_max,
-                      lanewise_sum, launch, next_pow2, normalize_dim, row_config, sm_count, split_row, view)
+from ._common import (DEPENDENT, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, last_dim_rows, empty_like,
+                      lanewise_max, lanewise_sum, launch, next_pow2, normalize_dim, row_config, sm_count, split_row,
+                      view)
 from ._plan import planned
 from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
@@ -99,7 +100,9 @@ def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, WINDOW: tc.constex
 @tc.kernel
 def softmax_partial_kernel(x, m_part, s_part, tiles_per_chunk, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
     # Split rows, pass 1: program (row, c) writes the (max, sum of exp) of its chunk of
-    # tiles_per_chunk tiles.
+    # tiles_per_chunk tiles. Once every program has started, the finish (a dependent launch)
+    # may be placed.
+    tc.launch_dependents()
     row = tc.program_id(0)
     c = tc.program_id(1)
     m, s = _lane_stats(x, row, c * tiles_per_chunk, tiles_per_chunk, WINDOW, BLOCK)
@@ -133,6 +136,7 @@ SIGNATURES = {
 OPTIONS = {"softmax_tile_kernel": {"num_warps": 4, "fast_math": True}}
 OPTIONS.update({k: {"num_warps": 8, "fast_math": True}
                 for k in ("softmax_loop_kernel", "softmax_partial_kernel", "softmax_finish_kernel")})
+OPTIONS["softmax_finish_kernel"]["dependent_launch"] = True
 # Further specializations the PTX test assembles: every dtype, both flavours, the
 # largest single tile.
 EXTRA_SIGNATURES = [
@@ -269,8 +273,8 @@ def _softmax(x, dim, out, log: bool, op: str):
     mv, sv = (view(p, (n_rows, chunks), (chunks, 1)) for p in parts)
     launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block,
            WINDOW=window)
-    launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, LOG=log,
-           CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window)
+    launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, options=DEPENDENT,
+           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window)
     return o.obj
 
 

@@ -1,8 +1,9 @@
 """softmax and log_softmax along a dimension other than the last.
 
 x is seen as (outer, R, inner), R the softmax dimension (`_common.slab_view`). Each
-program owns a strip of contiguous inner columns of one outer slab and reduces down R
-per column, so every load reads whole 16-byte groups of the rows it touches:
+program owns a strip of contiguous inner columns of one outer slab (`reductions.slab_grid`
+fits any number of them in the grid) and reduces down R per column, so every load reads
+whole 16-byte groups of the rows it touches:
 - R up to a tile (`dim_config`): the strip is one tile, read once and written once, 64
   elements per thread so that most of the reduction down R stays within threads;
 - longer R: a first pass keeps, per lane, a running max and a sum of exp(x - max) that
@@ -18,8 +19,8 @@ import builtins
 
 import tilec as tc
 
-from ._common import as_array, check_float, launch, next_pow2, output, slab_view
-from .reductions import inner_config, partials_view, split_count
+from ._common import DEPENDENT, as_array, check_float, launch, next_pow2, output, slab_view
+from .reductions import inner_config, partials_view, slab_grid, slab_strip, split_count
 
 __all__ = ["softmax_along"]
 
@@ -51,10 +52,10 @@ def _normalized(t, m, s, LOG: tc.constexpr):
 
 
 @tc.kernel
-def softmax_dim_tile_kernel(x, out, LOG: tc.constexpr, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+def softmax_dim_tile_kernel(x, out, LOG: tc.constexpr, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr,
+                            STRIPS_FIRST: tc.constexpr = False):
     # Program (o, j): columns [j * BLOCK_I, ...) of slab o, all R (<= BLOCK_R) rows in one tile.
-    o = tc.program_id(0)
-    j = tc.program_id(1)
+    o, j = slab_strip(STRIPS_FIRST)
     t = _strip(x, o, 0, j, BLOCK_R, BLOCK_I)
     m = tc.max(t, axis=1, keep_dims=True)
     e = tc.exp(t - m)
@@ -108,12 +109,14 @@ def _split_stats(m_part, s_part, o, j, BLOCK_R: tc.constexpr, BLOCK_I: tc.conste
 
 
 @tc.kernel
-def softmax_dim_stats_kernel(x, m_part, s_part, tiles_per_split, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+def softmax_dim_stats_kernel(x, m_part, s_part, tiles_per_split, BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr,
+                             STRIPS_FIRST: tc.constexpr = False):
     # Program (o, j, p): the per-column (max, sum) of row tiles [p * tiles_per_split, ...) of
     # strip j, to row p of m_part / s_part (outer, splits, inner; f32). Tiles past R are all
-    # padding (no memory traffic), so the last split needs no bound.
-    o = tc.program_id(0)
-    j = tc.program_id(1)
+    # padding (no memory traffic), so the last split needs no bound. Once every program has
+    # started, the normalizing pass (a dependent launch) may be placed.
+    tc.launch_dependents()
+    o, j = slab_strip(STRIPS_FIRST)
     p = tc.program_id(2)
     m, s = _column_stats(x, o, j, p * tiles_per_split, (p + 1) * tiles_per_split, BLOCK_R, BLOCK_I)
     tc.store(m_part, index=(o, p, j), tile=m)
@@ -122,12 +125,11 @@ def softmax_dim_stats_kernel(x, m_part, s_part, tiles_per_split, BLOCK_R: tc.con
 
 @tc.kernel
 def softmax_dim_loop_kernel(x, out, m_part, s_part, tiles_per_split, LOG: tc.constexpr, SPLIT: tc.constexpr,
-                            BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr):
+                            BLOCK_R: tc.constexpr, BLOCK_I: tc.constexpr, STRIPS_FIRST: tc.constexpr = False):
     # Program (o, j, p) normalizes row tiles [p * tiles_per_split, ...) of strip j. SPLIT: the
     # column statistics come from every split's pair (m_part / s_part); else from the
     # program's own first pass over the strip (m_part / s_part unused).
-    o = tc.program_id(0)
-    j = tc.program_id(1)
+    o, j = slab_strip(STRIPS_FIRST)
     p = tc.program_id(2)
     k0 = p * tiles_per_split
     if SPLIT:
@@ -154,6 +156,12 @@ EXTRA_SIGNATURES = [
     ("softmax_dim_tile_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], LOG=True, BLOCK_R=512, BLOCK_I=32"),
     ("softmax_dim_loop_kernel", "x=f32[?,?,?], out=f32[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
                                 "tiles_per_split=i32, LOG=False, SPLIT=True, BLOCK_R=16, BLOCK_I=256"),
+    # strips past grid axis 1's limit (`reductions.slab_grid`)
+    ("softmax_dim_tile_kernel", "x=f32[?,?,?], out=f32[?,?,?], LOG=False, BLOCK_R=4, BLOCK_I=256, STRIPS_FIRST=True"),
+    ("softmax_dim_stats_kernel", "x=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], tiles_per_split=i32, "
+                                 "BLOCK_R=16, BLOCK_I=512, STRIPS_FIRST=True"),
+    ("softmax_dim_loop_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
+                                "tiles_per_split=i32, LOG=True, SPLIT=True, BLOCK_R=16, BLOCK_I=512, STRIPS_FIRST=True"),
 ]
 
 
@@ -198,20 +206,24 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
     single, block_r, block_i, warps = dim_config(r, inner, outer, a.dtype.itemsize)
     strips = tc.cdiv(inner, block_i)
     if single:
-        launch(softmax_dim_tile_kernel, (outer, strips), (xv, ov), warps, LOG=log, BLOCK_R=block_r, BLOCK_I=block_i)
+        grid, first = slab_grid(outer, strips)
+        launch(softmax_dim_tile_kernel, grid, (xv, ov), warps, LOG=log, BLOCK_R=block_r, BLOCK_I=block_i,
+               STRIPS_FIRST=first)
         return o.obj
     n_tiles = tc.cdiv(r, block_r)
     splits = split_count(outer * strips, n_tiles, a.dtype.itemsize)
     if splits == 1:
         # the partials are not touched: the output view stands in for them
-        launch(softmax_dim_loop_kernel, (outer, strips, 1), (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLIT=False,
-               BLOCK_R=block_r, BLOCK_I=block_i)
+        grid, first = slab_grid(outer, strips)
+        launch(softmax_dim_loop_kernel, grid, (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLIT=False,
+               BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
         return o.obj
     per = tc.cdiv(n_tiles, splits)
     splits = tc.cdiv(n_tiles, per)      # every split holds at least one real tile
     mv, sv = partials_view(a, outer, splits, inner), partials_view(a, outer, splits, inner)
-    launch(softmax_dim_stats_kernel, (outer, strips, splits), (xv, mv, sv, per), warps, BLOCK_R=block_r,
-           BLOCK_I=block_i)
-    launch(softmax_dim_loop_kernel, (outer, strips, splits), (xv, ov, mv, sv, per), warps, LOG=log,
-           SPLIT=True, BLOCK_R=block_r, BLOCK_I=block_i)
+    grid, first = slab_grid(outer, strips, splits)
+    launch(softmax_dim_stats_kernel, grid, (xv, mv, sv, per), warps, BLOCK_R=block_r, BLOCK_I=block_i,
+           STRIPS_FIRST=first)
+    launch(softmax_dim_loop_kernel, grid, (xv, ov, mv, sv, per), warps, options=DEPENDENT, LOG=log, SPLIT=True,
+           BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
     return o.obj

@@ -61,6 +61,16 @@ def _barrier(ctx, node):
     ctx.create(T.BarrierOp)
 
 
+@builtin_handler(lang.grid_dependency_wait)
+def _grid_dependency_wait(ctx, node):
+    ctx.create(T.GridDependencyWaitOp)
+
+
+@builtin_handler(lang.launch_dependents)
+def _launch_dependents(ctx, node):
+    ctx.create(T.LaunchDependentsOp)
+
+
 @builtin_handler(lang.cluster_gather)
 def _cluster_gather(ctx, node, value, size, padding):
     size = _axis_arg(ctx, size, "tc.cluster_gather's size")

@@ -26,7 +26,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import InterpreterError
 from ..ir.types import ScalarType, ViewType
-from ..options import check_cluster_size
+from ..options import check_cluster_size, check_grid_limits
 from . import rules_control, rules_elementwise, rules_memory, rules_tile  # noqa: F401  (fill RULES)
 from .cluster import run_clusters
 from .engine import GRID, MEM, PID, EarlyReturn, compiled, run_body
@@ -37,12 +37,14 @@ __all__ = ["run", "InterpreterError"]
 
 
 def run(module, args: Sequence, grid, cluster: int = 1) -> None:
-    """Execute `module` for every program id of `grid` (a tuple of 1 to 3 non-negative ints).
+    """Execute `module` for every program id of `grid` (a tuple of 1 to 3 non-negative ints
+    within CUDA's limits, `tilec.options.GRID_LIMITS`: else a ValueError, as on a GPU).
 
     `cluster` > 1 runs the programs in thread-block clusters of that many along x
     (cluster.py): grid x must be a multiple of it."""
     prog = compiled(module)
     grid3 = _grid(grid)
+    check_grid_limits(grid3, prog.func.attrs["sym_name"])  # as a GPU launch would fail
     cluster = _cluster(cluster, grid3)
     regs = prog.new_regs()
     memory = Memory()
@@ -85,8 +87,8 @@ def _grid(grid):
     if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3 or not all(
             isinstance(g, (int, np.integer)) and not isinstance(g, bool) for g in grid):
         raise TypeError(f"grid must be a tuple of 1 to 3 ints, got {grid!r}")
-    if any(g < 0 or g >= 2**31 for g in grid):
-        raise ValueError(f"grid extents must be in [0, 2**31), got {tuple(grid)}")
+    if any(g < 0 for g in grid):
+        raise ValueError(f"grid extents must be >= 0, got {tuple(grid)}")
     return tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
 
 

@@ -13,3 +13,4 @@ if importlib.util.find_spec(__package__ + ".rules_gpu") is not None:
 from . import rules_mma  # noqa: F401,E402
 from . import rules_wgmma  # noqa: F401,E402  (wgmma, sm_90a)
 from . import rules_cluster  # noqa: F401,E402  (thread-block clusters, sm_90+)
+from . import rules_dependent_launch  # noqa: F401,E402  (programmatic dependent launch, sm_90+)

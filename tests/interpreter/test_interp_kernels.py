@@ -152,3 +152,23 @@ def test_device_assert_names_the_kernel_source_line():
         with pytest.raises(InterpreterError) as e:
             checked[(3,)](np.zeros(4, np.float32), 40, BLOCK=16)
     assert f"device_assert failed in program (2, 0, 0) at {__file__}:{line}: index past the end" in str(e.value)
+
+
+@tc.kernel
+def program_ids(out):
+    tc.store(out.ptr + tc.program_id(0), tc.program_id(0))
+
+
+def test_grids_past_the_cuda_axis_limits_are_rejected_as_on_a_gpu():
+    # CUDA grids hold 2**31 - 1 programs along axis 0, 65535 along axes 1 and 2
+    out = np.zeros(70000, np.int32)
+    with tc.interpret():
+        for grid, axis in [((1, 70000), 1), ((1, 1, 70000), 2)]:
+            with pytest.raises(ValueError, match=rf"kernel 'program_ids': grid axis {axis} holds at most 65535 "
+                                                 r"programs, got 70000; put the largest extent on axis 0"):
+                program_ids[grid](out)
+        with pytest.raises(ValueError, match="grid axis 0 holds at most 2147483647 programs, got 2147483648"):
+            program_ids[(2**31,)](out)
+        assert not out.any()
+        program_ids[(70000,)](out)
+    np.testing.assert_array_equal(out, np.arange(70000))

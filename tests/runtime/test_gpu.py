@@ -85,6 +85,21 @@ def test_launch_hot_path_with_grid_callable(gpu):
     np.testing.assert_allclose(do.to_numpy(), x - y, rtol=1e-6)
 
 
+def test_a_grid_past_the_axis_limits_names_the_axis(gpu):
+    # the driver answers CUDA_ERROR_INVALID_VALUE; the launcher names the axis, the extent and the limit
+    k = PtxKernel(axpy_fn)
+    d = rt.zeros(4)
+    launcher.preload(k, axpy(), (d, d, d, 1.0))
+    for grid, axis in [((1, 70000), 1), ((1, 1, 70000), 2)]:
+        msg = rf"kernel 'axpy': grid axis {axis} holds at most 65535 programs, got 70000; put the largest extent"
+        with pytest.raises(ValueError, match=msg):
+            k[grid](d, d, d, 1.0)
+        with pytest.raises(ValueError, match=msg):
+            launcher.launch_compiled(axpy(), grid, d, d, d, 1.0)
+    k[(1, 65535)](d, d, d, 1.0)   # the most axis 1 holds
+    rt.synchronize()
+
+
 def test_host_array_rejected(gpu):
     k = PtxKernel(axpy_fn)
     with pytest.raises(TypeError, match=r"tc\.from_numpy"):

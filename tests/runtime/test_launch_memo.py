@@ -81,6 +81,7 @@ class Harness:
         p.compiled, p.loaded, p.device, p.name = ck, None, device, "k"
         p.function, p.threads, p.shared = f"fn{len(self.prepares)}", 32, 0
         p.persistent, p.cluster = 0, 1  # launched on the grid as asked, no clusters
+        p.dependent = None  # a plain cuLaunchKernel
         p.param_names = list(state.params)
         p.pool = [build_packer(ck, p.param_names)]
         state.table[key] = p
@@ -150,3 +151,26 @@ def test_torch_imported_after_binding_still_takes_the_fast_path_and_its_stream(r
     assert run.streams == ["torch stream"] * 3
     assert launcher._torch_tensor is FakeTensor
     assert run.sig_calls == 2  # the general reader once, the fast path once, then its memo
+
+
+def test_a_failed_launch_past_the_grid_limits_names_the_axis(run, monkeypatch):
+    # CUDA grids hold 2**31 - 1 programs along axis 0, 65535 along axes 1 and 2: the driver
+    # answers CUDA_ERROR_INVALID_VALUE (or cuda-python an OverflowError past 2**32 - 1)
+    invalid = object()
+
+    def launch(fn, gx, gy, gz, *rest):
+        if gx >= 2**32:
+            raise OverflowError("value too large to convert to unsigned int")
+        return (invalid,)
+    monkeypatch.setattr(launcher, "_cuLaunchKernel", launch)
+    t = FakeTensor(0x10000, (1024,))
+    for grid, axis in [((1, 70000), 1), ((1, 1, 70000), 2)]:
+        with pytest.raises(ValueError, match=rf"kernel 'k': grid axis {axis} holds at most 65535 programs, got "
+                                             r"70000; put the largest extent on axis 0 \(up to 2\*\*31 - 1\)"):
+            launcher.launch(k, grid, (t, 5), {})
+    for gx in (2**31, 2**32):
+        with pytest.raises(ValueError, match=f"grid axis 0 holds at most 2147483647 programs, got {gx}"):
+            launcher.launch(k, (gx,), (t, 5), {})
+    prepared = next(iter(launcher.kernel_state(k).table.values()))
+    with pytest.raises(ValueError, match="kernel 'k': grid axis 2 holds at most 65535 programs, got 70000"):
+        launcher._cu_launch(prepared, 1, 1, 70000, 0, (t, 5), [(t.ptr, t.shape, t.stride(), float32, 0), None])

@@ -1,5 +1,12 @@
 """Records the kernels the stdlib entry points launch (their modules' `launch`), for tests
-that assert which path a shape takes."""
+that assert which path a shape takes, and plan the grids of shapes too large to run."""
+import math
+
+import numpy as np
+
+import tilec.options
+from tilec.stdlib_kernels import reductions
+from tilec.stdlib_kernels._common import as_array
 
 
 def spy_launches(monkeypatch, modules, record):
@@ -12,3 +19,35 @@ def spy_launches(monkeypatch, modules, record):
             return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
         monkeypatch.setattr(mod, "launch", spy)
     return seen
+
+
+def plan_grids(monkeypatch, modules, allocating=()):
+    """Replaces `launch` in each of `modules` by a recorder of (kernel name, grid, constexprs)
+    that runs nothing, and `empty_like` in each of `allocating` by `huge` arrays: the grids an
+    entry point plans for shapes too large to allocate. Returns the list of records."""
+    seen = []
+
+    def record(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, **constexprs):
+        seen.append((kernel.name, tuple(grid), constexprs))
+    for mod in modules:
+        monkeypatch.setattr(mod, "launch", record)
+    for mod in allocating:
+        monkeypatch.setattr(mod, "empty_like", lambda a, shape, dtype: as_array(huge(shape, dtype.np), "out"))
+    return seen
+
+
+def huge(shape, dtype, strides=None):
+    """A numpy array of `shape` (contiguous unless `strides` are given, in elements) over one
+    element of memory: for planning only, never to be read or written."""
+    dtype = np.dtype(dtype)
+    if strides is None:
+        strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
+    return np.lib.stride_tricks.as_strided(np.zeros(1, dtype), tuple(shape), tuple(s * dtype.itemsize for s in strides))
+
+
+def limit_grid_axis1(monkeypatch, most: int) -> None:
+    """Grid axis 1 holds at most `most` programs, for the interpreter and for
+    `reductions.slab_grid`: small shapes take the layout of strips past 65535."""
+    limits = (tilec.options.GRID_LIMITS[0], most, tilec.options.GRID_LIMITS[2])
+    monkeypatch.setattr(tilec.options, "GRID_LIMITS", limits)
+    monkeypatch.setattr(reductions, "GRID_LIMITS", limits)

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import softmax_dim
+from tilec.options import GRID_LIMITS
+from tilec.stdlib_kernels import reductions, softmax_dim
 
-from launch_spy import spy_launches
+from launch_spy import huge, limit_grid_axis1, plan_grids, spy_launches
 
 softmax_mod = importlib.import_module("tilec.stdlib_kernels.softmax")   # (sk.softmax is the op)
 
@@ -129,3 +130,48 @@ def test_the_last_dim_keeps_the_row_kernels(monkeypatch):
     sk.softmax(x, dim=-1)
     sk.softmax(x[0, 0], dim=0)                 # 1-d: dim 0 is the last
     assert seen == ["softmax_tile_kernel"] * 3
+
+
+# ----------------------------------------------------------------------------- grid limits
+@pytest.mark.parametrize("shape, dim, dtype, kernels", [
+    ((3, 40_000_000), 0, np.float32, ["softmax_dim_tile_kernel"]),             # 156250 strips of 256 columns
+    ((3000, 40_000_000), 0, np.float16, ["softmax_dim_loop_kernel"]),          # looped: 78125 strips of 512
+    ((100_000, 7, 3), 1, np.float32, ["softmax_dim_tile_kernel"]),             # 100000 slabs
+    ((2, 3000, 30), 1, np.float32, ["softmax_dim_stats_kernel", "softmax_dim_loop_kernel"]),  # split
+])
+def test_huge_shapes_plan_grids_within_the_limits(monkeypatch, shape, dim, dtype, kernels):
+    # every (slab, strip, split) program once, each grid axis within CUDA's limits (`reductions.slab_grid`)
+    launched = plan_grids(monkeypatch, [softmax_dim], allocating=[reductions])
+    out = huge(shape, dtype)
+    assert sk.softmax(huge(shape, dtype), dim=dim, out=out) is out
+    assert [name for name, _, _ in launched] == kernels
+    outer, inner = int(np.prod(shape[:dim])), int(np.prod(shape[dim + 1:]))
+    for _, grid, c in launched:
+        assert all(0 < n <= most for n, most in zip(grid, GRID_LIMITS)), grid
+        strips = -(-inner // c["BLOCK_I"])
+        assert grid[:2] == ((strips, outer) if c["STRIPS_FIRST"] else (outer, strips))
+
+
+def test_more_slabs_than_any_grid_holds_is_a_clear_error(monkeypatch):
+    plan_grids(monkeypatch, [softmax_dim], allocating=[reductions])
+    with pytest.raises(ValueError, match="2147483648 slabs x 1 column strips x 1 splits do not fit a grid"):
+        sk.softmax(huge((2**31, 2, 1), np.float32), dim=1, out=huge((2**31, 2, 1), np.float32))
+
+
+@pytest.mark.parametrize("axis1", [GRID_LIMITS[1], 3])   # 3: the strips on grid axis 0, as past 65535 of them
+@pytest.mark.parametrize("dtype, shape, dim, whole", [
+    ("f32", (3, 30, 300), 1, False),       # one tile per strip: 38 strips of 8 columns per slab
+    ("bf16", (3, 30, 300), 1, False),      # 19 of 16
+    ("f32", (30, 300), 0, False),          # one slab
+    ("f32", (3, 2100, 800), 1, True),      # looped strips, 4 per slab
+    ("f32", (3, 2100, 800), 1, False),     # split strips (grid axis 2)
+    ("bf16", (3, 1100, 1600), 1, False),
+])
+def test_softmax_over_slabs_of_several_strips_matches_numpy(monkeypatch, rowwise, axis1, dtype, shape, dim, whole):
+    limit_grid_axis1(monkeypatch, axis1)   # (the interpreter rejects a grid past it too)
+    if whole:
+        monkeypatch.setattr(softmax_dim, "split_count", lambda strips, n_tiles, itemsize: 1)
+    x = rowwise.host(3 * np.random.default_rng(sum(shape)).standard_normal(shape), dtype)
+    for log in (False, True):
+        got = (sk.log_softmax if log else sk.softmax)(x, dim=dim)
+        rowwise.close(got, ref(rowwise.f64(x), dim, log), dtype, scale=10 if log else 1.0)

@@ -1,11 +1,14 @@
 """softmax / log_softmax along a dimension other than the last, on the GPU: torch CUDA
 tensors against torch's own ops in float64, each path of softmax_dim.py (one tile per
-strip, looped strips, split strips). Skipped where no GPU is found."""
+strip, looped strips, split strips), and sum/softmax over more column strips than grid
+axis 1 holds. Skipped where no GPU is found."""
 from __future__ import annotations
 
 import pytest
 
 import tilec.stdlib_kernels as sk
+from tilec.options import GRID_LIMITS
+from tilec.stdlib_kernels import reductions, softmax_dim
 
 pytestmark = pytest.mark.gpu
 
@@ -46,3 +49,18 @@ def test_masked_columns_strides_and_out(torch, r):
     y = sk.log_softmax(base, dim=0)
     assert torch.isnan(y[:, 0]).all()
     _close(torch, y[:, 1:], torch.log_softmax(base[:, 1:].double(), 0), "float32", scale=10)
+
+
+def test_sum_and_softmax_over_more_strips_than_grid_axis_1_holds(torch):
+    # 3 rows of n f32 columns: past 65535 strips of the column-strip kernels (`reductions.slab_grid`
+    # puts them on grid axis 0); a driver error (CUDA_ERROR_INVALID_VALUE) before. Under 2 GB.
+    n = (GRID_LIMITS[1] + 100) * reductions.MAX_STRIP + 5
+    x = torch.randn(3, n, device="cuda")
+    assert -(-n // reductions.inner_config(3, n, 4)[1]) > GRID_LIMITS[1]
+    _close(torch, sk.sum(x, 0), x.double().sum(0), "float32", scale=3)    # rows off 32-byte sectors: windows
+    m = n - 5 - reductions.MAX_STRIP + 8                                   # rows on sectors: column tiles
+    y = x.view(-1)[:3 * m].view(3, m)
+    _close(torch, sk.sum(y, 0), y.double().sum(0), "float32", scale=3)
+    single, _, block_i, _ = softmax_dim.dim_config(3, n, 1, 4)
+    assert single and -(-n // block_i) > GRID_LIMITS[1]
+    _close(torch, sk.softmax(x, dim=0), torch.softmax(x.double(), 0), "float32")

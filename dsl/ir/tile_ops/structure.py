@@ -122,6 +122,23 @@ class BarrierOp(Op):
 
 
 @register_op
+class GridDependencyWaitOp(Op):
+    """Wait until the grid launched before this one in the stream has finished and its
+    memory writes are visible (programmatic dependent launch, sm_90+; nothing before)."""
+    name = "tile.grid_dependency_wait"
+    num_results = 0
+    traits = frozenset({"writes"})  # a fence: no memory access moves across it
+
+
+@register_op
+class LaunchDependentsOp(Op):
+    """Let the stream's next grid, launched as a dependent, start before this one ends."""
+    name = "tile.launch_dependents"
+    num_results = 0
+    traits = frozenset({"writes"})
+
+
+@register_op
 class ClusterSyncOp(Op):
     """Every program of the cluster waits here for all the others; the memory writes made
     before it are visible to every program of the cluster after it (release / acquire)."""
