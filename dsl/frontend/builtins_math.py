@@ -51,24 +51,19 @@ def _cluster_rank(ctx, node):
     return ctx.value(T.ClusterRankOp)
 
 
-@builtin_handler(lang.cluster_sync)
-def _cluster_sync(ctx, node):
-    ctx.create(T.ClusterSyncOp)
+# Builtins without arguments or results: each becomes its one op, where it is called.
+_SYNC_OPS = {lang.cluster_sync: T.ClusterSyncOp, lang.barrier: T.BarrierOp,
+             lang.grid_dependency_wait: T.GridDependencyWaitOp, lang.launch_dependents: T.LaunchDependentsOp}
 
 
-@builtin_handler(lang.barrier)
-def _barrier(ctx, node):
-    ctx.create(T.BarrierOp)
+def _sync_handler(op_class):
+    def handler(ctx, node):
+        ctx.create(op_class)
+    return handler
 
 
-@builtin_handler(lang.grid_dependency_wait)
-def _grid_dependency_wait(ctx, node):
-    ctx.create(T.GridDependencyWaitOp)
-
-
-@builtin_handler(lang.launch_dependents)
-def _launch_dependents(ctx, node):
-    ctx.create(T.LaunchDependentsOp)
+for _fn, _op_class in _SYNC_OPS.items():
+    builtin_handler(_fn)(_sync_handler(_op_class))
 
 
 @builtin_handler(lang.cluster_gather)
