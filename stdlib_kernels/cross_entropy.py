@@ -283,6 +283,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     partials a second launch merges (one program per row). The mean/sum is
     one program walking the per-row losses in tiles of next_pow2(rows), at
     most 8192, with tile / 128 warps (1..32: few masked loads per thread).
+    The merge and the mean/sum are dependent launches on sm_90+ (placed while
+    the row kernel ends; the mean counts the targets before it waits for the
+    losses: docs/stdlib.md, "Second launches as dependents").
     """
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
