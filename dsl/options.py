@@ -5,8 +5,8 @@ import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM", "OPTION_FIELDS",
-           "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size",
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM",
+           "OPTION_FIELDS", "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size",
            "check_grid_limits", "check_min_programs",
            "parse_arch", "split_options"]
 

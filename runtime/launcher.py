@@ -375,7 +375,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
         if gx == 0 or gy == 0 or gz == 0:
             return None  # an empty grid launches nothing
         check_grid_limits((gx, gy, gz), prepared.name)  # the driver's error names no axis
-        driver.check((res,), "cuLaunchKernel", prepared.name)
+        driver.check((res,), "cuLaunchKernel" if prepared.dependent is None else "cuLaunchKernelEx", prepared.name)
     return None
 
 
@@ -478,7 +478,7 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
     p.pool.append(packer)
     if res is not _SUCCESS:
         check_grid_limits((gx, gy, gz), p.name)  # the driver's error names no axis
-        driver.check((res,), "cuLaunchKernel", p.name)
+        driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name)
 
 
 def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:

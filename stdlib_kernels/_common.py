@@ -32,8 +32,8 @@ from tilec.dtypes import DType
 
 from . import _plan
 
-__all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place", "view",
-           "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
+__all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place",
+           "view", "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
            "lanewise_max", "lanewise_sum", "next_pow2", "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
