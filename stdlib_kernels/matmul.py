@@ -25,7 +25,7 @@ from typing import Tuple
 import tilec as tc
 from tilec import dtypes as _dt
 
-from ._common import as_array, check_float, check_same_place, empty_like, launch, output, view
+from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, view
 from ._plan import derived, planned
 from .matmul_config import MatmulConfig, config_for
 
@@ -102,6 +102,9 @@ def matmul_splitk_kernel(a, b, ws, BM: tc.constexpr, BN: tc.constexpr, BK: tc.co
     # last one shorter or empty) of its tile's product into rows s * Mp .. of the f32
     # workspace ws (S * Mp x N, Mp = M rounded up to BM): every slice owns whole tiles, so
     # the tiles overhanging M write padding rows of their own slice, never the next one's.
+    # The reduction (a dependent launch) may be placed as soon as every program has started:
+    # split-K leaves SMs idle, so its programs wait there for the partials.
+    tc.launch_dependents()
     num_m = tc.cdiv(a.shape[0], BM)
     num_n = tc.cdiv(b.shape[1], BN)
     pid = tc.program_id(0)
@@ -247,7 +250,7 @@ def _launch_split_k(cfg: MatmulConfig, split: int, a_v, b_v, o_v, ws, bias_arg, 
     red_args = [ws_v, o_v, bias_arg, scale]
     launch(matmul_splitk_kernel, (cfg.tiles(m, n), split), [a_v, b_v, ws_v], cfg.num_warps, fast_math=False,
            options=_ring_options(cfg, tma), **part)
-    launch(splitk_reduce_kernel, red_grid, red_args, warps, fast_math=False, **red)
+    launch(splitk_reduce_kernel, red_grid, red_args, warps, fast_math=False, options=DEPENDENT, **red)
 
 
 _OPERAND_DTYPES = (tc.float16, tc.bfloat16, tc.float32, tc.float8e4m3, tc.float8e5m2)

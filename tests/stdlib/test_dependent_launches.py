@@ -64,3 +64,14 @@ def test_softmax_along_a_split_dimension_normalizes_as_a_dependent(monkeypatch):
     ref = np.exp(x64 - x64.max(0))
     np.testing.assert_allclose(sk.softmax(x, dim=0), ref / ref.sum(0), rtol=1e-5, atol=1e-12)
     assert seen == [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", DEPENDENT)]
+
+
+def test_split_k_reduction_is_a_dependent_of_the_partial_products(monkeypatch):
+    mm = importlib.import_module("tilec.stdlib_kernels.matmul")
+    seen = _launches(monkeypatch, (mm,))
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((37, 200)).astype(np.float32), rng.standard_normal((200, 29)).astype(np.float32)
+    got = sk.matmul(a, b, out_dtype="f32", config=mm.MatmulConfig(16, 16, 16, 4, 2, split_k=3))
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
+    assert [name for name, _ in seen] == ["matmul_splitk_kernel", "splitk_reduce_kernel"]
+    assert seen[1][1] == DEPENDENT
