@@ -92,3 +92,10 @@ def test_dependent_launch_config_asks_for_programmatic_serialization(monkeypatch
     attr = config.attrs[0]
     assert attr.id == d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
     assert attr.value.programmaticStreamSerializationAllowed == 1
+
+
+def test_a_persistent_dependent_kernel_waits_once_before_its_loop():
+    c = _ptx(consumer_kernel, SIG, arch="sm_90a", dependent_launch=True, persistent=True)
+    gpu = c.asm["gpu"]
+    assert gpu.count("tile.grid_dependency_wait") == 1
+    assert gpu.index("tile.grid_dependency_wait") < gpu.index("tile.for")  # not once per program id
