@@ -374,8 +374,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
     if res is not _SUCCESS:
         if gx == 0 or gy == 0 or gz == 0:
             return None  # an empty grid launches nothing
-        check_grid_limits((gx, gy, gz), prepared.name)  # the driver's error names no axis
-        driver.check((res,), "cuLaunchKernel" if prepared.dependent is None else "cuLaunchKernelEx", prepared.name)
+        _launch_failed(prepared, res, gx, gy, gz)
     return None
 
 
@@ -418,6 +417,13 @@ def _persistent_grid(p: PreparedLaunch, pack, vals, infos, gx, gy, gz):
                          f"({gx}, {gy}, {gz}) has {total} programs, at most {_I32_MAX + 1 - launched} fit")
     pack(vals, infos, (gx, gy, gz))
     return launched, 1, 1
+
+
+def _launch_failed(p: PreparedLaunch, res, gx, gy, gz):
+    """Raise for a launch the driver refused: a grid past the limits by its axis (the driver's
+    error names none), else the driver's error."""
+    check_grid_limits((gx, gy, gz), p.name)
+    driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name)
 
 
 def _grid3(grid, name: str):
@@ -477,8 +483,7 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         res = p.dependent.launch(gx, gy, gz, s, packer[1])
     p.pool.append(packer)
     if res is not _SUCCESS:
-        check_grid_limits((gx, gy, gz), p.name)  # the driver's error names no axis
-        driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name)
+        _launch_failed(p, res, gx, gy, gz)
 
 
 def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:

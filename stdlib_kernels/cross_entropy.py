@@ -196,8 +196,8 @@ SIGNATURES = {
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_loop_kernel": {"num_warps": LOOP_WARPS, "fast_math": True},
-           "ce_combine_kernel": {"num_warps": 1, "fast_math": True, "dependent_launch": True},
-           "ce_reduce_kernel": {"num_warps": 8, "fast_math": True, "dependent_launch": True}}
+           "ce_combine_kernel": {"num_warps": 1, "fast_math": True, **DEPENDENT},
+           "ce_reduce_kernel": {"num_warps": 8, "fast_math": True, **DEPENDENT}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 
 import tilec as tc
-from tilec.options import GRID_LIMITS
+from tilec import options as _options
 
 from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch,
                       next_pow2, normalize_dim, output, row_config, rows_of, slab_view, view)
@@ -346,11 +346,12 @@ def slab_grid(outer: int, strips: int, splits: int = 1):
     No grid fits more than 2**31 - 1 slabs (arrays of 2**32 elements or more, unless R is
     1), nor more than 65535 of both slabs and strips (2**36 or more): a ValueError.
     """
-    first = strips > GRID_LIMITS[1]
+    limits = _options.GRID_LIMITS
+    first = strips > limits[1]
     grid = (strips, outer, splits) if first else (outer, strips, splits)
-    if any(n > most for n, most in zip(grid, GRID_LIMITS)):
+    if any(n > most for n, most in zip(grid, limits)):
         raise ValueError(f"{outer} slabs x {strips} column strips x {splits} splits do not fit a grid (at most "
-                         f"{GRID_LIMITS} programs along its axes); run the op on parts of the array's leading "
+                         f"{limits} programs along its axes); run the op on parts of the array's leading "
                          "dimensions")
     return grid, first
 

@@ -136,7 +136,7 @@ SIGNATURES = {
 OPTIONS = {"softmax_tile_kernel": {"num_warps": 4, "fast_math": True}}
 OPTIONS.update({k: {"num_warps": 8, "fast_math": True}
                 for k in ("softmax_loop_kernel", "softmax_partial_kernel", "softmax_finish_kernel")})
-OPTIONS["softmax_finish_kernel"]["dependent_launch"] = True
+OPTIONS["softmax_finish_kernel"].update(DEPENDENT)
 # Further specializations the PTX test assembles: every dtype, both flavours, the
 # largest single tile.
 EXTRA_SIGNATURES = [

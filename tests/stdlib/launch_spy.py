@@ -5,7 +5,6 @@ import math
 import numpy as np
 
 import tilec.options
-from tilec.stdlib_kernels import reductions
 from tilec.stdlib_kernels._common import as_array
 
 
@@ -50,4 +49,3 @@ def limit_grid_axis1(monkeypatch, most: int) -> None:
     `reductions.slab_grid`: small shapes take the layout of strips past 65535."""
     limits = (tilec.options.GRID_LIMITS[0], most, tilec.options.GRID_LIMITS[2])
     monkeypatch.setattr(tilec.options, "GRID_LIMITS", limits)
-    monkeypatch.setattr(reductions, "GRID_LIMITS", limits)
