@@ -24,12 +24,17 @@ from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_r
 __all__ = ["sum", "max", "cumsum"]
 
 NEG_INF = float("-inf")
+# `inner_config`/`split_count`: the windowed inner-dimension kernel, merges of partial
+# results and softmax along a dimension (the aligned sum/max: `strip_config`).
 INNER_TILE = 4096     # elements of one (1, BLOCK_R, BLOCK_I) tile of the inner-dimension kernel
 MAX_STRIP = 256      # widest column strip of the inner-dimension kernel (4-byte types)
 MAX_STRIP_2BYTE = 512  # 2-byte types: 1 KB rows of 16 x 512 tiles (H200 bf16: 86% -> 91% of copy)
 SPLIT_TARGET = 1024   # programs wanted for an inner-dimension reduction (several waves of 132 SMs)
 SPLIT_TARGET_2BYTE = 512
 MIN_TILES_PER_SPLIT = 4
+STRIP_COLUMNS = 128        # aligned inner-dimension strips (`strip_config`)
+STRIP_TILE_BYTES = 8192
+STRIP_PROGRAMS = 1024
 TILES_PER_SPLIT = 16  # row tiles per program that keep each program streaming (256 KB of f32)
 TILES_PER_SPLIT_2BYTE = 32
 MAX_SCAN_TILE = 4096  # longest row scanned in one tile
@@ -204,13 +209,14 @@ def _window_cumsum(x, out, row, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
 
 SIGNATURES = {
     "reduce_rows_kernel": "x=f16[?,?], out=f16[?], MAX=False, ROWS=1, BLOCK=16384",
-    "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=32, BLOCK_I=256",
+    "reduce_inner_kernel": "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=True, BLOCK_R=32, BLOCK_I=128",
     "cumsum_kernel": "x=f32[?,?], out=f32[?,?], ROWS=1, BLOCK=4096",
     "reduce_inner_window_kernel": "x=bf16[?,?,?], part=f32[?,?,?]:stride_div=16x16x1, tiles_per_split=i32, MAX=False, "
                                   "BLOCK_R=16, BLOCK_I=512, WINDOW=16",
 }
-# The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
-OPTIONS = {"reduce_rows_kernel": {"num_warps": 16, "fast_math": True}, "reduce_inner_kernel": {"num_warps": 8, "fast_math": True},
+# The options the entry points launch SIGNATURES with (row kernels: tile elements / 512 warps; strips: tile
+# bytes / 2048; tests/test_ptxas.py).
+OPTIONS = {"reduce_rows_kernel": {"num_warps": 16, "fast_math": True}, "reduce_inner_kernel": {"num_warps": 4, "fast_math": True},
            "cumsum_kernel": {"num_warps": 8, "fast_math": True}, "reduce_inner_window_kernel": {"num_warps": 8, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
@@ -263,10 +269,8 @@ def _reduce(x, dim, out, is_max: bool, op: str):
     if window:
         _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max)
         return o.obj
-    block_r, block_i, num_warps = inner_config(r, inner, a.dtype.itemsize)
+    block_r, block_i, num_warps, splits = strip_config(outer, r, inner, a.dtype.itemsize)
     n_tiles = tc.cdiv(r, block_r)
-    strips = outer * tc.cdiv(inner, block_i)
-    splits = split_count(strips, n_tiles, a.dtype.itemsize)
     if splits == 1:
         grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
         launch(reduce_inner_kernel, grid, (xv, ov, n_tiles), num_warps, MAX=is_max, BLOCK_R=block_r,
@@ -386,6 +390,26 @@ def split_count(strips: int, n_tiles: int, itemsize: int = 4) -> int:
                         builtins.min(n_tiles // most, 2 * want))
 
 
+def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: int = STRIP_PROGRAMS):
+    """(BLOCK_R, BLOCK_I, num_warps, splits) of sum/max over a non-last dimension of an
+    aligned (outer, R, inner) array (`reduce_inner_kernel`): strips of up to STRIP_COLUMNS
+    contiguous columns, tiles of STRIP_TILE_BYTES (16 x 128 f32, 32 x 128 f16/bf16) at one
+    warp per 2 KB (4 at a full tile: four 16-byte loads per thread per step), and R split
+    among programs until about `programs` run, each walking at least MIN_TILES_PER_SPLIT
+    tiles.
+
+    Measured on an H100 (% of copy, old rule: 1 KB strips, 16 KB tiles at 8 warps, 512-2048
+    programs -> this one): sum over dim 0 of 16384x8192 f32 95.3 -> 96.9, 8192x16384 bf16
+    90.8 -> 91.5, 4096x4096 f16 72.3 -> 81.7 (docs/benchmarks.md)."""
+    block_i = min(next_pow2(inner), STRIP_COLUMNS)
+    block_r = min(next_pow2(r), builtins.max(STRIP_TILE_BYTES // itemsize // block_i, 1))
+    num_warps = builtins.max(block_r * block_i * itemsize // 2048, 1)
+    strips = outer * tc.cdiv(inner, block_i)
+    n_tiles = tc.cdiv(r, block_r)
+    splits = builtins.max(1, builtins.min(tc.cdiv(programs, strips), n_tiles // MIN_TILES_PER_SPLIT))
+    return block_r, block_i, num_warps, splits
+
+
 @planned
 def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     """sum(x, dim, out=None) -> the sum over dimension `dim` (removed from the shape).
@@ -398,15 +422,15 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     16384 elements, short rows packed, longer rows looped in 4096-element
     tiles); f16/bf16 rows of 512 columns or more that start off 32-byte
     sectors (odd widths) loop over aligned windows of 512 at 2 warps instead
-    of one tile (`WINDOW_LOOP_TILE`). For another dimension, each program owns min(next_pow2(inner), 256)
-    contiguous columns (512 for f16/bf16) and walks the reduced dimension in tiles of
-    4096 (f32) or 8192 (f16/bf16) / that many rows; num_warps = tile bytes
-    / 2048, 1..8. When that
-    gives fewer than 1024 programs (e.g. sum over dim 0 of a 4096x4096
-    matrix: 16 strips), the reduced dimension is also split among programs
-    (each at least 4 tiles, at most 16 where that keeps the programs within
-    2048) into f32 partial results, reduced by a second, small launch
-    (`split_count`).
+    of one tile (`WINDOW_LOOP_TILE`). For another dimension (`strip_config`),
+    each program owns min(next_pow2(inner), 128) contiguous columns and walks
+    the reduced dimension in 8 KB tiles (16 x 128 f32, 32 x 128 f16/bf16) at
+    one warp per 2 KB (4 at a full tile). Where that gives fewer than 1024
+    programs (sum over dim 0 of a 4096x4096 matrix: 32 strips), the reduced
+    dimension is also split among programs (up to 1024 programs, each at least
+    4 tiles) into f32 partial results, reduced by a second, small launch.
+    Reduced rows that start off 32-byte sectors are read through aligned
+    windows (`reduce_inner_window_kernel`, `inner_config`).
     """
     return _reduce(x, dim, out, False, "sum")
 

@@ -20,7 +20,7 @@ import builtins
 import tilec as tc
 
 from ._common import DEPENDENT, as_array, check_float, launch, next_pow2, output, slab_view
-from .reductions import inner_config, partials_view, slab_grid, slab_strip, split_count
+from .reductions import inner_config, partials_view, slab_grid, slab_strip, split_count, strip_config
 
 __all__ = ["softmax_along"]
 
@@ -31,6 +31,11 @@ MAX_STRIP_BYTES = 1024   # widest: as the reductions' strips
 TILE_F32 = 16384         # a one-tile strip's wanted elements when R is short (f32; 2-byte types: half)
 PER_THREAD = 64          # elements per thread of a one-tile strip: num_warps = tile / (32 * PER_THREAD)
 PROGRAMS_WANTED = 528    # one-tile strips are narrowed (down to MIN_STRIP_BYTES) until this many programs
+# Looped 2-byte strips: `reductions.strip_config` with this many programs. H100, % of copy (old: the
+# reductions' 1 KB strips of 16 KB tiles at 8 warps, up to 1024 programs -> 128-column strips of 8 KB tiles
+# at 4 warps, 512 programs): dim 0 of 8192x8192 bf16 56.9 -> 60.1, 4096x4096 f16 45.1 -> 58.3,
+# 65536x2048 bf16 55.3 -> 59.8. f32 kept the old strips (16384x8192 62.5 -> 59.4 with these).
+LOOP_PROGRAMS_2BYTE = 512
 # H200, % of copy by (BLOCK_I / warps) for one-tile strips: (16, 150, 65536) dim 1 f32 64/8 91, 32/4 84,
 # 32/8 84, 16/8 77; bf16 32/4 75, 32/8 47, 64/8 52; (64, 19, 262144) f16 128/2 82, 256/4 76, 256/8 39;
 # (256, 7, 65536) bf16 512/2 91, 1024/4 91, 512/8 57: the reduction down the strip wants its rows
@@ -144,14 +149,14 @@ def softmax_dim_loop_kernel(x, out, m_part, s_part, tiles_per_split, LOG: tc.con
 SIGNATURES = {
     "softmax_dim_tile_kernel": "x=f32[?,?,?], out=f32[?,?,?], LOG=False, BLOCK_R=128, BLOCK_I=32",
     "softmax_dim_stats_kernel": "x=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], tiles_per_split=i32, "
-                                "BLOCK_R=16, BLOCK_I=512",
+                                "BLOCK_R=32, BLOCK_I=128",
     "softmax_dim_loop_kernel": "x=f16[?,?,?], out=f16[?,?,?], m_part=f16[?,?,?], s_part=f16[?,?,?], "
-                               "tiles_per_split=i32, LOG=True, SPLIT=False, BLOCK_R=16, BLOCK_I=512",
+                               "tiles_per_split=i32, LOG=True, SPLIT=False, BLOCK_R=32, BLOCK_I=128",
 }
 # The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
 OPTIONS = {"softmax_dim_tile_kernel": {"num_warps": 2, "fast_math": True},
-           "softmax_dim_stats_kernel": {"num_warps": 8, "fast_math": True},
-           "softmax_dim_loop_kernel": {"num_warps": 8, "fast_math": True}}
+           "softmax_dim_stats_kernel": {"num_warps": 4, "fast_math": True},
+           "softmax_dim_loop_kernel": {"num_warps": 4, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("softmax_dim_tile_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], LOG=True, BLOCK_R=512, BLOCK_I=32"),
     ("softmax_dim_loop_kernel", "x=f32[?,?,?], out=f32[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
@@ -166,31 +171,36 @@ EXTRA_SIGNATURES = [
 
 
 def dim_config(r: int, inner: int, outer: int, itemsize: int):
-    """(single, BLOCK_R, BLOCK_I, num_warps) of softmax along a middle dimension of R rows
-    over `inner` columns in `outer` slabs.
+    """(single, BLOCK_R, BLOCK_I, num_warps, splits) of softmax along a middle dimension of
+    R rows over `inner` columns in `outer` slabs.
 
     single: R fits one tile with strips of at least MIN_STRIP_BYTES (32 bytes) per row,
     next_pow2(R) x BLOCK_I <= SINGLE_TILE (16384) elements: each strip is read once. Its
     BLOCK_I is the widest power of two up to MAX_STRIP_BYTES (1 KB) rows and TILE_F32
     (16384; 8192 for 2-byte types) elements per tile, halved (down to 32 bytes) while
     fewer than PROGRAMS_WANTED (528) programs cover the array; num_warps = tile /
-    (32 * PER_THREAD), 1..16 (64 elements per thread). Otherwise the reductions' strips
-    (`reductions.inner_config`: 1 KB rows, 4096 f32 or 8192 2-byte elements per tile,
-    tile bytes / 2048 warps up to 8).
+    (32 * PER_THREAD), 1..16 (64 elements per thread). Otherwise looped strips: for f32
+    the reductions' (`reductions.inner_config`: 256 columns, 4096-element tiles at 8
+    warps; R split by `reductions.split_count`), for f16/bf16 `reductions.strip_config`
+    (128 columns, 8 KB tiles at 4 warps) with R split until LOOP_PROGRAMS_2BYTE (512)
+    programs run. splits: how many programs share a strip's rows (1 for one tile).
     """
     widest = next_pow2(inner)
     narrowest = builtins.min(widest, builtins.max(MIN_STRIP_BYTES // itemsize, 1))
     block_r = next_pow2(r)
     if block_r * narrowest > SINGLE_TILE:
+        if itemsize <= 2:
+            return (False, *strip_config(outer, r, inner, itemsize, LOOP_PROGRAMS_2BYTE))
         block_r, block_i, warps = inner_config(r, inner, itemsize)
-        return False, block_r, block_i, warps
+        splits = split_count(outer * tc.cdiv(inner, block_i), tc.cdiv(r, block_r), itemsize)
+        return False, block_r, block_i, warps, splits
     tile = TILE_F32 if itemsize == 4 else TILE_F32 // 2
     block_i = builtins.min(widest, MAX_STRIP_BYTES // itemsize, builtins.max(tile // block_r, 1))
     block_i = builtins.max(block_i, narrowest)
     while block_i > narrowest and outer * tc.cdiv(inner, block_i) < PROGRAMS_WANTED:
         block_i //= 2
     warps = builtins.min(builtins.max(block_r * block_i // (32 * PER_THREAD), 1), 16)
-    return True, block_r, block_i, warps
+    return True, block_r, block_i, warps, 1
 
 
 def softmax_along(x, dim: int, out, log: bool, op: str):
@@ -203,7 +213,7 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
         return o.obj
     xv, (outer, r, inner), _ = slab_view(a, dim, "x")
     ov, _, _ = slab_view(o, dim, "out")
-    single, block_r, block_i, warps = dim_config(r, inner, outer, a.dtype.itemsize)
+    single, block_r, block_i, warps, splits = dim_config(r, inner, outer, a.dtype.itemsize)
     strips = tc.cdiv(inner, block_i)
     if single:
         grid, first = slab_grid(outer, strips)
@@ -211,7 +221,6 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
                STRIPS_FIRST=first)
         return o.obj
     n_tiles = tc.cdiv(r, block_r)
-    splits = split_count(outer * strips, n_tiles, a.dtype.itemsize)
     if splits == 1:
         # the partials are not touched: the output view stands in for them
         grid, first = slab_grid(outer, strips)

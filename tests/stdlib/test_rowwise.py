@@ -144,12 +144,11 @@ def test_layer_norm_matches_numpy(rowwise, shape, dtype, offset, affine, seed):
 
 @pytest.mark.parametrize("is_max", [False, True])
 def test_reductions_over_a_long_first_dim_split_among_programs(rowwise, is_max):
-    from tilec.stdlib_kernels.reductions import inner_config, split_count
-    # 2 column strips of 3000 rows: the rows are split among programs (uneven last part),
+    from tilec.stdlib_kernels.reductions import strip_config
+    # 3 column strips of 3000 rows: the rows are split among programs (uneven last part),
     # partial results in f32, then a second launch.
     shape = (3000, 300)
-    block_r, block_i, _ = inner_config(*shape)
-    assert split_count(2, -(-shape[0] // block_r)) > 1
+    assert strip_config(1, *shape, 2)[3] > 1
     x = rowwise.host(np.random.default_rng(3).standard_normal(shape), "bf16")
     x64 = rowwise.f64(x)
     if is_max:
@@ -159,15 +158,14 @@ def test_reductions_over_a_long_first_dim_split_among_programs(rowwise, is_max):
 
 
 @pytest.mark.parametrize("shape, itemsize, programs, tiles_each", [
-    ((16384, 8192), 4, 2048, 16),   # 32 strips: 64 programs of 16 tiles per strip (measured best)
-    ((8192, 16384), 2, 1024, 16),   # 64 strips: 16 per strip
-    ((4096, 4096), 2, 512, 4),      # small: at least 4 tiles each, 1024 programs not reached
+    ((16384, 8192), 4, 1024, 64),   # 64 strips: 16 programs of 64 tiles per strip (H100: best)
+    ((8192, 16384), 2, 1024, 32),   # 128 strips: 8 per strip
+    ((4096, 4096), 2, 1024, 4),     # small: 32 strips of 32 programs of the fewest (4) tiles
 ])
 def test_inner_reduction_split_heuristic(shape, itemsize, programs, tiles_each):
-    from tilec.stdlib_kernels.reductions import inner_config, split_count
-    block_r, block_i, _ = inner_config(*shape, itemsize)
+    from tilec.stdlib_kernels.reductions import strip_config
+    block_r, block_i, _, splits = strip_config(1, *shape, itemsize)
     strips, n_tiles = -(-shape[1] // block_i), -(-shape[0] // block_r)
-    splits = split_count(strips, n_tiles)
     assert (strips * splits, n_tiles // splits) == (programs, tiles_each)
 
 

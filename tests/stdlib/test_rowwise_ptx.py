@@ -27,7 +27,7 @@ def _cases():
 # Kernels launched at a fixed warp count rather than by the tile rule.
 # (reduce_inner_kernel and its windowed form: tile bytes / 2048, at most 8; every signature
 # listed is a full tile.)
-FIXED_WARPS = {"reduce_inner_kernel": 8, "reduce_inner_window_kernel": 8}
+FIXED_WARPS = {"reduce_inner_window_kernel": 8}
 
 
 def _num_warps(spec, kernel: str = "") -> int:
@@ -39,6 +39,9 @@ def _num_warps(spec, kernel: str = "") -> int:
         return FIXED_WARPS[kernel]
     if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
         return _module("cross_entropy").reduce_config(spec.constexprs["BLOCK"])[1]
+    if kernel == "reduce_inner_kernel":  # 2 KB of tile per warp (`reductions.strip_config`, `inner_config`)
+        return min(max(math.prod(spec.constexprs[k] for k in ("BLOCK_R", "BLOCK_I"))
+                       * spec.params[0].type.dtype.itemsize // 2048, 1), 8)
     if kernel.startswith("softmax_dim_"):   # `softmax_dim.dim_config`
         tile = spec.constexprs["BLOCK_R"] * spec.constexprs["BLOCK_I"]
         if kernel == "softmax_dim_tile_kernel":   # 64 elements per thread, 1..16 warps

@@ -110,14 +110,16 @@ def test_empty_and_argument_errors():
 
 
 @pytest.mark.parametrize("r,inner,outer,itemsize,want", [
-    (150, 65536, 16, 4, (True, 256, 64, 8)),   # a 16384-element tile, 64 elements per thread
-    (150, 65536, 16, 2, (True, 256, 32, 4)),   # 2-byte types: 8192
-    (7, 65536, 256, 2, (True, 8, 512, 2)),     # 1 KB rows
-    (7, 4096, 16, 4, (True, 8, 64, 1)),        # 1 KB rows would make 256 programs: halved twice
-    (150, 33, 3, 4, (True, 256, 8, 1)),        # ... down to 32-byte rows
-    (2048, 100, 1, 4, (True, 2048, 8, 8)),     # the longest one tile of 32-byte strips (f32)
-    (2049, 100, 1, 4, (False, 32, 128, 8)),    # one more: the reductions' strips
-    (1025, 100, 1, 2, (False, 64, 128, 8)),    # (2-byte: 16-column strips, so 1024 rows)
+    (150, 65536, 16, 4, (True, 256, 64, 8, 1)),   # a 16384-element tile, 64 elements per thread
+    (150, 65536, 16, 2, (True, 256, 32, 4, 1)),   # 2-byte types: 8192
+    (7, 65536, 256, 2, (True, 8, 512, 2, 1)),     # 1 KB rows
+    (7, 4096, 16, 4, (True, 8, 64, 1, 1)),        # 1 KB rows would make 256 programs: halved twice
+    (150, 33, 3, 4, (True, 256, 8, 1, 1)),        # ... down to 32-byte rows
+    (2048, 100, 1, 4, (True, 2048, 8, 8, 1)),     # the longest one tile of 32-byte strips (f32)
+    (2049, 100, 1, 4, (False, 32, 128, 8, 16)),   # one more: the reductions' strips, 16 splits of 4 tiles
+    (1025, 100, 1, 2, (False, 32, 128, 4, 8)),    # (2-byte: 16-column strips, so 1024 rows): strip_config
+    (8192, 8192, 1, 2, (False, 32, 128, 4, 8)),   # 64 strips x 8 splits: 512 programs
+    (16384, 8192, 1, 4, (False, 16, 256, 8, 64)),  # f32: 32 strips x 64 splits of 16 tiles
 ])
 def test_dim_config(r, inner, outer, itemsize, want):
     assert softmax_dim.dim_config(r, inner, outer, itemsize) == want

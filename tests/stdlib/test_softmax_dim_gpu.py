@@ -61,6 +61,6 @@ def test_sum_and_softmax_over_more_strips_than_grid_axis_1_holds(torch):
     m = n - 5 - reductions.MAX_STRIP + 8                                   # rows on sectors: column tiles
     y = x.view(-1)[:3 * m].view(3, m)
     _close(torch, sk.sum(y, 0), y.double().sum(0), "float32", scale=3)
-    single, _, block_i, _ = softmax_dim.dim_config(3, n, 1, 4)
+    single, _, block_i, _, _ = softmax_dim.dim_config(3, n, 1, 4)
     assert single and -(-n // block_i) > GRID_LIMITS[1]
     _close(torch, sk.softmax(x, dim=0), torch.softmax(x.double(), 0), "float32")
