@@ -169,7 +169,7 @@ def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, se
 _ROW_ARGS = "n_rows=i32, n_cols=i32:16"
 SIGNATURES = {
     "gelu_kernel": "x=f16[?,?], out=f16[?,?], n_rows=1, n_cols=i32:16, sx=i32:16, so=i32:16, APPROX='none', BR=1, "
-                   "BC=2048, WIDE=False, NARROW=True, FLAT=True",
+                   "BC=1024, WIDE=False, NARROW=True, FLAT=True",
     "silu_mul_kernel": f"g=bf16[?,?], u=bf16[?,?], out=bf16[?,?], {_ROW_ARGS}, sg=i32:16, su=i32:16, so=i32:16, "
                        "BR=2, BC=2048, WIDE=False",
     "binary_kernel": "a=f32[?,?,?], b=f32[?,?,?], out=f32[?,?,?], n_batch=i32, n_rows=i32, n_cols=i32:16, sab=i32:16, "
@@ -177,7 +177,7 @@ SIGNATURES = {
                      "WIDE=False",
     "binary_kernel_flat": "a=bf16[?,?,?], b=bf16[?,?,?], out=bf16[?,?,?], n_batch=1, n_rows=1, n_cols=i32:16, "
                           "sab=i32:16, sar=i32:16, sac=1, sbb=i32:16, sbr=i32:16, sbc=1, sob=i32:16, sor=i32:16, "
-                          "OP='mul', BR=1, BC=2048, WIDE=False, FLAT=True",
+                          "OP='mul', BR=1, BC=1024, WIDE=False, FLAT=True",
     "rope_half_kernel": "x1=f16[?,?], x2=f16[?,?], cos=f32[?,?], sin=f32[?,?], o1=f16[?,?], o2=f16[?,?], n_rows=i32, "
                         "half=i32:16, sx=i32:16, sc=i32:16, so=i32:16, inner=i32, seq=i32, BR=64, BH=64, WIDE=False",
     "rope_interleaved_kernel": "x=bf16[?,?], cos=f32[?,?], sin=f32[?,?], out=bf16[?,?], n_rows=i32, dim=i32:16, "
@@ -209,7 +209,7 @@ def gelu(x, approximate: str = "none", out=None):
 
     f16, bf16, f32; any shape; computed in f32. Tiles of about 4096 elements
     (`_rows.tile_config`: whole rows when short, 16 elements per thread); a
-    contiguous array is one flat row in tiles of 2048 at 4 warps.
+    contiguous array is one flat row in tiles of 1024 at 4 warps.
     """
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
