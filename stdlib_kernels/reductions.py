@@ -400,7 +400,8 @@ def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: int = 
 
     Measured on an H100 (% of copy, old rule: 1 KB strips, 16 KB tiles at 8 warps, 512-2048
     programs -> this one): sum over dim 0 of 16384x8192 f32 95.3 -> 96.9, 8192x16384 bf16
-    90.8 -> 91.5, 4096x4096 f16 72.3 -> 81.7 (docs/benchmarks.md)."""
+    90.3 -> 91.2, 2097152x64 f32 84.8 -> 92.5, 4096x4096 f16 71.4 -> 74.0; 16 KB tiles, 256
+    columns or 2048 programs did no better anywhere (docs/benchmarks.md, "Column strips")."""
     block_i = min(next_pow2(inner), STRIP_COLUMNS)
     block_r = min(next_pow2(r), builtins.max(STRIP_TILE_BYTES // itemsize // block_i, 1))
     num_warps = builtins.max(block_r * block_i * itemsize // 2048, 1)
