@@ -14,6 +14,7 @@ to the spread), then a second pass normalizes. Statistics are f32.
 """
 from __future__ import annotations
 
+import builtins
 from dataclasses import replace
 
 import numpy as np
@@ -22,8 +23,8 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum, launch,
-                      long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
+from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
+                      launch, long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
 
@@ -50,16 +51,22 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 # 91 -> 98, 65536x2048 bf16 94.5 -> 99, 8192x16384 f32 86 -> 90; rms_norm equal or up to 2.5
 # higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40).
 HALVE_MIN_BLOCK = 2048
+# Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
+# from this many rows, read whole from WINDOW shifted copies of w and b made first (a launch
+# of SHIFT_TABLE_BLOCK-lane tiles per parameter).
+SHIFT_TABLE_MIN_ROWS = 256
+SHIFT_TABLE_BLOCK = 1024
 
 
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0):
+                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False):
     # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`norm_tiles`).
     # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
     # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
-    # gathered (they are small and stay in L1).
+    # gathered (they are small and stay in L1), or, SHIFTED, read whole from row `lead` of
+    # their (WINDOW, TILES * BLOCK) tables (`shift_table_kernel`).
     pid = tc.program_id(0)
     n = x.shape[1]
     lead = 0
@@ -90,10 +97,17 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
             cols, inside = _lanes(x, k, lead, WINDOW, BLOCK)
             wt = 0.0
             bt = 0.0
-            if HAS_W:
-                wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
-            if HAS_B:
-                bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
+            if SHIFTED:
+                lanes = k * BLOCK + tc.arange(0, BLOCK)[None, :]
+                if HAS_W:
+                    wt = tc.load(w.ptr + lead * w.stride(0) + lanes)
+                if HAS_B:
+                    bt = tc.load(b.ptr + lead * b.stride(0) + lanes)
+            else:
+                if HAS_W:
+                    wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
+                if HAS_B:
+                    bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
             store_row_tile(y, pid, k, scale_shift(ds[k] * rstd, wt, bt, HAS_W, HAS_B).astype(y.dtype), WINDOW, BLOCK)
         else:
             out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
@@ -114,6 +128,17 @@ def _lanes(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     if WINDOW:
         return cols, cols.astype(tc.uint32) < x.shape[1].astype(tc.uint32)
     return cols, cols < x.shape[1]
+
+
+@tc.kernel
+def shift_table_kernel(w, tab, BLOCK: tc.constexpr):
+    # Row L of tab (WINDOW, P) is w shifted right by L lanes, zero outside w: what lane j of a
+    # row whose window starts L elements before it multiplies (`norm_tile_kernel`, SHIFTED).
+    shift = tc.program_id(0)
+    lanes = tc.program_id(1) * BLOCK + tc.arange(0, BLOCK)
+    cols = lanes - shift
+    v = tc.load(w.ptr + cols * w.stride(0), mask=cols.astype(tc.uint32) < w.shape[0].astype(tc.uint32), other=0.0)
+    tc.store(tab.ptr + shift * tab.stride(0) + lanes, v, mask=lanes < tab.shape[1])
 
 
 @tc.kernel
@@ -160,9 +185,11 @@ SIGNATURES = {
                         f"eps=f32, {_LN}, ROWS=2, BLOCK=1024",
     "norm_loop_kernel": f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
                         f"eps=f32, {_LN}, BLOCK=4096",
+    "shift_table_kernel": "w=bf16[?], tab=bf16[?,?], BLOCK=1024",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
-OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True}}
+OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "shift_table_kernel": {"num_warps": 2, "fast_math": True}}
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 EXTRA_SIGNATURES = [
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?,?], y=f32[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
@@ -176,6 +203,10 @@ EXTRA_SIGNATURES = [
                          f"eps=f32, {_LN}, ROWS=1, BLOCK=2048, TILES=3, WINDOW=16"),
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?], y=f32[?,?], mean_out=f32[?], rstd_out=f32[?], "
                          f"eps=f32, {_RMS}, ROWS=1, BLOCK=4096, TILES=3"),
+    # w and b from shifted tables (`_shift_table`)
+    ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?,?]:stride_div=16x1, b=bf16[?,?]:stride_div=16x1, y=bf16[?,?], "
+                         f"mean_out=f32[?], rstd_out=f32[?], eps=f32, {_LN}, ROWS=1, BLOCK=8192, WINDOW=16, "
+                         "SHIFTED=True"),
 ]
 
 
@@ -238,6 +269,12 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
+            if window and (weight is not None or bias is not None) and n_rows >= SHIFT_TABLE_MIN_ROWS:
+                lanes = cfg.tiles * cfg.block
+                wv, bv = (_shift_table(named[name], window, lanes) if p is not None else v
+                          for name, p, v in (("weight", weight, wv), ("bias", bias, bv)))
+                args = (xv, wv, bv, yv, mv, rv, eps32)
+                flags["SHIFTED"] = True
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
                    WINDOW=window, **flags)
         elif cl is not None:
@@ -267,6 +304,17 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
+
+
+def _shift_table(p, window: int, lanes: int):
+    """p (1-D) as a (window, lanes) table whose row L is p shifted right by L lanes, zero
+    outside p (`shift_table_kernel`)."""
+    tab = empty_like(p, (window, lanes), p.dtype)
+    tv = view(tab, tab.shape, tab.strides)
+    block = min(lanes, SHIFT_TABLE_BLOCK)
+    launch(shift_table_kernel, (window, tc.cdiv(lanes, block)), (view(p, p.shape, p.strides), tv),
+           builtins.max(block // 512, 1), BLOCK=block)
+    return tv
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):

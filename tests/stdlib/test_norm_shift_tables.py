@@ -1,0 +1,93 @@
+"""layer_norm / rms_norm rows off 32-byte sectors read w and b whole from shifted tables
+(`norms._shift_table`) once there are SHIFT_TABLE_MIN_ROWS rows: which kernels launch, the
+tables' contents, the values on the interpreter against float64 numpy (nothing written
+outside the rows), and the tables' 16-byte loads in the PTX."""
+from __future__ import annotations
+
+import collections
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import tilec as tc
+import tilec.stdlib_kernels as sk
+
+from launch_spy import spy_launches
+
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+SENTINEL = 7.0
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_ROWS", 8)   # small shapes take the tables too
+    return spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("SHIFTED", False)))
+
+
+def _off_sector(rng, rows, n, dtype):
+    # rows but the first start off 32-byte sectors: a view of a wider buffer
+    return rowwise_host(rng.standard_normal((rows, n + 3)) * 3 + 1, dtype)[:, :n]
+
+
+def rowwise_host(values, dtype):
+    return values.astype(np.float32 if dtype == "f32" else np.float16)
+
+
+def _f64(a):
+    return np.asarray(np.asarray(a), dtype=np.float64)
+
+
+@pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999)])
+@pytest.mark.parametrize("rms, params", [(False, "wb"), (False, "w"), (False, "b"), (True, "w")])
+def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
+    rng = np.random.default_rng(n)
+    x = _off_sector(rng, 9, n, dtype)
+    w = rowwise_host(rng.standard_normal(n), dtype) if "w" in params else None
+    b = rowwise_host(rng.standard_normal(n), dtype) if "b" in params else None
+    buf = rowwise_host(np.full((9, n + 3), SENTINEL), dtype)
+    out = buf[:, :n]                          # x's layout: the same leads (`shared_window`)
+    if rms:
+        got = sk.rms_norm(x, w, eps=1e-6, out=out)
+    else:
+        got = sk.layer_norm(x, w, b, eps=1e-5, out=out)
+    assert got is out
+    assert launched == [("shift_table_kernel", False)] * len(params) + [("norm_tile_kernel", True)]
+    x64 = _f64(x)
+    if rms:
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
+    else:
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    if w is not None:
+        want = want * _f64(w)
+    if b is not None:
+        want = want + _f64(b)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    assert (_f64(buf)[:, n:] == SENTINEL).all()
+
+
+def test_few_rows_gather_w_and_b(launched):
+    x = _off_sector(np.random.default_rng(1), 7, 1201, "f16")
+    sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), rowwise_host(np.zeros(1201), "f16"))
+    assert launched == [("norm_tile_kernel", False)]
+
+
+def test_shift_table_rows_are_w_shifted():
+    w = np.arange(1, 38, dtype=np.float32)
+    tab = np.full((8, 64), SENTINEL, np.float32)
+    with tc.interpret():
+        norms.shift_table_kernel[(8, 2)](w, tab, BLOCK=32)
+    for lead in range(8):
+        want = np.zeros(64, np.float32)
+        want[lead:lead + 37] = w
+        np.testing.assert_array_equal(tab[lead], want)
+
+
+def test_shifted_tables_load_16_bytes_at_a_time():
+    sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
+    ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True).asm["ptx"]
+    loads = collections.Counter(m.group(0) for m in re.finditer(r"\bld\.global[.\w:]*", ptx))
+    # x, w and b: 16 bf16 per thread each, as two 16-byte loads; nothing gathered
+    assert loads == {"ld.global.v4.b32": 6}, loads
