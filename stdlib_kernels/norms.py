@@ -52,9 +52,11 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 # higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40).
 HALVE_MIN_BLOCK = 2048
 # Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
-# from this many rows, read whole from WINDOW shifted copies of w and b made first (a launch
-# of SHIFT_TABLE_BLOCK-lane tiles per parameter).
-SHIFT_TABLE_MIN_ROWS = 256
+# from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
+# launch of SHIFT_TABLE_BLOCK-lane tiles). H100, % of copy, gathers -> tables: layer_norm
+# 16384x7001 bf16 61 -> 86, 8192x14001 bf16 49 -> 68, 32768x2049 f16 64 -> 87, rms_norm
+# 8192x14001 bf16 89 -> 97; small rows lose to the extra launch (256x4097 f16 98 -> 30).
+SHIFT_TABLE_MIN_BYTES = 32 << 20
 SHIFT_TABLE_BLOCK = 1024
 
 
@@ -66,7 +68,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
     # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
     # gathered (they are small and stay in L1), or, SHIFTED, read whole from row `lead` of
-    # their (WINDOW, TILES * BLOCK) tables (`shift_table_kernel`).
+    # their (WINDOW, TILES * BLOCK) tables (`shift_tables_kernel`).
     pid = tc.program_id(0)
     n = x.shape[1]
     lead = 0
@@ -131,13 +133,22 @@ def _lanes(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
 
 
 @tc.kernel
-def shift_table_kernel(w, tab, BLOCK: tc.constexpr):
-    # Row L of tab (WINDOW, P) is w shifted right by L lanes, zero outside w: what lane j of a
-    # row whose window starts L elements before it multiplies (`norm_tile_kernel`, SHIFTED).
+def shift_tables_kernel(w, b, wtab, btab, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    # Row L of each table (WINDOW, P) is its parameter shifted right by L lanes, zero outside
+    # it: what lane j of a row whose window starts L elements before it multiplies or adds
+    # (`norm_tile_kernel`, SHIFTED). One launch makes both tables.
     shift = tc.program_id(0)
     lanes = tc.program_id(1) * BLOCK + tc.arange(0, BLOCK)
+    if HAS_W:
+        _shift_row(w, wtab, shift, lanes)
+    if HAS_B:
+        _shift_row(b, btab, shift, lanes)
+
+
+@tc.func
+def _shift_row(p, tab, shift, lanes):
     cols = lanes - shift
-    v = tc.load(w.ptr + cols * w.stride(0), mask=cols.astype(tc.uint32) < w.shape[0].astype(tc.uint32), other=0.0)
+    v = tc.load(p.ptr + cols * p.stride(0), mask=cols.astype(tc.uint32) < p.shape[0].astype(tc.uint32), other=0.0)
     tc.store(tab.ptr + shift * tab.stride(0) + lanes, v, mask=lanes < tab.shape[1])
 
 
@@ -185,11 +196,11 @@ SIGNATURES = {
                         f"eps=f32, {_LN}, ROWS=2, BLOCK=1024",
     "norm_loop_kernel": f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
                         f"eps=f32, {_LN}, BLOCK=4096",
-    "shift_table_kernel": "w=bf16[?], tab=bf16[?,?], BLOCK=1024",
+    "shift_tables_kernel": "w=bf16[?], b=bf16[?], wtab=bf16[?,?], btab=bf16[?,?], HAS_W=True, HAS_B=True, BLOCK=1024",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True},
-           "shift_table_kernel": {"num_warps": 2, "fast_math": True}}
+           "shift_tables_kernel": {"num_warps": 2, "fast_math": True}}
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 EXTRA_SIGNATURES = [
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?,?], y=f32[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
@@ -203,7 +214,7 @@ EXTRA_SIGNATURES = [
                          f"eps=f32, {_LN}, ROWS=1, BLOCK=2048, TILES=3, WINDOW=16"),
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?], y=f32[?,?], mean_out=f32[?], rstd_out=f32[?], "
                          f"eps=f32, {_RMS}, ROWS=1, BLOCK=4096, TILES=3"),
-    # w and b from shifted tables (`_shift_table`)
+    # w and b from shifted tables (`_shift_tables`)
     ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?,?]:stride_div=16x1, b=bf16[?,?]:stride_div=16x1, y=bf16[?,?], "
                          f"mean_out=f32[?], rstd_out=f32[?], eps=f32, {_LN}, ROWS=1, BLOCK=8192, WINDOW=16, "
                          "SHIFTED=True"),
@@ -269,10 +280,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
-            if window and (weight is not None or bias is not None) and n_rows >= SHIFT_TABLE_MIN_ROWS:
-                lanes = cfg.tiles * cfg.block
-                wv, bv = (_shift_table(named[name], window, lanes) if p is not None else v
-                          for name, p, v in (("weight", weight, wv), ("bias", bias, bv)))
+            if window and (weight is not None or bias is not None) and n_rows * n_cols * a.dtype.itemsize >= SHIFT_TABLE_MIN_BYTES:
+                wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
                 args = (xv, wv, bv, yv, mv, rv, eps32)
                 flags["SHIFTED"] = True
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
@@ -306,15 +315,19 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
-def _shift_table(p, window: int, lanes: int):
-    """p (1-D) as a (window, lanes) table whose row L is p shifted right by L lanes, zero
-    outside p (`shift_table_kernel`)."""
-    tab = empty_like(p, (window, lanes), p.dtype)
-    tv = view(tab, tab.shape, tab.strides)
+def _shift_tables(w, b, wv, bv, window: int, lanes: int):
+    """(w, b) as (window, lanes) tables whose row L is the parameter shifted right by L lanes,
+    zero outside it (`shift_tables_kernel`); a parameter that is None keeps its view."""
+    tabs = []
+    for p, v in ((w, wv), (b, bv)):
+        if p is not None:
+            tab = empty_like(p, (window, lanes), p.dtype)
+            v = view(tab, tab.shape, tab.strides)
+        tabs.append(v)
     block = min(lanes, SHIFT_TABLE_BLOCK)
-    launch(shift_table_kernel, (window, tc.cdiv(lanes, block)), (view(p, p.shape, p.strides), tv),
-           builtins.max(block // 512, 1), BLOCK=block)
-    return tv
+    launch(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (wv, bv, *tabs), builtins.max(block // 512, 1),
+           HAS_W=w is not None, HAS_B=b is not None, BLOCK=block)
+    return tabs
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):

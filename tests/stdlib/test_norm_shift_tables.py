@@ -1,5 +1,5 @@
 """layer_norm / rms_norm rows off 32-byte sectors read w and b whole from shifted tables
-(`norms._shift_table`) once there are SHIFT_TABLE_MIN_ROWS rows: which kernels launch, the
+(`norms._shift_tables`) once x holds SHIFT_TABLE_MIN_BYTES: which kernels launch, the
 tables' contents, the values on the interpreter against float64 numpy (nothing written
 outside the rows), and the tables' 16-byte loads in the PTX."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ SENTINEL = 7.0
 
 @pytest.fixture
 def launched(monkeypatch):
-    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_ROWS", 8)   # small shapes take the tables too
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 8 * 1024 * 2)   # 8 rows of 1024 f16 take them
     return spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("SHIFTED", False)))
 
 
@@ -53,7 +53,7 @@ def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
     else:
         got = sk.layer_norm(x, w, b, eps=1e-5, out=out)
     assert got is out
-    assert launched == [("shift_table_kernel", False)] * len(params) + [("norm_tile_kernel", True)]
+    assert launched == [("shift_tables_kernel", False), ("norm_tile_kernel", True)]
     x64 = _f64(x)
     if rms:
         want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
@@ -68,21 +68,26 @@ def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
     assert (_f64(buf)[:, n:] == SENTINEL).all()
 
 
-def test_few_rows_gather_w_and_b(launched):
-    x = _off_sector(np.random.default_rng(1), 7, 1201, "f16")
+def test_small_arrays_gather_w_and_b(launched):
+    x = _off_sector(np.random.default_rng(1), 6, 1201, "f16")     # 14 KB
     sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), rowwise_host(np.zeros(1201), "f16"))
     assert launched == [("norm_tile_kernel", False)]
 
 
-def test_shift_table_rows_are_w_shifted():
-    w = np.arange(1, 38, dtype=np.float32)
-    tab = np.full((8, 64), SENTINEL, np.float32)
+@pytest.mark.parametrize("has_w, has_b", [(True, True), (True, False), (False, True)])
+def test_shift_table_rows_are_the_parameters_shifted(has_w, has_b):
+    w, b = np.arange(1, 38, dtype=np.float32), -np.arange(1, 38, dtype=np.float32)
+    wtab, btab = np.full((8, 64), SENTINEL, np.float32), np.full((8, 64), SENTINEL, np.float32)
     with tc.interpret():
-        norms.shift_table_kernel[(8, 2)](w, tab, BLOCK=32)
-    for lead in range(8):
-        want = np.zeros(64, np.float32)
-        want[lead:lead + 37] = w
-        np.testing.assert_array_equal(tab[lead], want)
+        norms.shift_tables_kernel[(8, 2)](w, b, wtab, btab, HAS_W=has_w, HAS_B=has_b, BLOCK=32)
+    for p, tab, made in ((w, wtab, has_w), (b, btab, has_b)):
+        if not made:
+            assert (tab == SENTINEL).all()
+            continue
+        for lead in range(8):
+            want = np.zeros(64, np.float32)
+            want[lead:lead + 37] = p
+            np.testing.assert_array_equal(tab[lead], want)
 
 
 def test_shifted_tables_load_16_bytes_at_a_time():
