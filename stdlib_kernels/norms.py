@@ -53,10 +53,12 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 HALVE_MIN_BLOCK = 2048
 # Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
 # from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
-# launch of SHIFT_TABLE_BLOCK-lane tiles). H100, % of copy, gathers -> tables: layer_norm
-# 16384x7001 bf16 61 -> 86, 8192x14001 bf16 49 -> 68, 32768x2049 f16 64 -> 87, rms_norm
-# 8192x14001 bf16 89 -> 97; small rows lose to the extra launch (256x4097 f16 98 -> 30).
-SHIFT_TABLE_MIN_BYTES = 32 << 20
+# launch of SHIFT_TABLE_BLOCK-lane tiles; `_use_shift_tables`). H100, % of copy, gathers ->
+# tables: layer_norm 16384x7001 bf16 61 -> 87, 8192x14001 bf16 48 -> 68, 65536x1025 bf16 63 ->
+# 90, 1024x7001 bf16 (14 MB) 68 -> 85, 1024x14001 f32 74 -> 80; rms_norm 8192x14001 bf16 88 ->
+# 97; the extra launch costs small arrays (256x4097 f16, 2 MB: 100 -> 84) and f32 rms_norm
+# (1024x14001: 90 -> 87), which keep the gathers.
+SHIFT_TABLE_MIN_BYTES = 8 << 20
 SHIFT_TABLE_BLOCK = 1024
 
 
@@ -280,7 +282,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
-            if window and (weight is not None or bias is not None) and n_rows * n_cols * a.dtype.itemsize >= SHIFT_TABLE_MIN_BYTES:
+            if window and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms, named):
                 wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
                 args = (xv, wv, bv, yv, mv, rv, eps32)
                 flags["SHIFTED"] = True
@@ -313,6 +315,12 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
+
+
+def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, named) -> bool:
+    """Whether windowed rows read w and b from shifted tables (SHIFT_TABLE_MIN_BYTES)."""
+    has_params = "weight" in named or "bias" in named
+    return has_params and nbytes >= SHIFT_TABLE_MIN_BYTES and (itemsize == 2 or not rms)
 
 
 def _shift_tables(w, b, wv, bv, window: int, lanes: int):
@@ -371,8 +379,10 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     or more, as two tiles of half of it (four quarters at 16384 lanes), which
     takes fewer registers (`norm_tiles`). Such single rows that start off a 32-byte
     sector (4097 bf16 columns) are read and written through aligned windows
-    (`_window.py`) when `out`'s rows sit at the same offsets, w and b gathered
-    at each lane's column; packed rows (up to 1024 columns) are not.
+    (`_window.py`) when `out`'s rows sit at the same offsets, w and b read from
+    their shifted copies made by one small launch first (from 8 MB of x, f16/bf16
+    and f32 layer_norm: `_shift_tables`) or else gathered at each lane's column;
+    packed rows (up to 1024 columns) are not.
 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
     131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C

@@ -53,7 +53,10 @@ def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
     else:
         got = sk.layer_norm(x, w, b, eps=1e-5, out=out)
     assert got is out
-    assert launched == [("shift_tables_kernel", False), ("norm_tile_kernel", True)]
+    if dtype == "f32" and rms:    # f32 rms_norm keeps its gathers (`_use_shift_tables`)
+        assert launched == [("norm_tile_kernel", False)]
+    else:
+        assert launched == [("shift_tables_kernel", False), ("norm_tile_kernel", True)]
     x64 = _f64(x)
     if rms:
         want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
@@ -72,6 +75,19 @@ def test_small_arrays_gather_w_and_b(launched):
     x = _off_sector(np.random.default_rng(1), 6, 1201, "f16")     # 14 KB
     sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), rowwise_host(np.zeros(1201), "f16"))
     assert launched == [("norm_tile_kernel", False)]
+
+
+@pytest.mark.parametrize("nbytes, itemsize, rms, params, want", [
+    (8 << 20, 2, False, ("weight", "bias"), True),
+    ((8 << 20) - 1, 2, False, ("weight", "bias"), False),   # under SHIFT_TABLE_MIN_BYTES
+    (64 << 20, 4, False, ("bias",), True),                  # f32 layer_norm gains
+    (64 << 20, 4, True, ("weight",), False),                # f32 rms_norm lost (H100)
+    (64 << 20, 2, True, ("weight",), True),
+    (64 << 20, 2, False, (), False),                        # nothing to gather
+])
+def test_when_the_tables_are_made(nbytes, itemsize, rms, params, want):
+    assert norms.SHIFT_TABLE_MIN_BYTES == 8 << 20
+    assert norms._use_shift_tables(nbytes, itemsize, rms, {"x": None, **dict.fromkeys(params)}) is want
 
 
 @pytest.mark.parametrize("has_w, has_b", [(True, True), (True, False), (False, True)])
