@@ -119,7 +119,7 @@ TILE_ELEMS = 4096   # elements per program: 16 per thread at 8 warps (two or fou
 # thread. H100, % of copy, 2048 at 4 warps -> this: gelu 8192x8192 f32 97.8 -> 99.7 (torch eager
 # 99.8), mul 8192x8192 f32 99.7 -> 100.3, bf16 16384x8192 mul 100.3 -> 100.9, gelu 99.7 -> 100.0.
 FLAT_TILE_ELEMS = 1024
-FLAT_WARPS = 4
+FLAT_PER_THREAD = 8
 
 
 def tile_config(n_rows: int, n_cols: int, tile_elems: Optional[int] = None) -> TileConfig:
@@ -130,13 +130,13 @@ def tile_config(n_rows: int, n_cols: int, tile_elems: Optional[int] = None) -> T
     at `tile_elems`, BR fills the rest with rows (never more than there are).
     num_warps = tile elements / 512 (16 elements per thread), clamped to 1..8, so
     small inputs do not launch idle warps. A single row is `flat`: FLAT_TILE_ELEMS
-    per program at 8 elements per thread (FLAT_WARPS at a full tile).
+    per program at FLAT_PER_THREAD elements per thread.
     """
     flat = n_rows == 1
     tile_elems = tile_elems or (FLAT_TILE_ELEMS if flat else TILE_ELEMS)
     bc = min(next_pow2(max(n_cols, 1)), tile_elems)
     br = min(max(tile_elems // bc, 1), next_pow2(max(n_rows, 1)))
-    per_thread = 8 if flat else 16
+    per_thread = FLAT_PER_THREAD if flat else 16
     warps = min(max(br * bc // (32 * per_thread), 1), 8)
     return TileConfig((br, bc, warps, flat))
 

@@ -32,11 +32,12 @@ MAX_STRIP_2BYTE = 512  # 2-byte types: 1 KB rows of 16 x 512 tiles (H200 bf16: 8
 SPLIT_TARGET = 1024   # programs wanted for an inner-dimension reduction (several waves of 132 SMs)
 SPLIT_TARGET_2BYTE = 512
 MIN_TILES_PER_SPLIT = 4
-STRIP_COLUMNS = 128        # aligned inner-dimension strips (`strip_config`)
-STRIP_TILE_BYTES = 8192
-STRIP_PROGRAMS = 1024
 TILES_PER_SPLIT = 16  # row tiles per program that keep each program streaming (256 KB of f32)
 TILES_PER_SPLIT_2BYTE = 32
+# The aligned sum/max over a non-last dimension (`strip_config`)
+STRIP_COLUMNS = 128
+STRIP_TILE_BYTES = 8192
+STRIP_PROGRAMS = 1024
 MAX_SCAN_TILE = 4096  # longest row scanned in one tile
 MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows from this many columns
 # f16/bf16 rows off 32-byte sectors that one tile would hold (its column tiles then take 2-byte
@@ -365,10 +366,15 @@ def inner_config(r: int, inner: int, itemsize: int = 4):
     contiguous columns (512 for 2-byte types: 1 KB either way) and
     INNER_TILE / strip rows (twice that for 2-byte types), 8 warps at a full tile: four
     16-byte loads per thread per step either way."""
-    tile = INNER_TILE * (2 if itemsize <= 2 else 1)
-    block_i = min(next_pow2(inner), MAX_STRIP_2BYTE if itemsize <= 2 else MAX_STRIP)
-    block_r = min(next_pow2(r), builtins.max(tile // block_i, 1))
-    return block_r, block_i, min(builtins.max(block_r * block_i * itemsize // 2048, 1), 8)
+    return strip_tile(r, inner, itemsize, MAX_STRIP_2BYTE if itemsize <= 2 else MAX_STRIP, INNER_TILE * 4)
+
+
+def strip_tile(r: int, inner: int, itemsize: int, columns: int, tile_bytes: int):
+    """(BLOCK_R, BLOCK_I, num_warps) of a column-strip tile: up to `columns` contiguous
+    columns, rows filling `tile_bytes` (no more than R's power of two), one warp per 2 KB."""
+    block_i = min(next_pow2(inner), columns)
+    block_r = min(next_pow2(r), builtins.max(tile_bytes // itemsize // block_i, 1))
+    return block_r, block_i, builtins.max(block_r * block_i * itemsize // 2048, 1)
 
 
 def split_count(strips: int, n_tiles: int, itemsize: int = 4) -> int:
@@ -402,9 +408,7 @@ def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: int = 
     programs -> this one): sum over dim 0 of 16384x8192 f32 95.3 -> 96.9, 8192x16384 bf16
     90.3 -> 91.2, 2097152x64 f32 84.8 -> 92.5, 4096x4096 f16 71.4 -> 74.0; 16 KB tiles, 256
     columns or 2048 programs did no better anywhere (docs/benchmarks.md, "Column strips")."""
-    block_i = min(next_pow2(inner), STRIP_COLUMNS)
-    block_r = min(next_pow2(r), builtins.max(STRIP_TILE_BYTES // itemsize // block_i, 1))
-    num_warps = builtins.max(block_r * block_i * itemsize // 2048, 1)
+    block_r, block_i, num_warps = strip_tile(r, inner, itemsize, STRIP_COLUMNS, STRIP_TILE_BYTES)
     strips = outer * tc.cdiv(inner, block_i)
     n_tiles = tc.cdiv(r, block_r)
     splits = builtins.max(1, builtins.min(tc.cdiv(programs, strips), n_tiles // MIN_TILES_PER_SPLIT))

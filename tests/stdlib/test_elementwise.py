@@ -195,10 +195,10 @@ def test_elementwise_kernels_assemble_with_16_byte_accesses():
 
 
 def test_single_rows_take_flat_tiles():
-    from tilec.stdlib_kernels._rows import FLAT_TILE_ELEMS, FLAT_WARPS, tile_config
+    from tilec.stdlib_kernels._rows import FLAT_PER_THREAD, FLAT_TILE_ELEMS, tile_config
     cfg = tile_config(1, 10 ** 6)
-    assert cfg.flat and (cfg.rows, cfg.cols, cfg.num_warps) == (1, FLAT_TILE_ELEMS, FLAT_WARPS)
-    assert FLAT_WARPS == FLAT_TILE_ELEMS // 256                 # 8 elements per thread
+    assert cfg.flat and (cfg.rows, cfg.cols, cfg.num_warps) == (1, FLAT_TILE_ELEMS, FLAT_TILE_ELEMS // 256)
+    assert FLAT_PER_THREAD == 8                                 # 8 elements per thread
     assert not tile_config(64, 1024).flat
     assert tile_config(1, 100).cols == 128   # short rows: next_pow2 of the row
 

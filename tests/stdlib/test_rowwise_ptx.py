@@ -39,14 +39,12 @@ def _num_warps(spec, kernel: str = "") -> int:
         return FIXED_WARPS[kernel]
     if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
         return _module("cross_entropy").reduce_config(spec.constexprs["BLOCK"])[1]
-    if kernel == "reduce_inner_kernel":  # 2 KB of tile per warp (`reductions.strip_config`, `inner_config`)
-        return min(max(math.prod(spec.constexprs[k] for k in ("BLOCK_R", "BLOCK_I"))
-                       * spec.params[0].type.dtype.itemsize // 2048, 1), 8)
-    if kernel.startswith("softmax_dim_"):   # `softmax_dim.dim_config`
+    if kernel == "reduce_inner_kernel" or kernel.startswith("softmax_dim_"):   # `softmax_dim.dim_config`
         tile = spec.constexprs["BLOCK_R"] * spec.constexprs["BLOCK_I"]
         if kernel == "softmax_dim_tile_kernel":   # 64 elements per thread, 1..16 warps
             return min(max(tile // 2048, 1), 16)
-        return min(max(tile * spec.params[0].type.dtype.itemsize // 2048, 1), 8)   # (`reductions.inner_config`)
+        # column strips: 2 KB of tile per warp (`reductions.strip_tile`)
+        return min(max(tile * spec.params[0].type.dtype.itemsize // 2048, 1), 8)
     elems = math.prod(v for k, v in spec.constexprs.items() if k in TILE_CONSTEXPRS)
     return min(max(elems // 512, 1), 16)
 

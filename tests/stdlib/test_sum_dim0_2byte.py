@@ -25,6 +25,15 @@ def test_strip_config(outer, r, inner, itemsize, want):
     assert RD.strip_config(outer, r, inner, itemsize) == want
 
 
+def test_windowed_strips_and_splits():
+    # the windowed kernel's and softmax's (f32) strips: 1 KB rows, 16 KB tiles (`inner_config`)
+    assert RD.inner_config(8192, 16384, 2) == (16, 512, 8)
+    assert RD.inner_config(8192, 16384, 4) == (16, 256, 8)
+    assert RD.split_count(32, 512, 2) == 16       # 2-byte: 512 programs of 32 tiles
+    assert RD.split_count(64, 512, 4) == 32       # 4-byte: up to 16 tiles each
+    assert RD.split_count(32, 1024, 4) == 64
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_leading_dim_split_matches_numpy(rowwise, dtype, op):
