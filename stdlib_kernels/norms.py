@@ -23,7 +23,7 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
                       launch, long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
@@ -96,6 +96,9 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     for k in tc.static_range(1, TILES):
         sq = sq + ds[k] * ds[k]
     rstd = tc.rsqrt(tc.sum(sq, axis=1, keep_dims=True) / n + eps)
+    if SHIFTED:
+        # A dependent launch of the tables' kernel: x was read while it ran.
+        tc.grid_dependency_wait()
     for k in tc.static_range(TILES):
         if WINDOW:
             cols, inside = _lanes(x, k, lead, WINDOW, BLOCK)
@@ -138,7 +141,9 @@ def _lanes(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
 def shift_tables_kernel(w, b, wtab, btab, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
     # Row L of each table (WINDOW, P) is its parameter shifted right by L lanes, zero outside
     # it: what lane j of a row whose window starts L elements before it multiplies or adds
-    # (`norm_tile_kernel`, SHIFTED). One launch makes both tables.
+    # (`norm_tile_kernel`, SHIFTED). One launch makes both tables; the row kernel (a
+    # dependent launch) may start reading x as soon as every program here has started.
+    tc.launch_dependents()
     shift = tc.program_id(0)
     lanes = tc.program_id(1) * BLOCK + tc.arange(0, BLOCK)
     if HAS_W:
@@ -282,12 +287,14 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
+            options = None
             if window and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms, named):
                 wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
                 args = (xv, wv, bv, yv, mv, rv, eps32)
                 flags["SHIFTED"] = True
-            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
-                   WINDOW=window, **flags)
+                options = DEPENDENT
+            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
+                   TILES=cfg.tiles, WINDOW=window, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)

@@ -112,3 +112,26 @@ def test_shifted_tables_load_16_bytes_at_a_time():
     loads = collections.Counter(m.group(0) for m in re.finditer(r"\bld\.global[.\w:]*", ptx))
     # x, w and b: 16 bf16 per thread each, as two 16-byte loads; nothing gathered
     assert loads == {"ld.global.v4.b32": 6}, loads
+
+
+def test_row_kernel_is_a_dependent_launch_of_the_tables(monkeypatch):
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0)
+    seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
+    x = _off_sector(np.random.default_rng(2), 9, 1201, "f16")
+    out = rowwise_host(np.zeros((9, 1204)), "f16")[:, :1201]   # x's leads (`shared_window`)
+    sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), None, out=out)
+    assert seen == [("shift_tables_kernel", None), ("norm_tile_kernel", {"dependent_launch": True})]
+
+
+def test_rows_read_x_before_waiting_for_the_tables():
+    sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
+    ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True,
+                                         dependent_launch=True).asm["ptx"]
+    loads = [m.start() for m in re.finditer(r"\bld\.global", ptx)]
+    waits = [m.start() for m in re.finditer(r"griddepcontrol\.wait", ptx)]
+    assert len(waits) == 1
+    # two 16-byte loads of x before the wait, the four of w and b after it
+    assert sum(p < waits[0] for p in loads) == 2 and sum(p > waits[0] for p in loads) == 4
+    tables = norms.shift_tables_kernel.compile(norms.SIGNATURES["shift_tables_kernel"], num_warps=2,
+                                               arch="sm_90a").asm["ptx"]
+    assert tables.index("griddepcontrol.launch_dependents") < tables.index("ld.global")
