@@ -479,23 +479,6 @@ def sm_count(a: Arr) -> int:
     return driver.get_device(a.device).multiprocessors
 
 
-# Programs per SM the interpreter counts for `resident_programs` (host arrays).
-HOST_PROGRAMS_PER_SM = 1
-
-
-def resident_programs(a: Arr, kernel, args: Sequence, num_warps: int, **constexprs) -> int:
-    """How many programs of `kernel`, compiled as `launch` compiles it with `args` at
-    `num_warps`, the device of `a` runs at once: SMs times the programs that fit on one
-    (HOST_PROGRAMS_PER_SM for host arrays)."""
-    if a.host:
-        return sm_count(a) * HOST_PROGRAMS_PER_SM
-    from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
-    from tilec.runtime.module import load  # noqa: PLC0415
-    register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
-    compiled = kernel.compile(*args, num_warps=num_warps, fast_math=True, **constexprs)
-    return sm_count(a) * max(load(compiled, a.device).resources.max_blocks_per_sm, 1)
-
-
 def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
     """(programs, block, num_warps) of a looped two-pass row kernel whose programs walk
     rows pid, pid + programs, ... (block and num_warps None: `row_config`'s).

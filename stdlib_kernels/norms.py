@@ -23,8 +23,8 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      launch, long_row_launch, output, resident_programs, row_config, rows_of, sm_count, split_row, view)
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
+                      launch, long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
 
@@ -51,94 +51,78 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 # 91 -> 98, 65536x2048 bf16 94.5 -> 99, 8192x16384 f32 86 -> 90; rms_norm equal or up to 2.5
 # higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40).
 HALVE_MIN_BLOCK = 2048
-# Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: a gather per lane, done
-# once per program, whose rows share one lead (`_window_rows`, `window_row_programs`).
+# Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
+# from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
+# launch of SHIFT_TABLE_BLOCK-lane tiles; `_use_shift_tables`). H100, % of copy, gathers ->
+# tables: layer_norm 16384x7001 bf16 61 -> 87, 8192x14001 bf16 48 -> 68, 65536x1025 bf16 63 ->
+# 90, 1024x7001 bf16 (14 MB) 68 -> 85, 1024x14001 f32 74 -> 80; rms_norm 8192x14001 bf16 88 ->
+# 97; the extra launch costs small arrays (256x4097 f16, 2 MB: 100 -> 84) and f32 rms_norm
+# (1024x14001: 90 -> 87), which keep the gathers.
+SHIFT_TABLE_MIN_BYTES = 8 << 20
+SHIFT_TABLE_BLOCK = 1024
 
 
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0):
+                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False):
     # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`norm_tiles`).
-    # WINDOW (ROWS = 1): rows off 32-byte sectors, read and written in aligned windows
-    # (_window.py), several rows per program (`_window_rows`).
-    if WINDOW:
-        _window_rows(x, w, b, y, mean_out, rstd_out, eps, RMS, HAS_W, HAS_B, STATS, BLOCK, TILES, WINDOW)
-    else:
-        pid = tc.program_id(0)
-        ts = ()
-        for k in tc.static_range(TILES):
-            ts = ts + (tc.load(x, index=(pid, k), shape=(ROWS, BLOCK)).astype(tc.float32),)
-        mean, rstd, ds = _row_stats(x, ts, 0, eps, RMS, 0, BLOCK)
-        for k in tc.static_range(TILES):
-            out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
-            tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
-        if STATS:
-            _store_stats(mean_out, rstd_out, pid, mean, rstd, RMS, ROWS)
-
-
-@tc.func
-def _window_rows(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr, HAS_B: tc.constexpr,
-                 STATS: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr, WINDOW: tc.constexpr):
-    # Rows pid, pid + grid, ...: the grid is a multiple of WINDOW (or the rows fit in it), so
-    # they all start `lead` elements into their windows and lane j of tile k holds column
-    # k * BLOCK + j - lead in each. w and b, gathered at those columns once, serve them all
-    # (in their own dtype: 16-bit ones stay packed two to a register).
+    # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
+    # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
+    # gathered (they are small and stay in L1), or, SHIFTED, read whole from row `lead` of
+    # their (WINDOW, TILES * BLOCK) tables (`shift_tables_kernel`).
     pid = tc.program_id(0)
-    first, lead = window_start(x, pid, WINDOW)
-    wts = ()
-    bts = ()
-    for k in tc.static_range(TILES):
-        cols, inside = _lanes(x, k, lead, WINDOW, BLOCK)
-        wt = 0.0
-        bt = 0.0
-        if HAS_W:
-            wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
-        if HAS_B:
-            bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
-        wts = wts + (wt,)
-        bts = bts + (bt,)
-    for row in range(pid, x.shape[0], tc.num_programs(0)):
-        base, lead = window_start(x, row, WINDOW)
-        ts = ()
-        for k in tc.static_range(TILES):
-            t, _in = window_tile(x, base, lead, x.shape[1], k, 0.0, BLOCK)
-            ts = ts + (t.astype(tc.float32),)
-        mean, rstd, ds = _row_stats(x, ts, lead, eps, RMS, WINDOW, BLOCK)
-        for k in tc.static_range(TILES):
-            out = scale_shift(ds[k] * rstd, wts[k], bts[k], HAS_W, HAS_B)
-            store_row_tile(y, row, k, out.astype(y.dtype), WINDOW, BLOCK)
-        if STATS:
-            _store_stats(mean_out, rstd_out, row, mean, rstd, RMS, 1)
-
-
-@tc.func
-def _row_stats(x, ts, lead, eps, RMS: tc.constexpr, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
-    """(mean, rstd, the tiles less the mean) of the rows held in the tiles `ts` (f32, each
-    (ROWS, BLOCK)); rms_norm: mean 0, the tiles as they are."""
     n = x.shape[1]
-    mean = 0.0
+    lead = 0
+    if WINDOW:
+        base, lead = window_start(x, pid, WINDOW)
+    ts = ()
+    for k in tc.static_range(TILES):
+        if WINDOW:
+            t, _ = window_tile(x, base, lead, x.shape[1], k, 0.0, BLOCK)
+        else:
+            t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK))
+        ts = ts + (t.astype(tc.float32),)
     if RMS:
         ds = ts  # zero padding adds nothing to the sum of squares
     else:
         mean = tc.sum(lanewise_sum(ts), axis=1, keep_dims=True) / n
         # Padded columns would add mean^2 each to the variance: mask them.
         ds = ()
-        for k in tc.static_range(len(ts)):
+        for k in tc.static_range(TILES):
             _, inside = _lanes(x, k, lead, WINDOW, BLOCK)
             ds = ds + (tc.where(inside, ts[k] - mean, 0.0),)
     sq = ds[0] * ds[0]
-    for k in tc.static_range(1, len(ts)):
+    for k in tc.static_range(1, TILES):
         sq = sq + ds[k] * ds[k]
     rstd = tc.rsqrt(tc.sum(sq, axis=1, keep_dims=True) / n + eps)
-    return mean, rstd, ds
-
-
-@tc.func
-def _store_stats(mean_out, rstd_out, row, mean, rstd, RMS: tc.constexpr, ROWS: tc.constexpr):
-    if not RMS:
-        tc.store(mean_out, index=(row,), tile=tc.reshape(mean, (ROWS,)))
-    tc.store(rstd_out, index=(row,), tile=tc.reshape(rstd, (ROWS,)))
+    if SHIFTED:
+        # A dependent launch of the tables' kernel: x was read while it ran.
+        tc.grid_dependency_wait()
+    for k in tc.static_range(TILES):
+        if WINDOW:
+            cols, inside = _lanes(x, k, lead, WINDOW, BLOCK)
+            wt = 0.0
+            bt = 0.0
+            if SHIFTED:
+                lanes = k * BLOCK + tc.arange(0, BLOCK)[None, :]
+                if HAS_W:
+                    wt = tc.load(w.ptr + lead * w.stride(0) + lanes)
+                if HAS_B:
+                    bt = tc.load(b.ptr + lead * b.stride(0) + lanes)
+            else:
+                if HAS_W:
+                    wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
+                if HAS_B:
+                    bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
+            store_row_tile(y, pid, k, scale_shift(ds[k] * rstd, wt, bt, HAS_W, HAS_B).astype(y.dtype), WINDOW, BLOCK)
+        else:
+            out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+            tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
+    if STATS:
+        if not RMS:
+            tc.store(mean_out, index=(pid,), tile=tc.reshape(mean, (ROWS,)))
+        tc.store(rstd_out, index=(pid,), tile=tc.reshape(rstd, (ROWS,)))
 
 
 @tc.func
@@ -151,6 +135,28 @@ def _lanes(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     if WINDOW:
         return cols, cols.astype(tc.uint32) < x.shape[1].astype(tc.uint32)
     return cols, cols < x.shape[1]
+
+
+@tc.kernel
+def shift_tables_kernel(w, b, wtab, btab, HAS_W: tc.constexpr, HAS_B: tc.constexpr, BLOCK: tc.constexpr):
+    # Row L of each table (WINDOW, P) is its parameter shifted right by L lanes, zero outside
+    # it: what lane j of a row whose window starts L elements before it multiplies or adds
+    # (`norm_tile_kernel`, SHIFTED). One launch makes both tables; the row kernel (a
+    # dependent launch) may start reading x as soon as every program here has started.
+    tc.launch_dependents()
+    shift = tc.program_id(0)
+    lanes = tc.program_id(1) * BLOCK + tc.arange(0, BLOCK)
+    if HAS_W:
+        _shift_row(w, wtab, shift, lanes)
+    if HAS_B:
+        _shift_row(b, btab, shift, lanes)
+
+
+@tc.func
+def _shift_row(p, tab, shift, lanes):
+    cols = lanes - shift
+    v = tc.load(p.ptr + cols * p.stride(0), mask=cols.astype(tc.uint32) < p.shape[0].astype(tc.uint32), other=0.0)
+    tc.store(tab.ptr + shift * tab.stride(0) + lanes, v, mask=lanes < tab.shape[1])
 
 
 @tc.kernel
@@ -197,9 +203,11 @@ SIGNATURES = {
                         f"eps=f32, {_LN}, ROWS=2, BLOCK=1024",
     "norm_loop_kernel": f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
                         f"eps=f32, {_LN}, BLOCK=4096",
+    "shift_tables_kernel": "w=bf16[?], b=bf16[?], wtab=bf16[?,?], btab=bf16[?,?], HAS_W=True, HAS_B=True, BLOCK=1024",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
-OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True}}
+OPTIONS = {"norm_tile_kernel": {"num_warps": 4, "fast_math": True}, "norm_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "shift_tables_kernel": {"num_warps": 2, "fast_math": True}}
 _RMS = "RMS=True, HAS_W=True, HAS_B=False, STATS=True"
 EXTRA_SIGNATURES = [
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?,?], y=f32[?,?], mean_out=f32[?,?], rstd_out=f32[?], "
@@ -213,9 +221,10 @@ EXTRA_SIGNATURES = [
                          f"eps=f32, {_LN}, ROWS=1, BLOCK=2048, TILES=3, WINDOW=16"),
     ("norm_tile_kernel", f"x=f32[?,?], w=f32[?], b=f32[?], y=f32[?,?], mean_out=f32[?], rstd_out=f32[?], "
                          f"eps=f32, {_RMS}, ROWS=1, BLOCK=4096, TILES=3"),
-    # windowed rows in one 16384-lane tile (14001 bf16 columns), w and b held across rows
-    ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
-                         f"eps=f32, {_LN}, ROWS=1, BLOCK=16384, WINDOW=16"),
+    # w and b from shifted tables (`_shift_tables`)
+    ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?,?]:stride_div=16x1, b=bf16[?,?]:stride_div=16x1, y=bf16[?,?], "
+                         f"mean_out=f32[?], rstd_out=f32[?], eps=f32, {_LN}, ROWS=1, BLOCK=8192, WINDOW=16, "
+                         "SHIFTED=True"),
 ]
 
 
@@ -278,11 +287,14 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cfg.single:
             cfg = norm_tiles(cfg, n_cols, window)
             flags["BLOCK"] = cfg.block
-            grid = cfg.grid(n_rows)
-            if window:
-                grid = (window_row_programs(a, args, cfg, window, n_rows, flags),)
-            launch(norm_tile_kernel, grid, args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles, WINDOW=window,
-                   **flags)
+            options = None
+            if window and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms, named):
+                wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
+                args = (xv, wv, bv, yv, mv, rv, eps32)
+                flags["SHIFTED"] = True
+                options = DEPENDENT
+            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
+                   TILES=cfg.tiles, WINDOW=window, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
@@ -312,15 +324,25 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
-def window_row_programs(a, args, cfg: RowConfig, window: int, n_rows: int, flags) -> int:
-    """Programs of windowed single rows (`_window_rows`): one per row while they all run at
-    once, else as many as do, rounded down to a multiple of WINDOW so that each program's
-    rows share one lead and one gather of w and b."""
-    resident = resident_programs(a, norm_tile_kernel, args, cfg.num_warps, ROWS=cfg.rows, TILES=cfg.tiles,
-                                 WINDOW=window, **flags)
-    if n_rows <= resident:
-        return n_rows
-    return builtins.max(resident // window, 1) * window
+def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, named) -> bool:
+    """Whether windowed rows read w and b from shifted tables (SHIFT_TABLE_MIN_BYTES)."""
+    has_params = "weight" in named or "bias" in named
+    return has_params and nbytes >= SHIFT_TABLE_MIN_BYTES and (itemsize == 2 or not rms)
+
+
+def _shift_tables(w, b, wv, bv, window: int, lanes: int):
+    """(w, b) as (window, lanes) tables whose row L is the parameter shifted right by L lanes,
+    zero outside it (`shift_tables_kernel`); a parameter that is None keeps its view."""
+    tabs = []
+    for p, v in ((w, wv), (b, bv)):
+        if p is not None:
+            tab = empty_like(p, (window, lanes), p.dtype)
+            v = view(tab, tab.shape, tab.strides)
+        tabs.append(v)
+    block = min(lanes, SHIFT_TABLE_BLOCK)
+    launch(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (wv, bv, *tabs), builtins.max(block // 512, 1),
+           HAS_W=w is not None, HAS_B=b is not None, BLOCK=block)
+    return tabs
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):
@@ -364,10 +386,10 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     or more, as two tiles of half of it (four quarters at 16384 lanes), which
     takes fewer registers (`norm_tiles`). Such single rows that start off a 32-byte
     sector (4097 bf16 columns) are read and written through aligned windows
-    (`_window.py`) when `out`'s rows sit at the same offsets; w and b are gathered
-    at each lane's column once per program, and each program walks rows of one
-    lead (as many programs as run at once, a multiple of the window:
-    `window_row_programs`); packed rows (up to 1024 columns) are not windowed.
+    (`_window.py`) when `out`'s rows sit at the same offsets, w and b read from
+    their shifted copies made by one small launch first (from 8 MB of x, f16/bf16
+    and f32 layer_norm: `_shift_tables`) or else gathered at each lane's column;
+    packed rows (up to 1024 columns) are not.
 
     On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
     131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C

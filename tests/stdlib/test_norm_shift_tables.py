@@ -1,0 +1,137 @@
+"""layer_norm / rms_norm rows off 32-byte sectors read w and b whole from shifted tables
+(`norms._shift_tables`) once x holds SHIFT_TABLE_MIN_BYTES: which kernels launch, the
+tables' contents, the values on the interpreter against float64 numpy (nothing written
+outside the rows), and the tables' 16-byte loads in the PTX."""
+from __future__ import annotations
+
+import collections
+import importlib
+import re
+
+import numpy as np
+import pytest
+
+import tilec as tc
+import tilec.stdlib_kernels as sk
+
+from launch_spy import spy_launches
+
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+SENTINEL = 7.0
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 8 * 1024 * 2)   # 8 rows of 1024 f16 take them
+    return spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("SHIFTED", False)))
+
+
+def _off_sector(rng, rows, n, dtype):
+    # rows but the first start off 32-byte sectors: a view of a wider buffer
+    return rowwise_host(rng.standard_normal((rows, n + 3)) * 3 + 1, dtype)[:, :n]
+
+
+def rowwise_host(values, dtype):
+    return values.astype(np.float32 if dtype == "f32" else np.float16)
+
+
+def _f64(a):
+    return np.asarray(np.asarray(a), dtype=np.float64)
+
+
+@pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999)])
+@pytest.mark.parametrize("rms, params", [(False, "wb"), (False, "w"), (False, "b"), (True, "w")])
+def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
+    rng = np.random.default_rng(n)
+    x = _off_sector(rng, 9, n, dtype)
+    w = rowwise_host(rng.standard_normal(n), dtype) if "w" in params else None
+    b = rowwise_host(rng.standard_normal(n), dtype) if "b" in params else None
+    buf = rowwise_host(np.full((9, n + 3), SENTINEL), dtype)
+    out = buf[:, :n]                          # x's layout: the same leads (`shared_window`)
+    if rms:
+        got = sk.rms_norm(x, w, eps=1e-6, out=out)
+    else:
+        got = sk.layer_norm(x, w, b, eps=1e-5, out=out)
+    assert got is out
+    if dtype == "f32" and rms:    # f32 rms_norm keeps its gathers (`_use_shift_tables`)
+        assert launched == [("norm_tile_kernel", False)]
+    else:
+        assert launched == [("shift_tables_kernel", False), ("norm_tile_kernel", True)]
+    x64 = _f64(x)
+    if rms:
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
+    else:
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    if w is not None:
+        want = want * _f64(w)
+    if b is not None:
+        want = want + _f64(b)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    assert (_f64(buf)[:, n:] == SENTINEL).all()
+
+
+def test_small_arrays_gather_w_and_b(launched):
+    x = _off_sector(np.random.default_rng(1), 6, 1201, "f16")     # 14 KB
+    sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), rowwise_host(np.zeros(1201), "f16"))
+    assert launched == [("norm_tile_kernel", False)]
+
+
+@pytest.mark.parametrize("nbytes, itemsize, rms, params, want", [
+    (8 << 20, 2, False, ("weight", "bias"), True),
+    ((8 << 20) - 1, 2, False, ("weight", "bias"), False),   # under SHIFT_TABLE_MIN_BYTES
+    (64 << 20, 4, False, ("bias",), True),                  # f32 layer_norm gains
+    (64 << 20, 4, True, ("weight",), False),                # f32 rms_norm lost (H100)
+    (64 << 20, 2, True, ("weight",), True),
+    (64 << 20, 2, False, (), False),                        # nothing to gather
+])
+def test_when_the_tables_are_made(nbytes, itemsize, rms, params, want):
+    assert norms.SHIFT_TABLE_MIN_BYTES == 8 << 20
+    assert norms._use_shift_tables(nbytes, itemsize, rms, {"x": None, **dict.fromkeys(params)}) is want
+
+
+@pytest.mark.parametrize("has_w, has_b", [(True, True), (True, False), (False, True)])
+def test_shift_table_rows_are_the_parameters_shifted(has_w, has_b):
+    w, b = np.arange(1, 38, dtype=np.float32), -np.arange(1, 38, dtype=np.float32)
+    wtab, btab = np.full((8, 64), SENTINEL, np.float32), np.full((8, 64), SENTINEL, np.float32)
+    with tc.interpret():
+        norms.shift_tables_kernel[(8, 2)](w, b, wtab, btab, HAS_W=has_w, HAS_B=has_b, BLOCK=32)
+    for p, tab, made in ((w, wtab, has_w), (b, btab, has_b)):
+        if not made:
+            assert (tab == SENTINEL).all()
+            continue
+        for lead in range(8):
+            want = np.zeros(64, np.float32)
+            want[lead:lead + 37] = p
+            np.testing.assert_array_equal(tab[lead], want)
+
+
+def test_shifted_tables_load_16_bytes_at_a_time():
+    sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
+    ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True).asm["ptx"]
+    loads = collections.Counter(m.group(0) for m in re.finditer(r"\bld\.global[.\w:]*", ptx))
+    # x, w and b: 16 bf16 per thread each, as two 16-byte loads; nothing gathered
+    assert loads == {"ld.global.v4.b32": 6}, loads
+
+
+def test_row_kernel_is_a_dependent_launch_of_the_tables(monkeypatch):
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0)
+    seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
+    x = _off_sector(np.random.default_rng(2), 9, 1201, "f16")
+    out = rowwise_host(np.zeros((9, 1204)), "f16")[:, :1201]   # x's leads (`shared_window`)
+    sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), None, out=out)
+    assert seen == [("shift_tables_kernel", None), ("norm_tile_kernel", {"dependent_launch": True})]
+
+
+def test_rows_read_x_before_waiting_for_the_tables():
+    sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
+    ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True,
+                                         dependent_launch=True).asm["ptx"]
+    loads = [m.start() for m in re.finditer(r"\bld\.global", ptx)]
+    waits = [m.start() for m in re.finditer(r"griddepcontrol\.wait", ptx)]
+    assert len(waits) == 1
+    # two 16-byte loads of x before the wait, the four of w and b after it
+    assert sum(p < waits[0] for p in loads) == 2 and sum(p > waits[0] for p in loads) == 4
+    tables = norms.shift_tables_kernel.compile(norms.SIGNATURES["shift_tables_kernel"], num_warps=2,
+                                               arch="sm_90a").asm["ptx"]
+    assert tables.index("griddepcontrol.launch_dependents") < tables.index("ld.global")
