@@ -36,13 +36,16 @@ LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and nex
 # stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
 LN_CHUNK_2BYTE = 8192
 LN_STAGES_2BYTE = 3
-# Their clusters of 8 (65536 columns) run at 4 warps with a floor of 3 programs per SM instead: at 8 warps
-# they took 144 registers, one program per SM, 15 resident clusters; the floor fits 168 registers at 4 warps
-# (w and b held as packed 16-bit values: `min_programs_per_sm`), 45 clusters. H200, % of copy, 8 warps -> 4:
-# 1024x65536 bf16 87.4-88.6 -> 89.1-89.2, 4096x65536 bf16 90.7 -> 92.0, f16 90.5 -> 92.0, 8192x65536 bf16
-# 89.6 -> 90.7. Clusters of 4 (32768 columns) lost at 4 warps (8192x32768 f16 92.3 -> 90.2).
+# Their clusters of 8 (65536 columns) run at 4 warps with a floor of 2 programs per SM instead: at 8 warps
+# they took 144 registers, one program per SM, 15 resident clusters; at 4 warps the floor (`min_programs_per_sm`)
+# bounds the registers: 2 fit 255 (no spills), 30 clusters; 3 fit 168 (w and b held as packed 16-bit values),
+# 45 clusters. H200, % of copy, 8 warps -> 4 warps floor 3: 1024x65536 bf16 87.4-88.6 -> 89.1-89.2, 4096x65536
+# bf16 90.7 -> 92.0, f16 90.5 -> 92.0, 8192x65536 bf16 89.6 -> 90.7. H100 (three sessions), floor 3 -> 2:
+# 4096x65536 bf16 93.7 -> 95.4, 1024x65536 bf16 92.6 -> 93.3, 4096x65536 f16 93.7 -> 95.7, 8192x65536 bf16
+# 92.8 -> 95.0 (+0.7 to +2.2 points; not re-timed on an H200). Clusters of 4 (32768 columns) lost at 4 warps
+# (8192x32768 f16 92.3 -> 90.2).
 LN_EIGHT_CHUNKS_WARPS = 4
-LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
+LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 2
 # A row of one program filling more than 3/4 of a tile of at least this many lanes is held as
 # 2 tiles of half of it (4 of a quarter at MAX_SINGLE_TILE): the same lanes and warps in fewer
 # registers, so more programs fit per SM (layer_norm bf16 16384 lanes at 16 warps: 91 -> 64
@@ -53,12 +56,15 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 3
 HALVE_MIN_BLOCK = 2048
 # Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
 # from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
-# launch of SHIFT_TABLE_BLOCK-lane tiles; `_use_shift_tables`). H100, % of copy, gathers ->
-# tables: layer_norm 16384x7001 bf16 61 -> 87, 8192x14001 bf16 48 -> 68, 65536x1025 bf16 63 ->
-# 90, 1024x7001 bf16 (14 MB) 68 -> 85, 1024x14001 f32 74 -> 80; rms_norm 8192x14001 bf16 88 ->
-# 97; the extra launch costs small arrays (256x4097 f16, 2 MB: 100 -> 84) and f32 rms_norm
-# (1024x14001: 90 -> 87), which keep the gathers.
-SHIFT_TABLE_MIN_BYTES = 8 << 20
+# launch of SHIFT_TABLE_BLOCK-lane tiles, the row kernel a dependent launch of it that reads
+# x while it runs; `_use_shift_tables`). H100, % of copy, gathers -> tables: layer_norm
+# 32760x4097 f16 61 -> 91, 19171x7001 bf16 62 -> 90, 130944x1025 bf16 65 -> 94, 4793x14001
+# f32 78 -> 92, 9586x14001 bf16 50 -> 70; rms_norm 32760x4097 f16 85 -> 100. Under 16 MB the
+# extra launch's host time (about 18 us per call) left tables behind as often as ahead, and
+# f32 rms_norm measured the same either way: both keep the gathers. Held in registers by
+# programs walking rows of one lead instead, w and b measured slower than either (32760x4097
+# f16 layer_norm 47%).
+SHIFT_TABLE_MIN_BYTES = 16 << 20
 SHIFT_TABLE_BLOCK = 1024
 
 
@@ -387,7 +393,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     takes fewer registers (`norm_tiles`). Such single rows that start off a 32-byte
     sector (4097 bf16 columns) are read and written through aligned windows
     (`_window.py`) when `out`'s rows sit at the same offsets, w and b read from
-    their shifted copies made by one small launch first (from 8 MB of x, f16/bf16
+    their shifted copies made by one small launch first (from 16 MB of x, f16/bf16
     and f32 layer_norm: `_shift_tables`) or else gathered at each lane's column;
     packed rows (up to 1024 columns) are not.
 

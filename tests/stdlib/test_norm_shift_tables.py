@@ -78,15 +78,15 @@ def test_small_arrays_gather_w_and_b(launched):
 
 
 @pytest.mark.parametrize("nbytes, itemsize, rms, params, want", [
-    (8 << 20, 2, False, ("weight", "bias"), True),
-    ((8 << 20) - 1, 2, False, ("weight", "bias"), False),   # under SHIFT_TABLE_MIN_BYTES
+    (16 << 20, 2, False, ("weight", "bias"), True),
+    ((16 << 20) - 1, 2, False, ("weight", "bias"), False),  # under SHIFT_TABLE_MIN_BYTES
     (64 << 20, 4, False, ("bias",), True),                  # f32 layer_norm gains
     (64 << 20, 4, True, ("weight",), False),                # f32 rms_norm lost (H100)
     (64 << 20, 2, True, ("weight",), True),
     (64 << 20, 2, False, (), False),                        # nothing to gather
 ])
 def test_when_the_tables_are_made(nbytes, itemsize, rms, params, want):
-    assert norms.SHIFT_TABLE_MIN_BYTES == 8 << 20
+    assert norms.SHIFT_TABLE_MIN_BYTES == 16 << 20
     assert norms._use_shift_tables(nbytes, itemsize, rms, {"x": None, **dict.fromkeys(params)}) is want
 
 
