@@ -167,6 +167,13 @@ EXTRA_SIGNATURES = [
                                  "BLOCK_R=16, BLOCK_I=512, STRIPS_FIRST=True"),
     ("softmax_dim_loop_kernel", "x=bf16[?,?,?], out=bf16[?,?,?], m_part=f32[?,?,?], s_part=f32[?,?,?], "
                                 "tiles_per_split=i32, LOG=True, SPLIT=True, BLOCK_R=16, BLOCK_I=512, STRIPS_FIRST=True"),
+    # strided columns (20000 x 13, last stride 3): the 16-byte stores of the column pairs
+    # anchor the strip's layout, spread over its 256 rows (a minute of ptxas and 43 KB of
+    # spills when it was spread over the stored 1 x 16)
+    ("softmax_dim_stats_kernel", "x=f32[?,?,?]:strided:align=4:div=1x16x1:stride_div=16x1x1, "
+                                 "m_part=f32[?,?,?]:div=1x16x1:stride_div=16x16x1, "
+                                 "s_part=f32[?,?,?]:div=1x16x1:stride_div=16x16x1, tiles_per_split=i32, "
+                                 "BLOCK_R=256, BLOCK_I=16"),
 ]
 
 

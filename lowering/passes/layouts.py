@@ -231,13 +231,17 @@ class _Assigner:
         best: Dict[int, Tuple[int, BlockedLayout]] = {}
         for op in self.func.walk():
             if isinstance(op, _MEM) and isinstance(op.operands[0].type, TileType):
-                shape = op.operands[0].type.shape
+                rank = len(op.operands[0].type.shape)
                 vec = op.attrs.get("_vec", 1)
-                dim = op.attrs.get("_contig_dim", len(shape) - 1)
-                order = [dim] + [d for d in range(len(shape) - 1, -1, -1) if d != dim]
+                dim = op.attrs.get("_contig_dim", rank - 1)
+                order = [dim] + [d for d in range(rank - 1, -1, -1) if d != dim]
                 gid = self.groups.find(op.operands[0])
                 if gid not in best or vec > best[gid][0]:
-                    best[gid] = (vec, default_blocked(shape, self.num_warps, vec, order))
+                    # Spread over the group's largest shape, not the access's: a store of a
+                    # (1, 1, 16) column result broadcast against (1, 256, 16) tiles would
+                    # otherwise put its spare lanes and warps on dimensions of extent 1, and
+                    # every thread would hold all 256 rows of the big ones.
+                    best[gid] = (vec, default_blocked(self._largest(gid, rank), self.num_warps, vec, order))
         for gid, (_, lay) in best.items():
             self.layout[gid] = lay
         # an FMA dot's operands hold, per thread, its accumulator rows and columns over all
@@ -291,11 +295,15 @@ class _Assigner:
                 return self.offer(op.results[0], _reshape_layout(inl, src, dst))
         return False
 
+    def _largest(self, gid, rank: Optional[int] = None) -> Tuple[int, ...]:
+        """The largest shape among a group's values (of `rank` dimensions, when given)."""
+        shapes = [s for s in self._shapes(gid) if rank is None or len(s) == rank]
+        return max(shapes, key=lambda s: (_numel(s), s))
+
     def defaults(self) -> bool:
         for gid, vs in self.members.items():
             if gid not in self.layout:
-                shape = max(self._shapes(gid), key=lambda s: (_numel(s), s))
-                self.layout[gid] = default_blocked(shape, self.num_warps)
+                self.layout[gid] = default_blocked(self._largest(gid), self.num_warps)
                 return True
         return False
 
