@@ -52,7 +52,12 @@ LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 2
 # registers, 1 -> 2 programs; 8192 at 8 warps: 80 -> 64, 3 -> 4). H200, % of copy, one tile
 # -> tiles: layer_norm 16384x16384 bf16 61 -> 95, 16384x14336 bf16 56 -> 89, 16384x8192 bf16
 # 91 -> 98, 65536x2048 bf16 94.5 -> 99, 8192x16384 f32 86 -> 90; rms_norm equal or up to 2.5
-# higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40).
+# higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40 with w
+# and b gathered), except layer_norm's reading w and b from shift tables, 2-byte or of
+# MAX_SINGLE_TILE lanes. H100, % of copy, one tile -> tiles: layer_norm 9586x14001 bf16 70 -> 88,
+# 8192x15001 f16 71 -> 88, 19171x7001 bf16 89 -> 93, 20000x6500 bf16 92.5 -> 96.6, 4793x14001
+# f32 92 -> 97.5; 9000x7001 f32 95.7 -> 94.4 and rms_norm (14001 bf16 100 -> 97, f32 99 -> 85)
+# lost.
 HALVE_MIN_BLOCK = 2048
 # Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
 # from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
@@ -291,10 +296,13 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if two_byte_ln and not even:
             cl = None
         if cfg.single:
-            cfg = norm_tiles(cfg, n_cols, window)
+            shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms,
+                                                         named)
+            cfg = norm_tiles(cfg, n_cols, window, halve_window=shifted and not rms and (
+                a.dtype.itemsize == 2 or cfg.block >= MAX_SINGLE_TILE))
             flags["BLOCK"] = cfg.block
             options = None
-            if window and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms, named):
+            if shifted:
                 wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
                 args = (xv, wv, bv, yv, mv, rv, eps32)
                 flags["SHIFTED"] = True
@@ -360,12 +368,14 @@ def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):
     return cl, {}
 
 
-def norm_tiles(cfg: RowConfig, n_cols: int, window: int) -> RowConfig:
+def norm_tiles(cfg: RowConfig, n_cols: int, window: int, halve_window: bool = False) -> RowConfig:
     """How a single-tile norm row is held: as `split_row`'s three quarter tiles when it fills
-    at most 3/4 of its tile (counting its window's lead); else, unwindowed, as 2 tiles of half
-    of a tile of HALVE_MIN_BLOCK lanes or more (4 quarters of MAX_SINGLE_TILE lanes)."""
+    at most 3/4 of its tile (counting its window's lead); else, unwindowed or `halve_window`,
+    as 2 tiles of half of a tile of HALVE_MIN_BLOCK lanes or more (4 quarters of
+    MAX_SINGLE_TILE lanes)."""
     split = split_row(cfg, window_span(n_cols, window))
-    if split.tiles > 1 or window or not cfg.single or cfg.rows != 1 or cfg.block < HALVE_MIN_BLOCK:
+    if split.tiles > 1 or (window and not halve_window) or not cfg.single or cfg.rows != 1 or \
+            cfg.block < HALVE_MIN_BLOCK:
         return split
     tiles = 4 if cfg.block >= MAX_SINGLE_TILE else 2
     return replace(cfg, block=cfg.block // tiles, tiles=tiles)

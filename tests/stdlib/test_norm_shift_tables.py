@@ -39,7 +39,7 @@ def _f64(a):
     return np.asarray(np.asarray(a), dtype=np.float64)
 
 
-@pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999)])
+@pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999), ("f16", 1601), ("f32", 1700)])
 @pytest.mark.parametrize("rms, params", [(False, "wb"), (False, "w"), (False, "b"), (True, "w")])
 def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
     rng = np.random.default_rng(n)
@@ -135,3 +135,19 @@ def test_rows_read_x_before_waiting_for_the_tables():
     tables = norms.shift_tables_kernel.compile(norms.SIGNATURES["shift_tables_kernel"], num_warps=2,
                                                arch="sm_90a").asm["ptx"]
     assert tables.index("griddepcontrol.launch_dependents") < tables.index("ld.global")
+
+
+@pytest.mark.parametrize("dtype, n, rms, tiles", [
+    ("f16", 1601, False, 2),     # layer_norm with tables: halves, as rows on sectors
+    ("f16", 1601, True, 1),      # rms_norm keeps one tile
+    ("f32", 1700, False, 1),     # f32 halves only at MAX_SINGLE_TILE lanes
+    ("f16", 1201, False, 3),     # within 3/4 of the tile: quarters either way
+])
+def test_layer_norm_with_tables_holds_rows_as_halves(monkeypatch, dtype, n, rms, tiles):
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0)
+    seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("TILES")))
+    x = _off_sector(np.random.default_rng(n), 9, n, dtype)
+    out = rowwise_host(np.zeros((9, n + 3)), dtype)[:, :n]
+    w = rowwise_host(np.ones(n), dtype)
+    sk.rms_norm(x, w, out=out) if rms else sk.layer_norm(x, w, None, out=out)
+    assert seen[-1] == ("norm_tile_kernel", tiles)

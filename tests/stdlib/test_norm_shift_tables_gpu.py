@@ -18,7 +18,8 @@ TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
 @pytest.mark.parametrize("shape, dtype_name", [((2100, 4097), "bfloat16"), ((8300, 1025), "float16"),
-                                               ((1100, 4097), "float32"), ((1300, 7001), "bfloat16")])
+                                               ((1100, 4097), "float32"), ((1300, 7001), "bfloat16"),
+                                               ((700, 14001), "bfloat16")])
 def test_shifted_tables_match_torch(torch, monkeypatch, shape, dtype_name):
     plans.clear_plans()   # a replayed plan would launch without the spy seeing it
     seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("SHIFTED", False)))

@@ -10,6 +10,7 @@ import pytest
 
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels._common import RowConfig, row_config, split_row
+from tilec.stdlib_kernels._window import single_row_window
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches
@@ -150,6 +151,20 @@ def test_norm_output_off_the_inputs_windows_is_written_column_tile_by_column_til
 ])
 def test_norm_tiles_hold_full_rows_as_halves_or_quarters(n, window, want):
     assert norms.norm_tiles(row_config(n, 1000, big_tile_per_thread=32), n, window) == want
+
+
+# ... and layer_norm rows through windows whose w and b come from shift tables (`halve_window`)
+@pytest.mark.parametrize("n, window, want", [
+    (7001, 16, RowConfig(4096, 1, 8, True, 2)),
+    (14001, 16, RowConfig(4096, 1, 16, True, 4)),
+    (1601, 16, RowConfig(1024, 1, 4, True, 2)),
+    (4090, 16, RowConfig(2048, 1, 8, True, 3)),    # its lead needs 8192 lanes: split_row's quarters
+])
+def test_norm_tiles_halve_windowed_rows_when_asked(n, window, want):
+    cfg, window = single_row_window(row_config(n, 1000, big_tile_per_thread=32), n, 1000, window,
+                                    big_tile_per_thread=32)
+    assert norms.norm_tiles(cfg, n, window, halve_window=True) == want
+    assert norms.norm_tiles(cfg, n, window).tiles == (3 if want.tiles == 3 else 1)
 
 
 @pytest.mark.parametrize("n, dtype, block, tiles", [(2048, np.float32, 1024, 2), (1808, np.float16, 1024, 2),
