@@ -47,6 +47,19 @@ MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows 
 # lost (8192x4097 88 -> 86), and windows of 1024 or at 4 warps did no better on the whole.
 WINDOW_LOOP_TILE = 512
 WINDOW_LOOP_WARPS = 2
+# Such rows are read WINDOW_ROW_BYTES // row bytes (a power of two, at most WINDOW_MAX_ROWS) to a
+# program, each through its own window, stepped together: 2 rows of at most 2 KB. H100, time of a
+# copy of x's bytes (read and written) / time of sum, 1 row -> 2 (-> 4): 131072x513 bf16 1.12 ->
+# 1.36 (1.27), 262144x600 f16 1.29 -> 1.50 (1.34), 8192x513 bf16 1.09 -> 1.11; 2 rows of 2 KB or
+# more lost (65536x1025 f16 1.62 -> 1.52) and 8 of 1 KB more (131072x513 bf16 1.09).
+WINDOW_ROW_BYTES = 4096
+WINDOW_MAX_ROWS = 2
+
+
+def window_rows(n_cols: int, itemsize: int) -> int:
+    """Rows per program of the windowed loop (`WINDOW_ROW_BYTES`)."""
+    rows = builtins.max(WINDOW_ROW_BYTES // (n_cols * itemsize), 1)
+    return builtins.min(1 << (rows.bit_length() - 1), WINDOW_MAX_ROWS)
 
 
 @tc.func
@@ -59,25 +72,50 @@ def _combine(a, b, MAX: tc.constexpr):
 @tc.kernel
 def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
                        WINDOW: tc.constexpr = 0):
-    # WINDOW: long rows off 32-byte sectors (ROWS = 1), read in aligned windows (_window.py)
+    # WINDOW: rows off 32-byte sectors read in aligned windows (_window.py), ROWS of them per
+    # program, each through its own window (`_window_rows_reduce`)
     pid = tc.program_id(0)
     pad = NEG_INF if MAX else 0.0
     if WINDOW:
-        base, lead = window_start(x, pid, WINDOW)
-        acc = tc.full((1, BLOCK), pad, tc.float32)
-        for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
-            t, _ = window_tile(x, base, lead, x.shape[1], k, pad, BLOCK)
-            acc = _combine(acc, t.astype(tc.float32), MAX)
+        _window_rows_reduce(x, out, pid, pad, MAX, ROWS, BLOCK, WINDOW)
     else:
         acc = tc.load(x, index=(pid, 0), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
         for k in range(1, tc.cdiv(x.shape[1], BLOCK)):  # no iterations when the row is one tile
             t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
             acc = _combine(acc, t, MAX)
-    if MAX:
-        r = tc.max(acc, axis=1)
-    else:
-        r = tc.sum(acc, axis=1)
-    tc.store(out, index=(pid,), tile=r.astype(out.dtype))
+        if MAX:
+            r = tc.max(acc, axis=1)
+        else:
+            r = tc.sum(acc, axis=1)
+        tc.store(out, index=(pid,), tile=r.astype(out.dtype))
+
+
+@tc.func
+def _window_rows_reduce(x, out, pid, pad, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
+                        WINDOW: tc.constexpr):
+    # Rows pid * ROWS + i, each through its own window, stepped together so that one step's
+    # loads of every row are in flight at once; rows past the last re-read it, not stored.
+    last = x.shape[0] - 1
+    bases = ()
+    leads = ()
+    accs = ()
+    for i in tc.static_range(ROWS):
+        base, lead = window_start(x, tc.minimum(pid * ROWS + i, last), WINDOW)
+        bases = bases + (base,)
+        leads = leads + (lead,)
+        accs = accs + (tc.full((1, BLOCK), pad, tc.float32),)
+    for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
+        stepped = ()
+        for i in tc.static_range(ROWS):
+            t, _in = window_tile(x, bases[i], leads[i], x.shape[1], k, pad, BLOCK)
+            stepped = stepped + (_combine(accs[i], t.astype(tc.float32), MAX),)
+        accs = stepped
+    for i in tc.static_range(ROWS):
+        if MAX:
+            r = tc.max(accs[i], axis=1)
+        else:
+            r = tc.sum(accs[i], axis=1)
+        tc.store(out, offset=(pid * ROWS + i,), tile=r.astype(out.dtype))
 
 
 @tc.func
@@ -223,6 +261,7 @@ EXTRA_SIGNATURES = [
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=True, ROWS=64, BLOCK=32"),
     ("reduce_rows_kernel", "x=f32[?,?], out=f32[?], MAX=False, ROWS=1, BLOCK=4096"),
     ("reduce_rows_kernel", "x=bf16[?,?], out=bf16[?], MAX=False, ROWS=1, BLOCK=4096, WINDOW=16"),
+    ("reduce_rows_kernel", "x=f16[?,?], out=f16[?], MAX=True, ROWS=2, BLOCK=512, WINDOW=16"),   # 2 rows of <= 2 KB
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f32[?,?,?], tiles_per_split=1, MAX=False, BLOCK_R=4096, BLOCK_I=1"),
     ("reduce_inner_kernel", "x=f32[?,?,?], out=f16[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=64, BLOCK_I=64"),
     ("reduce_inner_kernel", "x=bf16[?,?,?], out=f32[?,?,?], tiles_per_split=i32, MAX=False, BLOCK_R=16, BLOCK_I=512"),
@@ -256,7 +295,7 @@ def _reduce(x, dim, out, is_max: bool, op: str):
         # tile, looped in small windows (WINDOW_LOOP_TILE). f32 ones keep their tile.
         window = row_window(a, "x")
         if cfg.single and window and a.dtype.itemsize == 2 and n_cols >= WINDOW_LOOP_TILE:
-            cfg = RowConfig(WINDOW_LOOP_TILE, 1, WINDOW_LOOP_WARPS, False)
+            cfg = RowConfig(WINDOW_LOOP_TILE, window_rows(n_cols, a.dtype.itemsize), WINDOW_LOOP_WARPS, False)
         elif cfg.single:
             window = 0
         launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
@@ -427,7 +466,8 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     16384 elements, short rows packed, longer rows looped in 4096-element
     tiles); f16/bf16 rows of 512 columns or more that start off 32-byte
     sectors (odd widths) loop over aligned windows of 512 at 2 warps instead
-    of one tile (`WINDOW_LOOP_TILE`). For another dimension (`strip_config`),
+    of one tile (`WINDOW_LOOP_TILE`), two such rows of at most 2 KB to a program
+    (`window_rows`). For another dimension (`strip_config`),
     each program owns min(next_pow2(inner), 128) contiguous columns and walks
     the reduced dimension in 8 KB tiles (16 x 128 f32, 32 x 128 f16/bf16) at
     one warp per 2 KB (4 at a full tile). Where that gives fewer than 1024

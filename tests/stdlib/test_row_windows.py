@@ -98,7 +98,9 @@ def test_cumsum_of_bf16_rows_off_sectors(launched):
 @pytest.mark.parametrize("shape,dtype,want", [
     ((7, 2001), np.float32, (2048, 1, 0)),      # single f32 rows: column tiles (measured faster)
     ((5, 4097), np.float16, (512, 1, 8 * 2)),   # single 2-byte rows: looped in windows of 512
-    ((4, 513), np.float16, (512, 1, 16)),       # (from one window's width)
+    ((4, 513), np.float16, (512, 2, 16)),       # (from one window's width), two rows of <= 2 KB each
+    ((7, 1023), np.float16, (512, 2, 16)),      # an odd count: the last program re-reads its row
+    ((5, 1025), np.float16, (512, 1, 16)),      # past 2 KB: one row
     ((6, 511), np.float16, (512, 4, 0)),        # narrower: packed column tiles
     ((3, 20001), np.float32, (4096, 1, 8)),     # looped rows through windows
     ((50, 99), np.float32, (128, 16, 0)),       # packed rows: column tiles

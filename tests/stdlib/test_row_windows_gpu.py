@@ -35,7 +35,8 @@ def test_cumsum_of_rows_off_sectors_matches_torch(torch, shape, dtype_name):
 
 
 @pytest.mark.parametrize("dtype_name", DTYPES)
-@pytest.mark.parametrize("shape", [(257, 4097), (300, 3000), (33, 20001), (100, 513), (64, 16001), (500, 1025)])
+@pytest.mark.parametrize("shape", [(257, 4097), (300, 3000), (33, 20001), (100, 513), (64, 16001), (500, 1025),
+                                   (101, 600)])
 def test_sum_and_max_of_rows_off_sectors_match_torch(torch, shape, dtype_name):
     x = _rows(torch, shape, getattr(torch, dtype_name))
     x64 = x.double()
