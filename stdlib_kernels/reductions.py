@@ -47,19 +47,17 @@ MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows 
 # lost (8192x4097 88 -> 86), and windows of 1024 or at 4 warps did no better on the whole.
 WINDOW_LOOP_TILE = 512
 WINDOW_LOOP_WARPS = 2
-# Such rows are read WINDOW_ROW_BYTES // row bytes (a power of two, at most WINDOW_MAX_ROWS) to a
-# program, each through its own window, stepped together: 2 rows of at most 2 KB. H100, time of a
+# Such rows of at most WINDOW_PAIR_BYTES are read two to a program, each through its own window,
+# stepped together (`window_rows`). H100, time of a
 # copy of x's bytes (read and written) / time of sum, 1 row -> 2 (-> 4): 131072x513 bf16 1.12 ->
 # 1.36 (1.27), 262144x600 f16 1.29 -> 1.50 (1.34), 8192x513 bf16 1.09 -> 1.11; 2 rows of 2 KB or
 # more lost (65536x1025 f16 1.62 -> 1.52) and 8 of 1 KB more (131072x513 bf16 1.09).
-WINDOW_ROW_BYTES = 4096
-WINDOW_MAX_ROWS = 2
+WINDOW_PAIR_BYTES = 2048
 
 
 def window_rows(n_cols: int, itemsize: int) -> int:
-    """Rows per program of the windowed loop (`WINDOW_ROW_BYTES`)."""
-    rows = builtins.max(WINDOW_ROW_BYTES // (n_cols * itemsize), 1)
-    return builtins.min(1 << (rows.bit_length() - 1), WINDOW_MAX_ROWS)
+    """Rows per program of the windowed loop: two of at most WINDOW_PAIR_BYTES, else one."""
+    return 2 if n_cols * itemsize <= WINDOW_PAIR_BYTES else 1
 
 
 @tc.func
@@ -83,11 +81,15 @@ def reduce_rows_kernel(x, out, MAX: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.
         for k in range(1, tc.cdiv(x.shape[1], BLOCK)):  # no iterations when the row is one tile
             t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK), padding=pad).astype(tc.float32)
             acc = _combine(acc, t, MAX)
-        if MAX:
-            r = tc.max(acc, axis=1)
-        else:
-            r = tc.sum(acc, axis=1)
-        tc.store(out, index=(pid,), tile=r.astype(out.dtype))
+        tc.store(out, index=(pid,), tile=_row_total(acc, MAX).astype(out.dtype))
+
+
+@tc.func
+def _row_total(acc, MAX: tc.constexpr):
+    # the max or sum of each row of lane-wise partials
+    if MAX:
+        return tc.max(acc, axis=1)
+    return tc.sum(acc, axis=1)
 
 
 @tc.func
@@ -111,11 +113,7 @@ def _window_rows_reduce(x, out, pid, pad, MAX: tc.constexpr, ROWS: tc.constexpr,
             stepped = stepped + (_combine(accs[i], t.astype(tc.float32), MAX),)
         accs = stepped
     for i in tc.static_range(ROWS):
-        if MAX:
-            r = tc.max(accs[i], axis=1)
-        else:
-            r = tc.sum(accs[i], axis=1)
-        tc.store(out, offset=(pid * ROWS + i,), tile=r.astype(out.dtype))
+        tc.store(out, offset=(pid * ROWS + i,), tile=_row_total(accs[i], MAX).astype(out.dtype))
 
 
 @tc.func

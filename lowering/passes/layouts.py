@@ -241,7 +241,7 @@ class _Assigner:
                     # (1, 1, 16) column result broadcast against (1, 256, 16) tiles would
                     # otherwise put its spare lanes and warps on dimensions of extent 1, and
                     # every thread would hold all 256 rows of the big ones.
-                    best[gid] = (vec, default_blocked(self._largest(gid, rank), self.num_warps, vec, order))
+                    best[gid] = (vec, default_blocked(self._largest(gid), self.num_warps, vec, order))
         for gid, (_, lay) in best.items():
             self.layout[gid] = lay
         # an FMA dot's operands hold, per thread, its accumulator rows and columns over all
@@ -295,10 +295,9 @@ class _Assigner:
                 return self.offer(op.results[0], _reshape_layout(inl, src, dst))
         return False
 
-    def _largest(self, gid, rank: Optional[int] = None) -> Tuple[int, ...]:
-        """The largest shape among a group's values (of `rank` dimensions, when given)."""
-        shapes = [s for s in self._shapes(gid) if rank is None or len(s) == rank]
-        return max(shapes, key=lambda s: (_numel(s), s))
+    def _largest(self, gid) -> Tuple[int, ...]:
+        """The largest shape among a group's values (all of one rank: broadcasts keep it)."""
+        return max(self._shapes(gid), key=lambda s: (_numel(s), s))
 
     def defaults(self) -> bool:
         for gid, vs in self.members.items():
