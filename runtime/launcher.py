@@ -49,7 +49,8 @@ _OFFSET_LIMIT = 2 ** 31
 def _array_sig(info) -> Tuple:
     # Mirrors specialize.view_type_for: the low pointer bits decide the alignment, a unit
     # last stride (or a last extent of 1) a static stride, the reach the index width,
-    # extents and strides divisible by 16 the view's shape_div / stride_div.
+    # extents divisible by 16 and the power of two up to 16 dividing each stride the view's
+    # shape_div / stride_div.
     ptr, shape, strides, dt, dev = info
     reach = 0
     small = True
@@ -60,8 +61,8 @@ def _array_sig(info) -> Tuple:
     last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
     # a column-major matrix: view_type_for makes the stride of dim -2 static
     col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
-    # extents and strides divisible by 16 (view_type_for's shape_div / stride_div)
-    divs = tuple(s & 15 == 0 for s in shape) + tuple(st & 15 == 0 for st in strides)
+    # (view_type_for's shape_div / stride_div: specialize.stride_divisibility, inlined)
+    divs = tuple(s & 15 == 0 for s in shape) + tuple(min(st & -st, 16) if st else 16 for st in strides)
     return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs, col_unit)
 
 

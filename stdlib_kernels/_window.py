@@ -34,25 +34,23 @@ __all__ = ["row_window", "shared_window", "window_start", "window_mask", "window
 WINDOW_BYTES = 32
 
 
-def row_window(a: Arr, name: str, unknown_stride: bool = False) -> int:
+def row_window(a: Arr, name: str) -> int:
     """WINDOW for `a`'s rows of its last dimension: the elements in WINDOW_BYTES when some
-    row starts off such a boundary, else 0 (column tiles are aligned as they are).
-    unknown_stride: also when the row stride is not a multiple of 16 elements, where a
-    launch specializes on no alignment of the rows (runtime/launcher.py), so column tiles
-    take scalar accesses (kernels whose tile layout then suffers: cumsum's scan)."""
+    row starts off such a boundary, else 0 (column tiles are aligned as they are: a launch
+    specializes on the power of two dividing the row stride, so rows on 32-byte sectors
+    get 16-byte accesses, `specialize.stride_divisibility`)."""
     if math.prod(a.shape[:-1]) < 2:
         return 0
     isz = a.dtype.itemsize
     stride = row_stride(a, name)
-    off = (stride * isz) % WINDOW_BYTES or (unknown_stride and stride % 16)
-    return WINDOW_BYTES // isz if off else 0
+    return WINDOW_BYTES // isz if (stride * isz) % WINDOW_BYTES else 0
 
 
-def shared_window(a: Arr, o: Arr, unknown_stride: bool = False) -> int:
+def shared_window(a: Arr, o: Arr) -> int:
     """WINDOW for an op that reads `a`'s rows and writes `o`'s at the same columns: `a`'s
     (`row_window`) when `o`'s rows start at the same offsets modulo it, so that one lead per
     row serves both; else 0 (both read and written column tile by column tile)."""
-    w = row_window(a, "x", unknown_stride)
+    w = row_window(a, "x")
     if w and (row_stride(o, "out") - row_stride(a, "x")) % w:
         return 0
     return w

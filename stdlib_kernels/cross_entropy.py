@@ -310,9 +310,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     per_row = output(None, a, a.shape[:-1], per_row_dtype)
     lv = view(per_row, (n_rows,), (1,))
     cfg = row_config(n_cls, n_rows)
-    window = row_window(a, "logits", unknown_stride=True)
-    # A single row off 32-byte sectors, or of a stride not a multiple of 16 elements (column
-    # tiles: scalar loads), through its aligned window (H200, % of copy: 16384x5000 bf16
+    window = row_window(a, "logits")
+    # A single row off 32-byte sectors (column tiles: scalar loads) through its aligned window (H200, % of copy: 16384x5000 bf16
     # 30 -> 49, 16384x3001 f32 81 -> 92). Packed rows keep column tiles.
     cfg, window = single_row_window(cfg, n_cls, n_rows, window)
     if cfg.single:

@@ -2,10 +2,10 @@
 
 One program computes a BM x BN tile of C, walking K in steps of BK with tensor-view
 loads: tiles overhanging an edge read zeros, so any M, N, K work. When a view's last
-stride is 1 and its row stride a multiple of 16 elements (the launch specializes on
-that), the loads are 16 bytes wide and the compiler turns them into cp.async copies
-`num_stages` iterations ahead (pipeline_loads); other layouts (column-major) are read
-element by element. Programs are numbered in grouped order (tc.swizzle2d) so that the
+stride is 1 and its row stride a multiple of 16 bytes (the launch specializes on the
+power of two dividing it), the loads are 16 bytes wide and the compiler turns them into
+cp.async copies `num_stages` iterations ahead (pipeline_loads); other layouts
+(column-major) are read element by element. Programs are numbered in grouped order (tc.swizzle2d) so that the
 ones running together share A rows and B columns in L2. The epilogue (bias,
 activation, cast) runs on the accumulator's registers before the only store. A batch
 is one launch per entry.
@@ -24,6 +24,7 @@ from typing import Tuple
 
 import tilec as tc
 from tilec import dtypes as _dt
+from tilec.specialize import stride_divisibility
 
 from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, view
 from ._plan import derived, planned
@@ -312,7 +313,7 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
     b_sig = _mat('b', dtype.name, k, n)
     if b_col_major:
-        b_sig = f"b={dtype.name}[?,?]:strides=1x?:div={_div(k)}x{_div(n)}:stride_div=1x{_div(k)}"
+        b_sig = f"b={dtype.name}[?,?]:strides=1x?:div={_div(k)}x{_div(n)}:stride_div=1x{stride_divisibility(k)}"
     tiles = f"BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}"
     if cfg.split_k > 1:
         ws = _mat("ws", "f32", cfg.splits(k) * tc.cdiv(m, cfg.bm) * cfg.bm, n)
@@ -339,7 +340,7 @@ def reduce_signature(m: int, n: int, k: int, cfg: MatmulConfig, out_dtype, *, ac
 
 
 def _mat(name: str, d: str, rows: int, cols: int) -> str:
-    return f"{name}={d}[?,?]:div={_div(rows)}x{_div(cols)}:stride_div={_div(cols)}x1"
+    return f"{name}={d}[?,?]:div={_div(rows)}x{_div(cols)}:stride_div={stride_divisibility(cols)}x1"
 
 
 def _div(x: int) -> int:

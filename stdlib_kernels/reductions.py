@@ -508,10 +508,9 @@ def cumsum(x, dim: int = -1, out=None):
     if n_cols == 0:
         return o.obj
     # Rows through aligned windows, the tiles sized for the row plus up to 32 bytes before
-    # it, where rows start off 32-byte sectors or their stride is not a multiple of 16
-    # elements: column tiles of such rows took scalar accesses and 238 registers (H200,
-    # 32768x3000 bf16: 12% of copy; windows 72%).
-    window = shared_window(a, o, unknown_stride=True)
+    # it, where rows start off 32-byte sectors: column tiles of such rows took scalar
+    # accesses and 238 registers (H200, 32768x3000 bf16: 12% of copy; windows 72%).
+    window = shared_window(a, o)
     cfg = row_config(window_span(n_cols, window), n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)
     launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window)
     return o.obj

@@ -1,5 +1,5 @@
-"""16-byte global accesses: views specialized on divisibility by 16 (extents and strides,
-like int arguments) give masked loads and stores that axis analysis proves uniform over
+"""16-byte global accesses: views specialized on divisibility (extents by 16, like int
+arguments; strides by the power of two up to 16 dividing them) give masked loads and stores that axis analysis proves uniform over
 4 f32 / 8 f16 elements; the runtime's signature key follows the same rule."""
 import re
 import sys
@@ -41,7 +41,31 @@ def test_view_specialization_marks_extents_and_strides_divisible_by_16():
     t = _row_view(dt.float32, 10, 4096, 4096)
     assert t.shape_div == (1, 16) and t.stride_div == (16, 1)
     t = _row_view(dt.float32, 32, 1000, 1000)
-    assert t.shape_div == (16, 1) and t.stride_div == (1, 1)
+    assert t.shape_div == (16, 1) and t.stride_div == (8, 1)
+
+
+@pytest.mark.parametrize("stride,div", [(20001, 1), (20002, 2), (1000, 8), (20008, 8), (4100, 4), (4096, 16),
+                                        (48, 16), (0, 16), (-24, 8)])
+def test_strides_specialize_on_the_power_of_two_dividing_them(stride, div):
+    from tilec.runtime.launcher import _array_sig
+    from tilec.specialize import stride_divisibility
+    assert stride_divisibility(stride) == div
+    assert _row_view(dt.float32, 4, 9, stride).stride_div == (div, 1)
+    # the launcher's key tells every class apart, as the view type does
+    key = _array_sig((0x1000, (4, 9), (stride, 1), dt.float32, 0))[6]
+    assert key[2:] == (div, 1)
+
+
+def test_rows_32_bytes_apart_get_16_byte_accesses():
+    # f32 rows 20008 elements apart (8 | 20008): every row starts on a 32-byte boundary,
+    # which a specialization on 16 alone did not prove (scalar accesses)
+    from tilec.compiler import compile_kernel
+    _, fused_softmax, _ = _examples()
+    k = fused_softmax.softmax_kernel
+    for div, vector in ((8, "v4.b32"), (4, "v4.b32"), (2, "v2.b32"), (1, "b32")):
+        sig = f"x=f32[?,?]:div=1x16:stride_div={div}x1, out=f32[?,?]:div=1x16:stride_div={div}x1, BLOCK=1024"
+        acc = _accesses(compile_kernel(k, k.specialization(sig), CompileOptions(arch="sm_90a")).asm["ptx"])
+        assert {a for a in acc if a.startswith("st.")} == {f"st.global.{vector}"}, (div, acc)
 
 
 def test_signature_text_round_trips_divisibility():

@@ -181,7 +181,7 @@ def test_partial_and_reduce_ptx_assemble_without_spills(arch, m, n, k):
     ptx = ck.asm["ptx"]
     wgmma = arch == "sm_90a" and cfg.bm >= 64
     assert ("wgmma.mma_async" in ptx) if wgmma else "mma.sync" in ptx
-    assert ("cp.async.bulk.tensor" in ptx) == (wgmma and n % 16 == 0)   # TMA needs 16-byte rows
+    assert ("cp.async.bulk.tensor" in ptx) == (wgmma and n * 2 % 16 == 0)   # TMA needs 16-byte rows
     assert "%ctaid.y" in ptx   # the slice index
     rsig, warps, _grid = mm.reduce_signature(m, n, k, cfg, "bf16", activation="gelu", bias_dtype="bf16")
     rk = compile_kernel(mm.splitk_reduce_kernel, parse_signature(mm.splitk_reduce_kernel, rsig),

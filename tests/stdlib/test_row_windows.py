@@ -45,20 +45,22 @@ CUMSUM_CASES = [
 ]
 
 
-def test_cumsum_of_rows_on_sectors_of_an_unknown_stride_takes_windows(launched):
-    # 3000 f32 columns: every row on a 32-byte sector, but the stride not a multiple of 16
-    # elements, so a launch proves no alignment: the rows go through windows (lead 0) too
+def test_cumsum_of_rows_on_sectors_takes_column_tiles_whatever_the_stride(launched):
+    # 3000 f32 columns: every row on a 32-byte sector, the stride not a multiple of 16
+    # elements: the launch specializes on 8 | 3000, so column tiles get 16-byte accesses
+    # and no window is needed (`specialize.stride_divisibility`)
     rng = np.random.default_rng(8)
     x = (3 * rng.standard_normal((4, 3000))).astype(np.float32)
     got = sk.cumsum(x)
-    assert launched == [("cumsum_kernel", 4096, 1, 8)]
+    assert launched == [("cumsum_kernel", 4096, 1, 0)]
     np.testing.assert_allclose(got, np.cumsum(x.astype(np.float64), -1), rtol=1e-4, atol=1e-3)
     launched.clear()
-    sk.cumsum(x[:, :2048])                      # a stride of 3000, 2048 columns: the same
-    assert launched == [("cumsum_kernel", 4096, 1, 8)]   # 2048 + 7 columns of window
+    got = sk.cumsum(x[:, :2048])                # a stride of 3000, 2048 columns: the same
+    assert launched == [("cumsum_kernel", 2048, 1, 0)]
+    np.testing.assert_allclose(got, np.cumsum(x[:, :2048].astype(np.float64), -1), rtol=1e-4, atol=1e-3)
     launched.clear()
-    sk.cumsum(np.zeros((4, 3008), np.float32))  # a stride of 3008 (16 | 3008): column tiles
-    assert launched == [("cumsum_kernel", 4096, 1, 0)]
+    sk.cumsum(x[:, :2036].copy())               # a stride of 2036 f32 (8144 bytes): off sectors
+    assert launched == [("cumsum_kernel", 2048, 1, 8)]   # 2036 + up to 7 columns of window
 
 
 @pytest.mark.parametrize("shape,dtype,want", CUMSUM_CASES)
