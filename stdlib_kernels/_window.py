@@ -34,23 +34,26 @@ __all__ = ["row_window", "shared_window", "window_start", "window_mask", "window
 WINDOW_BYTES = 32
 
 
-def row_window(a: Arr, name: str) -> int:
+def row_window(a: Arr, name: str, ragged: bool = False) -> int:
     """WINDOW for `a`'s rows of its last dimension: the elements in WINDOW_BYTES when some
     row starts off such a boundary, else 0 (column tiles are aligned as they are: a launch
     specializes on the power of two dividing the row stride, so rows on 32-byte sectors
-    get 16-byte accesses, `specialize.stride_divisibility`)."""
+    get 16-byte accesses, `specialize.stride_divisibility`). ragged: also when the rows'
+    length is not a multiple of 16 elements, whose end a launch does not place on a
+    16-byte group (column tiles then mask their stores element by element)."""
     if math.prod(a.shape[:-1]) < 2:
         return 0
     isz = a.dtype.itemsize
     stride = row_stride(a, name)
-    return WINDOW_BYTES // isz if (stride * isz) % WINDOW_BYTES else 0
+    off = (stride * isz) % WINDOW_BYTES or (ragged and a.shape[-1] % 16)
+    return WINDOW_BYTES // isz if off else 0
 
 
-def shared_window(a: Arr, o: Arr) -> int:
+def shared_window(a: Arr, o: Arr, ragged: bool = False) -> int:
     """WINDOW for an op that reads `a`'s rows and writes `o`'s at the same columns: `a`'s
     (`row_window`) when `o`'s rows start at the same offsets modulo it, so that one lead per
     row serves both; else 0 (both read and written column tile by column tile)."""
-    w = row_window(a, "x")
+    w = row_window(a, "x", ragged)
     if w and (row_stride(o, "out") - row_stride(a, "x")) % w:
         return 0
     return w

@@ -45,22 +45,21 @@ CUMSUM_CASES = [
 ]
 
 
-def test_cumsum_of_rows_on_sectors_takes_column_tiles_whatever_the_stride(launched):
-    # 3000 f32 columns: every row on a 32-byte sector, the stride not a multiple of 16
-    # elements: the launch specializes on 8 | 3000, so column tiles get 16-byte accesses
-    # and no window is needed (`specialize.stride_divisibility`)
+def test_cumsum_of_rows_on_sectors_takes_windows_where_their_length_is_ragged(launched):
+    # 3000 f32 columns: every row on a 32-byte sector (the launch specializes on 8 | 3000),
+    # but the rows end inside 16-byte groups: windows (lead 0) scan by groups
     rng = np.random.default_rng(8)
     x = (3 * rng.standard_normal((4, 3000))).astype(np.float32)
     got = sk.cumsum(x)
-    assert launched == [("cumsum_kernel", 4096, 1, 0)]
+    assert launched == [("cumsum_kernel", 4096, 1, 8)]
     np.testing.assert_allclose(got, np.cumsum(x.astype(np.float64), -1), rtol=1e-4, atol=1e-3)
     launched.clear()
-    got = sk.cumsum(x[:, :2048])                # a stride of 3000, 2048 columns: the same
+    got = sk.cumsum(x[:, :2048])                # a stride of 3000, 2048 columns: column tiles
     assert launched == [("cumsum_kernel", 2048, 1, 0)]
     np.testing.assert_allclose(got, np.cumsum(x[:, :2048].astype(np.float64), -1), rtol=1e-4, atol=1e-3)
     launched.clear()
-    sk.cumsum(x[:, :2036].copy())               # a stride of 2036 f32 (8144 bytes): off sectors
-    assert launched == [("cumsum_kernel", 2048, 1, 8)]   # 2036 + up to 7 columns of window
+    sk.cumsum(np.zeros((4, 3008), np.float32))  # 16 | 3008: column tiles
+    assert launched == [("cumsum_kernel", 4096, 1, 0)]
 
 
 @pytest.mark.parametrize("shape,dtype,want", CUMSUM_CASES)
