@@ -151,7 +151,13 @@ def _async_copy(ctx, op):
         dst = slot_pointer(ctx, alloc, slot, elem, smem.offset(shape, coords[r], ctx.ops))
         src = ptrs[r]
         size = ir.Constant(I32, nbytes)
-        if masks is not None:  # a masked-off access copies nothing and fills zeros
+        if masks is not None and op.attrs.get("prefix"):
+            # the group's wanted elements come first: read them, fill zeros after them
+            size = bld.zext(masks[r], I32)
+            for i in range(1, vec):
+                size = bld.add(size, bld.zext(masks[r + i], I32))
+            size = bld.mul(size, ir.Constant(I32, nbytes // vec))
+        elif masks is not None:  # a masked-off access copies nothing and fills zeros
             size = bld.select(masks[r], size, ir.Constant(I32, 0))
         dst8 = bld.bitcast(dst, I8.as_pointer(addrspace=SHARED))
         src8 = bld.bitcast(src, I8.as_pointer(addrspace=1))

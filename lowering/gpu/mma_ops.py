@@ -108,10 +108,12 @@ class MmaOp(Op):
 class AsyncCopyOp(Op):
     """cp.async: copy the global elements at `ptrs` into the buffer (slot `slot`) where `mask`
     holds and write zeros elsewhere, without waiting; `vec` elements (up to 16 bytes) move
-    at once. The copy lands when a later gpu.async_wait retires its group."""
+    at once, under one mask bit each group, or, `prefix`, under a mask that is a prefix of
+    every group (the copy reads that many elements and fills zeros after them). The copy
+    lands when a later gpu.async_wait retires its group."""
     name = "gpu.async_copy"
     operands_spec = ("buffer", "slot", "ptrs", "mask?")
-    attributes = {"vec": A("int", True, 1)}
+    attributes = {"vec": A("int", True, 1), "prefix": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})
 

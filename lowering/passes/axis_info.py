@@ -20,7 +20,11 @@ min(contiguity, alignment / element size, 16 bytes / element size), used by
 assign_layouts and by codegen's vectorized loads and stores. A masked access whose
 mask changes inside such a group also gets `_mask_vec` (the mask's runs): codegen
 then loads the aligned group when any of its elements is wanted and selects per
-element, and stores it at once only when all are (`access_vec`).
+element, and stores it at once only when all are (`access_vec`). Where that mask is
+moreover a prefix of every group (`offs < n` with offs running through the group: the
+end of a row whose length a launch does not know divisible), the access gets
+`_mask_prefix`: a cp.async copy then moves the group at once, reading only the wanted
+elements' bytes and filling zeros after them (`copy_vec`, `prefix_run`).
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from tilec.ir import Module, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType, shape_of
 
-__all__ = ["AxisInfo", "analyze", "axis_info", "uniform_vec", "MAX_DIV"]
+__all__ = ["AxisInfo", "analyze", "axis_info", "uniform_vec", "copy_vec", "prefix_run", "MAX_DIV"]
 
 MAX_DIV = 1 << 30  # "divisible by anything" (e.g. the constant 0)
 
@@ -232,6 +236,41 @@ def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
     return dim, vec, uniform
 
 
+_PREFIX_PREDS = {"lt": 0, "le": 0, "gt": 1, "ge": 1}   # which operand runs: x < n, x <= n, n > x, n >= x
+
+
+def prefix_run(info: _Analysis, mask: Value, dim: int) -> int:
+    """The longest power-of-two G such that `mask` is, over every aligned group of G elements
+    along `dim`, a prefix (true, then false): constant over the group, a run x, x+1, ...
+    compared below a value constant over it, or an and / or / broadcast of such masks."""
+    t = mask.type
+    if not isinstance(t, TileType):
+        return MAX_DIV
+    if dim < 0 or dim >= t.rank:
+        return 1
+    const = info.get(mask).constancy[dim]
+    op = mask.owner
+    run = 1
+    if isinstance(op, T.CmpOp) and op.attrs["pred"] in _PREFIX_PREDS:
+        i = _PREFIX_PREDS[op.attrs["pred"]]
+        x, n = info.get(op.operands[i]), info.get(op.operands[1 - i])
+        run = min(x.contiguity[dim], n.constancy[dim])
+    elif isinstance(op, (T.AndOp, T.OrOp)):
+        run = min(prefix_run(info, op.operands[0], dim), prefix_run(info, op.operands[1], dim))
+    elif isinstance(op, T.BroadcastOp) and op.operands[0].type.shape[dim] == t.shape[dim]:
+        run = prefix_run(info, op.operands[0], dim)
+    elif isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType) and dim != op.attrs["axis"]:
+        run = prefix_run(info, op.operands[0], dim - (dim > op.attrs["axis"]))
+    return _pow2_floor(max(const, run))
+
+
+def copy_vec(op) -> int:
+    """The elements one cp.async copy of load `op` may move: `_vec` where its mask is a
+    prefix of every group (`_mask_prefix`: the copy reads that prefix and fills zeros),
+    else `uniform_vec`."""
+    return op.attrs.get("_vec", 1) if op.attrs.get("_mask_prefix") else uniform_vec(op)
+
+
 def uniform_vec(op) -> int:
     """The elements one access of `op` moves under a single mask bit (`_mask_vec` where
     the group is wider than the mask's runs, else `_vec`): what a copy that cannot
@@ -253,4 +292,6 @@ def axis_info(module: Module, **_options) -> Module:
                     op.attrs["_vec"] = vec
                     if uniform < vec:
                         op.attrs["_mask_vec"] = uniform
+                        if isinstance(op, T.LoadMaskedOp) and prefix_run(info, op.operands[1], dim) >= vec:
+                            op.attrs["_mask_prefix"] = 1
     return module

@@ -61,7 +61,7 @@ from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
 from ..gpu.tma_ops import TmaOriginOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
-from .axis_info import uniform_vec
+from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
 from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
@@ -133,7 +133,7 @@ def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
     if isinstance(load, T.LoadMaskedOp) and not _is_zero(load.operands[2]):
         return None
     elem = load.results[0].type.dtype
-    vec = uniform_vec(load)
+    vec = copy_vec(load)
     if vec * elem.itemsize not in (4, 8, 16):
         return None
     rank = len(alloc.attrs["shape"])
@@ -167,7 +167,9 @@ def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value,
     mask = at.value(T.SplatOp, live(at), shape=list(pt.shape), result_types=[mask_t])
     if isinstance(load, T.LoadMaskedOp):
         mask = at.value(T.AndOp, mapping.get(id(load.operands[1]), load.operands[1]), mask)
-    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=uniform_vec(load))
+    vec = copy_vec(load)
+    prefix = {"prefix": True} if vec > uniform_vec(load) else {}
+    at.create(AsyncCopyOp, buf, slot, ptrs, mask, vec=vec, **prefix)
 
 
 def _issue(at: Builder, c: _Candidate, iv_value: Value, live: Value, slot: Value, buf: Value, iv: Value) -> None:

@@ -65,7 +65,7 @@ from tilec.options import arch_number
 from ..gpu.layouts import DistributedLayout, SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
-from .axis_info import uniform_vec
+from .axis_info import copy_vec
 from .dce import dce
 from .pipeline_loads import _is_zero, _slice, issue_copy
 from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
@@ -110,7 +110,7 @@ def _qualifies(op: Op, body) -> Optional[_Load]:
         return None
     if t.dtype is dt.bool_:
         return None  # i1 tiles are bytes in memory but bits in registers
-    if t.dtype.itemsize * uniform_vec(op) not in (4, 8, 16):
+    if t.dtype.itemsize * copy_vec(op) not in (4, 8, 16):
         return None
     if any(isinstance(u, LocalStoreOp) for u, _ in op.results[0].uses):
         return None  # a tensor-core operand: pipeline_loads' ring, or a synchronous load

@@ -3,6 +3,7 @@ gpu, sm_80+): every row of every slot lands where it should, walking up or down,
 -inf padding, several loads per iteration and more programs than rows."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,31 @@ def test_iterations_past_i32_max_issue_no_copy(gpu, n, stages):
     assert out.returncode == 0, out.stderr[-2000:]
     got, want = (float(v) for v in out.stdout.split("SUM", 1)[1].split())
     assert got == pytest.approx(want, rel=1e-5, abs=1e-4)
+
+
+@pytest.mark.parametrize("dtype,n", [("float32", 997), ("float32", 998), ("float32", 999), ("bfloat16", 993),
+                                     ("bfloat16", 1000)])
+def test_ragged_rows_copy_whole_groups(gpu, dtype, n):
+    # Rows 1000 elements apart (16-byte aligned) of n columns, n not a multiple of 16: the
+    # column mask ends inside a 16-byte group, a prefix of it, so each copy moves the group
+    # at once, reading only the wanted elements and filling zeros (softmax's -inf padding
+    # then selected in); the columns past n, between the rows, stay untouched.
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(n)
+    buf = torch.randn((333, 1000), generator=g, device="cuda").to(dt)
+    x = buf[:, :n]
+    ys = torch.randn((333, 1000), generator=g, device="cuda").to(dt)
+    for kernel, args, want in (
+            (staged_softmax_rows, (x,), torch.softmax(x.double(), -1)),
+            (staged_axpy_rows, (x, ys[:, :n]), 2 * x.double() + ys[:, :n].double())):
+        obuf = torch.full((333, 1000), 7.0, device="cuda", dtype=dt)
+        out = obuf[:, :n]
+        opts = dict(STAGES=3, BLOCK=1024, num_warps=4, **({"DOWN": False} if kernel is staged_axpy_rows else {}))
+        kernel[(64,)](*args, out, **opts)
+        tol = 1e-5 if dtype == "float32" else 2e-2
+        torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+        assert (obuf[:, n:] == 7.0).all()
+        ptx = kernel.compile(*args, out, **opts).asm["ptx"]
+        # 16-byte copies whose source size is a register (the group's wanted bytes)
+        assert re.search(r"cp\.async\.cg\.shared\.global(?:\.L2::\w+)? \[[^]]+\], \[[^]]+\], 16, %r", ptx), n
