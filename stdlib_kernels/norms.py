@@ -30,6 +30,11 @@ from ._window import shared_window, single_row_window, store_row_tile, window_sp
 
 __all__ = ["layer_norm", "rms_norm"]
 
+# rms_norm rows on persistent clusters hold the next row's chunk in registers (STAGES = 1),
+# except rows of a length off 16 elements on up to RMS_STAGED_MAX_C programs, staged in shared
+# memory (2): their registers' ragged end took per-element selects and spilled (H100, f32, %
+# of copy: 4096x20008 83 -> 93, 2048x40008 87 -> 93; 1024x100008 on 8 programs 90 -> 85).
+RMS_STAGED_MAX_C = 4
 LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
 # 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8, see below) with the
 # next two rows staged (H200, 4096x65536 bf16: 88.9% of copy at C = 4 / 16 warps / 2 stages, 90.1% at 3
@@ -316,7 +321,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
+            stages = rms_stages(cl, n_cols) if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
             loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
             persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, STAGES=stages,
@@ -357,6 +362,12 @@ def _shift_tables(w, b, wv, bv, window: int, lanes: int):
     launch(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (wv, bv, *tabs), builtins.max(block // 512, 1),
            HAS_W=w is not None, HAS_B=b is not None, BLOCK=block)
     return tabs
+
+
+def rms_stages(cl: _cluster_rows.ClusterRows, n_cols: int) -> int:
+    """STAGES of rms_norm's persistent cluster kernel: 1 (the next row in registers), 2 for
+    rows of a length off 16 elements on at most RMS_STAGED_MAX_C programs."""
+    return 2 if n_cols % 16 and cl.c <= RMS_STAGED_MAX_C else 1
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):

@@ -17,9 +17,9 @@ import tilec as tc
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from . import softmax_dim
-from ._common import (DEPENDENT, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, last_dim_rows, empty_like,
-                      lanewise_max, lanewise_sum, launch, next_pow2, normalize_dim, row_config, sm_count, split_row,
-                      view)
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, empty_like,
+                      lanewise_max, lanewise_sum, last_dim_rows, launch, next_pow2, normalize_dim, row_config, sm_count,
+                      split_row, view)
 from ._plan import planned
 from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
 
@@ -234,8 +234,12 @@ def _softmax(x, dim, out, log: bool, op: str):
     if n_cols == 0:
         return o.obj
     # Rows off 32-byte sectors are read and written in aligned windows, which span up to
-    # WINDOW - 1 elements more than the row: the tiles are sized for that span.
-    window = shared_window(a, o)
+    # WINDOW - 1 elements more than the row: the tiles are sized for that span. Rows past
+    # one tile take windows too where their length is not a multiple of 16 elements: chunks
+    # of column tiles held their ragged end's per-element selects in registers (H100, f32
+    # on sectors, % of copy: 2048x40008 67 -> 98.6, 1024x100008 60 -> 98.5; single tiles lost
+    # 1.5-2 points that way: 8192x6008 99.3 -> 97.4).
+    window = shared_window(a, o, ragged=n_cols > MAX_SINGLE_TILE)
     span = window_span(n_cols, window)
     cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:

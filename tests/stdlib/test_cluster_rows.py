@@ -445,6 +445,32 @@ def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("c,n,want", [(2, 20008, 2), (4, 40008, 2), (2, 20000, 1), (8, 100008, 1), (2, 20001, 2)])
+def test_rms_norm_stages_rows_of_a_ragged_length(c, n, want):
+    assert norms.rms_stages(CR.ClusterRows(c, 16384, 16), n) == want
+
+
+def test_ragged_f32_rows_on_clusters_stage_rms_and_window_softmax(monkeypatch):
+    # 40008 f32 columns, every row on a 32-byte sector but ending inside a 16-byte group:
+    # rms_norm stages the next row (2), softmax reads its chunks through windows (lead 0)
+    launched = spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (
+        kernel.name, c.get("STAGES"), c.get("WINDOW")))
+    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    rng = np.random.default_rng(5)
+    n = 40008
+    x = (2 + 3 * rng.standard_normal((3, n))).astype(np.float32)
+    w = rng.standard_normal(n).astype(np.float32)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * w
+    np.testing.assert_allclose(sk.rms_norm(x, w, eps=1e-6), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(sk.softmax(x), ref_softmax(x64), rtol=2e-5, atol=1e-9)
+    assert launched[0] == ("norm_cluster_loop_kernel", 2, None)
+    assert launched[1][0].startswith("softmax_cluster") and launched[1][2] == 8
+    launched.clear()
+    sk.softmax(x[:, :6008].copy())                        # one tile: column tiles as before
+    assert launched == [("softmax_tile_kernel", None, 0)]
+
+
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c", [2, 4, 8])
 def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
