@@ -24,16 +24,17 @@ import tilec as tc
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      launch, long_row_launch, output, row_config, rows_of, sm_count, split_row, view)
+                      launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count, split_row, view)
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["layer_norm", "rms_norm"]
 
 # rms_norm rows on persistent clusters hold the next row's chunk in registers (STAGES = 1),
-# except rows of a length off 16 elements on up to RMS_STAGED_MAX_C programs, staged in shared
-# memory (2): their registers' ragged end took per-element selects and spilled (H100, f32, %
-# of copy: 4096x20008 83 -> 93, 2048x40008 87 -> 93; 1024x100008 on 8 programs 90 -> 85).
+# except rows 16 bytes apart of a length off 16 elements on up to RMS_STAGED_MAX_C programs,
+# staged in shared memory (2): their registers' ragged end took per-element selects and
+# spilled (H100, f32, % of copy: 4096x20008 83 -> 93, 2048x40008 87 -> 93; 1024x100008 on 8
+# programs 90 -> 85; rows 4 bytes apart, copied 4 bytes at a time: 4096x20001 90 -> 77).
 RMS_STAGED_MAX_C = 4
 LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
 # 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8, see below) with the
@@ -321,7 +322,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            stages = rms_stages(cl, n_cols) if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
+            row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
+            stages = rms_stages(cl, n_cols, row_bytes) if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
             loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
             persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, STAGES=stages,
@@ -364,10 +366,11 @@ def _shift_tables(w, b, wv, bv, window: int, lanes: int):
     return tabs
 
 
-def rms_stages(cl: _cluster_rows.ClusterRows, n_cols: int) -> int:
+def rms_stages(cl: _cluster_rows.ClusterRows, n_cols: int, row_bytes: int) -> int:
     """STAGES of rms_norm's persistent cluster kernel: 1 (the next row in registers), 2 for
-    rows of a length off 16 elements on at most RMS_STAGED_MAX_C programs."""
-    return 2 if n_cols % 16 and cl.c <= RMS_STAGED_MAX_C else 1
+    rows `row_bytes` apart, a multiple of 16 (0: a single row), of a length off 16 elements
+    on at most RMS_STAGED_MAX_C programs."""
+    return 2 if n_cols % 16 and row_bytes % 16 == 0 and cl.c <= RMS_STAGED_MAX_C else 1
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):

@@ -445,9 +445,12 @@ def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,n,want", [(2, 20008, 2), (4, 40008, 2), (2, 20000, 1), (8, 100008, 1), (2, 20001, 2)])
-def test_rms_norm_stages_rows_of_a_ragged_length(c, n, want):
-    assert norms.rms_stages(CR.ClusterRows(c, 16384, 16), n) == want
+@pytest.mark.parametrize("c,n,stride,want", [(2, 20008, 20008, 2), (4, 40008, 40008, 2), (2, 20000, 20000, 1),
+                                              (8, 100008, 100008, 1), (2, 20001, 20001, 1), (2, 20001, 20004, 2),
+                                              (2, 20001, 0, 2)])
+def test_rms_norm_stages_rows_of_a_ragged_length(c, n, stride, want):
+    # staged where the copies move whole 16-byte groups: rows 16 bytes apart (f32)
+    assert norms.rms_stages(CR.ClusterRows(c, 16384, 16), n, 4 * stride) == want
 
 
 def test_ragged_f32_rows_on_clusters_stage_rms_and_window_softmax(monkeypatch):
