@@ -241,8 +241,10 @@ _PREFIX_PREDS = {"lt": 0, "le": 0, "gt": 1, "ge": 1}   # which operand runs: x <
 
 def prefix_run(info: _Analysis, mask: Value, dim: int) -> int:
     """The longest power-of-two G such that `mask` is, over every aligned group of G elements
-    along `dim`, a prefix (true, then false): constant over the group, a run x, x+1, ...
-    compared below a value constant over it, or an and / or / broadcast of such masks."""
+    along `dim`, a prefix (true, then false): constant over the group, a run x, x+1, ... of
+    signed integers compared below a value constant over it, or an and / or / broadcast of
+    such masks. (Unsigned runs may wrap inside a group: a window's `cols.astype(uint32) < n`
+    is false, then true.)"""
     t = mask.type
     if not isinstance(t, TileType):
         return MAX_DIV
@@ -253,8 +255,9 @@ def prefix_run(info: _Analysis, mask: Value, dim: int) -> int:
     run = 1
     if isinstance(op, T.CmpOp) and op.attrs["pred"] in _PREFIX_PREDS:
         i = _PREFIX_PREDS[op.attrs["pred"]]
-        x, n = info.get(op.operands[i]), info.get(op.operands[1 - i])
-        run = min(x.contiguity[dim], n.constancy[dim])
+        if op.operands[i].type.dtype.is_signed:
+            x, n = info.get(op.operands[i]), info.get(op.operands[1 - i])
+            run = min(x.contiguity[dim], n.constancy[dim])
     elif isinstance(op, (T.AndOp, T.OrOp)):
         run = min(prefix_run(info, op.operands[0], dim), prefix_run(info, op.operands[1], dim))
     elif isinstance(op, T.BroadcastOp) and op.operands[0].type.shape[dim] == t.shape[dim]:
