@@ -309,7 +309,7 @@ def parse_signature(kernel, text: str) -> Specialization:
         y=f32[?,?]:i64      64-bit element offsets (tensors with 2**31 elements or more)
         y=f32[?]:align=4    base pointer aligned to 4 bytes only
         y=f32[?,?]:div=1x16 extents known divisible by 1 and 16 (a launch specializes every
-                            extent and run-time stride on divisibility by 16; default: 1)
+                            extent on divisibility by 16; default: 1)
         y=f32[?,?]:stride_div=16x1  run-time strides known divisible by 16 and 1 (powers of
                             two; a launch specializes on `stride_divisibility`, up to 16)
         n=i32               a scalar (i1/bool, i8..i64, u8..u64, f16, bf16, f32, f64)
