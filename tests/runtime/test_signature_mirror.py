@@ -8,7 +8,7 @@ from tilec.runtime.launcher import _array_sig
 from tilec.specialize import ArrayInfo, view_type_for
 
 extents = st.sampled_from([1, 2, 3, 15, 16, 17, 32, 1000, 4096])
-strides = st.sampled_from([0, 1, 2, 3, 16, 17, 48, 1000, 4096, -1, -16])
+strides = st.sampled_from([0, 1, 2, 3, 4, 6, 8, 16, 17, 24, 48, 1000, 4096, 20008, -1, -16, -24])
 arrays = st.builds(
     lambda shape, strd, ptr, d: ArrayInfo(ptr, tuple(shape), tuple(strd[:len(shape)]), d, "cuda:0"),
     st.lists(extents, min_size=1, max_size=3),
@@ -25,7 +25,7 @@ def test_equal_signatures_mean_equal_specializations(a, b):
         assert view_type_for(a) == view_type_for(b)
 
 
-few_strides = st.lists(st.sampled_from([1, 3, 5, 64, 192]), min_size=3, max_size=3)
+few_strides = st.lists(st.sampled_from([1, 3, 5, 8, 24, 40, 64, 192]), min_size=3, max_size=3)
 
 
 @settings(max_examples=400, deadline=None)

@@ -1,0 +1,103 @@
+"""axis_info.prefix_run is sound: whatever G it claims for a mask, every aligned group of G
+elements of that mask, evaluated on concrete values of the kernel's arguments, is a prefix
+(true, then false). Masks are random expressions over arange, splats of arguments (one known
+divisible by 16) and constants, +, -, * by a constant, casts to u32, compares, and / or."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from tilec.ir import parse
+from tilec.lowering.passes.axis_info import analyze, prefix_run
+
+N = 32
+T32 = f"tile<{N}xi32>"
+TU = f"tile<{N}xu32>"
+TB = f"tile<{N}xi1>"
+
+
+class _Prog:
+    """IR lines and a numpy evaluator built side by side."""
+
+    def __init__(self, n: int, k: int):
+        self.lines, self.env, self.count = [], {"n": n, "k": k}, 0
+
+    def emit(self, text: str, ty: str, value) -> str:
+        name = f"v{self.count}"
+        self.count += 1
+        self.lines.append(f"        %{name} = {text} : {ty}")
+        self.env[name] = value
+        return name
+
+
+def _int_expr(draw, p: _Prog, depth: int) -> str:
+    kind = draw(st.sampled_from(["arange", "splat_n", "splat_k", "const"] + (["add", "sub", "mul"] if depth else [])))
+    if kind == "arange":
+        s = draw(st.sampled_from([0, 1, 3, 4, 8, 16]))
+        return p.emit(f"tile.arange {{start = {s}, end = {s + N}}}", T32, np.arange(s, s + N, dtype=np.int64))
+    if kind in ("splat_n", "splat_k"):
+        arg = kind[-1]
+        return p.emit(f"tile.splat %{arg} {{shape = [{N}]}}", T32, np.full(N, p.env[arg], np.int64))
+    if kind == "const":
+        c = draw(st.sampled_from([0, 1, 2, 4, 5, 16, -3]))
+        return p.emit(f"tile.constant {{value = {c}}}", T32, np.full(N, c, np.int64))
+    a = _int_expr(draw, p, depth - 1)
+    if kind == "mul":
+        c = draw(st.sampled_from([1, 2, 4, 3]))
+        b = p.emit(f"tile.constant {{value = {c}}}", T32, np.full(N, c, np.int64))
+    else:
+        b = _int_expr(draw, p, depth - 1)
+    f = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[kind]
+    return p.emit(f"tile.{kind} %{a}, %{b}", T32, f(p.env[a], p.env[b]))
+
+
+def _mask(draw, p: _Prog, depth: int) -> str:
+    kind = draw(st.sampled_from(["cmp", "ucmp"] + (["and", "or"] if depth else [])))
+    if kind in ("and", "or"):
+        a, b = _mask(draw, p, depth - 1), _mask(draw, p, depth - 1)
+        f = np.logical_and if kind == "and" else np.logical_or
+        return p.emit(f"tile.{kind} %{a}, %{b}", TB, f(p.env[a], p.env[b]))
+    a, b = _int_expr(draw, p, 2), _int_expr(draw, p, 2)
+    pred = draw(st.sampled_from(["lt", "le", "gt", "ge", "eq", "ne"]))
+    if kind == "ucmp":  # compared as u32: negative values wrap to large ones
+        a = p.emit(f"tile.cast %{a} {{to = u32}}", TU, p.env[a] % 2 ** 32)
+        b = p.emit(f"tile.cast %{b} {{to = u32}}", TU, p.env[b] % 2 ** 32)
+    f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+         "ne": np.not_equal}[pred]
+    return p.emit(f"tile.cmp %{a}, %{b} {{pred = \"{pred}\"}}", TB, f(p.env[a], p.env[b]))
+
+
+@st.composite
+def programs(draw):
+    # concrete n and k for the evaluation; the analysis sees only their divisibility (k by 16)
+    n = draw(st.integers(-40, 80))
+    k = 16 * draw(st.integers(-3, 5))
+    p = _Prog(n, k)
+    mask = _mask(draw, p, 2)
+    return p, mask
+
+
+@settings(max_examples=300, deadline=None)
+@given(programs())
+def test_claimed_prefix_groups_are_prefixes(case):
+    p, mask = case
+    body = "\n".join(p.lines)
+    text = f'''module {{
+  tile.func {{sym_name = "k", arg_names = ["n", "k"], arg_divisibility = [1, 16]}} (
+    {{
+      ^bb0(%n: i32, %k: i32):
+{body}
+        tile.return %{mask}
+    }}
+  )
+}}
+'''
+    func = parse(text).ops[0]
+    info = analyze(func)
+    value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
+    g = min(prefix_run(info, value, 0), N)
+    m = p.env[mask]
+    for start in range(0, N, g):
+        grp = m[start:start + g]
+        wanted = int(grp.sum())
+        assert grp[:wanted].all() and not grp[wanted:].any(), (g, start, grp, text)
