@@ -172,10 +172,15 @@ class _Analysis:
             self.set(r, self.get(ops[0]))
         elif isinstance(op, T.CmpOp) and rank:
             a, b = self.get(ops[0]), self.get(ops[1])
-            # a contiguous run compared with a constant splits only where the run meets it
             const = tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))
-            const = tuple(max(c, min(ca, da, db, cb)) for c, ca, da, db, cb in zip(
-                const, a.contiguity, a.divisibility, b.divisibility, b.constancy))
+            # A run x, x+1, ... compared with a bound c constant over it changes where x
+            # reaches c: at a multiple of both divisibilities, for x < c and x >= c (c > x,
+            # c <= x). x <= c and x > c change after x = c, and x == c, x != c at it and after.
+            pred = op.attrs["pred"]
+            run, bound = (a, b) if pred in ("lt", "ge") else (b, a) if pred in ("gt", "le") else (None, None)
+            if run is not None:
+                const = tuple(max(c, min(cr, dr, db, cb)) for c, cr, dr, db, cb in zip(
+                    const, run.contiguity, run.divisibility, bound.divisibility, bound.constancy))
             self.set(r, AxisInfo((1,) * rank, (1,) * rank, const))
         elif isinstance(op, (T.AndOp, T.OrOp)) and rank:
             a, b = self.get(ops[0]), self.get(ops[1])

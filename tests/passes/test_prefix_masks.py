@@ -1,10 +1,12 @@
 """axis_info.prefix_run is sound: whatever G it claims for a mask, every aligned group of G
 elements of that mask, evaluated on concrete values of the kernel's arguments, is a prefix
-(true, then false). Masks are random expressions over arange, splats of arguments (one known
+(true, then false); so, for a mask it claims constant over G (a prefix of all or nothing),
+is the analysis' constancy. Masks are random expressions over arange, splats of arguments (one known
 divisible by 16) and constants, +, -, * by a constant, casts to u32, compares, and / or."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tilec.ir import parse
@@ -77,10 +79,7 @@ def programs(draw):
     return p, mask
 
 
-@settings(max_examples=300, deadline=None)
-@given(programs())
-def test_claimed_prefix_groups_are_prefixes(case):
-    p, mask = case
+def _check(p: _Prog, mask: str) -> None:
     body = "\n".join(p.lines)
     text = f'''module {{
   tile.func {{sym_name = "k", arg_names = ["n", "k"], arg_divisibility = [1, 16]}} (
@@ -101,3 +100,30 @@ def test_claimed_prefix_groups_are_prefixes(case):
         grp = m[start:start + g]
         wanted = int(grp.sum())
         assert grp[:wanted].all() and not grp[wanted:].any(), (g, start, grp, text)
+    const = min(info.get(value).constancy[0], N)
+    for start in range(0, N, const):
+        grp = m[start:start + const]
+        assert grp.all() or not grp.any(), (const, start, grp, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(programs())
+def test_claimed_prefix_groups_are_prefixes(case):
+    _check(*case)
+
+
+@pytest.mark.parametrize("pred,run_first", [("lt", True), ("ge", True), ("gt", False), ("le", False),
+                                            ("gt", True), ("le", True), ("lt", False), ("ge", False),
+                                            ("eq", True), ("ne", True)])
+@pytest.mark.parametrize("k", [16, 0, -16])
+def test_a_run_against_a_bound_of_its_divisibility(pred, run_first, k):
+    # arange(16, 48) against k (both divisible by 16): x < k and x >= k change where x reaches
+    # k, at a group boundary; x > k, x <= k, x == k and x != k change inside a group, which
+    # a mask claimed constant over 16 elements (one bit for the group) would get wrong
+    p = _Prog(0, k)
+    x = p.emit(f"tile.arange {{start = 16, end = {16 + N}}}", T32, np.arange(16, 16 + N, dtype=np.int64))
+    c = p.emit(f"tile.splat %k {{shape = [{N}]}}", T32, np.full(N, k, np.int64))
+    a, b = (x, c) if run_first else (c, x)
+    f = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+         "ne": np.not_equal}[pred]
+    _check(p, p.emit(f"tile.cmp %{a}, %{b} {{pred = \"{pred}\"}}", TB, f(p.env[a], p.env[b])))
