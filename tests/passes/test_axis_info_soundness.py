@@ -1,7 +1,8 @@
-"""axis_info.prefix_run is sound: whatever G it claims for a mask, every aligned group of G
-elements of that mask, evaluated on concrete values of the kernel's arguments, is a prefix
-(true, then false); so, for a mask it claims constant over G (a prefix of all or nothing),
-is the analysis' constancy. Masks are random expressions over arange, splats of arguments (one known
+"""axis_info is sound on values computed from concrete arguments: what it claims of an
+integer tile (contiguity: aligned runs x, x+1, ...; divisibility of each run's first value;
+constancy: aligned runs of equal values) and of a mask (constancy; `prefix_run`: every
+aligned group of G elements true, then false) holds once the tile is evaluated with values of
+the kernel's arguments that the specialization allows. Masks are random expressions over arange, splats of arguments (one known
 divisible by 16) and constants, +, -, * by a constant, casts to u32, compares, and / or."""
 from __future__ import annotations
 
@@ -79,19 +80,27 @@ def programs(draw):
     return p, mask
 
 
-def _check(p: _Prog, mask: str) -> None:
+def _text(p: _Prog, out: str) -> str:
     body = "\n".join(p.lines)
-    text = f'''module {{
+    return f'''module {{
   tile.func {{sym_name = "k", arg_names = ["n", "k"], arg_divisibility = [1, 16]}} (
     {{
       ^bb0(%n: i32, %k: i32):
 {body}
-        tile.return %{mask}
+        tile.return %{out}
     }}
   )
 }}
 '''
-    func = parse(text).ops[0]
+
+
+def _func(p: _Prog, out: str):
+    return parse(_text(p, out)).ops[0]
+
+
+def _check(p: _Prog, mask: str) -> None:
+    text = _text(p, mask)
+    func = _func(p, mask)
     info = analyze(func)
     value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
     g = min(prefix_run(info, value, 0), N)
@@ -104,6 +113,33 @@ def _check(p: _Prog, mask: str) -> None:
     for start in range(0, N, const):
         grp = m[start:start + const]
         assert grp.all() or not grp.any(), (const, start, grp, text)
+
+
+def _runs(values: np.ndarray, size: int):
+    for start in range(0, N, size):
+        yield start, values[start:start + size]
+
+
+@st.composite
+def int_programs(draw):
+    p = _Prog(draw(st.integers(-40, 80)), 16 * draw(st.integers(-3, 5)))
+    return p, _int_expr(draw, p, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_programs())
+def test_integer_tiles_keep_their_claims(case):
+    p, out = case
+    func = _func(p, out)
+    info = analyze(func)
+    value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
+    ai, v = info.get(value), p.env[out]
+    c, d, k = (min(x[0], N) for x in (ai.contiguity, ai.divisibility, ai.constancy))
+    for start, run in _runs(v, c):
+        assert (run == run[0] + np.arange(len(run))).all(), ("contiguity", c, start, run, _text(p, out))
+        assert run[0] % ai.divisibility[0] == 0, ("divisibility", d, start, run, _text(p, out))
+    for start, run in _runs(v, k):
+        assert (run == run[0]).all(), ("constancy", k, start, run, _text(p, out))
 
 
 @settings(max_examples=300, deadline=None)
