@@ -29,3 +29,13 @@ def window_rows(x, y, sums, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
         acc += t.astype(tc.float32)
         tc.store(yb + j * BLOCK + tc.arange(0, BLOCK)[None, :], t * 3, mask=inside)
     tc.store(sums, index=(row,), tile=tc.full((1,), tc.sum(acc), tc.float32))
+
+
+@tc.kernel
+def interval_copy(x, y, lo, hi, BLOCK: tc.constexpr):
+    # y = x on (lo, hi], y elsewhere untouched. With lo and hi multiples of 16 the mask
+    # changes one element past a group boundary (x > lo, x <= hi): inside a group.
+    offs = tc.program_id(0) * BLOCK + tc.arange(0, BLOCK)
+    m = (offs > lo) & (offs <= hi)
+    v = tc.load(x.ptr + offs, mask=m, other=-1)
+    tc.store(y.ptr + offs, v, mask=m)

@@ -10,7 +10,7 @@ import pytest
 
 import tilec as tc
 
-from group_mask_kernels import ragged_copy, window_rows
+from group_mask_kernels import interval_copy, ragged_copy, window_rows
 
 
 def _accesses(ptx):
@@ -36,6 +36,16 @@ def test_unaligned_rows_through_windows_move_whole_groups():
     acc = _accesses(c.asm["ptx"])
     assert {k for k in acc if k.startswith("ld.")} == {"ld.global.v4.b32"}, acc
     assert "st.global.v4.b32" in acc, acc
+
+
+def test_bounds_one_past_a_group_boundary_store_elements_at_the_edge():
+    # lo and hi divisible by 16: (offs > lo) & (offs <= hi) flips one element past a group
+    # boundary, so the groups at the edges store element by element (a group stored under
+    # one mask bit would write hi + 1.. or skip lo + 1..)
+    c = interval_copy.compile("x=f32[?], y=f32[?], lo=i32:16, hi=i32:16, BLOCK=1024", arch="sm_90a", num_warps=4)
+    acc = _accesses(c.asm["ptx"])
+    assert acc["st.global.v4.b32"] >= 1 and acc["st.global.b32"] >= 1, acc
+    assert {k for k in acc if k.startswith("ld.")} == {"ld.global.v4.b32"}, acc
 
 
 def test_the_interpreter_agrees():

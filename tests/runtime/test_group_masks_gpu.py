@@ -8,7 +8,7 @@ import pytest
 
 import tilec as tc
 
-from group_mask_kernels import ragged_copy, window_rows
+from group_mask_kernels import interval_copy, ragged_copy, window_rows
 
 pytestmark = pytest.mark.gpu
 
@@ -48,3 +48,16 @@ def test_unaligned_rows_in_windows(gpu, dtype, cols):
     out = buf.to_numpy()
     np.testing.assert_array_equal(out[window:window + rows * cols].reshape(rows, cols), (x * 3).astype(dtype))
     assert (out[:window] == 100).all() and (out[window + rows * cols:] == 100).all(), "a store outside the rows"
+
+
+@pytest.mark.parametrize("lo,hi", [(16, 1008), (0, 512), (48, 64)])
+def test_open_and_closed_bounds_on_group_boundaries(gpu, lo, hi):
+    # (lo, hi] with both multiples of 16 (so specialized): the mask flips one element past
+    # a group's start, which the elements lo + 1.. and hi + 1.. must see
+    n = 1024
+    x = np.arange(n, dtype=np.float32)
+    y = tc.from_numpy(np.full(n, -5, np.float32))
+    interval_copy[(n // 256,)](tc.from_numpy(x), y, lo, hi, BLOCK=256, num_warps=2)
+    want = np.full(n, -5, np.float32)
+    want[lo + 1:hi + 1] = x[lo + 1:hi + 1]
+    np.testing.assert_array_equal(y.to_numpy(), want)
