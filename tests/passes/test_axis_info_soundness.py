@@ -2,8 +2,9 @@
 integer tile (contiguity: aligned runs x, x+1, ...; divisibility of each run's first value;
 constancy: aligned runs of equal values) and of a mask (constancy; `prefix_run`: every
 aligned group of G elements true, then false) holds once the tile is evaluated with values of
-the kernel's arguments that the specialization allows. Masks are random expressions over arange, splats of arguments (one known
-divisible by 16) and constants, +, -, * by a constant, casts to u32, compares, and / or."""
+the kernel's arguments that the specialization allows. The tiles are random expressions over
+arange, splats of arguments (one known divisible by 16) and constants, +, -, * by a constant,
+expand_dims and broadcast to 2-D, casts to u32, compares, and / or."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,25 +34,48 @@ class _Prog:
         return name
 
 
-def _int_expr(draw, p: _Prog, depth: int) -> str:
+def _int_expr(draw, p: _Prog, depth: int, n: int = N) -> str:
+    t = f"tile<{n}xi32>"
     kind = draw(st.sampled_from(["arange", "splat_n", "splat_k", "const"] + (["add", "sub", "mul"] if depth else [])))
     if kind == "arange":
         s = draw(st.sampled_from([0, 1, 3, 4, 8, 16]))
-        return p.emit(f"tile.arange {{start = {s}, end = {s + N}}}", T32, np.arange(s, s + N, dtype=np.int64))
+        return p.emit(f"tile.arange {{start = {s}, end = {s + n}}}", t, np.arange(s, s + n, dtype=np.int64))
     if kind in ("splat_n", "splat_k"):
         arg = kind[-1]
-        return p.emit(f"tile.splat %{arg} {{shape = [{N}]}}", T32, np.full(N, p.env[arg], np.int64))
+        return p.emit(f"tile.splat %{arg} {{shape = [{n}]}}", t, np.full(n, p.env[arg], np.int64))
     if kind == "const":
         c = draw(st.sampled_from([0, 1, 2, 4, 5, 16, -3]))
-        return p.emit(f"tile.constant {{value = {c}}}", T32, np.full(N, c, np.int64))
-    a = _int_expr(draw, p, depth - 1)
+        return p.emit(f"tile.constant {{value = {c}}}", t, np.full(n, c, np.int64))
+    a = _int_expr(draw, p, depth - 1, n)
     if kind == "mul":
         c = draw(st.sampled_from([1, 2, 4, 3]))
-        b = p.emit(f"tile.constant {{value = {c}}}", T32, np.full(N, c, np.int64))
+        b = p.emit(f"tile.constant {{value = {c}}}", t, np.full(n, c, np.int64))
     else:
-        b = _int_expr(draw, p, depth - 1)
+        b = _int_expr(draw, p, depth - 1, n)
     f = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[kind]
-    return p.emit(f"tile.{kind} %{a}, %{b}", T32, f(p.env[a], p.env[b]))
+    return p.emit(f"tile.{kind} %{a}, %{b}", t, f(p.env[a], p.env[b]))
+
+
+R = 8   # rows of the 2-D tiles
+
+
+def _int_expr_2d(draw, p: _Prog) -> str:
+    """(R, N): a row expression broadcast down, a column one broadcast across, combined."""
+    t2 = f"tile<{R}x{N}xi32>"
+    row = _int_expr(draw, p, 2, N)
+    r1 = p.emit(f"tile.expand_dims %{row} {{axis = 0}}", f"tile<1x{N}xi32>", p.env[row][None, :])
+    rb = p.emit(f"tile.broadcast %{r1} {{shape = [{R}, {N}]}}", t2, np.broadcast_to(p.env[r1], (R, N)))
+    col = _int_expr(draw, p, 2, R)
+    c1 = p.emit(f"tile.expand_dims %{col} {{axis = 1}}", f"tile<{R}x1xi32>", p.env[col][:, None])
+    cb = p.emit(f"tile.broadcast %{c1} {{shape = [{R}, {N}]}}", t2, np.broadcast_to(p.env[c1], (R, N)))
+    kind = draw(st.sampled_from(["add", "sub", "mul_rows"]))
+    if kind == "mul_rows":  # column values times a constant row stride, plus the row: offsets
+        c = draw(st.sampled_from([N, 1000, 3, 16]))
+        k = p.emit(f"tile.constant {{value = {c}}}", t2, np.full((R, N), c, np.int64))
+        m = p.emit(f"tile.mul %{cb}, %{k}", t2, p.env[cb] * c)
+        return p.emit(f"tile.add %{m}, %{rb}", t2, p.env[m] + p.env[rb])
+    f = {"add": np.add, "sub": np.subtract}[kind]
+    return p.emit(f"tile.{kind} %{rb}, %{cb}", t2, f(p.env[rb], p.env[cb]))
 
 
 def _mask(draw, p: _Prog, depth: int) -> str:
@@ -115,15 +139,10 @@ def _check(p: _Prog, mask: str) -> None:
         assert grp.all() or not grp.any(), (const, start, grp, text)
 
 
-def _runs(values: np.ndarray, size: int):
-    for start in range(0, N, size):
-        yield start, values[start:start + size]
-
-
 @st.composite
 def int_programs(draw):
     p = _Prog(draw(st.integers(-40, 80)), 16 * draw(st.integers(-3, 5)))
-    return p, _int_expr(draw, p, 3)
+    return p, (_int_expr_2d(draw, p) if draw(st.booleans()) else _int_expr(draw, p, 3))
 
 
 @settings(max_examples=300, deadline=None)
@@ -134,12 +153,16 @@ def test_integer_tiles_keep_their_claims(case):
     info = analyze(func)
     value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
     ai, v = info.get(value), p.env[out]
-    c, d, k = (min(x[0], N) for x in (ai.contiguity, ai.divisibility, ai.constancy))
-    for start, run in _runs(v, c):
-        assert (run == run[0] + np.arange(len(run))).all(), ("contiguity", c, start, run, _text(p, out))
-        assert run[0] % ai.divisibility[0] == 0, ("divisibility", d, start, run, _text(p, out))
-    for start, run in _runs(v, k):
-        assert (run == run[0]).all(), ("constancy", k, start, run, _text(p, out))
+    for d in range(v.ndim):
+        lines = np.moveaxis(v, d, -1).reshape(-1, v.shape[d])
+        c, k = min(ai.contiguity[d], v.shape[d]), min(ai.constancy[d], v.shape[d])
+        for line in lines:
+            for start in range(0, len(line), c):
+                run = line[start:start + c]
+                assert (run == run[0] + np.arange(len(run))).all(), ("contiguity", d, c, start, run, _text(p, out))
+                assert run[0] % ai.divisibility[d] == 0, ("divisibility", d, ai.divisibility[d], run, _text(p, out))
+            for start in range(0, len(line), k):
+                assert (line[start:start + k] == line[start]).all(), ("constancy", d, k, start, _text(p, out))
 
 
 @settings(max_examples=300, deadline=None)
