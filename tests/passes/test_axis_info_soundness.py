@@ -23,8 +23,8 @@ TB = f"tile<{N}xi1>"
 class _Prog:
     """IR lines and a numpy evaluator built side by side."""
 
-    def __init__(self, n: int, k: int):
-        self.lines, self.env, self.count = [], {"n": n, "k": k}, 0
+    def __init__(self, n: int, k: int, elem: str = "f32"):
+        self.lines, self.env, self.count, self.elem = [], {"n": n, "k": k}, 0, elem
 
     def emit(self, text: str, ty: str, value) -> str:
         name = f"v{self.count}"
@@ -107,9 +107,9 @@ def programs(draw):
 def _text(p: _Prog, out: str) -> str:
     body = "\n".join(p.lines)
     return f'''module {{
-  tile.func {{sym_name = "k", arg_names = ["n", "k"], arg_divisibility = [1, 16]}} (
+  tile.func {{sym_name = "k", arg_names = ["x", "n", "k"], arg_divisibility = [1, 1, 16]}} (
     {{
-      ^bb0(%n: i32, %k: i32):
+      ^bb0(%x: view<1x{p.elem}, strides=[1], index=i32, align=16>, %n: i32, %k: i32):
 {body}
         tile.return %{out}
     }}
@@ -163,6 +163,43 @@ def test_integer_tiles_keep_their_claims(case):
                 assert run[0] % ai.divisibility[d] == 0, ("divisibility", d, ai.divisibility[d], run, _text(p, out))
             for start in range(0, len(line), k):
                 assert (line[start:start + k] == line[start]).all(), ("constancy", d, k, start, _text(p, out))
+
+
+@st.composite
+def pointer_programs(draw):
+    # view_ptr of a 16-byte-aligned view plus offsets: element runs and byte divisibility
+    elem, size = draw(st.sampled_from([("f32", 4), ("f16", 2), ("f64", 8)]))
+    p = _Prog(draw(st.integers(-40, 80)), 16 * draw(st.integers(-3, 5)), elem)
+    base_addr = 16 * draw(st.integers(1, 1 << 20))
+    offs = _int_expr_2d(draw, p) if draw(st.booleans()) else _int_expr(draw, p, 3)
+    shape = p.env[offs].shape
+    dims = "x".join(map(str, shape))
+    base = p.emit("tile.view_ptr %x", f"ptr<{elem}>", base_addr)
+    splat = p.emit(f"tile.splat %{base} {{shape = {list(shape)}}}", f"tile<{dims}xptr<{elem}>>",
+                   np.full(shape, base_addr, np.int64))
+    ptrs = p.emit(f"tile.addptr %{splat}, %{offs}", f"tile<{dims}xptr<{elem}>>",
+                  base_addr + size * p.env[offs])
+    return p, ptrs, size
+
+
+@settings(max_examples=300, deadline=None)
+@given(pointer_programs())
+def test_pointer_tiles_keep_their_claims(case):
+    # contiguity counts elements (addresses `size` bytes apart), divisibility is in bytes:
+    # together they set how many bytes one access may move (`access_vec`)
+    p, out, size = case
+    func = _func(p, out)
+    info = analyze(func)
+    value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
+    ai, v = info.get(value), p.env[out]
+    for d in range(v.ndim):
+        lines = np.moveaxis(v, d, -1).reshape(-1, v.shape[d])
+        c = min(ai.contiguity[d], v.shape[d])
+        for line in lines:
+            for start in range(0, len(line), c):
+                run = line[start:start + c]
+                assert (run == run[0] + size * np.arange(len(run))).all(), ("contiguity", d, c, run, _text(p, out))
+                assert run[0] % ai.divisibility[d] == 0, ("divisibility", d, ai.divisibility[d], run, _text(p, out))
 
 
 @settings(max_examples=300, deadline=None)
