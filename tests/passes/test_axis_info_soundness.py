@@ -3,8 +3,8 @@ integer tile (contiguity: aligned runs x, x+1, ...; divisibility of each run's f
 constancy: aligned runs of equal values) and of a mask (constancy; `prefix_run`: every
 aligned group of G elements true, then false) holds once the tile is evaluated with values of
 the kernel's arguments that the specialization allows. The tiles are random expressions over
-arange, splats of arguments (one known divisible by 16) and constants, +, -, * by a constant,
-expand_dims and broadcast to 2-D, casts to u32, compares, and / or."""
+arange, splats of arguments (one known divisible by 16) and constants, +, -, *, casts,
+expand_dims and broadcast to 2-D, compares (also as u32), and / or."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +36,8 @@ class _Prog:
 
 def _int_expr(draw, p: _Prog, depth: int, n: int = N) -> str:
     t = f"tile<{n}xi32>"
-    kind = draw(st.sampled_from(["arange", "splat_n", "splat_k", "const"] + (["add", "sub", "mul"] if depth else [])))
+    kind = draw(st.sampled_from(["arange", "splat_n", "splat_k", "const"] +
+                                (["add", "sub", "mul", "mul_tiles", "widen"] if depth else [])))
     if kind == "arange":
         s = draw(st.sampled_from([0, 1, 3, 4, 8, 16]))
         return p.emit(f"tile.arange {{start = {s}, end = {s + n}}}", t, np.arange(s, s + n, dtype=np.int64))
@@ -47,6 +48,12 @@ def _int_expr(draw, p: _Prog, depth: int, n: int = N) -> str:
         c = draw(st.sampled_from([0, 1, 2, 4, 5, 16, -3]))
         return p.emit(f"tile.constant {{value = {c}}}", t, np.full(n, c, np.int64))
     a = _int_expr(draw, p, depth - 1, n)
+    if kind == "widen":  # to i64 and back: the values do not change
+        w = p.emit(f"tile.cast %{a} {{to = i64}}", f"tile<{n}xi64>", p.env[a])
+        return p.emit(f"tile.cast %{w} {{to = i32}}", t, p.env[a])
+    if kind == "mul_tiles":
+        b = _int_expr(draw, p, depth - 1, n)
+        return p.emit(f"tile.mul %{a}, %{b}", t, p.env[a] * p.env[b])
     if kind == "mul":
         c = draw(st.sampled_from([1, 2, 4, 3]))
         b = p.emit(f"tile.constant {{value = {c}}}", t, np.full(n, c, np.int64))
