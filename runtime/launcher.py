@@ -35,6 +35,7 @@ from typing import Any, Dict, Tuple
 
 from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions, check_grid_limits
+from ..specialize import stride_divisibility
 from . import driver, interop
 from .memory import DeviceArray
 from .packing import build_packer
@@ -61,8 +62,8 @@ def _array_sig(info) -> Tuple:
     last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
     # a column-major matrix: view_type_for makes the stride of dim -2 static
     col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
-    # (view_type_for's shape_div / stride_div: specialize.stride_divisibility, inlined)
-    divs = tuple(s & 15 == 0 for s in shape) + tuple(min(st & -st, 16) if st else 16 for st in strides)
+    # (view_type_for's shape_div / stride_div)
+    divs = tuple(s & 15 == 0 for s in shape) + tuple(stride_divisibility(st) for st in strides)
     return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs, col_unit)
 
 

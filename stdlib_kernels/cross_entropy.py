@@ -311,8 +311,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     lv = view(per_row, (n_rows,), (1,))
     cfg = row_config(n_cls, n_rows)
     window = row_window(a, "logits")
-    # A single row off 32-byte sectors (column tiles: scalar loads) through its aligned window (H200, % of copy: 16384x5000 bf16
-    # 30 -> 49, 16384x3001 f32 81 -> 92). Packed rows keep column tiles.
+    # A single row off 32-byte sectors (column tiles: scalar loads) through its aligned
+    # window (H200, % of copy: 16384x5000 bf16 30 -> 49, 16384x3001 f32 81 -> 92). Packed
+    # rows keep column tiles.
     cfg, window = single_row_window(cfg, n_cls, n_rows, window)
     if cfg.single:
         launch(ce_tile_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), cfg.num_warps, ROWS=cfg.rows,

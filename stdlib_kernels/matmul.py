@@ -5,8 +5,8 @@ loads: tiles overhanging an edge read zeros, so any M, N, K work. When a view's 
 stride is 1 and its row stride a multiple of 16 bytes (the launch specializes on the
 power of two dividing it), the loads are 16 bytes wide and the compiler turns them into
 cp.async copies `num_stages` iterations ahead (pipeline_loads); other layouts
-(column-major) are read element by element. Programs are numbered in grouped order (tc.swizzle2d) so that the
-ones running together share A rows and B columns in L2. The epilogue (bias,
+(column-major) are read element by element. Programs are numbered in grouped order
+(tc.swizzle2d) so that the ones running together share A rows and B columns in L2. The epilogue (bias,
 activation, cast) runs on the accumulator's registers before the only store. A batch
 is one launch per entry.
 

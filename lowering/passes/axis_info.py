@@ -253,8 +253,6 @@ def prefix_run(info: _Analysis, mask: Value, dim: int) -> int:
     t = mask.type
     if not isinstance(t, TileType):
         return MAX_DIV
-    if dim < 0 or dim >= t.rank:
-        return 1
     const = info.get(mask).constancy[dim]
     op = mask.owner
     run = 1

@@ -152,10 +152,10 @@ def int_programs(draw):
     return p, (_int_expr_2d(draw, p) if draw(st.booleans()) else _int_expr(draw, p, 3))
 
 
-@settings(max_examples=300, deadline=None)
-@given(int_programs())
-def test_integer_tiles_keep_their_claims(case):
-    p, out = case
+def _check_runs(p: _Prog, out: str, step: int) -> None:
+    """The claims of tile `out` along each dimension: contiguity (aligned runs `step` apart:
+    1 for integers, the element size for pointers), the divisibility of each run's first
+    value, constancy."""
     func = _func(p, out)
     info = analyze(func)
     value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
@@ -166,10 +166,16 @@ def test_integer_tiles_keep_their_claims(case):
         for line in lines:
             for start in range(0, len(line), c):
                 run = line[start:start + c]
-                assert (run == run[0] + np.arange(len(run))).all(), ("contiguity", d, c, start, run, _text(p, out))
+                assert (run == run[0] + step * np.arange(len(run))).all(), ("contiguity", d, c, run, _text(p, out))
                 assert run[0] % ai.divisibility[d] == 0, ("divisibility", d, ai.divisibility[d], run, _text(p, out))
             for start in range(0, len(line), k):
                 assert (line[start:start + k] == line[start]).all(), ("constancy", d, k, start, _text(p, out))
+
+
+@settings(max_examples=300, deadline=None)
+@given(int_programs())
+def test_integer_tiles_keep_their_claims(case):
+    _check_runs(*case, step=1)
 
 
 @st.composite
@@ -195,18 +201,7 @@ def test_pointer_tiles_keep_their_claims(case):
     # contiguity counts elements (addresses `size` bytes apart), divisibility is in bytes:
     # together they set how many bytes one access may move (`access_vec`)
     p, out, size = case
-    func = _func(p, out)
-    info = analyze(func)
-    value = next(op for op in func.walk() if op.name == "tile.return").operands[0]
-    ai, v = info.get(value), p.env[out]
-    for d in range(v.ndim):
-        lines = np.moveaxis(v, d, -1).reshape(-1, v.shape[d])
-        c = min(ai.contiguity[d], v.shape[d])
-        for line in lines:
-            for start in range(0, len(line), c):
-                run = line[start:start + c]
-                assert (run == run[0] + size * np.arange(len(run))).all(), ("contiguity", d, c, run, _text(p, out))
-                assert run[0] % ai.divisibility[d] == 0, ("divisibility", d, ai.divisibility[d], run, _text(p, out))
+    _check_runs(p, out, step=size)
 
 
 @settings(max_examples=300, deadline=None)
