@@ -366,10 +366,6 @@ SM90_SIGNATURES = [
     ("norm_cluster_kernel", _NORM.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=2, block=16384), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_RMS, c=4, block=16384,
                                                    stages=1), 16),
-    # rows 32 bytes apart of a ragged length (20008): rms_norm staged (norms.rms_stages), whole
-    # 16-byte copies under the column mask's prefix (layer_norm's, the same launch, spills 24 bytes)
-    ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2="[?,?]:stride_div=8x1", V1="[?]", d="f32", flags=_RMS, c=2,
-                                                   block=16384, stages=2), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=4, block=16384,
                                                    stages=2), 16),
     ("norm_cluster_loop_kernel", _NORM_LOOP.format(V2=_V2, V1=_V1, d="f32", flags=_LN, c=8, block=16384,

@@ -21,21 +21,24 @@ import numpy as np
 
 import tilec as tc
 
-from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
+from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
                       launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count, split_row, view)
+from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["layer_norm", "rms_norm"]
 
-# rms_norm rows on persistent clusters hold the next row's chunk in registers (STAGES = 1),
-# except rows 16 bytes apart of a length off 16 elements on up to RMS_STAGED_MAX_C programs,
-# staged in shared memory (2): their registers' ragged end took per-element selects and
-# spilled (H100, f32, % of copy: 4096x20008 83 -> 93, 2048x40008 87 -> 93; 1024x100008 on 8
-# programs 90 -> 85; rows 4 bytes apart, copied 4 bytes at a time: 4096x20001 90 -> 77).
-RMS_STAGED_MAX_C = 4
+# Long rows off 32-byte sectors, of a length off 16 elements or not filling C power-of-two chunks
+# run as chunk tiles (`use_chunk_tiles`, `_norm_chunks`). H100, % of copy, persistent -> chunk tiles
+# (layer_norm / rms_norm): bf16 8192x20001 21 / 55 -> 72 / 97, 4096x50257 24 / 56 -> 59 / 94; f32
+# 4096x20001 48 / 90 -> 95 / 90, 8192x16385 42 / 84 -> 92 / 91, 4096x20008 88 / 93 -> 95 / 99,
+# 2048x40008 80 / 93 -> 88 / 96, 2048x40000 93 / 92 -> 92 / 96 (5 programs); on 7 or 8 programs f32
+# lost where the persistent kernel moves 16 bytes: 2048x50257 rms 92 -> 81, 1024x100008 93 / 90 ->
+# 65 / 77, 1024x100003 rms 93 -> 71 (layer_norm there 51 -> 86 and 51 -> 65: its copies move 4 bytes).
+F32_CHUNK_TILES_MAX_C = 5
 LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
 # 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8, see below) with the
 # next two rows staged (H200, 4096x65536 bf16: 88.9% of copy at C = 4 / 16 warps / 2 stages, 90.1% at 3
@@ -107,7 +110,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # Padded columns would add mean^2 each to the variance: mask them.
         ds = ()
         for k in tc.static_range(TILES):
-            _, inside = _lanes(x, k, lead, WINDOW, BLOCK)
+            _, inside = lanes_of(x, k, lead, WINDOW, BLOCK)
             ds = ds + (tc.where(inside, ts[k] - mean, 0.0),)
     sq = ds[0] * ds[0]
     for k in tc.static_range(1, TILES):
@@ -117,41 +120,14 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         # A dependent launch of the tables' kernel: x was read while it ran.
         tc.grid_dependency_wait()
     for k in tc.static_range(TILES):
-        if WINDOW:
-            cols, inside = _lanes(x, k, lead, WINDOW, BLOCK)
-            wt = 0.0
-            bt = 0.0
-            if SHIFTED:
-                lanes = k * BLOCK + tc.arange(0, BLOCK)[None, :]
-                if HAS_W:
-                    wt = tc.load(w.ptr + lead * w.stride(0) + lanes)
-                if HAS_B:
-                    bt = tc.load(b.ptr + lead * b.stride(0) + lanes)
-            else:
-                if HAS_W:
-                    wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
-                if HAS_B:
-                    bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
-            store_row_tile(y, pid, k, scale_shift(ds[k] * rstd, wt, bt, HAS_W, HAS_B).astype(y.dtype), WINDOW, BLOCK)
-        else:
-            out = affine(ds[k] * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
-            tc.store(y, index=(pid, k), tile=out.astype(y.dtype))
+        cols, inside = lanes_of(x, k, lead, WINDOW, BLOCK)
+        wt, bt = lane_params(w, b, k, cols, inside, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK)
+        out = scale_shift(ds[k] * rstd, wt, bt, HAS_W, HAS_B)
+        store_row_tile(y, pid, k, out.astype(y.dtype), WINDOW, BLOCK, ROWS)
     if STATS:
         if not RMS:
             tc.store(mean_out, index=(pid,), tile=tc.reshape(mean, (ROWS,)))
         tc.store(rstd_out, index=(pid,), tile=tc.reshape(rstd, (ROWS,)))
-
-
-@tc.func
-def _lanes(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
-    """(column, inside) of each lane of tile k of a row of x, (1, BLOCK) each; through a
-    window the column is negative before the row, and inside is one unsigned compare as in
-    `window_mask`, whose (groups, GROUP) form costs this kernel registers here instead
-    (bf16 3 x 2048 at 8 warps: 64 -> 94)."""
-    cols = k * BLOCK + tc.arange(0, BLOCK)[None, :] - lead
-    if WINDOW:
-        return cols, cols.astype(tc.uint32) < x.shape[1].astype(tc.uint32)
-    return cols, cols < x.shape[1]
 
 
 @tc.kernel
@@ -299,7 +275,15 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
             n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
-        if two_byte_ln and not even:
+        row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
+        chunks = None
+        if cl is not None and (shared_window(a, o, ragged=True) or not even):
+            tiled_window = shared_window(a, o, ragged=True)
+            tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
+                                             tiled_window)
+            if use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
+                chunks, window = tiled, tiled_window
+        if chunks is None and two_byte_ln and not even:
             cl = None
         if cfg.single:
             shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms,
@@ -315,6 +299,20 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 options = DEPENDENT
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
                    TILES=cfg.tiles, WINDOW=window, **flags)
+        elif chunks is not None:
+            # Ragged rows or rows off 32-byte sectors: one row per cluster, chunks as tiles of
+            # the row's window.
+            shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize,
+                                                         rms, named)
+            options = _cluster_rows.chunk_options(chunks, a.dtype.itemsize)
+            if shifted:
+                wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window,
+                                       chunks.c * chunks.tiles * chunks.block)
+                args = (xv, wv, bv, yv, mv, rv, eps32)
+                options = dict(options, **DEPENDENT)
+            flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted)
+            launch(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps, cluster=chunks.c,
+                   options=options, **flags)
         elif cl is not None:
             # One read of the row: a cluster of programs shares it (`_cluster_rows`).
             flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
@@ -322,8 +320,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
             # layer_norm, whose centred chunk and w and b leave no registers for it: staged
             # in shared memory, 66% -> 88%).
-            row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
-            stages = rms_stages(cl, n_cols, row_bytes) if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
+            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
             loop = _cluster_rows.norm_cluster_loop_kernel
             loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
             persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, STAGES=stages,
@@ -366,11 +363,16 @@ def _shift_tables(w, b, wv, bv, window: int, lanes: int):
     return tabs
 
 
-def rms_stages(cl: _cluster_rows.ClusterRows, n_cols: int, row_bytes: int) -> int:
-    """STAGES of rms_norm's persistent cluster kernel: 1 (the next row in registers), 2 for
-    rows `row_bytes` apart, a multiple of 16 (0: a single row), of a length off 16 elements
-    on at most RMS_STAGED_MAX_C programs."""
-    return 2 if n_cols % 16 and row_bytes % 16 == 0 and cl.c <= RMS_STAGED_MAX_C else 1
+def use_chunk_tiles(rms: bool, itemsize: int, chunks: _cluster_rows.ClusterRows, row_bytes: int) -> bool:
+    """Whether rows long enough for clusters, off 32-byte sectors, of a length off 16 elements
+    or not filling C power-of-two chunks, run norm_chunks_kernel on `chunks` (one row per
+    cluster, chunks as tiles of the row's window; `_norm_chunks.chunk_tiles`) rather than the
+    persistent cluster kernel: 2-byte rows always; f32 rows on at most F32_CHUNK_TILES_MAX_C
+    programs, and f32 layer_norm rows not 16 bytes apart (`row_bytes`), whose staged copies
+    move 4 bytes."""
+    if itemsize == 2:
+        return True
+    return chunks.c <= F32_CHUNK_TILES_MAX_C or (not rms and row_bytes % 16 != 0)
 
 
 def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):

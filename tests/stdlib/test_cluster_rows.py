@@ -12,6 +12,7 @@ import pytest
 import tilec as tc
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
+from tilec.stdlib_kernels import _norm_chunks as NC
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches
@@ -80,8 +81,8 @@ def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launc
     want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[:, None] * rowwise.f64(w) + rowwise.f64(b)
     rowwise.close(y, want, dtype, scale=8)
     launched.clear()
-    sk.layer_norm(rowwise.host(rng.standard_normal((3, n - 1)), dtype), None, None)   # ragged: looped
-    assert [k for k, _ in launched] == ["norm_loop_kernel"]
+    sk.layer_norm(rowwise.host(rng.standard_normal((3, n - 1)), dtype), None, None)   # ragged: 5 x 7 tiles
+    assert launched == [("norm_chunks_kernel", 5)]
 
 
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
@@ -288,14 +289,14 @@ def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     rng = np.random.default_rng(12)
-    n = 40007                                             # 4 chunks of 16384: one part-filled, one empty
+    n = 40007                                             # 5 x 8 tiles of 1024 through windows: the last part-filled
     x = rowwise.host(500 + 4 * rng.standard_normal((2, 3, n)), dtype)
     w = rng.standard_normal(n).astype(np.float32)
     b = rowwise.host(rng.standard_normal(n), dtype)
     x64 = rowwise.f64(x)
     y, mean, rstd = sk.layer_norm(x, w, b, eps=1e-5, return_stats=True)
-    # f32 rows: persistent clusters; layer_norm of 2-byte rows stays on the looped kernel
-    assert (launched[0] == ("norm_cluster_loop_kernel", 4)) == (dtype == "f32")
+    # rows off 32-byte sectors, of a ragged length: one row per cluster, chunks as tiles
+    assert launched == [("norm_chunks_kernel", 5)]
     want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
     want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[..., None] * w + rowwise.f64(b)
     assert mean.shape == rstd.shape == (2, 3)
@@ -303,8 +304,7 @@ def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
     rowwise.close(y, want, dtype, scale=8)
     y, rstd = sk.rms_norm(x, w, eps=1e-6, return_stats=True)
-    # rms_norm rows of every dtype: persistent clusters
-    assert launched[-1] == ("norm_cluster_loop_kernel", 4)
+    assert launched[-1] == ("norm_chunks_kernel", 5)
     want_rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + 1e-6)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     rowwise.close(y, x64 * want_rstd[..., None] * w, dtype, scale=4)
@@ -427,7 +427,7 @@ def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch
 def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # 7 rows on 2 clusters: rows c, c + 2, ...
     rng = np.random.default_rng(17)
-    n = 20001
+    n = 32768                                             # 2 full chunks on sectors: persistent clusters
     x = (40 + 3 * rng.standard_normal((7, n))).astype(np.float32)
     w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     x64 = x.astype(np.float64)
@@ -445,19 +445,11 @@ def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c,n,stride,want", [(2, 20008, 20008, 2), (4, 40008, 40008, 2), (2, 20000, 20000, 1),
-                                              (8, 100008, 100008, 1), (2, 20001, 20001, 1), (2, 20001, 20004, 2),
-                                              (2, 20001, 0, 2)])
-def test_rms_norm_stages_rows_of_a_ragged_length(c, n, stride, want):
-    # staged where the copies move whole 16-byte groups: rows 16 bytes apart (f32)
-    assert norms.rms_stages(CR.ClusterRows(c, 16384, 16), n, 4 * stride) == want
-
-
-def test_ragged_f32_rows_on_clusters_stage_rms_and_window_softmax(monkeypatch):
+def test_ragged_f32_rows_on_clusters_take_windows(monkeypatch):
     # 40008 f32 columns, every row on a 32-byte sector but ending inside a 16-byte group:
-    # rms_norm stages the next row (2), softmax reads its chunks through windows (lead 0)
+    # rms_norm and softmax read their chunks through windows (lead 0), rms_norm as chunk tiles
     launched = spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (
-        kernel.name, c.get("STAGES"), c.get("WINDOW")))
+        kernel.name, c.get("TILES"), c.get("WINDOW")))
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     rng = np.random.default_rng(5)
     n = 40008
@@ -467,11 +459,11 @@ def test_ragged_f32_rows_on_clusters_stage_rms_and_window_softmax(monkeypatch):
     want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * w
     np.testing.assert_allclose(sk.rms_norm(x, w, eps=1e-6), want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(sk.softmax(x), ref_softmax(x64), rtol=2e-5, atol=1e-9)
-    assert launched[0] == ("norm_cluster_loop_kernel", 2, None)
+    assert launched[0] == ("norm_chunks_kernel", 8, 8)
     assert launched[1][0].startswith("softmax_cluster") and launched[1][2] == 8
     launched.clear()
     sk.softmax(x[:, :6008].copy())                        # one tile: column tiles as before
-    assert launched == [("softmax_tile_kernel", None, 0)]
+    assert [(k, window) for k, _, window in launched] == [("softmax_tile_kernel", 0)]
 
 
 @pytest.mark.parametrize("rms", [False, True])
@@ -510,9 +502,10 @@ def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
 
 
 # ----------------------------------------------------------------------------- PTX
-@pytest.mark.parametrize("name,sig,warps", CR.SM90_SIGNATURES)
-def test_cluster_kernels_assemble_for_sm90a(name, sig, warps):
-    k = getattr(CR, name)
+@pytest.mark.parametrize("mod,name,sig,warps", [(CR, *s) for s in CR.SM90_SIGNATURES] +
+                         [(NC, *s) for s in NC.SM90_SIGNATURES])
+def test_cluster_kernels_assemble_for_sm90a(mod, name, sig, warps):
+    k = getattr(mod, name)
     spec = k.specialization(sig)
     c = spec.constexprs["C"]
     compiled = k.compile(spec, arch="sm_90a", num_warps=warps, fast_math=True, cluster=c)

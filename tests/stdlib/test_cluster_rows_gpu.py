@@ -92,11 +92,15 @@ def test_norms_on_clusters_match_torch(torch, launched, shape, dtype_name):
     want_rstd = torch.rsqrt((x64 * x64).mean(-1) + 1e-6)
     _close(torch, y, x64 * want_rstd[..., None] * w.double(), dtype_name, scale=8)
     torch.testing.assert_close(rstd.double(), want_rstd, rtol=1e-5, atol=0)
-    # rms_norm on persistent clusters always; layer_norm for f32 rows and for 2-byte rows
-    # whose chunks are all full (ragged ones measured faster looped)
-    c = 2 if n <= 32768 else 4 if n <= 65536 else 8
-    assert launched[-1] == ("norm_cluster_loop_kernel", c)
-    assert (launched[0] == launched[-1]) == (dtype_name == "float32" or n == 131072)
+    # Rows filling 8 chunks of 16384 on sectors run on persistent clusters; rows off sectors
+    # (70001 and 16385 columns) as chunk tiles (norms.use_chunk_tiles), except f32 rms_norm on
+    # more than F32_CHUNK_TILES_MAX_C programs (70001: 8 x 16384).
+    f32 = dtype_name == "float32"
+    want = {131072: [("norm_cluster_loop_kernel", 8)] * 2,
+            70001: [("norm_chunks_kernel", 8), ("norm_cluster_loop_kernel", 8)] if f32 else
+            [("norm_chunks_kernel", 7)] * 2,
+            16385: [("norm_chunks_kernel", 3)] * 2}
+    assert [k for k in launched if k[0] != "shift_tables_kernel"] == want[n]
 
 
 def test_replayed_cluster_launches_match_the_first(torch):
@@ -106,3 +110,36 @@ def test_replayed_cluster_launches_match_the_first(torch):
     second = sk.softmax(x)
     torch.testing.assert_close(first, second, rtol=0, atol=0)
     _close(torch, second, torch.softmax(x.double(), -1), "bfloat16")
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape,pad", [((450, 20001), 0), ((64, 50257), 0), ((5, 100003), 0), ((33, 40000), 0),
+                                       ((40, 16411), 3), ((40, 16411), 8)])
+def test_norm_chunk_tiles_match_torch(torch, launched, shape, pad, dtype_name):
+    # Long rows off 32-byte sectors, ragged or not filling power-of-two chunks: one row per
+    # cluster, chunks as tiles (norms.use_chunk_tiles). pad: x is a view of rows `pad` elements
+    # longer, its output contiguous (no shared window: column tiles) or, for pad 8, an `out`
+    # view at the same offsets (windows). 450 x 20001 reads w and b from shifted tables.
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    n = shape[-1]
+    buf = (50 + 3 * torch.randn((shape[0], n + pad), device="cuda", dtype=torch.float64)).to(dtype)
+    x = buf[:, :n]
+    x64 = x.double()
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    out = torch.full((shape[0], n + pad), 7.0, device="cuda", dtype=dtype)[:, :n] if pad == 8 else None
+    y, mean, rstd = sk.layer_norm(x, w, b, return_stats=True, out=out)
+    _close(torch, y, F.layer_norm(x64, (n,), w.double(), b.double(), 1e-5), dtype_name, scale=8)
+    torch.testing.assert_close(mean.double(), x64.mean(-1), rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(rstd.double(), torch.rsqrt(x64.var(-1, unbiased=False) + 1e-5), rtol=1e-3, atol=0)
+    if out is not None:   # the bytes between the rows untouched
+        assert bool((out.as_strided((shape[0], pad), (n + pad, 1), n) == 7.0).all())
+    y, rstd = sk.rms_norm(x, w, return_stats=True)
+    want_rstd = torch.rsqrt((x64 * x64).mean(-1) + 1e-6)
+    _close(torch, y, x64 * want_rstd[..., None] * w.double(), dtype_name, scale=8)
+    torch.testing.assert_close(rstd.double(), want_rstd, rtol=1e-5, atol=0)
+    kernels = [k for k, _ in launched if k != "shift_tables_kernel"]
+    assert kernels[0] == "norm_chunks_kernel"
+    if shape == (450, 20001):
+        assert ("shift_tables_kernel", 1) in launched

@@ -1,0 +1,174 @@
+"""Long norm rows of a ragged length or off 32-byte sectors on thread-block clusters (sm_90+),
+each program's chunk held as tiles of the row's aligned window.
+
+The persistent norm kernels (`_cluster_rows.norm_cluster_loop_kernel`) hold one
+power-of-two chunk per program, read in column tiles: a row whose last chunk is part
+full selects per element (2-byte layer_norm spilled there, so such rows ran looped,
+reading each row twice), and a row off 32-byte sectors gets no 16-byte access at all
+(bf16 rows of 20001: 2-byte loads and stores). Here, as in softmax_cluster_kernel, the C
+programs of a cluster share a row, program `rank` holding tiles rank * TILES ...
+(rank + 1) * TILES - 1 of it (`_cluster_rows.split_chunks`: 4 to 8 tiles of 1024 columns
+at 4 warps where that leaves fewer lanes idle), read and written through the row's
+aligned window when it starts off a sector (`_window.py`). Lane j of tile k then holds
+column k * BLOCK + j - lead: w and b are gathered per lane, or, SHIFTED, read whole from
+row `lead` of their shifted tables (`norms.shift_tables_kernel`, a launch before this
+one). The statistics combine as in `_cluster_rows` (chunk means and centred sums of
+squares by Chan's formula; rms_norm: the sum of squares).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import tilec as tc
+
+from ._cluster_rows import ClusterRows, norm_cluster_rows, params, scale_shift, split_chunks
+from ._common import lanewise_sum
+from ._window import store_row_tile, window_span, window_start, window_tile
+
+__all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles"]
+
+
+@tc.func
+def lanes_of(x, k, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+    """(column, inside) of each lane of tile k of a row of x, (1, BLOCK) each; through a
+    window the column is negative before the row, and inside is one unsigned compare as in
+    `window_mask`, whose (groups, GROUP) form costs the single-tile kernel registers here
+    instead (bf16 3 x 2048 at 8 warps: 64 -> 94)."""
+    cols = k * BLOCK + tc.arange(0, BLOCK)[None, :] - lead
+    if WINDOW:
+        return cols, cols.astype(tc.uint32) < x.shape[1].astype(tc.uint32)
+    return cols, cols < x.shape[1]
+
+
+@tc.func
+def lane_params(w, b, k, cols, inside, lead, HAS_W: tc.constexpr, HAS_B: tc.constexpr, WINDOW: tc.constexpr,
+                SHIFTED: tc.constexpr, BLOCK: tc.constexpr):
+    """w and b for the lanes of tile k (`lanes_of`'s cols and inside), in their dtype: block k
+    of each without a window; through one, gathered at each lane's column or, SHIFTED, row
+    `lead` of their (WINDOW, lanes) tables. A part the norm does not have is a 0-d placeholder."""
+    if not WINDOW:
+        return params(w, b, k, HAS_W, HAS_B, BLOCK)
+    wt = 0.0
+    bt = 0.0
+    if SHIFTED:
+        lanes = k * BLOCK + tc.arange(0, BLOCK)[None, :]
+        if HAS_W:
+            wt = tc.load(w.ptr + lead * w.stride(0) + lanes)
+        if HAS_B:
+            bt = tc.load(b.ptr + lead * b.stride(0) + lanes)
+    else:
+        if HAS_W:
+            wt = tc.load(w.ptr + cols * w.stride(0), mask=inside, other=0.0)
+        if HAS_B:
+            bt = tc.load(b.ptr + cols * b.stride(0), mask=inside, other=0.0)
+    return wt, bt
+
+
+@tc.func
+def _sum_of_squares(ts):
+    sq = ts[0] * ts[0]
+    for k in tc.static_range(1, len(ts)):
+        sq = sq + ts[k] * ts[k]
+    return tc.sum(sq)
+
+
+@tc.func
+def _real_columns(rank, lead, n, SPAN: tc.constexpr):
+    # how many of the row's columns chunk `rank` (SPAN lanes of the window) holds
+    lo = rank * SPAN - lead
+    return tc.maximum(tc.minimum(lo + SPAN, n) - tc.maximum(lo, 0), 0)
+
+
+@tc.kernel
+def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                       HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                       TILES: tc.constexpr, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False):
+    # One row per cluster; program `rank` holds tiles rank * TILES ... of the row (of its
+    # window when WINDOW), 0 outside the row.
+    rank = tc.cluster_rank()
+    row = tc.program_id(0) // C
+    n = x.shape[1]
+    lead = 0
+    if WINDOW:
+        base, lead = window_start(x, row, WINDOW)
+    ts = ()
+    for i in tc.static_range(TILES):
+        if WINDOW:
+            t, _ = window_tile(x, base, lead, n, rank * TILES + i, 0.0, BLOCK)
+        else:
+            t = tc.load(x, index=(row, rank * TILES + i), shape=(1, BLOCK), padding=0.0)
+        ts = ts + (t.astype(tc.float32),)
+    if RMS:
+        ds = ts     # zero padding adds nothing to the sum of squares
+        centre = 0.0
+        var = tc.sum(tc.cluster_gather(_sum_of_squares(ts), C, padding=0.0)) / n
+    else:
+        # Shifted by the row's first element (a large mean next to a small spread then
+        # cancels nothing in the chunk sums), centred on the chunk's mean; lanes outside
+        # the row held at 0.
+        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+        ds = ()
+        for i in tc.static_range(TILES):
+            _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
+            ds = ds + (tc.where(inside, ts[i] - shift, 0.0),)
+        mean_k = tc.sum(lanewise_sum(ds)) / tc.maximum(_real_columns(rank, lead, n, TILES * BLOCK), 1)
+        centred = ()
+        for i in tc.static_range(TILES):
+            _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
+            centred = centred + (tc.where(inside, ds[i] - mean_k, 0.0),)
+        ds = centred
+        means, m2 = tc.cluster_gather((mean_k, _sum_of_squares(ds)), C, padding=(0.0, 0.0))
+        # entries past a cluster of 3, 5, 6 or 7 count no columns
+        counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
+        mean_d = tc.sum(counts * means) / n
+        spread = means - mean_d
+        var = (tc.sum(m2) + tc.sum(counts * spread * spread)) / n
+        centre = mean_d - mean_k    # ds is x - shift - mean_k: x - mean = ds - centre
+        mean = mean_d + shift
+    rstd = tc.rsqrt(var + eps)
+    if SHIFTED:
+        tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
+    for i in tc.static_range(TILES):
+        k = rank * TILES + i
+        cols, inside = lanes_of(x, k, lead, WINDOW, BLOCK)
+        wt, bt = lane_params(w, b, k, cols, inside, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK)
+        out = scale_shift((ds[i] - centre) * rstd, wt, bt, HAS_W, HAS_B)
+        store_row_tile(y, row, k, out.astype(y.dtype), WINDOW, BLOCK)
+    if STATS:
+        if rank == 0:
+            if not RMS:
+                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+
+
+def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window: int) -> Optional[ClusterRows]:
+    """The cluster launch of norm_chunks_kernel for rows of `n_cols` read through windows of
+    `window` elements (0: column tiles), or None where clusters do not apply: the norms'
+    clusters (`norm_cluster_rows`) over the row and its window's lead, held as tiles where
+    that leaves fewer lanes idle (`split_chunks`)."""
+    span = window_span(n_cols, window)
+    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window)
+
+
+# Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the
+# warps the entry points launch them with (cluster=C, fast_math): windowed rows take x as it
+# comes ([?,?]), shifted tables are whole (window, lanes) arrays.
+_FLAGS = {"ln": "RMS=False, HAS_W=True, HAS_B=True, STATS=True", "rms": "RMS=True, HAS_W=True, HAS_B=False, STATS=True"}
+_ROWS, _ALIGNED, _TABLE, _PARAM = "[?,?]", "[?,?]:div=1x16:stride_div=16x1", "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
+
+
+def _sig(d, norm, c, block, tiles, window, shifted):
+    rows = _ROWS if window else _ALIGNED
+    p = _TABLE if shifted else (_PARAM if not window else "[?]")
+    return (f"x={d}{rows}, w={d}{p}, b={d}{p}, y={d}{rows}, mean_out=f32[?], rstd_out=f32[?], eps=f32, "
+            f"{_FLAGS[norm]}, C={c}, BLOCK={block}, TILES={tiles}, WINDOW={window}, SHIFTED={shifted}")
+
+
+SM90_SIGNATURES = [
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True), 4),      # 4096x50257 bf16
+    ("norm_chunks_kernel", _sig("f16", "rms", 4, 1024, 5, 16, True), 4),      # 8192x20001 f16
+    ("norm_chunks_kernel", _sig("f32", "ln", 3, 1024, 6, 8, True), 4),        # 8192x16385 f32
+    ("norm_chunks_kernel", _sig("f32", "rms", 5, 1024, 8, 0, False), 4),      # 2048x40000 f32
+    ("norm_chunks_kernel", _sig("f32", "ln", 8, 16384, 1, 8, False), 16),     # 5x70001 f32 (no tables under 16 MB)
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True), 8),      # 2048x100003 bf16
+]
