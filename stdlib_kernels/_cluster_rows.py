@@ -38,8 +38,8 @@ row loading meanwhile:
   stages the next row in shared memory (STAGES = 2, tc.range num_stages; 2-byte rows:
   chunks of 8192 at 8 warps, the next two rows staged). 2-byte
   layer_norm rows need every chunk full (EVEN: no column masks, 940 -> 800 PTX
-  instructions; with the masks the kernel spills at 16 warps); ragged ones run looped
-  (norms.py).
+  instructions; with the masks the kernel spills at 16 warps); ragged ones and rows off
+  32-byte sectors run one row per cluster, chunks as tiles (`_norm_chunks`).
 The kernels need the sm_90 cluster instructions: the PTX tests assemble them for
 sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80).
 """

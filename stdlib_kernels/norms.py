@@ -270,15 +270,16 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         args = (xv, wv, bv, yv, mv, rv, eps32)
         # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
         # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 90 with every chunk full
-        # (EVEN: no masks; with them the kernel spills at 16 warps): ragged 2-byte rows stay looped
+        # (EVEN: no masks; with them the kernel spills at 16 warps): ragged rows and rows off
+        # 32-byte sectors run as chunk tiles instead (`use_chunk_tiles`)
         two_byte_ln = not rms and a.dtype.itemsize == 2
         cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
             n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
         row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
         chunks = None
-        if cl is not None and (shared_window(a, o, ragged=True) or not even):
-            tiled_window = shared_window(a, o, ragged=True)
+        tiled_window = shared_window(a, o, ragged=True) if cl is not None else 0
+        if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
                                              tiled_window)
             if use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
@@ -423,20 +424,24 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     and f32 layer_norm: `_shift_tables`) or else gathered at each lane's column;
     packed rows (up to 1024 columns) are not.
 
-    On sm_90+ (the interpreter counts as an H100/H200), f32 rows of 16385 to
-    131072 elements (rms_norm: every dtype; 2-byte layer_norm rows when C
-    chunks of BLOCK fill them exactly, as 32768, 65536 or 131072 do: ragged ones
-    measured faster looped) run on thread-block clusters instead, whatever the
-    number of rows: C = 2, 4 or 8 programs per row, the smallest whose chunks
-    hold at most 16384 elements (2-byte layer_norm: 8192, LN_CHUNK_2BYTE); 32
-    elements per thread (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk
-    in registers and exchanges the chunk's mean and centred sum of squares
+    On sm_90+ (the interpreter counts as an H100/H200) rows of 16385 to 131072
+    elements run on thread-block clusters instead, whatever the number of rows:
+    C = 2, 4 or 8 programs per row, the smallest whose chunks hold at most 16384
+    elements (2-byte layer_norm: 8192, LN_CHUNK_2BYTE); 32 elements per thread
+    (`_cluster_rows.norm_cluster_rows`). Each program keeps its chunk in
+    registers and exchanges the chunk's mean and centred sum of squares
     (rms_norm: sum of squares) with the others of its cluster
     (tc.cluster_gather), which it combines with Chan's formula: one read of the
-    row. The clusters are persistent (as many as are resident), w and b held,
-    the next row in flight during the exchange (rms_norm: in registers;
-    layer_norm: staged in shared memory, LN_STAGES, for 2-byte rows the next two,
-    LN_STAGES_2BYTE).
+    row. Rows on 32-byte sectors that C chunks fill exactly (32768, 65536,
+    131072) run on persistent clusters (as many as are resident), w and b
+    held, the next row in flight during the exchange (rms_norm: in registers;
+    layer_norm: staged in shared memory, LN_STAGES, for 2-byte rows the next
+    two, LN_STAGES_2BYTE). Rows off 32-byte sectors, of a length off 16
+    elements or that the chunks do not fill run one row per cluster, each
+    program's chunk held as 4 to 8 tiles of 1024 columns of the row's aligned
+    window (`_norm_chunks`, `use_chunk_tiles`; f32 rows on more than
+    F32_CHUNK_TILES_MAX_C programs keep the persistent kernel where its copies
+    move 16 bytes).
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 
