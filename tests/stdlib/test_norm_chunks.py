@@ -1,0 +1,82 @@
+"""norm_chunks_kernel (long norm rows on clusters, chunks as tiles of the row's window) under
+the interpreter: small tiles, clusters of any size, chunks past the row's end, rows off
+32-byte sectors with every lead, w and b gathered or from shifted tables; and the rule that
+picks it (norms.use_chunk_tiles)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import tilec as tc
+from tilec.stdlib_kernels import _cluster_rows as CR
+from tilec.stdlib_kernels import _norm_chunks as NC
+
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
+
+
+def _tables(p, window, lanes):
+    # row L: p shifted right by L lanes, zero outside it (what norms.shift_tables_kernel makes)
+    tab = np.zeros((window, lanes), p.dtype)
+    for lead in range(window):
+        tab[lead, lead:lead + p.size] = p[:lanes - lead]
+    return tab
+
+
+def _refs(x, w, b, rms, eps):
+    x64 = x.astype(np.float64)
+    if rms:
+        rstd = 1.0 / np.sqrt((x64 * x64).mean(-1) + eps)
+        return x64 * rstd[:, None] * w, None, rstd
+    mean = x64.mean(-1)
+    rstd = 1.0 / np.sqrt(x64.var(-1) + eps)
+    return (x64 - mean[:, None]) * rstd[:, None] * w + b, mean, rstd
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("c,tiles,n", [(3, 2, 37), (5, 3, 61), (7, 2, 50), (4, 2, 9), (2, 4, 57)])
+@pytest.mark.parametrize("window,shifted", [(0, False), (8, False), (8, True)])
+def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted):
+    # Tiles of 8 lanes covering the row and its window's lead; through windows the rows are
+    # 5 mod 8 elements apart (leads 0..7 over the 8 rows), else 64 bytes; n = 9 on 4 x 2 tiles
+    # leaves the last programs' chunks empty.
+    rng = np.random.default_rng(c * 100 + n)
+    block, rows = 8, 8
+    stride = n + (13 - n % 8 if window else 16 - n % 16)
+    buf = (50 + 3 * rng.standard_normal((rows, stride))).astype(np.float32)
+    x = buf[:, :n]
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = np.full((rows, stride), 9.0, np.float32)
+    y = out[:, :n]
+    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    wv, bv = (_tables(w, window, c * tiles * block), _tables(b, window, c * tiles * block)) if shifted else (w, b)
+    with tc.interpret():
+        NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
+                                           SHIFTED=shifted, cluster=c)
+    want, want_mean, want_rstd = _refs(x, w, b, rms, 1e-5)
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    if not rms:
+        np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+    np.testing.assert_array_equal(out[:, n:], 9.0)        # nothing written between the rows
+
+
+@pytest.mark.parametrize("rms,itemsize,c,row_bytes,want", [
+    (False, 2, 8, 40002, True), (True, 2, 7, 32, True),        # 2-byte rows: always
+    (True, 4, 5, 80004, True), (True, 4, 7, 201028, False),    # f32 rms_norm: up to 5 programs
+    (False, 4, 7, 201028, True),                                # f32 layer_norm rows 4 bytes apart: 4-byte copies
+    (False, 4, 8, 400032, False), (False, 4, 5, 160032, True)])
+def test_use_chunk_tiles(rms, itemsize, c, row_bytes, want):
+    assert norms.use_chunk_tiles(rms, itemsize, CR.ClusterRows(c, 1024, 4, 8), row_bytes) == want
+
+
+@pytest.mark.parametrize("n,itemsize,window,want", [
+    (20001, 2, 16, (4, 1024, 4, 5)), (50257, 2, 16, (7, 1024, 4, 8)), (40000, 4, 0, (5, 1024, 4, 8)),
+    (16385, 4, 8, (3, 1024, 4, 6)), (100003, 4, 8, (8, 16384, 16, 1))])
+def test_chunk_tiles_config(n, itemsize, window, want):
+    cl = NC.chunk_tiles(n, (9, 0), itemsize, window)
+    assert (cl.c, cl.block, cl.num_warps, cl.tiles) == want
+    assert cl.c * cl.tiles * cl.block >= n + max(window - 1, 0)    # the window's span fits
+    assert NC.chunk_tiles(n, (8, 0), itemsize, window) is None     # no clusters before sm_90
