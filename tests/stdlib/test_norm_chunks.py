@@ -37,8 +37,7 @@ def _refs(x, w, b, rms, eps):
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c,tiles,n", [(3, 2, 37), (5, 3, 61), (7, 2, 50), (4, 2, 9), (2, 4, 57)])
 @pytest.mark.parametrize("window,shifted", [(0, False), (8, False), (8, True)])
-@pytest.mark.parametrize("early", [False, True])
-def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted, early):
+def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted):
     # Tiles of 8 lanes covering the row and its window's lead; through windows the rows are
     # 5 mod 8 elements apart (leads 0..7 over the 8 rows), else 64 bytes; n = 9 on 4 x 2 tiles
     # leaves the last programs' chunks empty.
@@ -55,7 +54,7 @@ def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted, early):
     with tc.interpret():
         NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
                                            STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
-                                           SHIFTED=shifted, EARLY=early, cluster=c)
+                                           SHIFTED=shifted, cluster=c)
     want, want_mean, want_rstd = _refs(x, w, b, rms, 1e-5)
     np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
