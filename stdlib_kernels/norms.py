@@ -282,7 +282,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
                                              tiled_window)
-            if use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
+            if tiled is not None and use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
                 chunks, window = tiled, tiled_window
         if chunks is None and two_byte_ln and not even:
             cl = None

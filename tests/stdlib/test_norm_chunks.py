@@ -80,3 +80,25 @@ def test_chunk_tiles_config(n, itemsize, window, want):
     assert (cl.c, cl.block, cl.num_warps, cl.tiles) == want
     assert cl.c * cl.tiles * cl.block >= n + max(window - 1, 0)    # the window's span fits
     assert NC.chunk_tiles(n, (8, 0), itemsize, window) is None     # no clusters before sm_90
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(monkeypatch, dtype):
+    # 131070 columns off 32-byte sectors: the window's span passes 8 x 16384 lanes, so no chunk
+    # tiles; f32 runs persistent, layer_norm of 2-byte rows looped (chunks not filled)
+    seen = []
+    real = norms.launch
+
+    def spy(kernel, grid, args, num_warps=4, **kw):
+        seen.append(kernel.name)
+        return real(kernel, grid, args, num_warps, **kw)
+    n = 131070
+    assert NC.chunk_tiles(n, (9, 0), np.dtype(dtype).itemsize, 32 // np.dtype(dtype).itemsize) is None
+    x = (3 + np.random.default_rng(1).standard_normal((2, n))).astype(dtype)
+    w = np.ones(n, dtype)
+    monkeypatch.setattr(norms, "launch", spy)
+    y = norms.layer_norm(x, w, None)
+    x64 = x.astype(np.float64)
+    want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-2 if dtype == np.float16 else 1e-4, atol=1e-2)
+    assert seen == ["norm_cluster_loop_kernel" if dtype == np.float32 else "norm_loop_kernel"]
