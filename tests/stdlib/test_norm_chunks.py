@@ -8,6 +8,7 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tilec as tc
 from tilec.stdlib_kernels import _cluster_rows as CR
@@ -61,6 +62,41 @@ def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted):
     if not rms:
         np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
     np.testing.assert_array_equal(out[:, n:], 9.0)        # nothing written between the rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_chunk_tiles_property(data):
+    # any cluster size, tiles per program, row length the lanes cover (with the window's lead),
+    # row stride, mean offset, f32 or f16, windows or column tiles, gathered or shifted w and b
+    dtype = data.draw(st.sampled_from([np.float32, np.float16]))
+    itemsize = np.dtype(dtype).itemsize
+    block = 32 // itemsize
+    window = data.draw(st.sampled_from([0, block]))
+    c, tiles = data.draw(st.integers(2, 8)), data.draw(st.integers(1, 4))
+    n = data.draw(st.integers(1, c * tiles * block - max(window - 1, 0)))
+    rows, extra = data.draw(st.integers(1, 5)), data.draw(st.integers(0, 20))
+    rms, shifted = data.draw(st.booleans()), bool(window) and data.draw(st.booleans())
+    offset = data.draw(st.sampled_from([0.0, 100.0, -1000.0]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    buf = (offset + 3 * rng.standard_normal((rows, n + extra))).astype(dtype)
+    x = buf[:, :n]
+    w, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    out = np.full((rows, n + extra), 9.0, dtype)
+    y = out[:, :n]
+    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    wv, bv = (_tables(w, window, c * tiles * block), _tables(b, window, c * tiles * block)) if shifted else (w, b)
+    with tc.interpret():
+        NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
+                                           SHIFTED=shifted, cluster=c)
+    want, want_mean, want_rstd = _refs(x, w.astype(np.float64), b.astype(np.float64), rms, 1e-5)
+    tol = 2e-5 if dtype == np.float32 else 4e-3
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol * 8)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-4)
+    if not rms:
+        np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-5 * max(abs(offset), 1))
+    np.testing.assert_array_equal(out[:, n:], 9.0)
 
 
 @pytest.mark.parametrize("rms,itemsize,c,row_bytes,want", [
