@@ -318,7 +318,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if cfg.single:
         launch(ce_tile_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), cfg.num_warps, ROWS=cfg.rows,
                BLOCK=cfg.block, WINDOW=window)
-    else:
+    elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
         _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index)
     if reduction == "none":
         return per_row.obj

@@ -231,7 +231,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     if a.ndim > 1 and normalize_dim(dim, a.ndim) != a.ndim - 1:
         return softmax_dim.softmax_along(x, normalize_dim(dim, a.ndim), out, log, op)
     a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
-    if n_cols == 0:
+    if n_cols == 0 or n_rows == 0:
         return o.obj
     # Rows off 32-byte sectors are read and written in aligned windows, which span up to
     # WINDOW - 1 elements more than the row: the tiles are sized for that span. Rows past

@@ -122,6 +122,18 @@ def test_empty_inputs_give_empty_outputs():
     np.testing.assert_array_equal(sk.sum(np.zeros((3, 0), np.float32), -1), np.zeros(3))
 
 
+@pytest.mark.parametrize("n", [100, 20001, 300000])
+def test_no_rows_of_any_length(n):
+    # an empty batch of rows past one tile (looped and split paths) as of short ones
+    x = np.zeros((0, n), np.float32)
+    assert sk.softmax(x).shape == sk.log_softmax(np.zeros((2, 0, n), np.float16)).shape[1:] == (0, n)
+    assert sk.layer_norm(x, np.ones(n, np.float32)).shape == sk.rms_norm(x).shape == (0, n)
+    t = np.zeros((0,), np.int64)
+    assert np.isnan(sk.cross_entropy(x, t))                # the mean of nothing, as torch
+    assert sk.cross_entropy(x, t, reduction="sum") == 0.0
+    assert sk.cross_entropy(x, t, reduction="none").shape == (0,)
+
+
 # ----------------------------------------------------------------------------- norms
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), offset=st.sampled_from([0.0, 50.0]),
