@@ -8,7 +8,9 @@ reading each row twice), and a row off 32-byte sectors gets no 16-byte access at
 (bf16 rows of 20001: 2-byte loads and stores). Here, as in softmax_cluster_kernel, the C
 programs of a cluster share a row, program `rank` holding tiles rank * TILES ...
 (rank + 1) * TILES - 1 of it (`_cluster_rows.split_chunks`: 4 to 8 tiles of 1024 columns
-at 4 warps where that leaves fewer lanes idle), read and written through the row's
+at 4 warps where that leaves fewer lanes idle, 2-byte rows past 65536 columns up to 10 of
+them or 4 to 8 of 2048 at 8 warps; else one power-of-two tile per program, as
+`norm_cluster_rows` sizes it), read and written through the row's
 aligned window when it starts off a sector (`_window.py`). Lane j of tile k then holds
 column k * BLOCK + j - lead: w and b are gathered per lane, or, SHIFTED, read whole from
 row `lead` of their shifted tables (`norms.shift_tables_kernel`, a launch before this
