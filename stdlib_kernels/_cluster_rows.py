@@ -55,7 +55,7 @@ from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
-           "resident_clusters", "persistent_grid", "norm_cluster_rows", "softmax_cluster_kernel",
+           "resident_clusters", "persistent_grid", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
            "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -114,17 +114,18 @@ def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc
     # BLOCK-wide tiles (tiles rank * TILES ... of the row: `split_chunks`).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
-    _softmax_row(_chunk_tiles(x, row, rank, WINDOW, BLOCK, TILES), out, row, rank, LOG, C, WINDOW)
+    _softmax_row(row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, TILES), out, row, rank, LOG, C, WINDOW)
 
 
 @tc.func
-def _chunk_tiles(x, row, rank, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr,
-                 PAST: tc.constexpr = False):
-    """Chunk `rank` of row `row` as a tuple of TILES tiles (1, BLOCK) in x's dtype, -inf outside
-    the row (PAST: row may be past x's last, then all -inf)."""
+def row_chunk_tiles(x, row, rank, pad, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr,
+                    PAST: tc.constexpr = False):
+    """Chunk `rank` of row `row` as a tuple of TILES tiles (1, BLOCK) in x's dtype, `pad` outside
+    the row (PAST: row may be past x's last, then all `pad`): tiles rank * TILES ... of the
+    row's window when WINDOW, else of its columns (`_window.row_tile`)."""
     ts = ()
     for k in tc.static_range(TILES):
-        ts = ts + (row_tile(x, row, rank * TILES + k, NEG_INF, WINDOW, BLOCK, 1, PAST),)
+        ts = ts + (row_tile(x, row, rank * TILES + k, pad, WINDOW, BLOCK, 1, PAST),)
     return ts
 
 
@@ -141,23 +142,23 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
     if STAGES == 1:
-        nxt = _chunk_tiles(x, first, rank, WINDOW, BLOCK, 1, True)
+        nxt = row_chunk_tiles(x, first, rank, NEG_INF, WINDOW, BLOCK, 1, True)
         for row in range(first, x.shape[0], step):
             cur = nxt
-            nxt = _chunk_tiles(x, row + step, rank, WINDOW, BLOCK, 1, True)
+            nxt = row_chunk_tiles(x, row + step, rank, NEG_INF, WINDOW, BLOCK, 1, True)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
             if EVEN:
                 cur = (tc.load(x, index=(row, rank), shape=(1, BLOCK)),)
             else:
-                cur = _chunk_tiles(x, row, rank, WINDOW, BLOCK, 1)
+                cur = row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, 1)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
 
 
 @tc.func
 def _softmax_row(curs, out, row, rank, LOG: tc.constexpr, C: tc.constexpr, WINDOW: tc.constexpr):
-    """Chunk `rank` of row `row` (curs: its tiles from `_chunk_tiles`, in x's dtype) normalized
+    """Chunk `rank` of row `row` (curs: its tiles from `row_chunk_tiles`, in x's dtype) normalized
     with the whole row's max and sum, exchanged in the cluster."""
     TILES = len(curs)
     ts = ()
@@ -262,11 +263,7 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
             t = tc.where(rank * BLOCK + tc.arange(0, BLOCK)[None, :] < n, t - mean_k, 0.0)
         means, m2 = tc.cluster_gather((mean_k, tc.sum(t * t)), C)
         counts = tc.maximum(tc.minimum(n - tc.arange(0, C) * BLOCK, BLOCK), 0).astype(tc.float32)
-        mean_d = tc.sum(counts * means) / n
-        spread = means - mean_d
-        var = (tc.sum(m2) + tc.sum(counts * spread * spread)) / n
-        centre = mean_d - mean_k    # t is x - shift - mean_k: x - mean = t - centre
-        mean = mean_d + shift
+        var, centre, mean = chan_combine(means, m2, counts, n, mean_k, shift)   # x - mean = t - centre
     rstd = tc.rsqrt(var + eps)
     out = scale_shift((t - centre) * rstd, wt, bt, HAS_W, HAS_B)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
@@ -275,6 +272,18 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
             if not RMS:
                 tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
             tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+
+
+@tc.func
+def chan_combine(means, m2, counts, n, mean_k, shift):
+    """(var, centre, mean) of a row of n columns from its chunks' means and centred sums of
+    squares m2 over `counts` columns each ((C,) tiles, entries past the cluster counting 0), by
+    Chan's formula; the chunks' values were shifted by `shift` and this chunk's are centred on
+    `mean_k`, so x - mean = (its centred value) - centre."""
+    mean_d = tc.sum(counts * means) / n
+    spread = means - mean_d
+    var = (tc.sum(m2) + tc.sum(counts * spread * spread)) / n
+    return var, mean_d - mean_k, mean_d + shift
 
 
 @tc.kernel

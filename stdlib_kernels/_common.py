@@ -34,7 +34,7 @@ from . import _plan
 
 __all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place",
            "view", "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
-           "lanewise_max", "lanewise_sum", "next_pow2", "launch", "contiguous_strides"]
+           "lanewise_max", "lanewise_sum", "lanewise_sum_of_squares", "next_pow2", "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
 
@@ -451,6 +451,15 @@ def lanewise_sum(ts):
     for k in tc.static_range(1, len(ts)):
         s = s + ts[k]
     return s
+
+
+@tc.func
+def lanewise_sum_of_squares(ts):
+    """The lane-wise sum of the squares of a tuple of same-shape tiles."""
+    sq = ts[0] * ts[0]
+    for k in tc.static_range(1, len(ts)):
+        sq = sq + ts[k] * ts[k]
+    return sq
 
 
 def split_row(cfg: RowConfig, n_cols: int, per_thread: int = SPLIT_PER_THREAD) -> RowConfig:

@@ -23,8 +23,8 @@ from typing import Optional, Tuple
 
 import tilec as tc
 
-from ._cluster_rows import ClusterRows, norm_cluster_rows, params, scale_shift, split_chunks
-from ._common import lanewise_sum
+from ._cluster_rows import ClusterRows, chan_combine, norm_cluster_rows, params, scale_shift, split_chunks
+from ._common import lanewise_sum, lanewise_sum_of_squares
 from ._window import store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles"]
@@ -67,14 +67,6 @@ def lane_params(w, b, k, cols, inside, lead, HAS_W: tc.constexpr, HAS_B: tc.cons
 
 
 @tc.func
-def _sum_of_squares(ts):
-    sq = ts[0] * ts[0]
-    for k in tc.static_range(1, len(ts)):
-        sq = sq + ts[k] * ts[k]
-    return tc.sum(sq)
-
-
-@tc.func
 def _real_columns(rank, lead, n, SPAN: tc.constexpr):
     # how many of the row's columns chunk `rank` (SPAN lanes of the window) holds
     lo = rank * SPAN - lead
@@ -103,7 +95,7 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
     if RMS:
         ds = ts     # zero padding adds nothing to the sum of squares
         centre = 0.0
-        var = tc.sum(tc.cluster_gather(_sum_of_squares(ts), C, padding=0.0)) / n
+        var = tc.sum(tc.cluster_gather(tc.sum(lanewise_sum_of_squares(ts)), C, padding=0.0)) / n
     else:
         # Shifted by the row's first element (a large mean next to a small spread then
         # cancels nothing in the chunk sums), centred on the chunk's mean; lanes outside
@@ -119,14 +111,10 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
             _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
             centred = centred + (tc.where(inside, ds[i] - mean_k, 0.0),)
         ds = centred
-        means, m2 = tc.cluster_gather((mean_k, _sum_of_squares(ds)), C, padding=(0.0, 0.0))
+        means, m2 = tc.cluster_gather((mean_k, tc.sum(lanewise_sum_of_squares(ds))), C, padding=(0.0, 0.0))
         # entries past a cluster of 3, 5, 6 or 7 count no columns
         counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
-        mean_d = tc.sum(counts * means) / n
-        spread = means - mean_d
-        var = (tc.sum(m2) + tc.sum(counts * spread * spread)) / n
-        centre = mean_d - mean_k    # ds is x - shift - mean_k: x - mean = ds - centre
-        mean = mean_d + shift
+        var, centre, mean = chan_combine(means, m2, counts, n, mean_k, shift)   # x - mean = ds - centre
     rstd = tc.rsqrt(var + eps)
     if SHIFTED:
         tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran

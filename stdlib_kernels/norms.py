@@ -24,7 +24,8 @@ import tilec as tc
 from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count, split_row, view)
+                      lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count,
+                      split_row, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
@@ -112,10 +113,7 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         for k in tc.static_range(TILES):
             _, inside = lanes_of(x, k, lead, WINDOW, BLOCK)
             ds = ds + (tc.where(inside, ts[k] - mean, 0.0),)
-    sq = ds[0] * ds[0]
-    for k in tc.static_range(1, TILES):
-        sq = sq + ds[k] * ds[k]
-    rstd = tc.rsqrt(tc.sum(sq, axis=1, keep_dims=True) / n + eps)
+    rstd = tc.rsqrt(tc.sum(lanewise_sum_of_squares(ds), axis=1, keep_dims=True) / n + eps)
     if SHIFTED:
         # A dependent launch of the tables' kernel: x was read while it ran.
         tc.grid_dependency_wait()
@@ -276,26 +274,26 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
             n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
-        row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
         chunks = None
         tiled_window = shared_window(a, o, ragged=True) if cl is not None else 0
         if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
                                              tiled_window)
+            row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
             if tiled is not None and use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
                 chunks, window = tiled, tiled_window
         if chunks is None and two_byte_ln and not even:
             cl = None
+        # w and b from shifted tables for rows read through windows (single tiles, chunk tiles)
+        shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms,
+                                                     named)
         if cfg.single:
-            shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms,
-                                                         named)
             cfg = norm_tiles(cfg, n_cols, window, halve_window=shifted and not rms and (
                 a.dtype.itemsize == 2 or cfg.block >= MAX_SINGLE_TILE))
             flags["BLOCK"] = cfg.block
             options = None
             if shifted:
-                wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window, cfg.tiles * cfg.block)
-                args = (xv, wv, bv, yv, mv, rv, eps32)
+                args = _shift_tables(named, args, window, cfg.tiles * cfg.block)
                 flags["SHIFTED"] = True
                 options = DEPENDENT
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
@@ -303,13 +301,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         elif chunks is not None:
             # Ragged rows or rows off 32-byte sectors: one row per cluster, chunks as tiles of
             # the row's window.
-            shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize,
-                                                         rms, named)
             options = _cluster_rows.chunk_options(chunks, a.dtype.itemsize)
             if shifted:
-                wv, bv = _shift_tables(named.get("weight"), named.get("bias"), wv, bv, window,
-                                       chunks.c * chunks.tiles * chunks.block)
-                args = (xv, wv, bv, yv, mv, rv, eps32)
+                args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
                 options = dict(options, **DEPENDENT)
             flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted)
             launch(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps, cluster=chunks.c,
@@ -349,9 +343,12 @@ def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, named) -> bool:
     return has_params and nbytes >= SHIFT_TABLE_MIN_BYTES and (itemsize == 2 or not rms)
 
 
-def _shift_tables(w, b, wv, bv, window: int, lanes: int):
-    """(w, b) as (window, lanes) tables whose row L is the parameter shifted right by L lanes,
-    zero outside it (`shift_tables_kernel`); a parameter that is None keeps its view."""
+def _shift_tables(named, args, window: int, lanes: int):
+    """The row kernel's `args` (x, w, b, ...) with w and b as (window, lanes) tables whose row L
+    is the parameter shifted right by L lanes, zero outside it (`shift_tables_kernel`, launched
+    here); a parameter the norm does not have (not in `named`) keeps its view."""
+    xv, wv, bv, *rest = args
+    w, b = named.get("weight"), named.get("bias")
     tabs = []
     for p, v in ((w, wv), (b, bv)):
         if p is not None:
@@ -361,7 +358,7 @@ def _shift_tables(w, b, wv, bv, window: int, lanes: int):
     block = min(lanes, SHIFT_TABLE_BLOCK)
     launch(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (wv, bv, *tabs), builtins.max(block // 512, 1),
            HAS_W=w is not None, HAS_B=b is not None, BLOCK=block)
-    return tabs
+    return (xv, *tabs, *rest)
 
 
 def use_chunk_tiles(rms: bool, itemsize: int, chunks: _cluster_rows.ClusterRows, row_bytes: int) -> bool:

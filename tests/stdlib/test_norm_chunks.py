@@ -35,6 +35,28 @@ def _refs(x, w, b, rms, eps):
     return (x64 - mean[:, None]) * rstd[:, None] * w + b, mean, rstd
 
 
+def _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, tol, stat_tol):
+    # norm_chunks_kernel on the rows buf[:, :n] into rows of the same stride, against numpy:
+    # y within tol (rtol, atol), rstd and mean within stat_tol (rstd rtol, mean rtol, mean
+    # atol), nothing written between the rows
+    rows = buf.shape[0]
+    x = buf[:, :n]
+    out = np.full(buf.shape, 9.0, buf.dtype)
+    y = out[:, :n]
+    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    wv, bv = (_tables(w, window, c * tiles * block), _tables(b, window, c * tiles * block)) if shifted else (w, b)
+    with tc.interpret():
+        NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
+                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
+                                           SHIFTED=shifted, cluster=c)
+    want, want_mean, want_rstd = _refs(x, w.astype(np.float64), b.astype(np.float64), rms, 1e-5)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol[0], atol=tol[1])
+    np.testing.assert_allclose(rstd, want_rstd, rtol=stat_tol[0])
+    if not rms:
+        np.testing.assert_allclose(mean, want_mean, rtol=stat_tol[1], atol=stat_tol[2])
+    np.testing.assert_array_equal(out[:, n:], 9.0)
+
+
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c,tiles,n", [(3, 2, 37), (5, 3, 61), (7, 2, 50), (4, 2, 9), (2, 4, 57)])
 @pytest.mark.parametrize("window,shifted", [(0, False), (8, False), (8, True)])
@@ -46,22 +68,8 @@ def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted):
     block, rows = 8, 8
     stride = n + (13 - n % 8 if window else 16 - n % 16)
     buf = (50 + 3 * rng.standard_normal((rows, stride))).astype(np.float32)
-    x = buf[:, :n]
     w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    out = np.full((rows, stride), 9.0, np.float32)
-    y = out[:, :n]
-    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
-    wv, bv = (_tables(w, window, c * tiles * block), _tables(b, window, c * tiles * block)) if shifted else (w, b)
-    with tc.interpret():
-        NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
-                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
-                                           SHIFTED=shifted, cluster=c)
-    want, want_mean, want_rstd = _refs(x, w, b, rms, 1e-5)
-    np.testing.assert_allclose(y, want, rtol=2e-5, atol=2e-5)
-    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
-    if not rms:
-        np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
-    np.testing.assert_array_equal(out[:, n:], 9.0)        # nothing written between the rows
+    _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, (2e-5, 2e-5), (1e-5, 1e-6, 0))
 
 
 @settings(max_examples=40, deadline=None)
@@ -80,23 +88,10 @@ def test_chunk_tiles_property(data):
     offset = data.draw(st.sampled_from([0.0, 100.0, -1000.0]))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     buf = (offset + 3 * rng.standard_normal((rows, n + extra))).astype(dtype)
-    x = buf[:, :n]
     w, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
-    out = np.full((rows, n + extra), 9.0, dtype)
-    y = out[:, :n]
-    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
-    wv, bv = (_tables(w, window, c * tiles * block), _tables(b, window, c * tiles * block)) if shifted else (w, b)
-    with tc.interpret():
-        NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
-                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
-                                           SHIFTED=shifted, cluster=c)
-    want, want_mean, want_rstd = _refs(x, w.astype(np.float64), b.astype(np.float64), rms, 1e-5)
     tol = 2e-5 if dtype == np.float32 else 4e-3
-    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol * 8)
-    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-4)
-    if not rms:
-        np.testing.assert_allclose(mean, want_mean, rtol=1e-5, atol=1e-5 * max(abs(offset), 1))
-    np.testing.assert_array_equal(out[:, n:], 9.0)
+    _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, (tol, tol * 8),
+                   (1e-4, 1e-5, 1e-5 * max(abs(offset), 1)))
 
 
 @pytest.mark.parametrize("rms,itemsize,c,row_bytes,want", [
