@@ -55,7 +55,7 @@ from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
-           "resident_clusters", "persistent_grid", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
+           "resident_clusters", "loaded_kernel", "persistent_grid", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
            "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -510,12 +510,19 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: 
     """
     if a.host:
         return HOST_RESIDENT_CLUSTERS
+    return loaded_kernel(a, kernel, args, cl, options, **constexprs).max_active_clusters or None
+
+
+def loaded_kernel(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None, **constexprs):
+    """`kernel` compiled as `_common.launch` will launch it with `args` and compile `options`
+    on `cl`, loaded on the device of `a` (a GPU array): its LoadedKernel (resources, resident
+    clusters)."""
     from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
     from tilec.runtime.module import load  # noqa: PLC0415
     register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
     compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **(options or {}),
                               **constexprs)
-    return load(compiled, a.device).max_active_clusters or None
+    return load(compiled, a.device)
 
 
 def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, options: Optional[dict] = None,
