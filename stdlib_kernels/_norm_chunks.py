@@ -16,6 +16,13 @@ column k * BLOCK + j - lead: w and b are gathered per lane, or, SHIFTED, read wh
 row `lead` of their shifted tables (`norms.shift_tables_kernel`, a launch before this
 one). The statistics combine as in `_cluster_rows` (chunk means and centred sums of
 squares by Chan's formula; rms_norm: the sum of squares).
+
+2-byte layer_norm chunks of several tiles (`reread_chunk`) are read again after the
+exchange instead of held across it: the held chunk, centred in f32, then w and b took
+106-168 registers (1-4 programs per SM); read again, 64-79. H100, % of copy, held ->
+read again: bf16 8192x20001 78 -> 83, 4096x50257 59 -> 76, 16384x16385 74 -> 83,
+2048x100003 52 -> 70, 4096x40000 83 -> 92, 2048x100000 70 -> 69; f32 rows lost (95 -> 77:
+they keep theirs, and `params_early`).
 """
 from __future__ import annotations
 
@@ -27,7 +34,7 @@ from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluste
 from ._common import lanewise_sum, lanewise_sum_of_squares
 from ._window import store_row_tile, window_span, window_start, window_tile
 
-__all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early"]
+__all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "reread_chunk"]
 
 
 @tc.func
@@ -81,27 +88,40 @@ def _tile_params(x, w, b, k, lead, HAS_W: tc.constexpr, HAS_B: tc.constexpr, WIN
     return lane_params(w, b, k, cols, inside, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK)
 
 
+@tc.func
+def _x_tile(x, row, base, lead, n, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+    # tile k of the row (of its window when WINDOW) in f32, 0 outside the row
+    if WINDOW:
+        t, _ = window_tile(x, base, lead, n, k, 0.0, BLOCK)
+    else:
+        t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=0.0)
+    return t.astype(tc.float32)
+
+
 @tc.kernel
 def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                        TILES: tc.constexpr, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False,
-                       EARLY: tc.constexpr = False):
+                       EARLY: tc.constexpr = False, REREAD: tc.constexpr = False):
     # One row per cluster; program `rank` holds tiles rank * TILES ... of the row (of its
     # window when WINDOW), 0 outside the row. EARLY: w and b loaded right after x, in
-    # flight during the statistics and the exchange (`params_early`).
+    # flight during the statistics and the exchange (`params_early`). REREAD (layer_norm):
+    # the chunk is not held across the exchange but read again (from L2) after it.
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     n = x.shape[1]
     lead = 0
+    base = x.ptr
     if WINDOW:
         base, lead = window_start(x, row, WINDOW)
     ts = ()
     for i in tc.static_range(TILES):
-        if WINDOW:
-            t, _ = window_tile(x, base, lead, n, rank * TILES + i, 0.0, BLOCK)
-        else:
-            t = tc.load(x, index=(row, rank * TILES + i), shape=(1, BLOCK), padding=0.0)
-        ts = ts + (t.astype(tc.float32),)
+        ts = ts + (_x_tile(x, row, base, lead, n, rank * TILES + i, WINDOW, BLOCK),)
+    if REREAD:
+        tc.static_assert(not RMS, "REREAD is layer_norm's")
+        _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W, HAS_B, STATS,
+                           C, BLOCK, TILES, WINDOW, SHIFTED)
+        return
     if EARLY:
         if SHIFTED:
             tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
@@ -149,6 +169,52 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
             tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
 
 
+@tc.func
+def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W: tc.constexpr,
+                       HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                       TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr):
+    # The chunk's sum and sum of squares in one pass (shifted by the row's first element, so
+    # a large mean next to a small spread cancels little), Chan's combination across the
+    # cluster, then the chunk read again, tile i + 1's loads issued before tile i's store (a
+    # store to y may alias x: no later load moves above it).
+    n = x.shape[1]
+    shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+    ds = ()
+    for i in tc.static_range(TILES):
+        _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
+        ds = ds + (tc.where(inside, ts[i] - shift, 0.0),)
+    s1 = tc.sum(lanewise_sum(ds))
+    mean_k = s1 / tc.maximum(_real_columns(rank, lead, n, TILES * BLOCK), 1)
+    m2_k = tc.maximum(tc.sum(lanewise_sum_of_squares(ds)) - s1 * mean_k, 0.0)
+    means, m2 = tc.cluster_gather((mean_k, m2_k), C, padding=(0.0, 0.0))
+    counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
+    var, _, mean = chan_combine(means, m2, counts, n, mean_k, shift)
+    rstd = tc.rsqrt(var + eps)
+    if SHIFTED:
+        tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
+    k0 = rank * TILES
+    xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
+    ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
+    for i in tc.static_range(TILES):
+        if i + 1 < TILES:
+            xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK),)
+            ps = ps + (_tile_params(x, w, b, k0 + i + 1, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
+        wt, bt = ps[i]
+        out = scale_shift((xs[i] - mean) * rstd, wt, bt, HAS_W, HAS_B)
+        store_row_tile(y, row, k0 + i, out.astype(y.dtype), WINDOW, BLOCK)
+    if STATS:
+        if rank == 0:
+            tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+
+
+def reread_chunk(rms: bool, itemsize: int, cl: ClusterRows) -> bool:
+    """REREAD for norm_chunks_kernel: 2-byte layer_norm chunks of more than one tile (a
+    chunk of one tile costs no more registers held than read again: f16 4096x32001, 2 x
+    16384, 69% of copy either way)."""
+    return not rms and itemsize == 2 and cl.tiles > 1
+
+
 def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
     """EARLY for norm_chunks_kernel launched with `args` on `cl` (compile `options`): w and b
     loaded before the exchange where the kernel compiled that way fits as many programs per
@@ -188,12 +254,13 @@ def _sig(d, norm, c, block, tiles, window, shifted):
 
 
 SM90_SIGNATURES = [
-    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True), 4),      # 4096x50257 bf16
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True) + ", REREAD=True", 4),   # 4096x50257 bf16
     ("norm_chunks_kernel", _sig("f16", "rms", 4, 1024, 5, 16, True), 4),      # 8192x20001 f16
     ("norm_chunks_kernel", _sig("f32", "ln", 3, 1024, 6, 8, True), 4),        # 8192x16385 f32
     ("norm_chunks_kernel", _sig("f32", "rms", 5, 1024, 8, 0, False), 4),      # 2048x40000 f32
     ("norm_chunks_kernel", _sig("f32", "ln", 8, 16384, 1, 8, False), 16),     # 5x70001 f32 (no tables under 16 MB)
-    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True), 8),      # 2048x100003 bf16
-    ("norm_chunks_kernel", _sig("bf16", "ln", 4, 1024, 5, 16, True) + ", EARLY=True", 4),   # params_early
-    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True) + ", EARLY=True", 8),
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True) + ", REREAD=True", 8),   # 2048x100003 bf16
+    ("norm_chunks_kernel", _sig("bf16", "ln", 5, 1024, 8, 0, False) + ", REREAD=True", 4),   # 4096x40000 bf16
+    ("norm_chunks_kernel", _sig("f16", "ln", 2, 16384, 1, 16, True), 16),     # 4096x32001 f16 (one tile)
+    ("norm_chunks_kernel", _sig("f32", "ln", 4, 1024, 5, 8, True) + ", EARLY=True", 4),     # params_early
 ]
