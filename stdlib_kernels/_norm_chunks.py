@@ -20,9 +20,10 @@ squares by Chan's formula; rms_norm: the sum of squares).
 2-byte layer_norm chunks of several tiles (`reread_chunk`) are read again after the
 exchange instead of held across it: the held chunk, centred in f32, then w and b took
 106-168 registers (1-4 programs per SM); read again, 64-79. H100, % of copy, held ->
-read again: bf16 8192x20001 78 -> 83, 4096x50257 59 -> 76, 16384x16385 74 -> 83,
-2048x100003 52 -> 70, 4096x40000 83 -> 92, 2048x100000 70 -> 69; f32 rows lost (95 -> 77:
-they keep theirs, and `params_early`).
+read again (then with the first tile's loads in flight during the exchange): bf16
+8192x20001 78 -> 83 (86), 4096x50257 59 -> 76 (80), 16384x16385 74 -> 83 (85), 2048x100003
+52 -> 70 (75), 4096x40000 83 -> 92, 2048x100000 70 -> 69; f32 rows lost (95 -> 77: they keep
+theirs, and `params_early`).
 """
 from __future__ import annotations
 
@@ -176,7 +177,10 @@ def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base,
     # The chunk's sum and sum of squares in one pass (shifted by the row's first element, so
     # a large mean next to a small spread cancels little), Chan's combination across the
     # cluster, then the chunk read again, tile i + 1's loads issued before tile i's store (a
-    # store to y may alias x: no later load moves above it).
+    # store to y may alias x: no later load moves above it). Through windows the first
+    # tile's loads go out before the exchange, in flight during it (H100, % of copy: 8192x20001
+    # 83 -> 86, 4096x50257 76 -> 80, 2048x100003 71 -> 75); rows on sectors lost there
+    # (2048x100000, 7 x 7 tiles of 2048: 69 -> 56; 4096x40000 even).
     n = x.shape[1]
     shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
     ds = ()
@@ -186,15 +190,19 @@ def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base,
     s1 = tc.sum(lanewise_sum(ds))
     mean_k = s1 / tc.maximum(_real_columns(rank, lead, n, TILES * BLOCK), 1)
     m2_k = tc.maximum(tc.sum(lanewise_sum_of_squares(ds)) - s1 * mean_k, 0.0)
+    k0 = rank * TILES
+    if WINDOW:
+        if SHIFTED:
+            tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
+        ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     means, m2 = tc.cluster_gather((mean_k, m2_k), C, padding=(0.0, 0.0))
     counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
     var, _, mean = chan_combine(means, m2, counts, n, mean_k, shift)
     rstd = tc.rsqrt(var + eps)
-    if SHIFTED:
-        tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
-    k0 = rank * TILES
-    xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
-    ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
+    if not WINDOW:
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
+        ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     for i in tc.static_range(TILES):
         if i + 1 < TILES:
             xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK),)
