@@ -428,13 +428,14 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
 
 
 def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
-                 window: int = 0) -> Optional[ClusterRows]:
+                 window: int = 0, long_rows: Optional[bool] = None) -> Optional[ClusterRows]:
     """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE columns
     at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer lanes
     idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to fewer
     programs, more tiles each); else `cl`. Rows of 2-byte types (`itemsize`) too long for that
     take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of LONG_CHUNK_TILE
-    (LONG_CHUNK_MAX_TILES on rows on 32-byte sectors, `window` 0). For softmax_cluster_kernel
+    (LONG_CHUNK_MAX_TILES on rows on 32-byte sectors, `window` 0); `long_rows` True gives
+    rows of any type those shapes (the norms' chunk tiles). For softmax_cluster_kernel
     (TILES; compile options: `chunk_options`). Measured on an H200, % of copy, one tile ->
     tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
     4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up
@@ -447,7 +448,7 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
     if cl is None:
         return None
     shapes = [(CHUNK_TILE, CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
-    if itemsize == 2:
+    if long_rows or (long_rows is None and itemsize == 2):
         shapes += [(CHUNK_TILE, CHUNK_TILE_WARPS, LONG_CHUNK_TILES),
                    (LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, LONG_CHUNK_MAX_TILES if not window else MAX_CHUNK_TILES)]
     for block, warps, most in shapes:

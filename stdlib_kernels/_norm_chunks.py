@@ -227,24 +227,29 @@ def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
     """EARLY for norm_chunks_kernel launched with `args` on `cl` (compile `options`): w and b
     loaded before the exchange where the kernel compiled that way fits as many programs per
     SM as the one loading them after it (their registers then cost nothing; where they do,
-    fewer programs hide less latency). H100, % of copy, bf16 layer_norm after -> before:
+    fewer programs hide less latency). f32 layer_norm's (2-byte chunks of several tiles are
+    read again instead, `reread_chunk`). H100, % of copy, bf16 layer_norm after -> before,
+    measured while they were held:
     8192x20001 (4 x 5 tiles, 4 programs per SM either way) 72 -> 79, 2048x100003 (7 x 7 tiles of
     2048, 1) 40 -> 52; 4096x50257 (7 x 8 tiles, 3 -> 2) 59 -> 57, 16384x16385 (3 x 6, 4 -> 3) 75 ->
-    70. Host arrays (the interpreter): False."""
+    70. Never where it spills (f32 7 x 10 tiles: 44 bytes). Host arrays (the interpreter): False."""
     if a.host:
         return False
-    per_sm = [loaded_kernel(a, norm_chunks_kernel, args, cl, options, EARLY=early,
-                            **constexprs).resources.max_blocks_per_sm for early in (True, False)]
-    return per_sm[0] >= per_sm[1]
+    early, late = (loaded_kernel(a, norm_chunks_kernel, args, cl, options, EARLY=e, **constexprs).resources
+                   for e in (True, False))
+    return early.spills == 0 and early.max_blocks_per_sm >= late.max_blocks_per_sm
 
 
 def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window: int) -> Optional[ClusterRows]:
     """The cluster launch of norm_chunks_kernel for rows of `n_cols` read through windows of
     `window` elements (0: column tiles), or None where clusters do not apply: the norms'
     clusters (`norm_cluster_rows`) over the row and its window's lead, held as tiles where
-    that leaves fewer lanes idle (`split_chunks`)."""
+    that leaves fewer lanes idle (`split_chunks`), rows past 8 x 8 tiles of 1024 in the long
+    rows' shapes whatever their type (H100, f32 layer_norm, % of copy, one tile of 16384 per
+    program -> 7 x 7 tiles of 2048 or 7 x 10 of 1024: 1024x100003 59 -> 82, 2048x70001 49 ->
+    81, 1024x90001 57 -> 72)."""
     span = window_span(n_cols, window)
-    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window)
+    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window, long_rows=True)
 
 
 # Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the
@@ -271,4 +276,6 @@ SM90_SIGNATURES = [
     ("norm_chunks_kernel", _sig("bf16", "ln", 5, 1024, 8, 0, False) + ", REREAD=True", 4),   # 4096x40000 bf16
     ("norm_chunks_kernel", _sig("f16", "ln", 2, 16384, 1, 16, True), 16),     # 4096x32001 f16 (one tile)
     ("norm_chunks_kernel", _sig("f32", "ln", 4, 1024, 5, 8, True) + ", EARLY=True", 4),     # params_early
+    ("norm_chunks_kernel", _sig("f32", "ln", 7, 2048, 7, 8, False), 8),      # 1024x100003 f32
+    ("norm_chunks_kernel", _sig("f32", "ln", 7, 1024, 10, 8, False), 4),     # 2048x70001 f32
 ]

@@ -108,7 +108,8 @@ def test_use_chunk_tiles(rms, itemsize, c, row_bytes, want):
 
 @pytest.mark.parametrize("n,itemsize,window,want", [
     (20001, 2, 16, (4, 1024, 4, 5)), (50257, 2, 16, (7, 1024, 4, 8)), (40000, 4, 0, (5, 1024, 4, 8)),
-    (16385, 4, 8, (3, 1024, 4, 6)), (100003, 4, 8, (8, 16384, 16, 1))])
+    (16385, 4, 8, (3, 1024, 4, 6)), (100003, 4, 8, (7, 2048, 8, 7)), (70001, 4, 8, (7, 1024, 4, 10)),
+    (131000, 4, 0, (8, 16384, 16, 1))])
 def test_chunk_tiles_config(n, itemsize, window, want):
     cl = NC.chunk_tiles(n, (9, 0), itemsize, window)
     assert (cl.c, cl.block, cl.num_warps, cl.tiles) == want
