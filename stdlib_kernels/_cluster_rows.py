@@ -428,14 +428,16 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
 
 
 def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
-                 window: int = 0, long_rows: Optional[bool] = None) -> Optional[ClusterRows]:
+                 window: int = 0, long_rows: Optional[bool] = None,
+                 ties_to_tiles: bool = False) -> Optional[ClusterRows]:
     """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE columns
     at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer lanes
     idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to fewer
     programs, more tiles each); else `cl`. Rows of 2-byte types (`itemsize`) too long for that
     take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of LONG_CHUNK_TILE
     (LONG_CHUNK_MAX_TILES on rows on 32-byte sectors, `window` 0); `long_rows` True gives
-    rows of any type those shapes (the norms' chunk tiles). For softmax_cluster_kernel
+    rows of any type those shapes (the norms' chunk tiles); `ties_to_tiles`, tiles where they
+    leave as few lanes idle as cl (2-byte layer_norm, `_norm_chunks.reread_chunk`). For softmax_cluster_kernel
     (TILES; compile options: `chunk_options`). Measured on an H200, % of copy, one tile ->
     tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
     4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up
@@ -456,7 +458,8 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
         fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= most]
         if fits:
             c = min(fits, key=lambda c: (c * tiles[c], c))
-            if c * tiles[c] * block >= cl.c * cl.block:
+            lanes = c * tiles[c] * block
+            if lanes > cl.c * cl.block or (lanes == cl.c * cl.block and not ties_to_tiles):
                 return cl
             return ClusterRows(c, block, warps, tiles[c])
     return cl

@@ -240,16 +240,21 @@ def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
     return early.spills == 0 and early.max_blocks_per_sm >= late.max_blocks_per_sm
 
 
-def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window: int) -> Optional[ClusterRows]:
+def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window: int,
+                ties_to_tiles: bool = False) -> Optional[ClusterRows]:
     """The cluster launch of norm_chunks_kernel for rows of `n_cols` read through windows of
     `window` elements (0: column tiles), or None where clusters do not apply: the norms'
     clusters (`norm_cluster_rows`) over the row and its window's lead, held as tiles where
     that leaves fewer lanes idle (`split_chunks`), rows past 8 x 8 tiles of 1024 in the long
     rows' shapes whatever their type (H100, f32 layer_norm, % of copy, one tile of 16384 per
     program -> 7 x 7 tiles of 2048 or 7 x 10 of 1024: 1024x100003 59 -> 82, 2048x70001 49 ->
-    81, 1024x90001 57 -> 72)."""
+    81, 1024x90001 57 -> 72). `ties_to_tiles` (2-byte layer_norm, whose chunks of several
+    tiles are read again): tiles also where they leave as few lanes idle as one tile per
+    program (H100, % of copy, 2 x 16384 -> 4 x 8 tiles of 1024: 4096x32001 f16 69 -> 75,
+    4096x32010 bf16 68 -> 76; 4 x 16384 -> 8 x 8: 2048x65000 bf16 61 -> 83; rms_norm even)."""
     span = window_span(n_cols, window)
-    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window, long_rows=True)
+    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window, long_rows=True,
+                        ties_to_tiles=ties_to_tiles)
 
 
 # Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the
@@ -274,7 +279,8 @@ SM90_SIGNATURES = [
     ("norm_chunks_kernel", _sig("f32", "ln", 8, 16384, 1, 8, False), 16),     # 5x70001 f32 (no tables under 16 MB)
     ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True) + ", REREAD=True", 8),   # 2048x100003 bf16
     ("norm_chunks_kernel", _sig("bf16", "ln", 5, 1024, 8, 0, False) + ", REREAD=True", 4),   # 4096x40000 bf16
-    ("norm_chunks_kernel", _sig("f16", "ln", 2, 16384, 1, 16, True), 16),     # 4096x32001 f16 (one tile)
+    ("norm_chunks_kernel", _sig("f16", "rms", 2, 16384, 1, 16, True), 16),    # 4096x32001 f16 rms_norm (one tile)
+    ("norm_chunks_kernel", _sig("bf16", "ln", 4, 1024, 8, 16, True) + ", REREAD=True", 4),   # 4096x32001 (ties)
     ("norm_chunks_kernel", _sig("f32", "ln", 4, 1024, 5, 8, True) + ", EARLY=True", 4),     # params_early
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 2048, 7, 8, False), 8),      # 1024x100003 f32
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 1024, 10, 8, False), 4),     # 2048x70001 f32

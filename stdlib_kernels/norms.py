@@ -278,7 +278,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         tiled_window = shared_window(a, o, ragged=True) if cl is not None else 0
         if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
-                                             tiled_window)
+                                             tiled_window, ties_to_tiles=two_byte_ln)
             row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
             if tiled is not None and use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
                 chunks, window = tiled, tiled_window

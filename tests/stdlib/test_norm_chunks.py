@@ -117,6 +117,16 @@ def test_chunk_tiles_config(n, itemsize, window, want):
     assert NC.chunk_tiles(n, (8, 0), itemsize, window) is None     # no clusters before sm_90
 
 
+@pytest.mark.parametrize("n,window,tie,want", [
+    (32001, 16, False, (2, 16384, 16, 1)), (32001, 16, True, (4, 1024, 4, 8)),
+    (65000, 0, True, (8, 1024, 4, 8)), (20001, 16, True, (4, 1024, 4, 5))])   # no tie: tiles either way
+def test_chunk_tiles_on_ties(n, window, tie, want):
+    # rows whose window fills C power-of-two chunks as exactly as 1024-column tiles do: one
+    # tile per program, or (2-byte layer_norm) the tiles
+    cl = NC.chunk_tiles(n, (9, 0), 2, window, ties_to_tiles=tie)
+    assert (cl.c, cl.block, cl.num_warps, cl.tiles) == want
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(monkeypatch, dtype):
     # 131070 columns off 32-byte sectors: the window's span passes 8 x 16384 lanes, so no chunk
