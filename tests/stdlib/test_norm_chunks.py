@@ -5,6 +5,7 @@ picks it (norms.use_chunk_tiles)."""
 from __future__ import annotations
 
 import importlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -156,3 +157,20 @@ def test_reread_only_2byte_layer_norm_chunks_of_tiles(rms, itemsize, tiles, want
     # H100: 2-byte layer_norm 59-84% of copy held -> 69-92% read again; f32 95 -> 77
     cl = CR.ClusterRows(c=4, block=1024, num_warps=4, tiles=tiles)
     assert NC.reread_chunk(rms, itemsize, cl) is want
+
+
+@pytest.mark.parametrize("early,late,want", [
+    ((3, 0), (3, 0), True),      # as many programs per SM: w and b before the exchange
+    ((2, 0), (3, 0), False),     # one fewer
+    ((3, 44), (3, 0), False),    # as many, but it spills (f32 7 x 10 tiles)
+    ((4, 0), (3, 0), True)])
+def test_params_early_compares_the_compiled_kernels(monkeypatch, early, late, want):
+    per_flag = {True: early, False: late}
+
+    def loaded(a, kernel, args, cl, options=None, EARLY=False, **constexprs):
+        per_sm, spills = per_flag[EARLY]
+        return SimpleNamespace(resources=SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills))
+    monkeypatch.setattr(NC, "loaded_kernel", loaded)
+    gpu = SimpleNamespace(host=False)
+    assert NC.params_early(gpu, (), CR.ClusterRows(7, 1024, 4, 10)) is want
+    assert NC.params_early(SimpleNamespace(host=True), (), CR.ClusterRows(7, 1024, 4, 10)) is False
