@@ -90,6 +90,18 @@ def _tile_params(x, w, b, k, lead, HAS_W: tc.constexpr, HAS_B: tc.constexpr, WIN
 
 
 @tc.func
+def _shifted(x, ts, row, rank, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr):
+    # (shift, the chunk's tiles minus it): shifted by the row's first element, a large mean
+    # next to a small spread cancels little in the chunk's sums; lanes outside the row 0
+    shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
+    ds = ()
+    for i in tc.static_range(TILES):
+        _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
+        ds = ds + (tc.where(inside, ts[i] - shift, 0.0),)
+    return shift, ds
+
+
+@tc.func
 def _x_tile(x, row, base, lead, n, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
     # tile k of the row (of its window when WINDOW) in f32, 0 outside the row
     if WINDOW:
@@ -134,14 +146,8 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
         centre = 0.0
         var = tc.sum(tc.cluster_gather(tc.sum(lanewise_sum_of_squares(ts)), C, padding=0.0)) / n
     else:
-        # Shifted by the row's first element (a large mean next to a small spread then
-        # cancels nothing in the chunk sums), centred on the chunk's mean; lanes outside
-        # the row held at 0.
-        shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
-        ds = ()
-        for i in tc.static_range(TILES):
-            _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
-            ds = ds + (tc.where(inside, ts[i] - shift, 0.0),)
+        # centred on the chunk's mean
+        shift, ds = _shifted(x, ts, row, rank, lead, WINDOW, BLOCK, TILES)
         mean_k = tc.sum(lanewise_sum(ds)) / tc.maximum(_real_columns(rank, lead, n, TILES * BLOCK), 1)
         centred = ()
         for i in tc.static_range(TILES):
@@ -174,19 +180,14 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
 def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W: tc.constexpr,
                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                        TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr):
-    # The chunk's sum and sum of squares in one pass (shifted by the row's first element, so
-    # a large mean next to a small spread cancels little), Chan's combination across the
-    # cluster, then the chunk read again, tile i + 1's loads issued before tile i's store (a
+    # The chunk's sum and sum of squares in one pass (of `_shifted` values), Chan's
+    # combination across the cluster, then the chunk read again, tile i + 1's loads issued before tile i's store (a
     # store to y may alias x: no later load moves above it). Through windows the first
     # tile's loads go out before the exchange, in flight during it (H100, % of copy: 8192x20001
     # 83 -> 86, 4096x50257 76 -> 80, 2048x100003 71 -> 75); rows on sectors lost there
     # (2048x100000, 7 x 7 tiles of 2048: 69 -> 56; 4096x40000 even).
     n = x.shape[1]
-    shift = tc.sum(tc.load(x, offset=(row, 0), shape=(1, 1)).astype(tc.float32))
-    ds = ()
-    for i in tc.static_range(TILES):
-        _, inside = lanes_of(x, rank * TILES + i, lead, WINDOW, BLOCK)
-        ds = ds + (tc.where(inside, ts[i] - shift, 0.0),)
+    shift, ds = _shifted(x, ts, row, rank, lead, WINDOW, BLOCK, TILES)
     s1 = tc.sum(lanewise_sum(ds))
     mean_k = s1 / tc.maximum(_real_columns(rank, lead, n, TILES * BLOCK), 1)
     m2_k = tc.maximum(tc.sum(lanewise_sum_of_squares(ds)) - s1 * mean_k, 0.0)
