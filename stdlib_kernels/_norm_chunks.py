@@ -181,11 +181,11 @@ def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base,
                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                        TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr):
     # The chunk's sum and sum of squares in one pass (of `_shifted` values), Chan's
-    # combination across the cluster, then the chunk read again, tile i + 1's loads issued before tile i's store (a
-    # store to y may alias x: no later load moves above it). Through windows the first
-    # tile's loads go out before the exchange, in flight during it (H100, % of copy: 8192x20001
-    # 83 -> 86, 4096x50257 76 -> 80, 2048x100003 71 -> 75); rows on sectors lost there
-    # (2048x100000, 7 x 7 tiles of 2048: 69 -> 56; 4096x40000 even).
+    # combination across the cluster, then the chunk read again, tile i + 1's loads issued
+    # before tile i's store (a store to y may alias x: no later load moves above it).
+    # Through windows the first tile's loads go out before the exchange, in flight during it
+    # (H100, % of copy: 8192x20001 83 -> 86, 4096x50257 76 -> 80, 2048x100003 71 -> 75); rows
+    # on sectors lost there (2048x100000, 7 x 7 tiles of 2048: 69 -> 56; 4096x40000 even).
     n = x.shape[1]
     shift, ds = _shifted(x, ts, row, rank, lead, WINDOW, BLOCK, TILES)
     s1 = tc.sum(lanewise_sum(ds))
