@@ -103,6 +103,24 @@ def test_norms_on_clusters_match_torch(torch, launched, shape, dtype_name):
     assert [k for k in launched if k[0] != "shift_tables_kernel"] == want[n]
 
 
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape", [(64, 50257), (33, 40000), (40, 32001)])
+def test_norm_chunk_tiles_in_place(torch, launched, shape, dtype_name):
+    # out=x: chunks read again after the exchange (2-byte layer_norm), or held, are read
+    # before the program's own stores overwrite them
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    n = shape[-1]
+    x = (20 + 3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
+    w = torch.randn(n, device="cuda", dtype=dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    want = F.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)
+    assert sk.layer_norm(x, w, b, out=x) is x
+    _close(torch, x, want, dtype_name, scale=8)
+    assert launched[-1] == ("norm_chunks_kernel", 7 if n == 50257 else 5 if n == 40000 else
+                            4 if dtype.itemsize == 2 else 2)
+
+
 def test_replayed_cluster_launches_match_the_first(torch):
     # The second call replays the recorded launch plan (cluster shape in the compiled kernel).
     x = torch.randn(512, 262144, device="cuda", dtype=torch.bfloat16)

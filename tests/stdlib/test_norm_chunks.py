@@ -75,6 +75,29 @@ def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted, mode):
     _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, (2e-5, 2e-5), (1e-5, 1e-6, 0), mode)
 
 
+@pytest.mark.parametrize("mode", ["held", "early", "reread"])
+@pytest.mark.parametrize("window", [0, 8])
+def test_chunk_tiles_in_place(mode, window):
+    # y is x: every program reads its chunk (again, REREAD) before its stores overwrite it,
+    # and the row's first element (the shift) before the exchange
+    rng = np.random.default_rng(7)
+    c, tiles, block, rows, n = 5, 3, 8, 6, 101
+    stride = n + (13 - n % 8 if window else 16 - n % 16)
+    buf = (20 + 3 * rng.standard_normal((rows, stride))).astype(np.float32)
+    x = buf[:, :n]
+    w = np.ones(n, np.float32)
+    want, want_mean, want_rstd = _refs(x.copy(), w.astype(np.float64), w.astype(np.float64), False, 1e-5)
+    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    with tc.interpret():
+        NC.norm_chunks_kernel[(rows * c,)](x, w, w, x, mean, rstd, 1e-5, RMS=False, HAS_W=True, HAS_B=True,
+                                           STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
+                                           SHIFTED=False, EARLY=mode == "early", REREAD=mode == "reread",
+                                           cluster=c)
+    np.testing.assert_allclose(x, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
+
+
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_chunk_tiles_property(data):
