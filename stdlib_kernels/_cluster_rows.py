@@ -437,7 +437,7 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
     take up to LONG_CHUNK_TILES of those tiles, or else 4 to 8 tiles of LONG_CHUNK_TILE
     (LONG_CHUNK_MAX_TILES on rows on 32-byte sectors, `window` 0); `long_rows` True gives
     rows of any type those shapes (the norms' chunk tiles); `ties_to_tiles`, tiles where they
-    leave as few lanes idle as cl (2-byte layer_norm, `_norm_chunks.reread_chunk`). For softmax_cluster_kernel
+    leave as few lanes idle as cl (2-byte layer_norm, `_norm_chunks.one_pass_chunk`). For softmax_cluster_kernel
     (TILES; compile options: `chunk_options`). Measured on an H200, % of copy, one tile ->
     tiles: softmax 8192x16400 bf16 65 -> 94, 8192x20001 bf16 (rows off sectors) 66 -> 95,
     4096x40001 bf16 64 -> 92, log_softmax 4096x40000 f16 77 -> 97, 2048x20001 f32 81 -> 97; up

@@ -17,13 +17,14 @@ row `lead` of their shifted tables (`norms.shift_tables_kernel`, a launch before
 one). The statistics combine as in `_cluster_rows` (chunk means and centred sums of
 squares by Chan's formula; rms_norm: the sum of squares).
 
-2-byte layer_norm chunks of several tiles (`reread_chunk`) are read again after the
-exchange instead of held across it: the held chunk, centred in f32, then w and b took
-106-168 registers (1-4 programs per SM); read again, 64-79. H100, % of copy, held ->
-read again (then with the first tile's loads in flight during the exchange): bf16
-8192x20001 78 -> 83 (86), 4096x50257 59 -> 76 (80), 16384x16385 74 -> 83 (85), 2048x100003
-52 -> 70 (75), 4096x40000 83 -> 92, 2048x100000 70 -> 69; f32 rows lost (95 -> 77: they keep
-theirs, and `params_early`).
+2-byte layer_norm chunks of several tiles (`one_pass_chunk`) take their statistics in one
+pass and load w and b a tile ahead of the stores; the chunk is held across the exchange on
+small clusters or where holding it keeps 5 programs per SM, else read again from L2 after
+it (`reread_chunk`). Centred in two passes and held, then w and b, they took 106-168
+registers (1-4 programs per SM). H100, % of copy, centred and held -> one pass (held or read
+again): bf16 8192x20001 78 -> 90 (held), 4096x50257 59 -> 80 (read again), 16384x16385 74 ->
+88 (held), 2048x100003 52 -> 75 (read again), 4096x40000 83 -> 92 (read again), 2048x100000
+70 -> 69; f32 rows lost read again (95 -> 77: they keep the two passes, and `params_early`).
 """
 from __future__ import annotations
 
@@ -35,7 +36,13 @@ from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluste
 from ._common import lanewise_sum, lanewise_sum_of_squares
 from ._window import store_row_tile, window_span, window_start, window_tile
 
-__all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "reread_chunk"]
+__all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "one_pass_chunk",
+           "reread_chunk"]
+
+# 2-byte layer_norm chunks (ONE_PASS) are held across the exchange on clusters of up to
+# HOLD_MAX_C programs, or where the held kernel keeps HOLD_MIN_PROGRAMS per SM (`reread_chunk`).
+HOLD_MAX_C = 4
+HOLD_MIN_PROGRAMS = 5
 
 
 @tc.func
@@ -115,11 +122,13 @@ def _x_tile(x, row, base, lead, n, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr)
 def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                        TILES: tc.constexpr, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False,
-                       EARLY: tc.constexpr = False, REREAD: tc.constexpr = False):
+                       EARLY: tc.constexpr = False, ONE_PASS: tc.constexpr = False,
+                       REREAD: tc.constexpr = False):
     # One row per cluster; program `rank` holds tiles rank * TILES ... of the row (of its
     # window when WINDOW), 0 outside the row. EARLY: w and b loaded right after x, in
-    # flight during the statistics and the exchange (`params_early`). REREAD (layer_norm):
-    # the chunk is not held across the exchange but read again (from L2) after it.
+    # flight during the statistics and the exchange (`params_early`). ONE_PASS (layer_norm):
+    # the chunk's statistics in one pass, w and b loaded a tile ahead of the stores, x held
+    # or, REREAD, read again (from L2) after the exchange (`one_pass_chunk`, `reread_chunk`).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     n = x.shape[1]
@@ -130,10 +139,10 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
     ts = ()
     for i in tc.static_range(TILES):
         ts = ts + (_x_tile(x, row, base, lead, n, rank * TILES + i, WINDOW, BLOCK),)
-    if REREAD:
-        tc.static_assert(not RMS, "REREAD is layer_norm's")
-        _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W, HAS_B, STATS,
-                           C, BLOCK, TILES, WINDOW, SHIFTED)
+    if ONE_PASS:
+        tc.static_assert(not RMS, "ONE_PASS is layer_norm's")
+        _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W, HAS_B, STATS,
+                             C, BLOCK, TILES, WINDOW, SHIFTED, REREAD)
         return
     if EARLY:
         if SHIFTED:
@@ -177,12 +186,13 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
 
 
 @tc.func
-def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W: tc.constexpr,
-                       HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                       TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr):
+def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W: tc.constexpr,
+                         HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
+                         TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr, REREAD: tc.constexpr):
     # The chunk's sum and sum of squares in one pass (of `_shifted` values), Chan's
-    # combination across the cluster, then the chunk read again, tile i + 1's loads issued
-    # before tile i's store (a store to y may alias x: no later load moves above it).
+    # combination across the cluster, then the chunk (held, or REREAD read again) normalized,
+    # tile i + 1's loads issued before tile i's store (a store to y may alias x: no later
+    # load moves above it).
     # Through windows the first tile's loads go out before the exchange, in flight during it
     # (H100, % of copy: 8192x20001 83 -> 86, 4096x50257 76 -> 80, 2048x100003 71 -> 75); rows
     # on sectors lost there (2048x100000, 7 x 7 tiles of 2048: 69 -> 56; 4096x40000 even).
@@ -195,18 +205,18 @@ def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base,
     if WINDOW:
         if SHIFTED:
             tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
-        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK) if REREAD else ts[0],)
         ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     means, m2 = tc.cluster_gather((mean_k, m2_k), C, padding=(0.0, 0.0))
     counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
     var, _, mean = chan_combine(means, m2, counts, n, mean_k, shift)
     rstd = tc.rsqrt(var + eps)
     if not WINDOW:
-        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK),)
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK) if REREAD else ts[0],)
         ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     for i in tc.static_range(TILES):
         if i + 1 < TILES:
-            xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK),)
+            xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK) if REREAD else ts[i + 1],)
             ps = ps + (_tile_params(x, w, b, k0 + i + 1, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
         wt, bt = ps[i]
         out = scale_shift((xs[i] - mean) * rstd, wt, bt, HAS_W, HAS_B)
@@ -217,11 +227,28 @@ def _reread_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base,
             tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
 
 
-def reread_chunk(rms: bool, itemsize: int, cl: ClusterRows) -> bool:
-    """REREAD for norm_chunks_kernel: 2-byte layer_norm chunks of more than one tile (a
-    chunk of one tile costs no more registers held than read again: f16 4096x32001, 2 x
-    16384, 69% of copy either way)."""
+def one_pass_chunk(rms: bool, itemsize: int, cl: ClusterRows) -> bool:
+    """ONE_PASS for norm_chunks_kernel: 2-byte layer_norm chunks of more than one tile (a
+    chunk of one tile costs no more registers held either way: f16 4096x32001, 2 x 16384,
+    69% of copy)."""
     return not rms and itemsize == 2 and cl.tiles > 1
+
+
+def reread_chunk(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
+    """REREAD for norm_chunks_kernel (ONE_PASS) launched with `args` on `cl` (compile
+    `options`): the chunk read again after the exchange unless the cluster is of at most
+    HOLD_MAX_C programs or the kernel holding it still fits HOLD_MIN_PROGRAMS per SM without
+    spilling. H100, % of copy, read again -> held (programs per SM held): bf16 8192x24001 (3
+    x 8 tiles) 77 -> 86 (4), 4096x32001 (4 x 8) 74 -> 85 (4), 8192x20001 (4 x 5) 86 -> 90 (7),
+    16384x16385 (3 x 6) 84 -> 88 (6), 4096x30001 (5 x 6) 80 -> 84 (5), 4096x36001 (6 x 6) 81 -> 85
+    (5); 4096x45001 (6 x 8) 80 -> 80 (4), 4096x50257 (7 x 8) 79 -> 78 (4), 4096x40000 (5 x 8) 92 ->
+    87 (4), 2048x100003 (7 x 7 of 2048) 75 -> 72. Host arrays (the interpreter): HOLD_MAX_C alone."""
+    if cl.c <= HOLD_MAX_C:
+        return False
+    if a.host:
+        return True
+    held = loaded_kernel(a, norm_chunks_kernel, args, cl, options, **dict(constexprs, REREAD=False)).resources
+    return held.spills > 0 or held.max_blocks_per_sm < HOLD_MIN_PROGRAMS
 
 
 def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
@@ -273,15 +300,16 @@ def _sig(d, norm, c, block, tiles, window, shifted):
 
 
 SM90_SIGNATURES = [
-    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True) + ", REREAD=True", 4),   # 4096x50257 bf16
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True) + ", ONE_PASS=True, REREAD=True", 4),   # 4096x50257 bf16
     ("norm_chunks_kernel", _sig("f16", "rms", 4, 1024, 5, 16, True), 4),      # 8192x20001 f16
     ("norm_chunks_kernel", _sig("f32", "ln", 3, 1024, 6, 8, True), 4),        # 8192x16385 f32
     ("norm_chunks_kernel", _sig("f32", "rms", 5, 1024, 8, 0, False), 4),      # 2048x40000 f32
     ("norm_chunks_kernel", _sig("f32", "ln", 8, 16384, 1, 8, False), 16),     # 5x70001 f32 (no tables under 16 MB)
-    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True) + ", REREAD=True", 8),   # 2048x100003 bf16
-    ("norm_chunks_kernel", _sig("bf16", "ln", 5, 1024, 8, 0, False) + ", REREAD=True", 4),   # 4096x40000 bf16
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 2048, 7, 16, True) + ", ONE_PASS=True, REREAD=True", 8),   # 2048x100003 bf16
+    ("norm_chunks_kernel", _sig("bf16", "ln", 5, 1024, 8, 0, False) + ", ONE_PASS=True, REREAD=True", 4),   # 4096x40000 bf16
     ("norm_chunks_kernel", _sig("f16", "rms", 2, 16384, 1, 16, True), 16),    # 4096x32001 f16 rms_norm (one tile)
-    ("norm_chunks_kernel", _sig("bf16", "ln", 4, 1024, 8, 16, True) + ", REREAD=True", 4),   # 4096x32001 (ties)
+    ("norm_chunks_kernel", _sig("bf16", "ln", 4, 1024, 8, 16, True) + ", ONE_PASS=True", 4),   # 4096x32001 (ties), held
+    ("norm_chunks_kernel", _sig("bf16", "ln", 4, 1024, 5, 16, True) + ", ONE_PASS=True", 4),   # 8192x20001, held
     ("norm_chunks_kernel", _sig("f32", "ln", 4, 1024, 5, 8, True) + ", EARLY=True", 4),     # params_early
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 2048, 7, 8, False), 8),      # 1024x100003 f32
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 1024, 10, 8, False), 4),     # 2048x70001 f32

@@ -306,8 +306,9 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
                 options = dict(options, **DEPENDENT)
             flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted)
-            if _norm_chunks.reread_chunk(rms, a.dtype.itemsize, chunks):
-                flags["REREAD"] = True
+            if _norm_chunks.one_pass_chunk(rms, a.dtype.itemsize, chunks):
+                flags["ONE_PASS"] = True
+                flags["REREAD"] = _norm_chunks.reread_chunk(a, args, chunks, options, **flags)
             elif not rms:   # (measured on layer_norm)
                 flags["EARLY"] = _norm_chunks.params_early(a, args, chunks, options, **flags)
             launch(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps, cluster=chunks.c,

@@ -36,6 +36,10 @@ def _refs(x, w, b, rms, eps):
     return (x64 - mean[:, None]) * rstd[:, None] * w + b, mean, rstd
 
 
+MODES = ["held", "early", "one_pass", "reread"]
+ONE_PASS_MODES = ("one_pass", "reread")
+
+
 def _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, tol, stat_tol, mode="held"):
     # norm_chunks_kernel on the rows buf[:, :n] into rows of the same stride, against numpy:
     # y within tol (rtol, atol), rstd and mean within stat_tol (rstd rtol, mean rtol, mean
@@ -50,7 +54,8 @@ def _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, tol, sta
         NC.norm_chunks_kernel[(rows * c,)](x, wv, bv, y, mean, rstd, 1e-5, RMS=rms, HAS_W=True, HAS_B=not rms,
                                            STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
                                            SHIFTED=shifted, EARLY=mode == "early",
-                                           REREAD=mode == "reread" and not rms, cluster=c)
+                                           ONE_PASS=mode in ONE_PASS_MODES and not rms, REREAD=mode == "reread",
+                                           cluster=c)
     want, want_mean, want_rstd = _refs(x, w.astype(np.float64), b.astype(np.float64), rms, 1e-5)
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol[0], atol=tol[1])
     np.testing.assert_allclose(rstd, want_rstd, rtol=stat_tol[0])
@@ -62,7 +67,7 @@ def _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, tol, sta
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c,tiles,n", [(3, 2, 37), (5, 3, 61), (7, 2, 50), (4, 2, 9), (2, 4, 57)])
 @pytest.mark.parametrize("window,shifted", [(0, False), (8, False), (8, True)])
-@pytest.mark.parametrize("mode", ["held", "early", "reread"])
+@pytest.mark.parametrize("mode", MODES)
 def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted, mode):
     # Tiles of 8 lanes covering the row and its window's lead; through windows the rows are
     # 5 mod 8 elements apart (leads 0..7 over the 8 rows), else 64 bytes; n = 9 on 4 x 2 tiles
@@ -75,7 +80,7 @@ def test_chunk_tiles_match_numpy(rms, c, tiles, n, window, shifted, mode):
     _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, (2e-5, 2e-5), (1e-5, 1e-6, 0), mode)
 
 
-@pytest.mark.parametrize("mode", ["held", "early", "reread"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("window", [0, 8])
 def test_chunk_tiles_in_place(mode, window):
     # y is x: every program reads its chunk (again, REREAD) before its stores overwrite it,
@@ -91,8 +96,8 @@ def test_chunk_tiles_in_place(mode, window):
     with tc.interpret():
         NC.norm_chunks_kernel[(rows * c,)](x, w, w, x, mean, rstd, 1e-5, RMS=False, HAS_W=True, HAS_B=True,
                                            STATS=True, C=c, BLOCK=block, TILES=tiles, WINDOW=window,
-                                           SHIFTED=False, EARLY=mode == "early", REREAD=mode == "reread",
-                                           cluster=c)
+                                           SHIFTED=False, EARLY=mode == "early",
+                                           ONE_PASS=mode in ONE_PASS_MODES, REREAD=mode == "reread", cluster=c)
     np.testing.assert_allclose(x, want, rtol=2e-5, atol=2e-5)
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
     np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
@@ -111,7 +116,7 @@ def test_chunk_tiles_property(data):
     n = data.draw(st.integers(1, c * tiles * block - max(window - 1, 0)))
     rows, extra = data.draw(st.integers(1, 5)), data.draw(st.integers(0, 20))
     rms, shifted = data.draw(st.booleans()), bool(window) and data.draw(st.booleans())
-    mode = data.draw(st.sampled_from(["held", "early", "reread"]))
+    mode = data.draw(st.sampled_from(MODES))
     offset = data.draw(st.sampled_from([0.0, 100.0, -1000.0]))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
     buf = (offset + 3 * rng.standard_normal((rows, n + extra))).astype(dtype)
@@ -176,10 +181,24 @@ def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(monkeypatch,
 @pytest.mark.parametrize("rms,itemsize,tiles,want", [
     (False, 2, 5, True), (False, 2, 8, True), (False, 2, 1, False),   # one tile: nothing to hold
     (True, 2, 5, False), (False, 4, 5, False)])
-def test_reread_only_2byte_layer_norm_chunks_of_tiles(rms, itemsize, tiles, want):
-    # H100: 2-byte layer_norm 59-84% of copy held -> 69-92% read again; f32 95 -> 77
+def test_one_pass_only_2byte_layer_norm_chunks_of_tiles(rms, itemsize, tiles, want):
+    # H100: 2-byte layer_norm 59-84% of copy -> 75-92%; f32 read again 95 -> 77
     cl = CR.ClusterRows(c=4, block=1024, num_warps=4, tiles=tiles)
-    assert NC.reread_chunk(rms, itemsize, cl) is want
+    assert NC.one_pass_chunk(rms, itemsize, cl) is want
+
+
+@pytest.mark.parametrize("c,per_sm,spills,want", [
+    (3, 4, 0, False), (4, 4, 0, False),     # small clusters hold the chunk
+    (5, 5, 0, False), (6, 5, 0, False),     # the held kernel keeps 5 programs per SM
+    (5, 4, 0, True), (7, 4, 0, True), (6, 6, 8, True)])
+def test_reread_chunk_from_the_held_kernel(monkeypatch, c, per_sm, spills, want):
+    def loaded(a, kernel, args, cl, options=None, REREAD=True, **constexprs):
+        assert REREAD is False      # the held kernel is the one compiled
+        return SimpleNamespace(resources=SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills))
+    monkeypatch.setattr(NC, "loaded_kernel", loaded)
+    cl = CR.ClusterRows(c, 1024, 4, 8)
+    assert NC.reread_chunk(SimpleNamespace(host=False), (), cl, ONE_PASS=True) is want
+    assert NC.reread_chunk(SimpleNamespace(host=True), (), cl) is (c > NC.HOLD_MAX_C)
 
 
 @pytest.mark.parametrize("early,late,want", [
