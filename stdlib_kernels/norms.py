@@ -441,9 +441,16 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     two, LN_STAGES_2BYTE). Rows off 32-byte sectors, of a length off 16
     elements or that the chunks do not fill run one row per cluster, each
     program's chunk held as 4 to 8 tiles of 1024 columns of the row's aligned
-    window (`_norm_chunks`, `use_chunk_tiles`; f32 rows on more than
-    F32_CHUNK_TILES_MAX_C programs keep the persistent kernel where its copies
-    move 16 bytes).
+    window (`_norm_chunks`, `use_chunk_tiles`; rows past 65536 columns up to
+    10 such tiles or 7 of 2048; f32 rows on more than F32_CHUNK_TILES_MAX_C
+    programs keep the persistent kernel where its copies move 16 bytes).
+    2-byte chunks of several tiles take their statistics in one pass and are
+    held across the exchange or, on clusters of more than 4 programs where
+    holding them would leave fewer than 5 programs per SM, read again from L2
+    after it (`_norm_chunks.reread_chunk`); f32 chunks load w and b before the
+    exchange where that costs no program per SM (`params_early`). Both choices
+    compile the kernel's two forms once per shape and ask the driver how many
+    programs per SM each fits (no timing).
     """
     return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
 
