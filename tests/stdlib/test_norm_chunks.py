@@ -216,3 +216,34 @@ def test_params_early_compares_the_compiled_kernels(monkeypatch, early, late, wa
     gpu = SimpleNamespace(host=False)
     assert NC.params_early(gpu, (), CR.ClusterRows(7, 1024, 4, 10)) is want
     assert NC.params_early(SimpleNamespace(host=True), (), CR.ClusterRows(7, 1024, 4, 10)) is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_long_rows_through_the_entry_points(data):
+    # layer_norm / rms_norm of long rows (the clusters' lengths) as users call them: whatever
+    # path the rows take (chunk tiles held, read again or with w and b early, persistent
+    # clusters, the looped kernel), numpy's result; rows of a wider buffer, an `out` at the
+    # same offsets or contiguous, with or without the bias
+    dtype = data.draw(st.sampled_from([np.float32, np.float16]))
+    n = data.draw(st.one_of(st.integers(16385, 131070), st.sampled_from([32001, 32768, 50257, 65000, 65536])))
+    rows, pad = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([0, 1, 7, 16]))
+    rms, has_b, same_out = data.draw(st.booleans()), data.draw(st.booleans()), data.draw(st.booleans())
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    buf = (rng.uniform(-50, 50) + 3 * rng.standard_normal((rows, n + pad))).astype(dtype)
+    x = buf[:, :n]
+    w = rng.standard_normal(n).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype) if has_b else None
+    out = np.full(buf.shape, 9, dtype)[:, :n] if same_out else None
+    x64 = x.astype(np.float64)
+    if rms:
+        y = norms.rms_norm(x, w, out=out)
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * w
+    else:
+        y = norms.layer_norm(x, w, b, out=out)
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * w
+        want = want + (b if has_b else 0)
+    rtol, atol = (2e-4, 4e-4) if dtype == np.float32 else (4e-3, 1e-2)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=rtol, atol=atol)
+    if same_out:
+        assert y is out
