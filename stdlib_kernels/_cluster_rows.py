@@ -51,7 +51,7 @@ from typing import Optional, Sequence, Tuple
 import tilec as tc
 from tilec.options import REGISTERS_PER_SM
 
-from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2
+from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2, store_row_stats
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
@@ -267,11 +267,8 @@ def _norm_row(cur, shift, wt, bt, n, y, mean_out, rstd_out, eps, row, rank, RMS:
     rstd = tc.rsqrt(var + eps)
     out = scale_shift((t - centre) * rstd, wt, bt, HAS_W, HAS_B)
     tc.store(y, index=(row, rank), tile=out.astype(y.dtype))
-    if STATS:
-        if rank == 0:
-            if not RMS:
-                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
-            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+    if rank == 0:
+        store_row_stats(mean_out, rstd_out, row, mean, rstd, RMS, STATS)
 
 
 @tc.func

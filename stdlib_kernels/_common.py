@@ -34,7 +34,7 @@ from . import _plan
 
 __all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place",
            "view", "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
-           "lanewise_max", "lanewise_sum", "lanewise_sum_of_squares", "next_pow2", "launch", "contiguous_strides"]
+           "lanewise_max", "lanewise_sum", "lanewise_sum_of_squares", "store_row_stats", "next_pow2", "launch", "contiguous_strides"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
 
@@ -460,6 +460,15 @@ def lanewise_sum_of_squares(ts):
     for k in tc.static_range(1, len(ts)):
         sq = sq + ts[k] * ts[k]
     return sq
+
+
+@tc.func
+def store_row_stats(mean_out, rstd_out, row, mean, rstd, RMS: tc.constexpr, STATS: tc.constexpr):
+    """Row `row`'s mean (not for rms_norm) and rstd into the norms' f32 statistics, if STATS."""
+    if STATS:
+        if not RMS:
+            tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
+        tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
 
 
 def split_row(cfg: RowConfig, n_cols: int, per_thread: int = SPLIT_PER_THREAD) -> RowConfig:

@@ -33,7 +33,7 @@ from typing import Optional, Tuple
 import tilec as tc
 
 from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluster_rows, params, scale_shift, split_chunks
-from ._common import lanewise_sum, lanewise_sum_of_squares
+from ._common import lanewise_sum, lanewise_sum_of_squares, store_row_stats
 from ._window import store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "one_pass_chunk",
@@ -153,6 +153,7 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
     if RMS:
         ds = ts     # zero padding adds nothing to the sum of squares
         centre = 0.0
+        mean = 0.0      # (rms_norm stores no mean)
         var = tc.sum(tc.cluster_gather(tc.sum(lanewise_sum_of_squares(ts)), C, padding=0.0)) / n
     else:
         # centred on the chunk's mean
@@ -178,11 +179,8 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
             wt, bt = _tile_params(x, w, b, k, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK)
         out = scale_shift((ds[i] - centre) * rstd, wt, bt, HAS_W, HAS_B)
         store_row_tile(y, row, k, out.astype(y.dtype), WINDOW, BLOCK)
-    if STATS:
-        if rank == 0:
-            if not RMS:
-                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
-            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+    if rank == 0:
+        store_row_stats(mean_out, rstd_out, row, mean, rstd, RMS, STATS)
 
 
 @tc.func
@@ -221,10 +219,8 @@ def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, bas
         wt, bt = ps[i]
         out = scale_shift((xs[i] - mean) * rstd, wt, bt, HAS_W, HAS_B)
         store_row_tile(y, row, k0 + i, out.astype(y.dtype), WINDOW, BLOCK)
-    if STATS:
-        if rank == 0:
-            tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
-            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+    if rank == 0:
+        store_row_stats(mean_out, rstd_out, row, mean, rstd, False, STATS)
 
 
 def one_pass_chunk(rms: bool, itemsize: int, cl: ClusterRows) -> bool:

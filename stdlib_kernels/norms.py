@@ -25,7 +25,7 @@ from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in th
 from ._cluster_rows import affine, scale_shift
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
                       lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count,
-                      split_row, view)
+                      split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
 from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
@@ -182,10 +182,7 @@ def norm_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
             t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
             out = affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
             tc.store(y, index=(row, k), tile=out.astype(y.dtype))
-        if STATS:
-            if not RMS:
-                tc.store(mean_out, index=(row,), tile=tc.full((1,), mean, tc.float32))
-            tc.store(rstd_out, index=(row,), tile=tc.full((1,), rstd, tc.float32))
+        store_row_stats(mean_out, rstd_out, row, mean, rstd, RMS, STATS)
 
 
 _LN = "RMS=False, HAS_W=True, HAS_B=True, STATS=True"
