@@ -210,7 +210,7 @@ def full(shape, value, dtype=None):
 # ----------------------------------------------------------------------------- memory
 @builtin
 def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None, padding=None, multicast=False,
-         eviction_policy=None):
+         eviction_policy=None, realign=False):
     """Read memory.
 
     View form: `tc.load(view, index=(i, j), shape=(BM, BN), padding=0.0)` reads the
@@ -228,6 +228,11 @@ def load(pointer, mask=None, other=None, *, index=None, offset=None, shape=None,
     read again soon, "evict_normal" or None for the default. A hint: on sm_80 and newer
     register loads carry it; copies a staged loop makes of the load (cp.async, TMA) and
     older GPUs use the default.
+    `realign=True` (a constexpr, pointer form): the pointers run contiguous along a
+    dimension from an address the compiler cannot prove aligned (a row read at another
+    array's offsets). Each thread's group of up to 16 bytes is then read as the two aligned
+    blocks around it and shifted into place at run time, instead of element by element;
+    only blocks holding a wanted element are read. The values are the same either way.
     """
 
 

@@ -108,30 +108,33 @@ HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that 
 
 @tc.kernel
 def softmax_cluster_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                           WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1):
+                           WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1, REALIGN: tc.constexpr = False):
     # One row per cluster. WINDOW (both softmax kernels): rows off 32-byte sectors, chunk
     # `rank` of their aligned windows (_window.py). TILES: a chunk held as that many
-    # BLOCK-wide tiles (tiles rank * TILES ... of the row: `split_chunks`).
+    # BLOCK-wide tiles (tiles rank * TILES ... of the row: `split_chunks`). REALIGN (both):
+    # out's windows, x's rows realigned into them (`_window.row_windows`).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
-    _softmax_row(row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, TILES), out, row, rank, LOG, C, WINDOW)
+    _softmax_row(row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, TILES, False, REALIGN, out), out, row, rank,
+                 LOG, C, WINDOW)
 
 
 @tc.func
 def row_chunk_tiles(x, row, rank, pad, WINDOW: tc.constexpr, BLOCK: tc.constexpr, TILES: tc.constexpr,
-                    PAST: tc.constexpr = False):
+                    PAST: tc.constexpr = False, REALIGN: tc.constexpr = False, o=None):
     """Chunk `rank` of row `row` as a tuple of TILES tiles (1, BLOCK) in x's dtype, `pad` outside
     the row (PAST: row may be past x's last, then all `pad`): tiles rank * TILES ... of the
-    row's window when WINDOW, else of its columns (`_window.row_tile`)."""
+    row's window when WINDOW (o's where REALIGN), else of its columns (`_window.row_tile`)."""
     ts = ()
     for k in tc.static_range(TILES):
-        ts = ts + (row_tile(x, row, rank * TILES + k, pad, WINDOW, BLOCK, 1, PAST),)
+        ts = ts + (row_tile(x, row, rank * TILES + k, pad, WINDOW, BLOCK, 1, PAST, REALIGN, o),)
     return ts
 
 
 @tc.kernel
 def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                                STAGES: tc.constexpr = 1, EVEN: tc.constexpr = False, WINDOW: tc.constexpr = 0):
+                                STAGES: tc.constexpr = 1, EVEN: tc.constexpr = False, WINDOW: tc.constexpr = 0,
+                                REALIGN: tc.constexpr = False):
     # Persistent: cluster c of G takes rows c, c + G, ...; every program of a cluster
     # runs the same rows, so they reach each exchange equally often. The next row's chunk
     # (padding past the last row: no memory access) loads while this row is reduced,
@@ -142,17 +145,17 @@ def softmax_cluster_loop_kernel(x, out, LOG: tc.constexpr, C: tc.constexpr, BLOC
     step = tc.num_programs(0) // C
     first = tc.program_id(0) // C
     if STAGES == 1:
-        nxt = row_chunk_tiles(x, first, rank, NEG_INF, WINDOW, BLOCK, 1, True)
+        nxt = row_chunk_tiles(x, first, rank, NEG_INF, WINDOW, BLOCK, 1, True, REALIGN, out)
         for row in range(first, x.shape[0], step):
             cur = nxt
-            nxt = row_chunk_tiles(x, row + step, rank, NEG_INF, WINDOW, BLOCK, 1, True)
+            nxt = row_chunk_tiles(x, row + step, rank, NEG_INF, WINDOW, BLOCK, 1, True, REALIGN, out)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
     else:
         for row in tc.range(first, x.shape[0], step, num_stages=STAGES):
             if EVEN:
                 cur = (tc.load(x, index=(row, rank), shape=(1, BLOCK)),)
             else:
-                cur = row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, 1)
+                cur = row_chunk_tiles(x, row, rank, NEG_INF, WINDOW, BLOCK, 1, False, REALIGN, out)
             _softmax_row(cur, out, row, rank, LOG, C, WINDOW)
 
 
@@ -354,6 +357,11 @@ SM90_SIGNATURES = [
      _SOFTMAX.format(V2="[?,?]", d="bf16", log=True, c=7, block=1024) + ", WINDOW=16, TILES=10", 4),
     ("softmax_cluster_kernel",
      _SOFTMAX.format(V2="[?,?]", d="f16", log=False, c=7, block=2048) + ", WINDOW=16, TILES=7", 8),
+    # x's rows read in out's windows (`_window.row_windows`: realigned loads)
+    ("softmax_cluster_kernel",
+     _SOFTMAX.format(V2="[?,?]", d="bf16", log=False, c=7, block=2048) + ", WINDOW=16, TILES=7, REALIGN=True", 8),
+    ("softmax_cluster_kernel",
+     _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=5, block=32768) + ", WINDOW=16, REALIGN=True", 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
     # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps

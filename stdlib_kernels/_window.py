@@ -15,16 +15,22 @@ the row, whose result does not depend on which lane holds which column, and stor
 back to the same places: an output whose rows start at the same offsets modulo
 WINDOW (`shared_window`) is written through its own window with the same lead
 (`store_row_tile`).
+
+An output whose rows start at other offsets (x rows of a wider buffer, out allocated
+contiguous) cannot share x's windows, and its stores cannot move unaligned groups: x is
+then read in out's windows instead (`row_windows` gives REALIGN), each 16-byte group of x
+as the two aligned blocks around it, shifted into place (`tc.load(realign=True)`).
 """
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 import tilec as tc
 
 from ._common import Arr, RowConfig, row_config, row_stride
 
-__all__ = ["row_window", "shared_window", "window_start", "window_mask", "window_tile", "window_span",
+__all__ = ["row_window", "shared_window", "row_windows", "window_start", "realigned_start", "window_mask", "window_tile", "window_span",
            "single_row_window", "window_steps", "window_steps_of", "row_tile", "store_row_tile"]
 
 
@@ -57,6 +63,19 @@ def shared_window(a: Arr, o: Arr, ragged: bool = False) -> int:
     if w and (row_stride(o, "out") - row_stride(a, "x")) % w:
         return 0
     return w
+
+
+def row_windows(a: Arr, o: Arr, ragged: bool = False) -> Tuple[int, bool]:
+    """(WINDOW, REALIGN) of an op that reads `a`'s rows and writes `o`'s at the same columns:
+    `shared_window`'s where there is one; else, where either array's rows start off 32-byte
+    sectors (`row_window`), out's window with x realigned into it (REALIGN); else (0, False),
+    column tiles aligned as they are."""
+    w = shared_window(a, o, ragged)
+    if w:
+        return w, False
+    if row_window(a, "x", ragged) or row_window(o, "out", ragged):
+        return WINDOW_BYTES // a.dtype.itemsize, True
+    return 0, False
 
 
 def window_span(n_cols: int, window: int) -> int:
@@ -124,7 +143,16 @@ def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
 
 
 @tc.func
-def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.constexpr = True):
+def realigned_start(x, o, row, WINDOW: tc.constexpr):
+    """(pointer to where row `row` of x would start if it started `lead` elements into a window
+    as out's row does, lead): x's row read in o's windows (`window_tile` with REALIGN)."""
+    _, lead = window_start(o, row, WINDOW)
+    return x.ptr + row.astype(tc.int64) * x.stride(0) - lead, lead
+
+
+@tc.func
+def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.constexpr = True,
+                REALIGN: tc.constexpr = False):
     """(tile, inside) of window tile j of a row of n elements (`window_start`'s base and lead;
     n = 0 reads nothing where not BY_GROUP: a row past the last): a (1, BLOCK) tile of x's
     dtype, `pad` outside the row, and where it holds the row's elements.
@@ -134,10 +162,16 @@ def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.cons
     the compiler ORs 16 compares before each load and keeps their predicates in registers
     (H200, softmax 4096x50257 bf16 80% of copy -> 67%; by group 89%); but the persistent
     softmax kernel, which holds the next row's chunk too, spills with the group test (108
-    bytes at 8 x 32768, 1024x250001 bf16 76% -> 71%) and not with the element masks."""
+    bytes at 8 x 32768, 1024x250001 bf16 76% -> 71%) and not with the element masks.
+
+    REALIGN: base is `realigned_start`'s, off the group boundary: the element masks, whose
+    realigned reads touch only blocks holding some element of the row (the group test would
+    read before x's first row)."""
     GROUP = 16 // x.dtype.itemsize
     idx, e, lo, hi, inside = _groups(lead, j, n, GROUP, BLOCK)
-    if BY_GROUP:
+    if REALIGN:
+        t = tc.load(base + idx, mask=inside, other=pad, realign=True)
+    elif BY_GROUP:
         # the groups that reach into the row, up to its end (past the last row's end is past
         # the array); the elements before the row lie in the array (lead <= the row's offset)
         t = tc.where(inside, tc.load(base + idx, mask=(lo < GROUP) & (e < hi), other=pad), pad)
@@ -147,18 +181,25 @@ def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.cons
 
 
 @tc.func
-def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr, PAST: tc.constexpr):
+def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr, PAST: tc.constexpr,
+             REALIGN: tc.constexpr = False, o=None):
     # (base, lead, length) of tile k of row block `row`'s windows. Packed rows (ROWS > 1,
     # one tile) past x's last get a lead past tile k: nothing read or written (lengths per row
     # instead: f32 cumsum of 16 rows 71 -> 96 registers; a lead that does not depend on k:
     # 89). A single row past the last (PAST: a persistent kernel's look-ahead) gets length 0.
     # Either select costs the single-row kernels 16 registers (softmax_cluster_kernel bf16
-    # 7 x 8192: 48 -> 64), so only PAST has it.
+    # 7 x 8192: 48 -> 64), so only PAST has it. REALIGN: x's rows in o's windows.
     if ROWS > 1:
         rows = row * ROWS + tc.arange(0, ROWS)[:, None]
-        base, lead = window_start(x, rows, WINDOW)
+        if REALIGN:
+            base, lead = realigned_start(x, o, rows, WINDOW)
+        else:
+            base, lead = window_start(x, rows, WINDOW)
         return base, tc.where(rows < x.shape[0], lead, (k + 1) * BLOCK), x.shape[1]
-    base, lead = window_start(x, row, WINDOW)
+    if REALIGN:
+        base, lead = realigned_start(x, o, row, WINDOW)
+    else:
+        base, lead = window_start(x, row, WINDOW)
     if PAST:
         return base, lead, tc.where(row < x.shape[0], x.shape[1], 0)
     return base, lead, x.shape[1]
@@ -173,18 +214,19 @@ def _packed_mask(lead, n, BLOCK: tc.constexpr):
 
 @tc.func
 def row_tile(x, row, k, pad, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.constexpr = 1,
-             PAST: tc.constexpr = False):
+             PAST: tc.constexpr = False, REALIGN: tc.constexpr = False, o=None):
     """Tile k of the rows [row * ROWS, (row + 1) * ROWS), (ROWS, BLOCK) in x's dtype and `pad`
     outside them: of each row's window when WINDOW, else its columns [k * BLOCK, (k + 1) *
     BLOCK). Rows past x's last read nothing: packed rows (ROWS > 1, one tile: k = 0) always, a
-    single row where PAST says it may be one (else it must be one of x's)."""
+    single row where PAST says it may be one (else it must be one of x's). REALIGN (with
+    WINDOW, `row_windows`): in the windows of o's rows, which `store_row_tile` then writes."""
     if WINDOW:
-        base, lead, n = _windows(x, row, k, WINDOW, BLOCK, ROWS, PAST)
+        base, lead, n = _windows(x, row, k, WINDOW, BLOCK, ROWS, PAST, REALIGN, o)
         if ROWS == 1:
-            t, _ = window_tile(x, base, lead, n, k, pad, BLOCK, not PAST)
+            t, _ = window_tile(x, base, lead, n, k, pad, BLOCK, not PAST, REALIGN)
             return t
         idx, inside = _packed_mask(lead, n, BLOCK)
-        return tc.load(base + idx, mask=inside, other=pad)
+        return tc.load(base + idx, mask=inside, other=pad, realign=REALIGN)
     return tc.load(x, index=(row, k), shape=(ROWS, BLOCK), padding=pad)
 
 

@@ -21,7 +21,7 @@ from ._common import (DEPENDENT, MAX_SINGLE_TILE, SPLIT_PER_THREAD, SPLIT_PER_TH
                       lanewise_max, lanewise_sum, last_dim_rows, launch, next_pow2, normalize_dim, row_config, sm_count,
                       split_row, view)
 from ._plan import planned
-from ._window import row_tile, shared_window, store_row_tile, window_span, window_steps, window_steps_of
+from ._window import row_tile, row_windows, store_row_tile, window_span, window_steps, window_steps_of
 
 __all__ = ["softmax", "log_softmax"]
 
@@ -30,15 +30,16 @@ NEG_INF = float("-inf")
 
 @tc.kernel
 def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                        WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1):
+                        WINDOW: tc.constexpr = 0, TILES: tc.constexpr = 1, REALIGN: tc.constexpr = False):
     # WINDOW (every kernel here): rows off 32-byte sectors, read and written in aligned
-    # windows (_window.py). TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles, so
-    # that a row just past a power of two leaves few lanes idle (`tile_split`).
+    # windows (_window.py); REALIGN: out's windows, x's rows realigned into them (x's own
+    # where only statistics are read). TILES: a row (ROWS = 1) held as that many BLOCK-wide
+    # tiles, so that a row just past a power of two leaves few lanes idle (`tile_split`).
     pid = tc.program_id(0)
     # -inf padding: padded columns add exp(-inf) = 0 to the sum and never win the max.
     ts = ()
     for k in tc.static_range(TILES):
-        ts = ts + (row_tile(x, pid, k, NEG_INF, WINDOW, BLOCK, ROWS).astype(tc.float32),)
+        ts = ts + (row_tile(x, pid, k, NEG_INF, WINDOW, BLOCK, ROWS, False, REALIGN, out).astype(tc.float32),)
     # lane-wise across the tiles first: one cross-thread reduction per statistic
     m = tc.max(lanewise_max(ts), axis=1, keep_dims=True)
     # A row of only -inf gives m = -inf and (-inf) - (-inf) = NaN: NaN out, as torch does.
@@ -55,13 +56,14 @@ def softmax_tile_kernel(x, out, LOG: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc
 
 
 @tc.kernel
-def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
+def softmax_loop_kernel(x, out, LOG: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0,
+                        REALIGN: tc.constexpr = False):
     # One program per long row: pass 1 keeps lane-wise running statistics (no
     # cross-thread reduction per tile), pass 2 normalizes.
     row = tc.program_id(0)
     n_tiles = window_steps_of(x.shape[1], WINDOW, BLOCK)
     m, s = _lane_stats(x, row, 0, n_tiles, WINDOW, BLOCK)
-    _normalize(x, out, row, 0, n_tiles, m, s, LOG, WINDOW, BLOCK)
+    _normalize(x, out, row, 0, n_tiles, m, s, LOG, WINDOW, BLOCK, REALIGN)
 
 
 @tc.func
@@ -83,13 +85,14 @@ def _lane_stats(x, row, k0, n_k, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
 
 
 @tc.func
-def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+def _normalize(x, out, row, k0, n_k, m, s, LOG: tc.constexpr, WINDOW: tc.constexpr, BLOCK: tc.constexpr,
+               REALIGN: tc.constexpr = False):
     # Writes softmax (or log_softmax) of the row tiles [k0, k0 + n_k) given the row's
     # max m and sum of exp(x - m) s; stores past the row's end are skipped.
     log_s = tc.log(s)
     inv_s = 1.0 / s
     for k in range(k0, k0 + n_k):
-        t = row_tile(x, row, k, NEG_INF, WINDOW, BLOCK).astype(tc.float32)
+        t = row_tile(x, row, k, NEG_INF, WINDOW, BLOCK, 1, False, REALIGN, out).astype(tc.float32)
         if LOG:
             y = t - m - log_s
         else:
@@ -112,7 +115,7 @@ def softmax_partial_kernel(x, m_part, s_part, tiles_per_chunk, BLOCK: tc.constex
 
 @tc.kernel
 def softmax_finish_kernel(x, out, m_part, s_part, tiles_per_chunk, LOG: tc.constexpr, CHUNKS: tc.constexpr,
-                          BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
+                          BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0, REALIGN: tc.constexpr = False):
     # Split rows, pass 2: every program combines its row's chunk statistics (a few
     # dozen numbers) and normalizes its own chunk.
     row = tc.program_id(0)
@@ -122,7 +125,7 @@ def softmax_finish_kernel(x, out, m_part, s_part, tiles_per_chunk, LOG: tc.const
     m = tc.max(mp)
     # A chunk of only -inf has s = 0: 0 * exp(-inf) = 0. A row of only -inf gives NaN, as torch.
     s = tc.sum(tc.where(sp == 0.0, 0.0, sp * tc.exp(mp - m)))
-    _normalize(x, out, row, c * tiles_per_chunk, tiles_per_chunk, m, s, LOG, WINDOW, BLOCK)
+    _normalize(x, out, row, c * tiles_per_chunk, tiles_per_chunk, m, s, LOG, WINDOW, BLOCK, REALIGN)
 
 
 SIGNATURES = {
@@ -156,6 +159,13 @@ EXTRA_SIGNATURES = [
                                "WINDOW=16"),
     ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                               "LOG=False, CHUNKS=8, BLOCK=4096, WINDOW=16"),
+    # x's rows read in out's windows (`row_windows`: realigned loads)
+    ("softmax_tile_kernel", "x=f16[?,?], out=f16[?,?], LOG=True, ROWS=16, BLOCK=128, WINDOW=16, REALIGN=True"),
+    ("softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=2048, WINDOW=16, TILES=3, "
+                            "REALIGN=True"),
+    ("softmax_loop_kernel", "x=f32[?,?], out=f32[?,?], LOG=False, BLOCK=4096, WINDOW=8, REALIGN=True"),
+    ("softmax_finish_kernel", "x=bf16[?,?], out=bf16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
+                              "LOG=True, CHUNKS=8, BLOCK=4096, WINDOW=16, REALIGN=True"),
 ]
 
 SPLIT_ROWS = 264        # fewer long rows than two waves of 132 SMs: split each row among programs
@@ -216,7 +226,10 @@ def _loop_plans(cl, n_cols: int, itemsize: int, window: int):
 def _persistent(a, args, cl, n_cols: int, n_rows: int, window: int, flags: dict):
     """The loop kernel's (grid, ClusterRows, constexprs) among `_loop_plans` whose persistent
     grid holds the most programs (ties: the first), or None (none applies, or the driver
-    cannot tell)."""
+    cannot tell). Rows realigned into out's windows never: holding the next row's chunk with
+    the realigned reads' shifts spilled (bf16 5 x 32768: 496 bytes)."""
+    if flags.get("REALIGN"):
+        return None
     best = None
     for looped, extra in _loop_plans(cl, n_cols, a.dtype.itemsize, window):
         f = {**flags, "C": looped.c, "BLOCK": looped.block, **extra}
@@ -239,19 +252,23 @@ def _softmax(x, dim, out, log: bool, op: str):
     # of column tiles held their ragged end's per-element selects in registers (H100, f32
     # on sectors, % of copy: 2048x40008 67 -> 98.6, 1024x100008 60 -> 98.5; single tiles lost
     # 1.5-2 points that way: 8192x6008 99.3 -> 97.4).
-    window = shared_window(a, o, ragged=n_cols > MAX_SINGLE_TILE)
+    # An out whose rows start at other offsets than x's (x rows of a wider buffer, out
+    # contiguous) is written through its own windows, x realigned into them (`row_windows`):
+    # H100, % of copy, f16 1024x200001 rows of a 200016-wide buffer 19.2 -> see docs/benchmarks.md.
+    window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE)
+    ra = {"REALIGN": True} if realign else {}   # (the kernels x reads in for its statistics only: x's own)
     span = window_span(n_cols, window)
     cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:
         cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles)
+               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, **ra)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize, window)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
-        args, flags = (xv, ov), dict(LOG=log, WINDOW=window)
+        args, flags = (xv, ov), dict(LOG=log, WINDOW=window, **ra)
         persistent = _persistent(a, args, cl, span, n_rows, window, flags)
         options = None
         if persistent is not None:
@@ -269,7 +286,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
     if chunks < 2:
         launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block,
-               WINDOW=window)
+               WINDOW=window, **ra)
         return o.obj
     per = tc.cdiv(n_tiles, chunks)
     chunks = tc.cdiv(n_tiles, per)  # every chunk holds at least one real tile
@@ -278,7 +295,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block,
            WINDOW=window)
     launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, options=DEPENDENT,
-           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window)
+           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window, **ra)
     return o.obj
 
 

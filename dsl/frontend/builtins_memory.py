@@ -93,16 +93,16 @@ def _broadcast_all(ctx, *xs):
 
 # ----------------------------------------------------------------------------- load / store
 @builtin_handler(lang.load)
-def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multicast, eviction_policy):
-    require_constexpr(ctx, multicast, "multicast")
-    multicast = py_scalar(multicast)
-    if not isinstance(multicast, bool):
-        raise ctx.error(f"multicast must be True or False, got {multicast!r}")
+def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multicast, eviction_policy, realign):
+    multicast, realign = (_flag(ctx, v, k) for v, k in ((multicast, "multicast"), (realign, "realign")))
     hint = _eviction(ctx, eviction_policy)
     if isinstance(pointer, ViewValue):
         if mask is not None or other is not None:
             raise ctx.error("mask= and other= are for pointer loads; a view load reads padding= where the tile "
                             "is out of bounds")
+        if realign:
+            raise ctx.error("realign= is for pointer loads; a view load picks its accesses from the view's "
+                            "strides and alignment")
         mode, idx = _view_indices(ctx, "tc.load", pointer, index, offset)
         shape = _view_shape(ctx, "tc.load", pointer, shape)
         extra = dict(hint, **({"multicast": True} if multicast else {}))
@@ -115,6 +115,8 @@ def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multic
             raise ctx.error(f"{k}= is for view loads (tc.load(view, index=..., shape=...)); pointer loads take "
                             "mask= and other=")
     ptr = _pointer(ctx, "tc.load", pointer)
+    if realign:
+        hint["realign"] = True
     m = _mask(ctx, mask)
     if m is None:
         if other is not None:
@@ -131,6 +133,14 @@ def _load(ctx, node, pointer, mask, other, index, offset, shape, padding, multic
     else:
         raise ctx.error(f"other must be a number or tile, got {_describe(other)}")
     return ctx.value(T.LoadMaskedOp, ptr, m, o, **hint)
+
+
+def _flag(ctx, value, what) -> bool:
+    require_constexpr(ctx, value, what)
+    value = py_scalar(value)
+    if not isinstance(value, bool):
+        raise ctx.error(f"{what} must be True or False, got {value!r}")
+    return value
 
 
 _EVICTION = {None: None, "evict_normal": None, **{f"evict_{p}": p for p in T.EVICT_POLICIES}}

@@ -23,6 +23,7 @@ from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
 from ...options import arch_number
 from .casts import cast_bool
+from .realign import read_blocks, shift_blocks
 from .rules_gpu import barrier, shuffle
 from .types import I8, I32
 from .walker import rule
@@ -148,6 +149,8 @@ def _load(ctx, op, masked: bool):
     b = ctx.builder
     out = []
     evict = op.attrs.get("evict")
+    if vec > op.attrs.get("_aligned_vec", vec):
+        return _realigned_load(ctx, op, ptrs, masks, others, vec, vty, evict)
     for g in range(0, len(ptrs), vec):
         def emit(p=ptrs[g]):
             return b.load(p, typ=vty, align=align)
@@ -163,6 +166,33 @@ def _load(ctx, op, masked: bool):
         xs = _unpack(b, v, vec)
         if per_elem:
             xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(masks[g:g + vec], xs, others[g:g + vec])]
+        out.extend(_from_memory(ctx, x, dtype) for x in xs)
+    ctx.set_elems(op.result, out)
+
+
+def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
+    """A `tc.load(realign=True)` whose groups alignment does not prove: each read as the
+    two aligned blocks around it (codegen/realign.py), then masked-off elements take
+    `other`."""
+    dtype = ctx.dtype(op.result.type)
+    b = ctx.builder
+    uniform = masks is not None and not _mask_varies(op, vec)
+
+    def read_block(p, wty, pred):
+        nbytes = _bits(wty) // 8
+        zero = ir.Constant(wty, None)
+        if evict and _hintable(p, wty):
+            return _hinted_load(ctx, p, pred, zero if pred is not None else None, wty, evict)
+        return guarded(ctx, pred, lambda: b.load(p, typ=wty, align=nbytes), zero)
+    groups = range(0, len(ptrs), vec)
+    read = [read_blocks(ctx, ptrs[g], vty, masks[g:g + vec] if masks is not None else None, uniform, read_block)
+            for g in groups]
+    out = []
+    for g, (blocks, s) in zip(groups, read):
+        gm = masks[g:g + vec] if masks is not None else None
+        xs = _unpack(b, shift_blocks(ctx, blocks, s, vty), vec)
+        if gm is not None:
+            xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(gm, xs, others[g:g + vec])]
         out.extend(_from_memory(ctx, x, dtype) for x in xs)
     ctx.set_elems(op.result, out)
 

@@ -36,7 +36,7 @@ from tilec.ir import Module, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType, shape_of
 
-__all__ = ["AxisInfo", "analyze", "axis_info", "uniform_vec", "copy_vec", "prefix_run", "MAX_DIV"]
+__all__ = ["AxisInfo", "analyze", "axis_info", "uniform_vec", "copy_vec", "prefix_run", "realign_vec", "MAX_DIV"]
 
 MAX_DIV = 1 << 30  # "divisible by anything" (e.g. the constant 0)
 
@@ -233,7 +233,9 @@ def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
     rank = ptr.type.rank
     dim = max(range(rank), key=lambda d: (pi.contiguity[d], d))
     esize = ptr.type.element.pointee.itemsize
-    vec = _pow2_floor(min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize)))
+    vec = _proven_vec(pi, dim, esize)
+    if op.attrs.get("realign"):
+        vec = max(vec, realign_vec(pi.contiguity[dim], esize))
     mask = op.operand("mask") if "mask" in [s.rstrip("*?") for s in op.operands_spec] else None
     uniform = vec
     if mask is not None and isinstance(mask.type, TileType):
@@ -270,10 +272,21 @@ def prefix_run(info: _Analysis, mask: Value, dim: int) -> int:
     return _pow2_floor(max(const, run))
 
 
+def realign_vec(contiguity: int, esize: int) -> int:
+    """The elements a realigned load (`tc.load(realign=True)`) moves per access: the
+    contiguous run up to 16 bytes, where that is at least 4 bytes (two aligned blocks and a
+    funnel shift of 32-bit words, codegen/realign.py); else 1."""
+    vec = _pow2_floor(min(contiguity, max(1, 16 // esize)))
+    return vec if vec * esize >= 4 else 1
+
+
 def copy_vec(op) -> int:
     """The elements one cp.async copy of load `op` may move: `_vec` where its mask is a
     prefix of every group (`_mask_prefix`: the copy reads that prefix and fills zeros),
-    else `uniform_vec`."""
+    else `uniform_vec`; a realigned load's aligned width (`_aligned_vec`: a copy cannot
+    shift)."""
+    if "_aligned_vec" in op.attrs:
+        return min(op.attrs["_aligned_vec"], uniform_vec(op))
     return op.attrs.get("_vec", 1) if op.attrs.get("_mask_prefix") else uniform_vec(op)
 
 
@@ -283,6 +296,11 @@ def uniform_vec(op) -> int:
     select per element (cp.async) may move at once."""
     vec = op.attrs.get("_vec", 1)
     return min(vec, op.attrs.get("_mask_vec", vec))
+
+
+def _proven_vec(pi: AxisInfo, dim: int, esize: int) -> int:
+    # the elements one access may move by the pointers' contiguity and proven alignment
+    return _pow2_floor(min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize)))
 
 
 def axis_info(module: Module, **_options) -> Module:
@@ -296,6 +314,9 @@ def axis_info(module: Module, **_options) -> Module:
                 if dim >= 0:
                     op.attrs["_contig_dim"] = dim
                     op.attrs["_vec"] = vec
+                    if op.attrs.get("realign"):
+                        ptr = op.operands[0]
+                        op.attrs["_aligned_vec"] = _proven_vec(info.get(ptr), dim, ptr.type.element.pointee.itemsize)
                     if uniform < vec:
                         op.attrs["_mask_vec"] = uniform
                         if isinstance(op, T.LoadMaskedOp) and prefix_run(info, op.operands[1], dim) >= vec:

@@ -72,3 +72,28 @@ def test_sum_and_max_over_leading_rows_off_sectors_match_torch(torch, shape, dim
     torch.testing.assert_close(sk.sum(x, dim).double(), x64.sum(dim), rtol=rtol, atol=rtol * shape[dim] ** 0.5 * 3)
     xs = _rows(torch, (700, 3001), dtype)     # a view of a wider buffer: rows 3017 elements apart
     torch.testing.assert_close(sk.sum(xs, 0).double(), xs.double().sum(0), rtol=rtol, atol=rtol * 700 ** 0.5 * 3)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape, width, first", [
+    ((300, 1001), 1008, 0),       # one tile, x on sectors, out off them
+    ((2000, 99), 113, 3),         # packed rows, x off any 16-byte group
+    ((64, 8191), 8256, 0),        # one tile of 8192
+    ((300, 50257), 50304, 0),     # chunk tiles on clusters (a vocabulary padded to 64)
+    ((200, 20001), 20016, 5),     # clusters
+    ((3, 100001), 100016, 0),     # split rows: statistics in x's windows, normalized in out's
+    ((270, 140001), 140016, 1),   # 2-byte chunks of 32768: one row per cluster (not persistent)
+])
+def test_softmax_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, width, first, dtype_name):
+    # x's rows start at other offsets than out's (out contiguous): x is read in out's windows,
+    # each group as the two aligned 16-byte blocks around it, shifted into place
+    dtype = getattr(torch, dtype_name)
+    buf = (4 * torch.randn(shape[0], width, device="cuda", dtype=torch.float64)).to(dtype)
+    x = buf[:, first:first + shape[1]]
+    x[1, : shape[1] // 2] = float("-inf")
+    x64 = x.double()
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    y = sk.softmax(x)
+    assert y.is_contiguous()
+    torch.testing.assert_close(y.double(), torch.softmax(x64, -1), rtol=rtol, atol=rtol / shape[1] ** 0.5)
+    torch.testing.assert_close(sk.log_softmax(x).double(), torch.log_softmax(x64, -1), rtol=rtol, atol=rtol * 30)

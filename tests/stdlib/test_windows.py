@@ -1,7 +1,8 @@
 """softmax and log_softmax over rows off 32-byte sectors, read and written through
 aligned windows (`_window.py`): every launch path on the interpreter against float64
 numpy, with nothing written outside the rows; when an output's rows do not share the
-input's windows; and the 16-byte accesses of the windowed kernels' PTX (sm_90a)."""
+input's windows (x realigned into out's: `row_windows`); and the 16-byte accesses of the
+windowed kernels' PTX (sm_90a)."""
 from __future__ import annotations
 
 import importlib
@@ -74,14 +75,57 @@ def test_windowed_rows_match_numpy_and_write_only_the_rows(monkeypatch, windows,
     assert (buf[:, n:] == SENTINEL).all()
 
 
-def test_an_output_off_the_inputs_windows_is_written_by_columns(windows):
+@pytest.fixture
+def realigned(monkeypatch):
+    """(kernel name, WINDOW, REALIGN) of each kernel the softmax entry points launch."""
+    return spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("WINDOW", 0),
+                                                                            c.get("REALIGN", False)))
+
+
+def test_an_output_off_the_inputs_windows_reads_x_in_its_windows(realigned):
     x = (5 * np.random.default_rng(1).standard_normal((64, 1001))).astype(np.float16)
     buf = np.full((64, 1006), SENTINEL, np.float16)   # stride 1006: rows 5 elements further each time
     out = buf[:, :1001]
     sk.softmax(x, out=out)
-    assert windows == [("softmax_tile_kernel", 0)]
+    assert realigned == [("softmax_tile_kernel", 16, True)]
     np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64)), rtol=2e-3, atol=2e-3)
     assert (buf[:, 1001:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("path", list(PATHS))
+def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, realigned, path, dtype, log):
+    # x: rows of a buffer 11 elements wider, from its column 3 (so x itself starts off any
+    # group); out: rows 5 elements apart from its length, sentinels between them. Every path
+    # reads x in out's windows where it normalizes (REALIGN); the split rows' statistics
+    # pass reads x in its own. Persistent clusters run one row per cluster instead.
+    shape, setup, f32_kernels, f16_kernels = PATHS[path]
+    if setup:
+        setup(monkeypatch)
+    rows, n = shape
+    rng = np.random.default_rng(n + 1)
+    x = (20 * rng.standard_normal((rows, n + 11))).astype(dtype)[:, 3:3 + n]
+    x[1, : n // 2] = -np.inf
+    buf = np.full((rows, n + 5), SENTINEL, dtype)
+    out = buf[:, :n]
+    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    window = 32 // np.dtype(dtype).itemsize
+    want = f32_kernels if dtype == np.float32 else f16_kernels
+    want = ["softmax_cluster_kernel" if k == "softmax_cluster_loop_kernel" else k for k in want]
+    assert realigned == [(k, window, k != "softmax_partial_kernel") for k in want]
+    rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
+                               atol=atol * (20 if log else 1))
+    assert (buf[:, n:] == SENTINEL).all()
+
+
+def test_rows_on_sectors_into_an_output_off_them_are_realigned(realigned):
+    # x rows 1008 wide (on 32-byte sectors), out contiguous 1001: out's windows, x realigned
+    x = (5 * np.random.default_rng(2).standard_normal((40, 1008))).astype(np.float16)[:, :1001]
+    out = sk.softmax(x)
+    assert realigned == [("softmax_tile_kernel", 16, True)]
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64)), rtol=2e-3, atol=2e-3)
 
 
 def _accesses(ptx):
@@ -122,3 +166,49 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
     c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=8, cluster=7)
     ptxas = c.metadata["ptxas"]
     assert ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
+
+
+@pytest.mark.parametrize("kernel,sig,options", [
+    (softmax.softmax_tile_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192, WINDOW=16",
+     dict(num_warps=8)),
+    (softmax.softmax_tile_kernel, "x=f32[?,?], out=f32[?,?], LOG=True, ROWS=2, BLOCK=1024, WINDOW=8", dict(num_warps=4)),
+    (softmax.softmax_loop_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096, WINDOW=16", dict(num_warps=8)),
+    (softmax.softmax_finish_kernel, "x=f16[?,?], out=f16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
+                                    "LOG=False, CHUNKS=8, BLOCK=4096, WINDOW=16", dict(num_warps=8)),
+    (CR.softmax_cluster_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, C=7, BLOCK=2048, WINDOW=16, TILES=7",
+     dict(num_warps=8, cluster=7)),
+    (CR.softmax_cluster_kernel, "x=f16[?,?], out=f16[?,?], LOG=True, C=7, BLOCK=1024, WINDOW=16, TILES=8",
+     dict(num_warps=4, cluster=7)),
+])
+def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, options):
+    # x read in out's windows: two aligned 16-byte loads per group, 16-byte stores, and
+    # registers close to the kernel that shares x's windows (words picked before the funnel
+    # shift: picking among shifted words took bf16 7 x 2048 from 80 to 119, 2 programs per SM)
+    plain = kernel.compile(kernel.specialization(sig), arch="sm_90a", fast_math=True, **options)
+    c = kernel.compile(kernel.specialization(sig + ", REALIGN=True"), arch="sm_90a", fast_math=True, **options)
+    acc, base = _accesses(c.asm["ptx"]), _accesses(plain.asm["ptx"])
+    x_loads = {k: v for k, v in acc.items() if k.startswith("ld.") and k != "ld.global.b32"}  # (f32 partials)
+    # two per group where the kernel normalizes (its statistics pass, if any, reads x's own windows)
+    assert list(x_loads) == ["ld.global.v4.b32"], acc
+    assert base["ld.global.v4.b32"] < x_loads["ld.global.v4.b32"] <= 2 * base["ld.global.v4.b32"], (acc, base)
+    assert "st.global.v4.b32" in acc and "prmt.b32.f4e" in c.asm["ptx"]
+    ptxas, ref = c.metadata["ptxas"], plain.metadata["ptxas"]
+    assert ptxas["spill_stores"] == 0 and ptxas["registers"] <= ref["registers"] + 24, (ptxas, ref)
+
+
+@pytest.mark.parametrize("x_width,out_width,n,dtype,ragged,want", [
+    (1000, 1000, 1000, np.float16, False, (16, False)),   # the same offsets, off sectors: shared windows
+    (1016, 1000, 1000, np.float16, False, (16, False)),   # strides 16 apart: still the same offsets mod 16
+    (1003, 1000, 1000, np.float16, False, (16, True)),    # x off sectors, out at other offsets
+    (1008, 1001, 1001, np.float16, False, (16, True)),    # x on sectors, out off them
+    (1024, 1024, 1000, np.float16, False, (0, False)),    # both on sectors: column tiles
+    (1024, 1024, 1000, np.float16, True, (16, False)),    # ragged rows on sectors: shared windows
+    (1024, 1012, 1000, np.float32, False, (8, True)),     # f32: out rows 16 bytes off a sector in turn
+    (1024, 1032, 1000, np.float32, False, (0, False)),
+])
+def test_row_windows_reads_x_in_outs_windows_where_offsets_differ(x_width, out_width, n, dtype, ragged, want):
+    from tilec.stdlib_kernels._common import as_array
+    from tilec.stdlib_kernels._window import row_windows
+    x = np.zeros((4, x_width), dtype)[:, :n]
+    out = np.zeros((4, out_width), dtype)[:, :n]
+    assert row_windows(as_array(x, "x"), as_array(out, "out"), ragged) == want

@@ -132,7 +132,9 @@ def _check_evict(op):
 class LoadOp(Op):
     name = "tile.load"
     operands_spec = ("ptr",)
-    attributes = {"evict": A("str", True)}   # as on tile.load_view
+    # evict: as on tile.load_view; realign: pointers contiguous along a dimension from an
+    # address that may be off the vector boundary (tc.load(realign=True), codegen/realign.py)
+    attributes = {"evict": A("str", True), "realign": A("bool", True)}
     traits = frozenset({"reads"})
 
     def infer_types(self):
@@ -147,7 +149,7 @@ class LoadMaskedOp(Op):
     """Load where `mask`; elsewhere the result is `other`."""
     name = "tile.load_masked"
     operands_spec = ("ptr", "mask", "other")
-    attributes = {"evict": A("str", True)}   # as on tile.load_view
+    attributes = {"evict": A("str", True), "realign": A("bool", True)}   # as on tile.load
     traits = frozenset({"reads"})
 
     def infer_types(self):
