@@ -99,7 +99,8 @@ def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, 
     # x: rows of a buffer 11 elements wider, from its column 3 (so x itself starts off any
     # group); out: rows 5 elements apart from its length, sentinels between them. Every path
     # reads x in out's windows where it normalizes (REALIGN); the split rows' statistics
-    # pass reads x in its own. Persistent clusters run one row per cluster instead.
+    # pass reads x in its own. Persistent clusters run one row per cluster instead. f32
+    # rows past one tile keep column tiles (no window).
     shape, setup, f32_kernels, f16_kernels = PATHS[path]
     if setup:
         setup(monkeypatch)
@@ -113,7 +114,10 @@ def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, 
     window = 32 // np.dtype(dtype).itemsize
     want = f32_kernels if dtype == np.float32 else f16_kernels
     want = ["softmax_cluster_kernel" if k == "softmax_cluster_loop_kernel" else k for k in want]
-    assert realigned == [(k, window, k != "softmax_partial_kernel") for k in want]
+    if dtype == np.float32 and n > 16384:
+        assert realigned == [(k, 0, False) for k in want]
+    else:
+        assert realigned == [(k, window, k != "softmax_partial_kernel") for k in want]
     rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
     np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
                                atol=atol * (20 if log else 1))
