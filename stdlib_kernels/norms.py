@@ -28,7 +28,8 @@ from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_flo
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
-from ._window import shared_window, single_row_window, store_row_tile, window_span, window_start, window_tile
+from ._window import (realigned_start, row_windows, shared_window, single_row_window, store_row_tile, window_span,
+                      window_start, window_tile)
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -86,21 +87,25 @@ SHIFT_TABLE_BLOCK = 1024
 @tc.kernel
 def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS_W: tc.constexpr,
                      HAS_B: tc.constexpr, STATS: tc.constexpr, ROWS: tc.constexpr, BLOCK: tc.constexpr,
-                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False):
+                     TILES: tc.constexpr = 1, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False,
+                     REALIGN: tc.constexpr = False):
     # TILES: a row (ROWS = 1) held as that many BLOCK-wide tiles (`norm_tiles`).
     # WINDOW (ROWS = 1): rows off 32-byte sectors, x and y read and written in aligned windows
     # (_window.py); lane j of tile k then holds column k * BLOCK + j - lead, where w and b are
     # gathered (they are small and stay in L1), or, SHIFTED, read whole from row `lead` of
-    # their (WINDOW, TILES * BLOCK) tables (`shift_tables_kernel`).
+    # their (WINDOW, TILES * BLOCK) tables (`shift_tables_kernel`). REALIGN: y's windows
+    # and leads, x's row realigned into them (`_window.row_windows`).
     pid = tc.program_id(0)
     n = x.shape[1]
     lead = 0
-    if WINDOW:
+    if REALIGN:
+        base, lead = realigned_start(x, y, pid, WINDOW)
+    elif WINDOW:
         base, lead = window_start(x, pid, WINDOW)
     ts = ()
     for k in tc.static_range(TILES):
         if WINDOW:
-            t, _ = window_tile(x, base, lead, x.shape[1], k, 0.0, BLOCK)
+            t, _ = window_tile(x, base, lead, x.shape[1], k, 0.0, BLOCK, True, REALIGN)
         else:
             t = tc.load(x, index=(pid, k), shape=(ROWS, BLOCK))
         ts = ts + (t.astype(tc.float32),)
@@ -213,6 +218,12 @@ EXTRA_SIGNATURES = [
     ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?,?]:stride_div=16x1, b=bf16[?,?]:stride_div=16x1, y=bf16[?,?], "
                          f"mean_out=f32[?], rstd_out=f32[?], eps=f32, {_LN}, ROWS=1, BLOCK=8192, WINDOW=16, "
                          "SHIFTED=True"),
+    # x's rows read in y's windows (`_window.row_windows`: realigned loads)
+    ("norm_tile_kernel", f"x=f16[?,?], w=f16[?], b=f16[?], y=f16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                         f"eps=f32, {_LN}, ROWS=1, BLOCK=2048, TILES=3, WINDOW=16, REALIGN=True"),
+    ("norm_tile_kernel", f"x=bf16[?,?], w=bf16[?,?]:stride_div=16x1, b=bf16[?,?]:stride_div=16x1, y=bf16[?,?], "
+                         f"mean_out=f32[?], rstd_out=f32[?], eps=f32, {_LN}, ROWS=1, BLOCK=8192, WINDOW=16, "
+                         "SHIFTED=True, REALIGN=True"),
 ]
 
 
@@ -258,8 +269,10 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         cfg = row_config(n_cols, n_rows, big_tile_per_thread=per_thread)
         # Single rows off 32-byte sectors are read and written in aligned windows, the tiles
         # sized for the row plus up to 32 bytes before it (_window.py; packed rows are not).
-        window = shared_window(a, o) if cfg.single and cfg.rows == 1 else 0
+        # An out at other offsets than x's: its windows, x realigned into them (`row_windows`).
+        window, realign = row_windows(a, o) if cfg.single and cfg.rows == 1 else (0, False)
         cfg, window = single_row_window(cfg, n_cols, n_rows, window, big_tile_per_thread=per_thread)
+        realign = realign and bool(window)
         flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
                      BLOCK=cfg.block)
         args = (xv, wv, bv, yv, mv, rv, eps32)
@@ -293,6 +306,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 args = _shift_tables(named, args, window, cfg.tiles * cfg.block)
                 flags["SHIFTED"] = True
                 options = DEPENDENT
+            if realign:
+                flags["REALIGN"] = True
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
                    TILES=cfg.tiles, WINDOW=window, **flags)
         elif chunks is not None:

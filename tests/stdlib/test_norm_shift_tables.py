@@ -151,3 +151,34 @@ def test_layer_norm_with_tables_holds_rows_as_halves(monkeypatch, dtype, n, rms,
     w = rowwise_host(np.ones(n), dtype)
     sk.rms_norm(x, w, out=out) if rms else sk.layer_norm(x, w, None, out=out)
     assert seen[-1] == ("norm_tile_kernel", tiles)
+
+
+@pytest.mark.parametrize("tables", [False, True])
+@pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 4095), ("f32", 12001)])
+@pytest.mark.parametrize("rms", [False, True])
+def test_rows_read_in_the_outputs_windows(monkeypatch, tables, dtype, n, rms):
+    # x: rows of a buffer 11 elements wider from its column 3; out: rows 5 elements apart from
+    # its length (sentinels between): x's rows are read in out's windows (REALIGN), whose
+    # leads place w and b (gathered, or rows of the shifted tables)
+    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0 if tables else 1 << 40)
+    seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("WINDOW", 0),
+                                                                          c.get("REALIGN", False)))
+    rng = np.random.default_rng(n + rms)
+    x = rowwise_host(rng.standard_normal((9, n + 11)) * 3 + 1, dtype)[:, 3:3 + n]
+    w = rowwise_host(rng.standard_normal(n), dtype)
+    b = rowwise_host(rng.standard_normal(n), dtype)
+    buf = rowwise_host(np.full((9, n + 5), SENTINEL), dtype)
+    out = buf[:, :n]
+    got = sk.rms_norm(x, w, eps=1e-6, out=out) if rms else sk.layer_norm(x, w, b, eps=1e-5, out=out)
+    assert got is out
+    window = 32 // x.dtype.itemsize
+    assert seen[-1] == ("norm_tile_kernel", window, True), seen
+    assert (seen[0][0] == "shift_tables_kernel") == (tables and not (rms and dtype == "f32")), seen
+    x64 = _f64(x)
+    if rms:
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * _f64(w)
+    else:
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * _f64(w) + _f64(b)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    assert (_f64(buf)[:, n:] == SENTINEL).all()

@@ -97,3 +97,30 @@ def test_softmax_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, w
     assert y.is_contiguous()
     torch.testing.assert_close(y.double(), torch.softmax(x64, -1), rtol=rtol, atol=rtol / shape[1] ** 0.5)
     torch.testing.assert_close(sk.log_softmax(x).double(), torch.log_softmax(x64, -1), rtol=rtol, atol=rtol * 30)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape, width, first", [
+    ((300, 4095), 4096, 0),       # x on sectors, out off them
+    ((200, 1500), 1511, 3),       # x off any 16-byte group
+    ((64, 12001), 12016, 0),
+    ((2048, 8191), 8256, 1),      # 16 MB and more: w and b from shifted tables
+])
+@pytest.mark.parametrize("rms", [False, True])
+def test_norms_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, width, first, rms, dtype_name):
+    F = torch.nn.functional
+    dtype = getattr(torch, dtype_name)
+    buf = (3 * torch.randn(shape[0], width, device="cuda", dtype=torch.float64) + 1).to(dtype)
+    x = buf[:, first:first + shape[1]]
+    w = torch.randn(shape[1], device="cuda", dtype=torch.float64).to(dtype)
+    b = torch.randn(shape[1], device="cuda", dtype=torch.float64).to(dtype)
+    x64 = x.double()
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    if rms:
+        y = sk.rms_norm(x, w, eps=1e-6)
+        want = x64 * torch.rsqrt((x64 * x64).mean(-1, keepdim=True) + 1e-6) * w.double()
+    else:
+        y = sk.layer_norm(x, w, b, eps=1e-5)
+        want = F.layer_norm(x64, (shape[1],), w.double(), b.double(), eps=1e-5)
+    assert y.is_contiguous()
+    torch.testing.assert_close(y.double(), want, rtol=rtol, atol=rtol * 4)

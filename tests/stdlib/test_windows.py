@@ -14,11 +14,13 @@ import pytest
 
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
+from tilec.stdlib_kernels._common import DEPENDENT
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
+norms = importlib.import_module("tilec.stdlib_kernels.norms")
 
 SENTINEL = 7.0
 
@@ -183,6 +185,12 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
      dict(num_warps=8, cluster=7)),
     (CR.softmax_cluster_kernel, "x=f16[?,?], out=f16[?,?], LOG=True, C=7, BLOCK=1024, WINDOW=16, TILES=8",
      dict(num_warps=4, cluster=7)),
+    (norms.norm_tile_kernel, "x=bf16[?,?], w=bf16[?], b=bf16[?], y=bf16[?,?], mean_out=f32[?], rstd_out=f32[?], "
+                             "eps=f32, RMS=False, HAS_W=True, HAS_B=True, STATS=True, ROWS=1, BLOCK=2048, TILES=3, "
+                             "WINDOW=16", dict(num_warps=8)),
+    (norms.norm_tile_kernel, "x=f16[?,?], w=f16[?,?]:stride_div=16x1, b=f16[?,?]:stride_div=16x1, y=f16[?,?], "
+                             "mean_out=f32[?], rstd_out=f32[?], eps=f32, RMS=False, HAS_W=True, HAS_B=True, STATS=False, "
+                             "ROWS=1, BLOCK=8192, WINDOW=16, SHIFTED=True", dict(num_warps=8, **DEPENDENT)),
 ])
 def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, options):
     # x read in out's windows: two aligned 16-byte loads per group, 16-byte stores, and
@@ -191,7 +199,8 @@ def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, opti
     plain = kernel.compile(kernel.specialization(sig), arch="sm_90a", fast_math=True, **options)
     c = kernel.compile(kernel.specialization(sig + ", REALIGN=True"), arch="sm_90a", fast_math=True, **options)
     acc, base = _accesses(c.asm["ptx"]), _accesses(plain.asm["ptx"])
-    x_loads = {k: v for k, v in acc.items() if k.startswith("ld.") and k != "ld.global.b32"}  # (f32 partials)
+    # (element loads: the partials' statistics, w and b gathered at the row's lead)
+    x_loads = {k: v for k, v in acc.items() if k.startswith("ld.") and k not in ("ld.global.b32", "ld.global.b16")}
     # two per group where the kernel normalizes (its statistics pass, if any, reads x's own windows)
     assert list(x_loads) == ["ld.global.v4.b32"], acc
     assert base["ld.global.v4.b32"] < x_loads["ld.global.v4.b32"] <= 2 * base["ld.global.v4.b32"], (acc, base)
