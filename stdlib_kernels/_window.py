@@ -30,8 +30,9 @@ import tilec as tc
 
 from ._common import Arr, RowConfig, row_config, row_stride
 
-__all__ = ["row_window", "shared_window", "row_windows", "window_start", "realigned_start", "window_mask", "window_tile", "window_span",
-           "single_row_window", "window_steps", "window_steps_of", "row_tile", "store_row_tile"]
+__all__ = ["row_window", "shared_window", "row_windows", "window_start", "realigned_start", "window_mask",
+           "window_tile", "window_span", "single_row_window", "window_steps", "window_steps_of", "row_tile",
+           "store_row_tile"]
 
 
 # Windows start on 32-byte sectors, not just 16-byte vectors: rows 16 bytes off a sector

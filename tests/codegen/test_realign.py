@@ -135,7 +135,8 @@ def test_realigned_loads_move_aligned_16_byte_blocks(arch, dtype, per_thread, ke
     elif kernel == "full":
         k, sig = shifted_copy_full, f"x={dtype}[?], y={dtype}[?], shift=i32, REALIGN=True, BLOCK=1024"
     else:
-        k, sig = shifted_windows, f"x={dtype}[?], y={dtype}[?], lead=i32, n=i32, REALIGN=True, GROUP={per_thread}, BLOCK=1024"
+        k, sig = shifted_windows, (f"x={dtype}[?], y={dtype}[?], lead=i32, n=i32, REALIGN=True, GROUP={per_thread}, "
+                                   "BLOCK=1024")
     c = k.compile(k.specialization(sig), arch=arch, num_warps=4)
     ptx = c.asm["ptx"]
     loads = re.findall(r"ld\.global\.(\S+)", ptx)

@@ -177,7 +177,8 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
 @pytest.mark.parametrize("kernel,sig,options", [
     (softmax.softmax_tile_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192, WINDOW=16",
      dict(num_warps=8)),
-    (softmax.softmax_tile_kernel, "x=f32[?,?], out=f32[?,?], LOG=True, ROWS=2, BLOCK=1024, WINDOW=8", dict(num_warps=4)),
+    (softmax.softmax_tile_kernel, "x=f32[?,?], out=f32[?,?], LOG=True, ROWS=2, BLOCK=1024, WINDOW=8",
+     dict(num_warps=4)),
     (softmax.softmax_loop_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=True, BLOCK=4096, WINDOW=16", dict(num_warps=8)),
     (softmax.softmax_finish_kernel, "x=f16[?,?], out=f16[?,?], m_part=f32[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                                     "LOG=False, CHUNKS=8, BLOCK=4096, WINDOW=16", dict(num_warps=8)),
@@ -189,8 +190,8 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
                              "eps=f32, RMS=False, HAS_W=True, HAS_B=True, STATS=True, ROWS=1, BLOCK=2048, TILES=3, "
                              "WINDOW=16", dict(num_warps=8)),
     (norms.norm_tile_kernel, "x=f16[?,?], w=f16[?,?]:stride_div=16x1, b=f16[?,?]:stride_div=16x1, y=f16[?,?], "
-                             "mean_out=f32[?], rstd_out=f32[?], eps=f32, RMS=False, HAS_W=True, HAS_B=True, STATS=False, "
-                             "ROWS=1, BLOCK=8192, WINDOW=16, SHIFTED=True", dict(num_warps=8, **DEPENDENT)),
+                             "mean_out=f32[?], rstd_out=f32[?], eps=f32, RMS=False, HAS_W=True, HAS_B=True, "
+                             "STATS=False, ROWS=1, BLOCK=8192, WINDOW=16, SHIFTED=True", dict(num_warps=8, **DEPENDENT)),
 ])
 def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, options):
     # x read in out's windows: two aligned 16-byte loads per group, 16-byte stores, and
