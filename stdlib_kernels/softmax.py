@@ -255,7 +255,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     # An out whose rows start at other offsets than x's (x rows of a wider buffer, out
     # contiguous) is written through its own windows, x realigned into them (`row_windows`;
     # H100, % of copy: bf16 4096x50257 of a 50304-wide buffer 22 -> 80, 16384x4095 of 4096
-    # 27 -> 82, f32 4096x8191 of 8256 64 -> 92). f32 rows past one tile keep column tiles:
+    # 27 -> 82, f32 4096x8191 of 8256 64 -> 90). f32 rows past one tile keep column tiles:
     # their 4-byte element stores coalesce, and the realigned chunks cost programs per SM
     # (4096x20001 of 20016: 96.5 as columns, 89.5 realigned).
     window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE)
