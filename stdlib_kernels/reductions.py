@@ -18,8 +18,8 @@ from tilec import options as _options
 from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch,
                       next_pow2, normalize_dim, output, row_config, rows_of, slab_view, view)
 from ._plan import planned
-from ._window import (WINDOW_BYTES, row_tile, row_window, shared_window, store_row_tile, window_mask, window_span,
-                      window_start, window_steps_of, window_tile)
+from ._window import (WINDOW_BYTES, realigned_start, row_tile, row_window, row_windows, store_row_tile, window_mask,
+                      window_span, window_start, window_steps_of, window_tile)
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -210,16 +210,18 @@ def reduce_inner_window_kernel(x, part, tiles_per_split, MAX: tc.constexpr, BLOC
 
 
 @tc.kernel
-def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0):
+def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.constexpr = 0,
+                  REALIGN: tc.constexpr = False):
     # WINDOW: rows off 32-byte sectors, read and written in aligned windows (_window.py):
-    # the zeros before a row's start add nothing to its running sum.
+    # the zeros before a row's start add nothing to its running sum. REALIGN: out's windows,
+    # x's rows realigned into them (`_window.row_windows`).
     pid = tc.program_id(0)
     if WINDOW and ROWS == 1:
-        _window_cumsum(x, out, pid, WINDOW, BLOCK)
+        _window_cumsum(x, out, pid, WINDOW, BLOCK, REALIGN)
     else:
         carry = tc.zeros((ROWS, 1), tc.float32)
         for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
-            t = row_tile(x, pid, k, 0.0, WINDOW, BLOCK, ROWS).astype(tc.float32)
+            t = row_tile(x, pid, k, 0.0, WINDOW, BLOCK, ROWS, False, REALIGN, out).astype(tc.float32)
             c = tc.cumsum(t, axis=1) + carry
             store_row_tile(out, pid, k, c.astype(out.dtype), WINDOW, BLOCK, ROWS)
             # Zero padding: the tile's sum is the last real element of its scan minus the carry.
@@ -227,17 +229,20 @@ def cumsum_kernel(x, out, ROWS: tc.constexpr, BLOCK: tc.constexpr, WINDOW: tc.co
 
 
 @tc.func
-def _window_cumsum(x, out, row, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
+def _window_cumsum(x, out, row, WINDOW: tc.constexpr, BLOCK: tc.constexpr, REALIGN: tc.constexpr):
     # One row through its window, each tile scanned as its (BLOCK / GROUP, GROUP) 16-byte groups:
     # within each group, then the groups' totals. Scanning the tile reshaped to (1, BLOCK)
     # instead took 125 registers at 8 warps (bf16, 4096 columns) against 59.
     group = 16 // x.dtype.itemsize
-    base, lead = window_start(x, row, WINDOW)
-    obase, _ = window_start(out, row, WINDOW)   # the same lead: `shared_window`
+    if REALIGN:
+        base, lead = realigned_start(x, out, row, WINDOW)
+    else:
+        base, lead = window_start(x, row, WINDOW)
+    obase, _ = window_start(out, row, WINDOW)   # the same lead: `row_windows`
     carry = 0.0
     for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
         idx, inside = window_mask(lead, k, x.shape[1], group, BLOCK)
-        t = tc.load(base + idx, mask=inside, other=0.0).astype(tc.float32)
+        t = tc.load(base + idx, mask=inside, other=0.0, realign=REALIGN).astype(tc.float32)
         sums = tc.sum(t, axis=1, keep_dims=True)
         before = tc.cumsum(sums, axis=0) - sums + carry
         tc.store(obase + idx, (tc.cumsum(t, axis=1) + before).astype(out.dtype), mask=inside)
@@ -270,6 +275,9 @@ EXTRA_SIGNATURES = [
                                    "BLOCK_R=16, BLOCK_I=256, WINDOW=8, STRIPS_FIRST=True"),
     ("cumsum_kernel", "x=f16[?,?], out=f16[?,?], ROWS=64, BLOCK=32"),
     ("cumsum_kernel", "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096"),
+    # x's rows read in out's windows (`_window.row_windows`: realigned loads)
+    ("cumsum_kernel", "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096, WINDOW=16, REALIGN=True"),
+    ("cumsum_kernel", "x=f32[?,?], out=f32[?,?], ROWS=16, BLOCK=128, WINDOW=8, REALIGN=True"),
 ]
 
 
@@ -512,8 +520,10 @@ def cumsum(x, dim: int = -1, out=None):
     # accesses and 238 registers (H200, 32768x3000 bf16: 12% of copy; windows 72%). Also
     # rows on sectors of a length not a multiple of 16 elements: the window's scan by
     # 16-byte groups beat column tiles' masked stores (H100, f32 8192x6008 1.59x,
-    # 4096x20008 1.46x).
-    window = shared_window(a, o, ragged=True)
+    # 4096x20008 1.46x). An out whose rows start at other offsets: its windows, x's rows
+    # realigned into them (`row_windows`).
+    window, realign = row_windows(a, o, ragged=True)
     cfg = row_config(window_span(n_cols, window), n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)
-    launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window)
+    launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window,
+           **({"REALIGN": True} if realign else {}))
     return o.obj

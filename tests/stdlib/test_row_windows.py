@@ -77,12 +77,23 @@ def test_cumsum_of_rows_off_sectors_matches_numpy(launched, shape, dtype, want):
     assert (buf[:, n:] == SENTINEL).all()
 
 
-def test_cumsum_into_an_output_off_the_inputs_windows(launched):
+@pytest.mark.parametrize("shape,width,first,dtype,want", [
+    ((5, 2001), 2013, 0, np.float32, (2048, 1, 8)),     # one tile: 2001 + 7 <= 2048
+    ((3, 9001), 9011, 3, np.float32, (4096, 1, 8)),     # three window tiles, the total carried
+    ((6, 2500), 2511, 1, np.float16, (4096, 1, 16)),
+    ((40, 99), 113, 5, np.float16, (128, 16, 16)),      # packed rows through out's windows
+])
+def test_cumsum_into_an_output_off_the_inputs_windows(monkeypatch, shape, width, first, dtype, want):
+    # out contiguous: its rows sit at other offsets modulo the window than x's, which are
+    # read in out's windows (realigned loads, `row_windows`)
+    seen = spy_launches(monkeypatch, (reductions,), lambda kernel, cluster, c: (
+        kernel.name, c.get("BLOCK"), c.get("ROWS"), c.get("WINDOW", 0), c.get("REALIGN", False)))
     rng = np.random.default_rng(3)
-    x = (3 * rng.standard_normal((5, 2013))).astype(np.float32)[:, :2001]
-    out = sk.cumsum(x)          # contiguous: its rows sit at other offsets mod 8 than x's
-    assert launched == [("cumsum_kernel", 2048, 1, 0)]
-    np.testing.assert_allclose(out, np.cumsum(x.astype(np.float64), -1), rtol=1e-4, atol=1e-3)
+    x = (3 * rng.standard_normal((shape[0], width))).astype(dtype)[:, first:first + shape[1]]
+    out = sk.cumsum(x)
+    assert seen == [("cumsum_kernel", *want, True)]
+    tol = 1e-3 if dtype == np.float32 else 2e-3 * shape[1]
+    np.testing.assert_allclose(out.astype(np.float64), np.cumsum(x.astype(np.float64), -1), rtol=1e-3, atol=tol)
 
 
 def test_cumsum_of_bf16_rows_off_sectors(launched):

@@ -124,3 +124,16 @@ def test_norms_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, wid
         want = F.layer_norm(x64, (shape[1],), w.double(), b.double(), eps=1e-5)
     assert y.is_contiguous()
     torch.testing.assert_close(y.double(), want, rtol=rtol, atol=rtol * 4)
+
+
+@pytest.mark.parametrize("dtype_name", DTYPES)
+@pytest.mark.parametrize("shape, width, first", [((300, 3000), 3011, 1), ((64, 9001), 9016, 0), ((1000, 99), 113, 5)])
+def test_cumsum_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, width, first, dtype_name):
+    dtype = getattr(torch, dtype_name)
+    buf = (3 * torch.randn(shape[0], width, device="cuda", dtype=torch.float64)).to(dtype)
+    x = buf[:, first:first + shape[1]]
+    y = sk.cumsum(x)
+    assert y.is_contiguous()
+    rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
+    torch.testing.assert_close(y.double(), torch.cumsum(x.double(), -1), rtol=rtol,
+                               atol=rtol * shape[1] ** 0.5 * 3)

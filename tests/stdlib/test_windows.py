@@ -21,6 +21,7 @@ from launch_spy import spy_launches
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
+reductions = importlib.import_module("tilec.stdlib_kernels.reductions")
 
 SENTINEL = 7.0
 
@@ -192,6 +193,7 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
     (norms.norm_tile_kernel, "x=f16[?,?], w=f16[?,?]:stride_div=16x1, b=f16[?,?]:stride_div=16x1, y=f16[?,?], "
                              "mean_out=f32[?], rstd_out=f32[?], eps=f32, RMS=False, HAS_W=True, HAS_B=True, "
                              "STATS=False, ROWS=1, BLOCK=8192, WINDOW=16, SHIFTED=True", dict(num_warps=8, **DEPENDENT)),
+    (reductions.cumsum_kernel, "x=bf16[?,?], out=bf16[?,?], ROWS=1, BLOCK=4096, WINDOW=16", dict(num_warps=8)),
 ])
 def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, options):
     # x read in out's windows: two aligned 16-byte loads per group, 16-byte stores, and
