@@ -34,7 +34,7 @@ import tilec as tc
 
 from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluster_rows, params, scale_shift, split_chunks
 from ._common import lanewise_sum, lanewise_sum_of_squares, store_row_stats
-from ._window import store_row_tile, window_span, window_start, window_tile
+from ._window import realigned_start, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "one_pass_chunk",
            "reread_chunk"]
@@ -109,10 +109,11 @@ def _shifted(x, ts, row, rank, lead, WINDOW: tc.constexpr, BLOCK: tc.constexpr, 
 
 
 @tc.func
-def _x_tile(x, row, base, lead, n, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
-    # tile k of the row (of its window when WINDOW) in f32, 0 outside the row
+def _x_tile(x, row, base, lead, n, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, REALIGN: tc.constexpr = False):
+    # tile k of the row (of its window when WINDOW; y's, x realigned into it, when REALIGN)
+    # in f32, 0 outside the row
     if WINDOW:
-        t, _ = window_tile(x, base, lead, n, k, 0.0, BLOCK)
+        t, _ = window_tile(x, base, lead, n, k, 0.0, BLOCK, True, REALIGN)
     else:
         t = tc.load(x, index=(row, k), shape=(1, BLOCK), padding=0.0)
     return t.astype(tc.float32)
@@ -123,26 +124,29 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
                        HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
                        TILES: tc.constexpr, WINDOW: tc.constexpr = 0, SHIFTED: tc.constexpr = False,
                        EARLY: tc.constexpr = False, ONE_PASS: tc.constexpr = False,
-                       REREAD: tc.constexpr = False):
+                       REREAD: tc.constexpr = False, REALIGN: tc.constexpr = False):
     # One row per cluster; program `rank` holds tiles rank * TILES ... of the row (of its
     # window when WINDOW), 0 outside the row. EARLY: w and b loaded right after x, in
     # flight during the statistics and the exchange (`params_early`). ONE_PASS (layer_norm):
     # the chunk's statistics in one pass, w and b loaded a tile ahead of the stores, x held
     # or, REREAD, read again (from L2) after the exchange (`one_pass_chunk`, `reread_chunk`).
+    # REALIGN: y's windows and leads, x's row realigned into them (`_window.row_windows`).
     rank = tc.cluster_rank()
     row = tc.program_id(0) // C
     n = x.shape[1]
     lead = 0
     base = x.ptr
-    if WINDOW:
+    if REALIGN:
+        base, lead = realigned_start(x, y, row, WINDOW)
+    elif WINDOW:
         base, lead = window_start(x, row, WINDOW)
     ts = ()
     for i in tc.static_range(TILES):
-        ts = ts + (_x_tile(x, row, base, lead, n, rank * TILES + i, WINDOW, BLOCK),)
+        ts = ts + (_x_tile(x, row, base, lead, n, rank * TILES + i, WINDOW, BLOCK, REALIGN),)
     if ONE_PASS:
         tc.static_assert(not RMS, "ONE_PASS is layer_norm's")
         _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W, HAS_B, STATS,
-                             C, BLOCK, TILES, WINDOW, SHIFTED, REREAD)
+                             C, BLOCK, TILES, WINDOW, SHIFTED, REREAD, REALIGN)
         return
     if EARLY:
         if SHIFTED:
@@ -186,7 +190,8 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
 @tc.func
 def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, base, lead, HAS_W: tc.constexpr,
                          HAS_B: tc.constexpr, STATS: tc.constexpr, C: tc.constexpr, BLOCK: tc.constexpr,
-                         TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr, REREAD: tc.constexpr):
+                         TILES: tc.constexpr, WINDOW: tc.constexpr, SHIFTED: tc.constexpr, REREAD: tc.constexpr,
+                         REALIGN: tc.constexpr):
     # The chunk's sum and sum of squares in one pass (of `_shifted` values), Chan's
     # combination across the cluster, then the chunk (held, or REREAD read again) normalized,
     # tile i + 1's loads issued before tile i's store (a store to y may alias x: no later
@@ -203,18 +208,19 @@ def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, bas
     if WINDOW:
         if SHIFTED:
             tc.grid_dependency_wait()   # a dependent launch of the tables' kernel: x was read while it ran
-        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK) if REREAD else ts[0],)
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK, REALIGN) if REREAD else ts[0],)
         ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     means, m2 = tc.cluster_gather((mean_k, m2_k), C, padding=(0.0, 0.0))
     counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
     var, _, mean = chan_combine(means, m2, counts, n, mean_k, shift)
     rstd = tc.rsqrt(var + eps)
     if not WINDOW:
-        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK) if REREAD else ts[0],)
+        xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK, REALIGN) if REREAD else ts[0],)
         ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     for i in tc.static_range(TILES):
         if i + 1 < TILES:
-            xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK) if REREAD else ts[i + 1],)
+            xs = xs + (_x_tile(x, row, base, lead, n, k0 + i + 1, WINDOW, BLOCK, REALIGN)
+                        if REREAD else ts[i + 1],)
             ps = ps + (_tile_params(x, w, b, k0 + i + 1, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
         wt, bt = ps[i]
         out = scale_shift((xs[i] - mean) * rstd, wt, bt, HAS_W, HAS_B)

@@ -28,7 +28,7 @@ from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_flo
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
-from ._window import (realigned_start, row_windows, shared_window, single_row_window, store_row_tile, window_span,
+from ._window import (realigned_start, row_windows, single_row_window, store_row_tile, window_span,
                       window_start, window_tile)
 
 __all__ = ["layer_norm", "rms_norm"]
@@ -285,13 +285,14 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
         even = cl is not None and n_cols == cl.c * cl.block
         chunks = None
-        tiled_window = shared_window(a, o, ragged=True) if cl is not None else 0
+        # (an out at other offsets than x's: its windows, x realigned into them)
+        tiled_window, tiled_realign = row_windows(a, o, ragged=True) if cl is not None else (0, False)
         if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
                                              tiled_window, ties_to_tiles=two_byte_ln)
             row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
             if tiled is not None and use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
-                chunks, window = tiled, tiled_window
+                chunks, window, realign = tiled, tiled_window, tiled_realign
         if chunks is None and two_byte_ln and not even:
             cl = None
         # w and b from shifted tables for rows read through windows (single tiles, chunk tiles)
@@ -318,6 +319,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
                 options = dict(options, **DEPENDENT)
             flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted)
+            if realign:
+                flags["REALIGN"] = True
             if _norm_chunks.one_pass_chunk(rms, a.dtype.itemsize, chunks):
                 flags["ONE_PASS"] = True
                 flags["REREAD"] = _norm_chunks.reread_chunk(a, args, chunks, options, **flags)

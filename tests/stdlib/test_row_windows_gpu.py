@@ -105,6 +105,8 @@ def test_softmax_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, w
     ((200, 1500), 1511, 3),       # x off any 16-byte group
     ((64, 12001), 12016, 0),
     ((2048, 8191), 8256, 1),      # 16 MB and more: w and b from shifted tables
+    ((64, 20001), 20016, 0),      # chunk tiles on clusters
+    ((40, 50257), 50304, 3),      # chunk tiles, 2-byte layer_norm read again after the exchange
 ])
 @pytest.mark.parametrize("rms", [False, True])
 def test_norms_of_rows_of_a_wider_buffer_into_a_contiguous_out(torch, shape, width, first, rms, dtype_name):
