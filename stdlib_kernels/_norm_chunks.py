@@ -315,4 +315,7 @@ SM90_SIGNATURES = [
     ("norm_chunks_kernel", _sig("f32", "ln", 4, 1024, 5, 8, True) + ", EARLY=True", 4),     # params_early
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 2048, 7, 8, False), 8),      # 1024x100003 f32
     ("norm_chunks_kernel", _sig("f32", "ln", 7, 1024, 10, 8, False), 4),     # 2048x70001 f32
+    # x's rows read in y's windows (`_window.row_windows`: realigned loads)
+    ("norm_chunks_kernel", _sig("bf16", "ln", 7, 1024, 8, 16, True) + ", ONE_PASS=True, REREAD=True, REALIGN=True", 4),
+    ("norm_chunks_kernel", _sig("f16", "rms", 4, 1024, 5, 16, True) + ", REALIGN=True", 4),
 ]

@@ -182,3 +182,26 @@ def test_rows_read_in_the_outputs_windows(monkeypatch, tables, dtype, n, rms):
     tol = 1e-5 if dtype == "f32" else 4e-3
     np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
     assert (_f64(buf)[:, n:] == SENTINEL).all()
+
+
+@pytest.mark.parametrize("dtype, n, width", [("f16", 20001, 20016), ("f16", 50257, 50304), ("f32", 20001, 20016)])
+@pytest.mark.parametrize("rms", [False, True])
+def test_long_rows_read_in_the_outputs_windows(monkeypatch, dtype, n, width, rms):
+    # rows past one tile on clusters (chunk tiles): 2-byte rows realigned into out's windows,
+    # f32 rows by column tiles (their element stores coalesce; realigned they lost)
+    seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("WINDOW", 0),
+                                                                          c.get("REALIGN", False)))
+    rng = np.random.default_rng(n + rms)
+    x = rowwise_host(rng.standard_normal((3, width)) * 3 + 100, dtype)[:, 1:1 + n]
+    w = rowwise_host(rng.standard_normal(n), dtype)
+    b = rowwise_host(rng.standard_normal(n), dtype)
+    out = sk.rms_norm(x, w, eps=1e-6) if rms else sk.layer_norm(x, w, b, eps=1e-5)
+    want_window = 0 if dtype == "f32" else 16
+    assert seen == [("norm_chunks_kernel", want_window, dtype != "f32")], seen
+    x64 = _f64(x)
+    if rms:
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * _f64(w)
+    else:
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * _f64(w) + _f64(b)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
