@@ -34,7 +34,7 @@ import tilec as tc
 
 from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluster_rows, params, scale_shift, split_chunks
 from ._common import lanewise_sum, lanewise_sum_of_squares, store_row_stats
-from ._window import realigned_start, store_row_tile, window_span, window_start, window_tile
+from ._window import store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "one_pass_chunk",
            "reread_chunk"]
@@ -136,10 +136,8 @@ def norm_chunks_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, H
     n = x.shape[1]
     lead = 0
     base = x.ptr
-    if REALIGN:
-        base, lead = realigned_start(x, y, row, WINDOW)
-    elif WINDOW:
-        base, lead = window_start(x, row, WINDOW)
+    if WINDOW:
+        base, lead = window_start(x, row, WINDOW, REALIGN, y)
     ts = ()
     for i in tc.static_range(TILES):
         ts = ts + (_x_tile(x, row, base, lead, n, rank * TILES + i, WINDOW, BLOCK, REALIGN),)

@@ -30,9 +30,8 @@ import tilec as tc
 
 from ._common import Arr, RowConfig, row_config, row_stride
 
-__all__ = ["row_window", "shared_window", "row_windows", "window_start", "realigned_start", "window_mask",
-           "window_tile", "window_span", "single_row_window", "window_steps", "window_steps_of", "row_tile",
-           "store_row_tile"]
+__all__ = ["row_window", "shared_window", "row_windows", "window_start", "window_mask", "window_tile", "window_span",
+           "single_row_window", "window_steps", "window_steps_of", "row_tile", "store_row_tile"]
 
 
 # Windows start on 32-byte sectors, not just 16-byte vectors: rows 16 bytes off a sector
@@ -110,9 +109,19 @@ def window_steps_of(n, WINDOW: tc.constexpr, BLOCK: tc.constexpr):
 
 
 @tc.func
-def window_start(x, row, WINDOW: tc.constexpr):
+def window_start(x, row, WINDOW: tc.constexpr, REALIGN: tc.constexpr = False, o=None):
     """(pointer to the multiple of WINDOW elements at or before row `row`'s first element,
-    how many elements before the row it is: 0..WINDOW-1, i32)."""
+    how many elements before the row it is: 0..WINDOW-1, i32). REALIGN (`row_windows`): x's
+    row read in o's windows instead, (pointer to where x's row would start if it started as
+    many elements into a window as o's row does, that lead): `window_tile` then realigns."""
+    if REALIGN:
+        _, lead = _own_window(o, row, WINDOW)
+        return x.ptr + row.astype(tc.int64) * x.stride(0) - lead, lead
+    return _own_window(x, row, WINDOW)
+
+
+@tc.func
+def _own_window(x, row, WINDOW: tc.constexpr):
     start = row.astype(tc.int64) * x.stride(0)
     base = start // WINDOW * WINDOW
     return x.ptr + base, (start - base).astype(tc.int32)
@@ -144,14 +153,6 @@ def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
 
 
 @tc.func
-def realigned_start(x, o, row, WINDOW: tc.constexpr):
-    """(pointer to where row `row` of x would start if it started `lead` elements into a window
-    as out's row does, lead): x's row read in o's windows (`window_tile` with REALIGN)."""
-    _, lead = window_start(o, row, WINDOW)
-    return x.ptr + row.astype(tc.int64) * x.stride(0) - lead, lead
-
-
-@tc.func
 def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.constexpr = True,
                 REALIGN: tc.constexpr = False):
     """(tile, inside) of window tile j of a row of n elements (`window_start`'s base and lead;
@@ -165,7 +166,7 @@ def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.cons
     softmax kernel, which holds the next row's chunk too, spills with the group test (108
     bytes at 8 x 32768, 1024x250001 bf16 76% -> 71%) and not with the element masks.
 
-    REALIGN: base is `realigned_start`'s, off the group boundary: the element masks, whose
+    REALIGN: base is `window_start`'s with REALIGN, off the group boundary: the element masks, whose
     realigned reads touch only blocks holding some element of the row (the group test would
     read before x's first row)."""
     GROUP = 16 // x.dtype.itemsize
@@ -192,15 +193,9 @@ def _windows(x, row, k, WINDOW: tc.constexpr, BLOCK: tc.constexpr, ROWS: tc.cons
     # 7 x 8192: 48 -> 64), so only PAST has it. REALIGN: x's rows in o's windows.
     if ROWS > 1:
         rows = row * ROWS + tc.arange(0, ROWS)[:, None]
-        if REALIGN:
-            base, lead = realigned_start(x, o, rows, WINDOW)
-        else:
-            base, lead = window_start(x, rows, WINDOW)
+        base, lead = window_start(x, rows, WINDOW, REALIGN, o)
         return base, tc.where(rows < x.shape[0], lead, (k + 1) * BLOCK), x.shape[1]
-    if REALIGN:
-        base, lead = realigned_start(x, o, row, WINDOW)
-    else:
-        base, lead = window_start(x, row, WINDOW)
+    base, lead = window_start(x, row, WINDOW, REALIGN, o)
     if PAST:
         return base, lead, tc.where(row < x.shape[0], x.shape[1], 0)
     return base, lead, x.shape[1]

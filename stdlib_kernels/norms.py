@@ -28,8 +28,7 @@ from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_flo
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
-from ._window import (realigned_start, row_windows, single_row_window, store_row_tile, window_span,
-                      window_start, window_tile)
+from ._window import row_windows, single_row_window, store_row_tile, window_span, window_start, window_tile
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -98,10 +97,8 @@ def norm_tile_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
     pid = tc.program_id(0)
     n = x.shape[1]
     lead = 0
-    if REALIGN:
-        base, lead = realigned_start(x, y, pid, WINDOW)
-    elif WINDOW:
-        base, lead = window_start(x, pid, WINDOW)
+    if WINDOW:
+        base, lead = window_start(x, pid, WINDOW, REALIGN, y)
     ts = ()
     for k in tc.static_range(TILES):
         if WINDOW:
@@ -312,10 +309,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
                 args = _shift_tables(named, args, window, cfg.tiles * cfg.block)
                 flags["SHIFTED"] = True
                 options = DEPENDENT
-            if realign:
-                flags["REALIGN"] = True
             launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
-                   TILES=cfg.tiles, WINDOW=window, **flags)
+                   TILES=cfg.tiles, WINDOW=window, REALIGN=realign, **flags)
         elif chunks is not None:
             # Ragged rows or rows off 32-byte sectors: one row per cluster, chunks as tiles of
             # the row's window.
@@ -323,9 +318,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             if shifted:
                 args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
                 options = dict(options, **DEPENDENT)
-            flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted)
-            if realign:
-                flags["REALIGN"] = True
+            flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted,
+                         REALIGN=realign)
             if _norm_chunks.one_pass_chunk(rms, a.dtype.itemsize, chunks):
                 flags["ONE_PASS"] = True
                 flags["REREAD"] = _norm_chunks.reread_chunk(a, args, chunks, options, **flags)

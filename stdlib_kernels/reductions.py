@@ -18,8 +18,8 @@ from tilec import options as _options
 from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch,
                       next_pow2, normalize_dim, output, row_config, rows_of, slab_view, view)
 from ._plan import planned
-from ._window import (WINDOW_BYTES, realigned_start, row_tile, row_window, row_windows, store_row_tile, window_mask,
-                      window_span, window_start, window_steps_of, window_tile)
+from ._window import (WINDOW_BYTES, row_tile, row_window, row_windows, store_row_tile, window_mask, window_span,
+                      window_start, window_steps_of, window_tile)
 
 __all__ = ["sum", "max", "cumsum"]
 
@@ -234,10 +234,7 @@ def _window_cumsum(x, out, row, WINDOW: tc.constexpr, BLOCK: tc.constexpr, REALI
     # within each group, then the groups' totals. Scanning the tile reshaped to (1, BLOCK)
     # instead took 125 registers at 8 warps (bf16, 4096 columns) against 59.
     group = 16 // x.dtype.itemsize
-    if REALIGN:
-        base, lead = realigned_start(x, out, row, WINDOW)
-    else:
-        base, lead = window_start(x, row, WINDOW)
+    base, lead = window_start(x, row, WINDOW, REALIGN, out)
     obase, _ = window_start(out, row, WINDOW)   # the same lead: `row_windows`
     carry = 0.0
     for k in range(window_steps_of(x.shape[1], WINDOW, BLOCK)):
@@ -525,5 +522,5 @@ def cumsum(x, dim: int = -1, out=None):
     window, realign = row_windows(a, o, ragged=True)
     cfg = row_config(window_span(n_cols, window), n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)
     launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window,
-           **({"REALIGN": True} if realign else {}))
+           REALIGN=realign)
     return o.obj

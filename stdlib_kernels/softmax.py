@@ -261,19 +261,18 @@ def _softmax(x, dim, out, log: bool, op: str):
     window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE)
     if realign and a.dtype.itemsize == 4 and n_cols > MAX_SINGLE_TILE:
         window, realign = 0, False
-    ra = {"REALIGN": True} if realign else {}   # (the kernels x reads in for its statistics only: x's own)
     span = window_span(n_cols, window)
     cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:
         cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
         launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, **ra)
+               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, REALIGN=realign)
         return o.obj
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize, window)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
     if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
-        args, flags = (xv, ov), dict(LOG=log, WINDOW=window, **ra)
+        args, flags = (xv, ov), dict(LOG=log, WINDOW=window, REALIGN=realign)
         persistent = _persistent(a, args, cl, span, n_rows, window, flags)
         options = None
         if persistent is not None:
@@ -291,7 +290,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
     if chunks < 2:
         launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block,
-               WINDOW=window, **ra)
+               WINDOW=window, REALIGN=realign)
         return o.obj
     per = tc.cdiv(n_tiles, chunks)
     chunks = tc.cdiv(n_tiles, per)  # every chunk holds at least one real tile
@@ -300,7 +299,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block,
            WINDOW=window)
     launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, options=DEPENDENT,
-           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window, **ra)
+           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window, REALIGN=realign)
     return o.obj
 
 

@@ -21,7 +21,7 @@ from llvmlite import ir
 from .casts import cast_bool
 from .types import I32
 
-__all__ = ["read_blocks", "shift_blocks", "realigned_group"]
+__all__ = ["read_blocks", "shift_blocks"]
 
 I64 = ir.IntType(64)
 
@@ -101,12 +101,6 @@ def shift_blocks(ctx, blocks, s, vty: ir.Type) -> ir.Value:
     for k, x in enumerate(out):
         v = b.insert_element(v, x, ir.Constant(I32, k))
     return b.bitcast(v, vty)
-
-
-def realigned_group(ctx, ptr, vty: ir.Type, masks: Optional[List], uniform: bool, read_block) -> ir.Value:
-    """`read_blocks` then `shift_blocks`: the `vty` at `ptr`."""
-    blocks, s = read_blocks(ctx, ptr, vty, masks, uniform, read_block)
-    return shift_blocks(ctx, blocks, s, vty)
 
 
 def _nbytes(t: ir.Type) -> int:

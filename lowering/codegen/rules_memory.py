@@ -184,12 +184,10 @@ def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
         if evict and _hintable(p, wty):
             return _hinted_load(ctx, p, pred, zero if pred is not None else None, wty, evict)
         return guarded(ctx, pred, lambda: b.load(p, typ=wty, align=nbytes), zero)
-    groups = range(0, len(ptrs), vec)
-    read = [read_blocks(ctx, ptrs[g], vty, masks[g:g + vec] if masks is not None else None, uniform, read_block)
-            for g in groups]
+    groups = [(g, masks[g:g + vec] if masks is not None else None) for g in range(0, len(ptrs), vec)]
+    read = [read_blocks(ctx, ptrs[g], vty, gm, uniform, read_block) for g, gm in groups]
     out = []
-    for g, (blocks, s) in zip(groups, read):
-        gm = masks[g:g + vec] if masks is not None else None
+    for (g, gm), (blocks, s) in zip(groups, read):
         xs = _unpack(b, shift_blocks(ctx, blocks, s, vty), vec)
         if gm is not None:
             xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(gm, xs, others[g:g + vec])]

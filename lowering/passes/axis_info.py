@@ -217,9 +217,10 @@ def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
 
-def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
+def access_vec(info: _Analysis, op) -> Tuple[int, int, int, int]:
     """(contiguous dimension, elements one access may move, elements over which the mask
-    is uniform) of a pointer-tile access.
+    is uniform, elements the pointers' alignment proves) of a pointer-tile access (the
+    second exceeds the last only for a realigned load: `realign_vec`).
 
     The width does not depend on the mask. Where the mask varies inside a group, codegen
     loads the whole group if any element is wanted and selects per element: the group's
@@ -228,19 +229,19 @@ def access_vec(info: _Analysis, op) -> Tuple[int, int, int]:
     at once where every element is wanted, else element by element."""
     ptr = op.operands[0]
     if not isinstance(ptr.type, TileType):
-        return -1, 1, 1
+        return -1, 1, 1, 1
     pi = info.get(ptr)
     rank = ptr.type.rank
     dim = max(range(rank), key=lambda d: (pi.contiguity[d], d))
     esize = ptr.type.element.pointee.itemsize
-    vec = _proven_vec(pi, dim, esize)
+    aligned = vec = _proven_vec(pi, dim, esize)
     if op.attrs.get("realign"):
-        vec = max(vec, realign_vec(pi.contiguity[dim], esize))
+        vec = max(aligned, realign_vec(pi.contiguity[dim], esize))
     mask = op.operand("mask") if "mask" in [s.rstrip("*?") for s in op.operands_spec] else None
     uniform = vec
     if mask is not None and isinstance(mask.type, TileType):
         uniform = _pow2_floor(min(vec, info.get(mask).constancy[dim]))
-    return dim, vec, uniform
+    return dim, vec, uniform, aligned
 
 
 _PREFIX_PREDS = {"lt": 0, "le": 0, "gt": 1, "ge": 1}   # which operand runs: x < n, x <= n, n > x, n >= x
@@ -310,13 +311,12 @@ def axis_info(module: Module, **_options) -> Module:
         info = analyze(func)
         for op in func.walk():
             if isinstance(op, _MEM):
-                dim, vec, uniform = access_vec(info, op)
+                dim, vec, uniform, aligned = access_vec(info, op)
                 if dim >= 0:
                     op.attrs["_contig_dim"] = dim
                     op.attrs["_vec"] = vec
                     if op.attrs.get("realign"):
-                        ptr = op.operands[0]
-                        op.attrs["_aligned_vec"] = _proven_vec(info.get(ptr), dim, ptr.type.element.pointee.itemsize)
+                        op.attrs["_aligned_vec"] = aligned
                     if uniform < vec:
                         op.attrs["_mask_vec"] = uniform
                         if isinstance(op, T.LoadMaskedOp) and prefix_run(info, op.operands[1], dim) >= vec:

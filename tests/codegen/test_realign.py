@@ -15,7 +15,7 @@ from llvmlite import ir
 
 import tilec as tc
 from tilec.ir import tile_ops as T
-from tilec.lowering.codegen.realign import realigned_group
+from tilec.lowering.codegen.realign import read_blocks, shift_blocks
 
 from err_marker import err_line
 from hostjit import _ENGINES, _host
@@ -25,7 +25,7 @@ I8, I64 = ir.IntType(8), ir.IntType(64)
 
 
 class _HostCtx:
-    """What realigned_group uses of the codegen context: a builder and intrinsics."""
+    """What read_blocks / shift_blocks use of the codegen context: a builder and intrinsics."""
 
     def __init__(self, module, builder):
         self.module, self.builder = module, builder
@@ -64,7 +64,9 @@ def _group_fn(itemsize: int, vec: int, masked: bool, uniform: bool):
         b.store(ir.Constant(I8, 1) if pred is None else b.zext(pred, I8), slot)
         v = b.load(p, typ=wty)  # the test's buffer is padded: an unwanted block reads junk, not a fault
         return v if pred is None else b.select(pred, v, ir.Constant(wty, None))
-    v = realigned_group(_HostCtx(mod, b), src, vty, masks, uniform, read_block)
+    ctx = _HostCtx(mod, b)
+    blocks, s = read_blocks(ctx, src, vty, masks, uniform, read_block)
+    v = shift_blocks(ctx, blocks, s, vty)
     b.store(v, out_p)
     b.ret_void()
     m = llvm.parse_assembly(str(mod))

@@ -39,6 +39,21 @@ def _f64(a):
     return np.asarray(np.asarray(a), dtype=np.float64)
 
 
+def _check_norm(out, x, w, b, rms, dtype):
+    """out against layer_norm (eps 1e-5) / rms_norm (eps 1e-6) of x in float64; w, b may be None."""
+    x64 = _f64(x)
+    if rms:
+        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
+    else:
+        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+    if w is not None:
+        want = want * _f64(w)
+    if b is not None:
+        want = want + _f64(b)
+    tol = 1e-5 if dtype == "f32" else 4e-3
+    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+
+
 @pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999), ("f16", 1601), ("f32", 1700)])
 @pytest.mark.parametrize("rms, params", [(False, "wb"), (False, "w"), (False, "b"), (True, "w")])
 def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
@@ -57,17 +72,7 @@ def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
         assert launched == [("norm_tile_kernel", False)]
     else:
         assert launched == [("shift_tables_kernel", False), ("norm_tile_kernel", True)]
-    x64 = _f64(x)
-    if rms:
-        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6)
-    else:
-        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
-    if w is not None:
-        want = want * _f64(w)
-    if b is not None:
-        want = want + _f64(b)
-    tol = 1e-5 if dtype == "f32" else 4e-3
-    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    _check_norm(out, x, w, b, rms, dtype)
     assert (_f64(buf)[:, n:] == SENTINEL).all()
 
 
@@ -174,13 +179,7 @@ def test_rows_read_in_the_outputs_windows(monkeypatch, tables, dtype, n, rms):
     window = 32 // x.dtype.itemsize
     assert seen[-1] == ("norm_tile_kernel", window, True), seen
     assert (seen[0][0] == "shift_tables_kernel") == (tables and not (rms and dtype == "f32")), seen
-    x64 = _f64(x)
-    if rms:
-        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * _f64(w)
-    else:
-        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * _f64(w) + _f64(b)
-    tol = 1e-5 if dtype == "f32" else 4e-3
-    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    _check_norm(out, x, w, None if rms else b, rms, dtype)
     assert (_f64(buf)[:, n:] == SENTINEL).all()
 
 
@@ -198,10 +197,4 @@ def test_long_rows_read_in_the_outputs_windows(monkeypatch, dtype, n, width, rms
     out = sk.rms_norm(x, w, eps=1e-6) if rms else sk.layer_norm(x, w, b, eps=1e-5)
     want_window = 0 if dtype == "f32" else 16
     assert seen == [("norm_chunks_kernel", want_window, dtype != "f32")], seen
-    x64 = _f64(x)
-    if rms:
-        want = x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * _f64(w)
-    else:
-        want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * _f64(w) + _f64(b)
-    tol = 1e-5 if dtype == "f32" else 4e-3
-    np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
+    _check_norm(out, x, w, None if rms else b, rms, dtype)

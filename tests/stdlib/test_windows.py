@@ -54,6 +54,19 @@ PATHS = {
 }
 
 
+def _softmax_into_rows(x, out_pad, log):
+    """(log_)softmax of x into the rows of a buffer out_pad elements wider than x's, checked
+    against float64 numpy, the sentinels between the rows untouched."""
+    rows, n = x.shape
+    buf = np.full((rows, n + out_pad), SENTINEL, x.dtype)
+    out = buf[:, :n]
+    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    rtol, atol = (2e-5, 2e-5) if x.dtype == np.float32 else (2e-3, 2e-3)
+    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
+                               atol=atol * (20 if log else 1))
+    assert (buf[:, n:] == SENTINEL).all()
+
+
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("path", list(PATHS))
@@ -66,16 +79,10 @@ def test_windowed_rows_match_numpy_and_write_only_the_rows(monkeypatch, windows,
     x = (20 * rng.standard_normal(shape)).astype(dtype)
     x[1, : n // 2] = -np.inf                        # a row half masked: chunks of only -inf
     # out's rows 16 elements apart from x's stride: the same windows, and sentinels between them
-    buf = np.full((shape[0], n + 16), SENTINEL, dtype)
-    out = buf[:, :n]
-    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    _softmax_into_rows(x, 16, log)
     window = 32 // np.dtype(dtype).itemsize      # elements per 32-byte sector
     want = f32_kernels if dtype == np.float32 else f16_kernels
     assert windows == [(k, window) for k in want]
-    rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
-    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
-                               atol=atol * (20 if log else 1))
-    assert (buf[:, n:] == SENTINEL).all()
 
 
 @pytest.fixture
@@ -87,12 +94,8 @@ def realigned(monkeypatch):
 
 def test_an_output_off_the_inputs_windows_reads_x_in_its_windows(realigned):
     x = (5 * np.random.default_rng(1).standard_normal((64, 1001))).astype(np.float16)
-    buf = np.full((64, 1006), SENTINEL, np.float16)   # stride 1006: rows 5 elements further each time
-    out = buf[:, :1001]
-    sk.softmax(x, out=out)
+    _softmax_into_rows(x, 5, False)     # stride 1006: rows 5 elements further each time
     assert realigned == [("softmax_tile_kernel", 16, True)]
-    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64)), rtol=2e-3, atol=2e-3)
-    assert (buf[:, 1001:] == SENTINEL).all()
 
 
 @pytest.mark.parametrize("log", [False, True])
@@ -111,9 +114,7 @@ def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, 
     rng = np.random.default_rng(n + 1)
     x = (20 * rng.standard_normal((rows, n + 11))).astype(dtype)[:, 3:3 + n]
     x[1, : n // 2] = -np.inf
-    buf = np.full((rows, n + 5), SENTINEL, dtype)
-    out = buf[:, :n]
-    assert (sk.log_softmax if log else sk.softmax)(x, out=out) is out
+    _softmax_into_rows(x, 5, log)
     window = 32 // np.dtype(dtype).itemsize
     want = f32_kernels if dtype == np.float32 else f16_kernels
     want = ["softmax_cluster_kernel" if k == "softmax_cluster_loop_kernel" else k for k in want]
@@ -121,10 +122,6 @@ def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, 
         assert realigned == [(k, 0, False) for k in want]
     else:
         assert realigned == [(k, window, k != "softmax_partial_kernel") for k in want]
-    rtol, atol = (2e-5, 2e-5) if dtype == np.float32 else (2e-3, 2e-3)
-    np.testing.assert_allclose(out.astype(np.float64), ref_softmax(x.astype(np.float64), log), rtol=rtol,
-                               atol=atol * (20 if log else 1))
-    assert (buf[:, n:] == SENTINEL).all()
 
 
 def test_rows_on_sectors_into_an_output_off_them_are_realigned(realigned):
