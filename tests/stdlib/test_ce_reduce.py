@@ -15,10 +15,10 @@ CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
 def test_reduce_config_is_one_tile_up_to_8192_rows():
     assert CE.reduce_config(1) == (1, 1)
     assert CE.reduce_config(100) == (128, 1)
-    assert CE.reduce_config(1000) == (1024, 8)
-    assert CE.reduce_config(4096) == (4096, 32)
-    assert CE.reduce_config(8193) == (8192, 32)
-    assert CE.reduce_config(100000) == (8192, 32)
+    assert CE.reduce_config(1000) == (1024, 2)
+    assert CE.reduce_config(4096) == (4096, 8)
+    assert CE.reduce_config(8193) == (8192, 16)
+    assert CE.reduce_config(100000) == (8192, 16)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
