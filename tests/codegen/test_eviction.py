@@ -11,7 +11,7 @@ import pytest
 
 import tilec as tc
 
-from err_marker import err_line
+from err_marker import assert_error_at_marker
 from eviction_kernels import hinted_gather, hinted_row_sums
 
 POLICIES = ["evict_first", "evict_last"]
@@ -95,7 +95,4 @@ def runtime_policy_kernel(x, out, p):
     (runtime_policy_kernel, "x=f32[?], out=f32[?], p=i32", "eviction_policy must be a compile-time constant"),
 ])
 def test_bad_policies_name_the_line(kernel, sig, fragment):
-    with pytest.raises(tc.CompilationError) as info:
-        kernel.ir(kernel.specialization(sig))
-    assert fragment in info.value.msg, info.value.msg
-    assert info.value.loc.line == err_line(kernel) and info.value.loc.file == __file__
+    assert_error_at_marker(kernel, sig, fragment)

@@ -17,7 +17,7 @@ import tilec as tc
 from tilec.ir import tile_ops as T
 from tilec.lowering.codegen.realign import read_blocks, shift_blocks
 
-from err_marker import err_line
+from err_marker import assert_error_at_marker
 from hostjit import _ENGINES, _host
 from realign_kernels import shifted_copy, shifted_copy_full, shifted_windows
 
@@ -211,7 +211,4 @@ def non_bool_realign_kernel(x, out):
     (non_bool_realign_kernel, "x=f32[?], out=f32[?]", "realign must be True or False, got 2"),
 ])
 def test_bad_realign_names_the_line(kernel, sig, fragment):
-    with pytest.raises(tc.CompilationError) as info:
-        kernel.ir(kernel.specialization(sig))
-    assert fragment in info.value.msg, info.value.msg
-    assert info.value.loc.line == err_line(kernel) and info.value.loc.file == __file__
+    assert_error_at_marker(kernel, sig, fragment)

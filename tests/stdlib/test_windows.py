@@ -67,21 +67,25 @@ def _softmax_into_rows(x, out_pad, log):
     assert (buf[:, n:] == SENTINEL).all()
 
 
+def _path(monkeypatch, path, dtype):
+    """(shape, elements per 32-byte sector, kernels launched) of a softmax path, set up."""
+    shape, setup, f32_kernels, f16_kernels = PATHS[path]
+    if setup:
+        setup(monkeypatch)
+    return shape, 32 // np.dtype(dtype).itemsize, f32_kernels if dtype == np.float32 else f16_kernels
+
+
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("path", list(PATHS))
 def test_windowed_rows_match_numpy_and_write_only_the_rows(monkeypatch, windows, path, dtype, log):
-    shape, setup, f32_kernels, f16_kernels = PATHS[path]
-    if setup:
-        setup(monkeypatch)
+    shape, window, want = _path(monkeypatch, path, dtype)
     n = shape[-1]
     rng = np.random.default_rng(n)
     x = (20 * rng.standard_normal(shape)).astype(dtype)
     x[1, : n // 2] = -np.inf                        # a row half masked: chunks of only -inf
     # out's rows 16 elements apart from x's stride: the same windows, and sentinels between them
     _softmax_into_rows(x, 16, log)
-    window = 32 // np.dtype(dtype).itemsize      # elements per 32-byte sector
-    want = f32_kernels if dtype == np.float32 else f16_kernels
     assert windows == [(k, window) for k in want]
 
 
@@ -107,16 +111,11 @@ def test_rows_of_a_wider_buffer_realigned_into_the_outputs_windows(monkeypatch, 
     # reads x in out's windows where it normalizes (REALIGN); the split rows' statistics
     # pass reads x in its own. Persistent clusters run one row per cluster instead. f32
     # rows past one tile keep column tiles (no window).
-    shape, setup, f32_kernels, f16_kernels = PATHS[path]
-    if setup:
-        setup(monkeypatch)
-    rows, n = shape
+    (rows, n), window, want = _path(monkeypatch, path, dtype)
     rng = np.random.default_rng(n + 1)
     x = (20 * rng.standard_normal((rows, n + 11))).astype(dtype)[:, 3:3 + n]
     x[1, : n // 2] = -np.inf
     _softmax_into_rows(x, 5, log)
-    window = 32 // np.dtype(dtype).itemsize
-    want = f32_kernels if dtype == np.float32 else f16_kernels
     want = ["softmax_cluster_kernel" if k == "softmax_cluster_loop_kernel" else k for k in want]
     if dtype == np.float32 and n > 16384:
         assert realigned == [(k, 0, False) for k in want]
