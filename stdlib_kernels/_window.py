@@ -154,10 +154,11 @@ def window_mask(lead, j, n, GROUP: tc.constexpr, BLOCK: tc.constexpr):
 
 @tc.func
 def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.constexpr = True,
-                REALIGN: tc.constexpr = False):
+                REALIGN: tc.constexpr = False, GROUPED: tc.constexpr = False):
     """(tile, inside) of window tile j of a row of n elements (`window_start`'s base and lead;
     n = 0 reads nothing where not BY_GROUP: a row past the last): a (1, BLOCK) tile of x's
-    dtype, `pad` outside the row, and where it holds the row's elements.
+    dtype, `pad` outside the row, and where it holds the row's elements. GROUPED: as its
+    (BLOCK / GROUP, GROUP) 16-byte groups instead, each group in one thread.
 
     BY_GROUP: each 16-byte group loads where any of it is inside, tested by two compares per
     group, then selects per element. Loaded with `window_mask`'s per-element mask instead,
@@ -179,6 +180,8 @@ def window_tile(x, base, lead, n, j, pad, BLOCK: tc.constexpr, BY_GROUP: tc.cons
         t = tc.where(inside, tc.load(base + idx, mask=(lo < GROUP) & (e < hi), other=pad), pad)
     else:
         t = tc.load(base + idx, mask=inside, other=pad)
+    if GROUPED:
+        return t, inside
     return tc.reshape(t, (1, BLOCK)), tc.reshape(inside, (1, BLOCK))
 
 

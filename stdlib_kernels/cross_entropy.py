@@ -32,19 +32,21 @@ LOG2E = 1.4426950408889634
 # 32 per thread (4 warps) took 2 us longer.
 MAX_REDUCE_BLOCK = 8192
 REDUCE_PER_THREAD = 16
-# Rows longer than one tile: 4 tiles of 2048 per step at 8 warps, 8 elements per thread
-# each (a 16-byte bf16 or two f32 loads), so 4-8 loads per thread are in flight at ~60
-# registers; the lane-wise state stays small.
-LOOP_BLOCK = 2048
-LOOP_WARPS = 8
-# Whole rows off 32-byte sectors (aligned windows) of up to WINDOW_LOOP_MAX_COLS classes step by
-# tiles of 1024 at 4 warps: the window's masks took 64 registers at 2048 / 8 warps (4 programs
-# per SM), 64 at 1024 / 4 (8). H200, % of copy, reduction="none": 4096x50257 bf16 77.3 -> 82.5,
-# 8192x32001 bf16 83.2 -> 87.1, 8192x50257 f16 82.1 -> 88.5, 4096x50257 f32 96.7 -> 98.6; longer
-# rows lost (2048x128257 bf16 85.6 -> 83.7), and rows on sectors keep 2048 / 8 (4096x32000 bf16
-# 89.5, 87.3 at 1024 / 4).
-WINDOW_LOOP_BLOCK = 1024
-WINDOW_LOOP_WARPS = 4
+# Whole rows longer than one tile, on 32-byte sectors or of more than WINDOW_LOOP_MAX_COLS
+# classes: steps of 4 tiles of 4096 at 16 warps, a 16-byte group per thread per tile. With the
+# online state per group (`_online`) that takes 32 registers, so 4 programs per SM with 4 loads
+# per thread in flight. H100, % of copy ("none" / mean), 2048 x 4 at 8 warps -> 4096 x 4 at 16:
+# 4096x32000 bf16 92.3 / 90.6 -> 93.5 / 91.6, 16384x32000 100.7 / 100.0 -> 102.0 / 101.2,
+# 4096x128256 97.9 / 97.5 -> 99.1 / 98.5, 2048x128257 (windows) 91.2 / 90.6 -> 95.2 / 94.3.
+LOOP_BLOCK = 4096
+LOOP_WARPS = 16
+# Rows split into chunks (fewer than SPLIT_ROWS rows: more, shorter chunks) and whole rows read
+# through windows (rows off 32-byte sectors) of up to WINDOW_LOOP_MAX_COLS classes: 2048 x 4 at
+# 8 warps. H100, against 4096 x 4 at 16 / 1024 x 4 at 4: 256x32000 bf16 75.9 / 72.2 against
+# 72.8 / 70.0; 4096x50257 bf16 90.8 / 89.7 against 87.9 / 87.1 (1024 at 4), 8192x32001 bf16
+# 96.6 / 95.4 against 93.8 / 93.1.
+SHORT_LOOP_BLOCK = 2048
+SHORT_LOOP_WARPS = 8
 WINDOW_LOOP_MAX_COLS = 65536
 # Fewer rows than this: each long row is split into chunks among programs (merged by a
 # second launch), so that a few rows still fill the GPU. From 1024 rows whole rows win:
@@ -69,7 +71,7 @@ def ce_tile_kernel(logits, target, loss, ignore_index, ROWS: tc.constexpr, BLOCK
     pid = tc.program_id(0)
     if WINDOW:
         base, lead = window_start(logits, pid, WINDOW)
-        w = _logits_tile(logits, pid, 0, base, lead, BLOCK, WINDOW)
+        w = window_tile(logits, base, lead, logits.shape[1], 0, NEG_INF, BLOCK)[0].astype(tc.float32)
         m = tc.max(w)
         _store_loss(logits, target, loss, pid, m + tc.log(tc.sum(tc.exp(w - m))), ignore_index)
     else:
@@ -84,25 +86,40 @@ def ce_tile_kernel(logits, target, loss, ignore_index, ROWS: tc.constexpr, BLOCK
 
 
 @tc.func
-def _logits_tile(logits, row, j, base, lead, BLOCK: tc.constexpr, WINDOW: tc.constexpr):
-    # Read once, but not eviction_policy="evict_first": on an H200 that gained 1.2 points of
-    # copy at 4096x32000 bf16 and lost 2.6-5 at 16384x32000, 4096x128256 and f32 8192x32000.
+def _logits_groups(logits, base, lead, j, BLOCK: tc.constexpr, WINDOW: tc.constexpr):
+    # Tile j of the row (from `base`) as its (BLOCK / G, G) 16-byte groups in the logits'
+    # dtype, -inf outside the row: each group sits in one thread, so a step's max and sum
+    # are taken in-thread first. Read once, but not eviction_policy="evict_first": on an
+    # H200 that gained 1.2 points of copy at 4096x32000 bf16 and lost 2.6-5 at 16384x32000,
+    # 4096x128256 and f32 8192x32000.
+    n_cls = logits.shape[1]
     if WINDOW:  # rows off 32-byte sectors: tiles of the aligned window (_window.py)
-        t, _ = window_tile(logits, base, lead, logits.shape[1], j, NEG_INF, BLOCK)
-        return t.astype(tc.float32)
-    return tc.load(logits, index=(row, j), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        t, _ = window_tile(logits, base, lead, n_cls, j, NEG_INF, BLOCK, GROUPED=True)
+        return t
+    G = 16 // logits.dtype.itemsize
+    cols = j * BLOCK + tc.arange(0, BLOCK // G)[:, None] * G + tc.arange(0, G)[None, :]
+    return tc.load(base + cols, mask=cols < n_cls, other=NEG_INF)
 
 
 @tc.func
-def _online(m_lane, s_lane, t0, t1, t2, t3):
-    # One update of the lane-wise running max (of the logits) and sum of 2**((t - max)
-    # log2 e) by four tiles: one rescale per four elements instead of one per element.
+def _exp2_from(t, m2):
+    return tc.exp2(t.astype(tc.float32) * LOG2E - m2)
+
+
+@tc.func
+def _online(m_g, s_g, t0, t1, t2, t3):
+    # One update of the per-group running max (of the logits) and sum of 2**((t - max)
+    # log2 e) by four grouped tiles: the max is taken in the logits' dtype (exact) and
+    # in-thread, so only the loaded tiles stay live (bf16 2048 x 4 at 8 warps: 32
+    # registers, 48 with a state per element) and one rescale serves 4 G elements.
     # Base 2 with log2 e folded in: each element costs one fma and one ex2.approx.
-    m_new = tc.maximum(tc.maximum(m_lane, tc.maximum(t0, t1)), tc.maximum(t2, t3))
-    # While a lane has seen only -inf, shift by 0 so the rescale is exp(-inf) = 0, not NaN.
-    m2 = tc.where(m_new == NEG_INF, 0.0, m_new) * LOG2E
-    e = (tc.exp2(t0 * LOG2E - m2) + tc.exp2(t1 * LOG2E - m2)) + (tc.exp2(t2 * LOG2E - m2) + tc.exp2(t3 * LOG2E - m2))
-    return m_new, s_lane * tc.exp2(m_lane * LOG2E - m2) + e
+    top = tc.max(tc.maximum(tc.maximum(t0, t1), tc.maximum(t2, t3)), axis=1).astype(tc.float32)
+    m_new = tc.maximum(m_g, top)
+    # While a group has seen only -inf, shift by 0 so the rescale is exp(-inf) = 0, not NaN.
+    m1 = tc.where(m_new == NEG_INF, 0.0, m_new) * LOG2E
+    m2 = m1[:, None]
+    e = (_exp2_from(t0, m2) + _exp2_from(t1, m2)) + (_exp2_from(t2, m2) + _exp2_from(t3, m2))
+    return m_new, s_g * tc.exp2(m_g * LOG2E - m1) + tc.sum(e, axis=1)
 
 
 @tc.kernel
@@ -116,29 +133,29 @@ def ce_loop_kernel(logits, target, loss, part_m, part_s, ignore_index, steps_per
     tc.launch_dependents()
     row = tc.program_id(0)
     chunk = tc.program_id(1)
-    base, lead = 0, 0
     if WINDOW:
         base, lead = window_start(logits, row, WINDOW)
-    m_lane = tc.full((1, BLOCK), NEG_INF, tc.float32)
-    s_lane = tc.zeros((1, BLOCK), tc.float32)
+    else:
+        base, lead = logits.ptr + row.astype(tc.int64) * logits.stride(0), 0
+    G = 16 // logits.dtype.itemsize
+    m_g = tc.full((BLOCK // G,), NEG_INF, tc.float32)
+    s_g = tc.zeros((BLOCK // G,), tc.float32)
     k0 = chunk * steps_per_chunk
     for k in range(k0, k0 + steps_per_chunk):
         # Four tiles per step, all loads issued before the math: 4x the bytes in flight.
-        # (Issuing step k + 1's loads before step k's math was measured slower on an H200:
-        # 74 registers instead of 48, so fewer programs per SM.)
-        t0 = _logits_tile(logits, row, 4 * k, base, lead, BLOCK, WINDOW)
-        t1 = _logits_tile(logits, row, 4 * k + 1, base, lead, BLOCK, WINDOW)
-        t2 = _logits_tile(logits, row, 4 * k + 2, base, lead, BLOCK, WINDOW)
-        t3 = _logits_tile(logits, row, 4 * k + 3, base, lead, BLOCK, WINDOW)
-        m_lane, s_lane = _online(m_lane, s_lane, t0, t1, t2, t3)
-    m = tc.max(m_lane)
+        t0 = _logits_groups(logits, base, lead, 4 * k, BLOCK, WINDOW)
+        t1 = _logits_groups(logits, base, lead, 4 * k + 1, BLOCK, WINDOW)
+        t2 = _logits_groups(logits, base, lead, 4 * k + 2, BLOCK, WINDOW)
+        t3 = _logits_groups(logits, base, lead, 4 * k + 3, BLOCK, WINDOW)
+        m_g, s_g = _online(m_g, s_g, t0, t1, t2, t3)
+    m = tc.max(m_g)
     if SPLIT:
         m_safe = tc.where(m == NEG_INF, 0.0, m)  # a chunk of only -inf: sum 0, not NaN
         tc.store(part_m, index=(row, chunk), tile=tc.full((1, 1), m, tc.float32))
-        tc.store(part_s, index=(row, chunk), tile=tc.full((1, 1), tc.sum(s_lane * tc.exp(m_lane - m_safe)),
+        tc.store(part_s, index=(row, chunk), tile=tc.full((1, 1), tc.sum(s_g * tc.exp(m_g - m_safe)),
                                                             tc.float32))
     else:
-        lse = m + tc.log(tc.sum(s_lane * tc.exp(m_lane - m)))
+        lse = m + tc.log(tc.sum(s_g * tc.exp(m_g - m)))
         _store_loss(logits, target, loss, row, lse, ignore_index)
 
 
@@ -189,7 +206,7 @@ def ce_reduce_kernel(loss, target, out, ignore_index, MEAN: tc.constexpr, BLOCK:
 SIGNATURES = {
     "ce_tile_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, ROWS=1, BLOCK=16384",
     "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
-                      "steps_per_chunk=i32, BLOCK=2048, SPLIT=False",
+                      "steps_per_chunk=i32, BLOCK=4096, SPLIT=False",
     "ce_combine_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                          "ignore_index=i32, CHUNKS=4",
     "ce_reduce_kernel": "loss=f32[?], target=i64[?], out=f16[?], ignore_index=i32, MEAN=True, BLOCK=4096",
@@ -205,9 +222,11 @@ EXTRA_SIGNATURES = [
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=False"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=True"),
-    # whole rows off 32-byte sectors (`loop_config`: 4 warps)
+    # whole rows off 32-byte sectors (`loop_config`: 8 warps)
     ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
-                       "steps_per_chunk=i32, BLOCK=1024, SPLIT=False, WINDOW=16"),
+                       "steps_per_chunk=i32, BLOCK=2048, SPLIT=False, WINDOW=16"),
+    ("ce_loop_kernel", "logits=f32[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
+                       "steps_per_chunk=i32, BLOCK=4096, SPLIT=False, WINDOW=8"),
     ("ce_combine_kernel", "logits=f32[?,?], target=i32[?], loss=bf16[?], part_m=f32[?,?], part_s=f32[?,?], "
                           "ignore_index=i32, CHUNKS=128"),
     ("ce_reduce_kernel", "loss=f32[?], target=i32[?], out=f32[?], ignore_index=i32, MEAN=False, BLOCK=1024"),
@@ -220,15 +239,15 @@ _REDUCTIONS = ("mean", "sum", "none")
 
 
 def loop_config(n_rows: int, n_cls: int, window: int = 0):
-    """(BLOCK, num_warps) of the looped kernel: WINDOW_LOOP_BLOCK at WINDOW_LOOP_WARPS for whole
-    rows (n_rows >= SPLIT_ROWS) read through windows (`window` > 0) of up to
-    WINDOW_LOOP_MAX_COLS classes, else LOOP_BLOCK at LOOP_WARPS."""
-    if window and n_rows >= SPLIT_ROWS and n_cls <= WINDOW_LOOP_MAX_COLS:
-        return WINDOW_LOOP_BLOCK, WINDOW_LOOP_WARPS
+    """(BLOCK, num_warps) of the looped kernel: SHORT_LOOP_BLOCK at SHORT_LOOP_WARPS for rows
+    split into chunks (fewer than SPLIT_ROWS rows) and for whole rows read through windows
+    (`window` > 0) of up to WINDOW_LOOP_MAX_COLS classes, else LOOP_BLOCK at LOOP_WARPS."""
+    if n_rows < SPLIT_ROWS or (window and n_cls <= WINDOW_LOOP_MAX_COLS):
+        return SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS
     return LOOP_BLOCK, LOOP_WARPS
 
 
-def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: int = LOOP_BLOCK):
+def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: int = SHORT_LOOP_BLOCK):
     """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
     SPLIT_ROWS programs in all, each at least one step of 4 * `block` classes (rows
     read in aligned windows, `window` > 0: steps from the window's start)."""
@@ -256,8 +275,8 @@ def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
         return
     shape = (n_rows, chunks)
     part_m, part_s = (view(empty_like(a, shape, tc.float32), shape, contiguous_strides(shape)) for _ in range(2))
-    launch(ce_loop_kernel, (n_rows, chunks), (xv, tv, lv, part_m, part_s, ignore_index, per), LOOP_WARPS,
-           BLOCK=LOOP_BLOCK, SPLIT=True, WINDOW=window)
+    launch(ce_loop_kernel, (n_rows, chunks), (xv, tv, lv, part_m, part_s, ignore_index, per), warps,
+           BLOCK=block, SPLIT=True, WINDOW=window)
     launch(ce_combine_kernel, (n_rows,), (xv, tv, lv, part_m, part_s, ignore_index), 1, options=DEPENDENT,
            CHUNKS=next_pow2(chunks))
 
@@ -276,14 +295,14 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     0-d array. The result has logits' dtype. Forward only.
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
-    classes, else an online logsumexp over steps of four 2048-column tiles,
-    8 warps; of four 1024-column tiles at 4 warps for 1024 rows or more of
-    up to 65536 classes that start off 32-byte sectors: `loop_config`). With
-    fewer than SPLIT_ROWS (1024) such rows, each row is split into chunks of
-    steps, about SPLIT_ROWS programs in all, whose (max, sum)
-    partials a second launch merges (one program per row). The mean/sum is
-    one program walking the per-row losses in tiles of next_pow2(rows), at
-    most 8192, with tile / 128 warps (1..32: few masked loads per thread).
+    classes, else an online logsumexp over steps of four 4096-column tiles
+    at 16 warps; of four 2048-column tiles at 8 warps for rows split into
+    chunks and for rows of up to 65536 classes that start off 32-byte
+    sectors: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows,
+    each row is split into chunks of steps, about SPLIT_ROWS programs in
+    all, whose (max, sum) partials a second launch merges (one program per
+    row). The mean/sum is one program walking the per-row losses in tiles
+    of next_pow2(rows), at most 8192, with tile / 512 warps (1..16).
     The merge and the mean/sum are dependent launches on sm_90+ (placed while
     the row kernel ends; the mean counts the targets before it waits for the
     losses: docs/stdlib.md, "Second launches as dependents").

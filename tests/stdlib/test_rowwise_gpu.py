@@ -91,7 +91,7 @@ def test_softmax_over_rows_off_32_byte_sectors_writes_only_the_rows(torch, shape
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
 # odd widths (50257, 16389, 32001) put every row but the first off a 16-byte boundary:
 # the looped kernels read aligned windows whose edges lie in the neighbouring rows (1100 such
-# rows: cross_entropy's whole rows by 1024-column tiles, `loop_config`)
+# rows: cross_entropy's whole rows by 2048-column tiles, `loop_config`)
 @pytest.mark.parametrize("shape", [(4096, 4096), (3, 262144), (1000, 7), (64, 50257), (7, 16389), (300, 32001),
                                    (1100, 32001)])
 def test_cross_entropy_and_reductions_match_torch(torch, shape, dtype_name):
