@@ -40,6 +40,12 @@ REDUCE_PER_THREAD = 16
 # 4096x128256 97.9 / 97.5 -> 99.1 / 98.5, 2048x128257 (windows) 91.2 / 90.6 -> 95.2 / 94.3.
 LOOP_BLOCK = 4096
 LOOP_WARPS = 16
+# 2-byte rows on sectors: 8192 at 32 warps (32 registers, 2 programs per SM): 4096x32000 bf16
+# 93.5 / 91.7 -> 94.4 / 92.5, 4096x128256 98.9 / 98.5 -> 100.0 / 99.6, f16 4096x32000 92.6 /
+# 91.4 -> 93.5 / 92.1. Not f32 rows (40 registers, one program per SM: 8192x32000 101.2 ->
+# 98.4) nor windowed ones (2048x128257 bf16 95.1 -> 88.2).
+WIDE_LOOP_BLOCK = 8192
+WIDE_LOOP_WARPS = 32
 # Rows split into chunks (fewer than SPLIT_ROWS rows: more, shorter chunks) and whole rows read
 # through windows (rows off 32-byte sectors) of up to WINDOW_LOOP_MAX_COLS classes: 2048 x 4 at
 # 8 warps. H100, against 4096 x 4 at 16 / 1024 x 4 at 4: 256x32000 bf16 75.9 / 72.2 against
@@ -206,20 +212,20 @@ def ce_reduce_kernel(loss, target, out, ignore_index, MEAN: tc.constexpr, BLOCK:
 SIGNATURES = {
     "ce_tile_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, ROWS=1, BLOCK=16384",
     "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
-                      "steps_per_chunk=i32, BLOCK=4096, SPLIT=False",
+                      "steps_per_chunk=i32, BLOCK=8192, SPLIT=False",
     "ce_combine_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                          "ignore_index=i32, CHUNKS=4",
     "ce_reduce_kernel": "loss=f32[?], target=i64[?], out=f16[?], ignore_index=i32, MEAN=True, BLOCK=4096",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
-           "ce_loop_kernel": {"num_warps": LOOP_WARPS, "fast_math": True},
+           "ce_loop_kernel": {"num_warps": WIDE_LOOP_WARPS, "fast_math": True},
            "ce_combine_kernel": {"num_warps": 1, "fast_math": True, **DEPENDENT},
            "ce_reduce_kernel": {"num_warps": 8, "fast_math": True, **DEPENDENT}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
-                       "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=False"),
+                       "ignore_index=i32, steps_per_chunk=i32, BLOCK=4096, SPLIT=False"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=2048, SPLIT=True"),
     # whole rows off 32-byte sectors (`loop_config`: 8 warps)
@@ -238,12 +244,16 @@ EXTRA_SIGNATURES = [
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def loop_config(n_rows: int, n_cls: int, window: int = 0):
+def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2):
     """(BLOCK, num_warps) of the looped kernel: SHORT_LOOP_BLOCK at SHORT_LOOP_WARPS for rows
     split into chunks (fewer than SPLIT_ROWS rows) and for whole rows read through windows
-    (`window` > 0) of up to WINDOW_LOOP_MAX_COLS classes, else LOOP_BLOCK at LOOP_WARPS."""
+    (`window` > 0) of up to WINDOW_LOOP_MAX_COLS classes; else WIDE_LOOP_BLOCK at
+    WIDE_LOOP_WARPS for rows of 2-byte logits on sectors, LOOP_BLOCK at LOOP_WARPS for the
+    rest."""
     if n_rows < SPLIT_ROWS or (window and n_cls <= WINDOW_LOOP_MAX_COLS):
         return SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS
+    if not window and itemsize == 2:
+        return WIDE_LOOP_BLOCK, WIDE_LOOP_WARPS
     return LOOP_BLOCK, LOOP_WARPS
 
 
@@ -266,7 +276,7 @@ def reduce_config(n_rows: int):
 
 def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
     window = row_window(a, "logits")
-    block, warps = loop_config(n_rows, n_cls, window)
+    block, warps = loop_config(n_rows, n_cls, window, a.dtype.itemsize)
     chunks, per = chunk_count(n_rows, n_cls, window, block)
     if chunks == 1:
         # the partials are not touched: the loss view stands in for them
@@ -295,10 +305,10 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     0-d array. The result has logits' dtype. Forward only.
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
-    classes, else an online logsumexp over steps of four 4096-column tiles
-    at 16 warps; of four 2048-column tiles at 8 warps for rows split into
-    chunks and for rows of up to 65536 classes that start off 32-byte
-    sectors: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows,
+    classes, else an online logsumexp over steps of four tiles: of 8192
+    columns at 32 warps for 2-byte rows on 32-byte sectors; of 2048 at 8
+    warps for rows split into chunks and for rows of up to 65536 classes
+    that start off sectors; else of 4096 at 16 warps: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows,
     each row is split into chunks of steps, about SPLIT_ROWS programs in
     all, whose (max, sum) partials a second launch merges (one program per
     row). The mean/sum is one program walking the per-row losses in tiles

@@ -253,13 +253,11 @@ def test_cross_entropy_matches_numpy(rowwise, shape, dtype, tdtype, seed):
 
 @pytest.mark.parametrize("split_rows", [8192, 1])
 def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, split_rows):
-    # Rows split into chunks (4 rows < SPLIT_ROWS: 3 chunks of one step of 4 x 2048, merged
-    # by the combine kernel) and whole rows (2 steps of 4 x 4096); row 1 opens with a chunk
-    # of -inf logits only.
+    # Rows split into chunks (4 rows < SPLIT_ROWS: 3 chunks of one step, merged by the
+    # combine kernel) and whole rows; row 1 opens with a chunk of -inf logits only.
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
     monkeypatch.setattr(CE, "SPLIT_ROWS", split_rows)
-    block, _ = CE.loop_config(4, 16385)
-    assert CE.chunk_count(4, 16385, 0, block) == ((3, 1) if split_rows == 8192 else (1, 2))
+    assert CE.chunk_count(4, 16385) == ((3, 1) if split_rows == 8192 else (1, 3))
     rng = np.random.default_rng(5)
     x = (3 * rng.standard_normal((4, 16385))).astype(np.float32)
     x[1, :8192] = -np.inf
@@ -274,14 +272,17 @@ def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, s
     assert np.isnan(sk.cross_entropy(x, np.full(4, -100)))  # every row ignored: 0 / 0
 
 
-@pytest.mark.parametrize("rows,n,window,want", [(4096, 50257, 16, (2048, 8)), (8192, 32001, 8, (2048, 8)),
-                                                 (4096, 32000, 0, (4096, 16)), (2048, 128257, 16, (4096, 16)),
-                                                 (512, 50257, 16, (2048, 8)), (512, 32000, 0, (2048, 8)),
-                                                 (1024, 32000, 0, (4096, 16))])
-def test_cross_entropy_loop_config(rows, n, window, want):
-    # whole rows off 32-byte sectors of up to 65536 classes, and rows split into chunks
-    # (fewer than SPLIT_ROWS rows), step by smaller tiles at 8 warps
-    assert importlib.import_module("tilec.stdlib_kernels.cross_entropy").loop_config(rows, n, window) == want
+@pytest.mark.parametrize("rows,n,window,itemsize,want", [
+    (4096, 50257, 16, 2, (2048, 8)), (8192, 32001, 8, 2, (2048, 8)), (4096, 50257, 4, 4, (2048, 8)),
+    (512, 50257, 16, 2, (2048, 8)), (512, 32000, 0, 2, (2048, 8)), (512, 32000, 0, 4, (2048, 8)),
+    (4096, 32000, 0, 2, (8192, 32)), (1024, 128256, 0, 2, (8192, 32)),
+    (4096, 32000, 0, 4, (4096, 16)), (2048, 128257, 16, 2, (4096, 16))])
+def test_cross_entropy_loop_config(rows, n, window, itemsize, want):
+    # rows split into chunks (fewer than SPLIT_ROWS rows) and whole rows off 32-byte sectors of
+    # up to 65536 classes step by 2048-column tiles at 8 warps; 2-byte rows on sectors by 8192
+    # at 32; the rest by 4096 at 16
+    CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
+    assert CE.loop_config(rows, n, window, itemsize) == want
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f32"])
@@ -297,7 +298,7 @@ def test_cross_entropy_windowed_rows_step_by_smaller_tiles(rowwise, monkeypatch,
     rowwise.close(sk.cross_entropy(x, t, reduction="none"), none, dtype, scale=1 + np.log(n))
     rowwise.close(sk.cross_entropy(x, t), mean, dtype, scale=1 + np.log(n))
     window = 0 if n * (2 if dtype == "bf16" else 4) % 32 == 0 else 32 // (2 if dtype == "bf16" else 4)
-    assert launched[0] == ("ce_loop_kernel", 2048 if window else 4096, window)
+    assert launched[0] == ("ce_loop_kernel", 2048 if window else 8192 if dtype == "bf16" else 4096, window)
 
 
 def test_cross_entropy_argument_errors():
