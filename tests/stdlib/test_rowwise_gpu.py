@@ -2,13 +2,18 @@
 float64, and tc.DeviceArrays against numpy. Skipped where no GPU is found."""
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
 import tilec as tc
 import tilec.stdlib_kernels as sk
 
+from launch_spy import spy_launches
+
 pytestmark = pytest.mark.gpu
+plans = importlib.import_module("tilec.stdlib_kernels._plan")
 
 TOL = {"float32": (2e-5, 2e-5), "float16": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}
 SHAPES = [(4096, 4096), (3, 262144), (5, 3, 1000), (7, 1), (64, 16385)]
@@ -136,6 +141,32 @@ def test_device_arrays_match_numpy():
     loss = sk.cross_entropy(xd, tc.from_numpy(t)).to_numpy()
     lse = np.log(e.sum(-1)) + x64.max(-1)
     np.testing.assert_allclose(loss, np.mean(lse - x64[np.arange(300), t]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape, dtype_name, block", [((1030, 40000), "bfloat16", 8192), ((1030, 40000), "float16", 8192),
+                                                      ((1030, 40000), "float32", 4096), ((1030, 70001), "bfloat16", 4096),
+                                                      ((1030, 50257), "bfloat16", 2048)])
+def test_cross_entropy_whole_long_rows_match_torch(torch, monkeypatch, shape, dtype_name, block):
+    # SPLIT_ROWS or more long rows, each one program (`loop_config`): 2-byte rows on sectors by
+    # 8192-column tiles, f32 and windowed rows past 65536 classes by 4096, windowed ones by 2048;
+    # a ragged last step, an ignored row, a row of -inf but one logit, a target out of range.
+    CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
+    plans.clear_plans()   # a replayed plan would launch without the spy seeing it
+    seen = spy_launches(monkeypatch, (CE,), lambda kernel, cluster, c: (kernel.name, c.get("BLOCK")))
+    F = torch.nn.functional
+    x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(getattr(torch, dtype_name))
+    x[5] = float("-inf")
+    x[5, 77] = 2.0
+    t = torch.randint(0, shape[1], shape[:1], device="cuda")
+    t[3], t[5], t[6] = -100, 77, shape[1] - 1
+    x64 = x.double()
+    for reduction in ("none", "sum", "mean"):
+        want = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)
+        _close(torch, sk.cross_entropy(x, t, reduction=reduction), want, dtype_name, scale=shape[0])
+    assert seen[0] == ("ce_loop_kernel", block)
+    t[9] = shape[1]
+    bad = sk.cross_entropy(x, t, reduction="none")
+    assert torch.isnan(bad[9]) and not torch.isnan(bad[:9]).any()
 
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float16", "bfloat16"])
