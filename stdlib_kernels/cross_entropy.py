@@ -32,8 +32,8 @@ LOG2E = 1.4426950408889634
 # 32 per thread (4 warps) took 2 us longer.
 MAX_REDUCE_BLOCK = 8192
 REDUCE_PER_THREAD = 16
-# Whole rows longer than one tile, on 32-byte sectors or of more than WINDOW_LOOP_MAX_COLS
-# classes: steps of 4 tiles of 4096 at 16 warps, a 16-byte group per thread per tile. With the
+# Whole f32 rows longer than one tile on 32-byte sectors, and 2-byte rows off sectors of more
+# than WINDOW_LOOP_MAX_COLS classes: steps of 4 tiles of 4096 at 16 warps, a 16-byte group per thread per tile. With the
 # online state per group (`_online`) that takes 32 registers, so 4 programs per SM with 4 loads
 # per thread in flight. H100, % of copy ("none" / mean), 2048 x 4 at 8 warps -> 4096 x 4 at 16:
 # 4096x32000 bf16 92.3 / 90.6 -> 93.5 / 91.6, 16384x32000 100.7 / 100.0 -> 102.0 / 101.2,
@@ -47,10 +47,11 @@ LOOP_WARPS = 16
 WIDE_LOOP_BLOCK = 8192
 WIDE_LOOP_WARPS = 32
 # Rows split into chunks (fewer than SPLIT_ROWS rows: more, shorter chunks) and whole rows read
-# through windows (rows off 32-byte sectors) of up to WINDOW_LOOP_MAX_COLS classes: 2048 x 4 at
-# 8 warps. H100, against 4096 x 4 at 16 / 1024 x 4 at 4: 256x32000 bf16 75.9 / 72.2 against
-# 72.8 / 70.0; 4096x50257 bf16 90.8 / 89.7 against 87.9 / 87.1 (1024 at 4), 8192x32001 bf16
-# 96.6 / 95.4 against 93.8 / 93.1.
+# through windows (rows off 32-byte sectors; 2-byte ones up to WINDOW_LOOP_MAX_COLS classes):
+# 2048 x 4 at 8 warps. H100, against 4096 x 4 at 16 / 1024 x 4 at 4: 256x32000 bf16 75.9 / 72.2
+# against 72.8 / 70.0; 4096x50257 bf16 90.8 / 89.7 against 87.9 / 87.1 (1024 at 4), 8192x32001
+# bf16 96.6 / 95.4 against 93.8 / 93.1; f32 1024x100003 92.8 / 92.1 against 89.8 / 89.1 (4096 at
+# 16: 69 registers, one program per SM).
 SHORT_LOOP_BLOCK = 2048
 SHORT_LOOP_WARPS = 8
 WINDOW_LOOP_MAX_COLS = 65536
@@ -232,7 +233,10 @@ EXTRA_SIGNATURES = [
     ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
                        "steps_per_chunk=i32, BLOCK=2048, SPLIT=False, WINDOW=16"),
     ("ce_loop_kernel", "logits=f32[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
-                       "steps_per_chunk=i32, BLOCK=4096, SPLIT=False, WINDOW=8"),
+                       "steps_per_chunk=i32, BLOCK=2048, SPLIT=False, WINDOW=8"),
+    # 2-byte rows off sectors past 65536 classes (`loop_config`: 16 warps)
+    ("ce_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
+                       "steps_per_chunk=i32, BLOCK=4096, SPLIT=False, WINDOW=16"),
     ("ce_combine_kernel", "logits=f32[?,?], target=i32[?], loss=bf16[?], part_m=f32[?,?], part_s=f32[?,?], "
                           "ignore_index=i32, CHUNKS=128"),
     ("ce_reduce_kernel", "loss=f32[?], target=i32[?], out=f32[?], ignore_index=i32, MEAN=False, BLOCK=1024"),
@@ -247,10 +251,10 @@ _REDUCTIONS = ("mean", "sum", "none")
 def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2):
     """(BLOCK, num_warps) of the looped kernel: SHORT_LOOP_BLOCK at SHORT_LOOP_WARPS for rows
     split into chunks (fewer than SPLIT_ROWS rows) and for whole rows read through windows
-    (`window` > 0) of up to WINDOW_LOOP_MAX_COLS classes; else WIDE_LOOP_BLOCK at
-    WIDE_LOOP_WARPS for rows of 2-byte logits on sectors, LOOP_BLOCK at LOOP_WARPS for the
-    rest."""
-    if n_rows < SPLIT_ROWS or (window and n_cls <= WINDOW_LOOP_MAX_COLS):
+    (`window` > 0), except 2-byte ones of more than WINDOW_LOOP_MAX_COLS classes (LOOP_BLOCK
+    at LOOP_WARPS); rows on sectors take WIDE_LOOP_BLOCK at WIDE_LOOP_WARPS for 2-byte
+    logits, LOOP_BLOCK at LOOP_WARPS for f32."""
+    if n_rows < SPLIT_ROWS or (window and (itemsize != 2 or n_cls <= WINDOW_LOOP_MAX_COLS)):
         return SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS
     if not window and itemsize == 2:
         return WIDE_LOOP_BLOCK, WIDE_LOOP_WARPS
@@ -306,9 +310,9 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
     classes, else an online logsumexp over steps of four tiles: of 8192
-    columns at 32 warps for 2-byte rows on 32-byte sectors; of 2048 at 8
-    warps for rows split into chunks and for rows of up to 65536 classes
-    that start off sectors; else of 4096 at 16 warps: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows,
+    columns at 32 warps for 2-byte rows on 32-byte sectors, of 4096 at 16
+    for f32 rows on sectors and 2-byte rows off sectors past 65536 classes,
+    else (rows split into chunks, rows off sectors) of 2048 at 8: `loop_config`). With fewer than SPLIT_ROWS (1024) such rows,
     each row is split into chunks of steps, about SPLIT_ROWS programs in
     all, whose (max, sum) partials a second launch merges (one program per
     row). The mean/sum is one program walking the per-row losses in tiles

@@ -276,11 +276,11 @@ def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, s
     (4096, 50257, 16, 2, (2048, 8)), (8192, 32001, 8, 2, (2048, 8)), (4096, 50257, 4, 4, (2048, 8)),
     (512, 50257, 16, 2, (2048, 8)), (512, 32000, 0, 2, (2048, 8)), (512, 32000, 0, 4, (2048, 8)),
     (4096, 32000, 0, 2, (8192, 32)), (1024, 128256, 0, 2, (8192, 32)),
-    (4096, 32000, 0, 4, (4096, 16)), (2048, 128257, 16, 2, (4096, 16))])
+    (4096, 32000, 0, 4, (4096, 16)), (2048, 128257, 16, 2, (4096, 16)), (2048, 128257, 4, 4, (2048, 8))])
 def test_cross_entropy_loop_config(rows, n, window, itemsize, want):
-    # rows split into chunks (fewer than SPLIT_ROWS rows) and whole rows off 32-byte sectors of
-    # up to 65536 classes step by 2048-column tiles at 8 warps; 2-byte rows on sectors by 8192
-    # at 32; the rest by 4096 at 16
+    # rows split into chunks (fewer than SPLIT_ROWS rows) and whole rows off 32-byte sectors
+    # (2-byte ones of up to 65536 classes) step by 2048-column tiles at 8 warps; 2-byte rows on
+    # sectors by 8192 at 32; the rest by 4096 at 16
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
     assert CE.loop_config(rows, n, window, itemsize) == want
 

@@ -145,11 +145,12 @@ def test_device_arrays_match_numpy():
 
 @pytest.mark.parametrize("shape, dtype_name, block", [((1030, 40000), "bfloat16", 8192), ((1030, 40000), "float16", 8192),
                                                       ((1030, 40000), "float32", 4096), ((1030, 70001), "bfloat16", 4096),
-                                                      ((1030, 50257), "bfloat16", 2048)])
+                                                      ((1030, 50257), "bfloat16", 2048), ((1030, 70001), "float32", 2048)])
 def test_cross_entropy_whole_long_rows_match_torch(torch, monkeypatch, shape, dtype_name, block):
     # SPLIT_ROWS or more long rows, each one program (`loop_config`): 2-byte rows on sectors by
-    # 8192-column tiles, f32 and windowed rows past 65536 classes by 4096, windowed ones by 2048;
-    # a ragged last step, an ignored row, a row of -inf but one logit, a target out of range.
+    # 8192-column tiles, f32 ones and 2-byte windowed rows past 65536 classes by 4096, other
+    # windowed ones by 2048; a ragged last step, an ignored row, a row of -inf but one logit, a
+    # target out of range.
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
     plans.clear_plans()   # a replayed plan would launch without the spy seeing it
     seen = spy_launches(monkeypatch, (CE,), lambda kernel, cluster, c: (kernel.name, c.get("BLOCK")))
