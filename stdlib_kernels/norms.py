@@ -179,10 +179,11 @@ def norm_loop_kernel(x, w, b, y, mean_out, rstd_out, eps, RMS: tc.constexpr, HAS
         rstd = tc.rsqrt(var + eps)
         mean = mean_d + shift
 
-        # Pass 2: normalize, scale and shift.
+        # Pass 2: normalize, scale and shift; x - mean as (x - shift) - mean_d, so a large mean
+        # next to a small spread keeps its digits (not through mean rounded to f32).
         for k in range(n_tiles):
             t = tc.load(x, index=(row, k), shape=(1, BLOCK)).astype(tc.float32)
-            out = affine((t - mean) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
+            out = affine((t - shift - mean_d) * rstd, w, b, k, HAS_W, HAS_B, BLOCK)
             tc.store(y, index=(row, k), tile=out.astype(y.dtype))
         store_row_stats(mean_out, rstd_out, row, mean, rstd, RMS, STATS)
 

@@ -61,3 +61,22 @@ def test_one_program_per_sm_tiles_assemble_with_16_byte_accesses_and_no_spills(d
     ptxas = compiled.metadata.get("ptxas")
     assert ptxas is not None, "ptxas was not found: install the test extra (nvidia-cuda-nvcc) or put ptxas on PATH"
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
+
+
+def test_looped_layer_norm_keeps_a_large_mean_s_digits():
+    # f32 rows of mean ~100 (and ~-1000) whose spread is near sqrt(eps), three tiles of 8: x - mean
+    # must not go through a mean rounded to f32 first (0.1-0.4% off in y)
+    import tilec as tc
+    rng = np.random.default_rng(3)
+    x = np.stack([100 + 0.005 * rng.standard_normal(20), -1000 + 0.01 * rng.standard_normal(20),
+                  3 * rng.standard_normal(20)]).astype(np.float32)
+    w, b = rng.standard_normal(20).astype(np.float32), rng.standard_normal(20).astype(np.float32)
+    y, mean, rstd = np.zeros_like(x), np.zeros(3, np.float32), np.zeros(3, np.float32)
+    with tc.interpret():
+        norms.norm_loop_kernel[(2,)](x, w, b, y, mean, rstd, 1e-5, RMS=False, HAS_W=True, HAS_B=True, STATS=True,
+                                     BLOCK=8)
+    x64 = x.astype(np.float64)
+    want_rstd = 1.0 / np.sqrt(x64.var(-1) + 1e-5)
+    want = (x64 - x64.mean(-1, keepdims=True)) * want_rstd[:, None] * w + b
+    np.testing.assert_allclose(y, want, rtol=2e-5, atol=1e-4)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)

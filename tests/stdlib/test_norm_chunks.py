@@ -126,6 +126,17 @@ def test_chunk_tiles_property(data):
                    (1e-4, 1e-5, 1e-5 * max(abs(offset), 1)), mode)
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("window", [0, 8])
+def test_large_mean_small_spread(mode, window):
+    # f32 rows of mean ~100 whose spread is near sqrt(eps): x - mean must not go through a mean
+    # rounded to f32 (the one-pass chunks once lost 0.4% there; hypothesis found it)
+    buf = np.array([[100.0037, 100.0128] + [5.0] * 18, [99.998, 100.001] + [5.0] * 18,
+                    [-1000.0, -999.99] + [5.0] * 18], np.float32)
+    w, b = np.array([0.4, -1.1], np.float32), np.array([-0.5, -1.1], np.float32)
+    _run_and_check(buf, 2, w, b, False, 2, 1, 8, window, False, (2e-5, 1.6e-4), (1e-4, 1e-5, 1e-3), mode)
+
+
 @pytest.mark.parametrize("rms,itemsize,c,row_bytes,want", [
     (False, 2, 8, 40002, True), (True, 2, 7, 32, True),        # 2-byte rows: always
     (True, 4, 5, 80004, True), (True, 4, 7, 201028, False),    # f32 rms_norm: up to 5 programs
