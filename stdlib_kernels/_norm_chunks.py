@@ -210,10 +210,10 @@ def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, bas
         ps = (_tile_params(x, w, b, k0, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
     means, m2 = tc.cluster_gather((mean_k, m2_k), C, padding=(0.0, 0.0))
     counts = _real_columns(tc.arange(0, means.shape[0]), lead, n, TILES * BLOCK).astype(tc.float32)
-    var, centre, mean = chan_combine(means, m2, counts, n, mean_k, shift)
-    # x - mean as (x - shift) - (mean - shift): a large mean next to a small spread keeps its
-    # digits (x - mean rounded mean to f32 first: f32 rows of offset 100 and spread ~0.01 lost 0.4%)
-    mean_d = centre + mean_k
+    # The values are x - shift, not centred on mean_k: with 0 for it, the centre is mean -
+    # shift, and x - mean = (x - shift) - centre keeps a large mean's digits next to a small
+    # spread (x - mean rounded mean to f32 first: f32 rows of offset 100, spread ~0.01 lost 0.4%)
+    var, centre, mean = chan_combine(means, m2, counts, n, 0.0, shift)
     rstd = tc.rsqrt(var + eps)
     if not WINDOW:
         xs = (_x_tile(x, row, base, lead, n, k0, WINDOW, BLOCK, REALIGN) if REREAD else ts[0],)
@@ -224,7 +224,7 @@ def _one_pass_layer_norm(x, w, b, y, mean_out, rstd_out, eps, ts, row, rank, bas
                         if REREAD else ts[i + 1],)
             ps = ps + (_tile_params(x, w, b, k0 + i + 1, lead, HAS_W, HAS_B, WINDOW, SHIFTED, BLOCK),)
         wt, bt = ps[i]
-        out = scale_shift((xs[i] - shift - mean_d) * rstd, wt, bt, HAS_W, HAS_B)
+        out = scale_shift((xs[i] - shift - centre) * rstd, wt, bt, HAS_W, HAS_B)
         store_row_tile(y, row, k0 + i, out.astype(y.dtype), WINDOW, BLOCK)
     if rank == 0:
         store_row_stats(mean_out, rstd_out, row, mean, rstd, False, STATS)
