@@ -19,11 +19,9 @@ from typing import List, Optional
 from llvmlite import ir
 
 from .casts import cast_bool
-from .types import I32
+from .types import I32, I64, bit_width
 
 __all__ = ["read_blocks", "shift_blocks"]
-
-I64 = ir.IntType(64)
 
 
 def _any(b, bits):
@@ -70,7 +68,7 @@ def read_blocks(ctx, ptr, vty: ir.Type, masks: Optional[List], uniform: bool, re
     reads every group's blocks before shifting any, so that no shift waits on a load while
     later loads are still to be issued."""
     b = ctx.builder
-    nbytes = _nbytes(vty)
+    nbytes = bit_width(vty) // 8
     words = nbytes // 4
     wty = I32 if words == 1 else ir.VectorType(I32, words)
     s = b.and_(b.ptrtoint(ptr, I64), ir.Constant(I64, nbytes - 1))
@@ -85,7 +83,7 @@ def shift_blocks(ctx, blocks, s, vty: ir.Type) -> ir.Value:
     """The `vty` s bytes into the two blocks `read_blocks` gave. Elements no mask wants hold
     garbage: the caller selects its `other` there."""
     b = ctx.builder
-    words = _nbytes(vty) // 4
+    words = bit_width(vty) // 32
     wty = blocks[0].type
     w = [x for blk in blocks for x in ([blk] if words == 1 else
                                        [b.extract_element(blk, ir.Constant(I32, i)) for i in range(words)])]
@@ -101,11 +99,3 @@ def shift_blocks(ctx, blocks, s, vty: ir.Type) -> ir.Value:
     for k, x in enumerate(out):
         v = b.insert_element(v, x, ir.Constant(I32, k))
     return b.bitcast(v, vty)
-
-
-def _nbytes(t: ir.Type) -> int:
-    if isinstance(t, ir.VectorType):
-        return t.count * _nbytes(t.element)
-    if isinstance(t, ir.IntType):
-        return max(1, t.width // 8)
-    return {"half": 2, "bfloat": 2, "float": 4, "double": 8}[str(t)]

@@ -25,7 +25,7 @@ from ...options import arch_number
 from .casts import cast_bool
 from .realign import read_blocks, shift_blocks
 from .rules_gpu import barrier, shuffle
-from .types import I8, I32
+from .types import I8, I32, bit_width
 from .walker import rule
 
 __all__ = ["guarded", "owner_masks", "broadcast_from_owners", "CACHE_HINT_PTX"]
@@ -179,7 +179,7 @@ def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
     uniform = masks is not None and not _mask_varies(op, vec)
 
     def read_block(p, wty, pred):
-        nbytes = _bits(wty) // 8
+        nbytes = bit_width(wty) // 8
         zero = ir.Constant(wty, None)
         if evict and _hintable(p, wty):
             return _hinted_load(ctx, p, pred, zero if pred is not None else None, wty, evict)
@@ -206,17 +206,9 @@ def _fold(b, combine, masks):
     return acc
 
 
-def _bits(ty) -> int:
-    if isinstance(ty, ir.VectorType):
-        return ty.count * _bits(ty.element)
-    if isinstance(ty, ir.IntType):
-        return ty.width
-    return {"half": 16, "bfloat": 16, "float": 32, "double": 64}.get(str(ty), 0)
-
-
 def _hintable(ptr, vty) -> bool:
     """A global access of 1 to 16 bytes: one `ld.global.L2::cache_hint` (_hinted_load)."""
-    return isinstance(ptr.type, ir.PointerType) and ptr.type.addrspace == 1 and _bits(vty) in (8, 16, 32, 64, 128)
+    return isinstance(ptr.type, ir.PointerType) and ptr.type.addrspace == 1 and bit_width(vty) in (8, 16, 32, 64, 128)
 
 
 def _hinted_load(ctx, ptr, mask, fallback, vty, evict: str):
@@ -226,7 +218,7 @@ def _hinted_load(ctx, ptr, mask, fallback, vty, evict: str):
     in one straight line (LLVM has no such load; an inline-asm load inside a branch would
     do too, but straight-line code lets ptxas issue several before their first use)."""
     b = ctx.builder
-    bits = _bits(vty)
+    bits = bit_width(vty)
     small = bits < 32
     wty = ir.IntType(16) if small else I32
     words = 1 if small else bits // 32

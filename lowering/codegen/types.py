@@ -16,7 +16,7 @@ from ...dtypes import DType
 from ...ir.types import PointerType, ScalarType, TileType, Type
 
 __all__ = ["BFloatType", "bfloat", "llvm_scalar", "llvm_type", "global_ptr", "shared_ptr",
-           "GLOBAL", "SHARED", "I1", "I8", "I16", "I32", "I64", "F16", "F32", "F64", "const"]
+           "GLOBAL", "SHARED", "bit_width", "I1", "I8", "I16", "I32", "I64", "F16", "F32", "F64", "const"]
 
 GLOBAL, SHARED = 1, 3
 
@@ -38,6 +38,15 @@ bfloat = BFloatType()
 
 I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+
+
+def bit_width(ty: ir.Type) -> int:
+    """Bits of an LLVM scalar or vector value type (0 for anything else)."""
+    if isinstance(ty, ir.VectorType):
+        return ty.count * bit_width(ty.element)
+    if isinstance(ty, ir.IntType):
+        return ty.width
+    return {"half": 16, "bfloat": 16, "float": 32, "double": 64}.get(str(ty), 0)
 
 
 def _bf16_bits(v: float) -> int:
