@@ -285,11 +285,8 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         chunks = None
         # An out at other offsets than x's: its windows, x realigned into them (H100, % of copy,
         # ln / rms, column tiles -> realigned: bf16 8192x20001 of a 20016-wide buffer 25 / 37 ->
-        # 79 / 90, 4096x50257 of 50304 22 / 42 -> 48 / 82), but for f32 (4096x20001 81 / 90 -> 73
-        # / 88: its 4-byte element stores coalesce, as softmax's).
-        tiled_window, tiled_realign = row_windows(a, o, ragged=True) if cl is not None else (0, False)
-        if tiled_realign and a.dtype.itemsize == 4:
-            tiled_window, tiled_realign = 0, False
+        # 79 / 90, 4096x50257 of 50304 22 / 42 -> 48 / 82), but for f32 (`row_windows`' tiled).
+        tiled_window, tiled_realign = row_windows(a, o, ragged=True, tiled=True) if cl is not None else (0, False)
         if cl is not None and (tiled_window or not even):
             tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
                                              tiled_window, ties_to_tiles=two_byte_ln)

@@ -255,12 +255,8 @@ def _softmax(x, dim, out, log: bool, op: str):
     # An out whose rows start at other offsets than x's (x rows of a wider buffer, out
     # contiguous) is written through its own windows, x realigned into them (`row_windows`;
     # H100, % of copy: bf16 4096x50257 of a 50304-wide buffer 22 -> 80, 16384x4095 of 4096
-    # 27 -> 82, f32 4096x8191 of 8256 64 -> 90). f32 rows past one tile keep column tiles:
-    # their 4-byte element stores coalesce, and the realigned chunks cost programs per SM
-    # (4096x20001 of 20016: 96.5 as columns, 89.5 realigned).
-    window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE)
-    if realign and a.dtype.itemsize == 4 and n_cols > MAX_SINGLE_TILE:
-        window, realign = 0, False
+    # 27 -> 82, f32 4096x8191 of 8256 64 -> 90); f32 rows past one tile keep column tiles.
+    window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE, tiled=n_cols > MAX_SINGLE_TILE)
     span = window_span(n_cols, window)
     cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
     if cfg.single:

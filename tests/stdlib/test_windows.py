@@ -208,19 +208,23 @@ def test_realigned_kernels_move_16_bytes_in_few_more_registers(kernel, sig, opti
     assert ptxas["spill_stores"] == 0 and ptxas["registers"] <= ref["registers"] + 24, (ptxas, ref)
 
 
-@pytest.mark.parametrize("x_width,out_width,n,dtype,ragged,want", [
-    (1000, 1000, 1000, np.float16, False, (16, False)),   # the same offsets, off sectors: shared windows
-    (1016, 1000, 1000, np.float16, False, (16, False)),   # strides 16 apart: still the same offsets mod 16
-    (1003, 1000, 1000, np.float16, False, (16, True)),    # x off sectors, out at other offsets
-    (1008, 1001, 1001, np.float16, False, (16, True)),    # x on sectors, out off them
-    (1024, 1024, 1000, np.float16, False, (0, False)),    # both on sectors: column tiles
-    (1024, 1024, 1000, np.float16, True, (16, False)),    # ragged rows on sectors: shared windows
-    (1024, 1012, 1000, np.float32, False, (8, True)),     # f32: out rows 16 bytes off a sector in turn
-    (1024, 1032, 1000, np.float32, False, (0, False)),
+@pytest.mark.parametrize("x_width,out_width,n,dtype,ragged,tiled,want", [
+    (1000, 1000, 1000, np.float16, False, False, (16, False)),   # the same offsets, off sectors: shared windows
+    (1016, 1000, 1000, np.float16, False, False, (16, False)),   # strides 16 apart: still the same offsets mod 16
+    (1003, 1000, 1000, np.float16, False, False, (16, True)),    # x off sectors, out at other offsets
+    (1008, 1001, 1001, np.float16, False, False, (16, True)),    # x on sectors, out off them
+    (1024, 1024, 1000, np.float16, False, False, (0, False)),    # both on sectors: column tiles
+    (1024, 1024, 1000, np.float16, True, False, (16, False)),    # ragged rows on sectors: shared windows
+    (1024, 1012, 1000, np.float32, False, False, (8, True)),     # f32: out rows 16 bytes off a sector in turn
+    (1024, 1032, 1000, np.float32, False, False, (0, False)),
+    # rows past one tile (tiled): f32 ones keep column tiles rather than realign
+    (1003, 1000, 1000, np.float16, True, True, (16, True)),
+    (1003, 1000, 1000, np.float32, True, True, (0, False)),
+    (1000, 1000, 1000, np.float32, True, True, (8, False)),   # shared windows still serve
 ])
-def test_row_windows_reads_x_in_outs_windows_where_offsets_differ(x_width, out_width, n, dtype, ragged, want):
+def test_row_windows_reads_x_in_outs_windows_where_offsets_differ(x_width, out_width, n, dtype, ragged, tiled, want):
     from tilec.stdlib_kernels._common import as_array
     from tilec.stdlib_kernels._window import row_windows
     x = np.zeros((4, x_width), dtype)[:, :n]
     out = np.zeros((4, out_width), dtype)[:, :n]
-    assert row_windows(as_array(x, "x"), as_array(out, "out"), ragged) == want
+    assert row_windows(as_array(x, "x"), as_array(out, "out"), ragged, tiled) == want
