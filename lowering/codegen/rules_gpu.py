@@ -21,6 +21,7 @@ from ..gpu.swizzle import smem_vector
 from ..gpu.stages import axis_bits
 from ..passes.shared_alloc import convert_needs_shared
 from .rules_shape import register_map
+from .guard import guarded
 from .types import I32
 from .walker import lower_region, rule
 
@@ -124,19 +125,24 @@ def store_tile(ctx, t: TileType, vals, layout, byte_offset: int, columns=None) -
         first, count = columns
         reg_cols = [o[1] for o in t.encoding.reg_offsets(t.shape)]
         shape = (t.shape[0], count)
-    for r, v in _vector_groups(t, layout, esize, dedupe=True):
-        coord = coords[r]
-        if columns is not None:
-            if not first <= reg_cols[r] < first + count:
-                continue
-            coord = (coord[0], ctx.ops.sub(coord[1], ctx.ops.const(first)) if first else coord[1])
-        off = layout.offset(shape, coord, ctx.ops)
-        val = vals[r]
-        if v > 1:
-            val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)
-            for i in range(v):
-                val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
-        b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
+    def emit():
+        for r, v in _vector_groups(t, layout, esize, dedupe=True):
+            coord = coords[r]
+            if columns is not None:
+                if not first <= reg_cols[r] < first + count:
+                    continue
+                coord = (coord[0], ctx.ops.sub(coord[1], ctx.ops.const(first)) if first else coord[1])
+            off = layout.offset(shape, coord, ctx.ops)
+            val = vals[r]
+            if v > 1:
+                val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)
+                for i in range(v):
+                    val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
+            b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
+    # Copies of an element held by other lanes or warps are not written again: one writer per
+    # word, so no two threads race on it (their copies may differ in the last bit where a
+    # combine was contracted into an fma) and racecheck stays clean.
+    guarded(ctx, ctx.ownership(t)[1], emit)
 
 
 def _load_tile(ctx, t: TileType, layout, byte_offset) -> List:
@@ -268,7 +274,8 @@ def _reduce_lanes(ctx, op):
             hi = b.icmp_unsigned("!=", b.and_(ctx.lane, ir.Constant(I32, 1 << k)), ir.Constant(I32, 0))
             lo_vals = [b.select(hi, o, c) for c, o in zip(cur, other)]
             hi_vals = [b.select(hi, c, o) for c, o in zip(cur, other)]
-            cur = combine(ctx, block, lo_vals, hi_vals)
+            with ctx.exact_combines():
+                cur = combine(ctx, block, lo_vals, hi_vals)
         outs.append(cur)
     _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
 
@@ -322,7 +329,8 @@ def _scan_stage(ctx, op):
     if isinstance(op, G.ScanThreadOp):
         out = scan_thread(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
     elif isinstance(op, G.ScanLanesOp):
-        out = scan_lanes(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
+        with ctx.exact_combines():  # both lanes of a step agree on their total, bit for bit
+            out = scan_lanes(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
     else:
         alloc = op.operands[2].owner
         engine = _LLVMScanEngine(ctx, block, elem, alloc.attrs["offset"])

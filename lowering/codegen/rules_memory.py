@@ -4,10 +4,9 @@ Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info an
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory. Masked accesses branch around the access, so a masked-off
-group never touches memory. Where the mask changes inside a group (`_mask_vec` < N,
-passes/axis_info.py), a load reads the aligned group if any element is wanted and
-selects each element by its own mask, and a store writes the group at once only where
-every element is wanted, else element by element. A load with an
+element never touches memory (the contract of `mask`). Where the mask changes inside a
+group (`_mask_vec` < N, passes/axis_info.py), a load or store moves the group at once only
+where every element is wanted, else element by element. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -23,6 +22,7 @@ from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
 from ...options import arch_number
 from .casts import cast_bool
+from .guard import guarded
 from .realign import read_blocks, shift_blocks
 from .rules_gpu import barrier, shuffle
 from .types import I8, I32, bit_width
@@ -100,27 +100,6 @@ def _mask_varies(op, vec: int) -> bool:
     return vec > 1 and op.attrs.get("_mask_vec", vec) < vec
 
 
-def guarded(ctx, mask, emit, fallback=None):
-    """Run `emit()` only where `mask` holds; returns its value merged with `fallback`."""
-    if mask is None:
-        return emit()
-    b = ctx.builder
-    cur = b.block
-    then, merge = ctx.new_block("mask.then"), ctx.new_block("mask.end")
-    b.cbranch(cast_bool(b, mask), then, merge)
-    b.position_at_end(then)
-    val = emit()
-    then_end = b.block
-    b.branch(merge)
-    b.position_at_end(merge)
-    if fallback is None:
-        return None
-    phi = b.phi(val.type)
-    phi.add_incoming(val, then_end)
-    phi.add_incoming(fallback, cur)
-    return phi
-
-
 def _pack(b, xs):
     if len(xs) == 1:
         return xs[0]
@@ -154,20 +133,59 @@ def _load(ctx, op, masked: bool):
     for g in range(0, len(ptrs), vec):
         def emit(p=ptrs[g]):
             return b.load(p, typ=vty, align=align)
-        pred = None
-        if masked:
-            pred = _fold(b, b.or_, masks[g:g + vec]) if per_elem else masks[g]
-        if evict and _hintable(ptrs[g], vty):
-            v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
-        elif masked:
-            v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
-        else:
-            v = emit()
-        xs = _unpack(b, v, vec)
         if per_elem:
-            xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(masks[g:g + vec], xs, others[g:g + vec])]
+            xs = _load_group(ctx, ptrs[g:g + vec], masks[g:g + vec], others[g:g + vec], vty, evict, emit)
+        else:
+            pred = masks[g] if masked else None
+            if evict and _hintable(ptrs[g], vty):
+                v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
+            elif masked:
+                v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
+            else:
+                v = emit()
+            xs = _unpack(b, v, vec)
         out.extend(_from_memory(ctx, x, dtype) for x in xs)
     ctx.set_elems(op.result, out)
+
+
+def _load_group(ctx, ptrs, masks, others, vty, evict, emit_vector):
+    """A group whose mask varies inside it: one vector load where every element is wanted (a
+    row's interior), else each wanted element alone (its edges), so that no masked-off
+    element is read: past a tensor's end lies other data, unwritten memory or no page at all."""
+    b = ctx.builder
+    ety = vty.element
+    whole = _fold(b, b.and_, masks)
+    if evict and _hintable(ptrs[0], vty):
+        # straight-line predicated loads (see _hinted_load): the vector where all are wanted,
+        # each element where it alone is
+        v = _unpack(b, _hinted_load(ctx, ptrs[0], whole, _pack(b, others), vty, evict), len(ptrs))
+        part = b.not_(whole)
+        return [_hinted_load(ctx, p, b.and_(cast_bool(b, m), part), x, ety, evict) if _hintable(p, ety) else
+                guarded(ctx, b.and_(cast_bool(b, m), part), lambda p=p: b.load(p, typ=ety, align=_nbytes(ety)), x)
+                for p, m, x in zip(ptrs, masks, v)]
+    vec_blk, split, merge = ctx.new_block("group.whole"), ctx.new_block("group.parts"), ctx.new_block("group.end")
+    b.cbranch(whole, vec_blk, split)
+    b.position_at_end(vec_blk)
+    v = _unpack(b, emit_vector(), len(ptrs))
+    vec_end = b.block
+    b.branch(merge)
+    b.position_at_end(split)
+    parts = [guarded(ctx, m, lambda p=p: b.load(p, typ=ety, align=_nbytes(ety)), o)
+             for p, m, o in zip(ptrs, masks, others)]
+    split_end = b.block
+    b.branch(merge)
+    b.position_at_end(merge)
+    out = []
+    for x, y in zip(v, parts):
+        phi = b.phi(ety)
+        phi.add_incoming(x, vec_end)
+        phi.add_incoming(y, split_end)
+        out.append(phi)
+    return out
+
+
+def _nbytes(t) -> int:
+    return max(1, bit_width(t) // 8)
 
 
 def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
