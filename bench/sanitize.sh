@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Every standard-library op on boundary shapes (bench/sanitize_ops.py) under each of
+# compute-sanitizer's tools; prints one summary line per tool and the kernels named in
+# its reports, and exits non-zero unless every tool reports 0 errors and 0 hazards.
+#
+#   bash bench/sanitize.sh [--quick] [--ops rowwise,matmul] [--tools memcheck,racecheck]
+#
+# API errors (CUDA calls that returned an error) are counted apart: those of a baseline
+# process that only imports torch and initializes cuda-bindings' driver are not tilec's
+# (cuda-bindings resolves every driver entry point it knows with cuGetProcAddress, and
+# the driver answers CUDA_ERROR_INVALID_VALUE for those it lacks); any beyond the
+# baseline's count are reported as tilec's and fail the run. Logs go to $SANITIZE_LOG_DIR
+# (default: a temporary folder), one file per tool.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+tools="memcheck,racecheck,synccheck,initcheck"
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tools) tools="$2"; shift 2 ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -z "$sanitizer" ]; then
+  echo "sanitize.sh: compute-sanitizer not found (it ships with the CUDA toolkit)" >&2
+  exit 2
+fi
+logs=${SANITIZE_LOG_DIR:-$(mktemp -d)}
+mkdir -p "$logs"
+export PYTHONUNBUFFERED=1 TILEC_CACHE_DIR=${TILEC_CACHE_DIR:-$logs/cache}
+
+baseline_py='import torch; torch.zeros(1, device="cuda"); from cuda.bindings import driver; driver.cuInit(0)'
+"$sanitizer" --tool memcheck python3 -c "$baseline_py" >"$logs/baseline.log" 2>&1
+baseline=$(grep -c "Program hit" "$logs/baseline.log")
+# compile every kernel once outside the sanitizer, so that the tools time launches, not LLVM
+python3 bench/sanitize_ops.py "${args[@]}" >"$logs/warm.log" 2>&1 || { cat "$logs/warm.log"; exit 1; }
+
+status=0
+printf '%-10s %8s %8s %10s  %s\n' tool errors hazards api-errors kernels
+for tool in ${tools//,/ }; do
+  extra=()
+  [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+  "$sanitizer" --tool "$tool" "${extra[@]}" --print-limit 1000 python3 bench/sanitize_ops.py "${args[@]}" \
+    >"$logs/$tool.log" 2>&1
+  rc=$?
+  errors=$(grep -oE "ERROR SUMMARY: [0-9]+" "$logs/$tool.log" | grep -oE "[0-9]+" | tail -n 1)
+  hazards=$(grep -oE "RACECHECK SUMMARY: [0-9]+ hazard" "$logs/$tool.log" | grep -oE "[0-9]+" | tail -n 1)
+  api=$(grep -c "Program hit" "$logs/$tool.log")
+  # per-process API errors beyond the baseline's (the tool counts them among its errors)
+  ours=$((api > baseline ? api - baseline : 0))
+  kernels=$(grep -oE "(in|kernel) [a-z_0-9]+_kernel" "$logs/$tool.log" | awk '{print $2}' | sort | uniq -c |
+            awk '{printf "%s:%s ", $2, $1}')
+  real=$(( ${errors:-0} - api ))
+  printf '%-10s %8s %8s %10s  %s\n' "$tool" "$real" "${hazards:-0}" "$ours" "${kernels:--}"
+  if [ "$rc" -ne 0 ] && [ -z "$errors" ]; then
+    echo "sanitize.sh: $tool run failed (exit $rc); see $logs/$tool.log" >&2
+    tail -n 20 "$logs/$tool.log" >&2
+    status=1
+  fi
+  if [ "$real" -ne 0 ] || [ "${hazards:-0}" -ne 0 ] || [ "$ours" -ne 0 ]; then
+    status=1
+  fi
+done
+echo "baseline API errors (torch + cuda-bindings, not tilec's): $baseline per process; logs in $logs"
+exit $status
