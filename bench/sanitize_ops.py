@@ -22,7 +22,7 @@ import tilec.stdlib_kernels as sk
 SHAPES = [(1, 1), (1, 7), (3, 1000), (5, 4097), (2, 16385), (7, 33), (4, 65), (9, 257), (3, 70001)]
 QUICK = [(1, 7), (5, 4097), (2, 16385), (7, 33)]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
-TOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-4}
+TOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-3}
 
 
 def rand(shape, dtype, scale=1.0):
