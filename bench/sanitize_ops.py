@@ -35,17 +35,22 @@ def strided(shape, dtype):
     return rand((rows, cols + 3), dtype)[:, 1:cols + 1]
 
 
+FAILURES = []
+
+
 def close(name, got, ref, dtype):
+    """Records a failure (the run goes on, so that one log shows every op's findings)."""
     got, ref = got.double(), ref.double()
     nan = ref.isnan()
     if not torch.equal(got.isnan(), nan):
-        raise AssertionError(f"{name}: NaN where the reference has none, or none where it has")
+        FAILURES.append(f"{name} {tuple(ref.shape)} {dtype}: NaN where the reference has none, or none where it has")
+        return
     got, ref = got[~nan], ref[~nan]
     if ref.numel() == 0:
         return
     err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    if not err <= TOL.get(dtype, 1e-4):
-        raise AssertionError(f"{name}: relative error {err:.3g}")
+    if not err <= TOL[dtype]:
+        FAILURES.append(f"{name} {tuple(ref.shape)} {dtype}: relative error {err:.3g}")
 
 
 def _rowwise(shape, dtype):
@@ -131,8 +136,10 @@ def main(argv=None) -> int:
     for group in args.ops.split(","):
         OPS[group](shapes)
         torch.cuda.synchronize()
-        print(f"sanitize_ops: {group} ok", flush=True)
-    return 0
+        print(f"sanitize_ops: {group} done", flush=True)
+    for f in FAILURES:
+        print("sanitize_ops: FAILED", f)
+    return 1 if FAILURES else 0
 
 
 if __name__ == "__main__":
