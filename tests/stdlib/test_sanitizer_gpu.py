@@ -23,7 +23,7 @@ for dtype in (torch.float16, torch.bfloat16):
     x = torch.randn(2, 16385, device="cuda", dtype=dtype)
     t = torch.tensor([5, 16000], device="cuda")
     ref = torch.nn.functional.cross_entropy(x.double(), t)
-    assert abs(sk.cross_entropy(x, t).item() - ref.item()) < 1e-3 * abs(ref.item())
+    assert abs(sk.cross_entropy(x, t).item() - ref.item()) < 1e-2 * abs(ref.item())  # the loss in x.dtype
 torch.cuda.synchronize()
 """
 
