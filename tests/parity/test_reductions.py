@@ -191,6 +191,52 @@ def test_nan_propagates_through_max_min_and_argmax(backend):
     np.testing.assert_array_equal(idx, [3, 3])
 
 
+@tc.kernel
+def nan_axis_kernel(x, vals, idx, flat, AXIS: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr):
+    t = tc.load(x, index=(0, 0), shape=(BM, BN), padding=0.0)
+    L = BN if AXIS == 0 else BM
+    tc.store(vals.ptr + tc.arange(0, L), tc.max(t, axis=AXIS))
+    tc.store(vals.ptr + L + tc.arange(0, L), tc.min(t, axis=AXIS))
+    tc.store(idx.ptr + tc.arange(0, L), tc.argmax(t, axis=AXIS))
+    tc.store(idx.ptr + L + tc.arange(0, L), tc.argmin(t, axis=AXIS))
+    # axis=None: indices into the flattened tile (BN per row, padding included), not the array
+    tc.store(flat.ptr + tc.arange(0, 2), tc.where(tc.arange(0, 2) == 0, tc.argmax(t), tc.argmin(t)))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_nan_along_an_axis_and_flat_indices_of_the_tile(backend, axis):
+    """NaN propagates through max/min along an axis and argmax/argmin give its first index
+    there; argmax(axis=None) counts in the (16, 32) tile, not in the (13, 29) array."""
+    rng = np.random.default_rng(11 + axis)
+    x = rng.choice([-2.0, -1.0, 0.5, 1.0, 3.0], size=(ROWS, COLS)).astype(np.float32)
+    x[2, 7] = x[2, 20] = x[9, 3] = np.nan            # rows 2 and 9, columns 3, 7 and 20
+    L = BN if axis == 0 else BM
+    vals, idx, flat = np.zeros(2 * L, np.float32), np.zeros(2 * L, np.int32), np.zeros(2, np.int32)
+    backend.launch(nan_axis_kernel, (1,), x, vals, idx, flat, AXIS=axis, BM=BM, BN=BN)
+    n = COLS if axis == 0 else ROWS
+    np.testing.assert_array_equal(vals[:n], np.max(x, axis=axis))  # NaN where numpy has NaN
+    np.testing.assert_array_equal(vals[L:L + n], np.min(x, axis=axis))
+    np.testing.assert_array_equal(idx[:n], np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(idx[L:L + n], np.argmin(x, axis=axis))
+    np.testing.assert_array_equal(flat, [2 * BN + 7, 2 * BN + 7])  # the first NaN, row 2 of the tile
+    assert 2 * BN + 7 != np.argmax(x)  # numpy's index into the array differs (2 * 29 + 7)
+
+
+@tc.kernel
+def int_argmax_kernel(x, out, BM: tc.constexpr, BN: tc.constexpr):
+    t = tc.load(x, index=(0, 0), shape=(BM, BN), padding=-128)
+    tc.store(out.ptr + tc.arange(0, 2), tc.where(tc.arange(0, 2) == 0, tc.argmax(t), tc.argmin(t)))
+
+
+def test_flat_argmax_indexes_the_tile(backend):
+    x = np.zeros((ROWS, COLS), np.int8)
+    x[5, 11], x[12, 28] = 9, -9
+    out = np.zeros(2, np.int32)
+    backend.launch(int_argmax_kernel, (1,), x, out, BM=BM, BN=BN)
+    # the padding (-128) is the tile's minimum: argmin finds the first padded element, (0, 29)
+    np.testing.assert_array_equal(out, [5 * BN + 11, COLS])
+
+
 # ----------------------------------------------------------------------------- scans
 SCANS = ("cumsum", "cumsum_rev", "cumprod", "cumprod_rev")
 
