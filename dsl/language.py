@@ -375,22 +375,23 @@ def _reduction(name, doc):
     return builtin(fn)
 
 
-sum = _reduction("sum", "Sum along `axis` (all elements when None).")
+sum = _reduction("sum", "Sum along `axis` (all elements when None); bool and integers narrower than 32 bits "
+                        "are summed in and give i32 (u32 for u8/u16).")
 max = _reduction("max", "Maximum along `axis`.")
 min = _reduction("min", "Minimum along `axis`.")
-prod = _reduction("prod", "Product along `axis`.")
+prod = _reduction("prod", "Product along `axis`, in the type `sum` uses.")
 argmax = _reduction("argmax", "Index (i32) of the first maximum along `axis`.")
 argmin = _reduction("argmin", "Index (i32) of the first minimum along `axis`.")
 
 
 @builtin
 def cumsum(x, axis=0, reverse=False):
-    """Inclusive prefix sum along `axis`."""
+    """Inclusive prefix sum along `axis`, in the type `sum` uses (i32/u32 for narrow integers)."""
 
 
 @builtin
 def cumprod(x, axis=0, reverse=False):
-    """Inclusive prefix product along `axis`."""
+    """Inclusive prefix product along `axis`, in the type `sum` uses."""
 
 
 @builtin

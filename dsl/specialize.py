@@ -63,7 +63,9 @@ class ParamSpec:
     """One kernel parameter of a specialization.
 
     kind: "view" (type is a ViewType), "scalar" (type is a ScalarType), "constexpr"
-    (value), or "one" (an int argument equal to 1, folded to the constant 1).
+    (value), or "one" (an int argument equal to 1: `type` is still its ScalarType, and the
+    frontend makes it a constant 1 of that type, so the value folds but the type is the
+    argument's, as for any other value).
     """
     name: str
     kind: str
@@ -80,7 +82,7 @@ class ParamSpec:
             v = self.value
             return f"tc.{v.py_name}" if isinstance(v, DType) else repr(v)
         if self.kind == "one":
-            return "1"
+            return "1" if self.type.dtype is dt.int32 else f"1:{self.type.dtype.name}"
         if self.kind == "scalar":
             return self.type.dtype.name + (":16" if self.divisible_by_16 else "")
         t: ViewType = self.type
@@ -314,7 +316,8 @@ def parse_signature(kernel, text: str) -> Specialization:
                             two; a launch specializes on `stride_divisibility`, up to 16)
         n=i32               a scalar (i1/bool, i8..i64, u8..u64, f16, bf16, f32, f64)
         n=i32:16            an int scalar known to be divisible by 16
-        n=1                 an int parameter specialized to the constant 1
+        n=1                 an int parameter specialized to the constant 1 (an i32)
+        n=1:i64             the same for a numpy integer of another type (here np.int64(1))
         BLOCK=1024          a tc.constexpr parameter: a Python literal, or a dtype (f16, tc.float16)
 
     Entries may also be given positionally, in parameter order. Example:
@@ -353,8 +356,12 @@ def parse_signature(kernel, text: str) -> Specialization:
         if vm:
             params.append(ParamSpec(name, "view", _parse_view(name, vm)))
             continue
-        if rhs == "1":
-            params.append(ParamSpec(name, "one", ScalarType(dt.int32), 1))
+        one = re.match(r"^1(?::([A-Za-z0-9_]+))?$", rhs)
+        if one:
+            d = _dtype_named(one.group(1)) if one.group(1) else dt.int32
+            if d is None or not d.is_int:
+                raise ValueError(f"parameter '{name}': 1:<type> needs an integer type such as i64, got {rhs!r}")
+            params.append(ParamSpec(name, "one", ScalarType(d), 1))
             continue
         sm = _SCALAR_RE.match(rhs)
         d = _dtype_named(sm.group(1)) if sm else None

@@ -11,6 +11,7 @@ from ..ir import tile_ops as T
 from ..ir.core import Block, Module, Region, VerifyError
 from ..ir.verifier import verify
 from . import builtins_math, builtins_memory, builtins_reduce  # noqa: F401  (register the tc.* handlers)
+from . import semantic as S
 from .context import Context, FunctionSource
 from .statements import lower_function_body
 from .values import TensorValue, ViewValue
@@ -26,15 +27,19 @@ def lower_to_ir(kernel, spec) -> Module:
     runtime = spec.runtime_params
     entry = Block([p.type for p in runtime], [p.name for p in runtime])
     args = iter(entry.args)
-    for p in spec.params:
-        if p.kind == "view":
-            ctx.scope[p.name] = ViewValue(next(args))
-        elif p.kind == "scalar":
-            ctx.scope[p.name] = TensorValue(next(args))
-        else:
-            ctx.scope[p.name] = p.value
     try:
         ctx.builder.at_end(entry)
+        for p in spec.params:
+            if p.kind == "view":
+                ctx.scope[p.name] = ViewValue(next(args))
+            elif p.kind == "scalar":
+                ctx.scope[p.name] = TensorValue(next(args))
+            elif p.kind == "one":
+                # the value is specialized, the type is not: a typed constant (not a weak Python
+                # int) promotes like the argument would, and the passes still fold the 1 away
+                ctx.scope[p.name] = S.constant(ctx, p.value, p.type.dtype)
+            else:
+                ctx.scope[p.name] = p.value
         lower_function_body(ctx, source.tree)
         ctx.builder.insert(T.ReturnOp.build(loc=ctx.loc))
         fn = T.FuncOp.build(regions=[Region([entry])], result_types=[], loc=ctx.source.loc(source.tree),

@@ -11,6 +11,24 @@ from .expressions import require_constexpr
 from .values import TensorValue, is_py_scalar
 
 
+def accumulation_dtype(d):
+    """The dtype sums and products of `d` accumulate in and return: bool and integers narrower
+    than 32 bits widen to i32 (unsigned ones to u32), as numpy widens integer sums (to 64 bits)
+    and Triton widens i8/i16 sums to i32; wider integers and floats keep their type (f16, bf16
+    and f8 accumulate in f32 but return their own dtype: lower_reductions and the interpreter)."""
+    if d.is_bool:
+        return dt.int32
+    if d.is_int and d.bits < 32:
+        return dt.int32 if d.is_signed else dt.uint32
+    return d
+
+
+def _accumulated(ctx, x: TensorValue) -> TensorValue:
+    """`x` converted to its accumulation dtype, so the IR, the interpreter and the codegen
+    all add and multiply in that type and the result has it."""
+    return S.cast(ctx, x, accumulation_dtype(x.dtype))
+
+
 def _input(ctx, fn, x) -> TensorValue:
     if not isinstance(x, TensorValue) or x.is_pointer or not x.is_tile:
         raise ctx.error(f"{fn} needs a tile, got {x.describe() if hasattr(x, 'describe') else repr(x)}")
@@ -51,8 +69,8 @@ def _reduction(kind):
         x = _input(ctx, fn, x)
         require_constexpr(ctx, keep_dims, "keep_dims")
         rank = len(x.shape)
-        if x.dtype.is_bool and kind in ("sum", "prod"):
-            x = S.cast(ctx, x, dt.int32)  # counting true elements
+        if kind in ("sum", "prod"):
+            x = _accumulated(ctx, x)
         x, ax, flat = _axis(ctx, fn, x, axis)
         r = ctx.value(T.ReduceOp, x, axis=ax, kind=kind)
         return _keep(ctx, r, ax, flat, keep_dims, rank)
@@ -62,8 +80,8 @@ def _reduction(kind):
 def _reduce_scalar(ctx, kind, x):
     if kind.startswith("arg"):
         return S.constant(ctx, 0, dt.int32)
-    if isinstance(x, TensorValue) and x.dtype.is_bool and kind in ("sum", "prod"):
-        return S.cast(ctx, x, dt.int32)
+    if isinstance(x, TensorValue) and kind in ("sum", "prod"):
+        return _accumulated(ctx, x)
     return x
 
 
@@ -106,8 +124,7 @@ def _scan(kind):
         if axis is None:
             raise ctx.error(f"{fn} needs an axis")
         x, ax, _ = _axis(ctx, fn, x, axis)
-        if x.dtype.is_bool:
-            x = S.cast(ctx, x, dt.int32)
+        x = _accumulated(ctx, x)
         return ctx.value(T.ScanOp, x, axis=ax, kind=kind, reverse=bool(reverse))
     return handler
 

@@ -50,9 +50,13 @@ def _flat_span(arr: np.ndarray):
     hi = sum((n - 1) * s for n, s in zip(arr.shape, strides) if s > 0)
     # the lowest-addressed element, as a view, so that as_strided starts there
     first = arr[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(arr.shape, strides))]
-    flat = np.lib.stride_tricks.as_strided(first, shape=(hi - lo + 1,), strides=(item,),
+    # as_strided rebuilds the array from __array_interface__, whose typestr numpy cannot read
+    # back for some extension dtypes (ml_dtypes' float8_e5m2 is '<f1'): stride the raw bits,
+    # then view them as the array's own dtype again
+    raw = first.view(np.dtype(f"u{item}"))
+    flat = np.lib.stride_tricks.as_strided(raw, shape=(hi - lo + 1,), strides=(item,),
                                            writeable=arr.flags.writeable)
-    return flat, -lo, strides
+    return flat.view(arr.dtype), -lo, strides
 
 
 class Memory:

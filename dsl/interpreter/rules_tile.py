@@ -2,7 +2,9 @@
 
 - Shape ops are numpy views or copies: reshape is row-major, permute is a transpose.
 - Reductions accumulate in f32 for f16/bf16/f8 (then round the result), in the
-  element type otherwise (integers wrap; i1 sums are xor, products are and).
+  element type otherwise (integers wrap; i1 sums are xor, products are and). The
+  frontend widens bool and narrow integer tiles to i32/u32 before a sum or product,
+  so kernels reach these rules with 32- and 64-bit integers only.
   max/min propagate NaN; argmax/argmin give the first index on ties and the
   index of the first NaN, as numpy, in i32.
 - tile.reduce_generic combines as a tree, which is what the GPU does: at each

@@ -4,9 +4,12 @@
 match wins); `apply_patterns` reruns the table over the module until nothing fires.
 Each rewrite is exact: it never changes a result bit, so float identities are only
 those IEEE guarantees (x * 1, x - 0.0, x + -0.0; never x * 0 or x - x, which differ
-for NaN, infinities and signed zeros). Folding of constant operands is the `fold`
-pass; this one handles what a constant *partially* decides (one constant operand,
-a constant condition, constant loop bounds) and shape ops that do nothing.
+for NaN, infinities and signed zeros). It handles what a constant *partially* decides
+(one constant operand, a constant condition, constant loop bounds) and shape ops that
+do nothing. Ops whose operands are all constants are folded by the `fold` pass's rule,
+applied here in the same fixed point, because each kind of rewrite exposes the other: a
+condition computed from constants (a specialized 1 compared with 1) must fold before
+its tile.if can go, and the body of a loop run once becomes foldable once inlined.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from tilec.ir import Module, Op, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import TileType
 
+from .fold import fold_op
 from .rewrite import (NOT_CONSTANT, PatternTable, apply_patterns, constant_of, dtype_of, inline_block_before,
                       is_constant, make_constant, replace_op)
 
@@ -359,10 +363,11 @@ PATTERNS: PatternTable = {
     T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain],
     T.IfOp: [if_constant_condition, if_same_yield],
     T.ForOp: [for_constant_trip_count],
+    Op: [fold_op],  # every op, after its own patterns: elementwise ops on constants only
 }
 
 
 def canonicalize(module: Module, **options) -> Module:
-    """Apply `PATTERNS` until none fires."""
+    """Apply `PATTERNS` (constant folding included) until none fires."""
     apply_patterns(module, PATTERNS)
     return module

@@ -28,7 +28,7 @@ from tilec.ir import tile_ops as T
 
 from .rewrite import NOT_CONSTANT, constant_of, dtype_of, make_constant, replace_op
 
-__all__ = ["fold", "evaluate", "FOLDABLE"]
+__all__ = ["fold", "fold_op", "evaluate", "FOLDABLE"]
 
 # Elementwise ops computed by `elementwise_fn` whose results are exact (correctly rounded).
 FOLDABLE = frozenset({
@@ -99,7 +99,8 @@ def evaluate(op: Op, values: list):
     return _python_value(res, out_type)
 
 
-def _fold_op(op: Op) -> bool:
+def fold_op(op: Op) -> bool:
+    """Replace elementwise `op` by a constant when its operands are constants and it folds."""
     if not op.has_trait("elementwise") or len(op.results) != 1 or not op.operands:
         return False
     values = [constant_of(v) for v in op.operands]
@@ -119,5 +120,5 @@ def fold(module: Module, **options) -> Module:
     since pre-order visits an op's constant operands before the op)."""
     for op in list(module.walk()):
         if op.parent is not None and op.operands:
-            _fold_op(op)
+            fold_op(op)
     return module

@@ -52,6 +52,34 @@ def test_int_width_one_folding_and_do_not_specialize():
                                                   {"BLOCK": 4})[0]["alpha"].type == ScalarType(tc.float64)
 
 
+@tc.kernel
+def add_arg(x, out, s, WANT: tc.constexpr):
+    r = tc.load(x, index=(0,), shape=(16,)) + s
+    tc.static_assert(r.dtype == WANT, "x + s has the dtype of a typed scalar")
+    tc.store(out, index=(0,), tile=r)
+
+
+def test_one_is_specialized_by_value_not_type():
+    """A specialized 1 is a constant of the argument's type (i32, or a numpy integer's own),
+    never a weak Python int: `i8 tile + s` is i32 for s = 1 as for s = 2."""
+    x, out = np.zeros(16, np.int8), np.zeros(16, np.int32)
+    for s in (1, 2):
+        spec, args = specialize(add_arg, (x, out, s), {"WANT": tc.int32})
+        assert spec["s"].kind == ("one" if s == 1 else "scalar") and len(args) == (2 if s == 1 else 3)
+        add_arg.ir(spec)  # the static_assert holds for both
+    spec, _ = specialize(add_arg, (x, out, 1), {"WANT": tc.int32})
+    assert "tile.constant {value = 1} : i32" in str(add_arg.ir(spec))
+    with pytest.raises(tc.CompilationError, match="x \\+ s has the dtype of a typed scalar"):
+        add_arg.ir(specialize(add_arg, (x, out, 1), {"WANT": tc.int8})[0])
+    wide, _ = specialize(add_arg, (x, np.zeros(16, np.int64), np.int64(1)), {"WANT": tc.int64})
+    assert wide["s"].kind == "one" and wide["s"].type == ScalarType(tc.int64)
+    assert "tile.constant {value = 1} : i64" in str(add_arg.ir(wide))
+    assert wide["s"].text() == "1:i64" and parse_signature(add_arg, str(wide)) == wide
+    assert parse_signature(add_arg, "x=i8[?], out=i32[?], s=1, WANT=i32")["s"].type == ScalarType(tc.int32)
+    with pytest.raises(ValueError, match="needs an integer type"):
+        parse_signature(add_arg, "x=i8[?], out=i32[?], s=1:f32, WANT=i32")
+
+
 def test_index_width_and_alignment():
     big = np.lib.stride_tricks.as_strided(np.zeros(4, np.float32), shape=(2, 2 ** 31), strides=(4, 0))
     spec, _ = specialize(scale, (big, np.zeros(3, np.float32)[1:], 3, 1.0, True), {"BLOCK": 4})

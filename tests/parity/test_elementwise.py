@@ -131,6 +131,25 @@ def test_integer_ops_and_comparisons(backend, d):
         np.testing.assert_array_equal(cmp[i], cmp_want[op], err_msg=f"{op} on {d}")
 
 
+@tc.kernel
+def int_pow_kernel(x, out, BLOCK: tc.constexpr):
+    t = tc.load(x, index=(0,), shape=(BLOCK,))
+    p = t ** 2
+    tc.static_assert(p.dtype == tc.float32, "** computes in floats, as /")
+    tc.store(out, index=(0,), tile=p)
+    tc.store(out, index=(1,), tile=2 ** t)
+
+
+def test_integer_power_is_a_float(backend):
+    """`**` converts integer operands to f32 like `/` (docs/language.md, "Division and
+    powers"): `x ** 2` and `2 ** x` of an i32 tile are f32 tiles (pow to within 2 ulps)."""
+    x = np.arange(-8, 8, dtype=np.int32) * 3
+    out = np.zeros(32, np.float32)
+    backend.launch(int_pow_kernel, (1,), x, out, BLOCK=16)
+    np.testing.assert_allclose(out[:16], x.astype(np.float64) ** 2, rtol=2.0 ** -22)
+    np.testing.assert_allclose(out[16:], 2.0 ** x.astype(np.float64), rtol=2.0 ** -22)
+
+
 BOOL_OPS = ("and", "or", "xor", "eq", "ne", "where")
 
 
