@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
+import types
 
 __all__ = [
-    "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
+    "constexpr", "Func", "static_range", "range", "interpret", "interpreting", "is_builtin",
     "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "barrier",
     "grid_dependency_wait", "launch_dependents", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
@@ -41,6 +43,25 @@ class constexpr:
 
     def __hash__(self):
         return hash(("constexpr", self.value))
+
+
+class Func:
+    """A device helper (`@tc.func`), inlined at every call site inside kernels."""
+
+    def __init__(self, fn):
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"@tc.func decorates a Python function, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"@tc.func '{self.name}' can only be called inside a @tc.kernel or @tc.func")
+
+    def __repr__(self) -> str:
+        return f"<tilec func {self.name}>"
 
 
 _BUILTIN_ATTR = "__tilec_builtin__"
@@ -428,7 +449,6 @@ def _swizzle2d(i, j, size_i, size_j, size_g):
 
 
 def _make_swizzle2d():
-    from .kernel import Func
     f = Func(_swizzle2d)
     f.name = "swizzle2d"
     f.__doc__ = ("`tc.swizzle2d(i, j, size_i, size_j, size_g) -> (i2, j2)`: grouped program-id ordering; "

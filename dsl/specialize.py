@@ -17,6 +17,7 @@ import numpy as np
 
 from . import dtypes as dt
 from .dtypes import DType
+from .language import Func, constexpr
 from .ir.types import ScalarType, Type, ViewType
 
 __all__ = ["ArrayInfo", "ParamSpec", "Specialization", "register_array_adapter", "array_info", "specialize",
@@ -185,8 +186,6 @@ def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
 
 
 def _check_constexpr(name, v):
-    from .kernel import Func
-    from .language import constexpr
     if isinstance(v, constexpr):
         v = v.value
     if isinstance(v, np.generic):

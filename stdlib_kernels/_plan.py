@@ -109,8 +109,7 @@ def register_view(base, view_obj, shape, strides) -> None:
 def record_launch(kernel, grid, args) -> None:
     """After a launch through the launcher: its prepared entry and the arguments' recipe."""
     rec = _tls.rec
-    from tilec.runtime.launcher import kernel_state  # noqa: PLC0415
-    st = kernel_state(kernel)
+    st = kernel.launch_state
     prepared = st.last[1]
     ce = st.ce_mask
     arrays, scalars, subs = [], [None] * st.nparams, []
