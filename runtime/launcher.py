@@ -1,12 +1,12 @@
 """The launch hot path: `kernel[grid](*args, **kw)` on a GPU.
 
-Per kernel, a dict maps a cheap per-call signature to a prepared launcher. The
-signature holds, per parameter: for a constexpr its value; for an array its
-dtype, rank, 16-byte base alignment, whether the last stride is 1, whether
-every element offset fits in 31 bits, and its device; for an int whether it is
-1, divisible by 16 and fits in 32 bits; for other scalars their type; then the
-compile options. It is at least as fine as the frontend's Specialization, so
-one prepared launcher never serves two different compiled kernels.
+Per kernel, a dict maps a per-call key to a prepared launcher. The key holds the
+compile options, then per parameter: for a constexpr its value, else the
+argument's `specialize.signature_of` (for an array its dtype, rank, low pointer
+bits, unit strides, index width, divisibilities and device; for an int whether it
+is 1, divisible by 16 and fits in 32 bits; for other scalars their type). The
+Specialization is a function of those signatures, so one prepared launcher never
+serves two different compiled kernels.
 
 A prepared launcher owns the CUfunction and a packer generated once for its
 signature (packing.py): per call it writes pointers, shapes, strides and
@@ -38,7 +38,7 @@ from ..definition import is_constexpr_annotation
 from ..grid import normalize_grid
 from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions, check_grid_limits
-from ..specialize import stride_divisibility
+from ..specialize import array_signature, int_signature, signature_of
 from . import driver, interop, module
 from .memory import DeviceArray
 from .packing import build_packer
@@ -47,32 +47,7 @@ from .stream import stream_handle
 __all__ = ["launch", "launch_compiled", "preload", "KernelState", "PreparedLaunch", "DependentLaunch",
            "prepared_launch_count"]
 
-_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
-_OFFSET_LIMIT = 2 ** 31
-
-
-def _array_sig(info) -> Tuple:
-    # Mirrors specialize.view_type_for: the low pointer bits decide the alignment, a unit
-    # last stride (or a last extent of 1) a static stride, the reach the index width,
-    # extents divisible by 16 and the power of two up to 16 dividing each stride the view's
-    # shape_div / stride_div.
-    ptr, shape, strides, dt, dev = info
-    reach = 0
-    small = True
-    for s, st in zip(shape, strides):
-        if s > 1:
-            reach += (s - 1) * (st if st >= 0 else -st)
-            small = small and s < _OFFSET_LIMIT
-    last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
-    # a column-major matrix: view_type_for makes the stride of dim -2 static
-    col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
-    # (view_type_for's shape_div / stride_div)
-    divs = tuple(s & 15 == 0 for s in shape) + tuple(stride_divisibility(st) for st in strides)
-    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs, col_unit)
-
-
-def _int_sig(v: int) -> Tuple:
-    return ("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX)
+_I32_MAX = 2 ** 31 - 1
 
 
 class KernelState:
@@ -219,7 +194,7 @@ def _signature(state: KernelState, vals):
             parts.append(v)
             infos.append(None)
             continue
-        sig, info = _classify(state, i, v) if type(v) is not int else (_int_sig(v), None)
+        sig, info = _classify(state, i, v)
         parts.append(sig)
         infos.append(info)
         if info is not None and device != info[4]:
@@ -274,13 +249,13 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
         elif t is DeviceArray:
             sig = v._sig  # noqa: SLF001
             if sig is None:
-                sig = v._sig = _array_sig(v._info)  # noqa: SLF001
+                sig = v._sig = array_signature(v._info)  # noqa: SLF001
             parts.append(sig)
             infos.append(v._info)  # noqa: SLF001
             if device != sig[5]:
                 device = _one_device(state, device, sig[5])
         elif t is int:
-            parts.append(("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX))
+            parts.append(int_signature(v))
             infos.append(None)
         elif t is float:
             parts.append(float)
@@ -294,7 +269,7 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
                 sig, dt = m[1], m[2]
             else:
                 dt = interop.torch_dtype_map(looks[0])
-                sig = _array_sig((ptr, shape, strides, dt, tdev))
+                sig = array_signature((ptr, shape, strides, dt, tdev))
                 torch_memo[pos] = (looks, sig, dt)
             parts.append(sig)
             infos.append((ptr, shape, strides, dt, tdev))
@@ -375,16 +350,11 @@ def _one_device(state: KernelState, device: int, other: int) -> int:
 
 
 def _classify(state: KernelState, i: int, v):
-    """(signature part, array info or None) of an argument off the common path."""
-    info = interop.array_info(v)
-    if info is not None:
-        return _array_sig(info), info
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
-        return bool, None
-    if isinstance(v, int):  # numpy integers, IntEnum
-        return (type(v), _int_sig(int(v))), None
-    if isinstance(v, float) or (hasattr(v, "dtype") and getattr(v, "shape", None) == ()):
-        return type(v), None
+    """(signature part, array info or None) of an argument off the common path: its
+    `signature_of`, arrays read by the GPU reader (host arrays are refused there)."""
+    sig, info = signature_of(v, interop.array_info)
+    if sig is not None:
+        return sig, info
     raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
                     f"{type(v).__name__} to a GPU kernel (expected a GPU array or a number)")
 

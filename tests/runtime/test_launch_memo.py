@@ -12,6 +12,7 @@ from tilec.abi import param_slots
 from tilec.compiled import CompiledKernel
 from tilec.dtypes import float32, int32
 from tilec.ir.types import ScalarType, ViewType
+from tilec import specialize
 from tilec.runtime import driver, launcher
 from tilec.runtime.packing import build_packer
 
@@ -51,12 +52,13 @@ class Harness:
         monkeypatch.setattr(launcher, "_SUCCESS", ok)
         monkeypatch.setattr(launcher, "_streams", {0: "stream0"})
         monkeypatch.setattr(launcher, "_prepare", self.prepare)
-        real_sig = launcher._array_sig
+        real_sig = launcher.array_signature
 
         def counting_sig(info):
             self.sig_calls += 1
             return real_sig(info)
-        monkeypatch.setattr(launcher, "_array_sig", counting_sig)
+        monkeypatch.setattr(launcher, "array_signature", counting_sig)  # the fast path's calls
+        monkeypatch.setattr(specialize, "array_signature", counting_sig)  # signature_of's (general path)
 
         def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
             arr = (ctypes.c_void_p * 3).from_address(params)  # x's pointer, x's extent, n
