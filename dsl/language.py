@@ -14,7 +14,7 @@ import threading
 import types
 
 __all__ = [
-    "constexpr", "Func", "static_range", "range", "interpret", "interpreting", "is_builtin",
+    "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
     "program_id", "num_programs", "cluster_rank", "cluster_sync", "cluster_gather", "barrier",
     "grid_dependency_wait", "launch_dependents", "cdiv", "arange", "zeros", "full",
     "load", "store", "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_cas",
