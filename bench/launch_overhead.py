@@ -80,9 +80,10 @@ def _tilec_kernel(out):
 
             def __init__(self):
                 self.fn = empty
+                self.launch_state = launcher.KernelState(empty)  # preloaded signatures only
 
             def __getitem__(self, grid):
-                return lambda *a, **kw: launcher.launch(self, grid, a, kw)
+                return lambda *a, **kw: launcher.launch(self.launch_state, grid, a, kw)
 
         k = K()
         view = ViewType(float32, 1, strides=(1,), index=int32, align=16)
@@ -109,9 +110,9 @@ def main():
     k, how = _tilec_kernel(out)
     ck = getattr(k, "_compiled", None)
     if ck is not None:
-        launcher.preload(k, ck, (out,))
+        launcher.preload(k.launch_state, ck, (out,))
     k[(1,)](out)  # compile/load outside the timing
-    prepared = next(iter(launcher.kernel_state(k).table.values()))
+    prepared = next(iter(k.launch_state.table.values()))
     fn = prepared.function
     ptr = ctypes.c_uint64(out.ptr)
     n = ctypes.c_int64(1024)
@@ -131,7 +132,7 @@ def main():
         import torch
         t = torch.zeros(1024, device="cuda")
         if ck is not None:
-            launcher.preload(k, ck, (t,))
+            launcher.preload(k.launch_state, ck, (t,))
         k[grid](t)
         tsync = torch.cuda.synchronize
         results["tilec kernel[grid](torch tensor)"] = _time(lambda: k[grid](t), opt.launches, opt.rounds, tsync)

@@ -10,15 +10,7 @@
 """
 from __future__ import annotations
 
-try:
-    from importlib.metadata import PackageNotFoundError, version as _pkg_version
-    try:
-        __version__ = _pkg_version("tilec")
-    except PackageNotFoundError:
-        __version__ = "0.1.0"
-except ImportError:  # pragma: no cover
-    __version__ = "0.1.0"
-
+from .version import __version__  # noqa: F401
 from .dtypes import (  # noqa: F401
     DType, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
     float16, bfloat16, float32, float64, float8e4m3, float8e5m2,

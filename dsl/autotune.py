@@ -28,6 +28,12 @@ import statistics
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from .errors import CompilationError, DriverError
+from .options import OPTION_FIELDS
+from .runtime import cache, driver
+from .runtime.launcher import KernelState
+from .runtime.stream import Event
+
 __all__ = ["Config", "autotune", "Autotuner"]
 
 
@@ -37,7 +43,6 @@ class Config:
     fast_math=True, ...)."""
 
     def __init__(self, kwargs: Optional[dict] = None, num_warps: int = 4, num_stages: int = 3, **options):
-        from .options import OPTION_FIELDS  # noqa: PLC0415
         bad = sorted(set(options) - set(OPTION_FIELDS) | ({"num_warps", "num_stages"} & set(options)))
         if bad:
             raise TypeError(f"tc.Config got unknown option(s) {', '.join(bad)}; options are: "
@@ -101,8 +106,8 @@ class Autotuner:
         self.warmup, self.rep = warmup, rep
         self.best: Dict[tuple, Config] = {}
         self.timings: Dict[tuple, Dict[Config, float]] = {}
-        from .runtime.launcher import kernel_state  # noqa: PLC0415 - needs no driver
-        self._state = kernel_state(kernel)
+        # the kernel's parameters, as the launcher reads them
+        self._state = getattr(kernel, "launch_state", None) or KernelState(kernel)
         unknown = [k for k in key if k not in self._state.params]
         if unknown:
             raise ValueError(f"autotune key {unknown} names no parameter of kernel '{self._state.name}' "
@@ -138,7 +143,6 @@ class Autotuner:
         return cfg
 
     def _record_path(self, keyvals):
-        from .runtime import cache, driver  # noqa: PLC0415
         src = self.kernel.source_hash() if hasattr(self.kernel, "source_hash") else _source_hash(self.kernel)
         what = json.dumps([src, repr(keyvals), driver.get_device().name, _tilec_version(),
                            [c.to_json() for c in self.configs]], default=str)
@@ -179,8 +183,6 @@ class Autotuner:
         return best
 
     def _bench(self, grid, args, kwargs, cfg: Config) -> float:
-        from .errors import CompilationError, DriverError  # noqa: PLC0415
-        from .runtime.stream import Event  # noqa: PLC0415
         launch = self.kernel[grid]
         extra = {**kwargs, **cfg.launch_kwargs()}
         try:

@@ -1,4 +1,7 @@
-"""What the compiler hands the runtime: text of every stage plus launch metadata."""
+"""What the compiler hands the runtime: text of every stage plus launch metadata.
+
+A plain record below both: the runtime loads and launches it (its registers, shared
+memory and occupancy on a device: `tilec.runtime.module.resources(compiled)`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,9 +27,3 @@ class CompiledKernel:
     @property
     def shared(self) -> int:
         return self.metadata.get("shared", 0)
-
-    @property
-    def resources(self):
-        """Registers, shared memory, spills and occupancy on the current GPU (loads the module there)."""
-        from .runtime.module import resources
-        return resources(self)

@@ -27,6 +27,8 @@ from .abi import param_slots
 from .compiled import CompiledKernel
 from .errors import CompilationError
 from .options import REGISTERS_PER_SM, CompileOptions, arch_number
+from .runtime import cache, driver
+from .version import __version__
 
 __all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key", "compiler_source_hash"]
 
@@ -36,7 +38,6 @@ _DEFAULT_ARCH = "sm_90a"
 def default_arch() -> str:
     """The current device's arch, or sm_90a when there is no driver or no GPU."""
     try:
-        from .runtime import driver  # the runtime imports the driver lazily itself
         if driver.is_available():
             return driver.get_device().arch
     except Exception:  # no cuda-python, no libcuda, no device: compile for the default target
@@ -94,21 +95,9 @@ def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
     src = getattr(kernel, "source_hash", None)
     if src is None:
         return None
-    try:
-        from . import __version__ as version
-    except ImportError:
-        version = "0"
-    text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), str(version),
+    text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), __version__,
                       compiler_source_hash()])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-def _cache():
-    try:
-        from .runtime import cache
-    except ImportError:
-        return None
-    return cache if hasattr(cache, "lookup") and hasattr(cache, "store") else None
 
 
 class _Dumper:
@@ -321,8 +310,8 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
     dump_dir = os.environ.get("TILEC_DUMP")
     # With TILEC_DUMP set the cache is bypassed: a hit would write no stage files.
     key = cache_key(kernel, spec, options) if not dump_dir else None
-    cache = _cache() if key is not None and use_cache else None
-    if cache is not None:
+    use_cache = key is not None and use_cache
+    if use_cache:
         hit = cache.lookup(key)
         if hit is not None:
             return hit
@@ -332,6 +321,6 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
     if dump:
         dump.write("frontend", str(module))
     compiled = compile_module(module, options, name, dump, timings)
-    if cache is not None:
+    if use_cache:
         cache.store(key, compiled)
     return compiled

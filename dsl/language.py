@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
+import types
 
 __all__ = [
     "constexpr", "static_range", "range", "interpret", "interpreting", "is_builtin",
@@ -41,6 +43,25 @@ class constexpr:
 
     def __hash__(self):
         return hash(("constexpr", self.value))
+
+
+class Func:
+    """A device helper (`@tc.func`), inlined at every call site inside kernels."""
+
+    def __init__(self, fn):
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"@tc.func decorates a Python function, got {type(fn).__name__}")
+        self.fn = fn
+        self.name = fn.__name__
+        self.signature = inspect.signature(fn)
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"@tc.func '{self.name}' can only be called inside a @tc.kernel or @tc.func")
+
+    def __repr__(self) -> str:
+        return f"<tilec func {self.name}>"
 
 
 _BUILTIN_ATTR = "__tilec_builtin__"
@@ -429,7 +450,6 @@ def _swizzle2d(i, j, size_i, size_j, size_g):
 
 
 def _make_swizzle2d():
-    from .kernel import Func
     f = Func(_swizzle2d)
     f.name = "swizzle2d"
     f.__doc__ = ("`tc.swizzle2d(i, j, size_i, size_j, size_g) -> (i2, j2)`: grouped program-id ordering; "

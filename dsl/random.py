@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from . import dtypes as _dt
 from . import language as tc
-from .kernel import Func
+from .language import Func
 
 __all__ = ["philox", "randint4x", "randint", "rand4x", "rand", "PHILOX_ROUNDS"]
 

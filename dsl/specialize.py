@@ -5,6 +5,11 @@ hashable `Specialization` (per parameter: a constexpr value, a tensor-view type,
 or a scalar type with its divisibility) plus the run-time arguments in the
 kernel's entry-block order. Arrays are recognized through adapters
 (`register_array_adapter`); numpy is built in, the runtime registers GPU arrays.
+
+`signature_of(arg)` is the one rule for what of a run-time argument the generated
+code depends on: the specialization derives its ParamSpecs from it, the launcher
+keys its prepared launches on it, and the stdlib's launch plans on its scalar part.
+Equal signatures mean equal ParamSpecs by construction (`view_type_of(signature)`).
 """
 from __future__ import annotations
 
@@ -17,18 +22,25 @@ import numpy as np
 
 from . import dtypes as dt
 from .dtypes import DType
+from .language import Func, constexpr
 from .ir.types import ScalarType, Type, ViewType
 
 __all__ = ["ArrayInfo", "ParamSpec", "Specialization", "register_array_adapter", "array_info", "specialize",
-           "stride_divisibility", "parse_signature", "view_type_for", "scalar_spec"]
+           "stride_divisibility", "parse_signature", "view_type_for", "view_type_of", "scalar_spec",
+           "signature_of", "array_signature", "int_signature", "HOST"]
+
+HOST = -1  # ArrayInfo.device of host (numpy) memory
 
 
 class ArrayInfo(NamedTuple):
+    """The one description of an array argument, whatever its library (numpy, DeviceArray,
+    torch, CuPy, DLPack): what specialization, packing and launch plans read of it. The
+    launcher's torch fast path builds the same 5-tuple without the NamedTuple wrapper."""
     ptr: int
     shape: Tuple[int, ...]
     strides: Tuple[int, ...]   # in elements
     dtype: DType
-    device: str                # "cpu", "cuda:0", ...
+    device: int                # CUDA device ordinal; HOST (-1) for host memory
 
 
 # (predicate, to_info); checked in order, the most recently registered first
@@ -45,7 +57,7 @@ def _numpy_info(a: np.ndarray) -> ArrayInfo:
     if any(s % item for s in a.strides):
         raise TypeError(f"array strides {a.strides} are not multiples of the element size {item}")
     return ArrayInfo(a.__array_interface__["data"][0], tuple(a.shape), tuple(s // item for s in a.strides),
-                     dt.from_numpy(a.dtype), "cpu")
+                     dt.from_numpy(a.dtype), HOST)
 
 
 def array_info(obj) -> Optional[ArrayInfo]:
@@ -144,24 +156,80 @@ def stride_divisibility(stride: int) -> int:
     return min(stride & -stride, 16) if stride else 16
 
 
-def view_type_for(info: ArrayInfo, name: str = "array") -> ViewType:
-    rank = len(info.shape)
-    if rank == 0:
-        raise TypeError(f"parameter '{name}': 0-d arrays are not supported; pass a Python scalar instead")
+_OFFSET_LIMIT = 2 ** 31
+_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def array_signature(info) -> Tuple:
+    """What the generated code depends on of an array (an ArrayInfo or the same 5-tuple),
+    plus its device: (dtype, rank, ptr & 15, unit last stride, offsets fit in 31 bits,
+    device, per extent divisible by 16 then per stride its `stride_divisibility`,
+    unit stride of dim -2 instead). `view_type_of` turns it into the ViewType."""
+    ptr, shape, strides, dtype, device = info
+    reach = 0
+    small = True
+    for s, st in zip(shape, strides):
+        if s > 1:
+            reach += (s - 1) * (st if st >= 0 else -st)
+            small = small and s < _OFFSET_LIMIT
+    # a unit last stride (or a last extent of 1) is static; else a unit stride of dim -2
+    # (a column-major matrix: vector loads and TMA along dim -2)
+    last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
+    col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
+    divs = tuple(s & 15 == 0 for s in shape) + tuple(stride_divisibility(st) for st in strides)
+    return (dtype, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, device, divs, col_unit)
+
+
+def view_type_of(sig: Tuple) -> ViewType:
+    """The ViewType of an array with signature `sig` (`array_signature`)."""
+    dtype, rank, low_bits, last_unit, small, _device, divs, col_unit = sig
     strides = [None] * rank
-    if info.strides[-1] == 1 or info.shape[-1] == 1:
+    if last_unit:
         strides[-1] = 1
-    elif rank >= 2 and info.strides[-2] == 1:
-        strides[-2] = 1  # a transposed (column-major) matrix: vector loads and TMA along dim -2
-    max_offset = sum((s - 1) * abs(st) for s, st in zip(info.shape, info.strides) if s > 0)
-    small = max_offset < 2 ** 31 and all(s < 2 ** 31 for s in info.shape)
-    item = info.dtype.itemsize
-    align = 16 if info.ptr % 16 == 0 else (item if info.ptr % item == 0 else 1)
+    elif col_unit:
+        strides[-2] = 1
+    item = dtype.itemsize  # a power of two up to 8: the low four pointer bits decide
+    align = 16 if low_bits == 0 else (item if low_bits % item == 0 else 1)
     # extents divisible by 16, like int arguments: masks then stay uniform over 16-byte
     # vectors. Run-time strides by the largest power of two up to 16 (`stride_divisibility`).
-    shape_div = tuple(16 if s % 16 == 0 else 1 for s in info.shape)
-    stride_div = tuple(stride_divisibility(s) if st is None else 1 for s, st in zip(info.strides, strides))
-    return ViewType(info.dtype, rank, tuple(strides), dt.int32 if small else dt.int64, align, shape_div, stride_div)
+    shape_div = tuple(16 if d else 1 for d in divs[:rank])
+    stride_div = tuple(divs[rank + i] if st is None else 1 for i, st in enumerate(strides))
+    return ViewType(dtype, rank, tuple(strides), dt.int32 if small else dt.int64, align, shape_div, stride_div)
+
+
+def view_type_for(info: ArrayInfo, name: str = "array") -> ViewType:
+    if len(info.shape) == 0:
+        raise TypeError(f"parameter '{name}': 0-d arrays are not supported; pass a Python scalar instead")
+    return view_type_of(array_signature(info))
+
+
+def int_signature(v: int) -> Tuple:
+    """What the generated code depends on of an int argument: equal to 1, divisible by 16,
+    within 32 bits (its type: i32, else i64)."""
+    return ("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX)
+
+
+def signature_of(v, read_array=None):
+    """(signature, ArrayInfo or None) of one run-time argument: `array_signature` of an
+    array, `int_signature` of a Python int, (type, int signature) of another integer,
+    the type of a bool or float; (None, None) for anything else. `read_array` reads
+    arrays (default `array_info`, which takes host numpy arrays; the launcher passes its
+    GPU reader, which refuses them)."""
+    t = type(v)
+    if t is int:
+        return int_signature(v), None
+    if t is float:
+        return float, None
+    info = (read_array or array_info)(v)
+    if info is not None:
+        return array_signature(info), info
+    if isinstance(v, (bool, np.bool_)):
+        return bool, None
+    if isinstance(v, (int, np.integer)):  # numpy integers, IntEnum
+        return (t, int_signature(int(v))), None
+    if isinstance(v, (float, np.floating)) or (hasattr(v, "dtype") and getattr(v, "shape", None) == ()):
+        return t, None
+    return None, None
 
 
 def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
@@ -171,13 +239,14 @@ def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
     if isinstance(v, (int, np.integer)):
         d = dt.from_numpy(v.dtype) if isinstance(v, np.integer) else None
         iv = int(v)
+        _, one, div16, in_i32 = int_signature(iv)
         if d is None:
             if not -2 ** 63 <= iv < 2 ** 63:
                 raise TypeError(f"parameter '{name}': the int {iv} does not fit in 64 bits")
-            d = dt.python_scalar_dtype(iv)
-        if iv == 1 and specialize_value:
+            d = dt.int32 if in_i32 else dt.int64
+        if one and specialize_value:
             return ParamSpec(name, "one", ScalarType(d), 1)
-        return ParamSpec(name, "scalar", ScalarType(d), divisible_by_16=specialize_value and iv % 16 == 0)
+        return ParamSpec(name, "scalar", ScalarType(d), divisible_by_16=specialize_value and div16)
     if isinstance(v, np.floating):
         return ParamSpec(name, "scalar", ScalarType(dt.from_numpy(v.dtype)))
     if isinstance(v, float):
@@ -187,8 +256,6 @@ def scalar_spec(name: str, v, specialize_value: bool = True) -> ParamSpec:
 
 
 def _check_constexpr(name, v):
-    from .kernel import Func
-    from .language import constexpr
     if isinstance(v, constexpr):
         v = v.value
     if isinstance(v, np.generic):

@@ -1,7 +1,9 @@
 """Reading GPU arrays of other libraries: torch, CuPy, __cuda_array_interface__, DLPack.
 
-`array_info(obj)` returns `(ptr, shape, strides_in_elements, DType, device)` for
-any array tilec accepts, or None for a non-array. The launcher calls it on every
+`array_info(obj)` returns the `specialize.ArrayInfo` (ptr, shape, strides in
+elements, DType, device ordinal) of any GPU array tilec accepts, or None for a
+non-array; importing this module registers it with the specializer, so that
+`kernel.compile(gpu_array, ...)` and launches specialize on the same description. The launcher calls it on every
 argument of every launch, so the common types (DeviceArray, torch.Tensor) have
 direct readers chosen by exact type; others go through the generic protocols.
 Host arrays raise a TypeError that says how to move them to the GPU.
@@ -12,10 +14,12 @@ import sys
 from typing import Callable, Dict, Optional
 
 from .. import dtypes as _dt
+from .. import specialize
 from ..dtypes import DType
+from ..specialize import ArrayInfo
 from .memory import DeviceArray
 
-__all__ = ["array_info", "torch_dtype_map", "register_with_frontend", "device_of_pointer"]
+__all__ = ["array_info", "torch_dtype_map", "device_of_pointer"]
 
 _readers: Dict[type, Callable] = {}
 _torch_dtypes: Dict[object, DType] = {}
@@ -36,7 +40,7 @@ def _read_torch(t):
     if not t.is_cuda:
         raise TypeError(f"a torch tensor on {t.device} was passed to a GPU kernel; move it with "
                         f".cuda() (or use tc.interpret() to run on the CPU)")
-    return t.data_ptr(), tuple(t.shape), t.stride(), torch_dtype_map(t.dtype), t.get_device()
+    return ArrayInfo(t.data_ptr(), tuple(t.shape), t.stride(), torch_dtype_map(t.dtype), t.get_device())
 
 
 def _typestr_dtype(typestr: str) -> DType:
@@ -70,14 +74,14 @@ def _read_cai(obj):
     dev = getattr(getattr(obj, "device", None), "id", None)  # CuPy
     if not isinstance(dev, int):
         dev = device_of_pointer(ptr)
-    return ptr, shape, strides_el, dt, dev
+    return ArrayInfo(ptr, shape, strides_el, dt, dev)
 
 
 def _read_dlpack(obj):
     from .dlpack import peek_dlpack  # noqa: PLC0415
     ptr, shape, strides, dt, dev = peek_dlpack(obj)
     isz = dt.itemsize
-    return ptr, shape, tuple(s // isz for s in strides), dt, dev
+    return ArrayInfo(ptr, shape, tuple(s // isz for s in strides), dt, dev)
 
 
 def device_of_pointer(ptr: int) -> int:
@@ -116,7 +120,7 @@ def _reader_for(cls: type) -> Optional[Callable]:
 
 
 def array_info(obj):
-    """(ptr, shape, strides in elements, DType, device) of a GPU array, or None for a non-array."""
+    """The ArrayInfo of a GPU array, or None for a non-array (TypeError for a host array)."""
     cls = type(obj)
     try:
         reader = _readers[cls]
@@ -129,20 +133,6 @@ def array_info(obj):
     return None
 
 
-_registered = False
 
-
-def register_with_frontend() -> None:
-    """Teach dsl/specialize to read the GPU array types above (idempotent)."""
-    global _registered
-    if _registered:
-        return
-    from .. import specialize  # noqa: PLC0415
-    info_cls = specialize.ArrayInfo
-
-    def to_info(obj):
-        ptr, shape, strides, dt, dev = array_info(obj)
-        return info_cls(ptr, shape, strides, dt, f"cuda:{dev}")
-
-    specialize.register_array_adapter(lambda obj: _reader_for(type(obj)) not in (None, _reject_host), to_info)
-    _registered = True
+# The specializer reads GPU arrays as the launcher does (host arrays stay numpy's).
+specialize.register_array_adapter(lambda obj: _reader_for(type(obj)) not in (None, _reject_host), array_info)

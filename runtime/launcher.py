@@ -1,12 +1,12 @@
 """The launch hot path: `kernel[grid](*args, **kw)` on a GPU.
 
-Per kernel, a dict maps a cheap per-call signature to a prepared launcher. The
-signature holds, per parameter: for a constexpr its value; for an array its
-dtype, rank, 16-byte base alignment, whether the last stride is 1, whether
-every element offset fits in 31 bits, and its device; for an int whether it is
-1, divisible by 16 and fits in 32 bits; for other scalars their type; then the
-compile options. It is at least as fine as the frontend's Specialization, so
-one prepared launcher never serves two different compiled kernels.
+Per kernel, a dict maps a per-call key to a prepared launcher. The key holds the
+compile options, then per parameter: for a constexpr its value, else the
+argument's `specialize.signature_of` (for an array its dtype, rank, low pointer
+bits, unit strides, index width, divisibilities and device; for an int whether it
+is 1, divisible by 16 and fits in 32 bits; for other scalars their type). The
+Specialization is a function of those signatures, so one prepared launcher never
+serves two different compiled kernels.
 
 A prepared launcher owns the CUfunction and a packer generated once for its
 signature (packing.py): per call it writes pointers, shapes, strides and
@@ -22,60 +22,44 @@ A kernel compiled with persistent=True runs on min(requested programs, SMs x res
 CTAs per SM) programs (computed once when the module is loaded), a 1-D grid; the
 requested (gx, gy, gz) travel in its hidden grid parameters (`_persistent_grid`).
 
-A miss (first call of a signature) runs the slow path: specialize, compile (the
-compiler probes the compile cache), load the module on the device, build the
-packer.
+A miss (first call of a signature) runs the slow path: the kernel's own compile
+step (`KernelState.compile`, given by the layer above: tilec.kernel specializes and
+compiles, probing the compile cache), load the module on the device, build the
+packer. The runtime never imports the frontend or the compiler.
 """
 from __future__ import annotations
 
 import inspect
 import sys
 import threading
-from typing import Any, Dict, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..definition import is_constexpr_annotation
+from ..grid import normalize_grid
 from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions, check_grid_limits
-from ..specialize import stride_divisibility
-from . import driver, interop
+from ..specialize import array_signature, int_signature, signature_of
+from . import driver, interop, module
 from .memory import DeviceArray
 from .packing import build_packer
 from .stream import stream_handle
 
-__all__ = ["launch", "launch_compiled", "preload", "kernel_state", "PreparedLaunch", "DependentLaunch"]
+__all__ = ["launch", "launch_compiled", "preload", "KernelState", "PreparedLaunch", "DependentLaunch",
+           "prepared_launch_count"]
 
-_I32_MIN, _I32_MAX = -(2 ** 31), 2 ** 31 - 1
-_OFFSET_LIMIT = 2 ** 31
-
-
-def _array_sig(info) -> Tuple:
-    # Mirrors specialize.view_type_for: the low pointer bits decide the alignment, a unit
-    # last stride (or a last extent of 1) a static stride, the reach the index width,
-    # extents divisible by 16 and the power of two up to 16 dividing each stride the view's
-    # shape_div / stride_div.
-    ptr, shape, strides, dt, dev = info
-    reach = 0
-    small = True
-    for s, st in zip(shape, strides):
-        if s > 1:
-            reach += (s - 1) * (st if st >= 0 else -st)
-            small = small and s < _OFFSET_LIMIT
-    last_unit = bool(strides) and (strides[-1] == 1 or shape[-1] == 1)
-    # a column-major matrix: view_type_for makes the stride of dim -2 static
-    col_unit = not last_unit and len(strides) >= 2 and strides[-2] == 1
-    # (view_type_for's shape_div / stride_div)
-    divs = tuple(s & 15 == 0 for s in shape) + tuple(stride_divisibility(st) for st in strides)
-    return (dt, len(shape), ptr & 15, last_unit, small and reach < _OFFSET_LIMIT, dev, divs, col_unit)
-
-
-def _int_sig(v: int) -> Tuple:
-    return ("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX)
+_I32_MAX = 2 ** 31 - 1
 
 
 class KernelState:
-    """What the launcher keeps per kernel: its parameters and the table of prepared launches."""
+    """What the launcher keeps per kernel: its parameters and the table of prepared launches.
 
-    def __init__(self, kernel):
+    `kernel`: a tilec Kernel or a plain function (its parameters are read). `compile(named
+    args, options)`: the CompiledKernel for a call whose signature has no prepared launch
+    yet; without it, only signatures installed with `preload` launch."""
+
+    def __init__(self, kernel, compile: Optional[Callable] = None):
         self.kernel = kernel
+        self.compile = compile
         self.name = getattr(kernel, "__name__", None) or getattr(kernel, "name", "kernel")
         self.params, self.constexpr, self.defaults = _describe(kernel)
         if list(getattr(kernel, "param_names", self.params)) != self.params:
@@ -117,18 +101,6 @@ class KernelState:
 
 
 _MISSING = object()
-_states: Dict[int, KernelState] = {}
-
-
-def kernel_state(kernel) -> KernelState:
-    st = getattr(kernel, "_tilec_launch_state", None)
-    if st is None:
-        st = KernelState(kernel)
-        try:
-            kernel._tilec_launch_state = st
-        except AttributeError:
-            st = _states.setdefault(id(kernel), st)
-    return st
 
 
 def _describe(kernel):
@@ -140,18 +112,12 @@ def _describe(kernel):
     for i, (name, p) in enumerate(sig.parameters.items()):
         names.append(name)
         ann = p.annotation
-        is_ce = (declared is not None and name in declared) or _is_constexpr_annotation(ann)
+        is_ce = (declared is not None and name in declared) or is_constexpr_annotation(ann)
         if is_ce:
             constexpr.add(i)
         if p.default is not inspect.Parameter.empty:
             defaults[name] = p.default
     return names, frozenset(constexpr), defaults
-
-
-def _is_constexpr_annotation(ann) -> bool:
-    if isinstance(ann, str):
-        return ann.strip("'\" ").split(".")[-1] == "constexpr"
-    return getattr(ann, "__name__", None) == "constexpr"
 
 
 class PreparedLaunch:
@@ -228,7 +194,7 @@ def _signature(state: KernelState, vals):
             parts.append(v)
             infos.append(None)
             continue
-        sig, info = _classify(state, i, v) if type(v) is not int else (_int_sig(v), None)
+        sig, info = _classify(state, i, v)
         parts.append(sig)
         infos.append(info)
         if info is not None and device != info[4]:
@@ -253,17 +219,13 @@ _torch_current_stream = None  # torch._C._cuda_getCurrentRawStream: an int, no S
 _streams: Dict[int, Any] = {}
 
 
-def launch(kernel, grid, args: tuple, kwargs: dict):
-    """Launch `kernel` on `grid` with `args`/`kwargs` (options and stream= included).
+def launch(state: KernelState, grid, args: tuple, kwargs: dict):
+    """Launch the kernel of `state` on `grid` with `args`/`kwargs` (options and stream= included).
 
     Written for speed: the common argument types are read inline, and everything
     not on the common path (binding keywords, other array types, errors) is
     delegated to the slower general helpers above.
     """
-    try:
-        state = kernel._tilec_launch_state
-    except AttributeError:
-        state = kernel_state(kernel)
     if kwargs:
         kwargs = dict(kwargs)
         opt_items = tuple((k, kwargs.pop(k)) for k in _OPTION_NAMES if k in kwargs)
@@ -287,13 +249,13 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
         elif t is DeviceArray:
             sig = v._sig  # noqa: SLF001
             if sig is None:
-                sig = v._sig = _array_sig(v._info)  # noqa: SLF001
+                sig = v._sig = array_signature(v._info)  # noqa: SLF001
             parts.append(sig)
             infos.append(v._info)  # noqa: SLF001
             if device != sig[5]:
                 device = _one_device(state, device, sig[5])
         elif t is int:
-            parts.append(("int", v == 1, v & 15 == 0, _I32_MIN <= v <= _I32_MAX))
+            parts.append(int_signature(v))
             infos.append(None)
         elif t is float:
             parts.append(float)
@@ -307,7 +269,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
                 sig, dt = m[1], m[2]
             else:
                 dt = interop.torch_dtype_map(looks[0])
-                sig = _array_sig((ptr, shape, strides, dt, tdev))
+                sig = array_signature((ptr, shape, strides, dt, tdev))
                 torch_memo[pos] = (looks, sig, dt)
             parts.append(sig)
             infos.append((ptr, shape, strides, dt, tdev))
@@ -338,7 +300,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
         driver.ensure_context(device)
 
     if type(grid) is not tuple or len(grid) != 1:
-        gx, gy, gz = _grid3(grid(dict(zip(state.params, vals))) if callable(grid) else grid, state.name)
+        gx, gy, gz = normalize_grid(grid, dict(zip(state.params, vals)) if callable(grid) else None, state.name)
     else:
         gx, gy, gz = grid[0], 1, 1
     if stream is not None:
@@ -370,7 +332,7 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
             res = prepared.dependent.launch(gx, gy, gz, s, packer[1])
         pool.append(packer)
     except (TypeError, OverflowError):
-        g = _grid3(grid if not callable(grid) else (gx, gy, gz), state.name)  # says what is wrong
+        g = normalize_grid(grid if not callable(grid) else (gx, gy, gz), None, state.name)  # says what is wrong
         check_grid_limits(g, state.name)  # (an extent past 2**32 - 1 overflows the driver's argument)
         raise
     if res is not _SUCCESS:
@@ -388,16 +350,11 @@ def _one_device(state: KernelState, device: int, other: int) -> int:
 
 
 def _classify(state: KernelState, i: int, v):
-    """(signature part, array info or None) of an argument off the common path."""
-    info = interop.array_info(v)
-    if info is not None:
-        return _array_sig(info), info
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
-        return bool, None
-    if isinstance(v, int):  # numpy integers, IntEnum
-        return (type(v), _int_sig(int(v))), None
-    if isinstance(v, float) or (hasattr(v, "dtype") and getattr(v, "shape", None) == ()):
-        return type(v), None
+    """(signature part, array info or None) of an argument off the common path: its
+    `signature_of`, arrays read by the GPU reader (host arrays are refused there)."""
+    sig, info = signature_of(v, interop.array_info)
+    if sig is not None:
+        return sig, info
     raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
                     f"{type(v).__name__} to a GPU kernel (expected a GPU array or a number)")
 
@@ -426,23 +383,6 @@ def _launch_failed(p: PreparedLaunch, res, gx, gy, gz):
     error names none), else the driver's error."""
     check_grid_limits((gx, gy, gz), p.name)
     driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name)
-
-
-def _grid3(grid, name: str):
-    if isinstance(grid, int) and not isinstance(grid, bool):
-        grid = (grid,)
-    try:
-        n = len(grid)
-    except TypeError:
-        n = -1
-    if not 1 <= n <= 3:
-        raise TypeError(f"kernel '{name}': grid must be an int or a tuple of 1 to 3 ints, got {grid!r}")
-    if not all(hasattr(x, "__index__") and not isinstance(x, bool) for x in grid):
-        raise TypeError(f"kernel '{name}': grid extents must be ints, got {grid!r}")
-    g = tuple(int(x) for x in grid) + (1,) * (3 - n)
-    if min(g) < 0:
-        raise ValueError(f"kernel '{name}': grid {grid!r} has a negative extent")
-    return g
 
 
 def _bind_driver() -> None:
@@ -488,12 +428,10 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         _launch_failed(p, res, gx, gy, gz)
 
 
-def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
+def preload(state: KernelState, compiled, args: tuple, kwargs: dict = None) -> None:
     """Install an already compiled kernel for the signature of (args, kwargs): later launches
-    of `kernel` with that signature use it without specializing or compiling (ahead-of-time
-    compiled or cached kernels; also how the runtime is tested without the compiler)."""
-    from . import module  # noqa: PLC0415
-    state = kernel_state(kernel)
+    through `state` with that signature use it without compiling (ahead-of-time compiled or
+    cached kernels; also how the runtime is tested without the compiler)."""
     kwargs = dict(kwargs or {})
     opt_items = tuple((k, kwargs.pop(k)) for k in _OPTION_NAMES
                       if k in kwargs)
@@ -509,14 +447,12 @@ def preload(kernel, compiled, args: tuple, kwargs: dict = None) -> None:
 
 
 def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch:
-    from .. import compiler, specialize  # noqa: PLC0415 - the frontend/compiler load on first launch
-    from . import module  # noqa: PLC0415
-    interop.register_with_frontend()
+    if state.compile is None:
+        raise TypeError(f"kernel '{state.name}' has no compiled kernel for this call's signature and no "
+                        f"compile step: preload one (launcher.preload)")
     dev = driver.get_device(device)
     options = CompileOptions(**dict(opt_items)).validated().with_arch(dev.arch)
-    named = dict(zip(state.params, vals))
-    spec, _ = specialize.specialize(state.kernel, (), named)
-    compiled = compiler.compile_kernel(state.kernel, spec, options)
+    compiled = state.compile(dict(zip(state.params, vals)), options)
     loaded = module.load(compiled, device)
     prepared = PreparedLaunch(compiled, loaded, state.params)
     _bind_driver()
@@ -525,16 +461,18 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     return prepared
 
 
-def prepared_launch_count(kernel) -> int:
-    """How many signatures of `kernel` have a prepared launcher (for tests and diagnostics)."""
-    return len(kernel_state(kernel).table)
+def prepared_launch_count(state: KernelState) -> int:
+    """How many signatures of the kernel of `state` have a prepared launcher (tests, diagnostics)."""
+    return len(state.table)
 
+
+
+_compiled_launches = module.PerCompiled()  # launch_compiled's prepared launch per (kernel, device)
 
 
 def launch_compiled(compiled, grid, *args, stream=None):
     """Launch an already compiled kernel (e.g. one read from the cache) with its run-time
     arguments in `compiled.arg_names` order; same packer and launch path as `launch`."""
-    from . import module  # noqa: PLC0415
     names = list(compiled.arg_names) or [f"a{i}" for i in range(len(args))]
     if len(args) != len(names):
         raise TypeError(f"kernel '{compiled.name}' takes {len(names)} run-time argument(s) "
@@ -544,12 +482,12 @@ def launch_compiled(compiled, grid, *args, stream=None):
     if len(devs) > 1:
         raise ValueError(f"kernel '{compiled.name}': arguments are on different devices {sorted(devs)}")
     device = devs.pop() if devs else driver.current_device()
-    per_dev = compiled.__dict__.setdefault("_tilec_prepared", {})
-    prepared = per_dev.get(device)
+    prepared = _compiled_launches.get(compiled, device)
     if prepared is None:
-        prepared = per_dev[device] = PreparedLaunch(compiled, module.load(compiled, device), names)
+        prepared = PreparedLaunch(compiled, module.load(compiled, device), names)
+        _compiled_launches.put(compiled, device, prepared)
     driver.ensure_context(device)
-    gx, gy, gz = _grid3(grid, compiled.name)
+    gx, gy, gz = normalize_grid(grid, None, compiled.name)
     if gx and gy and gz:
         h = stream_handle(stream) if stream is not None else _default_stream(list(args), device)
         _cu_launch(prepared, gx, gy, gz, h, args, infos)

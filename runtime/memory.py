@@ -15,6 +15,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from ..dtypes import DType
+from ..specialize import ArrayInfo
 from . import driver
 from .driver import DriverError, check, cu
 
@@ -122,7 +123,7 @@ class DeviceArray:
         self._owner = owner  # keeps the allocation (or a DLPack producer) alive
         # What the launcher reads on every call, computed once: the array never changes.
         isz = dtype.itemsize
-        self._info = (self.ptr, self.shape, tuple(s // isz for s in self.strides), dtype, self.device)
+        self._info = ArrayInfo(self.ptr, self.shape, tuple(s // isz for s in self.strides), dtype, self.device)
         self._sig = None
 
     # properties --------------------------------------------------------------

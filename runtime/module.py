@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from ..compiled import CompiledKernel
 from . import driver
 from .driver import DriverError, check, cu
 
-__all__ = ["LoadedKernel", "Resources", "load", "resources"]
+__all__ = ["LoadedKernel", "Resources", "PerCompiled", "load", "resources"]
 
 _LOG_BYTES = 1 << 16
 _load_lock = threading.Lock()
@@ -61,16 +62,39 @@ class LoadedKernel:
     max_active_clusters: int = 0
 
 
+class PerCompiled:
+    """What the runtime keeps per (compiled kernel, device), in its own table: an entry goes
+    when its compiled kernel is collected (nothing is stored on the CompiledKernel)."""
+
+    def __init__(self):
+        self._by_id: Dict[int, Dict[int, Any]] = {}
+
+    def get(self, compiled, device: int):
+        per_dev = self._by_id.get(id(compiled))
+        return None if per_dev is None else per_dev.get(device)
+
+    def put(self, compiled, device: int, value) -> None:
+        per_dev = self._by_id.get(id(compiled))
+        if per_dev is None:
+            per_dev = self._by_id[id(compiled)] = {}
+            weakref.finalize(compiled, self._by_id.pop, id(compiled), None)
+        per_dev[device] = value
+
+
+_loaded = PerCompiled()
+
+
 def load(compiled: CompiledKernel, device: int) -> LoadedKernel:
     """The CUfunction of `compiled` on `device`, loading the module on first use."""
-    per_dev = compiled.__dict__.get("_tilec_loaded")
-    if per_dev is not None and device in per_dev:
-        return per_dev[device]
+    hit = _loaded.get(compiled, device)
+    if hit is not None:
+        return hit
     with _load_lock:
-        per_dev = compiled.__dict__.setdefault("_tilec_loaded", {})
-        if device not in per_dev:
-            per_dev[device] = _load(compiled, device)
-        return per_dev[device]
+        hit = _loaded.get(compiled, device)
+        if hit is None:
+            hit = _load(compiled, device)
+            _loaded.put(compiled, device, hit)
+        return hit
 
 
 def _load(compiled: CompiledKernel, device: int) -> LoadedKernel:

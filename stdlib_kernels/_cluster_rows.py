@@ -526,9 +526,7 @@ def loaded_kernel(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Opti
     """`kernel` compiled as `_common.launch` will launch it with `args` and compile `options`
     on `cl`, loaded on the device of `a` (a GPU array): its LoadedKernel (resources, resident
     clusters)."""
-    from tilec.runtime.interop import register_with_frontend  # noqa: PLC0415
     from tilec.runtime.module import load  # noqa: PLC0415
-    register_with_frontend()  # kernel.compile specializes on GPU arrays once the runtime has taught it them
     compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **(options or {}),
                               **constexprs)
     return load(compiled, a.device)

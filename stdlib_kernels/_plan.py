@@ -22,9 +22,8 @@ new key, and so a full recording. An entry point whose decisions do not depend o
 such arguments names a function of them, `planned(per_call=fn)`: `fn` validates
 them and returns the launch scalars they become, and the entry point takes those
 through `derived(fn, ...)`. Their values then stay out of the key (only their
-types, and for an int launch scalar the classes the launcher specializes on: 1,
-divisible by 16, 32 bits), and a replay calls `fn` and puts its results where the
-recording saw them.
+types, and for a launch scalar its `specialize.signature_of`, what the launcher keys
+on), and a replay calls `fn` and puts its results where the recording saw them.
 """
 from __future__ import annotations
 
@@ -33,6 +32,8 @@ import inspect
 import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
+
+from tilec.specialize import signature_of
 
 __all__ = ["planned", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
            "plan_count"]
@@ -109,8 +110,7 @@ def register_view(base, view_obj, shape, strides) -> None:
 def record_launch(kernel, grid, args) -> None:
     """After a launch through the launcher: its prepared entry and the arguments' recipe."""
     rec = _tls.rec
-    from tilec.runtime.launcher import kernel_state  # noqa: PLC0415
-    st = kernel_state(kernel)
+    st = kernel.launch_state
     prepared = st.last[1]
     ce = st.ce_mask
     arrays, scalars, subs = [], [None] * st.nparams, []
@@ -167,14 +167,6 @@ def _root_info(v, tensor_cls):
         dt = torch_dtype_map(v.dtype)
         return v.data_ptr(), dt.itemsize, dt, v.get_device(), True
     return v.ptr, v.dtype.itemsize, v.dtype, v.device, False
-
-
-def _scalar_class(v):
-    """What the launcher's signature keeps of a scalar (runtime/launcher.py)."""
-    if isinstance(v, int) or (hasattr(v, "dtype") and v.dtype.kind in "iu"):
-        i = int(v)
-        return (type(v), i == 1, i & 15 == 0, -2 ** 31 <= i < 2 ** 31)
-    return type(v)
 
 
 def _per_call_reader(fn, per_call):
@@ -237,7 +229,7 @@ def planned(fn=None, *, per_call=None):
         derived_now = ()
         if read_per_call is not None:
             derived_now = per_call(*pc_values)  # validates; raises as the entry point would
-            key.append(tuple(_scalar_class(d) for d in derived_now))
+            key.append(tuple((type(d), signature_of(d)[0]) for d in derived_now))
         key = tuple(key)
         plan = table.get(key)
         if plan is _UNPLANNABLE:

@@ -91,9 +91,8 @@ for _kind in ("sum", "max", "min", "prod", "argmax", "argmin"):
 
 @builtin_handler(lang.reduce)
 def _reduce(ctx, node, x, axis, combine_fn, keep_dims):
-    from ..kernel import Func
     x = _input(ctx, "tc.reduce", x)
-    if not isinstance(combine_fn, Func):
+    if not isinstance(combine_fn, lang.Func):
         raise ctx.error("tc.reduce's combine_fn must be a @tc.func taking two scalars and returning one")
     require_constexpr(ctx, keep_dims, "keep_dims")
     rank = len(x.shape)

@@ -6,6 +6,7 @@ import builtins
 import inspect
 
 from .. import language as lang
+from ..definition import KernelDef
 from . import semantic as S
 from .context import FunctionSource, Undefined
 from .expressions import eval_expr, require_constexpr
@@ -46,7 +47,6 @@ def _eval_args(ctx, node):
 def lower_call(ctx, node):
     callee = eval_expr(ctx, node.func)
     args, kwargs = _eval_args(ctx, node)
-    from ..kernel import Func, Kernel
     if lang.is_builtin(callee):
         return call_builtin(ctx, node, callee, args, kwargs)
     if isinstance(callee, BoundMethod):
@@ -54,13 +54,13 @@ def lower_call(ctx, node):
             return call_builtin(ctx, node, callee.handler, [callee.self_value] + args, kwargs,
                                 display=f".{callee.name}")
         return _call_python_handler(ctx, node, callee, args, kwargs)
-    if isinstance(callee, Func):
+    if isinstance(callee, lang.Func):
         return inline_func(ctx, node, callee, args, kwargs)
     if callee is lang.constexpr:
         if len(args) != 1 or kwargs:
             raise ctx.error("tc.constexpr(...) takes one value", node)
         return require_constexpr(ctx, args[0], "tc.constexpr's argument", node)
-    if isinstance(callee, Kernel):
+    if isinstance(callee, KernelDef):
         raise ctx.error(f"kernel '{callee.name}' cannot be called from a kernel; make the shared code a "
                         "@tc.func helper", node)
     py = _PYTHON_BUILTINS.get(callee) if _hashable(callee) else None

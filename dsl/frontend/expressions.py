@@ -8,6 +8,7 @@ import types
 import numpy as np
 
 from .. import language as lang
+from ..definition import KernelDef
 from ..dtypes import DType
 from ..ir import tile_ops as T
 from . import semantic as S
@@ -69,12 +70,11 @@ _PY_BUILTINS = {"range": range, "len": len, "min": builtins.min, "max": builtins
 
 def check_global(ctx, name: str, v, node):
     """Globals a kernel may read: constants, tilec objects, @tc.func helpers and modules."""
-    from ..kernel import Func, Kernel
     if isinstance(v, lang.constexpr):
         return v.value
     if isinstance(v, np.generic) and is_py_scalar(v):
         return py_scalar(v)
-    if v is None or isinstance(v, (bool, int, float, str, DType, Func, Kernel, types.ModuleType)):
+    if v is None or isinstance(v, (bool, int, float, str, DType, lang.Func, KernelDef, types.ModuleType)):
         return v
     if v is lang.constexpr or lang.is_builtin(v):
         return v

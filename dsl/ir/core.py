@@ -132,21 +132,22 @@ def register_op(cls):
     return cls
 
 
-# Dialects defined outside tilec.ir, imported on first use so that parsing gpu IR
-# does not require the caller to import the backend first.
-DIALECT_MODULES = {"gpu": "tilec.lowering.gpu"}
+# Dialects defined above tilec.ir register their ops and attributes when their module is
+# imported (the gpu dialect: tilec.lowering.gpu); the IR core never imports them itself.
+DIALECT_HOMES = {"gpu": "tilec.lowering.gpu"}
+
+
+def unregistered_hint(dialect: str) -> str:
+    """What to import for a dialect whose ops are not registered ('' when none is known)."""
+    home = DIALECT_HOMES.get(dialect)
+    return f" (the {dialect} dialect is registered by importing {home})" if home else ""
 
 
 def lookup_op(name: str):
-    if name not in OP_REGISTRY:
-        mod = DIALECT_MODULES.get(name.split(".", 1)[0])
-        if mod is not None:
-            import importlib
-            importlib.import_module(mod)
     try:
         return OP_REGISTRY[name]
     except KeyError:
-        raise VerifyError(f"unknown op '{name}'") from None
+        raise VerifyError(f"unknown op '{name}'{unregistered_hint(name.split('.', 1)[0])}") from None
 
 
 class Op:

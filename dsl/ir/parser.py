@@ -9,7 +9,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import LarkError, VisitError
 
 from ..dtypes import DType
-from .core import ATTR_REGISTRY, DIALECT_MODULES, Block, Location, Module, Region, UNKNOWN_LOC, VerifyError, lookup_op
+from .core import ATTR_REGISTRY, DIALECT_HOMES, Block, Location, Module, Region, UNKNOWN_LOC, VerifyError, lookup_op
 from .types import PointerType, ScalarType, TileType, ViewType
 
 __all__ = ["parse", "IRParseError"]
@@ -86,12 +86,9 @@ class _Attrs(Transformer):
     def dialect_attr(self, name, fields):
         cls = ATTR_REGISTRY.get(str(name))
         if cls is None:
-            import importlib
-            for mod in DIALECT_MODULES.values():
-                importlib.import_module(mod)
-            cls = ATTR_REGISTRY.get(str(name))
-        if cls is None:
-            raise IRParseError(f"unknown attribute #{name}")
+            homes = ", ".join(sorted(set(DIALECT_HOMES.values())))
+            raise IRParseError(f"unknown attribute #{name} (dialect attributes are registered by importing "
+                               f"their dialect: {homes})")
         return cls.from_fields(fields)
 
     def scalar_type(self, t): return ScalarType(DType.get(str(t)))

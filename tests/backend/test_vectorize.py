@@ -47,7 +47,7 @@ def test_view_specialization_marks_extents_and_strides_divisible_by_16():
 @pytest.mark.parametrize("stride,div", [(20001, 1), (20002, 2), (1000, 8), (20008, 8), (4100, 4), (4096, 16),
                                         (48, 16), (0, 16), (-24, 8)])
 def test_strides_specialize_on_the_power_of_two_dividing_them(stride, div):
-    from tilec.runtime.launcher import _array_sig
+    from tilec.specialize import array_signature as _array_sig
     from tilec.specialize import stride_divisibility
     assert stride_divisibility(stride) == div
     assert _row_view(dt.float32, 4, 9, stride).stride_div == (div, 1)
@@ -79,7 +79,7 @@ def test_signature_text_round_trips_divisibility():
 
 
 def test_launcher_key_tells_divisible_extents_apart():
-    from tilec.runtime.launcher import _array_sig
+    from tilec.specialize import array_signature as _array_sig
     a = _array_sig((0x1000, (4, 1024), (1024, 1), dt.float32, 0))
     b = _array_sig((0x1000, (4, 1000), (1000, 1), dt.float32, 0))
     assert a != b and a[5] == b[5] == 0  # the device stays at index 5

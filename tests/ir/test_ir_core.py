@@ -142,6 +142,7 @@ def test_parse_errors_are_clear():
 
 
 def test_op_without_operands_before_multi_result_op():
+    import tilec.lowering.gpu  # noqa: F401 - registers the gpu dialect (gpu.barrier below)
     text = """module {
   tile.func {sym_name = "k", arg_names = []} (
     {
@@ -167,3 +168,11 @@ def test_op_without_operands_before_multi_result_op():
     ops = [o.name for o in m.func().body.ops]
     assert ops == ["gpu.barrier", "tile.while", "tile.return"]
     assert len(m.func().body.ops[1].results) == 2
+
+
+def test_an_unregistered_dialect_says_what_registers_it():
+    # the IR core imports no dialect itself: a gpu op parses once tilec.lowering.gpu is imported
+    text = 'module {\n  tilec.nonexistent {id = 0}\n}\n'
+    with pytest.raises(ir.parser.IRParseError, match="unknown op 'tilec.nonexistent'"):
+        ir.parse(text)
+    assert "importing tilec.lowering.gpu" in ir.core.unregistered_hint("gpu")

@@ -32,12 +32,11 @@ def test_consumer_sees_every_write_of_its_producer(torch, trigger):
 
 
 def test_dependent_launch_compiles_to_a_wait_and_is_launched_as_a_dependent(torch, gpu):
-    from tilec.runtime.launcher import kernel_state
     x = torch.randn(4096, device="cuda")
     y, out = torch.empty_like(x), torch.empty_like(x)
     producer_kernel[(4,)](x, y, 4096, BLOCK=BLOCK, TRIGGER=False, num_warps=4)
     consumer_kernel[(4,)](y, out, 4096, BLOCK=BLOCK, num_warps=4, dependent_launch=True)
-    prepared = kernel_state(consumer_kernel).last[1]
+    prepared = consumer_kernel.launch_state.last[1]
     sm90 = gpu.capability >= (9, 0)
     assert prepared.compiled.metadata["dependent_launch"] is sm90
     assert (prepared.dependent is not None) is sm90

@@ -25,9 +25,10 @@ class PtxKernel:
     def __init__(self, fn):
         self.fn = fn
         self.__name__ = fn.__name__
+        self.launch_state = launcher.KernelState(fn)  # no compile step: only preloaded signatures
 
     def __getitem__(self, grid):
-        return lambda *args, **kw: launcher.launch(self, grid, args, kw)
+        return lambda *args, **kw: launcher.launch(self.launch_state, grid, args, kw)
 
 
 def _rand(n, seed=0):
@@ -59,7 +60,7 @@ def test_launch_compiled_axpy_not_multiple_of_block(gpu):
     dx, dy, do = rt.from_numpy(x), rt.from_numpy(y), rt.empty(n)
     launcher.launch_compiled(axpy(), ((n + 127) // 128,), dx, dy, do, 0.5)
     np.testing.assert_allclose(do.to_numpy(), x + 0.5 * y, rtol=1e-6)
-    res = axpy().resources if hasattr(axpy(), "resources") else module.resources(axpy())
+    res = module.resources(axpy())
     assert res.registers > 0 and res.max_blocks_per_sm > 0
 
 
@@ -68,7 +69,7 @@ def test_launch_hot_path_with_grid_callable(gpu):
     n = 777
     x, y = _rand(n, 3), _rand(n, 4)
     dx, dy, do = rt.from_numpy(x), rt.from_numpy(y), rt.zeros(n)
-    launcher.preload(k, axpy(), (dx, dy, do, 2.0))
+    launcher.preload(k.launch_state, axpy(), (dx, dy, do, 2.0))
     seen = {}
 
     def grid(meta):
@@ -79,9 +80,9 @@ def test_launch_hot_path_with_grid_callable(gpu):
     rt.synchronize()
     np.testing.assert_allclose(do.to_numpy(), x + 2.0 * y, rtol=1e-6)
     assert set(seen) == {"x", "y", "out", "alpha"}
-    assert launcher.prepared_launch_count(k) == 1
+    assert launcher.prepared_launch_count(k.launch_state) == 1
     k[(7,)](dx, dy, do, alpha=-1.0)  # same signature: no new entry
-    assert launcher.prepared_launch_count(k) == 1
+    assert launcher.prepared_launch_count(k.launch_state) == 1
     np.testing.assert_allclose(do.to_numpy(), x - y, rtol=1e-6)
 
 
@@ -89,7 +90,7 @@ def test_a_grid_past_the_axis_limits_names_the_axis(gpu):
     # the driver answers CUDA_ERROR_INVALID_VALUE; the launcher names the axis, the extent and the limit
     k = PtxKernel(axpy_fn)
     d = rt.zeros(4)
-    launcher.preload(k, axpy(), (d, d, d, 1.0))
+    launcher.preload(k.launch_state, axpy(), (d, d, d, 1.0))
     for grid, axis in [((1, 70000), 1), ((1, 1, 70000), 2)]:
         msg = rf"kernel 'axpy': grid axis {axis} holds at most 65535 programs, got 70000; put the largest extent"
         with pytest.raises(ValueError, match=msg):
@@ -130,7 +131,7 @@ def test_torch_interop_and_current_stream(gpu):
     x = torch.randn(n, device="cuda")
     y = torch.randn(n, device="cuda")
     out = torch.empty(n, device="cuda")
-    launcher.preload(k, axpy(), (x, y, out, 1.5))
+    launcher.preload(k.launch_state, axpy(), (x, y, out, 1.5))
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         k[((n + 127) // 128,)](x, y, out, 1.5)  # goes on torch's current stream, s
@@ -194,7 +195,7 @@ def test_autotune_picks_persists_and_reuses(gpu, cache_dir, monkeypatch):
     for cfg in configs:
         ck = axpy()
         ck.metadata["num_warps"] = cfg.num_warps
-        launcher.preload(k, ck, (dx, dy, do, 1.0), cfg.launch_kwargs())
+        launcher.preload(k.launch_state, ck, (dx, dy, do, 1.0), cfg.launch_kwargs())
     grid = lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)  # noqa: E731
     tuned = at.autotune(configs, key=["out"])(k)
     tuned[grid](dx, dy, do, 1.0)

@@ -51,9 +51,9 @@ def test_scalar_args_and_signature_reuse(gpu, cache_dir):
     for alpha in (0.5, -3.0):
         scale_ptr[((n + 127) // 128,)](dx, do, n, alpha, BLOCK=128)
         np.testing.assert_allclose(do.to_numpy(), x * np.float32(alpha), rtol=1e-6)
-    assert launcher.prepared_launch_count(scale_ptr) == 1
+    assert launcher.prepared_launch_count(scale_ptr.launch_state) == 1
     scale_ptr[((n + 127) // 128,)](dx, do, n, 2.0, BLOCK=128, num_warps=2)
-    assert launcher.prepared_launch_count(scale_ptr) == 2
+    assert launcher.prepared_launch_count(scale_ptr.launch_state) == 2
 
 
 def test_torch_bf16_and_cupy(gpu, cache_dir):

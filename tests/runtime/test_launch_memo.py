@@ -12,6 +12,7 @@ from tilec.abi import param_slots
 from tilec.compiled import CompiledKernel
 from tilec.dtypes import float32, int32
 from tilec.ir.types import ScalarType, ViewType
+from tilec import specialize
 from tilec.runtime import driver, launcher
 from tilec.runtime.packing import build_packer
 
@@ -51,12 +52,13 @@ class Harness:
         monkeypatch.setattr(launcher, "_SUCCESS", ok)
         monkeypatch.setattr(launcher, "_streams", {0: "stream0"})
         monkeypatch.setattr(launcher, "_prepare", self.prepare)
-        real_sig = launcher._array_sig
+        real_sig = launcher.array_signature
 
         def counting_sig(info):
             self.sig_calls += 1
             return real_sig(info)
-        monkeypatch.setattr(launcher, "_array_sig", counting_sig)
+        monkeypatch.setattr(launcher, "array_signature", counting_sig)  # the fast path's calls
+        monkeypatch.setattr(specialize, "array_signature", counting_sig)  # signature_of's (general path)
 
         def launch(fn, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
             arr = (ctypes.c_void_p * 3).from_address(params)  # x's pointer, x's extent, n
@@ -67,10 +69,7 @@ class Harness:
             return (ok,)
         monkeypatch.setattr(launcher, "_cuLaunchKernel", launch)
         monkeypatch.setattr(driver._tls, "ctx_device", 0, raising=False)
-        state = launcher.kernel_state(k)
-        monkeypatch.setattr(state, "table", {})
-        monkeypatch.setattr(state, "torch_memo", [None, None])
-        monkeypatch.setattr(state, "last", (None, None))
+        self.state = launcher.KernelState(k)  # no compile step: misses go to self.prepare
 
     def prepare(self, state, key, vals, opt_items, device):
         align = 16 if key[1][2] == 0 else 1
@@ -89,7 +88,7 @@ class Harness:
         return p
 
     def __call__(self, *args):
-        launcher.launch(k, (1,), args, {})
+        launcher.launch(self.state, (1,), args, {})
 
 
 @pytest.fixture
@@ -167,10 +166,10 @@ def test_a_failed_launch_past_the_grid_limits_names_the_axis(run, monkeypatch):
     for grid, axis in [((1, 70000), 1), ((1, 1, 70000), 2)]:
         with pytest.raises(ValueError, match=rf"kernel 'k': grid axis {axis} holds at most 65535 programs, got "
                                              r"70000; put the largest extent on axis 0 \(up to 2\*\*31 - 1\)"):
-            launcher.launch(k, grid, (t, 5), {})
+            launcher.launch(run.state, grid, (t, 5), {})
     for gx in (2**31, 2**32):
         with pytest.raises(ValueError, match=f"grid axis 0 holds at most 2147483647 programs, got {gx}"):
-            launcher.launch(k, (gx,), (t, 5), {})
-    prepared = next(iter(launcher.kernel_state(k).table.values()))
+            launcher.launch(run.state, (gx,), (t, 5), {})
+    prepared = next(iter(run.state.table.values()))
     with pytest.raises(ValueError, match="kernel 'k': grid axis 2 holds at most 65535 programs, got 70000"):
         launcher._cu_launch(prepared, 1, 1, 70000, 0, (t, 5), [(t.ptr, t.shape, t.stride(), float32, 0), None])

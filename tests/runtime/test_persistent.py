@@ -122,7 +122,7 @@ def test_2d_grid_same_as_plain_launch(torch, gpu, scale):
     assert (plain >= 0).all()
     looped = _codes(torch, grid, persistent=True)
     assert torch.equal(looped, plain)
-    prepared = launcher.kernel_state(grid_codes).last[1]
+    prepared = grid_codes.launch_state.last[1]
     res = prepared.loaded.resources
     assert prepared.compiled.metadata["persistent"]
     assert prepared.persistent == sm * res.max_blocks_per_sm > 0
@@ -177,7 +177,7 @@ def test_stdlib_matmul_kernel_persistent_matches_torch(torch, m, n, k, bm, bn, b
         torch.cuda.synchronize()
         outs.append(c)
     plain, looped = outs
-    assert launcher.kernel_state(matmul_kernel).last[1].compiled.metadata["persistent"]
+    assert matmul_kernel.launch_state.last[1].compiled.metadata["persistent"]
     err = (looped.double() - want).abs().max().item()
     assert err <= 1.6e-2 * want.abs().max().item(), f"max error {err}"
     assert torch.equal(looped, plain)  # the same tiles, computed the same way

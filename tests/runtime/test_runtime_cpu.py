@@ -10,6 +10,7 @@ import pytest
 
 import tilec.runtime as rt
 from tilec.dtypes import bfloat16, float16, float32, int32, int64
+from tilec.grid import normalize_grid
 from tilec.runtime import dlpack, interop, launcher, packing
 from tilec.runtime.memory import DeviceArray, typestr
 from ptx_kernels import axpy
@@ -136,9 +137,10 @@ def test_bind_and_signature():
 
 
 def test_grid_normalization():
-    assert launcher._grid3(5, "k") == (5, 1, 1)
-    assert launcher._grid3((2, 3), "k") == (2, 3, 1)
-    with pytest.raises(TypeError, match="grid"):
-        launcher._grid3((1, 2, 3, 4), "k")
-    with pytest.raises(ValueError, match="negative"):
-        launcher._grid3((-1,), "k")
+    # the one grid normalizer (tilec.grid) that the launcher, launch_compiled and the interpreter use
+    assert normalize_grid(5, None, "k") == (5, 1, 1)
+    assert normalize_grid((2, 3), None, "k") == (2, 3, 1)
+    with pytest.raises(TypeError, match="kernel 'k': the grid must be"):
+        normalize_grid((1, 2, 3, 4), None, "k")
+    with pytest.raises(ValueError, match="kernel 'k': grid extents must be >= 0, got -1"):
+        normalize_grid((-1,), None, "k")

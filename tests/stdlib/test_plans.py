@@ -46,14 +46,14 @@ def gpu_log(monkeypatch):
     log = []
 
     def entry(kernel, key, grid, vals, infos):
-        st = launcher.kernel_state(kernel)
+        st = kernel.launch_state
         scalars = [None if infos[i] is not None or st.ce_mask[i] else repr(vals[i]) for i in range(st.nparams)]
         arrays = [None if i is None else (i[0], tuple(i[1]), tuple(i[2]), i[3]) for i in infos]
         log.append((key, tuple(grid), scalars, arrays))
 
     def getitem(kernel, grid):
         def go(*args, **kw):
-            st = launcher.kernel_state(kernel)
+            st = kernel.launch_state
             opts = tuple((k, kw.pop(k)) for k in OPTION_FIELDS if k in kw)
             vals = st.bind(args, kw)
             infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
@@ -65,7 +65,7 @@ def gpu_log(monkeypatch):
 
     def launch_prepared(prepared, grid, device, torch_stream, vals, infos):
         assert device == 0 and not torch_stream
-        st = launcher.kernel_state(prepared.kernel)
+        st = prepared.kernel.launch_state
         infos = [i if type(i) is tuple and not st.ce_mask[n] else None for n, i in enumerate(infos)]
         entry(prepared.kernel, prepared.key, grid, vals, infos)
 
