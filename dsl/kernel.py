@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional, Tuple
 from .errors import CompilationError, DriverError, debug_enabled
 from .ir.core import Location
 from .options import RESERVED_KWARGS, CompileOptions, split_options
+from .target import Target
 
 __all__ = ["Kernel", "Func", "kernel", "func", "normalize_grid"]
 
@@ -133,7 +134,9 @@ class Kernel:
 
     def _interpret(self, grid, args, kwargs):
         opts, _stream, rest = split_options(dict(kwargs))
-        options = CompileOptions(**opts).validated()
+        # the interpreter runs on no device: an arch left open is checked against the default
+        # target's, without asking the driver
+        options = CompileOptions(**opts).validated(Target.default())
         from .specialize import specialize
         spec, runtime_args = specialize(self, args, rest)
         grid3 = normalize_grid(grid, self.bind_args(args, rest))

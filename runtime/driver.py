@@ -154,6 +154,10 @@ class Device:
     def _attr(self, a) -> int:
         return check(cu().cuDeviceGetAttribute(a, self.handle), "cuDeviceGetAttribute")
 
+    def attribute(self, name: str) -> int:
+        """The device attribute CU_DEVICE_ATTRIBUTE_<name>, e.g. "L2_CACHE_SIZE" (Target.for_device)."""
+        return self._attr(getattr(cu().CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"))
+
     @property
     def arch(self) -> str:
         """The tilec target for this device (sm_90a on Hopper, where wgmma/TMA need the 'a')."""

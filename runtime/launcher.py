@@ -35,6 +35,7 @@ from typing import Any, Dict, Tuple
 
 from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions, check_grid_limits
+from ..target import Target
 from ..specialize import stride_divisibility
 from . import driver, interop
 from .memory import DeviceArray
@@ -512,8 +513,7 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     from .. import compiler, specialize  # noqa: PLC0415 - the frontend/compiler load on first launch
     from . import module  # noqa: PLC0415
     interop.register_with_frontend()
-    dev = driver.get_device(device)
-    options = CompileOptions(**dict(opt_items)).validated().with_arch(dev.arch)
+    options = CompileOptions(**dict(opt_items)).validated(Target.for_device(device))
     named = dict(zip(state.params, vals))
     spec, _ = specialize.specialize(state.kernel, (), named)
     compiled = compiler.compile_kernel(state.kernel, spec, options)

@@ -362,7 +362,7 @@ PATTERNS: PatternTable = {
 }
 
 
-def canonicalize(module: Module, **options) -> Module:
+def canonicalize(module: Module) -> Module:
     """Apply `PATTERNS` until none fires."""
     apply_patterns(module, PATTERNS)
     return module
