@@ -95,10 +95,10 @@ class MatmulConfig:
 
 
 @lru_cache(maxsize=1024)   # it runs on every call: 10 us uncached, a third of a decode GEMM's time
-def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target: Target = HOST_GEMM_TARGET,
+def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_TARGET,
                tensor_cores: bool = True, allow_split_k: bool = True) -> MatmulConfig:
     """The tile configuration for an (m x k) @ (k x n) product of `batch` entries on `target`
-    (its `sm_count` SMs, its wgmma and f8 tensor cores).
+    (a Target or an arch: its `sm_count` SMs, its wgmma and f8 tensor cores).
 
     - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
       when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
@@ -133,6 +133,7 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target: Target = H
       0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
       2026-11-21, docs/benchmarks.md).
     """
+    target = Target.of(target)
     sm_count = target.sm_count
     if dtype.bits == 8 and not target.has_f8_mma:
         tensor_cores = False
