@@ -83,3 +83,18 @@ def test_options_check_against_the_targets_limits():
     CompileOptions(arch="sm_80", min_programs_per_sm=16).validated()
     with pytest.raises(ValueError, match="from 0 .no floor. to 12"):
         CompileOptions(arch="sm_86", min_programs_per_sm=16).validated()
+
+
+@pytest.mark.gpu
+def test_current_reads_the_device():
+    from tilec.runtime import driver
+    dev = driver.get_device()
+    t = Target.current()
+    assert t is Target.for_device(dev.ordinal) and t.arch == dev.arch and t.device == dev.name
+    assert t.sm_count == dev.multiprocessors and t.shared_per_block == dev.max_shared_per_block_optin
+    assert t.l2_bytes == dev.attribute("L2_CACHE_SIZE") > 0 and t.registers_per_sm >= 65536
+    # features come from the arch, facts from the driver
+    nominal = Target.from_arch(dev.arch)
+    assert (t.has_wgmma, t.has_tma, t.has_clusters) == (nominal.has_wgmma, nominal.has_tma, nominal.has_clusters)
+    assert CompileOptions().validated().target is t
+
