@@ -27,6 +27,7 @@ from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
 from tilec.runtime.driver import get_device
 from tilec.specialize import parse_signature
+from tilec.target import Target
 from tilec.stdlib_kernels import matmul
 from tilec.stdlib_kernels.matmul import MatmulConfig, config_for, signature
 
@@ -103,7 +104,7 @@ def _report(m: int, n: int, k: int, dname: str, config=None) -> str:
     """The ptxas register/spill report of the configuration matmul launches for this shape
     (or of `config`)."""
     sig, cfg = signature(m, n, k, "f32" if dname == "tf32" else dname, allow_tf32=dname == "tf32",
-                         sm_count=_sm_count(), arch=get_device().arch, config=config, scaled=dname.startswith("f8"),
+                         target=Target.current(), config=config, scaled=dname.startswith("f8"),
                          b_col_major=dname == "tf32" or dname.startswith("f8"))
     ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=get_device().arch,
@@ -119,13 +120,13 @@ def _name(cfg: MatmulConfig) -> str:
 
 
 def _sm_count() -> int:
-    return torch.cuda.get_device_properties(0).multi_processor_count
+    return Target.current().sm_count
 
 
 def _no_split(m: int, n: int, k: int, dname: str):
     """config_for's choice without split-K for this shape, or None where it does not split."""
     dtype = tc.float32 if dname == "tf32" else tc.dtypes.DType.get(dname)
-    args = (m, n, k, dtype, 1, _sm_count(), True, get_device().arch)
+    args = (m, n, k, dtype, 1, Target.current(), True)
     return config_for(*args, allow_split_k=False) if config_for(*args).split_k > 1 else None
 
 
@@ -213,7 +214,7 @@ def _variants():
         (128, 4096, 14336): m128() + [c(128, 128, 64, 8, 4, split=8)],
         (128, 14336, 4096): [c(128, 128, 64, 8, 4), c(128, 256, 64, 8, 4, split=2), c(128, 128, 64, 8, 4, split=2)],
     }
-    return [(shape, [config_for(*shape, tc.bfloat16, 1, sm, True, get_device().arch)] + alts)
+    return [(shape, [config_for(*shape, tc.bfloat16, 1, Target.current(), True)] + alts)
             for shape, alts in table.items()]
 
 

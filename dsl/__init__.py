@@ -17,6 +17,7 @@ from .dtypes import (  # noqa: F401
 )
 from .errors import CompilationError, DriverError, InterpreterError  # noqa: F401
 from .options import CompileOptions  # noqa: F401
+from .target import Target  # noqa: F401
 from .kernel import Kernel, Func, kernel, func  # noqa: F401
 from .language import (  # noqa: F401
     constexpr, static_range, range, interpret,

@@ -147,14 +147,13 @@ def _compile_stdlib_matmul(args):
         raise UsageError(f"tilec {args.command} matmul needs --shape M,N,K (three ints), got {args.shape!r}") from None
     if not args.dtype:
         raise UsageError(f"tilec {args.command} matmul needs --dtype (f16, bf16, f32, tf32, f8e4m3, f8e5m2)")
-    opts = _options(args)
-    arch = opts.arch or "sm_90a"
+    opts = _options(args)   # its target: the --arch given, or the current GPU's (sm_90a without one)
     try:
         tf32 = args.dtype == "tf32"
-        sig, cfg = mm.signature(m, n, k, "f32" if tf32 else args.dtype, arch=arch, allow_tf32=tf32)
+        sig, cfg = mm.signature(m, n, k, "f32" if tf32 else args.dtype, target=opts.target, allow_tf32=tf32)
     except (TypeError, ValueError) as e:
         raise UsageError(str(e)) from None
-    opts = replace(opts, arch=arch, num_warps=args.num_warps or cfg.num_warps,
+    opts = replace(opts, num_warps=args.num_warps or cfg.num_warps,
                    num_stages=args.num_stages or cfg.num_stages, warp_specialize=cfg.warp_specialize,
                    cluster=cfg.cluster).validated()
     return compile_kernel(cfg.kernel, _parse_sig(cfg.kernel, sig), opts)
@@ -179,7 +178,7 @@ def _cmd_ptx(args) -> int:
     ptx = compiled.asm["ptx"]
     sys.stdout.write(ptx)
     if args.ptxas:
-        arch = compiled.metadata.get("arch") or args.arch or "sm_90a"
+        arch = compiled.metadata["arch"]
         sys.stdout.write("\n// ptxas -v report\n")
         sys.stdout.write("".join(f"// {line}\n" for line in _ptxas_report(ptx, arch).splitlines()))
     return 0
@@ -208,7 +207,7 @@ def _add_stdlib_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_option_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--arch", help="target GPU, e.g. sm_80, sm_90a (default sm_90a)")
+    p.add_argument("--arch", help="target GPU, e.g. sm_80, sm_90a (default: the current GPU's, sm_90a without one)")
     p.add_argument("--num-warps", type=int, dest="num_warps", help="warps per program (default 4)")
     p.add_argument("--num-stages", type=int, dest="num_stages", help="software-pipelining stages (default 3)")
     p.add_argument("--fast-math", action="store_true", default=None, dest="fast_math",

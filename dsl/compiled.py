@@ -16,13 +16,19 @@ __all__ = ["CompiledKernel"]
 class CompiledKernel:
     name: str                        # the PTX entry's symbol
     asm: Dict[str, Any]              # "tile", "gpu", "llvm", "ptx" text; "cubin" bytes when ptxas ran
-    metadata: Dict[str, Any]         # num_warps, num_stages, shared (bytes), arch, ...
+    metadata: Dict[str, Any]         # num_warps, num_threads, num_stages, shared (bytes), arch, ...
     params: List[ParamSlot] = field(default_factory=list)
     arg_names: List[str] = field(default_factory=list)   # the run-time kernel arguments, in order
 
     @property
     def num_warps(self) -> int:
         return self.metadata["num_warps"]
+
+    @property
+    def num_threads(self) -> int:
+        """Threads per CTA: 32 * num_warps, plus a warp-specialized kernel's producer warps
+        (hand-written kernels' metadata may give num_warps only)."""
+        return int(self.metadata.get("num_threads", 32 * self.metadata.get("num_warps", 4)))
 
     @property
     def shared(self) -> int:

@@ -3,9 +3,10 @@
     frontend (kernel.ir) -> passes (run_pipeline) -> codegen (llvmlite) -> LLVM O3 -> PTX -> ptxas
 
 Every stage's text lands in `asm` ("tile", "gpu", "llvm", "ptx", and "cubin"
-bytes when ptxas is installed); `metadata` holds num_warps, num_stages, shared
-bytes, arch, PTX version, the time of each stage, and ptxas's report. Options
-are validated before LLVM runs, and any failure is a CompilationError naming
+bytes when ptxas is installed); `metadata` holds num_warps (the user's), num_threads
+(the CTA's: a warp-specialized kernel's producer included), num_stages, shared bytes,
+arch, PTX version, the time of each stage, and ptxas's report. Options are validated,
+and the Target resolved, before LLVM runs, and any failure is a CompilationError naming
 the kernel, the stage and (when known) the source line.
 
 TILEC_DUMP=<dir> writes `<kernel>.<spec-hash8>.<NN>-<stage>.ir` after the
@@ -26,23 +27,12 @@ from typing import Callable, Dict, List, Optional
 from .abi import param_slots
 from .compiled import CompiledKernel
 from .errors import CompilationError
-from .options import REGISTERS_PER_SM, CompileOptions, arch_number
-from .runtime import cache, driver
+from .options import CompileOptions
+from .runtime import cache
+from .target import Target
 from .version import __version__
 
-__all__ = ["compile_kernel", "compile_module", "default_arch", "cache_key", "compiler_source_hash"]
-
-_DEFAULT_ARCH = "sm_90a"
-
-
-def default_arch() -> str:
-    """The current device's arch, or sm_90a when there is no driver or no GPU."""
-    try:
-        if driver.is_available():
-            return driver.get_device().arch
-    except Exception:  # no cuda-python, no libcuda, no device: compile for the default target
-        pass
-    return _DEFAULT_ARCH
+__all__ = ["compile_kernel", "compile_module", "cache_key", "compiler_source_hash"]
 
 
 def _kernel_name(kernel) -> str:
@@ -147,7 +137,7 @@ def _want_ptxas() -> bool:
 def compile_module(module, options: CompileOptions, kernel_name: Optional[str] = None,
                    dump: Optional[_Dumper] = None, timings: Optional[Dict[str, float]] = None,
                    run_ptxas: Optional[bool] = None) -> CompiledKernel:
-    """Compile a tile-IR module (one tile.func) with validated options that name an arch."""
+    """Compile a tile-IR module (one tile.func) with validated options (they carry the Target)."""
     from .lowering import target
     from .lowering.codegen import generate
     from .lowering.gpu.tma_ops import tma_params
@@ -157,7 +147,7 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     func = module.func()
     symbol = func.attrs["sym_name"]  # the PTX entry's name
     name = kernel_name or symbol
-    arch = options.arch
+    tgt: Target = options.target
     asm: Dict[str, object] = {"tile": str(module)}
     arg_types = [a.type for a in func.regions[0].block.args]
     arg_names = list(func.attrs.get("arg_names", []))
@@ -165,21 +155,21 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     gpu = _stage("passes", name, timings, lambda: run_pipeline(
         module, options, dump=dump.after_pass if dump else None))
     ptx_version = _stage("target selection", name, timings,
-                         lambda: target.ptx_version_for(arch, _ptx_needed(gpu)))
+                         lambda: target.ptx_version_for(tgt, _ptx_needed(gpu)))
     asm["gpu"] = str(gpu)
     tmaps = tma_params(gpu)
     persistent = bool(gpu.attrs.get("persistent"))
     if tmaps or persistent:  # the kernel also takes the tensor maps of its TMA copies, the grid's extents
         params = param_slots(arg_types, tmaps, grid=persistent)
-    layout = target.data_layout(arch)
+    layout = target.data_layout(tgt)
 
     def emit(llmod):
-        return target.optimize_and_emit(str(llmod), arch, ptx_version, kernel=name)
+        return target.optimize_and_emit(str(llmod), tgt, ptx_version, kernel=name)
 
-    res = emit(_stage("codegen", name, timings, lambda: generate(gpu, options, data_layout=layout)))
+    res = emit(_stage("codegen", name, timings, lambda: generate(gpu, data_layout=layout)))
 
     def narrow():  # the kernel with its 16-bit loop invariants kept narrow: fewer registers
-        return emit(generate(gpu, options, data_layout=layout, narrow_invariants=True))
+        return emit(generate(gpu, data_layout=layout, narrow_invariants=True))
 
     for k, v in res.timings.items():
         timings[k] = v
@@ -188,19 +178,21 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         dump.write("llvm", res.llvm, "ll")
         dump.write("ptx", res.ptx, "ptx")
     metadata = {
-        "name": name, "num_warps": int(gpu.attrs.get("threads", 32 * options.num_warps)) // 32,
-        "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": arch,
+        # num_warps as the user asked; num_threads the CTA's (a warp-specialized kernel adds a producer)
+        "name": name, "num_warps": options.num_warps, "num_threads": int(gpu.attrs["num_threads"]),
+        "num_stages": options.num_stages, "shared": int(gpu.attrs.get("shared", 0)), "arch": tgt.arch,
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
-        "warp_specialized": "threads" in gpu.attrs, "persistent": persistent, "cluster": options.cluster,
+        "warp_specialized": int(gpu.attrs["num_threads"]) != 32 * options.num_warps, "persistent": persistent,
+        "cluster": options.cluster,
         # the runtime launches it with programmatic stream serialization (sm_90+ only)
-        "dependent_launch": options.dependent_launch and arch_number(arch) >= 90,
+        "dependent_launch": options.dependent_launch and tgt.has_dependent_launch,
         "timings": timings,
     }
     if run_ptxas is None:
         run_ptxas = _want_ptxas()
     if run_ptxas and target.find_ptxas():
         t0 = time.perf_counter()
-        kept, result = _assemble(res, arch, narrow if options.min_programs_per_sm > 1 else None)
+        kept, result = _assemble(res, tgt, narrow if options.min_programs_per_sm > 1 else None)
         asm["llvm"], asm["ptx"] = kept.llvm, kept.ptx
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
@@ -219,7 +211,7 @@ def _ptx_needed(gpu) -> int:
     return max(GATHER_PTX if gathers else 0, CACHE_HINT_PTX if hints else 0)
 
 
-def _assemble(res, arch: str, narrow=None):
+def _assemble(res, tgt: Target, narrow=None):
     """ptxas, once, or again for a kernel that spills: given only `.maxntid`, ptxas 13 drops a
     kernel that must spill anyway to full-occupancy register counts (32 at 128 threads) and
     spills several times more; `.minnctapersm 1` lets it use what it needs. Not emitted by
@@ -235,6 +227,7 @@ def _assemble(res, arch: str, narrow=None):
     def spills(r):
         return r.spill_stores + r.spill_loads
 
+    arch = tgt.arch
     result = assemble(res.ptx, arch)
     if not spills(result):
         return res, result
@@ -250,7 +243,7 @@ def _assemble(res, arch: str, narrow=None):
     if relaxed == res.ptx:
         return res, result
     second = assemble(relaxed, arch)
-    for floor in _floors_below(res.ptx, second.registers):
+    for floor in _floors_below(res.ptx, second.registers, tgt):
         for form in forms:
             ptx = _with_floor(form.ptx, floor)
             third = assemble(ptx, arch)
@@ -264,9 +257,10 @@ def _assemble(res, arch: str, narrow=None):
 _FLOOR = re.compile(r"\.minnctapersm (\d+)\n")
 
 
-def _floors_below(ptx: str, registers: int) -> List[int]:
+def _floors_below(ptx: str, registers: int, tgt: Target) -> List[int]:
     """The floors under the PTX's `.minnctapersm` worth trying, highest first: those whose
-    register budget (65536 per SM, allocated per thread in eights, at most 255) is below
+    register budget (the target's registers per SM, allocated per thread in eights, at most
+    its registers per thread) is below
     `registers`, what the kernel takes without a floor; at a floor whose budget holds that
     many, the kernel without a floor is as good."""
     floor = _FLOOR.search(ptx)
@@ -279,7 +273,7 @@ def _floors_below(ptx: str, registers: int) -> List[int]:
     warps = -(-n // 32)
 
     def budget(f):
-        return min(REGISTERS_PER_SM // (f * warps * 32) // 8 * 8, 255)
+        return min(tgt.registers_per_sm // (f * warps * 32) // 8 * 8, tgt.registers_per_thread)
     return [f for f in range(int(floor.group(1)) - 1, 1, -1) if budget(f) < registers]
 
 
@@ -303,8 +297,6 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
     name = _kernel_name(kernel)
     try:
         options = (options or CompileOptions()).validated()
-        if options.arch is None:
-            options = options.with_arch(default_arch())
     except ValueError as e:
         raise CompilationError(str(e), kernel=name, stage="options") from e
     dump_dir = os.environ.get("TILEC_DUMP")

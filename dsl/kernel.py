@@ -17,6 +17,7 @@ from .language import Func, _state as _language_state, interpreting
 from .options import CompileOptions, split_options
 from .runtime.launcher import KernelState, launch as _gpu_launch
 from .specialize import Specialization, parse_signature, specialize
+from .target import Target
 
 __all__ = ["Kernel", "Func", "kernel", "func", "normalize_grid"]
 
@@ -56,7 +57,9 @@ class Kernel(KernelDef):
     def _interpret(self, grid, args, kwargs):
         from .interpreter import run  # noqa: PLC0415 - numpy interpreter, loaded on first use
         opts, _stream, rest = split_options(dict(kwargs))
-        options = CompileOptions(**opts).validated()
+        # the interpreter runs on no device: an arch left open is checked against the default
+        # target's, without asking the driver
+        options = CompileOptions(**opts).validated(Target.default())
         spec, runtime_args = specialize(self, args, rest)
         grid3 = normalize_grid(grid, self.bind_args(args, rest), self.name)
         module = self.ir(spec)

@@ -1,60 +1,28 @@
 """Compile options: the reserved launch keywords, validated before any LLVM call."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Optional
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "MAX_PROGRAMS_PER_SM", "MAX_THREADS_PER_SM",
-           "OPTION_FIELDS", "REGISTERS_PER_SM", "RESERVED_KWARGS", "SUPPORTED_ARCHS", "check_cluster_arch", "check_cluster_size",
-           "check_grid_limits", "check_min_programs",
-           "parse_arch", "split_options"]
+from .target import SUPPORTED_ARCHS, Target, parse_arch
+
+__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS",
+           "check_cluster_arch", "check_cluster_size", "check_grid_limits", "check_min_programs", "parse_arch",
+           "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
                  "cluster", "min_programs_per_sm", "dependent_launch")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
-MAX_THREADS_PER_SM = 2048          # resident threads of an sm_80/sm_90/sm_100 SM (sm_86/sm_89: 1536, where
-                                   # ptxas ignores a larger min_programs_per_sm with a warning)
-MAX_PROGRAMS_PER_SM = 32           # and resident CTAs
-REGISTERS_PER_SM = 65536           # 32-bit registers of an SM's register file
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)  # programs a CUDA grid holds along axes 0, 1 and 2
-
-# Compute capabilities LLVM 22's NVPTX backend and ptxas 13 both accept, with the PTX
-# ISA version each needs at least (LLVM exits the process below it: see NVPTX-NOTES).
-SUPPORTED_ARCHS = {
-    "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78,
-    "sm_90": 78, "sm_90a": 80,
-    "sm_100": 86, "sm_100a": 86, "sm_120": 87, "sm_120a": 87,
-}
-
-
-def parse_arch(arch) -> str:
-    """Normalize `arch` ("sm_90a", "90a", 90, (9, 0)) or raise ValueError naming what is allowed."""
-    if isinstance(arch, tuple) and len(arch) == 2:
-        arch = f"sm_{arch[0]}{arch[1]}"
-    elif isinstance(arch, int):
-        arch = f"sm_{arch}"
-    if not isinstance(arch, str) or not re.fullmatch(r"(sm_)?\d+a?", arch):
-        raise ValueError(f"arch must look like 'sm_90a', got {arch!r}")
-    if not arch.startswith("sm_"):
-        arch = "sm_" + arch
-    if arch not in SUPPORTED_ARCHS:
-        raise ValueError(f"unsupported arch {arch!r}; tilec targets {', '.join(SUPPORTED_ARCHS)}")
-    return arch
-
-
-def arch_number(arch: str) -> int:
-    """The number of a normalized arch: 90 for "sm_90a"."""
-    return int("".join(c for c in arch[3:] if c.isdigit()))
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     num_warps: int = 4
     num_stages: int = 3
-    arch: Optional[str] = None      # None: the current device's, or sm_90a with none
+    arch: Optional[str] = None      # None: the current device's, or sm_90a with none (validated() decides)
     fast_math: bool = False
     debug: bool = False
     tma: bool = True                # sm_90a: tensor-view loads feeding wgmma may use TMA (False: cp.async)
@@ -65,26 +33,31 @@ class CompileOptions:
     dependent_launch: bool = False  # sm_90+: launched as soon as the kernel before it in the stream lets it
                                     # (programmatic dependent launch); it waits for that kernel's results
                                     # at tc.grid_dependency_wait(), at its start when it calls none
+    target: Optional[Target] = None  # set by validated(): the arch's features and the device's facts
 
-    def validated(self) -> "CompileOptions":
+    def validated(self, default: Optional[Target] = None) -> "CompileOptions":
+        """These options checked, with `arch` and `target` resolved once: the given arch's
+        Target, else `default`, else the current device's (Target.current())."""
         if not isinstance(self.num_warps, int) or self.num_warps not in (1, 2, 4, 8, 16, 32):
             raise ValueError(f"num_warps must be a power of two from 1 to 32, got {self.num_warps!r}")
         if not isinstance(self.num_stages, int) or not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be an int from 1 to 8, got {self.num_stages!r}")
-        arch = parse_arch(self.arch) if self.arch is not None else None
+        target = self._target(default)
         check_cluster_size(self.cluster)
-        check_cluster_arch(self.cluster, arch)
-        check_min_programs(self.min_programs_per_sm, self.num_warps)
-        return replace(self, arch=arch, fast_math=bool(self.fast_math), debug=bool(self.debug), tma=bool(self.tma),
-                       warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
+        check_cluster_arch(self.cluster, target)
+        check_min_programs(self.min_programs_per_sm, self.num_warps, target)
+        return replace(self, arch=target.arch, target=target, fast_math=bool(self.fast_math), debug=bool(self.debug),
+                       tma=bool(self.tma), warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
                        dependent_launch=bool(self.dependent_launch))
 
-    def with_arch(self, default_arch: str) -> "CompileOptions":
+    def _target(self, default: Optional[Target]) -> Target:
+        if self.target is not None:
+            if self.arch is not None and parse_arch(self.arch) != self.target.arch:
+                raise ValueError(f"arch={self.arch!r} contradicts the target's {self.target.arch}")
+            return self.target
         if self.arch is not None:
-            return self
-        arch = parse_arch(default_arch)
-        check_cluster_arch(self.cluster, arch)
-        return replace(self, arch=arch)
+            return Target.from_arch(self.arch)
+        return default if default is not None else Target.current()
 
 
 def check_cluster_size(cluster) -> int:
@@ -104,19 +77,20 @@ def check_grid_limits(grid3, kernel: str) -> None:
             raise ValueError(f"kernel '{kernel}': grid axis {axis} holds at most {most} programs, got {n}; {fix}")
 
 
-def check_min_programs(n, num_warps: int) -> None:
-    """`min_programs_per_sm` is 0 (no floor) or as many programs of num_warps warps as an SM holds."""
-    most = min(MAX_THREADS_PER_SM // (32 * num_warps), MAX_PROGRAMS_PER_SM)
+def check_min_programs(n, num_warps: int, target: Target) -> None:
+    """`min_programs_per_sm` is 0 (no floor) or as many programs of num_warps warps as an SM of
+    `target` holds."""
+    most = min(target.max_threads_per_sm // (32 * num_warps), target.max_programs_per_sm)
     if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= most:
-        raise ValueError(f"min_programs_per_sm must be an int from 0 (no floor) to {most} (an SM holds "
-                         f"{MAX_THREADS_PER_SM} threads and {MAX_PROGRAMS_PER_SM} programs: {most} of "
-                         f"{num_warps} warps), got {n!r}")
+        raise ValueError(f"min_programs_per_sm must be an int from 0 (no floor) to {most} (an SM of "
+                         f"{target.arch} holds {target.max_threads_per_sm} threads and {target.max_programs_per_sm} "
+                         f"programs: {most} of {num_warps} warps), got {n!r}")
 
 
-def check_cluster_arch(cluster: int, arch: Optional[str]) -> None:
+def check_cluster_arch(cluster: int, target: Target) -> None:
     """Thread-block clusters exist from sm_90 on."""
-    if cluster > 1 and arch is not None and int(re.match(r"sm_(\d+)", arch).group(1)) < 90:
-        raise ValueError(f"cluster={cluster} needs sm_90 or newer (thread-block clusters), got {arch}")
+    if cluster > 1 and not target.has_clusters:
+        raise ValueError(f"cluster={cluster} needs sm_90 or newer (thread-block clusters), got {target.arch}")
 
 
 def split_options(kwargs: dict):

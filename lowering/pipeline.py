@@ -1,21 +1,23 @@
-"""The pass pipeline: which passes run, in which order, and how they are driven.
+"""The pass pipeline: which passes run for a target, in which order, and how they are driven.
 
-A pass is a function `pass_(module, **options) -> Module` (it may mutate the module
-and return it). `run_passes` calls it with the fields of `CompileOptions` as
-keywords (num_warps, num_stages, arch, fast_math, debug), so a pass takes the ones
-it needs and ignores the rest through `**options`.
+A pass is a function `pass_(module, *, explicit arguments) -> Module` (it may mutate the
+module and return it). `PASSES` says, in one table, how each is called from the Target
+and the CompileOptions; `PHASES` say, in one place, which passes run for a target and
+options (reading `target.has_wgmma` and such: no pass tests the arch). `passes_for(target,
+options)` lists them; `run_pipeline` runs them and then stamps the launch shape and the
+target on the module (`stamp`), which is all codegen reads.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from tilec.errors import CompilationError
 from tilec.ir import Module, VerifyError, verify
 from tilec.options import CompileOptions
+from tilec.target import Target
 
 from .passes import canonicalize, cse, dce, fold
 from .passes.persistent import make_persistent
@@ -29,55 +31,129 @@ from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
 from .passes.pipeline_loads import pipeline_loads
 from .passes.prefetch_loads import prefetch_loads
-from .passes.warp_specialize import warp_specialize
+from .passes.warp_specialize import drop_multicast, warp_specialize
 from .passes.reductions import lower_reductions
 from .passes.scans import lower_scans
 from .passes.shared_alloc import allocate_shared
 
-__all__ = ["PIPELINE", "TILE_PASSES", "get_pass", "pass_names", "run_passes", "run_pipeline", "dump_to_directory"]
+__all__ = ["PASSES", "PHASES", "TILE_PASSES", "get_pass", "pass_names", "passes_for", "phases_for", "run_passes",
+           "run_pipeline", "stamp", "dump_to_directory"]
 
-Pass = Callable[..., Module]
+Pass = Callable[[Module, Target, CompileOptions], Module]
 
 # Generic tile-IR cleanups: valid on any tile or gpu IR, used by the pipeline and by tests.
-TILE_PASSES: List[Tuple[str, Pass]] = [
+TILE_PASSES: List[Tuple[str, Callable[[Module], Module]]] = [
     ("canonicalize", canonicalize),
     ("fold", fold),
     ("cse", cse),
     ("dce", dce),
 ]
 
-# The compiler's passes, in the order they run.
-PIPELINE: List[Tuple[str, Pass]] = [
-    *TILE_PASSES,
-    ("make_persistent", make_persistent),  # persistent=True only; before every pass that looks at loops
-    ("wait_for_prior_grid", wait_for_prior_grid),  # dependent_launch=True only; outside a persistent loop
-    ("index_width", index_width),
-    ("tma_loads", tma_loads),
-    ("tma_stores", tma_stores),
-    ("lower_views", lower_views),
-    ("axis_info", axis_info),
-    ("assign_layouts", assign_layouts),
-    ("accelerate_dot", accelerate_dot),
-    ("pipeline_loads", pipeline_loads),
-    ("prefetch_loads", prefetch_loads),    # tc.range(num_stages=) loops
-    ("warp_specialize", warp_specialize),
-    ("lower_reductions", lower_reductions),
-    ("lower_scans", lower_scans),
-    ("allocate_shared", allocate_shared),
+# Every pass, in the order they run, and the arguments each takes from the target (t) and options (o).
+PASSES: Dict[str, Pass] = {
+    "canonicalize": lambda m, t, o: canonicalize(m),
+    "fold": lambda m, t, o: fold(m),
+    "cse": lambda m, t, o: cse(m),
+    "dce": lambda m, t, o: dce(m),
+    "make_persistent": lambda m, t, o: make_persistent(m),
+    "wait_for_prior_grid": lambda m, t, o: wait_for_prior_grid(m),
+    "index_width": lambda m, t, o: index_width(m),
+    "tma_loads": lambda m, t, o: tma_loads(m, num_warps=o.num_warps, cluster=o.cluster),
+    "tma_stores": lambda m, t, o: tma_stores(m, num_warps=o.num_warps),
+    "lower_views": lambda m, t, o: lower_views(m),
+    "axis_info": lambda m, t, o: axis_info(m),
+    "assign_layouts": lambda m, t, o: assign_layouts(m, num_warps=o.num_warps, wgmma=t.has_wgmma),
+    "accelerate_dot": lambda m, t, o: accelerate_dot(m),
+    "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages),
+    "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block),
+    "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,
+                                                       registers_per_sm=t.registers_per_sm),
+    "drop_multicast": lambda m, t, o: drop_multicast(m),
+    "lower_reductions": lambda m, t, o: lower_reductions(m),
+    "lower_scans": lambda m, t, o: lower_scans(m),
+    "allocate_shared": lambda m, t, o: allocate_shared(m, limit=t.shared_per_block, arch=t.arch),
+}
+
+
+def _tma(t: Target, o: CompileOptions) -> bool:
+    """Whether view loads and stores around a wgmma dot may go through TMA."""
+    return o.tma and t.has_tma and t.has_wgmma
+
+
+def legalize(t: Target, o: CompileOptions) -> List[str]:
+    """Clean-ups, then the rewrites of the program's shape that the options ask for."""
+    return [*(n for n, _ in TILE_PASSES),
+            *(["make_persistent"] if o.persistent else []),   # before every pass that looks at loops
+            *(["wait_for_prior_grid"] if o.dependent_launch and t.has_dependent_launch else []),  # outside that loop
+            "index_width"]
+
+
+def optimize_for_target(t: Target, o: CompileOptions) -> List[str]:
+    """Target features that must see tensor views: TMA copies around wgmma dots (a ring of 3+ stages)."""
+    return [*(["tma_loads"] if _tma(t, o) and o.num_stages >= 3 else []),
+            *(["tma_stores"] if _tma(t, o) else [])]
+
+
+def lower_to_gpu(t: Target, o: CompileOptions) -> List[str]:
+    """Views to pointers, vector widths, register layouts, tensor-core dots."""
+    return ["lower_views", "axis_info", "assign_layouts", "accelerate_dot"]
+
+
+def schedule(t: Target, o: CompileOptions) -> List[str]:
+    """Loads issued ahead of their use; a TMA ring split into producer and consumers."""
+    specialize = o.warp_specialize and t.has_wgmma and t.has_setmaxnreg
+    return ["pipeline_loads",
+            *(["prefetch_loads"] if t.has_cp_async else []),   # tc.range(num_stages=) loops
+            # multicast copies are safe only in a specialized ring (its `empty` barriers)
+            *(["warp_specialize"] if specialize else ["drop_multicast"] if _tma(t, o) else [])]
+
+
+def allocate(t: Target, o: CompileOptions) -> List[str]:
+    """Cross-thread reductions and scans (they add shared buffers), then shared memory placed."""
+    return ["lower_reductions", "lower_scans", "allocate_shared"]
+
+
+PHASES: List[Tuple[str, Callable[[Target, CompileOptions], List[str]]]] = [
+    ("legalize", legalize),
+    ("optimize_for_target", optimize_for_target),
+    ("lower_to_gpu", lower_to_gpu),
+    ("schedule", schedule),
+    ("allocate", allocate),
 ]
 
 
+def phases_for(target: Target, options: CompileOptions) -> List[Tuple[str, List[str]]]:
+    """(phase, the names of its passes that run) for `target` and validated `options`."""
+    return [(phase, fn(target, options)) for phase, fn in PHASES]
+
+
+def passes_for(target: Target, options: CompileOptions) -> List[str]:
+    """The names of the passes that run for `target` and validated `options`, in order."""
+    return [name for _, names in phases_for(target, options) for name in names]
+
+
 def pass_names() -> List[str]:
-    """Names of every pass of PIPELINE, in order (a name may appear more than once)."""
-    return [name for name, _ in PIPELINE]
+    """Names of every pass the pipeline may run, in order."""
+    return list(PASSES)
 
 
 def get_pass(name: str) -> Pass:
-    """The pass called `name`; ValueError listing the known names otherwise."""
-    for n, fn in PIPELINE + TILE_PASSES:
-        if n == name:
-            return fn
-    raise ValueError(f"unknown pass {name!r}; passes are: {', '.join(dict.fromkeys(pass_names()))}")
+    """How the pipeline calls the pass `name`; ValueError listing the known names otherwise."""
+    try:
+        return PASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown pass {name!r}; passes are: {', '.join(PASSES)}") from None
+
+
+def stamp(module: Module, options: CompileOptions) -> Module:
+    """Write on the module what codegen needs besides the IR (validated `options`): the
+    target's arch, the user's num_warps, the CTA's num_threads (warp_specialize set it when
+    it added a producer), cluster, the register floor, fast_math and debug."""
+    module.attrs.update(target=options.target.arch, num_warps=options.num_warps,
+                        num_threads=int(module.attrs.get("num_threads", 32 * options.num_warps)),
+                        cluster=options.cluster, min_programs_per_sm=options.min_programs_per_sm,
+                        fast_math=options.fast_math, debug=options.debug)
+    return module
 
 
 def _verify_enabled(options: CompileOptions, verify_flag: Optional[bool]) -> bool:
@@ -108,15 +184,20 @@ def _wrap(e: Exception, stage: str, kernel: Optional[str]) -> CompilationError:
 
 def run_passes(module: Module, names: Sequence[str], options: Optional[CompileOptions] = None,
                verify_each: Optional[bool] = None, dump: Optional[Callable[[str, Module], None]] = None) -> Module:
-    """Run the passes called `names` in order (see `run_pipeline` for the rest)."""
-    options = options or CompileOptions()
-    kwargs = dataclasses.asdict(options)
+    """Run the passes called `names`, in that order, except those the pipeline would not run
+    for the options' target and the options (`passes_for`), as a compile would skip them;
+    see `run_pipeline` for the rest. `options` are validated here (default: CompileOptions())."""
+    options = (options or CompileOptions()).validated()
+    target = options.target
     check = _verify_enabled(options, verify_each)
     kernel = _kernel_name(module)
     passes = [(name, get_pass(name)) for name in names]  # unknown names fail before any pass runs
+    wanted = set(passes_for(target, options))
     for name, fn in passes:
+        if name not in wanted:
+            continue
         try:
-            module = fn(module, **kwargs)
+            module = fn(module, target, options)
             if check:
                 verify(module)
         except Exception as e:
@@ -131,18 +212,21 @@ def run_passes(module: Module, names: Sequence[str], options: Optional[CompileOp
 
 def run_pipeline(module: Module, options: Optional[CompileOptions] = None, stop_after: Optional[str] = None,
                  dump: Optional[Callable[[str, Module], None]] = None, verify_each: Optional[bool] = None) -> Module:
-    """Run PIPELINE on `module`, stopping after the pass `stop_after` when given.
+    """Run the passes of `passes_for(target, options)` on `module`, stopping after the pass
+    `stop_after` when given (or where it would run, when the target skips it), then `stamp`.
 
     After each pass: the verifier when `options.debug` (or TILEC_VERIFY=1, or
     `verify_each=True`), then `dump(pass_name, module)`. Any failure becomes a
     CompilationError naming the kernel, the pass and, when known, the source line.
     """
-    names = pass_names()
+    options = (options or CompileOptions()).validated()
+    names = passes_for(options.target, options)
     if stop_after is not None:
-        if stop_after not in names:
-            raise ValueError(f"unknown pass {stop_after!r}; passes are: {', '.join(dict.fromkeys(names))}")
-        names = names[:names.index(stop_after) + 1]
-    return run_passes(module, names, options, verify_each, dump)
+        order = pass_names()
+        if stop_after not in order:
+            raise ValueError(f"unknown pass {stop_after!r}; passes are: {', '.join(order)}")
+        names = [n for n in names if order.index(n) <= order.index(stop_after)]
+    return stamp(run_passes(module, names, options, verify_each, dump), options)
 
 
 def dump_to_directory(directory, stem: str) -> Callable[[str, Module], None]:

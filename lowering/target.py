@@ -19,15 +19,16 @@ import pickle
 import re
 import struct
 import time
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Union
 
 from ..errors import CompilationError
-from ..options import SUPPORTED_ARCHS, parse_arch
+from ..target import Target
 from .ptxas import find_ptxas  # noqa: F401  (the CLI looks it up here)
 
 __all__ = ["TRIPLE", "check_intrinsics", "ptx_version_for", "driver_ptx_cap", "target_machine", "data_layout",
            "optimize_and_emit", "LLVMResult", "MAX_LLVM_PTX", "find_ptxas"]
 
+TargetLike = Union[Target, str]   # a Target, or an arch string (Target.of parses it once, cached)
 TRIPLE = "nvptx64-nvidia-cuda"
 # The newest PTX ISA LLVM 22's NVPTX backend writes.
 MAX_LLVM_PTX = 88
@@ -54,11 +55,12 @@ def driver_ptx_cap() -> Optional[int]:
     return 60
 
 
-def ptx_version_for(arch: str, needed: int = 0, cap: Optional[int] = None) -> int:
+def ptx_version_for(target: TargetLike, needed: int = 0, cap: Optional[int] = None) -> int:
     """The PTX ISA version to emit: at least the arch's minimum and `needed`, at most
     what LLVM writes and what the driver loads. Raises ValueError when impossible."""
-    arch = parse_arch(arch)
-    want = max(SUPPORTED_ARCHS[arch], needed)
+    target = Target.of(target)
+    arch = target.arch
+    want = max(target.ptx_min, needed)
     if want > MAX_LLVM_PTX:
         raise ValueError(f"PTX ISA {want // 10}.{want % 10} is newer than this LLVM can write "
                          f"(up to {MAX_LLVM_PTX // 10}.{MAX_LLVM_PTX % 10})")
@@ -71,37 +73,38 @@ def ptx_version_for(arch: str, needed: int = 0, cap: Optional[int] = None) -> in
 
 
 # NVVM intrinsics that only some targets can select (LLVM aborts on the others):
-# name prefix -> oldest sm number, or the set of arch-specific targets that have it.
+# name prefix -> the Target feature that has it, or the oldest sm number.
 _ARCH_INTRINSICS = [
-    ("llvm.nvvm.setmaxnreg", {"sm_90a", "sm_100a"}, True),
-    ("llvm.nvvm.wgmma", {"sm_90a"}, True),
-    ("llvm.nvvm.cp.async.bulk", 90, False),
-    ("llvm.nvvm.fence.proxy", 90, False),
-    ("llvm.nvvm.mbarrier.arrive.expect.tx", 90, False),
-    ("llvm.nvvm.mbarrier.try.wait", 90, False),
-    ("llvm.nvvm.stmatrix", 90, False),
-    ("llvm.nvvm.read.ptx.sreg.cluster", 90, False),
-    ("llvm.nvvm.barrier.cluster", 90, False),
-    ("llvm.nvvm.ff.to.e4m3x2", 89, False),
-    ("llvm.nvvm.ff.to.e5m2x2", 89, False),
-    ("llvm.nvvm.cp.async", 80, False),
-    ("llvm.nvvm.ldmatrix", 75, False),
+    ("llvm.nvvm.setmaxnreg", "has_setmaxnreg"),
+    ("llvm.nvvm.wgmma", "has_wgmma"),
+    ("llvm.nvvm.cp.async.bulk", 90),
+    ("llvm.nvvm.fence.proxy", 90),
+    ("llvm.nvvm.mbarrier.arrive.expect.tx", 90),
+    ("llvm.nvvm.mbarrier.try.wait", 90),
+    ("llvm.nvvm.stmatrix", 90),
+    ("llvm.nvvm.read.ptx.sreg.cluster", 90),
+    ("llvm.nvvm.barrier.cluster", 90),
+    ("llvm.nvvm.ff.to.e4m3x2", 89),
+    ("llvm.nvvm.ff.to.e5m2x2", 89),
+    ("llvm.nvvm.cp.async", 80),
+    ("llvm.nvvm.ldmatrix", 75),
 ]
+# The arch-specific targets that have each feature (named in the error).
+_FEATURE_ARCHS = {"has_setmaxnreg": "sm_100a or sm_90a", "has_wgmma": "sm_90a"}
 _DECL = re.compile(r"^declare[^@]*@\"?(llvm\.nvvm\.[\w.]+)", re.M)
 
 
-def check_intrinsics(ir_text: str, arch: str) -> None:
-    """Raise ValueError naming the first NVVM intrinsic of the module that `arch` cannot run
+def check_intrinsics(ir_text: str, target: TargetLike) -> None:
+    """Raise ValueError naming the first NVVM intrinsic of the module that `target` cannot run
     (checked here because LLVM would end the process instead of raising)."""
-    arch = parse_arch(arch)
-    num = int(re.sub(r"\D", "", arch))
+    target = Target.of(target)
     for name in _DECL.findall(ir_text):
-        for prefix, need, specific in _ARCH_INTRINSICS:
+        for prefix, need in _ARCH_INTRINSICS:
             if name.startswith(prefix):
-                if specific and arch not in need:
-                    raise ValueError(f"{name} needs {' or '.join(sorted(need))}; the target is {arch}")
-                if not specific and num < need:
-                    raise ValueError(f"{name} needs sm_{need} or newer; the target is {arch}")
+                if isinstance(need, str) and not getattr(target, need):
+                    raise ValueError(f"{name} needs {_FEATURE_ARCHS[need]}; the target is {target.arch}")
+                if isinstance(need, int) and target.number < need:
+                    raise ValueError(f"{name} needs sm_{need} or newer; the target is {target.arch}")
                 break
 
 
@@ -119,20 +122,24 @@ def _init_llvm():
         _initialized = True
 
 
+def target_machine(target: TargetLike, ptx: int):
+    """The NVPTX target machine for a validated (target, PTX version) pair."""
+    return _target_machine(Target.of(target).arch, ptx)
+
+
 @functools.lru_cache(maxsize=32)
-def target_machine(arch: str, ptx: int):
-    """The NVPTX target machine for a validated (arch, PTX version) pair."""
-    arch = parse_arch(arch)
-    if ptx < SUPPORTED_ARCHS[arch] or ptx > MAX_LLVM_PTX:
-        raise ValueError(f"PTX ISA {ptx} is not valid for {arch} "
-                         f"(needs {SUPPORTED_ARCHS[arch]} to {MAX_LLVM_PTX})")
+def _target_machine(arch: str, ptx: int):
+    ptx_min = Target.of(arch).ptx_min
+    if ptx < ptx_min or ptx > MAX_LLVM_PTX:
+        raise ValueError(f"PTX ISA {ptx} is not valid for {arch} (needs {ptx_min} to {MAX_LLVM_PTX})")
     _init_llvm()
     import llvmlite.binding as llvm
     return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, features=f"+ptx{ptx}", opt=3)
 
 
-def data_layout(arch: str = "sm_80") -> str:
-    return str(target_machine(arch, SUPPORTED_ARCHS[parse_arch(arch)]).target_data)
+def data_layout(target: TargetLike = "sm_80") -> str:
+    target = Target.of(target)
+    return str(target_machine(target, target.ptx_min).target_data)
 
 
 class LLVMResult:
@@ -205,14 +212,15 @@ def _isolate_default() -> bool:
     return os.environ.get("TILEC_LLVM_ISOLATE", "") not in ("", "0")
 
 
-def optimize_and_emit(ir_text: str, arch: str, ptx: Optional[int] = None, opt: int = 3,
+def optimize_and_emit(ir_text: str, target: TargetLike, ptx: Optional[int] = None, opt: int = 3,
                       kernel: Optional[str] = None, isolate: Optional[bool] = None) -> LLVMResult:
-    """Verify, optimize (new pass manager, O`opt`) and emit PTX for `arch`."""
+    """Verify, optimize (new pass manager, O`opt`) and emit PTX for `target`."""
     try:
-        arch = parse_arch(arch)
-        ptx = ptx_version_for(arch) if ptx is None else ptx
-        target_machine(arch, ptx)  # validates the pair before any module reaches LLVM
-        check_intrinsics(ir_text, arch)
+        target = Target.of(target)
+        arch = target.arch
+        ptx = ptx_version_for(target) if ptx is None else ptx
+        target_machine(target, ptx)  # validates the pair before any module reaches LLVM
+        check_intrinsics(ir_text, target)
     except ValueError as e:
         raise CompilationError(str(e), kernel=kernel, stage="target selection") from e
     if isolate is None:

@@ -16,6 +16,7 @@ import threading
 from typing import Dict, List, Optional
 
 from ..errors import DriverError
+from ..target import DeviceSource, register_device_source
 
 __all__ = ["cu", "check", "init", "device_count", "current_device", "set_device", "Device",
            "get_device", "ensure_context", "DriverError", "is_available", "mark_context_broken"]
@@ -154,6 +155,10 @@ class Device:
     def _attr(self, a) -> int:
         return check(cu().cuDeviceGetAttribute(a, self.handle), "cuDeviceGetAttribute")
 
+    def attribute(self, name: str) -> int:
+        """The device attribute CU_DEVICE_ATTRIBUTE_<name>, e.g. "L2_CACHE_SIZE" (Target.for_device)."""
+        return self._attr(getattr(cu().CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"))
+
     @property
     def arch(self) -> str:
         """The tilec target for this device (sm_90a on Hopper, where wgmma/TMA need the 'a')."""
@@ -215,3 +220,21 @@ def forget_thread_context() -> None:
 
 def devices() -> List[Device]:
     return [get_device(i) for i in range(device_count())]
+
+
+def _current_or_none() -> Optional[int]:
+    return current_device() if is_available() else None
+
+
+def _describe(ordinal: int):
+    """(arch, name, Target facts) of device `ordinal`, from the driver's attributes."""
+    dev = get_device(ordinal)
+    a = dev.attribute
+    return dev.arch, dev.name, dict(
+        sm_count=a("MULTIPROCESSOR_COUNT"), shared_per_block=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+        shared_per_sm=a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"), registers_per_sm=a("MAX_REGISTERS_PER_MULTIPROCESSOR"),
+        max_threads_per_sm=a("MAX_THREADS_PER_MULTIPROCESSOR"), max_programs_per_sm=a("MAX_BLOCKS_PER_MULTIPROCESSOR"),
+        l2_bytes=a("L2_CACHE_SIZE"))
+
+
+register_device_source(DeviceSource(_current_or_none, _describe))

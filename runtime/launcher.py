@@ -39,6 +39,7 @@ from ..grid import normalize_grid
 from ..options import OPTION_FIELDS as _OPTION_NAMES
 from ..options import CompileOptions, check_grid_limits
 from ..specialize import array_signature, int_signature, signature_of
+from ..target import Target
 from . import driver, interop, module
 from .memory import DeviceArray
 from .packing import build_packer
@@ -450,8 +451,7 @@ def _prepare(state: KernelState, key, vals, opt_items, device) -> PreparedLaunch
     if state.compile is None:
         raise TypeError(f"kernel '{state.name}' has no compiled kernel for this call's signature and no "
                         f"compile step: preload one (launcher.preload)")
-    dev = driver.get_device(device)
-    options = CompileOptions(**dict(opt_items)).validated().with_arch(dev.arch)
+    options = CompileOptions(**dict(opt_items)).validated(Target.for_device(device))
     compiled = state.compile(dict(zip(state.params, vals)), options)
     loaded = module.load(compiled, device)
     prepared = PreparedLaunch(compiled, loaded, state.params)

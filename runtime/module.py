@@ -107,7 +107,7 @@ def _load(compiled: CompiledKernel, device: int) -> LoadedKernel:
     else:
         module, info_log = _jit_ptx(compiled, dev)
     fn = check(d.cuModuleGetFunction(module, compiled.name.encode()), "cuModuleGetFunction", compiled.name)
-    threads = 32 * int(compiled.metadata.get("num_warps", 4))
+    threads = compiled.num_threads
     shared = int(compiled.metadata.get("shared", 0))
     attr = d.CUfunction_attribute
     static_shared = _fattr(fn, attr.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, compiled.name)

@@ -49,9 +49,9 @@ from dataclasses import dataclass, replace
 from typing import Optional, Sequence, Tuple
 
 import tilec as tc
-from tilec.options import REGISTERS_PER_SM
+from tilec.target import Target
 
-from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2, store_row_stats
+from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2, store_row_stats, target_of
 from ._window import row_tile, store_row_tile
 
 __all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
@@ -102,8 +102,6 @@ LONG_CHUNK_MAX_TILES = 7
 # (2048x50257 97 either way). Where the floor would spill, the compiler drops it (dsl/compiler.py).
 CHUNK_PROGRAMS_PER_SM = 5
 CHUNK_PROGRAMS_WARPS = 8
-HOST_CAPABILITY = (9, 0)    # the interpreter takes the paths an H100/H200 would
-HOST_RESIDENT_CLUSTERS = 15  # and the clusters of 8 programs, one per SM, that an H200 holds at once
 
 
 @tc.kernel
@@ -406,11 +404,8 @@ class ClusterRows:
 
 
 def device_capability(a: Arr) -> Tuple[int, int]:
-    """The compute capability of `a`'s device (HOST_CAPABILITY for host arrays)."""
-    if a.host:
-        return HOST_CAPABILITY
-    from tilec.runtime import driver  # noqa: PLC0415
-    return tuple(driver.get_device(a.device).capability)
+    """The compute capability of `a`'s device (`_common.HOST_TARGET`'s for host arrays)."""
+    return target_of(a).capability
 
 
 def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk: int = CLUSTER_CHUNK,
@@ -470,13 +465,14 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
     return cl
 
 
-def chunk_options(cl: ClusterRows, itemsize: int) -> dict:
+def chunk_options(cl: ClusterRows, itemsize: int, target: Target) -> dict:
     """softmax_cluster_kernel's compile options on `cl`: for chunks held as tiles
-    (`split_chunks`), a floor of the programs per SM that CHUNK_TILE_REGISTERS registers allow;
+    (`split_chunks`), a floor of the programs per SM of `target` that CHUNK_TILE_REGISTERS
+    registers allow;
     for 2-byte chunks at CHUNK_PROGRAMS_WARPS warps, of CHUNK_PROGRAMS_PER_SM. Where a floor
     spills, the compiler keeps the highest lower one that fits (dsl/compiler.py)."""
     if cl.tiles > 1:
-        return {"min_programs_per_sm": REGISTERS_PER_SM // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
+        return {"min_programs_per_sm": target.registers_per_sm // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
     if itemsize == 2 and cl.num_warps == CHUNK_PROGRAMS_WARPS:
         return {"min_programs_per_sm": CHUNK_PROGRAMS_PER_SM}
     return {}
@@ -510,7 +506,7 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: 
                       **constexprs) -> Optional[int]:
     """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
     `args` and compile `options` on `cl`, the device of `a` runs at once
-    (HOST_RESIDENT_CLUSTERS for host arrays), or None when the driver cannot tell
+    (the host target's `clusters_of_8` for host arrays), or None when the driver cannot tell
     (LoadedKernel.max_active_clusters).
 
     Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
@@ -518,7 +514,7 @@ def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: 
     bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
     """
     if a.host:
-        return HOST_RESIDENT_CLUSTERS
+        return target_of(a).clusters_of_8
     return loaded_kernel(a, kernel, args, cl, options, **constexprs).max_active_clusters or None
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import tilec as tc
 from tilec import dtypes as _dt
 from tilec.dtypes import DType
+from tilec.target import Target
 
 from . import _plan
 
@@ -483,33 +484,35 @@ def split_row(cfg: RowConfig, n_cols: int, per_thread: int = SPLIT_PER_THREAD) -
     return RowConfig(quarter, 1, min(max(3 * quarter // (32 * per_thread), 1), 16), True, tiles=3)
 
 
-# Bytes of rows a looped kernel may have in flight and still find pass 1's data in L2
-# for pass 2 (H100/H200: 50 MB of L2, shared with the outputs being written).
-L2_ROW_BUDGET = 24 << 20
-HOST_SM_COUNT = 132  # the interpreter picks the tiles an H100/H200 would get
+HOST_TARGET = Target.from_arch("sm_90a")  # host arrays: the interpreter takes the paths an H100 would
 
 
-def sm_count(a: Arr) -> int:
-    """The number of SMs of `a`'s device (HOST_SM_COUNT for host arrays)."""
-    if a.host:
-        return HOST_SM_COUNT
-    from tilec.runtime import driver  # noqa: PLC0415
-    return driver.get_device(a.device).multiprocessors
+def target_of(a: Arr) -> Target:
+    """The Target of `a`'s device (HOST_TARGET for host arrays)."""
+    return HOST_TARGET if a.host else Target.for_device(a.device)
 
 
-def long_row_launch(n_rows: int, n_cols: int, itemsize: int, sms: int):
+def l2_row_budget(target: Target) -> int:
+    """Bytes of rows a looped kernel may have in flight and still find pass 1's data in L2
+    for pass 2: about half the L2, the rest holding the outputs being written (H100/H200:
+    24 MB of 50)."""
+    return target.l2_bytes * 12 // 25
+
+
+def long_row_launch(n_rows: int, n_cols: int, itemsize: int, target: Target):
     """(programs, block, num_warps) of a looped two-pass row kernel whose programs walk
     rows pid, pid + programs, ... (block and num_warps None: `row_config`'s).
 
     With one program per row every row is in flight at once (8 programs per SM), so
     at 65536 bf16 columns 128 MB stream between a row's two passes and pass 2 reads
     memory again: 3 row-lengths of traffic, at most 2/3 of copy. When one row per
-    SM fits in L2_ROW_BUDGET, one program per SM with tiles of 32 KB (16 warps, four
+    SM of `target` fits in `l2_row_budget`, one program per SM with tiles of 32 KB (16 warps, four
     16-byte loads per thread per tile, enough bytes in flight for one program to
     keep its SM's share of bandwidth) leaves ~17 MB between the passes, and pass 2
     hits L2. Longer rows keep one program per row.
     """
-    if n_cols * itemsize * sms > L2_ROW_BUDGET:
+    sms = target.sm_count
+    if n_cols * itemsize * sms > l2_row_budget(target):
         return n_rows, None, None
     block = 16384 if itemsize == 2 else 8192
     return min(n_rows, sms), block, 16

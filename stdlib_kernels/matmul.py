@@ -20,15 +20,15 @@ The configuration comes from `config_for` (the heuristic is documented there).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Tuple
 
 import tilec as tc
 from tilec import dtypes as _dt
 from tilec.specialize import stride_divisibility
+from tilec.target import Target
 
 from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, view
 from ._plan import derived, planned
-from .matmul_config import MatmulConfig, config_for
+from .matmul_config import HOST_GEMM_TARGET, MatmulConfig, config_for
 
 __all__ = ["matmul", "matmul_kernel", "matmul_splitk_kernel", "splitk_reduce_kernel", "MatmulConfig", "config_for",
            "signature", "reduce_signature", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
@@ -210,8 +210,7 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     if m == 0 or n == 0 or batch == 0:
         return O.obj
     tensor_cores = A.dtype is not tc.float32 or allow_tf32
-    sm_count, arch = _device_info(A)
-    cfg = config_for(m, n, k, A.dtype, batch, sm_count, tensor_cores, arch) if config is None else config
+    cfg = config_for(m, n, k, A.dtype, batch, _target(A), tensor_cores) if config is None else config
     if not isinstance(cfg, MatmulConfig):
         raise TypeError(f"config must be a MatmulConfig, got {type(cfg).__name__}")
     cfg.check_cluster(m)
@@ -288,26 +287,23 @@ def _out_dtype(out_dtype, default):
         return _dt.DType.get({"float16": "f16", "bfloat16": "bf16", "float32": "f32"}.get(name, name))
 
 
-def _device_info(a) -> Tuple[int, str]:
-    """(SM count, tilec arch) of the device holding `a` (an H100-like default on the host)."""
-    if a.host:
-        return 132, "sm_80"
-    from tilec.runtime.driver import get_device  # noqa: PLC0415
-    dev = get_device(a.device)
-    return dev.multiprocessors, dev.arch
+def _target(a) -> Target:
+    """The Target GEMMs of `a` plan for: its device's, HOST_GEMM_TARGET on the host."""
+    return HOST_GEMM_TARGET if a.host else Target.for_device(a.device)
 
 
 def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool = False,
-              activation=None, bias_dtype=None, batch: int = 1, sm_count: int = 132, arch: str = "sm_80",
+              activation=None, bias_dtype=None, batch: int = 1, target=HOST_GEMM_TARGET,
               config=None, scaled: bool = False, b_col_major: bool = False):
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
     (batch x) m x k and k x n operands of `dtype` (b column-major with `b_col_major`, per-tensor
     scales with `scaled`): what `tilec ptx matmul` and the benchmark compile (`config` in place
-    of config_for's). For a split-K configuration that is `matmul_splitk_kernel` (the
+    of config_for's), planned for `target` (a Target or an arch; default HOST_GEMM_TARGET,
+    sm_80 on 132 SMs). For a split-K configuration that is `matmul_splitk_kernel` (the
     partial products, `cfg.kernel`); `reduce_signature` gives the reduction that follows."""
     dtype = _out_dtype(dtype, None)
     out = _out_dtype(out_dtype, tc.bfloat16 if dtype.bits == 8 else dtype)
-    cfg = config or config_for(m, n, k, dtype, batch, sm_count, dtype is not tc.float32 or allow_tf32, arch)
+    cfg = config or config_for(m, n, k, dtype, batch, Target.of(target), dtype is not tc.float32 or allow_tf32)
     if cfg.split_k > 1 and cfg.splits(k) == 1:
         cfg = replace(cfg, split_k=1)  # what matmul launches when K has too few steps to cut
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name
@@ -347,7 +343,7 @@ def _div(x: int) -> int:
     return 16 if x % 16 == 0 else 1
 
 
-_SPLIT_SIG, _SPLIT_CFG = signature(128, 4096, 14336, "bf16", arch="sm_90a")   # M = 128 against a 14336 x 4096 weight
+_SPLIT_SIG, _SPLIT_CFG = signature(128, 4096, 14336, "bf16", target="sm_90a")   # M = 128 against a 14336 x 4096 weight
 _REDUCE_SIG, _REDUCE_WARPS, _ = reduce_signature(128, 4096, 14336, _SPLIT_CFG, "bf16", activation="silu",
                                                  bias_dtype="bf16")
 SIGNATURES = {

@@ -1,16 +1,18 @@
 """The stdlib GEMM's launch configuration: MatmulConfig and the shape heuristic config_for."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional, Tuple
 
 import tilec as tc
+from tilec.target import Target
 
 from ..lowering.gpu.wgmma_fragments import wgmma_shape
 from ._common import next_pow2
 
-__all__ = ["MAX_SPLIT_K", "MIN_SLICE_K", "MIN_SPLIT_K", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA", "MatmulConfig", "config_for"]
+__all__ = ["HOST_GEMM_TARGET", "MAX_SPLIT_K", "MIN_SLICE_K", "MIN_SPLIT_K", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA",
+           "MatmulConfig", "config_for"]
 
 SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
 SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
@@ -19,6 +21,9 @@ MIN_SLICE_K = 1024         # split-K: every K slice keeps at least this many ele
 MIN_SPLIT_K = 4096         # split-K: K at least this long (8192 for skinny-M tiles)
 MAX_SPLIT_K = 16           # split-K: at most this many slices (the reduction reads them all)
 REDUCE_TILE = 2048         # elements per program of the split-K reduction
+# What GEMMs of host arrays (the interpreter) and `signature()` plan for by default: sm_80's
+# features (mma.sync-shaped tiles) with an H100's SM count (its split-K and tile choices).
+HOST_GEMM_TARGET = replace(Target.from_arch("sm_80"), sm_count=Target.from_arch("sm_90a").sm_count)
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,10 @@ class MatmulConfig:
 
 
 @lru_cache(maxsize=1024)   # it runs on every call: 10 us uncached, a third of a decode GEMM's time
-def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 132,
-               tensor_cores: bool = True, arch: str = "sm_80", allow_split_k: bool = True) -> MatmulConfig:
-    """The tile configuration for an (m x k) @ (k x n) product of `batch` entries.
+def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_TARGET,
+               tensor_cores: bool = True, allow_split_k: bool = True) -> MatmulConfig:
+    """The tile configuration for an (m x k) @ (k x n) product of `batch` entries on `target`
+    (a Target or an arch: its `sm_count` SMs, its wgmma and f8 tensor cores).
 
     - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
       when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
@@ -116,18 +122,20 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
     - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
     - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
     - GROUP_M = 8 rows of tiles per group of the program order.
-    - sm_90a, tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
+    - wgmma targets (sm_90a), tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
       128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
       from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
-    - f8 off sm_90a has no tensor-core lowering: the FMA tiles.
-    - Warp specialization (sm_90a, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
+    - f8 without f8 tensor cores (`target.has_f8_mma`: wgmma) has no tensor-core lowering: the FMA tiles.
+    - Warp specialization (wgmma targets, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
       are at least WS_MIN_WAVES programs per SM (8192^3: +4-5% with register stores,
       +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result
       leaving through shared memory and TMA (the tma_stores pass) the plain ring measured
       0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
       2026-11-21, docs/benchmarks.md).
     """
-    if dtype.bits == 8 and arch != "sm_90a":
+    target = Target.of(target)
+    sm_count = target.sm_count
+    if dtype.bits == 8 and not target.has_f8_mma:
         tensor_cores = False
     if not tensor_cores:
         return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
@@ -147,8 +155,8 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
         else:
             bm //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
-    bk = _bk(bm, bn, k, dtype, arch)
-    wgmma = arch == "sm_90a" and wgmma_shape(bm, bn, bk, dtype.itemsize, warps) is not None
+    bk = _bk(bm, bn, k, dtype, target.has_wgmma)
+    wgmma = target.has_wgmma and wgmma_shape(bm, bn, bk, dtype.itemsize, warps) is not None
     stage_bytes = (bm + bn) * bk * dtype.itemsize
     stages = max(2, min(4, (SMEM_BUDGET_WGMMA if wgmma else SMEM_BUDGET) // stage_bytes))
     ws = wgmma and dtype.itemsize == 4 and (bm, bn) == (128, 256) and split == 1 and \
@@ -156,11 +164,11 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, sm_count: int = 13
     return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count, split_k=split, warp_specialize=ws)
 
 
-def _bk(bm: int, bn: int, k: int, dtype, arch: str) -> int:
-    """BK of a bm x bn tile (see config_for)."""
+def _bk(bm: int, bn: int, k: int, dtype, wgmma: bool) -> int:
+    """BK of a bm x bn tile (see config_for; `wgmma`: the target has it)."""
     warps = 8 if bm * bn >= 128 * 128 else 4
     wgmma_bk = 128 // dtype.itemsize
-    if arch == "sm_90a" and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
+    if wgmma and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
         return wgmma_bk
     if bm <= 32 and dtype.itemsize == 2 and k >= 128:
         # skinny M reads B at memory speed: 128-element K steps keep 4 x 20 KB in flight per

@@ -24,7 +24,7 @@ import tilec as tc
 from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, sm_count,
+                      lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, target_of,
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
@@ -312,7 +312,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
         elif chunks is not None:
             # Ragged rows or rows off 32-byte sectors: one row per cluster, chunks as tiles of
             # the row's window.
-            options = _cluster_rows.chunk_options(chunks, a.dtype.itemsize)
+            options = _cluster_rows.chunk_options(chunks, a.dtype.itemsize, target_of(a))
             if shifted:
                 args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
                 options = dict(options, **DEPENDENT)
@@ -346,7 +346,7 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
             # rms_norm keeps one program per row: with one per SM it measured slower on an
             # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).
             programs, block, warps = ((n_rows, None, None) if rms else
-                                      long_row_launch(n_rows, n_cols, a.dtype.itemsize, sm_count(a)))
+                                      long_row_launch(n_rows, n_cols, a.dtype.itemsize, target_of(a)))
             flags["BLOCK"] = block or cfg.block
             launch(norm_loop_kernel, (programs,), args, warps or cfg.num_warps, **flags)
     if not return_stats:

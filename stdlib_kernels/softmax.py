@@ -18,7 +18,7 @@ import tilec as tc
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from . import softmax_dim
 from ._common import (DEPENDENT, MAX_SINGLE_TILE, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, empty_like,
-                      lanewise_max, lanewise_sum, last_dim_rows, launch, next_pow2, normalize_dim, row_config, sm_count,
+                      lanewise_max, lanewise_sum, last_dim_rows, launch, next_pow2, normalize_dim, row_config, target_of,
                       split_row, view)
 from ._plan import planned
 from ._window import row_tile, row_windows, store_row_tile, window_span, window_steps, window_steps_of
@@ -267,7 +267,7 @@ def _softmax(x, dim, out, log: bool, op: str):
     cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
     cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize, window)
     cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
-    if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * sm_count(a):
+    if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * target_of(a).sm_count:
         args, flags = (xv, ov), dict(LOG=log, WINDOW=window, REALIGN=realign)
         persistent = _persistent(a, args, cl, span, n_rows, window, flags)
         options = None
@@ -279,7 +279,7 @@ def _softmax(x, dim, out, log: bool, op: str):
             flags = dict(flags, C=cl.c, BLOCK=cl.block)
             if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
                 flags["TILES"] = cl.tiles
-            options = _cluster_rows.chunk_options(cl, a.dtype.itemsize)
+            options = _cluster_rows.chunk_options(cl, a.dtype.itemsize, target_of(a))
         launch(kernel, grid, args, cl.num_warps, cluster=cl.c, options=options, **flags)
         return o.obj
     n_tiles = window_steps(n_cols, window, cfg.block)

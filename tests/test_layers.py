@@ -19,7 +19,7 @@ FOLDERS = {"dsl": "tilec", "lowering": "tilec.lowering", "runtime": "tilec.runti
 
 # Lowest first. Each layer maps component names to the module prefixes they hold.
 LAYERS: List[Dict[str, List[str]]] = [
-    {"base": ["tilec.version", "tilec.dtypes", "tilec.errors", "tilec.options", "tilec.grid"]},
+    {"base": ["tilec.version", "tilec.dtypes", "tilec.errors", "tilec.target", "tilec.options", "tilec.grid"]},
     {"ir": ["tilec.ir", "tilec.abi", "tilec.compiled"]},
     {"language": ["tilec.language", "tilec.definition", "tilec.random", "tilec.specialize"]},
     {"runtime": ["tilec.runtime"], "frontend": ["tilec.frontend"], "interpreter": ["tilec.interpreter"]},

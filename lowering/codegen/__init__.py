@@ -1,6 +1,7 @@
 """gpu IR -> LLVM IR with llvmlite: a rule table keyed by op class and one walker.
 
-Public API: `generate(module, options) -> llvmlite.ir.Module`, `rule` (register a
+Public API: `generate(module) -> llvmlite.ir.Module` (the module as `pipeline.run_pipeline`
+left it: its attributes say the target, warps and threads), `rule` (register a
 lowering), `CodegenContext` (what a rule sees), `map_elementwise`, `register_map`.
 """
 from .context import CodegenContext, ViewValue  # noqa: F401

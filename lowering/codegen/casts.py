@@ -19,7 +19,7 @@ import numpy as np
 from llvmlite import ir
 
 from ...dtypes import DType, float32
-from ...options import arch_number
+from ...target import Target
 from .types import F32, I1, I8, I16, I32, llvm_scalar
 
 __all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "tie_to"]
@@ -74,10 +74,10 @@ def f8_decode_f32(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
     return b.bitcast(b.or_(mag, sign), F32)
 
 
-def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Value:
+def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, target: Target) -> ir.Value:
     """f32 -> i8 bits, round to nearest even, overflow as documented above."""
     p = _F8[name]
-    if arch_number(arch) >= 89:
+    if target.has_f8_convert:
         kind = "e4m3x2" if name == "f8e4m3" else "e5m2x2"
         fty = ir.FunctionType(I16, [F32, F32])
         pair = b.asm(fty, f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
@@ -127,14 +127,14 @@ def _to_float(b, x, src: DType, dst_ty):
     return b.sitofp(x, dst_ty)
 
 
-def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> ir.Value:
+def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, target: Target) -> ir.Value:
     """Convert one element from `src` to `dst`."""
     if src is dst:
         return x
     if src.is_fp8:
-        return convert(b, f8_decode_f32(b, x, src.name), float32, dst, arch)
+        return convert(b, f8_decode_f32(b, x, src.name), float32, dst, target)
     if dst.is_fp8:
-        return f8_encode_f32(b, convert(b, x, src, float32, arch), dst.name, arch)
+        return f8_encode_f32(b, convert(b, x, src, float32, target), dst.name, target)
     dty = llvm_scalar(dst)
     if dst.is_bool:
         if src.is_float:
@@ -154,9 +154,9 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> 
     if not src.is_float:
         return _to_float(b, x, src, dty)
     if {src.name, dst.name} == {"f16", "bf16"}:
-        return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
+        return convert(b, convert(b, x, src, float32, target), float32, dst, target)
     if dst.name == "bf16" and src.name == "f64":
-        return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
+        return convert(b, convert(b, x, src, float32, target), float32, dst, target)
     if dst.bits > src.bits:
         return b.fpext(x, dty)
     return b.fptrunc(x, dty)

@@ -17,6 +17,7 @@ from llvmlite import ir
 from ...dtypes import DType
 from ...ir.core import Value
 from ...ir.types import ScalarType, TileType, Type
+from ...target import Target
 from .indexing import IndexOps, as_i32
 from .types import I32, const, llvm_type
 
@@ -31,14 +32,15 @@ class ViewValue:
 
 
 class CodegenContext:
-    def __init__(self, module: ir.Module, func: ir.Function, kernel_name: str, options,
-                 num_warps: int):
+    def __init__(self, module: ir.Module, func: ir.Function, kernel_name: str, target: Target,
+                 num_warps: int, cluster: int = 1, fast_math: bool = False):
         self.module = module
         self.func = func
         self.kernel_name = kernel_name
-        self.options = options
-        self.arch = getattr(options, "arch", None) or "sm_90a"
+        self.target = target        # rules test its features (has_dependent_launch, ...), never the arch
         self.num_warps = num_warps
+        self.cluster = cluster
+        self.fast_math = fast_math
         self.values: Dict[int, object] = {}
         self._coords_cache: Dict[Tuple[object, Tuple[int, ...]], list] = {}
         self._decl_cache: Dict[str, ir.Function] = {}

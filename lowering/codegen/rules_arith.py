@@ -25,11 +25,11 @@ def map_elementwise(ctx, op, fn, dtype=None):
     out = []
     for xs in zip(*cols):
         if d.is_fp8:
-            wide = [convert(b, x, d, float32, ctx.arch) if ctx.dtype(v.type) is d else x
+            wide = [convert(b, x, d, float32, ctx.target) if ctx.dtype(v.type) is d else x
                     for x, v in zip(xs, op.operands)]
             r = fn(b, float32, *wide)
             if r.type == ir.FloatType():
-                r = convert(b, r, float32, d, ctx.arch)
+                r = convert(b, r, float32, d, ctx.target)
             out.append(r)
         else:
             out.append(fn(b, d, *xs))
@@ -40,7 +40,7 @@ def _flags(ctx):
     # fast_math approximates (division through rcp, contraction) but keeps inf and NaN
     # meaning what they mean: kernels pad with -inf and test for it ("fast" would let
     # LLVM assume neither occurs).
-    if ctx.options is not None and getattr(ctx.options, "fast_math", False):
+    if ctx.fast_math:
         return ("afn", "arcp", "contract") if ctx.may_contract else ("afn", "arcp")
     return ()
 
@@ -216,7 +216,7 @@ def _cast(ctx, op):
     iv = _invariant_widening(ctx, op, src, dst)
     if iv is not None:
         xs = tie_to(b, xs, iv)
-    ctx.set_elems(op.result, [convert(b, x, src, dst, ctx.arch) for x in xs])
+    ctx.set_elems(op.result, [convert(b, x, src, dst, ctx.target) for x in xs])
 
 
 def _invariant_widening(ctx, op, src: DType, dst: DType):

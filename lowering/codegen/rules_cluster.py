@@ -47,7 +47,7 @@ def _cluster_gather(ctx, op):
     receiving that program's gather u + 1, which the other's thread 0 sends only once the
     previous round's `empty` phase completed (all its threads have read gather u)."""
     size = op.attrs["size"]
-    cluster = int(getattr(ctx.options, "cluster", 1) or 1)
+    cluster = ctx.cluster
     if size != cluster:
         raise ValueError(f"tc.cluster_gather(..., {size}) in a kernel compiled with cluster={cluster}: "
                          "the size must be the `cluster` option")

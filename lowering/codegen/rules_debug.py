@@ -24,13 +24,13 @@ def _c_arg(ctx, x, d):
     """(value widened per C varargs, printf directive) for one element of dtype `d`."""
     b = ctx.builder
     if d.is_float:
-        return convert(b, x, d, float64, ctx.arch), "%f"
+        return convert(b, x, d, float64, ctx.target), "%f"
     if d.is_bool:
         return b.zext(x, I32), "%d"
     if d.bits == 64:
         return x, "%lld" if d.kind == "i" else "%llu"
     wide = int32 if d.kind == "i" else uint32
-    return convert(b, x, d, wide, ctx.arch), "%d" if d.kind == "i" else "%u"
+    return convert(b, x, d, wide, ctx.target), "%d" if d.kind == "i" else "%u"
 
 
 def _vprintf(ctx, fmt: str, args):

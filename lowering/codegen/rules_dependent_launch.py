@@ -12,12 +12,11 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...ir import tile_ops as T
-from ...options import arch_number
 from .walker import rule
 
 
 def _griddepcontrol(ctx, what: str) -> None:
-    if arch_number(ctx.arch) >= 90:
+    if ctx.target.has_dependent_launch:
         # the memory clobber keeps every load and store on its side of the instruction
         ctx.inline_asm(ir.VoidType(), f"griddepcontrol.{what};", "~{memory}", [])
 

@@ -18,14 +18,14 @@ _OPS = {
 def _lower(name):
     def lower(ctx, op):
         d = ctx.dtype(op.result.type)
-        fast = bool(getattr(ctx.options, "fast_math", False))
+        fast = ctx.fast_math
         b = ctx.builder
         narrow = d.bits < 32
         out = []
         for xs in zip(*(ctx.elems(v) for v in op.operands)):
-            args = [convert(b, x, d, float32, ctx.arch) for x in xs] if narrow else list(xs)
+            args = [convert(b, x, d, float32, ctx.target) for x in xs] if narrow else list(xs)
             r = call_math(b, name, args, fast)
-            out.append(convert(b, r, float32, d, ctx.arch) if narrow else r)
+            out.append(convert(b, r, float32, d, ctx.target) if narrow else r)
         ctx.set_elems(op.result, out)
     return lower
 

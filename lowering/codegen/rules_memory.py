@@ -20,7 +20,6 @@ from llvmlite import ir
 
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
-from ...options import arch_number
 from .casts import cast_bool
 from .guard import guarded
 from .realign import read_blocks, shift_blocks
@@ -378,7 +377,7 @@ def _ptx_atom(ctx, kind, d, sem, scope):
     else:
         return None
     ptx_scope = {"gpu": "gpu", "cta": "cta", "cluster": "cluster", "sys": "sys"}[scope]
-    if scope == "cluster" and arch_number(ctx.arch) < 90:
+    if scope == "cluster" and not ctx.target.has_clusters:
         raise ValueError("atomic scope 'cluster' needs sm_90 or newer")
     pre = ""
     if sem == "seq_cst":  # the PTX memory model's mapping of a seq_cst read-modify-write

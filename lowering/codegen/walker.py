@@ -19,6 +19,7 @@ from ..gpu.tma_ops import tma_params
 from ...errors import CompilationError
 from ...ir.core import Block, Module, Op
 from ...ir.types import ViewType
+from ...target import Target
 from .context import CodegenContext, ViewValue
 from .types import global_ptr, llvm_scalar
 
@@ -182,16 +183,22 @@ def _debug_info(module: ir.Module, fn: ir.Function, func: Op):
     return sp
 
 
-def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "",
+def generate(module: Module, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "",
              narrow_invariants: bool = False) -> ir.Module:
-    """Lower a gpu-IR module holding one kernel to an llvmlite module. `narrow_invariants`:
+    """Lower a gpu-IR module holding one kernel to an llvmlite module. Everything besides the
+    IR comes from the module's attributes, which `pipeline.stamp` wrote (target, num_warps,
+    num_threads, cluster, min_programs_per_sm, fast_math, debug). `narrow_invariants`:
     16-bit floats a loop widens but does not define stay 16-bit through the loop
     (rules_arith._invariant_widening; compiler._assemble tries it under a floor that spills)."""
     from . import rules  # noqa: F401  (registers every rule)
 
     func = module.func()
     name = func.attrs["sym_name"]
-    num_warps = int(module.attrs.get("num_warps", getattr(options, "num_warps", 4)))
+    attrs = module.attrs
+    if "target" not in attrs:
+        raise CompilationError("the module has no target: codegen takes the pipeline's output "
+                               "(run_pipeline stamps it)", kernel=name, stage="codegen")
+    num_warps = int(attrs["num_warps"])
     llmod = ir.Module(name=name)
     llmod.triple = triple
     if data_layout:
@@ -205,17 +212,17 @@ def generate(module: Module, options, triple: str = "nvptx64-nvidia-cuda", data_
         fn, slots = _kernel_function(llmod, name, arg_types, tma_params(module), persistent)
     except TypeError as e:
         raise CompilationError(str(e), loc=func.loc, kernel=name, stage="codegen") from e
-    ctx = CodegenContext(llmod, fn, name, options, num_warps)
+    ctx = CodegenContext(llmod, fn, name, Target.from_arch(attrs["target"]), num_warps,
+                         cluster=int(attrs["cluster"]), fast_math=bool(attrs["fast_math"]))
     ctx.narrow_invariants = narrow_invariants
-    if getattr(options, "debug", False):
+    if attrs["debug"]:
         ctx.debug_scope = _debug_info(llmod, fn, func)
     _bind_params(ctx, entry, slots)
     term = lower_block(ctx, entry)
     if term is not None and term.operands:
         raise CompilationError("a kernel cannot return values", loc=term.loc, kernel=name, stage="codegen")
     ctx.builder.ret_void()
-    threads = int(module.attrs.get("threads", 32 * num_warps))  # warp_specialize adds a producer
+    threads = int(attrs["num_threads"])  # warp_specialize adds a producer
     _annotate(llmod, fn, threads, slots, setmaxnreg=threads != 32 * num_warps,
-              cluster=int(getattr(options, "cluster", 1)),
-              min_programs=int(getattr(options, "min_programs_per_sm", 0)))
+              cluster=int(attrs["cluster"]), min_programs=int(attrs["min_programs_per_sm"]))
     return llmod

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from tilec.ir.core import AttrSpec as A, Op, register_op
 
-__all__ = ["WarpSpecializeOp", "PRODUCER_WARPS", "REGISTERS_PER_SM"]
+__all__ = ["WarpSpecializeOp", "PRODUCER_WARPS"]
 
 PRODUCER_WARPS = 4          # setmaxnreg acts on whole warpgroups
-REGISTERS_PER_SM = 65536
 
 
 @register_op

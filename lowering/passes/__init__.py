@@ -1,6 +1,6 @@
-"""Passes over tilec IR: each a named function `pass_(module, **options) -> Module`.
+"""Passes over tilec IR: each a named function `pass_(module, *, explicit arguments) -> Module`.
 
-The order they run in is `tilec.lowering.pipeline.PIPELINE`.
+Which run, in which order and with which arguments: `tilec.lowering.pipeline` (PASSES, PHASES).
 """
 from .canonicalize import canonicalize
 from .cse import cse

@@ -54,19 +54,19 @@ from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, 
 from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, wgmma_shape
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 
-__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "uses_tensor_cores", "mma_warps",
-           "wgmma_arch"]
+__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "uses_tensor_cores", "mma_warps"]
 
 
-def uses_tensor_cores(op: T.DotOp, arch: Optional[str] = None) -> bool:
-    """Whether `op` lowers to mma.sync (every supported arch, sm_80 and later, has it)."""
+def uses_tensor_cores(op: T.DotOp, wgmma: bool) -> bool:
+    """Whether `op` runs on tensor cores: mma.sync (every supported arch, sm_80 and later, has
+    it), or for f8 wgmma (when the target has it, `wgmma`)."""
     a, b, c = (v.type for v in op.operands)
     if c.dtype is not dt.float32:
         return False
     if a.dtype in (dt.float8e4m3, dt.float8e5m2):
         # f8 runs on wgmma only (sm_90a, tiles it takes); other f8 dots keep the FMA lowering
         m, n = c.shape
-        return wgmma_arch(arch) and wgmma_shape(m, n, a.shape[1], 1, 4) is not None
+        return wgmma and wgmma_shape(m, n, a.shape[1], 1, 4) is not None
     if a.dtype in (dt.float16, dt.bfloat16):
         k_step = 16
     elif a.dtype is dt.float32 and op.attrs.get("allow_tf32", False):
@@ -93,19 +93,14 @@ def mma_warps(m: int, n: int, num_warps: int):
     return wm, wn
 
 
-def wgmma_arch(arch: Optional[str]) -> bool:
-    """Whether `arch` has wgmma (the arch-specific sm_90a feature set)."""
-    return arch == "sm_90a"
-
-
-def dot_acc_layout(op: T.DotOp, num_warps: int, arch: Optional[str] = None) -> Optional[MmaLayout]:
-    """The #mma accumulator layout of a tensor-core dot (version 3, wgmma, where sm_90a
-    and the tile allow it; else version 2, mma.sync), None for an FMA dot."""
-    if not uses_tensor_cores(op, arch):
+def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool) -> Optional[MmaLayout]:
+    """The #mma accumulator layout of a tensor-core dot (version 3, wgmma, where the target
+    has it (`wgmma`) and the tile allows it; else version 2, mma.sync), None for an FMA dot."""
+    if not uses_tensor_cores(op, wgmma):
         return None
     m, n = op.operands[2].type.shape
     a = op.operands[0].type
-    if wgmma_arch(arch):
+    if wgmma:
         shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
         if shape is not None:
             return MmaLayout(3, shape[:2], (16, shape[2]))
@@ -207,7 +202,7 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             cv.erase()
 
 
-def accelerate_dot(module: Module, arch: Optional[str] = None, **_options) -> Module:
+def accelerate_dot(module: Module) -> Module:
     for op in list(module.walk()):
         if isinstance(op, T.DotOp) and isinstance(op.results[0].type.encoding, MmaLayout):
             if op.results[0].type.encoding.version == 3:

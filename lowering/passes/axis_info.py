@@ -304,7 +304,7 @@ def _proven_vec(pi: AxisInfo, dim: int, esize: int) -> int:
     return _pow2_floor(min(pi.contiguity[dim], max(1, pi.divisibility[dim] // esize), max(1, 16 // esize)))
 
 
-def axis_info(module: Module, **_options) -> Module:
+def axis_info(module: Module) -> Module:
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue

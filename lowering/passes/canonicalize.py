@@ -367,7 +367,7 @@ PATTERNS: PatternTable = {
 }
 
 
-def canonicalize(module: Module, **options) -> Module:
+def canonicalize(module: Module) -> Module:
     """Apply `PATTERNS` (constant folding included) until none fires."""
     apply_patterns(module, PATTERNS)
     return module

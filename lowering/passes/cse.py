@@ -80,7 +80,7 @@ def _cse_block(block: Block, table: Dict[Tuple, Op], numbering: _Numbering) -> i
     return removed
 
 
-def cse(module: Module, **options) -> Module:
+def cse(module: Module) -> Module:
     """Merge identical pure computations (see the module docstring)."""
     for op in module.ops:
         for region in op.regions:

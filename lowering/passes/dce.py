@@ -124,7 +124,7 @@ def _dce_block(block: Block) -> bool:
     return changed
 
 
-def dce(module: Module, **options) -> Module:
+def dce(module: Module) -> Module:
     """Erase dead ops, dead if results and dead loop-carried values (see the module docstring)."""
     while any([_dce_block(b) for f in module.ops for r in f.regions for b in r.blocks]):
         pass

@@ -18,16 +18,13 @@ from __future__ import annotations
 
 from tilec.ir import Builder, Module
 from tilec.ir import tile_ops as T
-from tilec.options import arch_number
 
 __all__ = ["wait_for_prior_grid"]
 
 
-def wait_for_prior_grid(module: Module, *, dependent_launch: bool = False, arch=None, **_options) -> Module:
-    """Insert a grid-dependency wait at the start of every kernel without one (when
-    `dependent_launch` and the arch has them)."""
-    if not dependent_launch or (arch is not None and arch_number(arch) < 90):
-        return module
+def wait_for_prior_grid(module: Module) -> Module:
+    """Insert a grid-dependency wait at the start of every kernel without one (the pipeline
+    runs it for `dependent_launch` on targets that have dependent launches)."""
     for func in module.ops:
         if isinstance(func, T.FuncOp) and not any(isinstance(op, T.GridDependencyWaitOp) for op in func.walk()):
             body = func.body

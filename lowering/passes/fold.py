@@ -115,7 +115,7 @@ def fold_op(op: Op) -> bool:
     return True
 
 
-def fold(module: Module, **options) -> Module:
+def fold(module: Module) -> Module:
     """Replace every foldable elementwise op on constants by a constant (to a fixed point,
     since pre-order visits an op's constant operands before the op)."""
     for op in list(module.walk()):

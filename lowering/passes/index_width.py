@@ -33,7 +33,7 @@ def view_index_dtype(op) -> dt.DType:
     return dt.int32
 
 
-def index_width(module: Module, **_options) -> Module:
+def index_width(module: Module) -> Module:
     for op in module.walk():
         if isinstance(op, (T.LoadViewOp, T.StoreViewOp)):
             op.attrs["_index"] = view_index_dtype(op).name

@@ -201,10 +201,10 @@ def _reshape_layout(layout, src, dst):
 
 
 class _Assigner:
-    def __init__(self, func, num_warps: int, arch=None):
+    def __init__(self, func, num_warps: int, wgmma: bool):
         self.func = func
         self.num_warps = num_warps
-        self.arch = arch
+        self.wgmma = wgmma
         self.groups = _build_groups(func)
         self.layout: Dict[int, DistributedLayout] = {}
         self.members = self.groups.members()
@@ -249,7 +249,7 @@ class _Assigner:
         for op in self.func.walk():
             if isinstance(op, T.DotOp):
                 self.layout[self.groups.find(op.results[0])] = (
-                    dot_acc_layout(op, self.num_warps, self.arch)
+                    dot_acc_layout(op, self.num_warps, self.wgmma)
                     or fma_acc_layout(op.results[0].type.shape, self.num_warps))
 
     def propagate(self) -> None:
@@ -401,13 +401,13 @@ def _numel(s) -> int:
     return n
 
 
-def assign_layouts(module: Module, num_warps: int = 4, arch=None, **_options) -> Module:
+def assign_layouts(module: Module, *, num_warps: int, wgmma: bool) -> Module:
     if not any("_vec" in op.attrs for op in module.walk() if isinstance(op, _MEM)):
         axis_info(module)
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue
-        a = _Assigner(func, num_warps, arch)
+        a = _Assigner(func, num_warps, wgmma)
         a.anchors()
         a.propagate()
         while a.defaults():

@@ -103,7 +103,7 @@ def _lower(op) -> None:
     op.erase()
 
 
-def lower_views(module: Module, **_options) -> Module:
+def lower_views(module: Module) -> Module:
     todo: List = [op for op in module.walk() if isinstance(op, (T.LoadViewOp, T.StoreViewOp))]
     for op in todo:
         _lower(op)

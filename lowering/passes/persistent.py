@@ -40,9 +40,10 @@ PERSISTENT_ATTR = "persistent"                   # module attribute: the entry e
 _I32 = ScalarType(dt.int32)
 
 
-def make_persistent(module: Module, *, persistent: bool = False, **_options) -> Module:
-    """Wrap every kernel's body in a loop over the virtual program ids (when `persistent`)."""
-    if not persistent or module.attrs.get(PERSISTENT_ATTR):
+def make_persistent(module: Module) -> Module:
+    """Wrap every kernel's body in a loop over the virtual program ids (the pipeline runs it
+    for `persistent=True`); a module already persistent is left as it is."""
+    if module.attrs.get(PERSISTENT_ATTR):
         return module
     for func in module.ops:
         if isinstance(func, T.FuncOp):

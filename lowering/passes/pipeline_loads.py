@@ -337,7 +337,7 @@ def _tma_slice(origin):
     return _slice(body, list(origin.operands[1:3]), body.args[0])
 
 
-def pipeline_loads(module: Module, num_stages: int = 3, **_options) -> Module:
+def pipeline_loads(module: Module, *, num_stages: int) -> Module:
     changed = False
     loops = [op for op in module.walk() if isinstance(op, T.ForOp)] if num_stages >= 2 else []
     for loop in loops:

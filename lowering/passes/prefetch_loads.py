@@ -60,7 +60,6 @@ from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType
-from tilec.options import arch_number
 
 from ..gpu.layouts import DistributedLayout, SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
@@ -69,7 +68,6 @@ from .axis_info import copy_vec
 from .dce import dce
 from .pipeline_loads import _is_zero, _slice, issue_copy
 from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
-from .shared_alloc import SHARED_LIMIT
 
 __all__ = ["prefetch_loads", "STAGED_RESERVE"]
 
@@ -122,10 +120,10 @@ def _qualifies(op: Op, body) -> Optional[_Load]:
     return _Load(op, ops)
 
 
-def _plan(loads: List[_Load], wanted: int, arch: Optional[str], placed: int) -> Tuple[int, int]:
+def _plan(loads: List[_Load], wanted: int, shared_limit: int, placed: int) -> Tuple[int, int]:
     """(stages, slots) of a loop asking for `wanted` stages: `wanted` slots where they fit,
     else as many slots as fit, read first (stages = slots + 1); (0, 0) when none fits."""
-    budget = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024) - STAGED_RESERVE - placed
+    budget = shared_limit - STAGED_RESERVE - placed
     fit = budget // sum(ld.nbytes for ld in loads)
     if fit >= wanted:
         return wanted, wanted
@@ -195,20 +193,22 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     post.create(AsyncWaitOp, pending=0, loc=loop.loc)
 
 
-def prefetch_loads(module: Module, arch: Optional[str] = None, **_options) -> Module:
+def prefetch_loads(module: Module, *, shared_limit: int) -> Module:
+    """Stage the loads of tc.range(num_stages=) loops through cp.async buffers, within
+    `shared_limit` bytes of shared memory per CTA (the pipeline runs it on cp.async targets)."""
     changed = False
     for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
         wanted = loop.attrs.pop("num_stages", None)
         if wanted is None:
             continue
         changed = True
-        if wanted < 2 or arch_number(arch or "sm_90a") < 80:
+        if wanted < 2:
             continue
         if any(isinstance(op, AsyncCopyOp) for op in loop.walk()):
             continue
         loads = [ld for ld in (_qualifies(op, loop.body) for op in list(loop.body.ops)) if ld is not None]
         placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
-        stages, slots = _plan(loads, wanted, arch, placed) if loads else (0, 0)
+        stages, slots = _plan(loads, wanted, shared_limit, placed) if loads else (0, 0)
         if stages >= 2:
             _stage(loop, loads, stages, slots)
     return dce(module) if changed else module

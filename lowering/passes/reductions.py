@@ -200,7 +200,7 @@ def _through_shared(b: Builder, vals: List[Value], axis: int) -> List[Value]:
     return out
 
 
-def lower_reductions(module: Module, **_options) -> Module:
+def lower_reductions(module: Module) -> Module:
     todo = [op for op in module.walk() if isinstance(op, (T.ReduceOp, T.ReduceGenericOp))]
     for op in todo:
         if op.operands[0].type.encoding is None:

@@ -62,7 +62,7 @@ def _lower(op) -> None:
     op.erase()
 
 
-def lower_scans(module: Module, **_options) -> Module:
+def lower_scans(module: Module) -> Module:
     todo = [op for op in module.walk() if isinstance(op, T.ScanOp)]
     for op in todo:
         if not isinstance(op.operands[0].type, TileType) or op.operands[0].type.encoding is None:

@@ -40,14 +40,8 @@ from ..gpu.ops import AllocOp, ConvertLayoutOp
 from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
-__all__ = ["allocate_shared", "shared_bytes", "SHARED_LIMIT", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes"]
+__all__ = ["allocate_shared", "shared_bytes", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes"]
 
-# Shared memory one CTA may use (opt-in maximum), per arch.
-SHARED_LIMIT = {
-    "sm_80": 163 * 1024, "sm_86": 99 * 1024, "sm_87": 163 * 1024, "sm_89": 99 * 1024,
-    "sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024, "sm_100a": 227 * 1024,
-    "sm_120": 99 * 1024, "sm_120a": 99 * 1024,
-}
 _LOOPS = (T.ForOp, T.WhileOp)
 GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
 
@@ -184,8 +178,9 @@ def _mark_syncs(bufs, intervals, offsets) -> None:
         op.attrs["_smem_sync"] = reused
 
 
-def allocate_shared(module: Module, arch=None, **_options) -> Module:
-    limit = SHARED_LIMIT.get(arch or "sm_90a", 227 * 1024)
+def allocate_shared(module: Module, *, limit: int, arch: str) -> Module:
+    """Place every shared buffer; more than `limit` bytes (what one CTA may use on `arch`,
+    named in the error) is a CompilationError."""
     peak = 0
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
@@ -202,7 +197,7 @@ def allocate_shared(module: Module, arch=None, **_options) -> Module:
         if total > limit:
             name = func.attrs.get("sym_name")
             raise CompilationError(
-                f"needs {total} bytes of shared memory, more than the {limit} bytes {arch or 'sm_90a'} provides; "
+                f"needs {total} bytes of shared memory, more than the {limit} bytes {arch} provides; "
                 "use smaller tiles or fewer stages", kernel=name, stage="pass 'allocate_shared'")
     module.attrs["shared"] = peak  # what the compiler reports as metadata["shared"]
     return module

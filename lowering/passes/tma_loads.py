@@ -77,7 +77,7 @@ def _dot_user(op: Op) -> Optional[T.DotOp]:
     return user if isinstance(user, T.DotOp) and idx in (0, 1) else None
 
 
-def _box(op: T.LoadViewOp, num_warps: int, arch: Optional[str]) -> Optional[Tuple[int, int]]:
+def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
         return None
@@ -93,7 +93,7 @@ def _box(op: T.LoadViewOp, num_warps: int, arch: Optional[str]) -> Optional[Tupl
     if dot is None:
         return None
     a, b, _ = (v.type for v in dot.operands)
-    acc = dot_acc_layout(dot, num_warps, arch)
+    acc = dot_acc_layout(dot, num_warps, wgmma=True)
     if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
         return None
     elem = view.type.dtype.itemsize
@@ -111,14 +111,12 @@ def _box(op: T.LoadViewOp, num_warps: int, arch: Optional[str]) -> Optional[Tupl
     return rows, width
 
 
-def tma_loads(module: Module, arch: Optional[str] = None, num_stages: int = 3, num_warps: int = 4,
-              tma: bool = True, cluster: int = 1, **_options) -> Module:
-    if not tma or arch != "sm_90a" or num_stages < 3:
-        return module
+def tma_loads(module: Module, *, num_warps: int, cluster: int) -> Module:
+    """Tag the loads TMA can copy (the pipeline runs it on wgmma targets with `tma` and 3+ stages)."""
     boxes: Dict[int, Tuple[int, int]] = {}
     tag = 0
     for op in [o for o in module.walk() if isinstance(o, T.LoadViewOp)]:
-        box = _box(op, num_warps, arch)
+        box = _box(op, num_warps)
         view = op.operands[0]
         if box is None or boxes.setdefault(id(view), box) != box:
             continue

@@ -27,8 +27,6 @@ tile leaves in whole 128-byte lines, issued by one thread. A store qualifies whe
 """
 from __future__ import annotations
 
-from typing import Optional
-
 from tilec.ir import Builder, Module, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.core import BlockArgument
@@ -44,7 +42,7 @@ MAX_TILE_BYTES = 128 * 1024   # 128 x 256 f32; a tile the layout cannot split ta
 _SEARCH_LIMIT = 64              # ops visited looking for the dot behind a stored value
 
 
-def _wgmma_dot(v: Value, num_warps: int, arch: Optional[str]) -> bool:
+def _wgmma_dot(v: Value, num_warps: int) -> bool:
     """Whether `v` is computed from a wgmma dot's result by elementwise ops (a loop's result
     counts as the value its body yields)."""
     todo, seen = [v], set()
@@ -57,7 +55,7 @@ def _wgmma_dot(v: Value, num_warps: int, arch: Optional[str]) -> bool:
         if op is None:
             continue
         if isinstance(op, T.DotOp):
-            acc = dot_acc_layout(op, num_warps, arch)
+            acc = dot_acc_layout(op, num_warps, wgmma=True)
             if acc is not None and acc.version == 3:
                 return True
         elif isinstance(op, T.ForOp):
@@ -68,7 +66,7 @@ def _wgmma_dot(v: Value, num_warps: int, arch: Optional[str]) -> bool:
     return False
 
 
-def _box(op: T.StoreViewOp, num_warps: int, arch: Optional[str]):
+def _box(op: T.StoreViewOp, num_warps: int):
     """The TMA box of `op`'s tile when the store qualifies (module docstring), else None."""
     view, tile = op.operands[0], op.operands[-1]
     if op.attrs.get("mode", "index") != "index" or not isinstance(op.parent_op(), T.FuncOp):
@@ -84,17 +82,15 @@ def _box(op: T.StoreViewOp, num_warps: int, arch: Optional[str]):
     width = TMA_BOX_BYTES // vt.dtype.itemsize
     if rows > 256 or rows % 8 or cols % width or t.numel * vt.dtype.itemsize > MAX_TILE_BYTES:
         return None
-    if not _wgmma_dot(tile, num_warps, arch):
+    if not _wgmma_dot(tile, num_warps):
         return None
     return [rows, width]
 
 
-def tma_stores(module: Module, arch: Optional[str] = None, num_warps: int = 4, tma: bool = True,
-               **_options) -> Module:
-    if not tma or arch != "sm_90a":
-        return module
+def tma_stores(module: Module, *, num_warps: int) -> Module:
+    """Send wgmma results out through TMA (the pipeline runs it on wgmma targets with `tma`)."""
     for op in [o for o in module.walk() if isinstance(o, T.StoreViewOp)]:
-        box = _box(op, num_warps, arch)
+        box = _box(op, num_warps)
         if box is None:
             continue
         i, j = op.group("indices")

@@ -30,7 +30,7 @@ the inits becomes a tile.cluster_sync (no copy reaches a program before its barr
 exist), and a second one ends the kernel (no program exits while another still arrives
 on its barriers). Multicast stays only in a specialized ring (other rings have no
 `empty` barriers): the pass strips it everywhere else. The kernel runs 32 * (num_warps + 4)
-threads (the module's `threads`); the consumers keep thread ids 0 .. 32 * num_warps - 1.
+threads (the module's `num_threads`); the consumers keep thread ids 0 .. 32 * num_warps - 1.
 Kernels without such a ring are left as they are.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ from tilec.ir.types import PointerType, ScalarType
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
-from ..gpu.ws_ops import PRODUCER_WARPS, REGISTERS_PER_SM, WarpSpecializeOp
+from ..gpu.ws_ops import PRODUCER_WARPS, WarpSpecializeOp
 from .dce import dce
 from .pipeline_loads import _clone, _slice
 from .rewrite import build_constant
@@ -282,8 +282,9 @@ def _consumer(ring: _Ring, empty: Value, entry: Block, cluster: int) -> Region:
     return Region([block])
 
 
-def _without_multicast(module: Module) -> Module:
-    """Plain copies for a ring left unspecialized: only the empty barriers make multicast safe."""
+def drop_multicast(module: Module) -> Module:
+    """Plain copies for a ring left unspecialized: only the empty barriers make multicast safe
+    (the pipeline runs it instead of warp_specialize where TMA rings may exist)."""
     for op in module.walk():
         if isinstance(op, TmaLoadOp):
             op.attrs.pop("multicast", None)
@@ -300,14 +301,13 @@ def _cluster_bound(ring: _Ring, entry: Block, cluster: int) -> None:
     entry.insert(len(entry.ops) - 1, T.ClusterSyncOp([], [], {}, (), ring.loop.loc))
 
 
-def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: int = 4, arch: Optional[str] = None,
-                    **_options) -> Module:
-    if not warp_specialize or (arch or "sm_90a") != "sm_90a":
-        return _without_multicast(module)
+def warp_specialize(module: Module, *, num_warps: int, registers_per_sm: int) -> Module:
+    """Split the kernel's TMA ring into producer and consumers (the pipeline runs it for
+    `warp_specialize` on targets with wgmma and setmaxnreg)."""
     func = module.func()
     ring = _find_ring(func)
     if ring is None:
-        return _without_multicast(module)
+        return drop_multicast(module)
     cluster = max([op.multicast for op in ring.issues if isinstance(op, TmaLoadOp)])
     entry = func.regions[0].block
     for op in ring.prologue:
@@ -325,7 +325,7 @@ def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: in
     init.loc = ring.init.loc
     init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP * cluster)
     consumers = 32 * num_warps
-    consumer_regs = min(256, (REGISTERS_PER_SM - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
+    consumer_regs = min(256, (registers_per_sm - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
     producer = _producer(ring, empty)
     consumer = _consumer(ring, empty, entry, cluster)
     split = WarpSpecializeOp([], [], {"producer_warps": PRODUCER_WARPS, "producer_regs": PRODUCER_REGS,
@@ -333,5 +333,5 @@ def warp_specialize(module: Module, warp_specialize: bool = False, num_warps: in
     entry.insert(len(entry.ops) - 1, split)
     if cluster > 1:
         _cluster_bound(ring, entry, cluster)
-    module.attrs["threads"] = consumers + 32 * PRODUCER_WARPS
+    module.attrs["num_threads"] = consumers + 32 * PRODUCER_WARPS
     return dce(module)

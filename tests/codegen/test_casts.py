@@ -10,6 +10,9 @@ from tilec import dtypes as dt
 from tilec.interpreter import numerics
 from tilec.lowering.codegen.casts import convert, f8_bits
 from tilec.lowering.codegen.types import bfloat, const
+from tilec.target import Target
+
+SM80 = Target.from_arch("sm_80")   # no f8 cvt instruction: the bit-exact software encoding
 
 F32, I8, I16, I32 = ir.FloatType(), ir.IntType(8), ir.IntType(16), ir.IntType(32)
 
@@ -24,7 +27,7 @@ def _interesting_f32(rng, n=20000):
 @pytest.mark.parametrize("fmt", [dt.float8e4m3, dt.float8e5m2])
 def test_f8_encode_matches_interpreter(fmt):
     x = _interesting_f32(np.random.default_rng(1))
-    enc = vectorize(lambda b, v: convert(b, v, dt.float32, fmt, "sm_80"), 1, F32, I8)
+    enc = vectorize(lambda b, v: convert(b, v, dt.float32, fmt, SM80), 1, F32, I8)
     got = enc(x)
     want = numerics.to_bits(numerics.cast(x, fmt), fmt)
     got_v, want_v = numerics.from_bits(got, fmt), numerics.from_bits(want, fmt)
@@ -38,7 +41,7 @@ def test_f8_encode_matches_interpreter(fmt):
 @pytest.mark.parametrize("fmt", [dt.float8e4m3, dt.float8e5m2])
 def test_f8_decode_every_code(fmt):
     codes = np.arange(256, dtype=np.uint8)
-    dec = vectorize(lambda b, v: convert(b, v, fmt, dt.float32, "sm_80"), 1, I8, F32)
+    dec = vectorize(lambda b, v: convert(b, v, fmt, dt.float32, SM80), 1, I8, F32)
     got, want = dec(codes), numerics.from_bits(codes, fmt)
     assert ((got == want) | (np.isnan(got) & np.isnan(want))).all()
 
@@ -59,7 +62,7 @@ def test_numeric_casts_in_range(src, dst):
     in_ty = F32 if src.is_float else {32: I32, 8: I8}[src.bits]
 
     def build(b, v):
-        r = convert(b, v, src, dst, "sm_80")
+        r = convert(b, v, src, dst, SM80)
         return b.zext(r, I8) if dst.is_bool else r
     got = vectorize(build, 1, in_ty, to_ty)(x.view(np.uint32) if in_ty == I32 else (x.view(np.uint8) if in_ty == I8 else x))
     want = numerics.cast(x, dst)

@@ -11,9 +11,13 @@ from tilec.errors import CompilationError
 from tilec.ir import Location, parse
 from tilec.ir.core import Op, register_op
 from tilec.lowering.codegen import generate
+from tilec.lowering.pipeline import stamp
 from tilec.lowering.target import LLVMResult
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
+from tilec.target import Target
+
+H100 = Target.from_arch("sm_90a")
 
 
 def _spec(name):
@@ -147,7 +151,7 @@ def _module_with(op_text):
 def test_missing_rule_names_kernel_op_and_location():
     m = _module_with('test.unlowerable loc("kern.py":7:3)')
     with pytest.raises(CompilationError) as e:
-        generate(m, CompileOptions(arch="sm_80"))
+        generate(stamp(m, CompileOptions(arch="sm_80").validated()))
     err = e.value
     assert err.kernel == "k" and err.stage == "codegen of test.unlowerable"
     assert err.loc == Location("kern.py", 7, 3)
@@ -171,10 +175,8 @@ def test_scalar_kernel_compiles():
 
 
 def test_default_arch_without_a_gpu(monkeypatch):
-    from tilec import compiler
     from tilec.runtime import driver
     monkeypatch.setattr(driver, "is_available", lambda: False)
-    assert compiler.default_arch() == "sm_90a"
     kernel, spec = _spec("casts")
     ck = compile_kernel(kernel, spec, CompileOptions(), use_cache=False)
     assert ck.metadata["arch"] == "sm_90a" and ".target sm_90a" in ck.asm["ptx"]
@@ -228,7 +230,7 @@ def test_early_return_inside_regions():
         "%r = tile.for", "%xp = tile.view_ptr %x : ptr<i32>\n                %r = tile.for"))
     from tilec.lowering.pipeline import run_pipeline
     opts = CompileOptions(arch="sm_80").validated()
-    ll = str(generate(run_pipeline(parse(str(m)), opts), opts))
+    ll = str(generate(run_pipeline(parse(str(m)), opts)))
     assert ll.count("ret void") == 3  # both early exits and the end
     ck = compile_module(m, opts)
     assert "st.global" in ck.asm["ptx"] and ck.asm["cubin"]
@@ -247,11 +249,11 @@ def test_spilling_kernel_is_reassembled_with_min_ctas(monkeypatch):
                                  spill_loads=spills)
     monkeypatch.setattr(ptxas, "assemble", fake_assemble)
     ptx = ".visible .entry k(\n)\n.maxntid 128\n{\n\tret;\n}\n"
-    kept, result = compiler._assemble(LLVMResult("ll", ptx, {}), "sm_90a")
+    kept, result = compiler._assemble(LLVMResult("ll", ptx, {}), H100)
     assert ".maxntid 128\n.minnctapersm 1\n" in kept.ptx and result.spill_stores == 0 and len(calls) == 2
     assert kept.llvm == "ll"
     calls.clear()
-    kept, result = compiler._assemble(kept, "sm_90a")  # no spills: one run, PTX unchanged
+    kept, result = compiler._assemble(kept, H100)  # no spills: one run, PTX unchanged
     assert len(calls) == 1 and result.registers == 255
 
 
@@ -266,14 +268,14 @@ def test_floor_that_spills_tries_narrow_invariants_first(monkeypatch, narrow_spi
     monkeypatch.setattr(ptxas, "assemble", fake_assemble)
     plain = LLVMResult("plain", ".visible .entry k(\n)\n.maxntid 256\n.minnctapersm 3\n{\n\tret;\n}\n", {})
     narrow = LLVMResult("narrow", plain.ptx.replace("ret;", "ret; // narrow"), {})
-    kept, result = compiler._assemble(plain, "sm_90a", lambda: narrow)
+    kept, result = compiler._assemble(plain, H100, lambda: narrow)
     if narrow_spills:   # the floor is dropped from the plain kernel instead
         assert kept.llvm == "plain" and ".minnctapersm" not in kept.ptx
     else:
         assert kept is narrow
     assert result.spill_stores == 0
     # a kernel that fits its floor is not emitted again
-    kept, _ = compiler._assemble(narrow, "sm_90a", lambda: pytest.fail("emitted again")) if not narrow_spills \
+    kept, _ = compiler._assemble(narrow, H100, lambda: pytest.fail("emitted again")) if not narrow_spills \
         else (narrow, None)
     assert kept is narrow
 
@@ -295,7 +297,7 @@ def test_floor_that_spills_steps_down(monkeypatch, fits_from, natural, kept):
                                  spill_loads=spills)
     monkeypatch.setattr(ptxas, "assemble", fake_assemble)
     plain = LLVMResult("plain", ".visible .entry k(\n)\n.maxntid 128, 1, 1\n.minnctapersm 8\n{\n\tret;\n}\n", {})
-    got, result = compiler._assemble(plain, "sm_90a")
+    got, result = compiler._assemble(plain, H100)
     if kept:        # the highest floor that fits, after the natural count says which are worth it
         assert f".minnctapersm {kept}\n" in got.ptx and tried == [8, 0, 7, 6]
     elif natural == 72:   # floor 7 holds 72 registers: without a floor is as good

@@ -116,7 +116,10 @@ def test_interpreter_takes_the_option():
     np.testing.assert_allclose(out, e / e.sum() + x, rtol=1e-5, atol=1e-6)
 
 
-def test_a_floor_beyond_an_sm_86_is_ignored_with_a_warning():
-    # 16 programs of 128 threads: 2048 threads, more than an sm_86 SM holds (1536)
-    c = held.compile(parse_signature(held, SIG), arch="sm_86", num_warps=4, min_programs_per_sm=16)
-    assert any("minnctapersm will be ignored" in w for w in c.metadata["ptxas"]["warnings"])
+def test_a_floor_beyond_the_targets_sm_is_refused():
+    # 16 programs of 128 threads: 2048 threads, more than an sm_86 SM holds (1536, the
+    # Target's max_threads_per_sm), which ptxas would ignore with a warning
+    with pytest.raises(ValueError, match="from 0 .no floor. to 12 .an SM of sm_86 holds 1536 threads"):
+        held.compile(parse_signature(held, SIG), arch="sm_86", num_warps=4, min_programs_per_sm=16)
+    c = held.compile(parse_signature(held, SIG), arch="sm_86", num_warps=4, min_programs_per_sm=12)
+    assert ".minnctapersm 12" in c.asm["ptx"] and not c.metadata["ptxas"]["warnings"]

@@ -53,7 +53,7 @@ def test_wgmma_descriptor_takes_the_shared_offset():
     # in a cluster, rank r's shared addresses carry r from bit 24: only the low 18 bits are the offset
     options = CompileOptions(num_warps=8, num_stages=4, arch="sm_90a", cluster=2).validated()
     gpu = run_pipeline(lower_to_ir(cluster_matmul, parse_signature(cluster_matmul, SIG)), options)
-    llvm = str(generate(gpu, options))   # before LLVM folds the mask into the address arithmetic
+    llvm = str(generate(gpu))   # before LLVM folds the mask into the address arithmetic
     assert re.search(r"and i32 %[\w.\"]+, 262143", llvm)
 
 

@@ -23,7 +23,7 @@ _SHARED_ACCESS = re.compile(r"(?:store|load) (<\d+ x i\d+>|i\d+)[ ,][^\n]*addrsp
 def _llvm(sig):
     spec = matmul_ptr.specialization(sig)
     opts = CompileOptions(arch="sm_90a", num_warps=4, num_stages=3).validated()
-    return str(generate(run_pipeline(lower_to_ir(matmul_ptr, spec), opts), opts))
+    return str(generate(run_pipeline(lower_to_ir(matmul_ptr, spec), opts)))
 
 
 @pytest.mark.parametrize("shape", [ALIGNED, ODD])

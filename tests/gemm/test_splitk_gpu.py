@@ -7,6 +7,7 @@ import pytest
 
 import tilec.stdlib_kernels.matmul  # noqa: F401 - the module, not the function of the same name
 from tilec.stdlib_kernels import matmul
+from tilec.target import Target
 
 pytestmark = pytest.mark.gpu
 
@@ -24,10 +25,8 @@ def _check(got, want, tol):
 
 
 def _chosen(m, n, k, dtype):
-    from tilec.runtime.driver import get_device
-    dev = get_device()
     d = {torch.float16: mm.tc.float16, torch.bfloat16: mm.tc.bfloat16}[dtype]
-    return mm.config_for(m, n, k, d, 1, dev.multiprocessors, True, dev.arch)
+    return mm.config_for(m, n, k, d, 1, Target.current(), True)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -78,11 +78,11 @@ def test_default_config_ptx_uses_mma_and_cp_async():
 
 
 def test_sm90_configs():
-    short = mm.config_for(1024, 1024, 1024, mm.tc.bfloat16, arch="sm_90a")
+    short = mm.config_for(1024, 1024, 1024, mm.tc.bfloat16, target="sm_90a")
     assert (short.bm, short.bn, short.bk) == (64, 64, 64)     # wgmma
-    big = mm.config_for(2048, 2048, 2048, mm.tc.bfloat16, arch="sm_90a")
+    big = mm.config_for(2048, 2048, 2048, mm.tc.bfloat16, target="sm_90a")
     assert (big.bm, big.bn, big.bk, big.num_stages) == (128, 256, 64, 4)
-    skinny = mm.config_for(16, 4096, 14336, mm.tc.bfloat16, arch="sm_90a")
+    skinny = mm.config_for(16, 4096, 14336, mm.tc.bfloat16, target="sm_90a")
     assert (skinny.bm, skinny.bn, skinny.bk, skinny.num_stages) == (16, 64, 128, 4)   # mma.sync
 
 
@@ -110,7 +110,7 @@ def test_config_must_be_a_matmul_config():
 
 def test_persistent_kernel_ptx_keeps_the_tma_ring_in_the_tile_loop():
     cfg = mm.MatmulConfig(128, 256, 64, 8, 4, persistent=True)
-    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a", config=cfg)
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a", config=cfg)
     ck = compile_kernel(cfg.kernel, parse_signature(cfg.kernel, sig),
                         CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch="sm_90a"))
     ptx, r = ck.asm["ptx"], ck.metadata["ptxas"]
@@ -145,7 +145,7 @@ def test_scale_errors():
 def test_stdlib_tf32_and_f8_gemm_on_wgmma(dtype, bk, instr):
     """4096^3 with B column-major (K-major, what wgmma takes for tf32/f8): 128 x 256 tiles,
     one 128-byte row of K per stage, ptxas clean."""
-    sig, cfg = mm.signature(4096, 4096, 4096, dtype, allow_tf32=True, arch="sm_90a", scaled=dtype != "f32",
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, allow_tf32=True, target="sm_90a", scaled=dtype != "f32",
                             b_col_major=True)
     assert (cfg.bm, cfg.bn, cfg.bk, cfg.num_warps) == (128, 256, bk, 8)
     ck = compile_kernel(mm.matmul_kernel, parse_signature(mm.matmul_kernel, sig),

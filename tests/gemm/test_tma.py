@@ -162,7 +162,7 @@ def _compile(kernel, sig, **opts):
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_stdlib_gemm_ring_is_tma(dtype):
-    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a")
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, target="sm_90a")
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
     body = gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
@@ -212,7 +212,7 @@ def test_test_kernel_gets_tma_too():
     # (A + B) x (3 prologue + body)
     ("f32", (256, 32), 2 * 4), ("f8e4m3", (256, 128), 2 * 4), ("f8e5m2", (256, 128), 2 * 4)])
 def test_stdlib_tf32_f8_ring_is_tma_with_column_major_b(dtype, box_b, copies):
-    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a", allow_tf32=dtype == "f32",
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, target="sm_90a", allow_tf32=dtype == "f32",
                             scaled=dtype != "f32", b_col_major=True)
     assert "b=" + dtype + "[?,?]:strides=1x?" in sig
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -236,7 +236,7 @@ def test_stdlib_tf32_f8_ring_is_tma_with_column_major_b(dtype, box_b, copies):
 def test_row_major_b_of_tf32_is_not_copied_by_tma():
     """A row-major B would have to be transposed into tf32's K-major buffer: a 2-D TMA
     copy cannot (nor can cp.async), so the ring does not form and no copy is TMA."""
-    sig, cfg = mm.signature(4096, 4096, 4096, "f32", arch="sm_90a", allow_tf32=True)
+    sig, cfg = mm.signature(4096, 4096, 4096, "f32", target="sm_90a", allow_tf32=True)
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     assert not any(s.kind == "tmap" and s.arg in (0, 1) for s in ck.params)
     assert "cp.async.bulk.tensor.2d.shared::cluster" not in ck.asm["ptx"] and "wgmma.mma_async" in ck.asm["ptx"]
@@ -259,7 +259,7 @@ def test_tma_store_scratch_is_what_the_boxes_read(dtype, shape):
 
 
 def test_persistent_or_tma_off_keeps_plain_epilogue_stores():
-    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a")
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
     for opts in ({"persistent": True}, {"tma": False}):
         ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **opts)
         ptx = ck.asm["ptx"]

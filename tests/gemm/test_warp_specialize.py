@@ -34,7 +34,7 @@ def _split(module):
 def test_ring_moves_to_a_producer_warpgroup():
     module = run_pipeline(lower_to_ir(ws_matmul, _spec()), _opts(), stop_after="warp_specialize")
     (split,) = _split(module)
-    assert module.attrs["threads"] == 32 * (8 + 4)
+    assert module.attrs["num_threads"] == 32 * (8 + 4) and module.attrs["num_warps"] == 8
     producer, consumer = (r.block for r in split.regions)
     names = [op.name for op in producer.walk()] if hasattr(producer, "walk") else \
         [o.name for op in producer.ops for o in op.walk()]
@@ -49,7 +49,9 @@ def test_ring_moves_to_a_producer_warpgroup():
 def test_ptx_sets_register_budgets(t, bn, warps):
     ck = compile_kernel(ws_matmul, _spec(t, 128, bn), _opts(num_warps=warps), use_cache=False)
     ptx = ck.asm["ptx"]
-    assert ck.metadata["warp_specialized"] and ck.metadata["num_warps"] == warps + 4
+    # num_warps is the user's; the CTA also runs the producer warpgroup
+    assert ck.metadata["warp_specialized"] and ck.metadata["num_warps"] == warps
+    assert ck.metadata["num_threads"] == ck.num_threads == 32 * (warps + 4)
     assert f".maxntid {32 * (warps + 4)}" in ptx and ".minnctapersm 1" in ptx
     assert len(re.findall(r"setmaxnreg\.inc\.sync\.aligned\.u32", ptx)) == 1
     assert len(re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+40;", ptx)) == 1
@@ -72,12 +74,12 @@ def test_consumer_barriers_are_named():
 @pytest.mark.parametrize("opts", [dict(warp_specialize=False), dict(arch="sm_80"), dict(num_stages=2)])
 def test_left_alone(opts):
     module = run_pipeline(lower_to_ir(ws_matmul, _spec()), _opts(**opts), stop_after="warp_specialize")
-    assert not _split(module) and "threads" not in module.attrs
+    assert not _split(module) and module.attrs["num_threads"] == 32 * module.attrs["num_warps"]
 
 
 def test_stdlib_gemm_config_specializes():
     mm = importlib.import_module("tilec.stdlib_kernels.matmul")
-    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a")
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
     kernel = mm.matmul_kernel
     ck = compile_kernel(kernel, parse_signature(kernel, sig),
                         _opts(num_warps=cfg.num_warps, num_stages=cfg.num_stages), use_cache=False)
@@ -91,10 +93,10 @@ def test_stdlib_heuristic_and_cli():
     mm = importlib.import_module("tilec.stdlib_kernels.matmul")
     bf16 = mm.tc.bfloat16
     # tf32 from 8 programs per SM; 16-bit results leave through TMA stores, plain rings lead there
-    assert mm.config_for(8192, 8192, 8192, mm.tc.float32, arch="sm_90a").warp_specialize
-    assert not mm.config_for(4096, 4096, 4096, mm.tc.float32, arch="sm_90a").warp_specialize
-    assert not mm.config_for(8192, 8192, 8192, bf16, arch="sm_90a").warp_specialize
-    assert not mm.config_for(8192, 8192, 8192, bf16, arch="sm_80").warp_specialize
+    assert mm.config_for(8192, 8192, 8192, mm.tc.float32, target="sm_90a").warp_specialize
+    assert not mm.config_for(4096, 4096, 4096, mm.tc.float32, target="sm_90a").warp_specialize
+    assert not mm.config_for(8192, 8192, 8192, bf16, target="sm_90a").warp_specialize
+    assert not mm.config_for(8192, 8192, 8192, bf16, target="sm_80").warp_specialize
     from tilec.cli import main
     import contextlib
     import io

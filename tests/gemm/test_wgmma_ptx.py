@@ -47,7 +47,7 @@ def _body_ops(gpu_text: str):
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_stdlib_gemm_on_wgmma(dtype):
     """The cp.async ring (tma=False; the TMA ring is tests/gemm/test_tma.py's)."""
-    sig, cfg = mm.signature(4096, 4096, 4096, dtype, arch="sm_90a")
+    sig, cfg = mm.signature(4096, 4096, 4096, dtype, target="sm_90a")
     assert (cfg.bm, cfg.bn, cfg.bk, cfg.num_warps, cfg.num_stages) == (128, 256, 64, 8, 4)
     ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=False)
     ptx = ck.asm["ptx"]
@@ -69,7 +69,7 @@ def test_stdlib_gemm_on_wgmma(dtype):
 
 
 def test_same_gemm_keeps_mma_sync_on_sm_80():
-    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", arch="sm_80")
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_80")
     assert cfg.bk == 32
     ck = _compile(mm.matmul_kernel, sig, "sm_80", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     assert "mma.sync.aligned.m16n8k16" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
@@ -78,7 +78,7 @@ def test_same_gemm_keeps_mma_sync_on_sm_80():
 def test_two_stages_wait_for_every_wgmma():
     """With two slots there is no room for a wgmma in flight: the copies run one iteration
     ahead and each wgmma is waited for before the next iteration's prefetch."""
-    sig, _ = mm.signature(4096, 4096, 4096, "bf16", arch="sm_90a")
+    sig, _ = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
     ck = _compile(mm.matmul_kernel, sig, "sm_90a", num_warps=8, num_stages=2)
     gpu = ck.asm["gpu"]
     assert "gpu.wgmma_wait" in gpu and "{pending = 1}" not in gpu

@@ -16,6 +16,7 @@ from tilec.errors import CompilationError
 from tilec.ir import parse, print_module, verify
 from tilec.lowering.pipeline import pass_names, run_passes
 from tilec.options import CompileOptions
+from tilec.target import Target
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 FILES = sorted(GOLDEN.glob("*/*.ir"))
@@ -42,11 +43,11 @@ def _parse_options(text: str) -> CompileOptions:
         raw = raw.strip()
         value = {"true": True, "false": False}.get(raw, int(raw) if re.fullmatch(r"-?\d+", raw) else raw)
         fields[key.strip()] = value
-    return CompileOptions(**fields).validated()
+    return CompileOptions(**fields).validated(Target.default())  # no arch: sm_90a, whatever the machine
 
 
 def parse_directives(text: str) -> GoldenCase:
-    case = GoldenCase(passes=[], options=CompileOptions())
+    case = GoldenCase(passes=[], options=CompileOptions().validated(Target.default()))
     for line in text.splitlines():
         m = _DIRECTIVE.match(line)
         if not m:

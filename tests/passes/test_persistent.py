@@ -47,7 +47,7 @@ def row_sums(x, out, BLOCK: tc.constexpr):
 
 def _persistent_copy(module):
     """make_persistent applied to a copy (kernel.ir's module is shared with the interpreter)."""
-    return make_persistent(parse(print_module(module)), persistent=True)
+    return make_persistent(parse(print_module(module)))
 
 
 def _ids_reference(grid):
@@ -104,7 +104,7 @@ def test_pass_is_idempotent_and_names_the_hidden_arguments():
     spec = grid_ids.specialization("out=i32[?,?,?], BLOCK=4")
     once = _persistent_copy(grid_ids.ir(spec))
     text = print_module(once)
-    assert print_module(make_persistent(once, persistent=True)) == text
+    assert print_module(make_persistent(once)) == text
     func = once.func()
     assert func.attrs["arg_names"][-3:] == list(GRID_ARG_NAMES)
     assert len(func.attrs["arg_divisibility"]) == len(func.body.args)
@@ -142,9 +142,9 @@ def test_ptx_takes_the_grid_and_loops(arch, monkeypatch):
 @pytest.mark.skipif(not find_ptxas(), reason="ptxas not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_stdlib_matmul_kernel_compiles_persistent(arch):
-    cfg = mm.config_for(2048, 2048, 1024, tc.bfloat16, arch=arch)
+    cfg = mm.config_for(2048, 2048, 1024, tc.bfloat16, target=arch)
     cfg = mm.MatmulConfig(cfg.bm, cfg.bn, cfg.bk, cfg.num_warps, cfg.num_stages)
-    sig, cfg = mm.signature(2048, 2048, 1024, "bf16", arch=arch, config=cfg)
+    sig, cfg = mm.signature(2048, 2048, 1024, "bf16", target=arch, config=cfg)
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch=arch,
                   persistent=True)
     ptx, r = ck.asm["ptx"], ck.metadata["ptxas"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,7 +13,11 @@ import pytest
 import tilec as tc
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
+from tilec.stdlib_kernels import _common
 from tilec.stdlib_kernels import _norm_chunks as NC
+from tilec.target import Target
+
+H100 = Target.from_arch("sm_90a")
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches
@@ -169,7 +174,7 @@ def test_long_two_byte_rows_as_more_or_wider_tiles(n_cols, itemsize, window, wan
     (CR.ClusterRows(7, 2048, 8, 7), 2, {"min_programs_per_sm": 4}),
 ])
 def test_chunks_ask_for_a_floor_of_programs_per_sm(cl, itemsize, want):
-    assert CR.chunk_options(cl, itemsize) == want
+    assert CR.chunk_options(cl, itemsize, H100) == want
 
 
 @pytest.mark.parametrize("n,log,floor", [(50257, True, 8),
@@ -192,7 +197,7 @@ def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
     # bf16 81% -> 89% of copy with it)
     k = CR.softmax_cluster_kernel
     sig = f"x={dtype}[?,?], out={dtype}[?,?], LOG=True, C=7, BLOCK=8192, WINDOW={window}"
-    opts = CR.chunk_options(CR.ClusterRows(7, 8192, 8), 2)
+    opts = CR.chunk_options(CR.ClusterRows(7, 8192, 8), 2, H100)
     c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=8, cluster=7, **opts)
     ptxas = c.metadata["ptxas"]
     assert ".minnctapersm 5" in c.asm["ptx"] and ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
@@ -208,7 +213,7 @@ def test_eight_tile_chunks_take_the_highest_floor_that_fits(log, floor, regs):
     cl = CR.split_chunks(CR.cluster_rows(50272, (9, 0), CR.MAX_SOFTMAX_CHUNK), 50272)
     assert (cl.c, cl.tiles) == (7, 8)
     c = k.compile(k.specialization(sig), arch="sm_90a", fast_math=True, num_warps=4, cluster=7,
-                  **CR.chunk_options(cl, 2))
+                  **CR.chunk_options(cl, 2, H100))
     ptxas = c.metadata["ptxas"]
     kept = f".minnctapersm {floor}\n" if floor else ".minnctapersm"
     assert (kept in c.asm["ptx"]) == bool(floor), ptxas
@@ -352,7 +357,8 @@ def test_persistent_softmax_kernel_walks_rows(c, clusters):
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, launched, dtype):
     monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
-    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows
+    # fewer clusters than rows
+    monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     rng = np.random.default_rng(13)
     x = rowwise.host(20 * rng.standard_normal((5, 57345)), dtype)   # 8 chunks of 8192 (`split_chunks`: none)
@@ -411,7 +417,7 @@ def test_softmax_loop_plans(n_cols, itemsize, window, want):
 
 def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch, launched):
     monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # 32768 columns: 4 full chunks of 8192
-    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)
+    monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
     rng = np.random.default_rng(19)
     x = (20 * rng.standard_normal((5, 32768))).astype(np.float32)
@@ -425,7 +431,8 @@ def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch
 
 @pytest.mark.parametrize("rms", [False, True])
 def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
-    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # 7 rows on 2 clusters: rows c, c + 2, ...
+    # 7 rows on 2 clusters: rows c, c + 2, ...
+    monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
     rng = np.random.default_rng(17)
     n = 32768                                             # 2 full chunks on sectors: persistent clusters
     x = (40 + 3 * rng.standard_normal((7, n))).astype(np.float32)

@@ -6,25 +6,30 @@ import numpy as np
 import pytest
 
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _cluster_rows, _common, norms
+from dataclasses import replace
+
+from tilec.stdlib_kernels import _common, norms
+from tilec.target import Target
+
+H100 = Target.from_arch("sm_90a")   # 132 SMs, 50 MB of L2
 
 
 def test_long_row_launch_holds_one_row_per_sm_when_they_fit_in_l2():
     # 1024 x 65536 bf16: 128 KB rows, 132 of them in flight = 17 MB
-    assert _common.long_row_launch(1024, 65536, 2, 132) == (132, 16384, 16)
-    assert _common.long_row_launch(1024, 32768, 4, 132) == (132, 8192, 16)
-    assert _common.long_row_launch(40, 65536, 2, 132) == (40, 16384, 16)  # fewer rows than SMs
+    assert _common.long_row_launch(1024, 65536, 2, H100) == (132, 16384, 16)
+    assert _common.long_row_launch(1024, 32768, 4, H100) == (132, 8192, 16)
+    assert _common.long_row_launch(40, 65536, 2, H100) == (40, 16384, 16)  # fewer rows than SMs
     # 256 KB f32 rows (33 MB in flight) and longer: one program per row, row_config's tiles
-    assert _common.long_row_launch(1024, 65536, 4, 132) == (1024, None, None)
-    assert _common.long_row_launch(8, 262144, 2, 132) == (8, None, None)
+    assert _common.long_row_launch(1024, 65536, 4, H100) == (1024, None, None)
+    assert _common.long_row_launch(8, 262144, 2, H100) == (8, None, None)
 
 
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 def test_programs_walking_several_rows_match_numpy(rowwise, monkeypatch, rms, dtype):
-    monkeypatch.setattr(_common, "HOST_SM_COUNT", 2)   # 2 programs for 5 rows: 3 and 2 rows each
-    monkeypatch.setattr(_cluster_rows, "HOST_CAPABILITY", (8, 0))  # no clusters: the looped kernel
-    assert _common.long_row_launch(5, 16400, 2, 2) == (2, 16384, 16)
+    # 2 SMs: 2 programs for 5 rows, 3 and 2 rows each; sm_80: no clusters, the looped kernel
+    monkeypatch.setattr(_common, "HOST_TARGET", replace(Target.from_arch("sm_80"), sm_count=2))
+    assert _common.long_row_launch(5, 16400, 2, _common.HOST_TARGET) == (2, 16384, 16)
     # (rms_norm launches one program per row, which walks its row once)
     rng = np.random.default_rng(7)
     n = 16400                                          # two tiles, the second masked

@@ -12,6 +12,7 @@ import pytest
 
 import tilec as tc
 from tilec.options import OPTION_FIELDS
+from tilec.target import Target
 from tilec.runtime import interop, launcher
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
@@ -72,10 +73,11 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(_kernel_cls, "__getitem__", getitem)
     monkeypatch.setattr(_plan, "_launch_prepared", launch_prepared)
     monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
-    monkeypatch.setattr(norms, "sm_count", lambda a: 132)  # no device to ask
-    monkeypatch.setattr(_softmax, "sm_count", lambda a: 132)
-    monkeypatch.setattr(_matmul, "_device_info", lambda a: (132, "sm_90a"))
-    monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: (9, 0))
+    h100 = Target.from_arch("sm_90a")   # no device to ask
+    monkeypatch.setattr(norms, "target_of", lambda a: h100)
+    monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
+    monkeypatch.setattr(_matmul, "_target", lambda a: h100)
+    monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: h100.capability)
     monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
     _plan.clear_plans()
     yield log

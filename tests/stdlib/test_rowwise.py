@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _cluster_rows
+from tilec.stdlib_kernels import _cluster_rows, _common
+from tilec.target import Target
 
 from launch_spy import spy_launches
 from row_refs import ref_softmax
@@ -199,7 +200,7 @@ def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
 def test_norms_of_long_rows_with_a_large_mean(rowwise, monkeypatch, dtype, capability):
     # 16385 columns take the looped kernel (sm_80; the mean of 1000 tests its shifted
     # statistics) or a cluster of programs (sm_90: chunk means combined by Chan's formula).
-    monkeypatch.setattr(_cluster_rows, "HOST_CAPABILITY", capability)
+    monkeypatch.setattr(_common, "HOST_TARGET", Target.from_arch(capability))
     rng = np.random.default_rng(4)
     x = rowwise.host(1000 + rng.standard_normal((3, 16385)), dtype)
     w, b = rng.standard_normal(16385).astype(np.float32), rng.standard_normal(16385).astype(np.float32)

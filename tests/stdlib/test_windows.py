@@ -8,13 +8,16 @@ from __future__ import annotations
 import importlib
 import re
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows as CR
+from tilec.stdlib_kernels import _common
 from tilec.stdlib_kernels._common import DEPENDENT
+from tilec.target import Target
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches
@@ -34,12 +37,13 @@ def windows(monkeypatch):
 
 def _persistent(monkeypatch):
     monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
-    monkeypatch.setattr(CR, "HOST_RESIDENT_CLUSTERS", 2)   # fewer clusters than rows: a look-ahead past the last
+    # fewer clusters than rows: a look-ahead past the last
+    monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
     monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
 
 
 def _no_clusters(monkeypatch):
-    monkeypatch.setattr(CR, "HOST_CAPABILITY", (8, 0))
+    monkeypatch.setattr(_common, "HOST_TARGET", Target.from_arch("sm_80"))
 
 
 # (shape, set-up, kernels launched for f32 / f16); every row but the first starts off 32 bytes
