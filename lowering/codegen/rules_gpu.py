@@ -21,7 +21,6 @@ from ..gpu.swizzle import smem_vector
 from ..gpu.stages import axis_bits
 from ..passes.shared_alloc import convert_needs_shared
 from .rules_shape import register_map
-from .guard import guarded
 from .types import I32
 from .walker import lower_region, rule
 
@@ -139,10 +138,11 @@ def store_tile(ctx, t: TileType, vals, layout, byte_offset: int, columns=None) -
                 for i in range(v):
                     val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
             b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
-    # Copies of an element held by other lanes or warps are not written again: one writer per
-    # word, so no two threads race on it (their copies may differ in the last bit where a
-    # combine was contracted into an fma) and racecheck stays clean.
-    guarded(ctx, ctx.ownership(t)[1], emit)
+    # Copies of an element held by other lanes or warps write it too, with the same bits (a
+    # reduction's lanes combine exactly: exact_combines), so these writes never race. A
+    # branch to a single owner cost spills where registers are tight (a cluster row kernel
+    # at 64 registers: 8 bytes).
+    emit()
 
 
 def _load_tile(ctx, t: TileType, layout, byte_offset) -> List:
@@ -266,18 +266,30 @@ def _reduce_lanes(ctx, op):
     block = op.regions[0].block
     b = ctx.builder
     outs = []
+    fusable = False
     for r in range(len(inputs[0])):
         cur = [vals[r] for vals in inputs]
         for k in lane_i:
+            fusable |= any(getattr(v, "opname", None) in _PRODUCTS for v in cur)
             other = [shuffle(ctx, v, "xor", 1 << k) for v in cur]
             # combine in coordinate order, so that every lane of a pair computes the same value
             hi = b.icmp_unsigned("!=", b.and_(ctx.lane, ir.Constant(I32, 1 << k)), ir.Constant(I32, 0))
             lo_vals = [b.select(hi, o, c) for c, o in zip(cur, other)]
             hi_vals = [b.select(hi, c, o) for c, o in zip(cur, other)]
-            with ctx.exact_combines():
-                cur = combine(ctx, block, lo_vals, hi_vals)
+            cur = combine(ctx, block, lo_vals, hi_vals)
         outs.append(cur)
+    if fusable and ctx.fast_math:
+        # Under fast_math a lane's own product may be fused into its combine (an fma) while
+        # its partner adds the rounded copy it was sent: the lanes' results can differ in the
+        # last bit. Everyone takes the value of the lane at the axis' origin, so the copies
+        # agree (they are written to shared memory together, and compared by later code).
+        # Sums of sums, maxima and the like need no broadcast: their lanes agree already.
+        src = b.and_(ctx.lane, ir.Constant(I32, 31 & ~sum(1 << k for k in lane_i)))
+        outs = [[shuffle(ctx, v, "idx", src) for v in cur] for cur in outs]
     _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
+
+
+_PRODUCTS = ("fmul", "fdiv")  # float ops LLVM may contract into a following add
 
 
 # ----------------------------------------------------------------------------- scans

@@ -121,70 +121,69 @@ def _load(ctx, op, masked: bool):
     masks = ctx.elems(op.operands[1]) if masked else None
     others = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[2])] if masked else None
     vec = _vec(op, len(ptrs))
-    per_elem = masked and _mask_varies(op, vec)  # load the group if any element is wanted
     vty = mty if vec == 1 else ir.VectorType(mty, vec)
-    align = dtype.itemsize * vec
-    b = ctx.builder
-    out = []
     evict = op.attrs.get("evict")
     if vec > op.attrs.get("_aligned_vec", vec):
         return _realigned_load(ctx, op, ptrs, masks, others, vec, vty, evict)
-    for g in range(0, len(ptrs), vec):
-        def emit(p=ptrs[g]):
-            return b.load(p, typ=vty, align=align)
-        if per_elem:
-            xs = _load_group(ctx, ptrs[g:g + vec], masks[g:g + vec], others[g:g + vec], vty, evict, emit)
-        else:
-            pred = masks[g] if masked else None
-            if evict and _hintable(ptrs[g], vty):
-                v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
-            elif masked:
-                v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
-            else:
-                v = emit()
-            xs = _unpack(b, v, vec)
-        out.extend(_from_memory(ctx, x, dtype) for x in xs)
-    ctx.set_elems(op.result, out)
+    if masked and _mask_varies(op, vec):
+        xs = _ragged_load(ctx, ptrs, masks, others, vec, vty, evict)
+    else:
+        xs = [x for g in range(0, len(ptrs), vec)
+              for x in _group_load(ctx, ptrs[g], masks[g] if masked else None,
+                                   others[g:g + vec] if masked else None, vty, evict)]
+    ctx.set_elems(op.result, [_from_memory(ctx, x, dtype) for x in xs])
 
 
-def _load_group(ctx, ptrs, masks, others, vty, evict, emit_vector):
-    """A group whose mask varies inside it: one vector load where every element is wanted (a
-    row's interior), else each wanted element alone (its edges), so that no masked-off
-    element is read: past a tensor's end lies other data, unwritten memory or no page at all."""
+def _group_load(ctx, ptr, pred, others, vty, evict):
+    """One aligned group where `pred` holds (None: always): its elements, `others` elsewhere."""
+    n = vty.count if isinstance(vty, ir.VectorType) else 1
+    return _unpack(ctx.builder, _group_vector(ctx, ptr, pred, others, vty, evict), n)
+
+
+def _group_vector(ctx, ptr, pred, others, vty, evict):
     b = ctx.builder
-    ety = vty.element
-    whole = _fold(b, b.and_, masks)
-    if evict and _hintable(ptrs[0], vty):
-        # straight-line predicated loads (see _hinted_load): the vector where all are wanted,
-        # each element where it alone is
-        v = _unpack(b, _hinted_load(ctx, ptrs[0], whole, _pack(b, others), vty, evict), len(ptrs))
-        part = b.not_(whole)
-        return [_hinted_load(ctx, p, b.and_(cast_bool(b, m), part), x, ety, evict) if _hintable(p, ety) else
-                guarded(ctx, b.and_(cast_bool(b, m), part), lambda p=p: b.load(p, typ=ety, align=_nbytes(ety)), x)
-                for p, m, x in zip(ptrs, masks, v)]
-    vec_blk, split, merge = ctx.new_block("group.whole"), ctx.new_block("group.parts"), ctx.new_block("group.end")
-    b.cbranch(whole, vec_blk, split)
-    b.position_at_end(vec_blk)
-    v = _unpack(b, emit_vector(), len(ptrs))
-    vec_end = b.block
+    if evict and _hintable(ptr, vty):
+        return _hinted_load(ctx, ptr, pred, _pack(b, others) if others else None, vty, evict)
+    align = bit_width(vty) // 8
+
+    def emit():
+        return b.load(ptr, typ=vty, align=align)
+    return guarded(ctx, pred, emit, _pack(b, others)) if others else emit()
+
+
+def _ragged_load(ctx, ptrs, masks, others, vec, vty, evict):
+    """A load whose mask may change inside a group (a row's ragged ends): a masked-off
+    element is never read, since past a tensor's end lies other data, memory nothing wrote,
+    or no page. Where every group of the thread is wanted whole or not at all (every thread
+    but the few at the edges), each group is read whole under its mask, as an even load is;
+    otherwise each element alone. One test picks the path for the thread's whole tile, so
+    the even path stays as lean as before (a branch per group to its element loads cost a
+    windowed cluster row kernel 234 bytes of spills); the paths meet as whole vectors, so
+    16-bit elements stay packed in pairs."""
+    b = ctx.builder
+    starts = range(0, len(ptrs), vec)
+    anys = [_fold(b, b.or_, masks[g:g + vec]) for g in starts]
+    wholes = [_fold(b, b.and_, masks[g:g + vec]) for g in starts]
+    even = _fold(b, b.and_, [b.icmp_unsigned("==", a, w) for a, w in zip(anys, wholes)])
+    ety = vty.element if isinstance(vty, ir.VectorType) else vty
+    even_blk, ragged, merge = ctx.new_block("load.even"), ctx.new_block("load.ragged"), ctx.new_block("load.end")
+    b.cbranch(even, even_blk, ragged)
+    b.position_at_end(even_blk)
+    fast = [_group_vector(ctx, ptrs[g], a, others[g:g + vec], vty, evict) for g, a in zip(starts, anys)]
+    fast_end = b.block
     b.branch(merge)
-    b.position_at_end(split)
-    parts = [guarded(ctx, m, lambda p=p: b.load(p, typ=ety, align=_nbytes(ety)), o)
-             for p, m, o in zip(ptrs, masks, others)]
-    split_end = b.block
+    b.position_at_end(ragged)
+    slow = [_pack(b, [_group_vector(ctx, p, m, [o], ety, evict)
+                      for p, m, o in zip(ptrs[g:g + vec], masks[g:g + vec], others[g:g + vec])]) for g in starts]
+    slow_end = b.block
     b.branch(merge)
     b.position_at_end(merge)
-    out = []
-    for x, y in zip(v, parts):
-        phi = b.phi(ety)
-        phi.add_incoming(x, vec_end)
-        phi.add_incoming(y, split_end)
-        out.append(phi)
-    return out
-
-
-def _nbytes(t) -> int:
-    return max(1, bit_width(t) // 8)
+    phis = []
+    for x, y in zip(fast, slow):
+        phis.append(b.phi(x.type))
+        phis[-1].add_incoming(x, fast_end)
+        phis[-1].add_incoming(y, slow_end)
+    return [x for phi in phis for x in _unpack(b, phi, vec)]
 
 
 def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
