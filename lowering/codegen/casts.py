@@ -5,11 +5,19 @@ Semantics (numpy's, which the interpreter follows):
 - anything -> bool is "!= 0" (NaN -> True);
 - float -> narrower float rounds to nearest even; overflow follows PyTorch (and the
   interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN from 464 up.
-f8 values are i8 bit patterns. Decoding is exact bit manipulation everywhere;
-encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_89+ (then patches
+f8 values are i8 bit patterns. Decoding is exact: every f8 value is an f16 value,
+so an f8 is first widened to f16 (e5m2 is the high byte of an f16: a shift; e4m3
+by PTX `cvt.rn.f16x2.e4m3x2` on sm_90+ (`has_f8_cvt`), two at a time in `convert_all`,
+and by integer operations before), then converted from f16 like any f16 (e4m3 to f32
+without the cvt is decoded straight to f32 instead: shorter than the f16 route).
+Encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_90+ (then patches
 the overflow codes, since PTX only offers the saturating form) and the same
 rounding done with integer operations on older targets. Conversions from f64
 to bf16/f8 go through f32 (a double rounding, off by one ulp in rare ties).
+
+`convert` checks that the LLVM value is the storage type of `src` and emits
+fpext/fptrunc only between LLVM float types: a caller that hands it an f8's i8
+bits as something else gets an internal error naming both, not invalid LLVM IR.
 """
 from __future__ import annotations
 
@@ -18,11 +26,11 @@ import struct
 import numpy as np
 from llvmlite import ir
 
-from ...dtypes import DType, float32
+from ...dtypes import DType, float16, float32
 from ...options import arch_number
-from .types import F32, I1, I8, I16, I32, llvm_scalar
+from .types import F16, F32, I1, I8, I16, I32, I64, llvm_scalar
 
-__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "tie_to"]
+__all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32", "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
 # `over`: from this magnitude on (ties included) the result is the `over_code`.
@@ -74,10 +82,55 @@ def f8_decode_f32(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
     return b.bitcast(b.or_(mag, sign), F32)
 
 
+# f16 bits of the e4m3 subnormals m * 2^-9 (m = 0..7), high bytes only (the low bytes are 0),
+# byte m of one 64-bit word: f16 has room for them as normals, so they need no FP arithmetic
+_E4M3_SUB_F16 = sum((f16_hi >> 8) << (8 * m) for m, f16_hi in enumerate(
+    int(np.float16(m * 2.0 ** -9).view(np.uint16)) for m in range(8)))
+
+
+def has_f8_cvt(arch: str) -> bool:
+    """Whether the f8 cvt instructions are used on `arch`: sm_90 and later. sm_89 has them
+    too, but only from PTX ISA 8.1 (ptxas rejects them at sm_89's 7.8), which would make
+    every f8 kernel need a CUDA 12.1 driver there; the integer forms are exact as well."""
+    return arch_number(arch) >= 90
+
+
+def _cvt_f16_from_f8(arch: str, name: str) -> bool:
+    """Whether e4m3 -> f16 is one cvt (e5m2 never needs it: a shift)."""
+    return name == "f8e4m3" and has_f8_cvt(arch)
+
+
+def f8_decode_f16(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Value:
+    """i8 bits -> f16, exact (every f8 value, NaN and inf included, is an f16 value)."""
+    u = b.zext(x, I16)
+    if name == "f8e5m2":  # the same sign, exponent (bias 15) and the top two mantissa bits
+        return b.bitcast(b.shl(u, ir.Constant(I16, 8)), F16)
+    if _cvt_f16_from_f8(arch, name):
+        return _cvt_pair(b, u)[0]
+    low7 = b.and_(u, ir.Constant(I16, 0x7F))
+    # normal e4m3: the same fields, the mantissa moved up 7 bits and the exponent rebiased 7 -> 15
+    normal = b.add(b.shl(low7, ir.Constant(I16, 7)), ir.Constant(I16, (15 - 7) << 10))
+    sub_byte = b.lshr(ir.Constant(I64, _E4M3_SUB_F16), b.zext(b.shl(low7, ir.Constant(I16, 3)), I64))
+    sub = b.shl(b.trunc(sub_byte, I16), ir.Constant(I16, 8))
+    mag = b.select(b.icmp_unsigned("<", low7, ir.Constant(I16, 8)), sub, normal)
+    mag = b.select(b.icmp_unsigned("==", low7, ir.Constant(I16, 0x7F)), ir.Constant(I16, 0x7E00), mag)
+    sign = b.shl(b.and_(u, ir.Constant(I16, 0x80)), ir.Constant(I16, 8))
+    return b.bitcast(b.or_(mag, sign), F16)
+
+
+def _cvt_pair(b: ir.IRBuilder, bits16: ir.Value) -> list:
+    """Two e4m3 codes (low byte first) -> [f16, f16] with one `cvt.rn.f16x2.e4m3x2` (the low
+    byte lands in the low half). Inline PTX, not the NVVM intrinsic: LLVM aborted the process
+    ("Cannot select") on that at sm_89's PTX 7.8."""
+    word = b.asm(ir.FunctionType(I32, [I16]), "cvt.rn.f16x2.e4m3x2 $0, $1;", "=r,h", [bits16], False)
+    pair = b.bitcast(word, ir.VectorType(F16, 2))
+    return [b.extract_element(pair, ir.Constant(I32, i)) for i in (0, 1)]
+
+
 def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Value:
     """f32 -> i8 bits, round to nearest even, overflow as documented above."""
     p = _F8[name]
-    if arch_number(arch) >= 89:
+    if has_f8_cvt(arch):
         kind = "e4m3x2" if name == "f8e4m3" else "e5m2x2"
         fty = ir.FunctionType(I16, [F32, F32])
         pair = b.asm(fty, f"cvt.rn.satfinite.{kind}.f32 $0, $1, $2;", "=h,f,f",
@@ -127,12 +180,21 @@ def _to_float(b, x, src: DType, dst_ty):
     return b.sitofp(x, dst_ty)
 
 
+class ConversionError(ValueError):
+    """Codegen asked for a conversion it cannot express: a compiler bug, not a user error."""
+
+
 def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> ir.Value:
     """Convert one element from `src` to `dst`."""
+    if x.type != llvm_scalar(src):
+        raise ConversionError(f"internal error: a {src} element must be an LLVM {llvm_scalar(src)}, got "
+                              f"{x.type} (converting to {dst})")
     if src is dst:
         return x
     if src.is_fp8:
-        return convert(b, f8_decode_f32(b, x, src.name), float32, dst, arch)
+        if dst is float32 and not (src.name == "f8e5m2" or _cvt_f16_from_f8(arch, src.name)):
+            return f8_decode_f32(b, x, src.name)
+        return convert(b, f8_decode_f16(b, x, src.name, arch), float16, dst, arch)
     if dst.is_fp8:
         return f8_encode_f32(b, convert(b, x, src, float32, arch), dst.name, arch)
     dty = llvm_scalar(dst)
@@ -157,9 +219,32 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, arch: str) -> 
         return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
     if dst.name == "bf16" and src.name == "f64":
         return convert(b, convert(b, x, src, float32, arch), float32, dst, arch)
+    if not (_llvm_float(x.type) and _llvm_float(dty)):
+        raise ConversionError(f"internal error: no conversion from {src} ({x.type}) to {dst} ({dty})")
     if dst.bits > src.bits:
         return b.fpext(x, dty)
     return b.fptrunc(x, dty)
+
+
+def _llvm_float(ty: ir.Type) -> bool:
+    return isinstance(ty, ir.types._BaseFloatType)
+
+
+def convert_all(b: ir.IRBuilder, xs: list, src: DType, dst: DType, arch: str) -> list:
+    """`convert` of every element of `xs` (a thread's registers of one tile). e4m3 codes are
+    widened two at a time where the paired cvt is used (sm_90+), which is how it comes."""
+    if not (src.is_fp8 and dst is not src and _cvt_f16_from_f8(arch, src.name)) or len(xs) < 2:
+        return [convert(b, x, src, dst, arch) for x in xs]
+    for x in xs:
+        if x.type != I8:
+            raise ConversionError(f"internal error: a {src} element must be an LLVM i8, got {x.type}")
+    halves = []
+    for k in range(0, len(xs) - 1, 2):
+        lo, hi = b.zext(xs[k], I16), b.zext(xs[k + 1], I16)
+        halves += _cvt_pair(b, b.or_(lo, b.shl(hi, ir.Constant(I16, 8))))
+    if len(xs) % 2:
+        halves.append(f8_decode_f16(b, xs[-1], src.name, arch))
+    return [convert(b, h, float16, dst, arch) for h in halves]
 
 
 _ASM_REG = {16: "h", 32: "r", 64: "l"}
