@@ -3,8 +3,9 @@
 Semantics (numpy's, which the interpreter follows):
 - float -> int truncates toward zero and saturates (NaN -> 0), as PTX cvt.rzi does;
 - anything -> bool is "!= 0" (NaN -> True);
-- float -> narrower float rounds to nearest even; overflow follows PyTorch (and the
-  interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN from 464 up.
+- float -> narrower float rounds to nearest even; overflow follows PyTorch and ml_dtypes
+  (and the interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN past 464
+  (464 itself is a tie that rounds to even: 448).
 f8 values are i8 bit patterns. Decoding is exact: every f8 value is an f16 value,
 so an f8 is first widened to f16 (e5m2 is the high byte of an f16: a shift; e4m3
 by PTX `cvt.rn.f16x2.e4m3x2` on sm_90+ (`has_f8_cvt`), two at a time in `convert_all`,
@@ -33,10 +34,12 @@ from .types import F16, F32, I1, I8, I16, I32, I64, llvm_scalar
 __all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32", "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
-# `over`: from this magnitude on (ties included) the result is the `over_code`.
+# `over`: past this magnitude the result is the `over_code`; at it (a tie between the largest
+# finite value and the next power of two) rounding to even decides (`tie_over`): 448 has an
+# even mantissa, so e4m3 keeps 464 finite; 57344's is odd, so e5m2 sends 61440 to inf.
 _F8 = {
-    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, over_code=0x7F, nan=0x7F),
-    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, over_code=0x7C, nan=0x7F),
+    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, tie_over=False, over_code=0x7F, nan=0x7F),
+    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, tie_over=True, over_code=0x7C, nan=0x7F),
 }
 
 
@@ -47,7 +50,7 @@ def f8_bits(v: float, name: str) -> int:
         return p["nan"]
     sign = 0x80 if (v < 0 or (v == 0 and np.signbit(v))) else 0
     a = abs(v)
-    if a >= p["over"]:
+    if a > p["over"] or (a == p["over"] and p["tie_over"]):
         return p["nan"] if p["over_code"] == p["nan"] else sign | p["over_code"]
     min_normal = 2.0 ** (1 - p["bias"])
     if a < min_normal:
@@ -157,9 +160,9 @@ def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, arch: str) -> ir.Valu
 
 
 def _overflow(b, x, code, p):
-    """Replace the code of magnitudes from p["over"] up (inf included) by inf or NaN."""
+    """Replace the code of magnitudes past p["over"] (inf included) by inf or NaN."""
     ax = b.call(_declare(b, "llvm.fabs.f32", F32, [F32]), [x])
-    big = b.fcmp_ordered(">=", ax, ir.Constant(F32, p["over"]))
+    big = b.fcmp_ordered(">=" if p["tie_over"] else ">", ax, ir.Constant(F32, p["over"]))
     if p["over_code"] == p["nan"]:
         return b.select(big, ir.Constant(I8, p["nan"]), code)
     sign = b.and_(b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 24)), I8), ir.Constant(I8, 0x80))
