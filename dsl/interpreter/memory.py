@@ -50,8 +50,11 @@ def _flat_span(arr: np.ndarray):
     hi = sum((n - 1) * s for n, s in zip(arr.shape, strides) if s > 0)
     # the lowest-addressed element, as a view, so that as_strided starts there
     first = arr[tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(arr.shape, strides))]
-    flat = np.lib.stride_tricks.as_strided(first, shape=(hi - lo + 1,), strides=(item,),
-                                           writeable=arr.flags.writeable)
+    # as_strided rebuilds the dtype from its type string, which names some extension types
+    # ambiguously (ml_dtypes' float8_e5m2 is "<f1"): go through raw bytes of the same size
+    raw = first.view(np.dtype((np.void, item)))
+    flat = np.lib.stride_tricks.as_strided(raw, shape=(hi - lo + 1,), strides=(item,),
+                                           writeable=arr.flags.writeable).view(arr.dtype)
     return flat, -lo, strides
 
 
