@@ -31,7 +31,8 @@ from ...dtypes import DType, float16, float32
 from ...options import arch_number
 from .types import F16, F32, I1, I8, I16, I32, I64, llvm_scalar
 
-__all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32", "tie_to"]
+__all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32",
+           "has_f8_cvt", "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
 # `over`: past this magnitude the result is the `over_code`; at it (a tie between the largest
@@ -235,7 +236,7 @@ def _llvm_float(ty: ir.Type) -> bool:
 
 def convert_all(b: ir.IRBuilder, xs: list, src: DType, dst: DType, arch: str) -> list:
     """`convert` of every element of `xs` (a thread's registers of one tile). e4m3 codes are
-    widened two at a time where the paired cvt is used (sm_90+), which is how it comes."""
+    widened two at a time where the cvt is used (sm_90+): one instruction takes a pair."""
     if not (src.is_fp8 and dst is not src and _cvt_f16_from_f8(arch, src.name)) or len(xs) < 2:
         return [convert(b, x, src, dst, arch) for x in xs]
     for x in xs:

@@ -45,8 +45,9 @@ On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
 the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
 memory; tf32 and f8 store B transposed, K contiguous, the only form wgmma takes for them).
 Off sm_90a, or on tiles wgmma does not take, f8 dots take the f16 mma.sync route above
-(or the FMA lowering where mma.sync does not fit either). pipeline_loads turns the stores into a cp.async ring and, where the ring
-has room, lets one wgmma group stay in flight across iterations.
+(or the FMA lowering where mma.sync does not fit either). pipeline_loads turns the stores
+into a cp.async ring and, where the ring has room, lets one wgmma group stay in flight
+across iterations.
 """
 from __future__ import annotations
 

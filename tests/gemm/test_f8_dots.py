@@ -14,7 +14,7 @@ from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
-from gemm_kernels import matmul, matmul_cast
+from gemm_kernels import dot_by_constant, matmul, matmul_cast
 
 F8 = [tc.float8e4m3, tc.float8e5m2]
 SHAPES = [(16, 16, 16), (16, 16, 32), (32, 32, 32), (64, 64, 64), (64, 64, 128)]
@@ -163,3 +163,17 @@ def test_ml_dtypes_f8_arrays_on_the_interpreter(fmt):
     with tc.interpret():
         matmul[(2, 2)](a, b, c, BM=16, BN=16, BK=16, TF32=False)
     np.testing.assert_array_equal(c, a.astype(np.float64) @ b.astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt", F8, ids=str)
+def test_f8_operand_already_in_its_register_layout(fmt):
+    """An operand that needs no staging is widened where it is: same instruction, same result."""
+    a = np.random.default_rng(4).integers(-2, 3, (32, 32)).astype(np.float32)
+    c = np.full((32, 32), np.nan, np.float32)
+    with tc.interpret():
+        dot_by_constant[(1,)](a, c, DT=fmt)
+    np.testing.assert_array_equal(c, a.astype(np.float64) @ np.full((32, 32), 1.5))
+    ck = _compile(dot_by_constant, f"a=f32[?,?], c=f32[?,?], DT={fmt.name}", "sm_80")
+    assert "tile.constant {value = 1.5} : tile<32x32x" + fmt.name + ", #dot_op{op_idx = 1" in ck.asm["gpu"]
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in ck.asm["ptx"]
+    _assembled(ck)

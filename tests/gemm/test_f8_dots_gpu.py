@@ -8,7 +8,7 @@ import pytest
 import tilec as tc
 from tilec.interpreter import numerics
 
-from gemm_kernels import matmul, matmul_cast
+from gemm_kernels import dot_by_constant, matmul, matmul_cast
 
 pytestmark = pytest.mark.gpu
 
@@ -88,6 +88,16 @@ def test_random_f8_dots(fmt, shape, arch):
     for kernel, args in ((matmul, (a, b)), (matmul_cast, (x, y))):
         err = np.abs(_dot(kernel, fmt, shape, *args, arch) - want)
         assert np.all(err <= bound), f"{kernel.fn.__name__}: max error {(err / bound).max():.3g} of the bound"
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a or "device")
+@pytest.mark.parametrize("fmt", F8, ids=str)
+def test_f8_dot_by_a_constant_operand(fmt, arch):
+    """B made in its register layout (not staged through shared memory), widened in place."""
+    a = np.random.default_rng(4).integers(-2, 3, (32, 32)).astype(np.float32)
+    c = np.full((32, 32), np.nan, np.float32)
+    _, out = _launch(dot_by_constant, (1,), [(a, None), (c, None)], arch, DT=fmt)
+    np.testing.assert_array_equal(out, a.astype(np.float64) @ np.full((32, 32), 1.5))
 
 
 @tc.kernel
