@@ -164,7 +164,10 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     layout = target.data_layout(tgt)
 
     def emit(llmod):
-        return target.optimize_and_emit(str(llmod), tgt, ptx_version, kernel=name)
+        try:
+            return target.optimize_and_emit(str(llmod), tgt, ptx_version, kernel=name)
+        except CompilationError as e:
+            raise _located(e, llmod) from e
 
     res = emit(_stage("codegen", name, timings, lambda: generate(gpu, data_layout=layout)))
 
@@ -198,6 +201,17 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def _located(e: CompilationError, llmod) -> CompilationError:
+    """`e` (LLVM rejected the module: a codegen bug) naming the op whose code LLVM quotes and
+    that op's source line, where it can be traced."""
+    from .lowering.codegen import origin_of
+    op = origin_of(llmod, e.msg) if e.loc is None else None
+    if op is None:
+        return e
+    return CompilationError(f"{e.msg.rstrip()}\n(in the code generated for '{op.name}')", loc=op.loc,
+                            kernel=e.kernel, stage=f"{e.stage} (code of {op.name})")
 
 
 def _ptx_needed(gpu) -> int:

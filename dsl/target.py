@@ -162,7 +162,9 @@ def _from_arch(arch: str) -> Target:
         arch=arch, capability=(major, minor), ptx_min=SUPPORTED_ARCHS[arch],
         has_cp_async=number >= 80, has_wgmma=wgmma, has_tma=number >= 90, has_clusters=number >= 90,
         has_setmaxnreg=specific and number in (90, 100), has_dependent_launch=number >= 90,
-        has_f8_convert=number >= 89, has_f8_mma=wgmma,
+        # sm_89 has the f8 cvts too, but only from PTX ISA 8.1 (ptxas rejects them at its 7.8):
+        # every f8 kernel there would need a CUDA 12.1 driver; the integer forms are exact
+        has_f8_convert=number >= 90, has_f8_mma=wgmma,
         device=part, sm_count=sms, shared_per_block=smem_block, shared_per_sm=smem_sm,
         registers_per_sm=65536, registers_per_thread=255, max_threads_per_sm=threads,
         max_programs_per_sm=ctas, l2_bytes=l2, clusters_of_8=clusters)

@@ -125,7 +125,9 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
     - wgmma targets (sm_90a), tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
       128-byte swizzle row of A per stage row (64 f16/bf16, 32 tf32, 128 f8) and stages
       from SMEM_BUDGET_WGMMA (128 x 256 x 64 bf16: 4 stages, 192 KB).
-    - f8 without f8 tensor cores (`target.has_f8_mma`: wgmma) has no tensor-core lowering: the FMA tiles.
+    - f8 without f8 tensor cores (`target.has_f8_mma`: wgmma): the small tiles of the FMA configuration (64 x 64 x 16), chosen when f8
+      had no other lowering there; its dots now run on mma.sync as f16 widened from f8
+      (accelerate_dot), with these tiles not yet tuned for that on a GPU.
     - Warp specialization (wgmma targets, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
       are at least WS_MIN_WAVES programs per SM (8192^3: +4-5% with register stores,
       +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result

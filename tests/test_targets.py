@@ -11,7 +11,7 @@ from tilec.target import SUPPORTED_ARCHS, Target
 FEATURES = {
     "sm_80": (False, False, False, False, False, False, False),
     "sm_86": (False, False, False, False, False, False, False),
-    "sm_89": (False, False, False, False, False, True, False),
+    "sm_89": (False, False, False, False, False, False, False),  # f8 cvts need PTX 8.1 there
     "sm_90": (False, True, True, False, True, True, False),
     "sm_90a": (True, True, True, True, True, True, True),
     "sm_100": (False, True, True, False, True, True, False),

@@ -3,8 +3,9 @@
 Storage (`DType.np`): bool, the numpy integer types, float16, float32, float64;
 bf16, f8e4m3 and f8e5m2 live in float32 and are rounded to their format after
 every op that produces them. Rounding is round-to-nearest-even everywhere, with
-the overflow rules of PyTorch's conversions: bf16 and f8e5m2 overflow to inf,
-f8e4m3 (the `e4m3fn` variant: no inf) gives NaN for |x| >= 464 and for inf.
+the overflow rules of PyTorch's (and ml_dtypes') conversions: bf16 and f8e5m2 overflow
+to inf, f8e4m3 (the `e4m3fn` variant: no inf) gives NaN where the rounded magnitude passes
+448 (|x| > 464: 464 itself is a tie that rounds to even, 448) and for inf.
 
 Every helper here accepts numpy scalars and arrays alike and returns the same
 kind (0-d results come back as numpy scalars through `[()]`).
@@ -21,11 +22,11 @@ from .. import dtypes as dt
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 
 # mantissa bits (with the implicit one), smallest normal exponent, largest finite value,
-# |x| from which the result is NaN (formats without inf) or None (formats with inf)
+# whether the format has infinities (else overflow gives NaN)
 _FORMATS = {
-    "bf16": (8, -126, float.fromhex("0x1.fep127"), None),
-    "f8e4m3": (4, -6, 448.0, 464.0),
-    "f8e5m2": (3, -14, 57344.0, None),
+    "bf16": (8, -126, float.fromhex("0x1.fep127"), True),
+    "f8e4m3": (4, -6, 448.0, False),
+    "f8e5m2": (3, -14, 57344.0, True),
 }
 
 EMULATED = frozenset(_FORMATS)  # dtypes stored in float32 and rounded by `round_to`
@@ -33,15 +34,15 @@ EMULATED = frozenset(_FORMATS)  # dtypes stored in float32 and rounded by `round
 
 def _round_format(x, fmt):
     """Round float values (any float dtype) to `fmt`, returned in float32 storage."""
-    p, emin, maxval, nan_from = _FORMATS[fmt]
+    p, emin, maxval, has_inf = _FORMATS[fmt]
     x64 = np.asarray(x, dtype=F64)
     _, e = np.frexp(x64)  # |x| = m * 2**e with m in [0.5, 1): the unit exponent is e - 1
     quantum = np.ldexp(1.0, np.maximum(e - 1, emin) - (p - 1))
     r = np.rint(x64 / quantum) * quantum  # rint: ties to even; scaling by 2**k is exact
-    if nan_from is None:
+    if has_inf:
         r = np.where(np.abs(r) > maxval, np.copysign(np.inf, x64), r)
-    else:
-        r = np.where(np.abs(x64) >= nan_from, np.nan, r)
+    else:  # inf rounds to inf (frexp leaves it), which is past maxval too
+        r = np.where(np.abs(r) > maxval, np.nan, r)
     return r.astype(F32)[()]
 
 

@@ -3,13 +3,22 @@
 Semantics (numpy's, which the interpreter follows):
 - float -> int truncates toward zero and saturates (NaN -> 0), as PTX cvt.rzi does;
 - anything -> bool is "!= 0" (NaN -> True);
-- float -> narrower float rounds to nearest even; overflow follows PyTorch (and the
-  interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN from 464 up.
-f8 values are i8 bit patterns. Decoding is exact bit manipulation everywhere;
-encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_89+ (then patches
+- float -> narrower float rounds to nearest even; overflow follows PyTorch and ml_dtypes
+  (and the interpreter): bf16, f16 and f8e5m2 give inf, f8e4m3 (no inf) gives NaN past 464
+  (464 itself is a tie that rounds to even: 448).
+f8 values are i8 bit patterns. Decoding is exact: every f8 value is an f16 value,
+so an f8 is first widened to f16 (e5m2 is the high byte of an f16: a shift; e4m3
+by PTX `cvt.rn.f16x2.e4m3x2` on sm_90+ (`has_f8_cvt`), two at a time in `convert_all`,
+and by integer operations before), then converted from f16 like any f16 (e4m3 to f32
+without the cvt is decoded straight to f32 instead: shorter than the f16 route).
+Encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_90+ (then patches
 the overflow codes, since PTX only offers the saturating form) and the same
 rounding done with integer operations on older targets. Conversions from f64
 to bf16/f8 go through f32 (a double rounding, off by one ulp in rare ties).
+
+`convert` checks that the LLVM value is the storage type of `src` and emits
+fpext/fptrunc only between LLVM float types: a caller that hands it an f8's i8
+bits as something else gets an internal error naming both, not invalid LLVM IR.
 """
 from __future__ import annotations
 
@@ -18,17 +27,20 @@ import struct
 import numpy as np
 from llvmlite import ir
 
-from ...dtypes import DType, float32
+from ...dtypes import DType, float16, float32
 from ...target import Target
-from .types import F32, I1, I8, I16, I32, llvm_scalar
+from .types import F16, F32, I1, I8, I16, I32, I64, llvm_scalar
 
-__all__ = ["convert", "f8_bits", "f8_decode_f32", "f8_encode_f32", "tie_to"]
+__all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32",
+           "has_f8_cvt", "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
-# `over`: from this magnitude on (ties included) the result is the `over_code`.
+# `over`: past this magnitude the result is the `over_code`; at it (a tie between the largest
+# finite value and the next power of two) rounding to even decides (`tie_over`): 448 has an
+# even mantissa, so e4m3 keeps 464 finite; 57344's is odd, so e5m2 sends 61440 to inf.
 _F8 = {
-    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, over_code=0x7F, nan=0x7F),
-    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, over_code=0x7C, nan=0x7F),
+    "f8e4m3": dict(man=3, bias=7, max_code=0x7E, over=464.0, tie_over=False, over_code=0x7F, nan=0x7F),
+    "f8e5m2": dict(man=2, bias=15, max_code=0x7B, over=61440.0, tie_over=True, over_code=0x7C, nan=0x7F),
 }
 
 
@@ -39,7 +51,7 @@ def f8_bits(v: float, name: str) -> int:
         return p["nan"]
     sign = 0x80 if (v < 0 or (v == 0 and np.signbit(v))) else 0
     a = abs(v)
-    if a >= p["over"]:
+    if a > p["over"] or (a == p["over"] and p["tie_over"]):
         return p["nan"] if p["over_code"] == p["nan"] else sign | p["over_code"]
     min_normal = 2.0 ** (1 - p["bias"])
     if a < min_normal:
@@ -74,6 +86,44 @@ def f8_decode_f32(b: ir.IRBuilder, x: ir.Value, name: str) -> ir.Value:
     return b.bitcast(b.or_(mag, sign), F32)
 
 
+# f16 bits of the e4m3 subnormals m * 2^-9 (m = 0..7), high bytes only (the low bytes are 0),
+# byte m of one 64-bit word: f16 has room for them as normals, so they need no FP arithmetic
+_E4M3_SUB_F16 = sum((f16_hi >> 8) << (8 * m) for m, f16_hi in enumerate(
+    int(np.float16(m * 2.0 ** -9).view(np.uint16)) for m in range(8)))
+
+
+def _cvt_f16_from_f8(target: Target, name: str) -> bool:
+    """Whether e4m3 -> f16 is one cvt (e5m2 never needs it: a shift)."""
+    return name == "f8e4m3" and target.has_f8_convert
+
+
+def f8_decode_f16(b: ir.IRBuilder, x: ir.Value, name: str, target: Target) -> ir.Value:
+    """i8 bits -> f16, exact (every f8 value, NaN and inf included, is an f16 value)."""
+    u = b.zext(x, I16)
+    if name == "f8e5m2":  # the same sign, exponent (bias 15) and the top two mantissa bits
+        return b.bitcast(b.shl(u, ir.Constant(I16, 8)), F16)
+    if _cvt_f16_from_f8(target, name):
+        return _cvt_pair(b, u)[0]
+    low7 = b.and_(u, ir.Constant(I16, 0x7F))
+    # normal e4m3: the same fields, the mantissa moved up 7 bits and the exponent rebiased 7 -> 15
+    normal = b.add(b.shl(low7, ir.Constant(I16, 7)), ir.Constant(I16, (15 - 7) << 10))
+    sub_byte = b.lshr(ir.Constant(I64, _E4M3_SUB_F16), b.zext(b.shl(low7, ir.Constant(I16, 3)), I64))
+    sub = b.shl(b.trunc(sub_byte, I16), ir.Constant(I16, 8))
+    mag = b.select(b.icmp_unsigned("<", low7, ir.Constant(I16, 8)), sub, normal)
+    mag = b.select(b.icmp_unsigned("==", low7, ir.Constant(I16, 0x7F)), ir.Constant(I16, 0x7E00), mag)
+    sign = b.shl(b.and_(u, ir.Constant(I16, 0x80)), ir.Constant(I16, 8))
+    return b.bitcast(b.or_(mag, sign), F16)
+
+
+def _cvt_pair(b: ir.IRBuilder, bits16: ir.Value) -> list:
+    """Two e4m3 codes (low byte first) -> [f16, f16] with one `cvt.rn.f16x2.e4m3x2` (the low
+    byte lands in the low half). Inline PTX, not the NVVM intrinsic: LLVM aborted the process
+    ("Cannot select") on that at sm_89's PTX 7.8."""
+    word = b.asm(ir.FunctionType(I32, [I16]), "cvt.rn.f16x2.e4m3x2 $0, $1;", "=r,h", [bits16], False)
+    pair = b.bitcast(word, ir.VectorType(F16, 2))
+    return [b.extract_element(pair, ir.Constant(I32, i)) for i in (0, 1)]
+
+
 def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, target: Target) -> ir.Value:
     """f32 -> i8 bits, round to nearest even, overflow as documented above."""
     p = _F8[name]
@@ -104,9 +154,9 @@ def f8_encode_f32(b: ir.IRBuilder, x: ir.Value, name: str, target: Target) -> ir
 
 
 def _overflow(b, x, code, p):
-    """Replace the code of magnitudes from p["over"] up (inf included) by inf or NaN."""
+    """Replace the code of magnitudes past p["over"] (inf included) by inf or NaN."""
     ax = b.call(_declare(b, "llvm.fabs.f32", F32, [F32]), [x])
-    big = b.fcmp_ordered(">=", ax, ir.Constant(F32, p["over"]))
+    big = b.fcmp_ordered(">=" if p["tie_over"] else ">", ax, ir.Constant(F32, p["over"]))
     if p["over_code"] == p["nan"]:
         return b.select(big, ir.Constant(I8, p["nan"]), code)
     sign = b.and_(b.trunc(b.lshr(b.bitcast(x, I32), ir.Constant(I32, 24)), I8), ir.Constant(I8, 0x80))
@@ -127,12 +177,21 @@ def _to_float(b, x, src: DType, dst_ty):
     return b.sitofp(x, dst_ty)
 
 
+class ConversionError(ValueError):
+    """Codegen asked for a conversion it cannot express: a compiler bug, not a user error."""
+
+
 def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, target: Target) -> ir.Value:
     """Convert one element from `src` to `dst`."""
+    if x.type != llvm_scalar(src):
+        raise ConversionError(f"internal error: a {src} element must be an LLVM {llvm_scalar(src)}, got "
+                              f"{x.type} (converting to {dst})")
     if src is dst:
         return x
     if src.is_fp8:
-        return convert(b, f8_decode_f32(b, x, src.name), float32, dst, target)
+        if dst is float32 and not (src.name == "f8e5m2" or _cvt_f16_from_f8(target, src.name)):
+            return f8_decode_f32(b, x, src.name)
+        return convert(b, f8_decode_f16(b, x, src.name, target), float16, dst, target)
     if dst.is_fp8:
         return f8_encode_f32(b, convert(b, x, src, float32, target), dst.name, target)
     dty = llvm_scalar(dst)
@@ -157,9 +216,32 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, target: Target
         return convert(b, convert(b, x, src, float32, target), float32, dst, target)
     if dst.name == "bf16" and src.name == "f64":
         return convert(b, convert(b, x, src, float32, target), float32, dst, target)
+    if not (_llvm_float(x.type) and _llvm_float(dty)):
+        raise ConversionError(f"internal error: no conversion from {src} ({x.type}) to {dst} ({dty})")
     if dst.bits > src.bits:
         return b.fpext(x, dty)
     return b.fptrunc(x, dty)
+
+
+def _llvm_float(ty: ir.Type) -> bool:
+    return isinstance(ty, ir.types._BaseFloatType)
+
+
+def convert_all(b: ir.IRBuilder, xs: list, src: DType, dst: DType, target: Target) -> list:
+    """`convert` of every element of `xs` (a thread's registers of one tile). e4m3 codes are
+    widened two at a time where the cvt is used (sm_90+): one instruction takes a pair."""
+    if not (src.is_fp8 and dst is not src and _cvt_f16_from_f8(target, src.name)) or len(xs) < 2:
+        return [convert(b, x, src, dst, target) for x in xs]
+    for x in xs:
+        if x.type != I8:
+            raise ConversionError(f"internal error: a {src} element must be an LLVM i8, got {x.type}")
+    halves = []
+    for k in range(0, len(xs) - 1, 2):
+        lo, hi = b.zext(xs[k], I16), b.zext(xs[k + 1], I16)
+        halves += _cvt_pair(b, b.or_(lo, b.shl(hi, ir.Constant(I16, 8))))
+    if len(xs) % 2:
+        halves.append(f8_decode_f16(b, xs[-1], src.name, target))
+    return [convert(b, h, float16, dst, target) for h in halves]
 
 
 _ASM_REG = {16: "h", 32: "r", 64: "l"}

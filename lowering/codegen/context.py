@@ -21,7 +21,17 @@ from ...target import Target
 from .indexing import IndexOps, as_i32
 from .types import I32, const, llvm_type
 
-__all__ = ["CodegenContext", "ViewValue"]
+__all__ = ["CodegenContext", "OpTaggingBuilder", "ViewValue"]
+
+
+class OpTaggingBuilder(ir.IRBuilder):
+    """An IRBuilder that tags each instruction with the op being lowered (`op`, set by the
+    walker), so that a module LLVM rejects can be traced to the op and its source line."""
+    op = None
+
+    def _insert(self, instr):
+        instr.tilec_op = self.op
+        super()._insert(instr)
 
 
 @dataclass
@@ -57,7 +67,7 @@ class CodegenContext:
         # every later block is dominated by them; it branches to `body` at the end.
         self.prologue = func.append_basic_block("prologue")
         body = func.append_basic_block("entry")
-        self.builder = ir.IRBuilder(self.prologue)
+        self.builder = OpTaggingBuilder(self.prologue)
         self.tid = self.special_reg("tid.x")
         self.lane = self.builder.and_(self.tid, ir.Constant(I32, 31), name="lane")
         self.warp = self.builder.lshr(self.tid, ir.Constant(I32, 5), name="warp")

@@ -11,7 +11,7 @@ from llvmlite import ir
 
 from ...dtypes import DType, float32
 from ...ir import defined_inside, tile_ops as T
-from .casts import cast_bool, convert, tie_to
+from .casts import cast_bool, convert, convert_all, tie_to
 from .walker import rule
 
 __all__ = ["map_elementwise"]
@@ -216,7 +216,7 @@ def _cast(ctx, op):
     iv = _invariant_widening(ctx, op, src, dst)
     if iv is not None:
         xs = tie_to(b, xs, iv)
-    ctx.set_elems(op.result, [convert(b, x, src, dst, ctx.target) for x in xs])
+    ctx.set_elems(op.result, convert_all(b, xs, src, dst, ctx.target))
 
 
 def _invariant_widening(ctx, op, src: DType, dst: DType):

@@ -20,6 +20,7 @@ from ..gpu.scan import scan_lanes, scan_thread, scan_warps
 from ..gpu.swizzle import smem_vector
 from ..gpu.stages import axis_bits
 from ..passes.shared_alloc import convert_needs_shared
+from .casts import convert_all
 from .rules_shape import register_map
 from .types import I32
 from .walker import lower_region, rule
@@ -357,14 +358,6 @@ def _compress(r: int, positions: Sequence[int]) -> int:
     return sum(((r >> k) & 1) << i for i, k in enumerate(positions))
 
 
-def _widen(b, v, to: ir.Type, signed: bool):
-    if v.type == to:
-        return v
-    if isinstance(to, ir.IntType):
-        return b.sext(v, to) if signed else b.zext(v, to)
-    return b.fpext(v, to)
-
-
 @rule(T.DotOp)
 def _dot_fma(ctx, op):
     a_t, b_t, c_t = (v.type for v in op.operands)
@@ -379,9 +372,11 @@ def _dot_fma(ctx, op):
     bld = ctx.builder
     cty = ctx.ltype(c_t.element)
     is_float = isinstance(cty, (ir.FloatType, ir.DoubleType, ir.HalfType)) or not isinstance(cty, ir.IntType)
-    signed = a_t.dtype.is_signed
-    widened_a = [_widen(bld, v, cty, signed) for v in a_vals]
-    widened_b = [_widen(bld, v, cty, signed) for v in b_vals]
+    # the operands in the accumulator's type, through the one conversion helper (f8 values
+    # are i8 bit patterns: only casts.convert knows how to widen them)
+    src, dst = ctx.dtype(a_t), ctx.dtype(c_t)
+    widened_a = convert_all(bld, a_vals, src, dst, ctx.arch)
+    widened_b = convert_all(bld, b_vals, src, dst, ctx.arch)
     fma_name = None
     if is_float:
         fma_name = {"float": "llvm.fmuladd.f32", "double": "llvm.fmuladd.f64", "half": "llvm.fmuladd.f16"}[str(cty)]

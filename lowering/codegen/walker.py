@@ -23,7 +23,7 @@ from ...target import Target
 from .context import CodegenContext, ViewValue
 from .types import global_ptr, llvm_scalar
 
-__all__ = ["rule", "RULES", "lower_block", "lower_region", "generate", "flatten", "unflatten"]
+__all__ = ["rule", "RULES", "lower_block", "lower_region", "generate", "flatten", "unflatten", "origin_of"]
 
 RULES: Dict[type, Callable[[CodegenContext, Op], None]] = {}
 
@@ -51,6 +51,7 @@ def lower_op(ctx: CodegenContext, op: Op) -> None:
     if ctx.debug_scope is not None and op.loc.known:
         ctx.builder.debug_metadata = ctx.module.add_debug_info(
             "DILocation", {"line": op.loc.line, "column": op.loc.col, "scope": ctx.debug_scope})
+    outer, ctx.builder.op = ctx.builder.op, op  # ops with regions lower their inner ops here
     try:
         _find_rule(op)(ctx, op)
     except CompilationError:
@@ -58,6 +59,21 @@ def lower_op(ctx: CodegenContext, op: Op) -> None:
     except Exception as e:  # any failure inside a rule is reported against the user's op
         raise CompilationError(f"cannot lower '{op.name}': {e}", loc=op.loc,
                                kernel=ctx.kernel_name, stage=f"codegen of {op.name}") from e
+    finally:
+        ctx.builder.op = outer
+
+
+def origin_of(llmod: ir.Module, message: str) -> Optional[Op]:
+    """The op whose lowering emitted an instruction that LLVM's `message` quotes (parse and
+    verifier errors both print the offending instruction on a line of its own), or None."""
+    quoted = {ln.strip() for ln in message.splitlines() if ln.strip()}
+    for fn in llmod.functions:
+        for block in fn.blocks:
+            for instr in block.instructions:
+                op = getattr(instr, "tilec_op", None)
+                if op is not None and str(instr).strip() in quoted:
+                    return op
+    return None
 
 
 def lower_block(ctx: CodegenContext, block: Block) -> Optional[Op]:

@@ -21,6 +21,16 @@ Tensor cores take f16/bf16 operands (m16n8k16) and f32 operands when the dot
 allows tf32 (m16n8k8), always accumulating in f32, on tiles with M % 16, N % 8
 and K % 16 (8 for tf32) zero; every other dot keeps the FMA lowering.
 
+mma.sync has no f8 form before sm_89 and tilec does not use the sm_89 one: an f8
+(e4m3, e5m2) dot that wgmma does not take runs as an f16 one. Its operands are staged
+and read back as f8 (half the shared memory), in the #dot_op layout of the f16
+instruction (k_width 2), and widened there, exactly (every f8 value is an f16 value):
+
+    %a8 = gpu.local_load %bufA : tile<..xf8e4m3, #dot_op{op_idx = 0, k_width = 2}>
+    %a = tile.cast %a8 {to = f16}
+    ...
+    %d = gpu.mma %a, %b, %acc : #mma
+
 On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
 (`wgmma_fragments.wgmma_shape`) gets an #mma version 3 accumulator instead and becomes
 
@@ -34,9 +44,10 @@ On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
 
 the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
 memory; tf32 and f8 store B transposed, K contiguous, the only form wgmma takes for them).
-f8 dots have no mma.sync lowering here: off sm_90a (or on tiles wgmma does not take)
-they keep the FMA lowering. pipeline_loads turns the stores into a cp.async ring and, where the ring
-has room, lets one wgmma group stay in flight across iterations.
+Off sm_90a, or on tiles wgmma does not take, f8 dots take the f16 mma.sync route above
+(or the FMA lowering where mma.sync does not fit either). pipeline_loads turns the stores
+into a cp.async ring and, where the ring has room, lets one wgmma group stay in flight
+across iterations.
 """
 from __future__ import annotations
 
@@ -45,7 +56,7 @@ from typing import Optional
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op
 from tilec.ir import tile_ops as T
-from tilec.ir.types import PointerType
+from tilec.ir.types import PointerType, ScalarType, with_element
 
 from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout
 from ..gpu.mma_fragments import operand_shared_layout
@@ -54,20 +65,24 @@ from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, 
 from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, wgmma_shape
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 
-__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "uses_tensor_cores", "mma_warps"]
+__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps"]
+
+_F8 = (dt.float8e4m3, dt.float8e5m2)
+
+
+def mma_dtype(dtype: dt.DType) -> dt.DType:
+    """The operand dtype mma.sync multiplies for `dtype` operands (f8 is widened to f16)."""
+    return dt.float16 if dtype in _F8 else dtype
 
 
 def uses_tensor_cores(op: T.DotOp, wgmma: bool) -> bool:
-    """Whether `op` runs on tensor cores: mma.sync (every supported arch, sm_80 and later, has
-    it), or for f8 wgmma (when the target has it, `wgmma`)."""
+    """Whether `op` runs on tensor cores: wgmma where the target has it (`wgmma`) and the
+    tile allows (`dot_acc_layout`), else mma.sync (every supported arch, sm_80 and later,
+    has it; f8 operands widened to f16)."""
     a, b, c = (v.type for v in op.operands)
     if c.dtype is not dt.float32:
         return False
-    if a.dtype in (dt.float8e4m3, dt.float8e5m2):
-        # f8 runs on wgmma only (sm_90a, tiles it takes); other f8 dots keep the FMA lowering
-        m, n = c.shape
-        return wgmma and wgmma_shape(m, n, a.shape[1], 1, 4) is not None
-    if a.dtype in (dt.float16, dt.bfloat16):
+    if mma_dtype(a.dtype) in (dt.float16, dt.bfloat16):
         k_step = 16
     elif a.dtype is dt.float32 and op.attrs.get("allow_tf32", False):
         k_step = 8
@@ -104,16 +119,15 @@ def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool) -> Optional[MmaLayo
         shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
         if shape is not None:
             return MmaLayout(3, shape[:2], (16, shape[2]))
-        if a.dtype.bits == 8:
-            return None  # no mma.sync form here: the FMA lowering
     return MmaLayout(2, mma_warps(m, n, num_warps), (16, 8))
 
 
 def dot_operand_layout(acc: MmaLayout, op_idx: int, dtype: dt.DType) -> Optional[DotOperandLayout]:
-    """The register layout an operand needs; None for wgmma, which reads both from shared memory."""
+    """The register layout an operand needs; None for wgmma, which reads both from shared memory.
+    An f8 operand takes the layout of the f16 it is widened to."""
     if acc.version == 3:
         return None
-    return DotOperandLayout(op_idx, acc, 2 if dtype.bits == 16 else 1)
+    return DotOperandLayout(op_idx, acc, 2 if mma_dtype(dtype).bits == 16 else 1)
 
 
 def _entry_builder(func: Op) -> Builder:
@@ -157,6 +171,11 @@ def _accelerate(op: T.DotOp) -> None:
         op.set_operand(idx, at.value(read, bufs[idx], result_types=[want]))
         if not cv.results[0].uses:
             dead.append(cv)
+    for idx in (0, 1):  # f8 operands, staged or not, are widened in their #dot_op layout
+        v = op.operands[idx]
+        if mma_dtype(v.type.dtype) is not v.type.dtype:
+            op.set_operand(idx, at.value(T.CastOp, v, to=dt.float16,
+                                         result_types=[with_element(v.type, ScalarType(dt.float16))]))
     a, b, acc = op.operands
     mma = at.create(MmaOp, a, b, acc, result_types=[op.results[0].type])
     mma.result.name_hint = op.results[0].name_hint

@@ -10,14 +10,25 @@ from llvmlite import ir
 
 _ENGINES = []  # keep engines (and their code) alive for the test session
 # integers travel as unsigned arrays of their width (pass signed values through .view)
-_NUMPY = {"float": np.float32, "double": np.float64, "i8": np.uint8, "i16": np.uint16, "i32": np.uint32,
+_NUMPY = {"half": np.float16, "float": np.float32, "double": np.float64, "i8": np.uint8, "i16": np.uint16, "i32": np.uint32,
           "i64": np.uint64}
 
 
 def _host():
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    return llvm.Target.from_default_triple().create_target_machine(opt=2)
+    # f16 <-> f32 as instructions (F16C): without them LLVM calls compiler-rt helpers that the
+    # JIT cannot resolve (the process crashes); every x86-64 CPU since 2012 has them
+    return llvm.Target.from_default_triple().create_target_machine(opt=2, features=_F16C)
+
+
+def _host_f16c() -> str:
+    llvm.initialize_native_target()
+    return "+f16c" if "+f16c" in llvm.get_host_cpu_features().flatten().split(",") else ""
+
+
+_F16C = _host_f16c()
+HAS_F16C = bool(_F16C)
 
 
 def vectorize(build, nargs: int, ty: ir.Type, out_ty: ir.Type = None):

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from llvmlite import ir
 
-from hostjit import vectorize
+from hostjit import HAS_F16C, vectorize
 from tilec import dtypes as dt
 from tilec.interpreter import numerics
-from tilec.lowering.codegen.casts import convert, f8_bits
+from tilec.lowering.codegen.casts import ConversionError, convert, convert_all, f8_bits
 from tilec.lowering.codegen.types import bfloat, const
 from tilec.target import Target
 
@@ -79,3 +79,55 @@ def test_constants():
     assert str(const(dt.int8, 200)) == "i8 -56"  # wraps like the interpreter
     assert str(const(dt.float8e4m3, 1.0)) == "i8 56"
     assert str(bfloat) == "bfloat"
+
+
+def _same(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return ((got == want) & (np.signbit(got) == np.signbit(want))) | (np.isnan(got) & np.isnan(want))
+
+
+@pytest.mark.skipif(not HAS_F16C, reason="the host JIT needs F16C for f16 values")
+@pytest.mark.parametrize("fmt", [dt.float8e4m3, dt.float8e5m2])
+def test_f8_to_f16_every_code(fmt):
+    """The integer forms (sm_80: e4m3 by rebias plus a subnormal table, e5m2 by a shift):
+    every code exactly, signed zeros, subnormals, NaN, and e5m2's infinities."""
+    codes = np.arange(256, dtype=np.uint8)
+    dec = vectorize(lambda b, v: b.bitcast(convert(b, v, fmt, dt.float16, "sm_80"), I16), 1, I8, I16)
+    got = dec(codes).view(np.float16)
+    assert _same(got, numerics.from_bits(codes, fmt)).all()
+
+
+@pytest.mark.skipif(not HAS_F16C, reason="the host JIT needs F16C for f16 values")
+@pytest.mark.parametrize("fmt", [dt.float8e4m3, dt.float8e5m2])
+def test_every_f16_to_f8_matches_interpreter(fmt):
+    """astype from f16 to f8 (through f32, exact) for all 65536 f16 bit patterns."""
+    x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    enc = vectorize(lambda b, v: convert(b, b.bitcast(v, ir.HalfType()), dt.float16, fmt, "sm_80"), 1, I16, I8)
+    got = numerics.from_bits(enc(x.view(np.uint16)), fmt)
+    assert _same(got, numerics.cast(x, fmt)).all()
+
+
+@pytest.mark.parametrize("fmt,ml_name", [(dt.float8e4m3, "float8_e4m3fn"), (dt.float8e5m2, "float8_e5m2")])
+def test_interpreter_f8_rounding_agrees_with_ml_dtypes(fmt, ml_name):
+    """The reference semantics codegen follows (round to nearest even; e4m3fn: NaN past 464,
+    464 itself to 448; e5m2: inf from 61440) are ml_dtypes' for f32 and every f16."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml = getattr(ml_dtypes, ml_name)
+    x = _interesting_f32(np.random.default_rng(5), 100000)
+    with np.errstate(over="ignore"):
+        assert _same(numerics.cast(x, fmt), x.astype(ml).astype(np.float32)).all()
+        h = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+        assert _same(numerics.cast(h, fmt), h.astype(ml).astype(np.float32)).all()
+    codes = np.arange(256, dtype=np.uint8)
+    assert _same(numerics.from_bits(codes, fmt), codes.view(ml).astype(np.float32)).all()
+
+
+def test_convert_refuses_a_value_of_the_wrong_llvm_type():
+    """An f8's i8 bits handed over as another dtype: an internal error, not invalid LLVM IR."""
+    b = ir.IRBuilder(ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [I8]), "f").append_basic_block())
+    bits = b.function.args[0]
+    with pytest.raises(ConversionError, match="internal error: a f16 element must be an LLVM half, got i8"):
+        convert(b, bits, dt.float16, dt.float32, "sm_80")
+    with pytest.raises(ConversionError, match="a f8e5m2 element must be an LLVM i8, got i16"):
+        convert_all(b, [b.zext(bits, I16)] * 2, dt.float8e5m2, dt.float16, "sm_90a")
+    assert convert(b, bits, dt.float8e4m3, dt.float32, "sm_80").type == F32

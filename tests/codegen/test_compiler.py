@@ -5,12 +5,17 @@ import textwrap
 import pytest
 
 from kernels import KERNELS
+from llvmlite import ir as llvm_ir
+
+from tilec import dtypes as dt
 from tilec.abi import param_slots
 from tilec.compiler import compile_kernel, compile_module
 from tilec.errors import CompilationError
 from tilec.ir import Location, parse
 from tilec.ir.core import Op, register_op
-from tilec.lowering.codegen import generate
+from tilec.ir.types import ScalarType
+from tilec.lowering.codegen import generate, rule
+from tilec.lowering.codegen.casts import convert
 from tilec.lowering.pipeline import stamp
 from tilec.lowering.target import LLVMResult
 from tilec.options import CompileOptions
@@ -165,6 +170,69 @@ def test_rule_failure_is_wrapped():
                      'loc("kern.py":9:5)')
     with pytest.raises(CompilationError, match="kern.py:9:5: in kernel 'k', during codegen of tile.atomic_rmw: "
                                                "cannot lower 'tile.atomic_rmw': atomic sem must be one of"):
+        compile_module(m, CompileOptions(arch="sm_80").validated(), run_ptxas=False)
+
+
+@register_op
+class _FpextOfF8Bits(Op):
+    """Stands for a codegen bug: its rule fpext's an f8's i8 bits, which LLVM rejects."""
+    name = "test.fpext_f8_bits"
+    operands_spec = ("x",)
+
+    def infer_types(self):
+        return [ScalarType(dt.float32)]
+
+
+@register_op
+class _ConvertMislabelled(_FpextOfF8Bits):
+    """Stands for a codegen bug: its rule hands casts.convert f8 bits labelled f16."""
+    name = "test.convert_mislabelled"
+
+
+@rule(_FpextOfF8Bits)
+def _fpext_f8_bits(ctx, op):
+    ctx.set(op.results[0], ctx.builder.fpext(ctx.get(op.operands[0]), llvm_ir.FloatType()))
+
+
+@rule(_ConvertMislabelled)
+def _convert_mislabelled(ctx, op):
+    ctx.set(op.results[0], convert(ctx.builder, ctx.get(op.operands[0]), dt.float16, dt.float32, ctx.target))
+
+
+def _f8_module(op_text):
+    return parse(textwrap.dedent(f"""
+        module {{
+          tile.func {{sym_name = "k", arg_names = ["x"]}} (
+            {{
+              ^bb0(%x: view<1xf32, strides=[1], index=i32, align=16>):
+                %p = tile.view_ptr %x : ptr<f32>
+                %c = tile.constant {{value = 1.5}} : f8e4m3
+                %v = {op_text}
+                tile.store %p, %v
+                tile.return
+            }}
+          )
+        }}
+    """))
+
+
+def test_llvm_rejection_names_the_op_and_location():
+    """An instruction LLVM refuses is traced back to the op whose rule emitted it."""
+    m = _f8_module('test.fpext_f8_bits %c : f32 loc("kern.py":11:4)')
+    with pytest.raises(CompilationError) as e:
+        compile_module(m, CompileOptions(arch="sm_80").validated(), run_ptxas=False)
+    err = e.value
+    assert err.loc == Location("kern.py", 11, 4)
+    assert "fpext i8" in err.msg and "(in the code generated for 'test.fpext_f8_bits')" in err.msg
+    assert str(err).startswith("kern.py:11:4: in kernel 'k', during LLVM (code of test.fpext_f8_bits)")
+
+
+def test_conversion_of_a_mislabelled_value_is_an_internal_error():
+    """casts.convert checks the LLVM type against the dtype it is told: no invalid IR."""
+    m = _f8_module('test.convert_mislabelled %c : f32 loc("kern.py":12:6)')
+    with pytest.raises(CompilationError, match=r"kern.py:12:6: in kernel 'k', during codegen of "
+                                               r"test.convert_mislabelled: cannot lower 'test.convert_mislabelled': "
+                                               r"internal error: a f16 element must be an LLVM half, got i8"):
         compile_module(m, CompileOptions(arch="sm_80").validated(), run_ptxas=False)
 
 

@@ -88,3 +88,25 @@ def matmul_ptr(a, b, c, M, N, K, sa, sb, sc, BM: tc.constexpr, BN: tc.constexpr,
         bt = tc.load(b.ptr + kk[:, None] * sb + rn[None, :], mask=(kk < K)[:, None] & (rn < N)[None, :], other=0.0)
         acc = tc.dot(at, bt, acc, allow_tf32=TF32)
     tc.store(c.ptr + rm[:, None] * sc + rn[None, :], acc.astype(c.dtype), mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@tc.kernel
+def matmul_cast(a, b, c, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr, DT: tc.constexpr):
+    """`matmul` of operands converted in the kernel to DT (e.g. f32 storage into f8)."""
+    pid_m = tc.program_id(0)
+    pid_n = tc.program_id(1)
+    K = a.shape[1]
+    acc = tc.zeros((BM, BN), tc.float32)
+    for k in range(tc.cdiv(K, BK)):
+        at = tc.load(a, index=(pid_m, k), shape=(BM, BK)).astype(DT)
+        bt = tc.load(b, index=(k, pid_n), shape=(BK, BN)).astype(DT)
+        acc = tc.dot(at, bt, acc)
+    tc.store(c, index=(pid_m, pid_n), tile=acc.astype(c.dtype))
+
+
+@tc.kernel
+def dot_by_constant(a, c, DT: tc.constexpr):
+    """A @ 1.5 of 32 x 32 tiles converted to DT: B is a constant tile, which assign_layouts
+    makes in its #dot_op layout (no staging through shared memory)."""
+    at = tc.load(a, index=(0, 0), shape=(32, 32)).astype(DT)
+    tc.store(c, index=(0, 0), tile=tc.dot(at, tc.full((32, 32), 1.5, DT)))

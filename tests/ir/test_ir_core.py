@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 import tilec.ir as ir
 from tilec import dtypes as dt
 from tilec.ir.printer import format_attr
-from tilec.ir.tile_ops import (AddOp, ConstantOp, ForOp, FuncOp, LoadViewOp, ProgramIdOp, ReduceOp,
-                               ReturnOp, SplatOp, YieldOp)
+from tilec.ir.tile_ops import (AddOp, CastOp, ConstantOp, ForOp, FuncOp, LoadViewOp, ProgramIdOp, ReduceOp,
+                               ReturnOp, SplatOp, ViewPtrOp, YieldOp)
 from tilec.ir.types import PointerType, ScalarType, TileType, ViewType
 
 F32 = ScalarType(dt.float32)
@@ -110,6 +110,18 @@ def test_verifier_names_op_and_location():
     b.insert(bad)
     b.create(ReturnOp)
     with pytest.raises(ir.VerifyError, match=r"'tile.add' at user.py:7:9: operands must have one type"):
+        ir.verify(m)
+
+
+def test_verifier_rejects_a_cast_of_a_pointer():
+    """tile.cast converts numbers: a pointer operand is caught here, not by LLVM after codegen."""
+    view = ViewType(dt.float8e4m3, 1, (1,), dt.int32, 16)
+    m, f, b = make_func([view], ["x"])
+    p = b.value(ViewPtrOp, f.body.args[0])
+    bad = CastOp([p], [ScalarType(dt.float32)], {"to": dt.float32}, (), ir.Location("user.py", 4, 8))
+    b.insert(bad)
+    b.create(ReturnOp)
+    with pytest.raises(ir.VerifyError, match=r"'tile.cast' at user.py:4:8: cast converts numbers, got ptr<f8e4m3>"):
         ir.verify(m)
 
 

@@ -267,6 +267,11 @@ class CastOp(Op):
     def infer_types(self):
         return [with_element(self.operands[0].type, ScalarType(self.attrs["to"]))]
 
+    def verify_op(self):
+        # numbers only: codegen has no conversion of a pointer (or anything else) to a number
+        if _dtype(self.operands[0].type) is None:
+            raise self.error(f"cast converts numbers, got {self.operands[0].type}")
+
 
 @register_op
 class BitcastOp(Op):
