@@ -375,8 +375,8 @@ def _dot_fma(ctx, op):
     # the operands in the accumulator's type, through the one conversion helper (f8 values
     # are i8 bit patterns: only casts.convert knows how to widen them)
     src, dst = ctx.dtype(a_t), ctx.dtype(c_t)
-    widened_a = convert_all(bld, a_vals, src, dst, ctx.arch)
-    widened_b = convert_all(bld, b_vals, src, dst, ctx.arch)
+    widened_a = convert_all(bld, a_vals, src, dst, ctx.target)
+    widened_b = convert_all(bld, b_vals, src, dst, ctx.target)
     fma_name = None
     if is_float:
         fma_name = {"float": "llvm.fmuladd.f32", "double": "llvm.fmuladd.f64", "half": "llvm.fmuladd.f16"}[str(cty)]

@@ -162,14 +162,15 @@ def _ragged_load(ctx, ptrs, masks, others, vec, vty, evict):
     16-bit elements stay packed in pairs."""
     b = ctx.builder
     starts = range(0, len(ptrs), vec)
-    anys = [_fold(b, b.or_, masks[g:g + vec]) for g in starts]
-    wholes = [_fold(b, b.and_, masks[g:g + vec]) for g in starts]
-    even = _fold(b, b.and_, [b.icmp_unsigned("==", a, w) for a, w in zip(anys, wholes)])
+    bits = [cast_bool(b, m) for m in masks]
+    # even: in every group all masks equal the first (no per-group and/or kept live across
+    # the branch: the even path tests only each group's first mask, as a uniform load does)
+    even = _fold(b, b.and_, [b.icmp_unsigned("==", bits[g + i], bits[g]) for g in starts for i in range(1, vec)])
     ety = vty.element if isinstance(vty, ir.VectorType) else vty
     even_blk, ragged, merge = ctx.new_block("load.even"), ctx.new_block("load.ragged"), ctx.new_block("load.end")
     b.cbranch(even, even_blk, ragged)
     b.position_at_end(even_blk)
-    fast = [_group_vector(ctx, ptrs[g], a, others[g:g + vec], vty, evict) for g, a in zip(starts, anys)]
+    fast = [_group_vector(ctx, ptrs[g], masks[g], others[g:g + vec], vty, evict) for g in starts]
     fast_end = b.block
     b.branch(merge)
     b.position_at_end(ragged)

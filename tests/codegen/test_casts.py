@@ -92,7 +92,7 @@ def test_f8_to_f16_every_code(fmt):
     """The integer forms (sm_80: e4m3 by rebias plus a subnormal table, e5m2 by a shift):
     every code exactly, signed zeros, subnormals, NaN, and e5m2's infinities."""
     codes = np.arange(256, dtype=np.uint8)
-    dec = vectorize(lambda b, v: b.bitcast(convert(b, v, fmt, dt.float16, "sm_80"), I16), 1, I8, I16)
+    dec = vectorize(lambda b, v: b.bitcast(convert(b, v, fmt, dt.float16, SM80), I16), 1, I8, I16)
     got = dec(codes).view(np.float16)
     assert _same(got, numerics.from_bits(codes, fmt)).all()
 
@@ -102,7 +102,7 @@ def test_f8_to_f16_every_code(fmt):
 def test_every_f16_to_f8_matches_interpreter(fmt):
     """astype from f16 to f8 (through f32, exact) for all 65536 f16 bit patterns."""
     x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
-    enc = vectorize(lambda b, v: convert(b, b.bitcast(v, ir.HalfType()), dt.float16, fmt, "sm_80"), 1, I16, I8)
+    enc = vectorize(lambda b, v: convert(b, b.bitcast(v, ir.HalfType()), dt.float16, fmt, SM80), 1, I16, I8)
     got = numerics.from_bits(enc(x.view(np.uint16)), fmt)
     assert _same(got, numerics.cast(x, fmt)).all()
 
@@ -127,7 +127,7 @@ def test_convert_refuses_a_value_of_the_wrong_llvm_type():
     b = ir.IRBuilder(ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), [I8]), "f").append_basic_block())
     bits = b.function.args[0]
     with pytest.raises(ConversionError, match="internal error: a f16 element must be an LLVM half, got i8"):
-        convert(b, bits, dt.float16, dt.float32, "sm_80")
+        convert(b, bits, dt.float16, dt.float32, SM80)
     with pytest.raises(ConversionError, match="a f8e5m2 element must be an LLVM i8, got i16"):
-        convert_all(b, [b.zext(bits, I16)] * 2, dt.float8e5m2, dt.float16, "sm_90a")
-    assert convert(b, bits, dt.float8e4m3, dt.float32, "sm_80").type == F32
+        convert_all(b, [b.zext(bits, I16)] * 2, dt.float8e5m2, dt.float16, Target.from_arch("sm_90a"))
+    assert convert(b, bits, dt.float8e4m3, dt.float32, SM80).type == F32
