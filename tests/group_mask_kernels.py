@@ -1,6 +1,6 @@
 """Kernels whose masks change inside a 16-byte group (a ragged end, a row off a 16-byte
-boundary), shared by the CPU and GPU tests: loads and stores move whole groups only where
-every element is wanted, else element by element (no masked-off element is read)."""
+boundary), shared by the CPU and GPU tests: the loads move whole aligned groups and
+select per element, the stores move whole groups only where every element is wanted."""
 import tilec as tc
 from tilec.stdlib_kernels._window import window_start, window_tile
 

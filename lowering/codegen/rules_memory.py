@@ -4,9 +4,12 @@ Vectorization: a load/store whose op carries `_vec = N` (set by the axis_info an
 axis-info passes) moves N consecutive register elements with one
 `load <N x T>` at N * itemsize alignment; the layout guarantees those elements
 are contiguous in memory. Masked accesses branch around the access, so a masked-off
-element never touches memory (the contract of `mask`). Where the mask changes inside a
-group (`_mask_vec` < N, passes/axis_info.py), a load or store moves the group at once only
-where every element is wanted, else element by element. A load with an
+group never touches memory. Where the mask changes inside a group (`_mask_vec` < N,
+passes/axis_info.py), a load reads the aligned group if any element is wanted and
+selects each element by its own mask (so it may read the rest of an aligned 16-byte
+block past a tensor's end: initcheck reports those bytes where nothing wrote them;
+docs/runtime.md), and a store writes the group at once only where every element is
+wanted, else element by element. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -21,7 +24,6 @@ from llvmlite import ir
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
 from .casts import cast_bool
-from .guard import guarded
 from .realign import read_blocks, shift_blocks
 from .rules_gpu import barrier, shuffle
 from .types import I8, I32, bit_width
@@ -99,6 +101,27 @@ def _mask_varies(op, vec: int) -> bool:
     return vec > 1 and op.attrs.get("_mask_vec", vec) < vec
 
 
+def guarded(ctx, mask, emit, fallback=None):
+    """Run `emit()` only where `mask` holds; returns its value merged with `fallback`."""
+    if mask is None:
+        return emit()
+    b = ctx.builder
+    cur = b.block
+    then, merge = ctx.new_block("mask.then"), ctx.new_block("mask.end")
+    b.cbranch(cast_bool(b, mask), then, merge)
+    b.position_at_end(then)
+    val = emit()
+    then_end = b.block
+    b.branch(merge)
+    b.position_at_end(merge)
+    if fallback is None:
+        return None
+    phi = b.phi(val.type)
+    phi.add_incoming(val, then_end)
+    phi.add_incoming(fallback, cur)
+    return phi
+
+
 def _pack(b, xs):
     if len(xs) == 1:
         return xs[0]
@@ -121,70 +144,31 @@ def _load(ctx, op, masked: bool):
     masks = ctx.elems(op.operands[1]) if masked else None
     others = [_to_memory(ctx, x, dtype) for x in ctx.elems(op.operands[2])] if masked else None
     vec = _vec(op, len(ptrs))
+    per_elem = masked and _mask_varies(op, vec)  # load the group if any element is wanted
     vty = mty if vec == 1 else ir.VectorType(mty, vec)
+    align = dtype.itemsize * vec
+    b = ctx.builder
+    out = []
     evict = op.attrs.get("evict")
     if vec > op.attrs.get("_aligned_vec", vec):
         return _realigned_load(ctx, op, ptrs, masks, others, vec, vty, evict)
-    if masked and _mask_varies(op, vec):
-        xs = _ragged_load(ctx, ptrs, masks, others, vec, vty, evict)
-    else:
-        xs = [x for g in range(0, len(ptrs), vec)
-              for x in _group_load(ctx, ptrs[g], masks[g] if masked else None,
-                                   others[g:g + vec] if masked else None, vty, evict)]
-    ctx.set_elems(op.result, [_from_memory(ctx, x, dtype) for x in xs])
-
-
-def _group_load(ctx, ptr, pred, others, vty, evict):
-    """One aligned group where `pred` holds (None: always): its elements, `others` elsewhere."""
-    n = vty.count if isinstance(vty, ir.VectorType) else 1
-    return _unpack(ctx.builder, _group_vector(ctx, ptr, pred, others, vty, evict), n)
-
-
-def _group_vector(ctx, ptr, pred, others, vty, evict):
-    b = ctx.builder
-    if evict and _hintable(ptr, vty):
-        return _hinted_load(ctx, ptr, pred, _pack(b, others) if others else None, vty, evict)
-    align = bit_width(vty) // 8
-
-    def emit():
-        return b.load(ptr, typ=vty, align=align)
-    return guarded(ctx, pred, emit, _pack(b, others)) if others else emit()
-
-
-def _ragged_load(ctx, ptrs, masks, others, vec, vty, evict):
-    """A load whose mask may change inside a group (a row's ragged ends): a masked-off
-    element is never read, since past a tensor's end lies other data, memory nothing wrote,
-    or no page. Where every group of the thread is wanted whole or not at all (every thread
-    but the few at the edges), each group is read whole under its mask, as an even load is;
-    otherwise each element alone. One test picks the path for the thread's whole tile, so
-    the even path stays as lean as before (a branch per group to its element loads cost a
-    windowed cluster row kernel 234 bytes of spills); the paths meet as whole vectors, so
-    16-bit elements stay packed in pairs."""
-    b = ctx.builder
-    starts = range(0, len(ptrs), vec)
-    bits = [cast_bool(b, m) for m in masks]
-    # even: in every group all masks equal the first (no per-group and/or kept live across
-    # the branch: the even path tests only each group's first mask, as a uniform load does)
-    even = _fold(b, b.and_, [b.icmp_unsigned("==", bits[g + i], bits[g]) for g in starts for i in range(1, vec)])
-    ety = vty.element if isinstance(vty, ir.VectorType) else vty
-    even_blk, ragged, merge = ctx.new_block("load.even"), ctx.new_block("load.ragged"), ctx.new_block("load.end")
-    b.cbranch(even, even_blk, ragged)
-    b.position_at_end(even_blk)
-    fast = [_group_vector(ctx, ptrs[g], masks[g], others[g:g + vec], vty, evict) for g in starts]
-    fast_end = b.block
-    b.branch(merge)
-    b.position_at_end(ragged)
-    slow = [_pack(b, [_group_vector(ctx, p, m, [o], ety, evict)
-                      for p, m, o in zip(ptrs[g:g + vec], masks[g:g + vec], others[g:g + vec])]) for g in starts]
-    slow_end = b.block
-    b.branch(merge)
-    b.position_at_end(merge)
-    phis = []
-    for x, y in zip(fast, slow):
-        phis.append(b.phi(x.type))
-        phis[-1].add_incoming(x, fast_end)
-        phis[-1].add_incoming(y, slow_end)
-    return [x for phi in phis for x in _unpack(b, phi, vec)]
+    for g in range(0, len(ptrs), vec):
+        def emit(p=ptrs[g]):
+            return b.load(p, typ=vty, align=align)
+        pred = None
+        if masked:
+            pred = _fold(b, b.or_, masks[g:g + vec]) if per_elem else masks[g]
+        if evict and _hintable(ptrs[g], vty):
+            v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
+        elif masked:
+            v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
+        else:
+            v = emit()
+        xs = _unpack(b, v, vec)
+        if per_elem:
+            xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(masks[g:g + vec], xs, others[g:g + vec])]
+        out.extend(_from_memory(ctx, x, dtype) for x in xs)
+    ctx.set_elems(op.result, out)
 
 
 def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
