@@ -58,7 +58,6 @@ class CodegenContext:
         self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
         self.debug_scope = None  # the DISubprogram when line tables are on (options.debug)
         self.narrow_invariants = False  # generate(narrow_invariants=): see rules_arith._invariant_widening
-        self.may_contract = True  # fast_math may fuse mul + add; off in cross-lane combines (exact_combines)
         # Inside gpu.warp_specialize: the thread that issues single-thread ops (TMA, expect),
         # and the (named barrier, thread count) a block barrier becomes (None: every thread).
         self.leader_tid = 0
@@ -224,17 +223,6 @@ class CodegenContext:
             yield self.builder
         finally:
             self.builder.position_at_end(here)
-
-    @contextmanager
-    def exact_combines(self):
-        """Float arithmetic emitted inside rounds every operation (no fma contraction): the
-        lanes of a butterfly then compute bit-identical results, whatever fed them (a lane's
-        own product fused into its add would differ from the rounded copy its partner got)."""
-        saved, self.may_contract = self.may_contract, False
-        try:
-            yield
-        finally:
-            self.may_contract = saved
 
     def new_block(self, name: str) -> ir.Block:
         return self.func.append_basic_block(name)

@@ -41,7 +41,7 @@ def _flags(ctx):
     # meaning what they mean: kernels pad with -inf and test for it ("fast" would let
     # LLVM assume neither occurs).
     if ctx.fast_math:
-        return ("afn", "arcp", "contract") if ctx.may_contract else ("afn", "arcp")
+        return ("afn", "arcp", "contract")
     return ()
 
 

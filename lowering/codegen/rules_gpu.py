@@ -125,25 +125,21 @@ def store_tile(ctx, t: TileType, vals, layout, byte_offset: int, columns=None) -
         first, count = columns
         reg_cols = [o[1] for o in t.encoding.reg_offsets(t.shape)]
         shape = (t.shape[0], count)
-    def emit():
-        for r, v in _vector_groups(t, layout, esize, dedupe=True):
-            coord = coords[r]
-            if columns is not None:
-                if not first <= reg_cols[r] < first + count:
-                    continue
-                coord = (coord[0], ctx.ops.sub(coord[1], ctx.ops.const(first)) if first else coord[1])
-            off = layout.offset(shape, coord, ctx.ops)
-            val = vals[r]
-            if v > 1:
-                val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)
-                for i in range(v):
-                    val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
-            b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
-    # Copies of an element held by other lanes or warps write it too, with the same bits (a
-    # reduction's lanes combine exactly: exact_combines), so these writes never race. A
-    # branch to a single owner cost spills where registers are tight (a cluster row kernel
-    # at 64 registers: 8 bytes).
-    emit()
+    # Copies of an element held by other lanes or warps write it too, with the same bits
+    # (_reduce_lanes makes a reduction's copies agree), so these writes never race.
+    for r, v in _vector_groups(t, layout, esize, dedupe=True):
+        coord = coords[r]
+        if columns is not None:
+            if not first <= reg_cols[r] < first + count:
+                continue
+            coord = (coord[0], ctx.ops.sub(coord[1], ctx.ops.const(first)) if first else coord[1])
+        off = layout.offset(shape, coord, ctx.ops)
+        val = vals[r]
+        if v > 1:
+            val = ir.Constant(ir.VectorType(ety, v), ir.Undefined)
+            for i in range(v):
+                val = b.insert_element(val, vals[r + i], ir.Constant(I32, i))
+        b.store(val, _vec_ptr(ctx, byte_offset, ety, off, v), align=esize * v)
 
 
 def _load_tile(ctx, t: TileType, layout, byte_offset) -> List:
@@ -342,8 +338,7 @@ def _scan_stage(ctx, op):
     if isinstance(op, G.ScanThreadOp):
         out = scan_thread(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
     elif isinstance(op, G.ScanLanesOp):
-        with ctx.exact_combines():  # both lanes of a step agree on their total, bit for bit
-            out = scan_lanes(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
+        out = scan_lanes(_LLVMScanEngine(ctx, block, elem), prefix, total, seg.index, reverse)
     else:
         alloc = op.operands[2].owner
         engine = _LLVMScanEngine(ctx, block, elem, alloc.attrs["offset"])
