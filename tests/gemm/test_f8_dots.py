@@ -38,24 +38,26 @@ def _interpret(kernel, sig, args, shape, m, n):
     run(kernel.ir(spec), args, (tc.cdiv(m, shape[0]), tc.cdiv(n, shape[1]), 1))
 
 
-def _run_f8(fmt, shape, a, b):
-    """C = A @ B of f8 views (f32 arrays holding f8 values, the interpreter's storage)."""
+def _run(kernel, fmt, shape, a, b):
+    """C = A @ B through `kernel`: `matmul` of f8 views (f32 arrays holding f8 values, the
+    interpreter's storage), or `matmul_cast` of f32 views converted to f8 in the kernel."""
     m, n = a.shape[0], b.shape[1]
     c = np.full((m, n), np.nan, np.float32)
     bm, bn, bk = shape
-    sig = f"a={fmt.name}[?,?], b={fmt.name}[?,?], c=f32[?,?], BM={bm}, BN={bn}, BK={bk}, TF32=False"
-    _interpret(matmul, sig, [a, b, c], shape, m, n)
+    if kernel is matmul:
+        sig = f"a={fmt.name}[?,?], b={fmt.name}[?,?], c=f32[?,?], BM={bm}, BN={bn}, BK={bk}, TF32=False"
+    else:
+        sig = f"a=f32[?,?], b=f32[?,?], c=f32[?,?], BM={bm}, BN={bn}, BK={bk}, DT={fmt.name}"
+    _interpret(kernel, sig, [a, b, c], shape, m, n)
     return c
+
+
+def _run_f8(fmt, shape, a, b):
+    return _run(matmul, fmt, shape, a, b)
 
 
 def _run_cast(fmt, shape, a, b):
-    """C = A.astype(fmt) @ B.astype(fmt) from f32 views, converted in the kernel."""
-    m, n = a.shape[0], b.shape[1]
-    c = np.full((m, n), np.nan, np.float32)
-    bm, bn, bk = shape
-    sig = f"a=f32[?,?], b=f32[?,?], c=f32[?,?], BM={bm}, BN={bn}, BK={bk}, DT={fmt.name}"
-    _interpret(matmul_cast, sig, [a, b, c], shape, m, n)
-    return c
+    return _run(matmul_cast, fmt, shape, a, b)
 
 
 @pytest.mark.parametrize("tail", [False, True], ids=["one_tile", "k_tail"])
