@@ -14,6 +14,17 @@ for _d in sorted({p.parent for p in Path(__file__).parent.rglob("*.py")}):
     if str(_d) not in sys.path:
         sys.path.append(str(_d))
 
+# Property tests: under CI=true (and in .ci/run) hypothesis draws the same examples every
+# run (derandomized, no example database written), so a landing never hangs on one unlucky
+# draw; elsewhere it draws fresh ones, as a search for bugs should.
+try:
+    from hypothesis import settings as _hyp_settings
+    _hyp_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        _hyp_settings.load_profile("ci")
+except ImportError:  # the test extra brings hypothesis; tests that use it fail on their own
+    pass
+
 # Every pipeline run in the tests verifies the IR after each pass (tilec.lowering.pipeline).
 os.environ.setdefault("TILEC_VERIFY", "1")
 # A fresh compile cache per test session: never results compiled by another version of the code.
