@@ -133,7 +133,7 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result
       leaving through shared memory and TMA (the tma_stores pass) the plain ring measured
       0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
-      2026-11-21, docs/benchmarks.md).
+      2026-11-21, docs/benchmarks-archive.md).
     """
     target = Target.of(target)
     sm_count = target.sm_count

@@ -449,7 +449,7 @@ def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: int = 
     Measured on an H100 (% of copy, old rule: 1 KB strips, 16 KB tiles at 8 warps, 512-2048
     programs -> this one): sum over dim 0 of 16384x8192 f32 95.3 -> 96.9, 8192x16384 bf16
     90.3 -> 91.2, 2097152x64 f32 84.8 -> 92.5, 4096x4096 f16 71.4 -> 74.0; 16 KB tiles, 256
-    columns or 2048 programs did no better anywhere (docs/benchmarks.md, "Column strips")."""
+    columns or 2048 programs did no better anywhere (docs/benchmarks-archive.md, "Column strips")."""
     block_r, block_i, num_warps = strip_tile(r, inner, itemsize, STRIP_COLUMNS, STRIP_TILE_BYTES)
     strips = outer * tc.cdiv(inner, block_i)
     n_tiles = tc.cdiv(r, block_r)
