@@ -98,93 +98,14 @@ class _Analysis:
                 self.visit(op)
 
     def visit(self, op) -> None:
-        if not op.results:
+        rule = _RULES.get(type(op))
+        if rule is None or not op.results:
             return
         r = op.results[0]
         shape = shape_of(r.type)
-        rank = len(shape)
-        ops = op.operands
-        if isinstance(op, T.ConstantOp) and isinstance(op.attrs["value"], int):
-            self.set(r, AxisInfo.uniform(shape, _pow2_div(op.attrs["value"])))
-        elif isinstance(op, T.ArangeOp):
-            n = shape[0]
-            self.set(r, AxisInfo((n,), (_pow2_div(op.attrs["start"]),), (1,)))
-        elif isinstance(op, T.SplatOp):
-            self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
-        elif isinstance(op, T.ViewPtrOp):
-            self.set(r, AxisInfo((), (max(1, ops[0].type.align),), ()))
-        elif isinstance(op, T.ViewDimOp):
-            vt, d = ops[0].type, op.attrs["dim"]
-            div = vt.shape_div[d] if op.attrs["kind"] == "shape" else vt.stride_div[d]
-            self.set(r, AxisInfo((), (div,), ()))
-        elif isinstance(op, T.BroadcastOp):
-            s = self.get(ops[0])
-            src = ops[0].type.shape
-            self.set(r, AxisInfo(
-                tuple(1 if a == 1 and b != 1 else c for a, b, c in zip(src, shape, s.contiguity)),
-                s.divisibility,
-                tuple(b if a == 1 else c for a, b, c in zip(src, shape, s.constancy))))
-        elif isinstance(op, T.ExpandDimsOp):
-            s = self.get(ops[0])
-            ax = op.attrs["axis"]
-            if not isinstance(ops[0].type, TileType):
-                self.set(r, AxisInfo.uniform(shape, self._scalar_div(ops[0])))
-                return
-            ins = lambda t, x: t[:ax] + (x,) + t[ax:]  # noqa: E731
-            # Along the new dimension every element is a run of its own: a multiple of what
-            # divides all of them. A contiguous run (x, x+1, ...) holds odd values, however
-            # divisible its first one is.
-            div = min((1 if c > 1 else d for c, d in zip(s.contiguity, s.divisibility)), default=1)
-            self.set(r, AxisInfo(ins(s.contiguity, 1), ins(s.divisibility, div), ins(s.constancy, 1)))
-        elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)) and rank:
-            a, b = self.get(ops[0]), self.get(ops[1])
-            scale = _elem_bytes(ops[0]) if isinstance(op, T.AddPtrOp) else 1
-            contig = []
-            for d in range(rank):
-                c = max(gcd(a.contiguity[d], b.constancy[d]),
-                        gcd(b.contiguity[d], a.constancy[d]) if not isinstance(op, T.SubOp) else 1)
-                contig.append(c)
-            # The result's runs (c long) start inside an operand's longer runs at multiples of
-            # c: there that operand is only as divisible as c (both contiguous: c = 1).
-            div = tuple(min(_run_div(a.contiguity[d], a.divisibility[d], c * scale),
-                            _run_div(b.contiguity[d], b.divisibility[d], c) * scale)
-                        for d, c in enumerate(contig))
-            self.set(r, AxisInfo(tuple(contig), div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
-        elif isinstance(op, (T.AddOp, T.SubOp, T.AddPtrOp)):
-            a, b = self._scalar_div(ops[0]), self._scalar_div(ops[1])
-            scale = _elem_bytes(ops[0]) if isinstance(op, T.AddPtrOp) else 1
-            self.set(r, AxisInfo((), (min(a, b * scale),), ()))
-        elif isinstance(op, T.MulOp):
-            a, b = self.get(ops[0]), self.get(ops[1])
-            if not rank:
-                self.set(r, AxisInfo((), (min(MAX_DIV, self._scalar_div(ops[0]) * self._scalar_div(ops[1])),), ()))
-                return
-            one_a, one_b = self._is_one(ops[0], rank), self._is_one(ops[1], rank)
-            contig = tuple(max(ca if cb_is_one else 1, cb if ca_is_one else 1)
-                           for ca, cb, ca_is_one, cb_is_one in zip(a.contiguity, b.contiguity, one_a, one_b))
-            # Unless the other factor is 1, a contiguous run's elements are scaled one by one:
-            # only its first is as divisible as the run says (x, x+1, ... hold odd values).
-            da = tuple(1 if c > 1 and not o else d for c, d, o in zip(a.contiguity, a.divisibility, one_b))
-            db = tuple(1 if c > 1 and not o else d for c, d, o in zip(b.contiguity, b.divisibility, one_a))
-            div = tuple(min(MAX_DIV, x * y) for x, y in zip(da, db))
-            self.set(r, AxisInfo(contig, div, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
-        elif isinstance(op, T.CastOp) and r.type and _int_like(r) and _int_like(ops[0]):
-            self.set(r, self.get(ops[0]))
-        elif isinstance(op, T.CmpOp) and rank:
-            a, b = self.get(ops[0]), self.get(ops[1])
-            const = tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))
-            # A run x, x+1, ... compared with a bound c constant over it changes where x
-            # reaches c: at a multiple of both divisibilities, for x < c and x >= c (c > x,
-            # c <= x). x <= c and x > c change after x = c, and x == c, x != c at it and after.
-            pred = op.attrs["pred"]
-            run, bound = (a, b) if pred in ("lt", "ge") else (b, a) if pred in ("gt", "le") else (None, None)
-            if run is not None:
-                const = tuple(max(c, min(cr, dr, db, cb)) for c, cr, dr, db, cb in zip(
-                    const, run.contiguity, run.divisibility, bound.divisibility, bound.constancy))
-            self.set(r, AxisInfo((1,) * rank, (1,) * rank, const))
-        elif isinstance(op, (T.AndOp, T.OrOp)) and rank:
-            a, b = self.get(ops[0]), self.get(ops[1])
-            self.set(r, AxisInfo((1,) * rank, (1,) * rank, tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))))
+        info = rule(self, op, shape)
+        if info is not None:
+            self.set(r, info)
 
     def _scalar_div(self, v: Value) -> int:
         i = self.get(v)
@@ -196,6 +117,140 @@ class _Analysis:
         if isinstance(op, T.SplatOp) and isinstance(op.operands[0].owner, T.ConstantOp):
             val = op.operands[0].owner.attrs.get("value")
         return (val == 1 and isinstance(val, int),) * rank
+
+
+# ----------------------------------------------------------------------------- rules
+# One function per op class: (analysis, op, result shape) -> the result's AxisInfo, or None
+# where the rule knows nothing (the result then reads as unknown).
+_RULES = {}
+
+
+def _rule(*classes):
+    def register(fn):
+        for c in classes:
+            _RULES[c] = fn
+        return fn
+    return register
+
+
+@_rule(T.ConstantOp)
+def _constant(a, op, shape):
+    value = op.attrs["value"]
+    return AxisInfo.uniform(shape, _pow2_div(value)) if isinstance(value, int) else None
+
+
+@_rule(T.ArangeOp)
+def _arange(a, op, shape):
+    return AxisInfo((shape[0],), (_pow2_div(op.attrs["start"]),), (1,))
+
+
+@_rule(T.SplatOp)
+def _splat(a, op, shape):
+    return AxisInfo.uniform(shape, a._scalar_div(op.operands[0]))
+
+
+@_rule(T.ViewPtrOp)
+def _view_ptr(a, op, shape):
+    return AxisInfo((), (max(1, op.operands[0].type.align),), ())
+
+
+@_rule(T.ViewDimOp)
+def _view_dim(a, op, shape):
+    vt, d = op.operands[0].type, op.attrs["dim"]
+    return AxisInfo((), (vt.shape_div[d] if op.attrs["kind"] == "shape" else vt.stride_div[d],), ())
+
+
+@_rule(T.BroadcastOp)
+def _broadcast(a, op, shape):
+    s = a.get(op.operands[0])
+    src = op.operands[0].type.shape
+    return AxisInfo(tuple(1 if x == 1 and y != 1 else c for x, y, c in zip(src, shape, s.contiguity)),
+                    s.divisibility,
+                    tuple(y if x == 1 else c for x, y, c in zip(src, shape, s.constancy)))
+
+
+@_rule(T.ExpandDimsOp)
+def _expand_dims(a, op, shape):
+    x = op.operands[0]
+    if not isinstance(x.type, TileType):
+        return AxisInfo.uniform(shape, a._scalar_div(x))
+    s = a.get(x)
+    ax = op.attrs["axis"]
+
+    def ins(t, v):
+        return t[:ax] + (v,) + t[ax:]
+    # Along the new dimension every element is a run of its own: a multiple of what
+    # divides all of them. A contiguous run (x, x+1, ...) holds odd values, however
+    # divisible its first one is.
+    div = min((1 if c > 1 else d for c, d in zip(s.contiguity, s.divisibility)), default=1)
+    return AxisInfo(ins(s.contiguity, 1), ins(s.divisibility, div), ins(s.constancy, 1))
+
+
+@_rule(T.AddOp, T.SubOp, T.AddPtrOp)
+def _add(an, op, shape):
+    x, y = op.operands[:2]
+    scale = _elem_bytes(x) if isinstance(op, T.AddPtrOp) else 1
+    if not shape:
+        return AxisInfo((), (min(an._scalar_div(x), an._scalar_div(y) * scale),), ())
+    a, b = an.get(x), an.get(y)
+    contig = [max(gcd(a.contiguity[d], b.constancy[d]),
+                  gcd(b.contiguity[d], a.constancy[d]) if not isinstance(op, T.SubOp) else 1)
+              for d in range(len(shape))]
+    # The result's runs (c long) start inside an operand's longer runs at multiples of
+    # c: there that operand is only as divisible as c (both contiguous: c = 1).
+    div = tuple(min(_run_div(a.contiguity[d], a.divisibility[d], c * scale),
+                    _run_div(b.contiguity[d], b.divisibility[d], c) * scale)
+                for d, c in enumerate(contig))
+    return AxisInfo(tuple(contig), div, tuple(gcd(p, q) for p, q in zip(a.constancy, b.constancy)))
+
+
+@_rule(T.MulOp)
+def _mul(an, op, shape):
+    x, y = op.operands[:2]
+    if not shape:
+        return AxisInfo((), (min(MAX_DIV, an._scalar_div(x) * an._scalar_div(y)),), ())
+    a, b = an.get(x), an.get(y)
+    rank = len(shape)
+    one_a, one_b = an._is_one(x, rank), an._is_one(y, rank)
+    contig = tuple(max(ca if cb_is_one else 1, cb if ca_is_one else 1)
+                   for ca, cb, ca_is_one, cb_is_one in zip(a.contiguity, b.contiguity, one_a, one_b))
+    # Unless the other factor is 1, a contiguous run's elements are scaled one by one:
+    # only its first is as divisible as the run says (x, x+1, ... hold odd values).
+    da = tuple(1 if c > 1 and not o else d for c, d, o in zip(a.contiguity, a.divisibility, one_b))
+    db = tuple(1 if c > 1 and not o else d for c, d, o in zip(b.contiguity, b.divisibility, one_a))
+    div = tuple(min(MAX_DIV, p * q) for p, q in zip(da, db))
+    return AxisInfo(contig, div, tuple(gcd(p, q) for p, q in zip(a.constancy, b.constancy)))
+
+
+@_rule(T.CastOp)
+def _cast(a, op, shape):
+    r, x = op.results[0], op.operands[0]
+    return a.get(x) if r.type and _int_like(r) and _int_like(x) else None
+
+
+@_rule(T.CmpOp)
+def _cmp(an, op, shape):
+    if not shape:
+        return None
+    a, b = an.get(op.operands[0]), an.get(op.operands[1])
+    const = tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy))
+    # A run x, x+1, ... compared with a bound c constant over it changes where x
+    # reaches c: at a multiple of both divisibilities, for x < c and x >= c (c > x,
+    # c <= x). x <= c and x > c change after x = c, and x == c, x != c at it and after.
+    pred = op.attrs["pred"]
+    run, bound = (a, b) if pred in ("lt", "ge") else (b, a) if pred in ("gt", "le") else (None, None)
+    if run is not None:
+        const = tuple(max(c, min(cr, dr, db, cb)) for c, cr, dr, db, cb in zip(
+            const, run.contiguity, run.divisibility, bound.divisibility, bound.constancy))
+    return AxisInfo((1,) * len(shape), (1,) * len(shape), const)
+
+
+@_rule(T.AndOp, T.OrOp)
+def _and_or(an, op, shape):
+    if not shape:
+        return None
+    a, b = an.get(op.operands[0]), an.get(op.operands[1])
+    return AxisInfo((1,) * len(shape), (1,) * len(shape), tuple(gcd(x, y) for x, y in zip(a.constancy, b.constancy)))
 
 
 def _int_like(v: Value) -> bool:
