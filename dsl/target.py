@@ -2,7 +2,8 @@
 
 `Target.from_arch("sm_90a")` gives the arch's features and the nominal facts of one
 representative part (sm_90a: an H100 SXM); `Target.current()` asks the current device
-(through the runtime's driver, imported lazily) and falls back to sm_90a's without one.
+(through the `DeviceSource` the runtime registers on import) and falls back to sm_90a's
+without one.
 Both are cached. The compiler reads features (`has_wgmma`, ...) to decide which passes
 run, and facts (`shared_per_block`, ...) as the limits those passes plan against; the
 stdlib reads `sm_count`, `l2_bytes` and the per-SM limits to size its launches.
@@ -72,7 +73,7 @@ class Target:
     has_clusters: bool               # thread-block clusters, distributed shared memory (sm_90+)
     has_setmaxnreg: bool             # setmaxnreg: sm_90a and sm_100a
     has_dependent_launch: bool       # griddepcontrol, programmatic dependent launch (sm_90+)
-    has_f8_convert: bool             # cvt to e4m3x2/e5m2x2 (sm_89+)
+    has_f8_convert: bool             # cvt between f8 pairs and f16/f32 pairs, as tilec emits them (sm_90+)
     has_f8_mma: bool                 # tensor cores on f8 operands, as tilec emits them (wgmma only)
     # facts of the device (or the arch's nominal part)
     device: str                      # the device's name, or the nominal part's
