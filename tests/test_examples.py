@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-EXAMPLE_NAMES = ["vector_add", "fused_softmax", "layer_norm", "matmul", "histogram"]
+EXAMPLE_NAMES = ["vector_add", "fused_softmax", "layer_norm", "matmul", "histogram", "flash_attention", "flash_attention_bwd"]
 
 
 def load_example(name):
