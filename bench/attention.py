@@ -1,14 +1,14 @@
-"""Attention forward throughput: the tilec example kernel vs the same algorithm in Triton vs SDPA.
+"""Attention throughput, forward and backward: the tilec example kernels vs the same algorithm in Triton vs SDPA.
 
     python bench/attention.py [--quick] [--dtypes f16,bf16] [--dims 64,128] [--seqs 1024,...]
-                              [--json FILE] [--check]
+                              [--passes fwd,bwd] [--json FILE] [--check]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
 base 2, the loop split into unmasked and masked key blocks). SDPA runs with its flash
 (FA2) and cuDNN backends. q, k, v are (batch·heads, seq, dim); batch·heads is chosen
 so every row holds 128k tokens, which fills the GPU at every sequence length.
-TFLOP/s = 4 · Z · S² · D (halved for causal) / time, median of triton.testing.do_bench
+TFLOP/s = 4 · Z · S² · D forward, 10 · Z · S² · D backward (halved for causal) / time, median of triton.testing.do_bench
 on fresh random data. Each tilec configuration's ptxas register/spill report is
 printed. Prints a table, then one JSON line (also written to --json).
 """
@@ -28,6 +28,7 @@ import tilec as tc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import flash_attention as example  # noqa: E402
+import flash_attention_bwd as bwd  # noqa: E402
 
 TOKENS = 131072
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -91,6 +92,143 @@ def _triton_attention(Q, K, V, O, s_z, s_seq, n_q, n_kv, scale, CAUSAL: tl.const
     tl.store(O + base + rows[:, None] * s_seq + d[None, :], out.to(O.dtype.element_ty), mask=rows[:, None] < n_q)
 
 
+@triton.jit
+def _triton_bwd_delta(O, DO, Delta, s_z, s_seq, n_q, BM: tl.constexpr, D: tl.constexpr):
+    mblk = tl.program_id(0)
+    z = tl.program_id(1)
+    rows = mblk * BM + tl.arange(0, BM)
+    d = tl.arange(0, D)
+    off = z.to(tl.int64) * s_z + rows[:, None] * s_seq + d[None, :]
+    o = tl.load(O + off, mask=rows[:, None] < n_q, other=0.0).to(tl.float32)
+    do = tl.load(DO + off, mask=rows[:, None] < n_q, other=0.0).to(tl.float32)
+    tl.store(Delta + z * n_q + rows, tl.sum(o * do, 1), mask=rows < n_q)
+
+
+@triton.jit
+def _triton_dkdv_block(kt, vt, Q, DO, LSE, Delta, base, zq, i, dk, dv, qk_scale, n0, n_q, s_seq,
+                       MASKED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    rows = i * BM + tl.arange(0, BM)
+    d = tl.arange(0, D)
+    inside = rows < n_q
+    qT = tl.load(Q + base + rows[None, :] * s_seq + d[:, None], mask=inside[None, :], other=0.0)
+    do = tl.load(DO + base + rows[:, None] * s_seq + d[None, :], mask=inside[:, None], other=0.0)
+    l_i = tl.load(LSE + zq + rows, mask=inside, other=float("inf"))
+    d_i = tl.load(Delta + zq + rows, mask=inside, other=0.0)
+    pt = tl.math.exp2(tl.dot(kt, qT) * qk_scale - l_i[None, :])
+    if MASKED:
+        keys = n0 + tl.arange(0, BN)
+        pt = tl.where(keys[:, None] <= rows[None, :], pt, 0.0)
+    dv = tl.dot(pt.to(DO.dtype.element_ty), do, dv)
+    dpt = tl.dot(vt, tl.trans(do))
+    dst = pt * (dpt - d_i[None, :])
+    dk = tl.dot(dst.to(Q.dtype.element_ty), tl.trans(qT), dk)
+    return dk, dv
+
+
+@triton.jit
+def _triton_bwd_dkdv(Q, K, V, DO, LSE, Delta, DK, DV, s_z, s_seq, n_q, scale, CAUSAL: tl.constexpr,
+                     BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    nblk = tl.program_id(0)
+    z = tl.program_id(1)
+    n0 = nblk * BN
+    base = z.to(tl.int64) * s_z
+    zq = z.to(tl.int64) * n_q
+    keys = n0 + tl.arange(0, BN)
+    d = tl.arange(0, D)
+    koff = base + keys[:, None] * s_seq + d[None, :]
+    kt = tl.load(K + koff, mask=keys[:, None] < n_q, other=0.0)
+    vt = tl.load(V + koff, mask=keys[:, None] < n_q, other=0.0)
+    qk_scale = scale * 1.4426950408889634
+    dk = tl.zeros((BN, D), tl.float32)
+    dv = tl.zeros((BN, D), tl.float32)
+    n_qblk = tl.cdiv(n_q, BM)
+    if CAUSAL:
+        first = n0 // BM
+        whole = tl.minimum(tl.cdiv(n0 + BN - 1, BM), n_qblk)
+    else:
+        first = 0
+        whole = 0
+    for i in range(first, whole):
+        dk, dv = _triton_dkdv_block(kt, vt, Q, DO, LSE, Delta, base, zq, i, dk, dv, qk_scale, n0, n_q, s_seq,
+                                    True, BM, BN, D)
+    for i in range(tl.maximum(first, whole), n_qblk):
+        dk, dv = _triton_dkdv_block(kt, vt, Q, DO, LSE, Delta, base, zq, i, dk, dv, qk_scale, n0, n_q, s_seq,
+                                    False, BM, BN, D)
+    tl.store(DK + koff, (dk * scale).to(DK.dtype.element_ty), mask=keys[:, None] < n_q)
+    tl.store(DV + koff, dv.to(DV.dtype.element_ty), mask=keys[:, None] < n_q)
+
+
+@triton.jit
+def _triton_dq_block(q, do, l_i, d_i, K, V, base, j, dq, qk_scale, q0, n_kv, s_seq,
+                     MASKED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    keys = j * BN + tl.arange(0, BN)
+    d = tl.arange(0, D)
+    kT = tl.load(K + base + keys[None, :] * s_seq + d[:, None], mask=keys[None, :] < n_kv, other=0.0)
+    vT = tl.load(V + base + keys[None, :] * s_seq + d[:, None], mask=keys[None, :] < n_kv, other=0.0)
+    p = tl.math.exp2(tl.dot(q, kT) * qk_scale - l_i[:, None])
+    if MASKED:
+        rows = q0 + tl.arange(0, BM)
+        p = tl.where(keys[None, :] <= rows[:, None], p, 0.0)
+    dp = tl.dot(do, vT)
+    ds = p * (dp - d_i[:, None])
+    return tl.dot(ds.to(K.dtype.element_ty), tl.trans(kT), dq)
+
+
+@triton.jit
+def _triton_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, s_z, s_seq, n_q, scale, CAUSAL: tl.constexpr,
+                   BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
+    mblk = tl.program_id(0)
+    z = tl.program_id(1)
+    q0 = mblk * BM
+    base = z.to(tl.int64) * s_z
+    rows = q0 + tl.arange(0, BM)
+    d = tl.arange(0, D)
+    off = base + rows[:, None] * s_seq + d[None, :]
+    inside = rows < n_q
+    q = tl.load(Q + off, mask=inside[:, None], other=0.0)
+    do = tl.load(DO + off, mask=inside[:, None], other=0.0)
+    l_i = tl.load(LSE + z.to(tl.int64) * n_q + rows, mask=inside, other=float("inf"))
+    d_i = tl.load(Delta + z.to(tl.int64) * n_q + rows, mask=inside, other=0.0)
+    qk_scale = scale * 1.4426950408889634
+    dq = tl.zeros((BM, D), tl.float32)
+    if CAUSAL:
+        n_whole = q0 // BN
+        n_all = tl.cdiv(tl.minimum(q0 + BM, n_q), BN)
+    else:
+        n_whole = tl.cdiv(n_q, BN)
+        n_all = n_whole
+    for j in range(0, n_whole):
+        dq = _triton_dq_block(q, do, l_i, d_i, K, V, base, j, dq, qk_scale, q0, n_q, s_seq, False, BM, BN, D)
+    for j in range(n_whole, n_all):
+        dq = _triton_dq_block(q, do, l_i, d_i, K, V, base, j, dq, qk_scale, q0, n_q, s_seq, True, BM, BN, D)
+    tl.store(DQ + off, (dq * scale).to(DQ.dtype.element_ty), mask=inside[:, None])
+
+
+def triton_attention_bwd(q, k, v, o, lse, do, grads, delta, causal, bm=64, bn=64, num_warps=4, num_stages=3):
+    z, s, d = q.shape
+    dq, dk, dv = grads
+    scale = 1.0 / math.sqrt(d)
+    _triton_bwd_delta[(triton.cdiv(s, bm), z)](o, do, delta, q.stride(0), q.stride(1), s, BM=bm, D=d)
+    _triton_bwd_dkdv[(triton.cdiv(s, bn), z)](q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), s, scale,
+                                             CAUSAL=causal, BM=bm, BN=bn, D=d,
+                                             num_warps=num_warps, num_stages=num_stages)
+    _triton_bwd_dq[(triton.cdiv(s, bm), z)](q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), s, scale,
+                                           CAUSAL=causal, BM=bm, BN=bn, D=d,
+                                           num_warps=num_warps, num_stages=num_stages)
+    return grads
+
+
+def tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal, bm=64, bn=64):
+    z, s, d = q.shape
+    dq, dk, dv = grads
+    scale = 1.0 / math.sqrt(d)
+    bwd.attention_bwd_delta[(tc.cdiv(s, bm), z)](o, do, delta, BM=bm, D=d)
+    ins = (q, k, v, do, lse, delta)
+    bwd.attention_bwd_dkdv[(tc.cdiv(s, bn), z)](*ins, dk, dv, scale, CAUSAL=causal, BM=bm, BN=bn, D=d)
+    bwd.attention_bwd_dq[(tc.cdiv(s, bm), z)](*ins, dq, scale, CAUSAL=causal, BM=bm, BN=bn, D=d)
+    return grads
+
+
 def triton_attention(q, k, v, o, causal, bm=128, bn=64, num_warps=8, num_stages=3):
     z, s, d = q.shape
     _triton_attention[(triton.cdiv(s, bm), z)](q, k, v, o, q.stride(0), q.stride(1), s, s, 1.0 / math.sqrt(d),
@@ -123,6 +261,17 @@ def ptxas_report(dname, d, causal, bm=128, bn=64) -> str:
            f"CAUSAL={causal}, BM={bm}, BN={bn}, D={d}")
     r = example.attention_fwd.compile(sig, num_warps=8).metadata.get("ptxas") or {}
     return f"{r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled"
+
+
+def ptxas_report_bwd(dname, d, causal, bm=64, bn=64) -> str:
+    t = TILEC_DTYPE[dname]
+    parts = []
+    for name in ("attention_bwd_dkdv", "attention_bwd_dq"):
+        sig = bwd.SIGNATURES[name].replace("f16[", f"{t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
+        sig = sig.replace("BM=64, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
+        r = getattr(bwd, name).compile(sig).metadata.get("ptxas") or {}
+        parts.append(f"{name[14:]}: {r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled")
+    return "; ".join(parts)
 
 
 def _bench(fn) -> float:
@@ -181,6 +330,87 @@ def run(dtypes, dims, seqs):
     return rows
 
 
+def _reference_grads(q, k, v, do, causal):
+    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(qd[None], kd[None], vd[None], is_causal=causal)[0]
+    o.backward(do.double())
+    return qd.grad, kd.grad, vd.grad
+
+
+def _fwd_state(q, k, v, causal):
+    z, s, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty(z, s, device=q.device, dtype=torch.float32)
+    tilec_attention(q, k, v, o, causal, lse=lse)
+    return o, lse
+
+
+def check_bwd(dtypes, dims):
+    """Both backward implementations against float64 autograd on odd sequence lengths."""
+    worst = 0.0
+    for dname in dtypes:
+        for d in dims:
+            for causal in (False, True):
+                for s in (1, 77, 1000):
+                    q, k, v, do = (torch.randn(3, s, d, device="cuda", dtype=DTYPES[dname]) for _ in range(4))
+                    want = _reference_grads(q, k, v, do, causal)
+                    o, lse = _fwd_state(q, k, v, causal)
+                    delta = torch.empty(3, s, device="cuda", dtype=torch.float32)
+                    for name, fn in (("tilec", tilec_attention_bwd), ("triton", triton_attention_bwd)):
+                        grads = tuple(torch.empty_like(q) for _ in range(3))
+                        fn(q, k, v, o, lse, do, grads, delta, causal)
+                        for gname, g, w in zip(("dq", "dk", "dv"), grads, want):
+                            err = ((g.double() - w).abs() / (1 + w.abs())).max().item()
+                            worst = max(worst, err)
+                            status = "ok" if err < 3e-2 else "MISMATCH"
+                            print(f"check bwd {name} {gname} {dname} d={d} causal={causal} s={s}: {status} ({err:.2e})",
+                                  flush=True)
+    return worst
+
+
+def _sdpa_bwd(backend, q, k, v, do, causal):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    which = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    with sdpa_kernel(which):
+        o = torch.nn.functional.scaled_dot_product_attention(qg[None], kg[None], vg[None], is_causal=causal)
+    return lambda: torch.autograd.grad(o, (qg, kg, vg), do[None], retain_graph=True)
+
+
+def run_bwd(dtypes, dims, seqs):
+    rows = []
+    for dname in dtypes:
+        for d in dims:
+            for causal in (False, True):
+                rep = ptxas_report_bwd(dname, d, causal)
+                for s in seqs:
+                    z = max(1, TOKENS // s)
+                    q, k, v, do = (torch.randn(z, s, d, device="cuda", dtype=DTYPES[dname]) for _ in range(4))
+                    o, lse = _fwd_state(q, k, v, causal)
+                    grads = tuple(torch.empty_like(q) for _ in range(3))
+                    delta = torch.empty(z, s, device="cuda", dtype=torch.float32)
+                    flops = 10.0 * z * s * s * d * (0.5 if causal else 1.0)
+                    row = {"pass": "bwd", "dtype": dname, "d": d, "causal": causal, "seq": s, "z": z,
+                           "tilec_ptxas": rep}
+                    impls = [("tilec", lambda: tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal)),
+                             ("triton", lambda: triton_attention_bwd(q, k, v, o, lse, do, grads, delta, causal))]
+                    for backend in ("flash", "cudnn"):
+                        try:
+                            impls.append(("sdpa_" + backend, _sdpa_bwd(backend, q, k, v, do, causal)))
+                        except Exception as exc:
+                            row["sdpa_" + backend] = None
+                            row["sdpa_" + backend + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                    for name, fn in impls:
+                        try:
+                            row[name] = flops / _bench(fn) / 1e9
+                        except Exception as exc:
+                            row[name] = None
+                            row[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                    rows.append(row)
+                    _print_row(row)
+    return rows
+
+
 def _fmt(x):
     return "-" if x is None else f"{x:.0f}"
 
@@ -190,7 +420,7 @@ def _ratio(a, b):
 
 
 def _print_row(r):
-    print(f"| {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seq']} | {r['z']} | "
+    print(f"| {r.get('pass', 'fwd')} | {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seq']} | {r['z']} | "
           f"{_fmt(r['tilec'])} | {_fmt(r['triton'])} | {_fmt(r['sdpa_flash'])} | {_fmt(r['sdpa_cudnn'])} | "
           f"{_ratio(r['tilec'], r['triton'])} | {_ratio(r['tilec'], r['sdpa_cudnn'])} | {r['tilec_ptxas']} |",
           flush=True)
@@ -203,6 +433,7 @@ def main(argv=None):
     p.add_argument("--dims", default="64,128")
     p.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     p.add_argument("--check", action="store_true", help="check every implementation against float64 first")
+    p.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args(argv)
     dtypes = args.dtypes.split(",")
@@ -211,13 +442,16 @@ def main(argv=None):
     if args.quick:
         dtypes, seqs = ["f16"], [1024, 4096]
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
+    passes = args.passes.split(",")
     if args.check:
-        worst = check_all(dtypes, dims)
+        worst = max(check_all(dtypes, dims) if "fwd" in passes else 0.0,
+                    check_bwd(dtypes, dims) if "bwd" in passes else 0.0)
         print(f"worst relative error {worst:.2e}", flush=True)
-    print("| dtype | D | causal | seq | Z | tilec | Triton | SDPA flash | SDPA cuDNN | tilec/Triton | "
+    print("| pass | dtype | D | causal | seq | Z | tilec | Triton | SDPA flash | SDPA cuDNN | tilec/Triton | "
           "tilec/cuDNN | tilec ptxas |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
-    rows = run(dtypes, dims, seqs)
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    rows = (run(dtypes, dims, seqs) if "fwd" in passes else []) + (
+        run_bwd(dtypes, dims, seqs) if "bwd" in passes else [])
     out = {"device": torch.cuda.get_device_name(), "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
