@@ -21,12 +21,13 @@ import hashlib
 import os
 import re
 import time
+import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .abi import param_slots
 from .compiled import CompiledKernel
-from .errors import CompilationError
+from .errors import CompilationError, SpillWarning
 from .options import CompileOptions
 from .runtime import cache
 from .target import Target
@@ -200,7 +201,21 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
+        _warn_spills(metadata, result)
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def _warn_spills(metadata: Dict[str, Any], result) -> None:
+    """Say so when ptxas spilled: a kernel that does not fit its registers still runs, slower,
+    and nothing else would tell the user (`metadata["warnings"]` keeps the message)."""
+    spilled = result.spill_stores + result.spill_loads
+    if not spilled:
+        return
+    msg = (f"kernel '{metadata['name']}' ({metadata['arch']}, {metadata['num_warps']} warps) uses "
+           f"{result.registers} registers and spills: {result.spill_stores} bytes stored, "
+           f"{result.spill_loads} bytes loaded per thread; smaller tiles or more warps may fit")
+    metadata.setdefault("warnings", []).append(msg)
+    warnings.warn(msg, SpillWarning, stacklevel=2)
 
 
 def _located(e: CompilationError, llmod) -> CompilationError:
@@ -320,6 +335,8 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
     if use_cache:
         hit = cache.lookup(key)
         if hit is not None:
+            for msg in hit.metadata.get("warnings", ()):  # a cached kernel that spills still says so
+                warnings.warn(msg, SpillWarning, stacklevel=2)
             return hit
     dump = _Dumper(dump_dir, name, spec) if dump_dir else None
     timings: Dict[str, float] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import linecache
 import os
 
-__all__ = ["CompilationError", "DriverError", "InterpreterError", "debug_enabled"]
+__all__ = ["CompilationError", "DriverError", "InterpreterError", "SpillWarning", "debug_enabled"]
 
 
 def debug_enabled() -> bool:
@@ -44,3 +44,9 @@ class DriverError(RuntimeError):
 
 class InterpreterError(RuntimeError):
     """A kernel failed while running under the interpreter (e.g. device_assert)."""
+
+
+class SpillWarning(UserWarning):
+    """ptxas kept part of a kernel's values in local memory (spilled registers): the kernel
+    compiled and runs correctly, but slower than one that fits. The message names the kernel,
+    its registers and the spilled bytes; `compiled.metadata["warnings"]` keeps it."""
