@@ -224,8 +224,10 @@ def tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal, bm=64, bn=64)
     scale = 1.0 / math.sqrt(d)
     bwd.attention_bwd_delta[(tc.cdiv(s, bm), z)](o, do, delta, BM=bm, D=d)
     ins = (q, k, v, do, lse, delta)
-    bwd.attention_bwd_dkdv[(tc.cdiv(s, bn), z)](*ins, dk, dv, scale, CAUSAL=causal, BM=bm, BN=bn, D=d)
-    bwd.attention_bwd_dq[(tc.cdiv(s, bm), z)](*ins, dq, scale, CAUSAL=causal, BM=bm, BN=bn, D=d)
+    bwd.attention_bwd_dkdv[(tc.cdiv(s, bn), z)](*ins, dk, dv, scale, CAUSAL=causal,
+                                                BM=bm, BN=bn, D=d, fast_math=True)
+    bwd.attention_bwd_dq[(tc.cdiv(s, bm), z)](*ins, dq, scale, CAUSAL=causal,
+                                              BM=bm, BN=bn, D=d, fast_math=True)
     return grads
 
 
@@ -241,7 +243,7 @@ def tilec_attention(q, k, v, o, causal, bm=128, bn=64, lse=None):
     z, s, d = q.shape
     lse = torch.empty(z, s, device=q.device, dtype=torch.float32) if lse is None else lse
     example.attention_fwd[(tc.cdiv(s, bm), z)](q, k, v, o, lse, 1.0 / math.sqrt(d), CAUSAL=causal,
-                                               BM=bm, BN=bn, D=d, num_warps=8)
+                                               BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
     return o
 
 
@@ -259,7 +261,7 @@ def ptxas_report(dname, d, causal, bm=128, bn=64) -> str:
     t = TILEC_DTYPE[dname]
     sig = (f"q={t}[?,?,?], k={t}[?,?,?], v={t}[?,?,?], o={t}[?,?,?], lse=f32[?,?], scale=f32, "
            f"CAUSAL={causal}, BM={bm}, BN={bn}, D={d}")
-    r = example.attention_fwd.compile(sig, num_warps=8).metadata.get("ptxas") or {}
+    r = example.attention_fwd.compile(sig, num_warps=8, fast_math=True).metadata.get("ptxas") or {}
     return f"{r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled"
 
 
@@ -269,7 +271,7 @@ def ptxas_report_bwd(dname, d, causal, bm=64, bn=64) -> str:
     for name in ("attention_bwd_dkdv", "attention_bwd_dq"):
         sig = bwd.SIGNATURES[name].replace("f16[", f"{t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
         sig = sig.replace("BM=64, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
-        r = getattr(bwd, name).compile(sig).metadata.get("ptxas") or {}
+        r = getattr(bwd, name).compile(sig, fast_math=True).metadata.get("ptxas") or {}
         parts.append(f"{name[14:]}: {r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled")
     return "; ".join(parts)
 
