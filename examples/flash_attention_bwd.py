@@ -150,9 +150,9 @@ def attention_bwd(q, k, v, o, lse, do, causal, target, bm=64, bn=64):
         attention_bwd_delta[(tc.cdiv(seq, bm), zh)](dev["o"], dev["do"], delta, BM=bm, D=d)
         ins = (dev["q"], dev["k"], dev["v"], dev["do"], dev["lse"], delta)
         attention_bwd_dkdv[(tc.cdiv(seq, bn), zh)](*ins, dk, dv, scale, CAUSAL=causal,
-                                                            BM=bm, BN=bn, D=d, fast_math=True)
+                                                   BM=bm, BN=bn, D=d, fast_math=True)
         attention_bwd_dq[(tc.cdiv(seq, bm), zh)](*ins, dq, scale, CAUSAL=causal,
-                                                          BM=bm, BN=bn, D=d, fast_math=True)
+                                                 BM=bm, BN=bn, D=d, fast_math=True)
     return tuple(target.to_host(g) for g in grads)
 
 

@@ -10,7 +10,10 @@ the cluster's programs write into each other's buffer: it lives for the whole ke
 is never shared). Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
-end of that loop (the next iteration reads it again). A conversion's scratch
+end of that loop (the next iteration reads it again); a buffer allocated at the
+top of the kernel and used only inside later statements of its body lives from
+the first of those statements to the end of the last (the two loops of a
+flash-attention backward kernel, each with its own dot operands, share bytes). A conversion's scratch
 lives for its own op only.
 
 A conversion's scratch gets the bank-conflict-free layout of gpu/swizzle.py
@@ -99,6 +102,25 @@ def _interval(op: Op, index, end) -> Tuple[int, int]:
     return start, last
 
 
+def _top_level(op: Op) -> Op:
+    """The op of the kernel's body that holds `op` (itself when it is one)."""
+    while op.parent_op() is not None and op.parent_op().parent_op() is not None:
+        op = op.parent_op()
+    return op
+
+
+def _alloc_interval(op: Op, index, end) -> Tuple[int, int]:
+    """A buffer allocated at the top of the kernel for use in later statements lives over the
+    statements of the kernel's body that use it, not from the top: the operand buffers of dots
+    in two loops one after the other then share their bytes. Whole body statements, because
+    the regions of one statement may run at the same time (warp-specialized roles)."""
+    users = [_top_level(u) for r in op.results for u, _ in r.uses]
+    top = _top_level(op)
+    if not users or any(u is top for u in users):
+        return _interval(op, index, end)
+    return min(index[id(u)] for u in users), max(end[id(u)] for u in users)
+
+
 def _align(layout) -> int:
     sw = getattr(layout, "swizzle_bytes", 0)
     if sw == 128:
@@ -140,7 +162,7 @@ def _buffers(func):
 
 def _lifetime(op, lives: str, index, end) -> Tuple[int, int]:
     if lives == _USES:
-        return _interval(op, index, end)
+        return _alloc_interval(op, index, end)
     if lives == _KERNEL:
         return 0, len(index)
     return index[id(op)], index[id(op)]
