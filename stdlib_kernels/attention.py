@@ -1,0 +1,227 @@
+"""attention(q, k, v, ...): softmax(q kᵀ · scale) v, flash-style (no seq × seq matrix in memory).
+
+One program computes BM query rows of one (batch, head) and streams that head's keys
+and values BN at a time with the online softmax of `examples/flash_attention.py`:
+running row max and sum in base 2, the accumulator rescaled when the max rises.
+Everything the kernel needs to know about the layout is in the strides:
+
+- `layout="bshd"` (flash-attn's `(batch, seq, heads, dim)`) or `"bhsd"` (SDPA's
+  `(batch, heads, seq, dim)`); the entry point hands the kernel a `(batch, heads,
+  seq, dim)` view of either, no copies. Any strides with a unit last dimension.
+- Grouped-query / multi-query attention: k and v may have fewer heads than q (a
+  divisor); query head h reads key/value head h // (heads / kv_heads).
+- Any head dim: the tile's dim is the next power of two, and the loads' zero padding
+  makes the extra columns add nothing (k's and v's head dims may differ).
+
+Masking is one rule with two run-time bounds: query row i (aligned bottom-right when
+seq_q != seq_k, as flash-attn: offset = seq_k - seq_q) sees key j when
+i + offset - left <= j <= i + offset + right. `causal` is right = 0; `window=(left,
+right)` sets both (-1 for unbounded). The key blocks that every row of a tile sees
+whole run without a mask; only the blocks on the band's edges are masked. A row that
+sees no key at all (possible with windows, or causal with seq_q > seq_k) gets zeros
+and lse = -inf, as flash-attn.
+
+`softcap` (Gemma-2) caps scores as softcap · tanh(score / softcap) before the
+softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
+`(batch, heads, seq_q)`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import tilec as tc
+from tilec.target import Target
+
+from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
+
+__all__ = ["attention", "attention_fwd_kernel", "AttentionConfig", "config_for", "SIGNATURES"]
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+UNBOUNDED = 1 << 30   # a window side with no limit (sequences are shorter than 2^30)
+HEAD_DIMS = 256       # the largest head dim a tile holds
+
+
+@tc.func
+def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
+           MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+           BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
+    vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    s = tc.dot(qt, kt.T)
+    if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
+        s = tc.tanh(s * cap)
+    s = s * qk_scale
+    if MASKED:
+        cols = j * BN + tc.arange(0, BN)
+        rows = q0 + off + tc.arange(0, BM)
+        keep = ((cols[None, :] < n_kv) & (cols[None, :] >= rows[:, None] - left)
+                & (cols[None, :] <= rows[:, None] + right))
+        s = tc.where(keep, s, float("-inf"))
+    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+    # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
+    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
+    p = tc.exp2(s - m_use[:, None])
+    alpha = tc.exp2(m_i - m_use)
+    l_new = l_i * alpha + tc.sum(p, axis=1)
+    acc = tc.dot(p.astype(v.dtype), vt, acc * alpha[:, None])
+    return m_new, l_new, acc
+
+
+@tc.kernel
+def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
+                         GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
+                         BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    hk = h // GROUP
+    n_q = q.shape[2]
+    n_kv = k.shape[2]
+    q0 = mblk * BM
+    off = n_kv - n_q          # bottom-right alignment
+    qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
+
+    m_i = tc.full((BM,), float("-inf"), tc.float32)
+    l_i = tc.zeros((BM,), tc.float32)
+    acc = tc.zeros((BM, DV), tc.float32)
+
+    # Keys any row of the tile sees: [lo, hi); keys every row sees: [whole_lo, whole_hi].
+    lo = tc.maximum(q0 + off - left, 0)
+    hi = tc.minimum(q0 + BM - 1 + off + right + 1, n_kv)
+    whole_lo = tc.maximum(q0 + BM - 1 + off - left, 0)
+    whole_hi = tc.minimum(q0 + off + right + 1, n_kv)
+    first = lo // BN
+    last = tc.maximum(tc.cdiv(hi, BN), first)
+    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
+    inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
+    for j in range(first, inner_lo):
+        m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
+                               True, SOFTCAP, BM, BN, DK, DV)
+    for j in range(inner_lo, inner_hi):
+        m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
+                               False, SOFTCAP, BM, BN, DK, DV)
+    for j in range(inner_hi, last):
+        m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
+                               True, SOFTCAP, BM, BN, DK, DV)
+
+    seen = l_i > 0.0
+    out = acc / tc.where(seen, l_i, 1.0)[:, None]
+    tc.store(o, index=(b, h, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, 1, BM, DV)))
+    if LSE:
+        row_lse = tc.where(seen, (m_i + tc.log2(l_i)) * LN2, float("-inf"))
+        tc.store(lse, index=(b, h, mblk), tile=tc.reshape(row_lse, (1, 1, BM)))
+
+
+_V4 = "[?,?,?,?]:strided"
+SIGNATURES = {
+    "attention_fwd_kernel": f"q=f16{_V4}, k=f16{_V4}, v=f16{_V4}, o=f16{_V4}, lse=f32[?,?,?], qk_scale=f32, "
+                            "cap=f32, left=i32, right=i32, GROUP=1, SOFTCAP=False, LSE=True, "
+                            "BM=128, BN=64, DK=128, DV=128",
+}
+OPTIONS = {"num_warps": 8}
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """How one attention call is tiled: query rows and keys per step, tile head dims, warps."""
+    bm: int
+    bn: int
+    dk: int       # q/k head dim of the tile (a power of two >= the tensors')
+    dv: int
+    num_warps: int
+
+
+def config_for(head_dim: int, head_dim_v: int, target: Target) -> AttentionConfig:
+    """The tiling for these head dims on `target`; a pure function (no launch)."""
+    dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
+    if max(dk, dv) > 128:   # 256-wide rows: half the query rows keep the accumulator in registers
+        return AttentionConfig(64, 64, dk, dv, 4)
+    return AttentionConfig(128, 64, dk, dv, 8)
+
+
+def _window(causal: bool, window) -> Tuple[int, int]:
+    left, right = UNBOUNDED, UNBOUNDED
+    if window is not None:
+        try:
+            wl, wr = (int(x) for x in window)
+        except (TypeError, ValueError):
+            raise TypeError(f"window: expected (left, right) integers, -1 for unbounded, got {window!r}") from None
+        if wl < -1 or wr < -1:
+            raise ValueError(f"window: sides must be >= 0, or -1 for unbounded, got {window!r}")
+        left = UNBOUNDED if wl == -1 else wl
+        right = UNBOUNDED if wr == -1 else wr
+    if causal:
+        right = min(right, 0)
+    return left, right
+
+
+def _as_bhsd(a, layout: str):
+    """(shape, strides) of `a` seen as (batch, heads, seq, dim)."""
+    b_, x1, x2, d = a.shape
+    s0, s1, s2, s3 = a.strides
+    if layout == "bshd":
+        return (b_, x2, x1, d), (s0, s2, s1, s3)
+    return (b_, x1, x2, d), (s0, s1, s2, s3)
+
+
+def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
+              softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None):
+    """softmax(q kᵀ · scale) v per (batch, head), with optional causal / sliding-window masks,
+    grouped-query heads and score capping; see the module doc. Returns `out`, or
+    `(out, lse)` with `return_lse=True`."""
+    if layout not in ("bshd", "bhsd"):
+        raise ValueError(f"layout: expected 'bshd' (batch, seq, heads, dim) or 'bhsd' (batch, heads, seq, dim), "
+                         f"got {layout!r}")
+    arrs = {name: as_array(x, name) for name, x in (("q", q), ("k", k), ("v", v))}
+    check_same_place(arrs)
+    qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
+    for name, a in arrs.items():
+        check_float(a, name, (tc.float16, tc.bfloat16))
+        if a.ndim != 4:
+            raise ValueError(f"{name}: expected 4 dimensions ({layout}), got shape {a.shape}")
+        if a.strides[3] != 1 and a.numel and a.shape[3] > 1:
+            raise ValueError(f"{name}: the head dim must be contiguous (stride 1), got strides {a.strides}")
+    if ka.dtype is not qa.dtype or va.dtype is not qa.dtype:
+        raise TypeError(f"q, k and v must have one dtype, got {qa.dtype.name}, {ka.dtype.name}, {va.dtype.name}")
+    (b_, h, n_q, d), qs = _as_bhsd(qa, layout)
+    (bk, hk, n_kv, dk_), ks = _as_bhsd(ka, layout)
+    (bv, hv, n_v, dv), vs = _as_bhsd(va, layout)
+    if (bk, hk, n_kv) != (bv, hv, n_v) or bk != b_:
+        raise ValueError(f"k and v must agree with q on batch and with each other on heads and seq: "
+                         f"q {qa.shape}, k {ka.shape}, v {va.shape} ({layout})")
+    if dk_ != d:
+        raise ValueError(f"k's head dim {dk_} differs from q's {d}")
+    if hk == 0 or h % hk:
+        raise ValueError(f"q has {h} heads, k and v {hk}: the kv heads must divide the query heads")
+    if max(d, dv) > HEAD_DIMS:
+        raise ValueError(f"head dims up to {HEAD_DIMS} are supported, got {d} and {dv}")
+    left, right = _window(causal, window)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    cap = 0.0
+    qk_scale = float(scale) * LOG2E
+    if softcap is not None:
+        if not softcap > 0:
+            raise ValueError(f"softcap must be positive, got {softcap}")
+        cap = float(scale) / float(softcap)      # tanh(score / softcap), score = q·k · scale
+        qk_scale = float(softcap) * LOG2E
+    o_shape = (b_, n_q, h, dv) if layout == "bshd" else (b_, h, n_q, dv)
+    oa = output(out, qa, o_shape, qa.dtype)
+    o_bhsd, os_ = _as_bhsd(oa, layout)
+    lse = output(None, qa, (b_, h, n_q), tc.float32, "lse") if return_lse else None
+    if b_ * h * n_q:
+        cfg = config_for(d, dv, target_of(qa))
+        # LSE=False compiles the store away; the kernel still takes an f32 view there
+        lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
+        lse_arg = view(lse_arr, lse_arr.shape, lse_arr.strides)
+        grid = (-(-n_q // cfg.bm), h, b_)
+        launch(attention_fwd_kernel, grid,
+               [view(qa, (b_, h, n_q, d), qs), view(ka, (bk, hk, n_kv, d), ks), view(va, (bv, hv, n_v, dv), vs),
+                view(oa, o_bhsd, os_), lse_arg, qk_scale, cap, left, right],
+               num_warps=cfg.num_warps, GROUP=h // hk, SOFTCAP=softcap is not None, LSE=lse is not None,
+               BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)
+    result = oa.obj
+    return (result, lse.obj) if return_lse else result

@@ -1,0 +1,109 @@
+"""stdlib attention on the interpreter: layouts, GQA, masks, softcap, lse; its plan; its argument errors."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from tilec.target import Target
+from tilec.stdlib_kernels import BF16Array, attention
+
+from attention_ref import attention_ref
+
+A = importlib.import_module("tilec.stdlib_kernels.attention")
+
+MASKS = [dict(), dict(causal=True), dict(window=(20, 5)), dict(causal=True, window=(30, -1)), dict(window=(-1, 0)),
+         dict(softcap=5.0), dict(scale=0.3)]
+
+
+def _qkv(rng, layout, b, h, hk, n_q, n_k, d, dv=None, dtype=np.float16):
+    dv = d if dv is None else dv
+
+    def shape(n, heads, dim):
+        return (b, n, heads, dim) if layout == "bshd" else (b, heads, n, dim)
+    return tuple(rng.standard_normal(shape(n, hh, dd)).astype(dtype)
+                 for n, hh, dd in ((n_q, h, d), (n_k, hk, d), (n_k, hk, dv)))
+
+
+def _check(got, want, tol):
+    err = np.abs(np.asarray(got, dtype=np.float64) - want).max() if want.size else 0.0
+    assert err < tol, err
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("kw", MASKS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+@pytest.mark.parametrize("n_q,n_k", [(70, 70), (33, 90), (90, 33)])
+def test_attention_matches_float64(layout, kw, n_q, n_k):
+    rng = np.random.default_rng(n_q * 1000 + n_k)
+    q, k, v = _qkv(rng, layout, 2, 4, 2, n_q, n_k, 64)
+    o, lse = attention(q, k, v, layout=layout, return_lse=True, **kw)
+    want_o, want_lse = attention_ref(q, k, v, layout=layout, **kw)
+    assert o.shape == want_o.shape and o.dtype == q.dtype
+    _check(o, want_o, 3e-3)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (192, 128), (256, 256)])
+def test_head_dims_that_are_not_tiles(d, dv):
+    rng = np.random.default_rng(d + dv)
+    q, k, v = _qkv(rng, "bshd", 1, 2, 1, 37, 45, d, dv)
+    o = attention(q, k, v, causal=True)
+    _check(o, attention_ref(q, k, v, causal=True)[0], 3e-3)
+
+
+def test_multi_query_and_bf16():
+    rng = np.random.default_rng(7)
+    q, k, v = _qkv(rng, "bhsd", 2, 6, 1, 50, 50, 32, dtype=np.float32)
+    qb, kb, vb = (BF16Array(t) for t in (q, k, v))
+    o = attention(qb, kb, vb, layout="bhsd", causal=True)
+    want = attention_ref(np.asarray(qb), np.asarray(kb), np.asarray(vb), layout="bhsd", causal=True)[0]
+    _check(np.asarray(o), want, 2e-2)
+
+
+def test_out_is_written_and_returned():
+    rng = np.random.default_rng(3)
+    q, k, v = _qkv(rng, "bshd", 1, 2, 2, 20, 20, 16)
+    out = np.zeros_like(q)
+    assert attention(q, k, v, out=out) is out
+    _check(out, attention_ref(q, k, v)[0], 3e-3)
+
+
+@pytest.mark.parametrize("n_q,n_k", [(0, 5), (5, 0), (1, 1)])
+def test_empty_and_single_sequences(n_q, n_k):
+    rng = np.random.default_rng(1)
+    q, k, v = _qkv(rng, "bshd", 2, 2, 2, n_q, n_k, 16)
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    want_o, want_lse = attention_ref(q, k, v, causal=True)
+    _check(o, want_o, 3e-3)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+
+
+def test_config_is_a_function_of_head_dims_and_target():
+    h100 = Target.from_arch("sm_90a")
+    assert A.config_for(128, 128, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
+    assert A.config_for(96, 96, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
+    assert A.config_for(192, 128, h100) == A.AttentionConfig(64, 64, 256, 128, 4)
+    assert A.config_for(8, 8, h100).dk == 16   # the smallest tile a dot takes
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda q, k, v: attention(q, k, v, layout="sbhd"), ValueError, "layout"),
+    (lambda q, k, v: attention(q[0], k, v), ValueError, "4 dimensions"),
+    (lambda q, k, v: attention(q, k[:, :, :1].repeat(3, axis=2), v[:, :, :1].repeat(3, axis=2)), ValueError,
+     "divide"),
+    (lambda q, k, v: attention(q, k.astype(np.float32), v), TypeError, "dtype"),
+    (lambda q, k, v: attention(q, k, v, window=(3,)), TypeError, "window"),
+    (lambda q, k, v: attention(q, k, v, window=(-2, 0)), ValueError, "window"),
+    (lambda q, k, v: attention(q, k, v, softcap=0.0), ValueError, "softcap"),
+    (lambda q, k, v: attention(q, k, v[:, :5]), ValueError, "agree"),
+    (lambda q, k, v: attention(q, k, v, out=np.zeros((1,), np.float16)), ValueError, "shape"),
+    (lambda q, k, v: attention(q[..., ::2], k[..., ::2], v[..., ::2]), ValueError, "contiguous"),
+])
+def test_bad_arguments_say_what_was_expected(call, err, match):
+    rng = np.random.default_rng(0)
+    q, k, v = _qkv(rng, "bshd", 1, 4, 2, 8, 8, 16)
+    with pytest.raises(err, match=match):
+        call(q, k, v)
