@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 import tilec as tc
+from tilec.stdlib_kernels import attention as sk_attention
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import flash_attention as example  # noqa: E402
@@ -318,7 +319,10 @@ def run(dtypes, dims, seqs):
                         return tilec_attention(q, k, v, o, causal, lse=lse)
                     flops = 4.0 * z * s * s * d * (0.5 if causal else 1.0)
                     row = {"dtype": dname, "d": d, "causal": causal, "seq": s, "z": z, "tilec_ptxas": rep}
-                    impls = [("tilec", tilec_fwd), ("triton", triton_attention),
+                    def stdlib_fwd(q, k, v, o, causal):
+                        return sk_attention(q[None], k[None], v[None], causal=causal, layout="bhsd", out=o[None])
+
+                    impls = [("tilec", tilec_fwd), ("stdlib", stdlib_fwd), ("triton", triton_attention),
                              ("sdpa_flash", sdpa("flash")), ("sdpa_cudnn", sdpa("cudnn"))]
                     for name, fn in impls:
                         try:
@@ -422,8 +426,9 @@ def _ratio(a, b):
 
 
 def _print_row(r):
-    print(f"| {r.get('pass', 'fwd')} | {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seq']} | {r['z']} | "
-          f"{_fmt(r['tilec'])} | {_fmt(r['triton'])} | {_fmt(r['sdpa_flash'])} | {_fmt(r['sdpa_cudnn'])} | "
+    print(f"| {r.get('pass', 'fwd')} | {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seq']} | "
+          f"{r['z']} | {_fmt(r['tilec'])} | {_fmt(r.get('stdlib'))} | {_fmt(r['triton'])} | "
+          f"{_fmt(r['sdpa_flash'])} | {_fmt(r['sdpa_cudnn'])} | "
           f"{_ratio(r['tilec'], r['triton'])} | {_ratio(r['tilec'], r['sdpa_cudnn'])} | {r['tilec_ptxas']} |",
           flush=True)
 
@@ -449,9 +454,9 @@ def main(argv=None):
         worst = max(check_all(dtypes, dims) if "fwd" in passes else 0.0,
                     check_bwd(dtypes, dims) if "bwd" in passes else 0.0)
         print(f"worst relative error {worst:.2e}", flush=True)
-    print("| pass | dtype | D | causal | seq | Z | tilec | Triton | SDPA flash | SDPA cuDNN | tilec/Triton | "
+    print("| pass | dtype | D | causal | seq | Z | tilec | stdlib | Triton | SDPA flash | SDPA cuDNN | tilec/Triton | "
           "tilec/cuDNN | tilec ptxas |")
-    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     rows = (run(dtypes, dims, seqs) if "fwd" in passes else []) + (
         run_bwd(dtypes, dims, seqs) if "bwd" in passes else [])
     out = {"device": torch.cuda.get_device_name(), "rows": rows}
