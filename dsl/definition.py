@@ -15,7 +15,7 @@ from .dtypes import DType
 from .errors import CompilationError
 from .ir.core import Location
 from .language import Func, constexpr
-from .options import RESERVED_KWARGS
+from .options import RESERVED_KWARGS, unknown_keyword
 from .version import __version__
 
 __all__ = ["KernelDef", "def_location", "is_constexpr_annotation"]
@@ -86,6 +86,9 @@ class KernelDef:
 
     def bind_args(self, args, kwargs) -> Dict[str, Any]:
         """All arguments by parameter name (defaults applied), or TypeError naming the problem."""
+        for k in kwargs:
+            if k not in self.signature.parameters:
+                raise unknown_keyword(self.name, k, self.param_names)
         try:
             bound = self.signature.bind(*args, **kwargs)
         except TypeError as e:

@@ -84,8 +84,11 @@ class Kernel(KernelDef):
         """The Specialization for example arguments, a signature string, or a Specialization."""
         if len(args) == 1 and not kwargs and isinstance(args[0], Specialization):
             return args[0]
-        if len(args) == 1 and not kwargs and isinstance(args[0], str):
-            return parse_signature(self, args[0])
+        if args and isinstance(args[0], str):
+            if len(args) > 1:
+                raise TypeError(f"kernel '{self.name}': a signature string comes alone; give constexprs as "
+                                f"keywords (got {len(args)} positional arguments)")
+            return parse_signature(self, args[0], constexprs=kwargs)
         return specialize(self, args, kwargs)[0]
 
     def compile(self, *args, **kwargs):

@@ -1,12 +1,13 @@
 """Compile options: the reserved launch keywords, validated before any LLVM call."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 from typing import Optional
 
 from .target import SUPPORTED_ARCHS, Target, parse_arch
 
-__all__ = ["CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS",
+__all__ = ["unknown_keyword", "CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS",
            "check_cluster_arch", "check_cluster_size", "check_grid_limits", "check_min_programs", "parse_arch",
            "split_options"]
 
@@ -98,3 +99,12 @@ def split_options(kwargs: dict):
     opts = {k: kwargs.pop(k) for k in OPTION_FIELDS if k in kwargs}
     stream = kwargs.pop("stream", None)
     return opts, stream, kwargs
+
+
+def unknown_keyword(kernel_name: str, name: str, params) -> TypeError:
+    """The TypeError for a keyword that is neither a parameter of the kernel nor a launch
+    option, suggesting the closest of either (`num_warp` -> `num_warps`)."""
+    close = difflib.get_close_matches(name, list(params) + list(RESERVED_KWARGS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return TypeError(f"kernel '{kernel_name}' has no parameter or launch option {name!r}{hint} "
+                     f"(parameters: {', '.join(params)}; options: {', '.join(RESERVED_KWARGS)})")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from . import dtypes as dt
 from .dtypes import DType
 from .language import Func, constexpr
 from .ir.types import ScalarType, Type, ViewType
+from .options import unknown_keyword
 
 __all__ = ["ArrayInfo", "ParamSpec", "Specialization", "register_array_adapter", "array_info", "specialize",
            "stride_divisibility", "parse_signature", "view_type_for", "view_type_of", "scalar_spec",
@@ -369,7 +370,7 @@ def _parse_constexpr(name, rhs):
                          f"a dtype (f16, tc.float16), got {rhs!r}") from None
 
 
-def parse_signature(kernel, text: str) -> Specialization:
+def parse_signature(kernel, text: str, constexprs: Optional[Dict[str, Any]] = None) -> Specialization:
     """A Specialization from signature text, one `name=type` per kernel parameter:
 
         x=f32[?]            a rank-1 view of f32 (last stride 1, i32 offsets, 16-byte aligned base)
@@ -389,6 +390,10 @@ def parse_signature(kernel, text: str) -> Specialization:
 
     Entries may also be given positionally, in parameter order. Example:
     'x=f32[?], y=f32[?], out=f32[?], n=i32, BLOCK=1024'
+
+    `constexprs` gives constexpr parameters as Python values instead (what
+    `kernel.compile('x=f32[?], ...', BLOCK=1024)` passes); a keyword that is not a
+    constexpr parameter of the kernel is a TypeError naming it.
     """
     if not isinstance(text, str):
         raise TypeError("the signature must be a string like 'x=f32[?], n=i32, BLOCK=1024'")
@@ -407,8 +412,21 @@ def parse_signature(kernel, text: str) -> Specialization:
         if name in given:
             raise ValueError(f"parameter '{name}' is given twice")
         given[name] = rhs
+    extra = {}
+    for name, value in (constexprs or {}).items():
+        if name not in kernel.param_names:
+            raise unknown_keyword(kernel.name, name, kernel.param_names)
+        if name not in kernel.constexprs:
+            raise TypeError(f"kernel '{kernel.name}': '{name}' is a run-time parameter; give its type in the "
+                            f"signature text (e.g. '{name}=f32[?]' or '{name}=i32')")
+        if name in given:
+            raise ValueError(f"parameter '{name}' is given twice (in the signature and as a keyword)")
+        extra[name] = value
     params = []
     for name in kernel.param_names:
+        if name in extra:
+            params.append(ParamSpec(name, "constexpr", value=_check_constexpr(name, extra[name])))
+            continue
         if name not in given:
             default = kernel.signature.parameters[name].default
             if name in kernel.constexprs and default is not kernel.signature.empty:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from ..definition import is_constexpr_annotation
 from ..grid import normalize_grid
 from ..options import OPTION_FIELDS as _OPTION_NAMES
-from ..options import CompileOptions, check_grid_limits
+from ..options import CompileOptions, check_grid_limits, unknown_keyword
 from ..specialize import array_signature, int_signature, signature_of
 from ..target import Target
 from . import driver, interop, module
@@ -88,8 +88,7 @@ class KernelState:
         for k, v in kwargs.items():
             i = self.index.get(k)
             if i is None:
-                raise TypeError(f"kernel '{self.name}' has no parameter {k!r}; parameters: "
-                                f"{', '.join(self.params)}")
+                raise unknown_keyword(self.name, k, self.params)
             if vals[i] is not _MISSING:
                 raise TypeError(f"kernel '{self.name}' got parameter {k!r} twice")
             vals[i] = v

@@ -182,3 +182,26 @@ def test_source_hash_follows_called_funcs(tmp_path):
         spec.loader.exec_module(mod)
         hashes.append(mod.k.source_hash())
     assert hashes[0] != hashes[1] and len(hashes[0]) == 64
+
+
+def test_signature_with_constexpr_keywords_and_misspelled_options():
+    @tc.kernel
+    def copy(x, out, BK: tc.constexpr):
+        tc.store(out, index=(0,), tile=tc.load(x, index=(0,), shape=(BK,)))
+
+    spec = copy.specialization("x=f32[?], out=f32[?]", BK=64)
+    assert spec.constexprs == {"BK": 64}
+    assert spec == copy.specialization("x=f32[?], out=f32[?], BK=64")
+    with pytest.raises(ValueError, match="'BK' is given twice"):
+        copy.specialization("x=f32[?], out=f32[?], BK=64", BK=32)
+    with pytest.raises(TypeError, match="'out' is a run-time parameter; give its type in the signature"):
+        copy.specialization("x=f32[?], BK=64", out=np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="'num_warp'; did you mean 'num_warps'"):
+        copy.compile("x=f32[?], out=f32[?], BK=64", num_warp=4)
+    with pytest.raises(TypeError, match="'BKK'; did you mean 'BK'"):
+        copy.compile(np.zeros(4, np.float32), np.zeros(4, np.float32), BKK=4)
+    with pytest.raises(TypeError, match="'num_warp'; did you mean 'num_warps'"):
+        with tc.interpret():
+            copy[(1,)](np.zeros(4, np.float32), np.zeros(4, np.float32), BK=4, num_warp=4)
+    with pytest.raises(TypeError, match="a signature string comes alone"):
+        copy.compile("x=f32[?]", "out=f32[?]")

@@ -120,7 +120,7 @@ def test_bind_and_signature():
     assert st.bind((1,), {"n": 5}) == [1, 5, 64]
     with pytest.raises(TypeError, match="missing argument 'n'"):
         st.bind((1,), {})
-    with pytest.raises(TypeError, match="no parameter 'm'"):
+    with pytest.raises(TypeError, match="no parameter or launch option 'm'"):
         st.bind((1, 2), {"m": 3})
     a = _fake((100,), ptr=0x1000)
     b = _fake((100,), ptr=0x1004)
