@@ -72,11 +72,11 @@ def _wgmma(ctx, op):
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
     a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb)
-    b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
-    b_hi = descriptor_high_bits(1, b_shape, eb)
     if not reg_a:
         a_base = _desc_base(ctx, a.owner, slot, wg_m, a_stride)
         a_hi = descriptor_high_bits(0, a_shape, eb)
+    b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
+    b_hi = descriptor_high_bits(1, b_shape, eb)
 
     acc = list(ctx.elems(op.operands[2]))
     per = instr_n // 2
