@@ -166,10 +166,10 @@ def test_fast_math_exp2_is_ex2_approx():
     assert sum("ex2.approx.ftz.f32" in line for line in region) > 0
 
 
-PROBE = [("sm_90a", 8, bn, d) for bn in (64, 128) for d in (64, 128)] + \
-        [("sm_80", w, 64, d) for w in (4, 8) for d in (64, 128)]
+PROBE = [("sm_90a", 8, bn, d) for bn in (64, 128) for d in (64, 128)] + [("sm_80", w, 64, 128) for w in (4, 8)]
 
 
+@pytest.mark.slow   # ptxas on kernels that still spill (their loads): about 15 s each
 @pytest.mark.parametrize("arch,num_warps,bn,d", PROBE)
 def test_attention_probe_assembles(arch, num_warps, bn, d):
     """The rank-3 attention probe at BM = 128 (two warpgroups on sm_90a) assembles without
