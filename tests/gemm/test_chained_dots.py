@@ -215,3 +215,41 @@ def test_dot_exp_dot_compiles_to_register_a():
     ck = _compile(dot_exp_dot, dot_exp_dot_sig("f16", 64, 64, 64), "sm_90a", 4)
     assert len(_REG_A.findall(ck.asm["ptx"])) == 4
     _assembled(ck)
+
+
+# ----------------------------------------------------------------------------- verifier
+_M3 = "#mma{version = 3, warps_per_cta = [4, 1], instr_shape = [16, 64]}"
+_WGMMA_IR = """module attributes {num_warps = 4} {
+  tile.func {sym_name = "k", arg_names = []} (
+    {
+      ^bb0():
+        %b = gpu.alloc {shape = [64, 64], layout = #shared{vec = 8, per_phase = 1, max_phase = 8, order = [1, 0], swizzle_bytes = 128}, offset = -1} : ptr<f16, 3>
+        %p = tile.constant {value = 1.0} : tile<64x64xELEM, LAYOUT>
+        %z = tile.constant {value = 0.0} : tile<64x64xf32, M3>
+        %d = gpu.wgmma %p, %b, %z : tile<64x64xf32, M3>
+        tile.return
+    }
+  )
+}"""
+
+
+def _wgmma_module(elem, layout):
+    from tilec.ir import parse, verify
+    return verify(parse(_WGMMA_IR.replace("ELEM", elem).replace("LAYOUT", layout).replace("M3", _M3)))
+
+
+@pytest.mark.parametrize("layout", [_M3, f"#dot_op{{op_idx = 0, parent = {_M3}, k_width = 2}}"])
+def test_wgmma_register_a_verifies(layout):
+    _wgmma_module("f16", layout)
+
+
+@pytest.mark.parametrize("elem,layout,message", [
+    ("f16", "#blocked{size_per_thread = [1, 8], threads_per_warp = [4, 8], warps_per_cta = [4, 1], order = [1, 0]}",
+     "a register A operand must be in #dot_op"),
+    ("f16", "#mma{version = 2, warps_per_cta = [2, 2], instr_shape = [16, 8]}", "a register A operand must be in"),
+    ("f8e4m3", _M3, "16-bit"),
+])
+def test_wgmma_register_a_rejects(elem, layout, message):
+    from tilec.ir.core import VerifyError
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        _wgmma_module(elem, layout)
