@@ -44,6 +44,12 @@ On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
 
 the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
 memory; tf32 and f8 store B transposed, K contiguous, the only form wgmma takes for them).
+An A computed in registers whose layout is #dot_op of the accumulator up to a renumbering
+of registers (a chained dot's P, from an earlier wgmma over the same warps; 16-bit) is
+not stored: `%a = gpu.convert_layout %p : #dot_op{op_idx = 0, ...}` (no code) becomes
+gpu.wgmma's A, read from registers (`_register_a`). On mma.sync such an operand (P over
+warps that assign_layouts put along M for chained dots) is used where it is, the same
+renumbering spelling its #dot_op layout.
 Off sm_90a, or on tiles wgmma does not take, f8 dots take the f16 mma.sync route above
 (or the FMA lowering where mma.sync does not fit either). pipeline_loads turns the stores
 into a cp.async ring and, where the ring has room, lets one wgmma group stay in flight
