@@ -52,6 +52,11 @@ def _desc_base(ctx, alloc, slot, warp_index, stride: int):
     return b.zext(b.lshr(addr, ir.Constant(I32, 4)), I64)
 
 
+def _pinned(bld, v, ty, kind: str):
+    """`v` through an empty volatile asm: written before whatever side effect follows."""
+    return bld.asm(ir.FunctionType(ty, [ty]), "", f"={kind},0", [v], True)
+
+
 @rule(W.WgmmaOp)
 def _wgmma(ctx, op):
     reg_a = W.a_in_registers(op)
@@ -91,12 +96,19 @@ def _wgmma(ctx, op):
     cons = ",".join(["=f"] * per + ["r" if reg_a else "l"] * n_a + ["l", "r"] + [str(i) for i in range(per)])
     fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I32 if reg_a else I64] * n_a + [I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)
-    a_vals = ctx.elems(a) if reg_a else None
+    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None)
+    if reg_a:
+        # every register wgmma reads is written before wgmma.fence (PTX ISA: the fence must
+        # separate a register's last write from the wgmma reading it): packed A and the
+        # accumulator are pinned by empty volatile asm, which LLVM keeps before the fence
+        a_vals = ctx.elems(a)
+        a_words = [[_pinned(bld, pack_pair(ctx, a_vals[r[i]], a_vals[r[i + 1]]), I32, "r")
+                    for i in range(0, 8, 2)] for r in (ins.a_regs for ins in instrs)]
+        acc = [_pinned(bld, v, F32, "f") for v in acc]
     ctx.intrinsic("llvm.nvvm.wgmma.fence.sync.aligned", ir.VoidType(), [])
-    for ins in wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None):
+    for j, ins in enumerate(instrs):
         if reg_a:
-            r = ins.a_regs
-            a_args = [pack_pair(ctx, a_vals[r[i]], a_vals[r[i + 1]]) for i in range(0, 8, 2)]
+            a_args = a_words[j]
         else:
             a_args = [bld.add(a_base, ir.Constant(I64, a_hi + (ins.a_offset >> 4)))]
         db = bld.add(b_base, ir.Constant(I64, b_hi + (ins.b_offset >> 4)))

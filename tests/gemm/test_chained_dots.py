@@ -139,8 +139,25 @@ def test_attention_p_feeds_wgmma_from_registers(dtype, num_warps, bm, bn, d):
     region = _between_dots(ptx, r"wgmma\.mma_async")
     _no_converted_values_stored(ptx, region)
     _quad_shuffles_only(region)
+    _written_before_the_fence(ptx)
     assert "gpu.convert_layout" in ck.asm["gpu"]
     _assembled(ck)
+
+
+def _written_before_the_fence(ptx):
+    """The PTX ISA wants wgmma.fence between the last write of an A register and the wgmma
+    that reads it: each packing cvt comes before the fence that precedes its wgmma."""
+    lines = ptx.splitlines()
+    written = {}
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*cvt\.rn\.b?f16x2\.f32\s+(%r\d+),", line)
+        if m:
+            written[m.group(1)] = i
+    for i, line in enumerate(lines):
+        m = _REG_A.search(line)
+        if m:
+            fence = max(j for j in range(i) if "wgmma.fence" in lines[j])
+            assert all(written[r] < fence for r in m.groups()[2:]), line
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
