@@ -13,6 +13,10 @@ per-instruction offset never carries into the other fields. The offset is the 32
 shared address's low 18 bits: in a cluster, the shared addresses of program rank r carry
 r in bits 24 and up (seen on an H200: rank 1's dynamic shared memory starts at 0x1000400),
 which would otherwise spill into the descriptor's leading-byte-offset field.
+
+A register A operand (16-bit) is packed two elements to a .b32 (the lower column in the
+low half) from the registers `wgmma_fragments.wgmma_instructions` names: no data moves
+between threads, and the f32 -> f16 casts before it pair up into cvt.rn.f16x2.f32.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ from llvmlite import ir
 
 from ..gpu import wgmma_ops as W
 from ..gpu.wgmma_fragments import b_k_major, descriptor_high_bits, k_step, warpgroup_strides, wgmma_instructions
-from .rules_mma import slot_pointer
+from .rules_mma import pack_pair, slot_pointer
 from .types import I32
 from .walker import rule
 
@@ -48,16 +52,23 @@ def _desc_base(ctx, alloc, slot, warp_index, stride: int):
     return b.zext(b.lshr(addr, ir.Constant(I32, 4)), I64)
 
 
+def _pinned(bld, v, ty, kind: str):
+    """`v` through an empty volatile asm: written before whatever side effect follows."""
+    return bld.asm(ir.FunctionType(ty, [ty]), "", f"={kind},0", [v], True)
+
+
 @rule(W.WgmmaOp)
 def _wgmma(ctx, op):
-    a_alloc, b_alloc = op.operands[0].owner, op.operands[1].owner
+    reg_a = W.a_in_registers(op)
+    a, b_alloc = op.operands[0], op.operands[1].owner
     slot = op.operands[3] if len(op.operands) > 3 else None
     c_t = op.operands[2].type
     lay = c_t.encoding
     m, n = c_t.shape
-    a_shape, b_shape = _slot_shape(a_alloc, slot is not None), _slot_shape(b_alloc, slot is not None)
+    b_shape = _slot_shape(b_alloc, slot is not None)
+    a_shape = list(a.type.shape) if reg_a else _slot_shape(a.owner, slot is not None)
     k = a_shape[1]
-    elem = a_alloc.results[0].type.pointee
+    elem = b_alloc.results[0].type.pointee
     eb = elem.itemsize
     wm, wn = lay.warps_per_cta
     instr_n = lay.instr_shape[1]
@@ -66,25 +77,42 @@ def _wgmma(ctx, op):
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
     a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb)
-    a_base = _desc_base(ctx, a_alloc, slot, wg_m, a_stride)
+    if not reg_a:
+        a_base = _desc_base(ctx, a.owner, slot, wg_m, a_stride)
+        a_hi = descriptor_high_bits(0, a_shape, eb)
     b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
-    a_hi = descriptor_high_bits(0, a_shape, eb)
     b_hi = descriptor_high_bits(1, b_shape, eb)
 
     acc = list(ctx.elems(op.operands[2]))
     per = instr_n // 2
+    n_a = 4 if reg_a else 1  # A: four .b32 fragment registers, or one descriptor
     outs = ", ".join(f"${i}" for i in range(per))
-    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
+    a_text = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}" if reg_a else f"${per}"
+    # immediates: scale-a, scale-b, then trans-a (descriptor A only) and trans-b (16-bit only)
+    trans = "" if b_k_major(eb) else (", 1" if reg_a else ", 0, 1")
+    text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + n_a + 1}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step(eb)}.f32.{_KIND[elem.name]} "
-            f"{{{outs}}}, ${per}, ${per + 1}, p, 1, 1{'' if b_k_major(eb) else ', 0, 1'}; }}")
-    cons = ",".join(["=f"] * per + ["l", "l", "r"] + [str(i) for i in range(per)])
-    fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I64, I64, I32] + [F32] * per)
+            f"{{{outs}}}, {a_text}, ${per + n_a}, p, 1, 1{trans}; }}")
+    cons = ",".join(["=f"] * per + ["r" if reg_a else "l"] * n_a + ["l", "r"] + [str(i) for i in range(per)])
+    fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I32 if reg_a else I64] * n_a + [I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)
+    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None)
+    if reg_a:
+        # every register wgmma reads is written before wgmma.fence (PTX ISA: the fence must
+        # separate a register's last write from the wgmma reading it): packed A and the
+        # accumulator are pinned by empty volatile asm, which LLVM keeps before the fence
+        a_vals = ctx.elems(a)
+        a_words = [[_pinned(bld, pack_pair(ctx, a_vals[r[i]], a_vals[r[i + 1]]), I32, "r")
+                    for i in range(0, 8, 2)] for r in (ins.a_regs for ins in instrs)]
+        acc = [_pinned(bld, v, F32, "f") for v in acc]
     ctx.intrinsic("llvm.nvvm.wgmma.fence.sync.aligned", ir.VoidType(), [])
-    for ins in wgmma_instructions(lay, m, n, k, eb):
-        da = bld.add(a_base, ir.Constant(I64, a_hi + (ins.a_offset >> 4)))
+    for j, ins in enumerate(instrs):
+        if reg_a:
+            a_args = a_words[j]
+        else:
+            a_args = [bld.add(a_base, ir.Constant(I64, a_hi + (ins.a_offset >> 4)))]
         db = bld.add(b_base, ir.Constant(I64, b_hi + (ins.b_offset >> 4)))
-        d = bld.asm(fty, text, cons, [da, db, one] + [acc[r] for r in ins.regs], True)
+        d = bld.asm(fty, text, cons, a_args + [db, one] + [acc[r] for r in ins.regs], True)
         for i, r in enumerate(ins.regs):
             acc[r] = bld.extract_value(d, i)
     ctx.intrinsic("llvm.nvvm.wgmma.commit_group.sync.aligned", ir.VoidType(), [])

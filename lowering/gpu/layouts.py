@@ -36,7 +36,7 @@ from tilec.ir.core import register_attr
 
 __all__ = [
     "LayoutError", "Bases", "DistributedLayout", "BlockedLayout", "SliceLayout", "MmaLayout",
-    "DotOperandLayout", "LinearLayout", "SharedLayout", "NumpyOps", "equivalent", "check_layout",
+    "DotOperandLayout", "LinearLayout", "SharedLayout", "NumpyOps", "equivalent", "registers_match", "check_layout",
     "default_blocked",
 ]
 
@@ -241,6 +241,15 @@ def equivalent(a, b, shape: Sequence[int]) -> bool:
     if a.num_warps != b.num_warps:
         return False
     return a.bases(shape) == b.bases(shape)
+
+
+def registers_match(a, b, shape: Sequence[int]) -> bool:
+    """Converting a tile of `shape` from layout `a` to `b` is a renumbering of each thread's
+    registers: lanes and warps hold the same elements (no shuffle, no shared memory)."""
+    if not (isinstance(a, DistributedLayout) and isinstance(b, DistributedLayout)) or a.num_warps != b.num_warps:
+        return False
+    x, y = a.bases(shape), b.bases(shape)
+    return x.lane == y.lane and x.warp == y.warp and sorted(x.reg) == sorted(y.reg)
 
 
 def check_layout(layout, shape: Sequence[int], num_warps: int = None) -> None:

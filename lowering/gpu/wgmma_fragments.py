@@ -25,21 +25,34 @@ with T = 16 bytes / element size, so a descriptor names a 1024-byte-aligned atom
 and only its start address changes between instructions (`operand_offset`).
 `tests/gemm/test_wgmma.py` checks these against an independent model of the
 canonical layouts and of the hardware's address-bit swizzle.
+
+A from registers (16-bit operands only): `wgmma ... d, {a0, a1, a2, a3}, b-desc`. The
+fragment of one k16 step is the m16n8k16 A fragment of mma.sync, per warp of the
+warpgroup (rows 16 (w % 4) of the warpgroup's 64): with g = lane / 4, t = lane % 4,
+a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+(each .b32 two elements, the lower column in the low half). That is the layout
+#dot_op{op_idx = 0, parent = the accumulator's #mma, k_width = 2}, and it has the bases
+of an m64nN accumulator over the same rows (`register_a_layout`): a P computed from
+one wgmma's accumulator feeds the next one's A without moving.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from .layouts import MmaLayout, SharedLayout
+from .layouts import DotOperandLayout, MmaLayout, SharedLayout
 
 __all__ = ["SWIZZLE", "wgmma_shape", "k_step", "b_k_major", "operand_layout", "descriptor_high_bits", "operand_offset",
-           "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP"]
+           "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout", "REGISTER_A_BITS"]
 
 SWIZZLE = 128          # bytes: the swizzle mode of both operands
 K_STEP = 16            # K of one instruction for 16-bit operands
 _SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}
 _INSTR_K_BYTES = 32    # every wgmma operand type: 32 bytes of K per instruction
+# A element widths the register form is used for here. f8 (k32) would need its bytes
+# regrouped across the lanes of a quad (the accumulator gives a thread columns 2t, 2t+1,
+# the k32 fragment wants 4t..4t+3), and tf32 has no pair to pack: both keep shared memory.
+REGISTER_A_BITS = (16,)
 
 
 def k_step(elem_bytes: int) -> int:
@@ -104,6 +117,14 @@ def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int) -> i
     return (block * shape[0] + row) * SWIZZLE + within * elem_bytes
 
 
+def register_a_layout(acc: MmaLayout, bits: int) -> Optional[DotOperandLayout]:
+    """The register layout wgmma reads A in, for the accumulator layout `acc` and A elements
+    of `bits` bits; None where the register form is not used (`REGISTER_A_BITS`)."""
+    if acc.version != 3 or bits not in REGISTER_A_BITS:
+        return None
+    return DotOperandLayout(0, acc, 32 // bits)
+
+
 def warpgroup_strides(acc: MmaLayout, a_shape, b_shape, elem_bytes: int) -> Tuple[int, int]:
     """Bytes by which A's and B's operands move per warpgroup along M and per warp column
     block along N (the warp id supplies those indices at run time)."""
@@ -118,11 +139,23 @@ class WgmmaInstr:
     a_offset: int          # bytes into A's slot for warpgroup 0 (add warpgroup * stride)
     b_offset: int          # bytes into B's slot for warp column 0
     regs: Tuple[int, ...]  # the thread's accumulator registers d0 .. d(N/2 - 1)
+    a_regs: Tuple[int, ...] = ()  # A from registers: the element registers of a0..a3, in pairs
 
 
-def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int) -> List[WgmmaInstr]:
+def _a_registers(a_layout, m: int, k: int, row: int, k0: int) -> Tuple[int, ...]:
+    """The thread's A element registers of the k16 step at (row, k0), in the order
+    a0 (low, high), a1, a2, a3, found by their offsets from the thread's base element
+    (the lanes and warps give every layout equivalent to #dot_op the same base)."""
+    at = {}
+    for r, off in enumerate(a_layout.reg_offsets((m, k))):
+        at.setdefault(off, r)
+    return tuple(at[(row + dm, k0 + dk + e)] for dk in (0, 8) for dm in (0, 8) for e in (0, 1))
+
+
+def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, a_layout=None) -> List[WgmmaInstr]:
     """A thread's wgmma instructions in issue order (K innermost, so that consecutive
-    instructions chain on one accumulator), for warpgroup 0 / warp column 0."""
+    instructions chain on one accumulator), for warpgroup 0 / warp column 0. With A in
+    registers (`a_layout`, 16-bit), each names the A element registers it reads."""
     wm, wn = acc.warps_per_cta
     instr_n = acc.instr_shape[1]
     reps_n = n // (instr_n * wn)
@@ -134,6 +167,7 @@ def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int) 
             first = (rn + reps_n * rm) * per
             regs = tuple(range(first, first + per))
             for kk in range(0, k, k_step(elem_bytes)):
+                a_regs = () if a_layout is None else _a_registers(a_layout, m, k, 16 * wm * rm, kk)
                 out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk),
-                                      operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn), regs))
+                                      operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn), regs, a_regs))
     return out

@@ -2,10 +2,14 @@
 
     gpu.fence_proxy_async                                 (generic-proxy smem writes -> async proxy)
     %d = gpu.wgmma %bufA, %bufB, %acc[, %slot] : tile<128x256xf32, #mma{version = 3, ...}>
+    %d = gpu.wgmma %a, %bufB, %acc[, %slot] : ...       (A a register tile: `wgmma ... {a0..a3}, b-desc`)
     %e = gpu.wgmma_wait %d {pending = 1}                  (at most 1 wgmma group of this thread in flight)
 
-gpu.wgmma reads both operands from shared memory (buffers of gpu.alloc in the layout
-`wgmma_fragments.operand_layout`, slot `%slot` of a multi-slot buffer), issues
+gpu.wgmma reads B, and A unless A is a register tile, from shared memory (buffers of
+gpu.alloc in the layout `wgmma_fragments.operand_layout`, slot `%slot` of a multi-slot
+buffer). A register A (16-bit) is in a layout whose lanes and warps are those of
+`wgmma_fragments.register_a_layout` (its registers may be numbered otherwise: the
+codegen finds each fragment by its offset). gpu.wgmma issues
 `wgmma.fence`, the instructions and `wgmma.commit_group`; its result is the
 accumulator as the hardware will have written it. gpu.wgmma_wait is where the
 registers become readable: every use of the accumulator other than the next
@@ -17,14 +21,19 @@ from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Op, register_op
 from tilec.ir.types import ScalarType, TileType
 
-from .layouts import MmaLayout
+from .layouts import MmaLayout, registers_match
 from .ops import AllocOp
-from .wgmma_fragments import SWIZZLE, operand_layout, wgmma_shape
+from .wgmma_fragments import SWIZZLE, operand_layout, register_a_layout, wgmma_shape
 
-__all__ = ["WgmmaOp", "WgmmaWaitOp", "FenceProxyAsyncOp", "WGMMA_DTYPES"]
+__all__ = ["WgmmaOp", "WgmmaWaitOp", "FenceProxyAsyncOp", "WGMMA_DTYPES", "a_in_registers"]
 
 # operand types wgmma multiplies (f32 operands as tf32), always accumulating in f32 here
 WGMMA_DTYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2)
+
+
+def a_in_registers(op: Op) -> bool:
+    """Whether gpu.wgmma `op` takes its A operand from registers (a tile, not a buffer)."""
+    return isinstance(op.operands[0].type, TileType)
 
 
 def _alloc_of(op: Op, idx: int) -> AllocOp:
@@ -37,8 +46,8 @@ def _alloc_of(op: Op, idx: int) -> AllocOp:
 @register_op
 class WgmmaOp(Op):
     """acc + a @ b with wgmma.mma_async, a (M x K) and b (K x N) in 128-byte-swizzled shared
-    buffers (`wgmma_fragments.operand_layout`: B K-major for tf32 and f8), the accumulator
-    in an #mma version 3 layout."""
+    buffers (`wgmma_fragments.operand_layout`: B K-major for tf32 and f8), or a (16-bit) a
+    register tile, the accumulator in an #mma version 3 layout."""
     name = "gpu.wgmma"
     operands_spec = ("a", "b", "acc", "slot?")
     traits = frozenset({"reads"})
@@ -58,7 +67,10 @@ class WgmmaOp(Op):
             if not isinstance(st, ScalarType) or st.dtype is not dt.int32:
                 raise self.error(f"the slot index must be an i32 scalar, got {st}")
         shapes = []
-        for idx in (0, 1):
+        reg_a = a_in_registers(self)
+        if reg_a:
+            shapes.append(self._register_a(c.encoding))
+        for idx in (1,) if reg_a else (0, 1):
             alloc = _alloc_of(self, idx)
             shape = list(alloc.attrs["shape"])
             lay = alloc.attrs["layout"]
@@ -83,6 +95,15 @@ class WgmmaOp(Op):
         lay = c.encoding
         if want != (lay.warps_per_cta[0], lay.warps_per_cta[1], lay.instr_shape[1]):
             raise self.error(f"wgmma cannot compute a {m}x{n}x{sa[1]} dot in {lay}")
+
+    def _register_a(self, acc: MmaLayout):
+        a = self.operands[0].type
+        want = register_a_layout(acc, a.dtype.bits)
+        if want is None:
+            raise self.error(f"wgmma takes A from registers for 16-bit (f16, bf16) operands here, got {a.dtype}")
+        if len(a.shape) != 2 or not registers_match(a.encoding, want, a.shape):
+            raise self.error(f"a register A operand must be in {want} (up to register order), got {a}")
+        return list(a.shape), a.dtype
 
 
 @register_op

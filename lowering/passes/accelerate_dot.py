@@ -44,6 +44,12 @@ On sm_90a a f16/bf16, tf32 or f8 (e4m3, e5m2) dot whose tile fits warpgroups
 
 the operands keeping the layouts they were loaded in (no #dot_op: wgmma reads shared
 memory; tf32 and f8 store B transposed, K contiguous, the only form wgmma takes for them).
+An A computed in registers whose layout is #dot_op of the accumulator up to a renumbering
+of registers (a chained dot's P, from an earlier wgmma over the same warps; 16-bit) is
+not stored: `%a = gpu.convert_layout %p : #dot_op{op_idx = 0, ...}` (no code) becomes
+gpu.wgmma's A, read from registers (`_register_a`). On mma.sync such an operand (P over
+warps that assign_layouts put along M for chained dots) is used where it is, the same
+renumbering spelling its #dot_op layout.
 Off sm_90a, or on tiles wgmma does not take, f8 dots take the f16 mma.sync route above
 (or the FMA lowering where mma.sync does not fit either). pipeline_loads turns the stores
 into a cp.async ring and, where the ring has room, lets one wgmma group stay in flight
@@ -54,15 +60,15 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec import dtypes as dt
-from tilec.ir import Builder, Module, Op
+from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
-from tilec.ir.types import PointerType, ScalarType, with_element
+from tilec.ir.types import PointerType, ScalarType, TileType, with_element
 
-from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout
+from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout, registers_match
 from ..gpu.mma_fragments import operand_shared_layout
 from ..gpu.mma_ops import LdMatrixOp, MmaOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, LocalStoreOp
-from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, wgmma_shape
+from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, register_a_layout, wgmma_shape
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 
 __all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps"]
@@ -108,9 +114,15 @@ def mma_warps(m: int, n: int, num_warps: int):
     return wm, wn
 
 
-def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool) -> Optional[MmaLayout]:
+def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool, chained: bool = False) -> Optional[MmaLayout]:
     """The #mma accumulator layout of a tensor-core dot (version 3, wgmma, where the target
-    has it (`wgmma`) and the tile allows it; else version 2, mma.sync), None for an FMA dot."""
+    has it (`wgmma`) and the tile allows it; else version 2, mma.sync), None for an FMA dot.
+
+    `chained`: the accumulator feeds, or the A operand comes from, another dot's A in
+    registers (attention's P). mma.sync then puts every warp along M where the rows allow:
+    a warp holds whole rows of both accumulators, so the C fragments of one are the A
+    fragments of the next (NVPTX-NOTES) and the row statistics stay within a quad. wgmma
+    already stacks warpgroups along M first."""
     if not uses_tensor_cores(op, wgmma):
         return None
     m, n = op.operands[2].type.shape
@@ -119,7 +131,8 @@ def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool) -> Optional[MmaLayo
         shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
         if shape is not None:
             return MmaLayout(3, shape[:2], (16, shape[2]))
-    return MmaLayout(2, mma_warps(m, n, num_warps), (16, 8))
+    rows = chained and m % (16 * num_warps) == 0
+    return MmaLayout(2, (num_warps, 1) if rows else mma_warps(m, n, num_warps), (16, 8))
 
 
 def dot_operand_layout(acc: MmaLayout, op_idx: int, dtype: dt.DType) -> Optional[DotOperandLayout]:
@@ -135,9 +148,11 @@ def _entry_builder(func: Op) -> Builder:
 
 
 def _staged(op: T.DotOp, idx: int) -> bool:
-    """Operand `idx` arrives through a layout conversion (else it is already in place)."""
+    """Operand `idx` arrives through a layout conversion that moves data between threads
+    (else it is in place, up to a renumbering of registers)."""
     cv = op.operands[idx].owner
-    return isinstance(cv, ConvertLayoutOp) and isinstance(cv.operands[0].type.encoding, DistributedLayout)
+    return isinstance(cv, ConvertLayoutOp) and isinstance(cv.operands[0].type.encoding, DistributedLayout) \
+        and not registers_match(cv.operands[0].type.encoding, cv.results[0].type.encoding, cv.results[0].type.shape)
 
 
 def _operand_buffer(op: T.DotOp, idx: int, head: Builder) -> Op:
@@ -171,6 +186,13 @@ def _accelerate(op: T.DotOp) -> None:
         op.set_operand(idx, at.value(read, bufs[idx], result_types=[want]))
         if not cv.results[0].uses:
             dead.append(cv)
+    acc = op.results[0].type.encoding
+    for idx in (0, 1):  # in registers already (a chained dot's P): spell its layout #dot_op, no code
+        v = op.operands[idx]
+        want = dot_operand_layout(acc, idx, v.type.dtype)
+        if idx not in staged and v.type.encoding != want:
+            op.set_operand(idx, at.value(ConvertLayoutOp, v, result_types=[TileType(v.type.shape, v.type.element,
+                                                                                     want)]))
     for idx in (0, 1):  # f8 operands, staged or not, are widened in their #dot_op layout
         v = op.operands[idx]
         if mma_dtype(v.type.dtype) is not v.type.dtype:
@@ -191,6 +213,29 @@ def _func_of(op: Op) -> Op:
     return op
 
 
+_LAYOUT_ONLY = (ConvertLayoutOp, T.ReshapeOp, T.PermuteOp)
+
+
+def _loaded(v: Value) -> bool:
+    """`v` is a loaded tile, up to layout changes (its way into wgmma is shared memory)."""
+    op = v.owner
+    while isinstance(op, _LAYOUT_ONLY):
+        op = op.operands[0].owner
+    return isinstance(op, (T.LoadOp, T.LoadMaskedOp))
+
+
+def _register_a(op: T.DotOp, a: Value) -> Optional[DotOperandLayout]:
+    """The #dot_op layout in which wgmma takes `a`, the dot's A operand, from registers, or
+    None: A was computed in registers (not loaded: a loaded tile is stored to shared memory
+    anyway) in a layout whose conversion to #dot_op is a register renumbering (the
+    accumulator of an earlier wgmma over the same warps: the P of attention). Elsewhere
+    (other warps, f8, tf32) it goes through shared memory as a loaded A does."""
+    want = register_a_layout(op.results[0].type.encoding, a.type.dtype.bits)
+    if want is None or _loaded(a) or not registers_match(a.type.encoding, want, a.type.shape):
+        return None
+    return want
+
+
 def _accelerate_wgmma(op: T.DotOp) -> None:
     head = _entry_builder(_func_of(op))
     srcs, dead = [], []
@@ -201,17 +246,23 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             dead.append(cv)
             v = cv.operands[0]
         srcs.append(v)
-    bufs = [head.create(AllocOp, shape=list(v.type.shape), layout=wgmma_operand_layout(v.type.dtype.itemsize, idx),
-                        result_types=[PointerType(v.type.dtype, SHARED)], loc=op.loc).result
-            for idx, v in enumerate(srcs)]
+    a_lay = _register_a(op, srcs[0])
+    staged = [1] if a_lay is not None else [0, 1]
+    bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
+                             layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, idx),
+                             result_types=[PointerType(srcs[idx].type.dtype, SHARED)], loc=op.loc).result
+            for idx in staged}
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
     at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
-    for buf, v in zip(bufs, srcs):
-        at.create(LocalStoreOp, buf, v)
+    for idx in staged:
+        at.create(LocalStoreOp, bufs[idx], srcs[idx])
     at.create(FenceProxyAsyncOp)
     at.create(BarrierOp)
-    d = at.value(WgmmaOp, bufs[0], bufs[1], op.operands[2], result_types=[op.results[0].type])
+    a = bufs.get(0)
+    if a is None:  # a renumbering of registers (no code): the fragments wgmma reads
+        a = at.value(ConvertLayoutOp, srcs[0], result_types=[TileType(srcs[0].type.shape, srcs[0].type.element, a_lay)])
+    d = at.value(WgmmaOp, a, bufs[1], op.operands[2], result_types=[op.results[0].type])
     done = at.create(WgmmaWaitOp, d, pending=0, result_types=[op.results[0].type])
     done.result.name_hint = op.results[0].name_hint
     op.results[0].replace_all_uses_with(done.result)

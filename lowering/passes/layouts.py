@@ -246,11 +246,15 @@ class _Assigner:
             self.layout[gid] = lay
         # an FMA dot's operands hold, per thread, its accumulator rows and columns over all
         # of K: a square-ish block per thread keeps that small, so the dot outranks accesses
-        for op in self.func.walk():
-            if isinstance(op, T.DotOp):
-                self.layout[self.groups.find(op.results[0])] = (
-                    dot_acc_layout(op, self.num_warps, self.wgmma)
-                    or fma_acc_layout(op.results[0].type.shape, self.num_warps))
+        dots = [op for op in self.func.walk() if isinstance(op, T.DotOp)]
+        # a dot whose result reaches another dot's A through elementwise ops (one group)
+        a_groups = {self.groups.find(op.operands[0]) for op in dots}
+        acc_groups = {self.groups.find(op.results[0]) for op in dots}
+        for op in dots:
+            chained = self.groups.find(op.results[0]) in a_groups or self.groups.find(op.operands[0]) in acc_groups
+            self.layout[self.groups.find(op.results[0])] = (
+                dot_acc_layout(op, self.num_warps, self.wgmma, chained)
+                or fma_acc_layout(op.results[0].type.shape, self.num_warps))
 
     def propagate(self) -> None:
         changed = True

@@ -38,7 +38,7 @@ from tilec.errors import CompilationError
 from tilec.ir import Module, Op
 from tilec.ir import tile_ops as T
 
-from ..gpu.layouts import DistributedLayout
+from ..gpu.layouts import registers_match
 from ..gpu.ops import AllocOp, ConvertLayoutOp
 from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
@@ -57,10 +57,7 @@ def gather_bytes(values: int, entries: int) -> int:
 
 def convert_needs_shared(src, dst, shape) -> bool:
     """A conversion moves data between threads unless lanes and warps hold the same elements."""
-    if not (isinstance(src, DistributedLayout) and isinstance(dst, DistributedLayout)):
-        return True
-    a, b = src.bases(shape), dst.bases(shape)
-    return a.lane != b.lane or a.warp != b.warp or sorted(a.reg) != sorted(b.reg)
+    return not registers_match(src, dst, shape)
 
 
 def _numbering(func) -> Tuple[Dict[int, int], Dict[int, int]]:

@@ -1,0 +1,80 @@
+"""Chained dots on the GPU (marker gpu): attention (dot -> online softmax with exp2 -> dot) and
+dot -> exp -> dot, f16 and bf16, sizes that are not multiples of the blocks, against float64
+numpy. Each runs for the device's own arch (wgmma with P as a register A operand on a
+Hopper) and, through the PTX JIT, for sm_80 (mma.sync on P's C fragments)."""
+import numpy as np
+import pytest
+
+import tilec as tc
+
+from chain_kernels import attention, dot_exp_dot
+
+pytestmark = pytest.mark.gpu
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+DTYPES = {"f16": (tc.float16, np.float16), "bf16": (tc.bfloat16, ml_dtypes.bfloat16)}
+# relative to the output's largest magnitude: P (in [0, 1]) and the inputs are rounded to the
+# operand type, the accumulation is f32
+TOL = {"f16": 4e-3, "bf16": 3e-2}
+ARCHS = [None, "sm_80"]   # None: the device's own
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+
+
+def _rounded(rng, shape, dtype, scale=1.0):
+    """Random values already representable in `dtype` (so the reference sees the same inputs)."""
+    return (rng.standard_normal(shape) * scale).astype(DTYPES[dtype][1]).astype(np.float32)
+
+
+def _launch(kernel, grid, arrays, arch, **kw):
+    dev = [tc.from_numpy(a, dtype=d) for a, d in arrays]
+    kernel[grid](*dev, **kw, **({} if arch is None else {"arch": arch}))
+    tc.synchronize()
+    return [d.to_numpy() for d in dev]
+
+
+def _check(got, want, dtype):
+    got = np.asarray(got).astype(np.float64)
+    assert np.isfinite(got).all()
+    err = np.abs(got - want).max()
+    assert err <= TOL[dtype] * np.abs(want).max(), err
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a or "native")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("num_warps,bm,bn,d", [(4, 64, 64, 64), (8, 128, 64, 128), (8, 128, 128, 64)])
+@pytest.mark.parametrize("n_q,n_kv,head", [(300, 517, 64), (129, 1000, 100)])
+def test_attention(arch, dtype, num_warps, bm, bn, d, n_q, n_kv, head):
+    if head > d:
+        pytest.skip("head dim larger than the block")
+    rng = np.random.default_rng(n_q * 7 + n_kv)
+    q, k, v = (_rounded(rng, (n, head), dtype) for n in (n_q, n_kv, n_kv))
+    o = np.full((n_q, head), np.nan, np.float32)
+    tdt = DTYPES[dtype][0]
+    scale = head ** -0.5
+    out = _launch(attention, (tc.cdiv(n_q, bm),), [(q, tdt), (k, tdt), (v, tdt), (o, tdt)], arch,
+                  scale=scale, BM=bm, BN=bn, D=d, num_warps=num_warps)[3]
+    s = (q.astype(np.float64) @ k.astype(np.float64).T) * scale
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    _check(out, (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64), dtype)
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a or "native")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("num_warps,bm", [(4, 64), (8, 128)])
+def test_dot_exp_dot(arch, dtype, num_warps, bm):
+    rng = np.random.default_rng(11)
+    m, n, d = 3 * bm - 5, 50, 60        # n, d below the blocks: padded columns and rows
+    x = _rounded(rng, (m, d), dtype, 0.25)
+    w = _rounded(rng, (d, n), dtype, 0.25)
+    v = _rounded(rng, (n, d), dtype)
+    o = np.full((m, d), np.nan, np.float32)
+    tdt = DTYPES[dtype][0]
+    out = _launch(dot_exp_dot, (tc.cdiv(m, bm),), [(x, tdt), (w, tdt), (v, tdt), (o, tc.float32)], arch,
+                  BM=bm, BN=64, D=64, num_warps=num_warps)[3]
+    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
+    _check(out, p @ v.astype(np.float64), dtype)
