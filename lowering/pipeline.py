@@ -24,11 +24,13 @@ from .passes.persistent import make_persistent
 from .passes.dependent_launch import wait_for_prior_grid
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
+from .passes.rotate_dots import rotate_dot_chains
 from .passes.tma_loads import tma_loads
 from .passes.tma_stores import tma_stores
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
+from .passes.defer_waits import defer_wgmma_waits
 from .passes.pipeline_loads import pipeline_loads
 from .passes.prefetch_loads import prefetch_loads
 from .passes.warp_specialize import drop_multicast, warp_specialize
@@ -58,6 +60,7 @@ PASSES: Dict[str, Pass] = {
     "make_persistent": lambda m, t, o: make_persistent(m),
     "wait_for_prior_grid": lambda m, t, o: wait_for_prior_grid(m),
     "index_width": lambda m, t, o: index_width(m),
+    "rotate_dot_chains": lambda m, t, o: rotate_dot_chains(m),
     "tma_loads": lambda m, t, o: tma_loads(m, num_warps=o.num_warps, cluster=o.cluster),
     "tma_stores": lambda m, t, o: tma_stores(m, num_warps=o.num_warps),
     "lower_views": lambda m, t, o: lower_views(m),
@@ -65,6 +68,7 @@ PASSES: Dict[str, Pass] = {
     "assign_layouts": lambda m, t, o: assign_layouts(m, num_warps=o.num_warps, wgmma=t.has_wgmma),
     "accelerate_dot": lambda m, t, o: accelerate_dot(m),
     "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages),
+    "defer_wgmma_waits": lambda m, t, o: defer_wgmma_waits(m),
     "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block),
     "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,
                                                        registers_per_sm=t.registers_per_sm),
@@ -89,8 +93,10 @@ def legalize(t: Target, o: CompileOptions) -> List[str]:
 
 
 def optimize_for_target(t: Target, o: CompileOptions) -> List[str]:
-    """Target features that must see tensor views: TMA copies around wgmma dots (a ring of 3+ stages)."""
-    return [*(["tma_loads"] if _tma(t, o) and o.num_stages >= 3 else []),
+    """Target features that must see tensor views: chained dots rotated for asynchronous tensor
+    cores, TMA copies around wgmma dots (a ring of 3+ stages)."""
+    return [*(["rotate_dot_chains"] if t.has_wgmma else []),
+            *(["tma_loads"] if _tma(t, o) and o.num_stages >= 3 else []),
             *(["tma_stores"] if _tma(t, o) else [])]
 
 
@@ -100,9 +106,11 @@ def lower_to_gpu(t: Target, o: CompileOptions) -> List[str]:
 
 
 def schedule(t: Target, o: CompileOptions) -> List[str]:
-    """Loads issued ahead of their use; a TMA ring split into producer and consumers."""
+    """Loads issued ahead of their use; waits for wgmmas where their results are needed; a TMA
+    ring split into producer and consumers."""
     specialize = o.warp_specialize and t.has_wgmma and t.has_setmaxnreg
     return ["pipeline_loads",
+            *(["defer_wgmma_waits"] if t.has_wgmma else []),
             *(["prefetch_loads"] if t.has_cp_async else []),   # tc.range(num_stages=) loops
             # multicast copies are safe only in a specialized ring (its `empty` barriers)
             *(["warp_specialize"] if specialize else ["drop_multicast"] if _tma(t, o) else [])]

@@ -1,0 +1,152 @@
+"""rotate_dot_chains: a loop of chained dots computes the next iteration's first dot one
+iteration early, so that its tensor-core work overlaps this iteration's softmax.
+
+In a flash-attention loop
+
+    for j in range(lb, ub):
+        k = load_view(K, j)               # depends on j and loop invariants only
+        s = dot(q, kᵀ, 0)                 # the first dot: nothing carried feeds it
+        p = softmax-like(s, carried m, l)
+        acc = dot(p, v, acc · alpha)      # the second dot consumes the first's result
+
+the first dot waits for nothing the loop carries, yet every iteration issues it and
+waits for it before the softmax can start, and the tensor cores idle while the softmax
+runs. The loop is rotated:
+
+    s0 = dot(q, load_view(K, lb)ᵀ, 0)                   # before the loop
+    for j in range(lb, ub) carrying (..., s):
+        s_next = dot(q, load_view(K, j + step)ᵀ, 0)     # where the first dot was
+        p = softmax-like(s, ...)                        # the carried s in its place
+        acc = dot(p, v, acc · alpha)
+        yield ..., s_next
+
+The values are the same: iteration j uses the dot of iteration j, computed one
+iteration earlier. On sm_90a each dot becomes an asynchronous wgmma; `defer_wgmma_waits`
+then waits for s_next only where the loop yields it, so the softmax of block j runs on
+the CUDA cores while the wgmma of block j + 1 runs on the tensor cores (FlashAttention-3's
+intra-warpgroup overlap).
+
+The first dot's operands must come from tensor-view loads (`tile.load_view`) and pure
+ops of the induction variable and loop invariants: a view load reads padding where its
+tile lies outside the view, so the extra first dot (at `lb` before an empty loop, at
+`ub` in the last iteration) touches no memory it may not. Its accumulator must be a
+constant, and a second dot of the same loop body must use its result. The pass runs on
+tile IR before the views are lowered (on targets with asynchronous tensor-core dots);
+one dot per loop is rotated.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from tilec.ir import BlockArgument, Builder, Module, Op, Value
+from tilec.ir import tile_ops as T
+
+from .rewrite import iteration_at
+
+__all__ = ["rotate_dot_chains"]
+
+
+def _slice(body, roots: List[Value], iv: Value) -> Optional[List[Op]]:
+    """The ops of `body` computing `roots` from the induction variable and invariants, in body
+    order: pure ops and view loads only. None when a carried value or anything else feeds them."""
+    need: Dict[int, Op] = {}
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if isinstance(v, BlockArgument):
+            if v is not iv and v.block is body:
+                return None
+            continue
+        op = v.owner
+        if op is None or op.parent is not body or id(op) in need:
+            continue
+        if op.regions or not (isinstance(op, T.LoadViewOp) or op.has_trait("pure") or op.has_trait("elementwise")):
+            return None
+        need[id(op)] = op
+        todo.extend(op.operands)
+    return [op for op in body.ops if id(op) in need]
+
+
+def _feeds_dot(v: Value, body, first: Op) -> bool:
+    """Some other dot of `body` uses `v`, directly or through ops of the body."""
+    seen, todo = set(), [v]
+    while todo:
+        for user, _ in todo.pop().uses:
+            while user is not None and user.parent is not body:   # an op nested in a body op
+                user = user.parent_op()
+            if user is None or id(user) in seen:
+                continue
+            seen.add(id(user))
+            if isinstance(user, T.DotOp) and user is not first:
+                return True
+            todo.extend(user.results)
+    return False
+
+
+def _rotatable(loop: T.ForOp):
+    body = loop.body
+    iv = body.args[0]
+    for op in body.ops:
+        if not isinstance(op, T.DotOp) or not isinstance(op.operands[2].owner, T.ConstantOp):
+            continue
+        ops = _slice(body, list(op.operands), iv)
+        if ops is None or not any(isinstance(o, T.LoadViewOp) for o in ops):
+            continue
+        if _feeds_dot(op.results[0], body, op):
+            return op, ops
+    return None
+
+
+def _clone(ops: List[Op], at: Builder, mapping: Dict[int, Value]) -> None:
+    for op in ops:
+        new = type(op)([mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
+                       dict(op.attrs), (), op.loc)
+        at.insert(new)
+        for r, nr in zip(op.results, new.results):
+            mapping[id(r)] = nr
+
+
+def _rotate(loop: T.ForOp, dot: T.DotOp, ops: List[Op]) -> T.ForOp:
+    body = loop.body
+    iv = body.args[0]
+    lb, _, step = loop.operands[:3]
+    chain = ops + [dot]
+    # before the loop: the first dot of iteration lb
+    pre = Builder().before(loop)
+    pre.loc = dot.loc
+    mapping: Dict[int, Value] = {id(iv): lb}
+    _clone(chain, pre, mapping)
+    s0 = mapping[id(dot.results[0])]
+    # the loop with one more carried value
+    region = loop.regions[0]
+    loop.regions = []
+    new = T.ForOp(list(loop.operands) + [s0], [r.type for r in loop.results] + [s0.type], dict(loop.attrs), [],
+                  loop.loc)
+    new.add_region(region)
+    Builder().before(loop).insert(new)
+    for old, nr in zip(loop.results, new.results):
+        old.replace_all_uses_with(nr)
+    loop.erase()
+    s_cur = body.add_arg(s0.type, dot.results[0].name_hint)
+    # in the body, where the dot was: the first dot of the next iteration
+    at = Builder().before(dot)
+    at.loc = dot.loc
+    mapping = {id(iv): iteration_at(at, iv, step, 1)}
+    _clone(chain, at, mapping)
+    s_next = mapping[id(dot.results[0])]
+    dot.results[0].replace_all_uses_with(s_cur)
+    term = body.terminator
+    Builder().before(term).create(T.YieldOp, *term.operands, s_next)
+    term.erase()
+    for op in reversed(chain):   # this iteration's copies, now unused
+        if all(not r.uses for r in op.results):
+            op.erase()
+    return new
+
+
+def rotate_dot_chains(module: Module) -> Module:
+    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+        found = _rotatable(loop)
+        if found is not None:
+            _rotate(loop, *found)
+    return module
