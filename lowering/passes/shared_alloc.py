@@ -13,7 +13,9 @@ inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again); a buffer allocated at the
 top of the kernel and used only inside later statements of its body lives from
 the first of those statements to the end of the last (the two loops of a
-flash-attention backward kernel, each with its own dot operands, share bytes). A conversion's scratch
+flash-attention backward kernel, each with its own dot operands, share bytes). Both
+sets of lifetimes are placed, in the same order, and the smaller total is kept: the
+narrow lifetimes only remove conflicts, but first fit can still pack them worse. A conversion's scratch
 lives for its own op only.
 
 A conversion's scratch gets the bank-conflict-free layout of gpu/swizzle.py
@@ -157,18 +159,18 @@ def _buffers(func):
     return out
 
 
-def _lifetime(op, lives: str, index, end) -> Tuple[int, int]:
+def _lifetime(op, lives: str, index, end, narrow: bool) -> Tuple[int, int]:
     if lives == _USES:
-        return _alloc_interval(op, index, end)
+        return _alloc_interval(op, index, end) if narrow else _interval(op, index, end)
     if lives == _KERNEL:
         return 0, len(index)
     return index[id(op)], index[id(op)]
 
 
-def _place(bufs, intervals) -> Tuple[List[int], int]:
+def _place(bufs, intervals, order_by) -> Tuple[List[int], int]:
     placed: List[Tuple[int, int, int, int]] = []  # (start, end, offset, size)
     offsets = [0] * len(bufs)
-    order = sorted(range(len(bufs)), key=lambda i: (intervals[i][0], -bufs[i][1]))
+    order = sorted(range(len(bufs)), key=lambda i: (order_by[i][0], -bufs[i][1]))
     total = 0
     for i in order:
         size, align = bufs[i][1:3]
@@ -206,8 +208,17 @@ def allocate_shared(module: Module, *, limit: int, arch: str) -> Module:
             continue
         index, end = _numbering(func)
         bufs = _buffers(func)
-        intervals = [_lifetime(op, lives, index, end) for op, _, _, _, lives in bufs]
-        offsets, total = _place(bufs, intervals)
+        # Lifetimes from the allocation, and the narrower ones from the first statement using
+        # the buffer; both placed in the order of the first (the narrow lifetimes only lift
+        # conflicts), the smaller total kept: first fit is not monotone in its conflicts.
+        wide = [_lifetime(op, lives, index, end, False) for op, _, _, _, lives in bufs]
+        narrow = [_lifetime(op, lives, index, end, True) for op, _, _, _, lives in bufs]
+        offsets, total = _place(bufs, wide, wide)
+        intervals = wide
+        if narrow != wide:
+            n_offsets, n_total = _place(bufs, narrow, wide)
+            if n_total < total:
+                offsets, total, intervals = n_offsets, n_total, narrow
         for (op, _, _, attr, _), off in zip(bufs, offsets):
             op.attrs[attr] = off
         _mark_syncs(bufs, intervals, offsets)
