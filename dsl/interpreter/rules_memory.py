@@ -72,16 +72,17 @@ def _load_view(op, cx):
     shape = tuple(op.attrs["shape"])
     d = op.operands[0].type.dtype
     pad, starts = _padding(op, d), _starts(op, shape)
+    out = tuple(op.results[0].type.shape)  # the box without its squeezed unit dimensions
     if op.attrs.get("multicast"):
         def step(r):
             index = [r[i] for i in idx]
             start = starts(index)
             check_multicast(r, op, start, tuple(int(i) for i in index))
-            r[o] = load_tile(r[v], start, shape, pad, d)
+            r[o] = load_tile(r[v], start, shape, pad, d).reshape(out)
         return step
 
     def step(r):
-        r[o] = load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d)
+        r[o] = load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d).reshape(out)
     return step
 
 
@@ -89,10 +90,11 @@ def _load_view(op, cx):
 def _store_view(op, cx):
     ins = cx.ins(op)
     v, idx, val = ins[0], ins[1:-1], ins[-1]
-    starts = _starts(op, tuple(op.operands[-1].type.shape))
+    box = tuple(op.box_shape())
+    starts = _starts(op, box)
 
     def step(r):
-        store_tile(r[v], starts([r[i] for i in idx]), r[val])
+        store_tile(r[v], starts([r[i] for i in idx]), np.reshape(r[val], box))
     return step
 
 
