@@ -72,17 +72,22 @@ def _load_view(op, cx):
     shape = tuple(op.attrs["shape"])
     d = op.operands[0].type.dtype
     pad, starts = _padding(op, d), _starts(op, shape)
-    out = tuple(op.results[0].type.shape)  # the box without its squeezed unit dimensions
+    order = op.attrs.get("order")
+    kept = [n for d, n in enumerate(shape) if d not in (op.attrs.get("squeeze") or [])]
+
+    def shaped(t):  # the box without its squeezed unit dimensions, in `order`
+        t = t.reshape(kept)
+        return t if order is None else np.ascontiguousarray(np.transpose(t, order))
     if op.attrs.get("multicast"):
         def step(r):
             index = [r[i] for i in idx]
             start = starts(index)
             check_multicast(r, op, start, tuple(int(i) for i in index))
-            r[o] = load_tile(r[v], start, shape, pad, d).reshape(out)
+            r[o] = shaped(load_tile(r[v], start, shape, pad, d))
         return step
 
     def step(r):
-        r[o] = load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d).reshape(out)
+        r[o] = shaped(load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d))
     return step
 
 

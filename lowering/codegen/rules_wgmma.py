@@ -19,7 +19,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..gpu import wgmma_ops as W
-from ..gpu.wgmma_fragments import b_k_major, descriptor_high_bits, k_step, warpgroup_strides, wgmma_instructions
+from ..gpu.wgmma_fragments import (buffer_k_major, descriptor_high_bits, k_step, warpgroup_strides,
+                                   wgmma_instructions)
 from .rules_mma import slot_pointer
 from .types import I32
 from .walker import rule
@@ -65,23 +66,24 @@ def _wgmma(ctx, op):
     # this warp's warpgroup along M and column block along N
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
-    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb)
+    kmaj = buffer_k_major(b_alloc.attrs["layout"], slot is not None)   # B's transpose bit
+    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj)
     a_base = _desc_base(ctx, a_alloc, slot, wg_m, a_stride)
     b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
     a_hi = descriptor_high_bits(0, a_shape, eb)
-    b_hi = descriptor_high_bits(1, b_shape, eb)
+    b_hi = descriptor_high_bits(1, b_shape, eb, kmaj)
 
     acc = list(ctx.elems(op.operands[2]))
     per = instr_n // 2
     outs = ", ".join(f"${i}" for i in range(per))
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + 2}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step(eb)}.f32.{_KIND[elem.name]} "
-            f"{{{outs}}}, ${per}, ${per + 1}, p, 1, 1{'' if b_k_major(eb) else ', 0, 1'}; }}")
+            f"{{{outs}}}, ${per}, ${per + 1}, p, 1, 1{'' if eb != 2 else ', 0, 0' if kmaj else ', 0, 1'}; }}")
     cons = ",".join(["=f"] * per + ["l", "l", "r"] + [str(i) for i in range(per)])
     fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I64, I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)
     ctx.intrinsic("llvm.nvvm.wgmma.fence.sync.aligned", ir.VoidType(), [])
-    for ins in wgmma_instructions(lay, m, n, k, eb):
+    for ins in wgmma_instructions(lay, m, n, k, eb, kmaj):
         da = bld.add(a_base, ir.Constant(I64, a_hi + (ins.a_offset >> 4)))
         db = bld.add(b_base, ir.Constant(I64, b_hi + (ins.b_offset >> 4)))
         d = bld.asm(fty, text, cons, [da, db, one] + [acc[r] for r in ins.regs], True)

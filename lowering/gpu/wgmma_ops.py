@@ -68,8 +68,9 @@ class WgmmaOp(Op):
             if elem not in WGMMA_DTYPES:
                 raise self.error(f"wgmma multiplies f16, bf16, f32 (as tf32), f8e4m3 or f8e5m2 operands, "
                                  f"got {elem}")
-            want_lay = operand_layout(elem.itemsize, idx)
             inner = tuple(d - (1 if has_slot else 0) for d in lay.order[:2])  # slots are outermost
+            # a 16-bit B may be N-major or K-major (the transpose bit); others have one form
+            want_lay = operand_layout(elem.itemsize, idx, inner == (0, 1) if idx == 1 and elem.bits == 16 else None)
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
                 raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with "
                                  f"{'K' if want_lay.order[0] == 0 or idx == 0 else 'N'} contiguous, "

@@ -140,12 +140,31 @@ def _staged(op: T.DotOp, idx: int) -> bool:
     return isinstance(cv, ConvertLayoutOp) and isinstance(cv.operands[0].type.encoding, DistributedLayout)
 
 
+def _register_run_dim(v) -> Optional[int]:
+    """The dimension along which each thread holds 16-byte runs of the tile `v` (its first
+    register bases), None if it holds none: a buffer contiguous along it takes whole-vector
+    stores (and cp.async copies) of what was loaded that way, e.g. `k.T` of a loaded K tile."""
+    t = v.type
+    enc = getattr(t, "encoding", None)
+    if not isinstance(enc, DistributedLayout) or t.rank != 2:
+        return None
+    reg = enc.bases(tuple(t.shape)).reg
+    run = 16 // t.dtype.itemsize
+    for d in (0, 1):
+        unit = [tuple((1 << i) if e == d else 0 for e in (0, 1)) for i in range(run.bit_length() - 1)]
+        if list(reg[:len(unit)]) == unit:
+            return d
+    return None
+
+
 def _operand_buffer(op: T.DotOp, idx: int, head: Builder) -> Op:
-    """A swizzled shared buffer for operand `idx`, allocated at the top of the kernel."""
+    """A swizzled shared buffer for operand `idx`, allocated at the top of the kernel: rows
+    contiguous unless the stored tile runs along dimension 0 (ldmatrix.trans reads either)."""
     want = op.operands[idx].type
     elem = want.dtype
+    order = (0, 1) if _register_run_dim(op.operands[idx].owner.operands[0]) == 0 else (1, 0)
     return head.create(AllocOp, shape=list(want.shape),
-                       layout=operand_shared_layout(want.shape, elem.itemsize, (1, 0)),
+                       layout=operand_shared_layout(want.shape, elem.itemsize, order),
                        result_types=[PointerType(elem, SHARED)], loc=op.loc)
 
 
@@ -201,7 +220,10 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             dead.append(cv)
             v = cv.operands[0]
         srcs.append(v)
-    bufs = [head.create(AllocOp, shape=list(v.type.shape), layout=wgmma_operand_layout(v.type.dtype.itemsize, idx),
+    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is
+    k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
+    bufs = [head.create(AllocOp, shape=list(v.type.shape),
+                        layout=wgmma_operand_layout(v.type.dtype.itemsize, idx, k_major if idx else None),
                         result_types=[PointerType(v.type.dtype, SHARED)], loc=op.loc).result
             for idx, v in enumerate(srcs)]
     at = Builder().before(op)  # after the allocations, which may sit in the same block

@@ -313,7 +313,7 @@ def load_view_squeeze(op: Op) -> bool:
     rank-3 view's tile is loaded as the rank-2 tile it is (its unit index in the base
     pointer), so it vectorizes, and takes cp.async and TMA, as a 2-D load does."""
     load = op.operands[0].owner
-    if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1:
+    if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1 or load.attrs.get("order"):
         return False
     have = load.attrs.get("squeeze") or []
     kept = [d for d in range(len(load.attrs["shape"])) if d not in have]
@@ -322,6 +322,25 @@ def load_view_squeeze(op: Op) -> bool:
         return False
     attrs = dict(load.attrs)
     attrs["squeeze"] = sorted(have + [kept[d] for d in drop])
+    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
+    load.parent.insert(load.parent.ops.index(load), new)
+    new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
+    _forward(op, new.results[0])
+    load.erase()
+    return True
+
+
+def load_view_permute(op: Op) -> bool:
+    """permute(load_view(x), p) -> load_view(x) {order = p}: the load builds its pointers in the
+    permuted order, so `tc.load(k, ...).T` reads runs along its contiguous dimension straight
+    into the transposed tile (a K-major dot operand) with no register shuffle."""
+    load = op.operands[0].owner
+    if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1:
+        return False
+    p = op.attrs["order"]
+    old = load.attrs.get("order") or list(range(len(p)))
+    attrs = dict(load.attrs)
+    attrs["order"] = [old[i] for i in p]
     new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
     load.parent.insert(load.parent.ops.index(load), new)
     new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
@@ -415,7 +434,7 @@ PATTERNS: PatternTable = {
     T.ReshapeOp: [shape_noop, shape_of_uniform, reshape_chain, load_view_squeeze],
     T.StoreViewOp: [store_view_squeeze],
     T.ExpandDimsOp: [shape_of_uniform],
-    T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain],
+    T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain, load_view_permute],
     T.IfOp: [if_constant_condition, if_same_yield],
     T.ForOp: [for_constant_trip_count],
     Op: [fold_op],  # every op, after its own patterns: elementwise ops on constants only

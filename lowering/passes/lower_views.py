@@ -14,7 +14,8 @@ becomes, with I the offset type chosen by index_width (`_index`):
 coordinates.) Strides known at compile time become constants; the others come
 from tile.view_dim. A squeezed dimension (`squeeze`: a box extent of 1 that the tile
 does not have) adds its scalar offset to the base pointer and its scalar bounds check
-to the mask, so a (1, BM, D) box of a rank-3 view is a rank-2 pointer tile.
+to the mask, so a (1, BM, D) box of a rank-3 view is a rank-2 pointer tile. A load with
+an `order` builds the pointer tile in that order (the transposed tile of `tc.load(...).T`).
 Later passes then only see pointer accesses, and axis_info
 finds the contiguity (arange along a unit-stride dimension) that vectorizes them.
 """
@@ -81,7 +82,8 @@ def _lower(op) -> None:
     idx_t = dt.DType.get(op.attrs["_index"]) if "_index" in op.attrs else view_index_dtype(op)
     box = op.box_shape()
     squeeze = op.attrs.get("squeeze") or []
-    shape = [n for d, n in enumerate(box) if d not in squeeze]   # the pointer tile's
+    shape = op.tile_shape() if isinstance(op, T.LoadViewOp) else [n for d, n in enumerate(box) if d not in squeeze]
+    order = op.attrs.get("order") or list(range(len(shape)))
     offset_mode = op.attrs.get("mode", "index") == "offset"
     offset = mask = None
     base_off = base_in = None   # the squeezed dimensions' scalar offset and bounds check
@@ -110,8 +112,8 @@ def _lower(op) -> None:
             coords = b.value(T.MulOp, coords, b.value(T.SplatOp, s, shape=[n]))
         elif stride != 1:
             coords = b.value(T.MulOp, coords, build_constant(b, TileType((n,), ScalarType(idx_t)), stride))
-        term = _to_full(b, coords, dim, shape)
-        inside = _to_full(b, inside, dim, shape)
+        term = _to_full(b, coords, order.index(dim), shape)   # the tile dimension box dim d became
+        inside = _to_full(b, inside, order.index(dim), shape)
         dim += 1
         offset = term if offset is None else b.value(T.AddOp, offset, term)
         mask = inside if mask is None else b.value(T.AndOp, mask, inside)

@@ -47,6 +47,9 @@ class _ViewAccess(Op):
     the tile does not have: a (1, BM, D) box of a rank-3 view moves a (BM, D) tile, as
     reshape(load_view) would, but lowers to a rank-2 access (its vectors, its cp.async
     and TMA eligibility) with the unit index folded into the base pointer.
+    `order` (load only; canonicalize's load_view_permute): the tile is the (squeezed) box
+    permuted as tile.permute would, so `tc.load(k, ...).T` is one load whose pointers
+    already run in the transposed order (a K-major dot operand with 16-byte accesses).
     """
 
     def box_shape(self):
@@ -88,16 +91,27 @@ class LoadViewOp(_ViewAccess):
     # evict: the L2 eviction priority of the lines read, "first" or "last" (EVICT_POLICIES;
     # absent: the default)
     attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index"),
-                  "multicast": A("bool", True), "evict": A("str", True), "squeeze": A("ints", True)}
+                  "multicast": A("bool", True), "evict": A("str", True), "squeeze": A("ints", True),
+                  "order": A("ints", True)}
     traits = frozenset({"reads"})
 
-    def infer_types(self):
+    def tile_shape(self):
+        """The box's extents without the squeezed dimensions, in `order`."""
         sq = self.attrs.get("squeeze") or []
-        return [tile([n for d, n in enumerate(self.attrs["shape"]) if d not in sq], self.operands[0].type.dtype)]
+        kept = [n for d, n in enumerate(self.attrs["shape"]) if d not in sq]
+        order = self.attrs.get("order") or range(len(kept))
+        return [kept[i] for i in order]
+
+    def infer_types(self):
+        return [tile(self.tile_shape(), self.operands[0].type.dtype)]
 
     def verify_op(self):
         self._check_indices(self.attrs["shape"])
         self._check_squeeze(self.attrs["shape"])
+        order = self.attrs.get("order")
+        rank = len(self.attrs["shape"]) - len(self.attrs.get("squeeze") or [])
+        if order is not None and sorted(order) != list(range(rank)):
+            raise self.error(f"order must permute the tile's {rank} dimensions, got {list(order)}")
         _check_evict(self)
 
 
