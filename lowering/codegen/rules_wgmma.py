@@ -39,9 +39,10 @@ def _slot_shape(alloc, has_slot: bool):
 
 
 def _desc_base(ctx, alloc, slot, warp_index, stride: int):
-    """(shared byte address of the operand slot + warp_index * stride) >> 4, as i64."""
+    """(shared byte address of the operand slot + warp_index * stride) >> 4, as i64 (a buffer
+    without slots, rank 2, ignores `slot`)."""
     b = ctx.builder
-    ptr = slot_pointer(ctx, alloc, slot, ir.IntType(8), 0)
+    ptr = slot_pointer(ctx, alloc, slot if len(alloc.attrs["shape"]) == 3 else None, ir.IntType(8), 0)
     addr = b.ptrtoint(ptr, I32)
     addr = b.and_(addr, ir.Constant(I32, _OFFSET_MASK))
     if stride:
@@ -56,7 +57,7 @@ def _wgmma(ctx, op):
     c_t = op.operands[2].type
     lay = c_t.encoding
     m, n = c_t.shape
-    a_shape, b_shape = _slot_shape(a_alloc, slot is not None), _slot_shape(b_alloc, slot is not None)
+    a_shape, b_shape = (_slot_shape(x, slot is not None and len(x.attrs["shape"]) == 3) for x in (a_alloc, b_alloc))
     k = a_shape[1]
     elem = a_alloc.results[0].type.pointee
     eb = elem.itemsize
@@ -66,7 +67,7 @@ def _wgmma(ctx, op):
     # this warp's warpgroup along M and column block along N
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
-    kmaj = buffer_k_major(b_alloc.attrs["layout"], slot is not None)   # B's transpose bit
+    kmaj = buffer_k_major(b_alloc.attrs["layout"], len(b_alloc.attrs["shape"]) == 3)   # B's transpose bit
     a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj)
     a_base = _desc_base(ctx, a_alloc, slot, wg_m, a_stride)
     b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)

@@ -5,7 +5,8 @@
     %e = gpu.wgmma_wait %d {pending = 1}                  (at most 1 wgmma group of this thread in flight)
 
 gpu.wgmma reads both operands from shared memory (buffers of gpu.alloc in the layout
-`wgmma_fragments.operand_layout`, slot `%slot` of a multi-slot buffer), issues
+`wgmma_fragments.operand_layout`, slot `%slot` of each multi-slot (rank-3) buffer; a
+rank-2 buffer, such as a loop-invariant operand stored once, has no slots), issues
 `wgmma.fence`, the instructions and `wgmma.commit_group`; its result is the
 accumulator as the hardware will have written it. gpu.wgmma_wait is where the
 registers become readable: every use of the accumulator other than the next
@@ -58,17 +59,20 @@ class WgmmaOp(Op):
             if not isinstance(st, ScalarType) or st.dtype is not dt.int32:
                 raise self.error(f"the slot index must be an i32 scalar, got {st}")
         shapes = []
+        if has_slot and all(len(_alloc_of(self, i).attrs["shape"]) != 3 for i in (0, 1)):
+            raise self.error("a slot index needs a multi-slot (rank-3) operand buffer")
         for idx in (0, 1):
             alloc = _alloc_of(self, idx)
             shape = list(alloc.attrs["shape"])
             lay = alloc.attrs["layout"]
-            if has_slot:
+            slotted = has_slot and len(shape) == 3
+            if slotted:
                 shape = shape[1:]
             elem = alloc.results[0].type.pointee
             if elem not in WGMMA_DTYPES:
                 raise self.error(f"wgmma multiplies f16, bf16, f32 (as tf32), f8e4m3 or f8e5m2 operands, "
                                  f"got {elem}")
-            inner = tuple(d - (1 if has_slot else 0) for d in lay.order[:2])  # slots are outermost
+            inner = tuple(d - (1 if slotted else 0) for d in lay.order[:2])  # slots are outermost
             # a 16-bit B may be N-major or K-major (the transpose bit); others have one form
             want_lay = operand_layout(elem.itemsize, idx, inner == (0, 1) if idx == 1 and elem.bits == 16 else None)
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:

@@ -54,7 +54,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec import dtypes as dt
-from tilec.ir import Builder, Module, Op
+from tilec.ir import Builder, Module, Op, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, with_element
 
@@ -168,6 +168,25 @@ def _operand_buffer(op: T.DotOp, idx: int, head: Builder) -> Op:
                        result_types=[PointerType(elem, SHARED)], loc=op.loc)
 
 
+def _invariant_loop(op: Op, v) -> Optional[Op]:
+    """The outermost loop around `op` (through loops only) that `v` is not defined in: an
+    operand that does not change in it is stored to shared memory once, before it."""
+    best, p = None, op.parent_op()
+    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
+        best, p = p, p.parent_op()
+    return best
+
+
+def _store_before(loop: Op, buf, v, fence: bool) -> None:
+    """`v` into `buf` once before `loop` (q of attention): no later write, so one barrier."""
+    b = Builder().before(loop)
+    b.loc = loop.loc
+    b.create(LocalStoreOp, buf, v)
+    if fence:
+        b.create(FenceProxyAsyncOp)
+    b.create(BarrierOp)
+
+
 def _accelerate(op: T.DotOp) -> None:
     func = op
     while func.parent_op() is not None:
@@ -178,10 +197,15 @@ def _accelerate(op: T.DotOp) -> None:
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
     dead = []
-    if staged:
+    hoisted = {idx: _invariant_loop(op, op.operands[idx].owner.operands[0]) for idx in staged}
+    for idx, loop in hoisted.items():
+        if loop is not None:
+            _store_before(loop, bufs[idx], op.operands[idx].owner.operands[0], fence=False)
+    if any(loop is None for loop in hoisted.values()):
         at.create(BarrierOp)  # the previous reads of the buffers (an earlier iteration) are done
         for idx in staged:
-            at.create(LocalStoreOp, bufs[idx], op.operands[idx].owner.operands[0])
+            if hoisted[idx] is None:
+                at.create(LocalStoreOp, bufs[idx], op.operands[idx].owner.operands[0])
         at.create(BarrierOp)
     for idx in staged:
         cv = op.operands[idx].owner
@@ -228,11 +252,17 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             for idx, v in enumerate(srcs)]
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
-    at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
-    for buf, v in zip(bufs, srcs):
-        at.create(LocalStoreOp, buf, v)
-    at.create(FenceProxyAsyncOp)
-    at.create(BarrierOp)
+    loops = [_invariant_loop(op, v) for v in srcs]
+    for buf, v, loop in zip(bufs, srcs, loops):
+        if loop is not None:
+            _store_before(loop, buf, v, fence=True)
+    if any(loop is None for loop in loops):
+        at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
+        for buf, v, loop in zip(bufs, srcs, loops):
+            if loop is None:
+                at.create(LocalStoreOp, buf, v)
+        at.create(FenceProxyAsyncOp)
+        at.create(BarrierOp)
     d = at.value(WgmmaOp, bufs[0], bufs[1], op.operands[2], result_types=[op.results[0].type])
     done = at.create(WgmmaWaitOp, d, pending=0, result_types=[op.results[0].type])
     done.result.name_hint = op.results[0].name_hint

@@ -55,11 +55,12 @@ def test_canonicalized_view_loads_keep_the_result():
 
 
 def _loop(ptx: str) -> str:
-    """The text of the key loop: from its first label to its back edge."""
-    labels = re.findall(r"^(\$L__BB\d+_\d+):", ptx, re.M)
-    body = [lab for lab in labels if re.search(rf"bra(\.uni)?\s+{re.escape(lab)};", ptx)]
-    start = ptx.index(body[0] + ":")
-    return ptx[start:ptx.index(f"{body[0]};", start)]
+    """The text of the key loop: the longest span from a label to a branch back to it."""
+    labels = {m.group(1): m.start() for m in re.finditer(r"^(\$L__BB\d+_\d+):", ptx, re.M)}
+    spans = [(labels[m.group(1)], m.end()) for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", ptx)
+             if labels.get(m.group(1), len(ptx)) < m.start()]
+    start, end = max(spans, key=lambda se: se[1] - se[0])
+    return ptx[start:end]
 
 
 CONFIGS = [("sm_90a", 128, 64, 64, 8), ("sm_90a", 128, 64, 128, 8), ("sm_90a", 128, 128, 64, 8),
@@ -84,13 +85,29 @@ def test_k_is_stored_once_in_its_natural_layout(arch):
     gpu_ir = ck.asm["gpu"]
     # no register shuffle for k.T: the load runs along K (its contiguous dimension)
     assert "gpu.convert_layout" not in gpu_ir.split("tile.for")[1].split("gpu.reduce")[0]
-    assert re.search(r"%kt = tile.load_masked .*_contig_dim = 0, _vec = 8", gpu_ir)
     ptx = ck.asm["ptx"]
     assert ptx.count("ld.global.nc.v4.b32") + ptx.count("ld.global.v4.b32") >= 3   # q, k, v: 16 bytes
-    # k's buffer is K-contiguous (order [0, 1]): the loaded tile goes in with 16-byte stores
-    kbuf = re.search(r"gpu.local_store (%\d+), %kt", gpu_ir).group(1)
-    assert re.search(rf"{kbuf} = gpu.alloc {{shape = \[128, 64\], layout = #shared{{vec = 8, .*order = \[0, 1\]", gpu_ir)
+    # k's ring is K-contiguous (order [1, 2, 0]: slots outermost, then K): 16-byte copies
+    kbuf = re.search(r"gpu.async_copy (%\d+), .*\{vec = 8", gpu_ir).group(1)
+    assert re.search(rf"{kbuf} = gpu.alloc {{shape = \[3, 128, 64\], layout = #shared{{vec = 8, .*order = \[1, 2, 0\]",
+                     gpu_ir)
     if arch == "sm_90a":
         # B of q @ k.T is K-major: imm-trans-b = 0 on the first wgmma, 1 on the second (v)
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.f16\.f16 .*p, 1, 1, 0, 0;", ptx)
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 .*p, 1, 1, 0, 1;", ptx)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_q_is_stored_once_and_k_is_staged(arch):
+    """q (loop-invariant) goes to shared memory before the loop; k's loads become a cp.async
+    ring (num_stages = 3: two iterations ahead), so the loop body has no st.shared of q or k."""
+    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8)
+    gpu_ir = ck.asm["gpu"]
+    head, loop = gpu_ir.split("tile.for", 1)
+    assert "gpu.local_store %2, %qt" in head and "%qt" not in loop.split("gpu.wgmma" if arch == "sm_90a" else
+                                                                          "gpu.mma")[0].split("ldmatrix %2")[0]
+    assert head.count("gpu.async_copy") == 2 and "gpu.local_store %3" not in gpu_ir
+    ptx = ck.asm["ptx"]
+    body = _loop(ptx)
+    assert "cp.async.cg.shared.global" in body and re.search(r"cp\.async\.wait_group\s+1;", body)
+    assert "cp.async.cg.shared.global" in ptx[:ptx.index(body)]   # the prologue
