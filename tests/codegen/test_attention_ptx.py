@@ -98,16 +98,19 @@ def test_k_is_stored_once_in_its_natural_layout(arch):
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_q_is_stored_once_and_k_is_staged(arch):
-    """q (loop-invariant) goes to shared memory before the loop; k's loads become a cp.async
-    ring (num_stages = 3: two iterations ahead), so the loop body has no st.shared of q or k."""
+def test_q_is_stored_once_and_k_v_are_staged(arch):
+    """q (loop-invariant) goes to shared memory before the loop; k's and v's loads become one
+    cp.async ring (num_stages = 3: two iterations ahead, one commit group each), so the body
+    stores only p to shared memory; on sm_90a it has 3 bar.sync: the ring's, and two around p."""
     ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8)
     gpu_ir = ck.asm["gpu"]
     head, loop = gpu_ir.split("tile.for", 1)
-    assert "gpu.local_store %2, %qt" in head and "%qt" not in loop.split("gpu.wgmma" if arch == "sm_90a" else
-                                                                          "gpu.mma")[0].split("ldmatrix %2")[0]
-    assert head.count("gpu.async_copy") == 2 and "gpu.local_store %3" not in gpu_ir
+    assert "gpu.local_store %2, %qt" in head and "local_store %2" not in loop
+    assert head.count("gpu.async_copy") == 4 and head.count("gpu.async_commit") == 2
+    assert loop.count("gpu.local_store") == (1 if arch == "sm_90a" else 3)   # p (sm_80: and 2 row reductions)
     ptx = ck.asm["ptx"]
     body = _loop(ptx)
-    assert "cp.async.cg.shared.global" in body and re.search(r"cp\.async\.wait_group\s+1;", body)
+    assert body.count("cp.async.cg.shared.global") == 8 and re.search(r"cp\.async\.wait_group\s+1;", body)
     assert "cp.async.cg.shared.global" in ptx[:ptx.index(body)]   # the prologue
+    if arch == "sm_90a":
+        assert body.count("bar.sync") == 3
