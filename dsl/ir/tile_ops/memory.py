@@ -96,22 +96,23 @@ class LoadViewOp(_ViewAccess):
     traits = frozenset({"reads"})
 
     def tile_shape(self):
-        """The box's extents without the squeezed dimensions, in `order`."""
+        """The box's extents without the squeezed dimensions, in `order` (checked first: the
+        type rule reads them)."""
+        shape = list(self.attrs["shape"])
+        self._check_squeeze(shape)
         sq = self.attrs.get("squeeze") or []
-        kept = [n for d, n in enumerate(self.attrs["shape"]) if d not in sq]
-        order = self.attrs.get("order") or range(len(kept))
-        return [kept[i] for i in order]
+        kept = [n for d, n in enumerate(shape) if d not in sq]
+        order = self.attrs.get("order")
+        if order is not None and sorted(order) != list(range(len(kept))):
+            raise self.error(f"order must permute the tile's {len(kept)} dimensions, got {list(order)}")
+        return [kept[i] for i in (order or range(len(kept)))]
 
     def infer_types(self):
         return [tile(self.tile_shape(), self.operands[0].type.dtype)]
 
     def verify_op(self):
         self._check_indices(self.attrs["shape"])
-        self._check_squeeze(self.attrs["shape"])
-        order = self.attrs.get("order")
-        rank = len(self.attrs["shape"]) - len(self.attrs.get("squeeze") or [])
-        if order is not None and sorted(order) != list(range(rank)):
-            raise self.error(f"order must permute the tile's {rank} dimensions, got {list(order)}")
+        self.tile_shape()
         _check_evict(self)
 
 
