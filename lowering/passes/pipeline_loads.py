@@ -389,22 +389,23 @@ def _fitting_stages(module: Module, cands: List[_Candidate], stages: int, shared
 
 
 def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int) -> Module:
-    """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (fewer
-    where `shared_limit` bytes per CTA do not hold them; none below 2)."""
+    """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (a
+    tc.range loop's own num_stages instead; fewer where `shared_limit` bytes per CTA do not
+    hold them; none below 2)."""
     changed = False
-    loops = [op for op in module.walk() if isinstance(op, T.ForOp)] if num_stages >= 2 else []
-    for loop in loops:
-        groups = _store_groups(loop)
+    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+        wanted = loop.attrs.get("num_stages") or num_stages   # tc.range(num_stages=) sets its own
+        groups = _store_groups(loop) if wanted >= 2 else []
         if not groups:
             continue
-        tma = _tma_candidates(groups[0].stores, loop, num_stages)
+        tma = _tma_candidates(groups[0].stores, loop, wanted)
         if tma is not None:
             cands, origins, lag = tma
-            pipeline_tma(loop, cands, origins, num_stages, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
+            pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
             changed = True
             continue
         groups, cands = _ringed_groups(groups, loop)
-        stages = _fitting_stages(module, cands, num_stages, shared_limit) if cands else 0
+        stages = _fitting_stages(module, cands, wanted, shared_limit) if cands else 0
         if stages < 2:
             continue
         _pipeline(loop, groups, cands, stages)
