@@ -47,6 +47,7 @@ def ref_attention(q, k, v, scale: float) -> np.ndarray:
 
 
 def signature(dtype: str, BM: int, BN: int, D: int) -> str:
-    """The signature a launch on contiguous (batch * heads, seq, D) tensors specializes."""
-    view = f"{dtype}[?,?,?]:stride_div=16x16x1"
+    """The signature a launch on contiguous (batch * heads, seq, D) tensors of any sequence
+    length specializes (D, 64 or 128, divisible by 16)."""
+    view = f"{dtype}[?,?,?]:div=1x1x16:stride_div=16x16x1"
     return f"q={view}, k={view}, v={view}, o={view}, scale=f32, BM={BM}, BN={BN}, D={D}"
