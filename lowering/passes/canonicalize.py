@@ -331,11 +331,15 @@ def load_view_squeeze(op: Op) -> bool:
 
 
 def load_view_permute(op: Op) -> bool:
-    """permute(load_view(x), p) -> load_view(x) {order = p}: the load builds its pointers in the
-    permuted order, so `tc.load(k, ...).T` reads runs along its contiguous dimension straight
-    into the transposed tile (a K-major dot operand) with no register shuffle."""
+    """permute(load_view(x), p) -> load_view(x) {order = p} where the permute feeds only a
+    tile.dot: the load builds its pointers in the permuted order, so `tc.load(k, ...).T`
+    reads runs along its contiguous dimension straight into the transposed tile, which the
+    dot stores K-major as it is (no register shuffle). Elsewhere (a transpose that is
+    stored) the register permute stays: one conversion lets both accesses be 16-byte."""
     load = op.operands[0].owner
     if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1:
+        return False
+    if not op.results[0].uses or any(not isinstance(u, T.DotOp) or i == 2 for u, i in op.results[0].uses):
         return False
     p = op.attrs["order"]
     old = load.attrs.get("order") or list(range(len(p)))
