@@ -67,7 +67,7 @@ PASSES: Dict[str, Pass] = {
     "axis_info": lambda m, t, o: axis_info(m),
     "assign_layouts": lambda m, t, o: assign_layouts(m, num_warps=o.num_warps, wgmma=t.has_wgmma),
     "accelerate_dot": lambda m, t, o: accelerate_dot(m),
-    "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages),
+    "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages, shared_limit=t.shared_per_block),
     "defer_wgmma_waits": lambda m, t, o: defer_wgmma_waits(m),
     "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block),
     "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,

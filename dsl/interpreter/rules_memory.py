@@ -72,16 +72,22 @@ def _load_view(op, cx):
     shape = tuple(op.attrs["shape"])
     d = op.operands[0].type.dtype
     pad, starts = _padding(op, d), _starts(op, shape)
+    order = op.attrs.get("order")
+    kept = [n for d, n in enumerate(shape) if d not in (op.attrs.get("squeeze") or [])]
+
+    def shaped(t):  # the box without its squeezed unit dimensions, in `order`
+        t = t.reshape(kept)
+        return t if order is None else np.ascontiguousarray(np.transpose(t, order))
     if op.attrs.get("multicast"):
         def step(r):
             index = [r[i] for i in idx]
             start = starts(index)
             check_multicast(r, op, start, tuple(int(i) for i in index))
-            r[o] = load_tile(r[v], start, shape, pad, d)
+            r[o] = shaped(load_tile(r[v], start, shape, pad, d))
         return step
 
     def step(r):
-        r[o] = load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d)
+        r[o] = shaped(load_tile(r[v], starts([r[i] for i in idx]), shape, pad, d))
     return step
 
 
@@ -89,10 +95,11 @@ def _load_view(op, cx):
 def _store_view(op, cx):
     ins = cx.ins(op)
     v, idx, val = ins[0], ins[1:-1], ins[-1]
-    starts = _starts(op, tuple(op.operands[-1].type.shape))
+    box = tuple(op.box_shape())
+    starts = _starts(op, box)
 
     def step(r):
-        store_tile(r[v], starts([r[i] for i in idx]), r[val])
+        store_tile(r[v], starts([r[i] for i in idx]), np.reshape(r[val], box))
     return step
 
 

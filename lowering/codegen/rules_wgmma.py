@@ -23,7 +23,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ..gpu import wgmma_ops as W
-from ..gpu.wgmma_fragments import b_k_major, descriptor_high_bits, k_step, warpgroup_strides, wgmma_instructions
+from ..gpu.wgmma_fragments import (b_k_major, buffer_k_major, descriptor_high_bits, k_step, warpgroup_strides,
+                                   wgmma_instructions)
 from .rules_mma import pack_pair, slot_pointer
 from .types import I32
 from .walker import rule
@@ -42,9 +43,10 @@ def _slot_shape(alloc, has_slot: bool):
 
 
 def _desc_base(ctx, alloc, slot, warp_index, stride: int):
-    """(shared byte address of the operand slot + warp_index * stride) >> 4, as i64."""
+    """(shared byte address of the operand slot + warp_index * stride) >> 4, as i64 (a buffer
+    without slots, rank 2, ignores `slot`)."""
     b = ctx.builder
-    ptr = slot_pointer(ctx, alloc, slot, ir.IntType(8), 0)
+    ptr = slot_pointer(ctx, alloc, slot if len(alloc.attrs["shape"]) == 3 else None, ir.IntType(8), 0)
     addr = b.ptrtoint(ptr, I32)
     addr = b.and_(addr, ir.Constant(I32, _OFFSET_MASK))
     if stride:
@@ -65,8 +67,9 @@ def _wgmma(ctx, op):
     c_t = op.operands[2].type
     lay = c_t.encoding
     m, n = c_t.shape
-    b_shape = _slot_shape(b_alloc, slot is not None)
-    a_shape = list(a.type.shape) if reg_a else _slot_shape(a.owner, slot is not None)
+    b_shape = _slot_shape(b_alloc, slot is not None and len(b_alloc.attrs["shape"]) == 3)
+    a_shape = list(a.type.shape) if reg_a else _slot_shape(a.owner, slot is not None
+                                                             and len(a.owner.attrs["shape"]) == 3)
     k = a_shape[1]
     elem = b_alloc.results[0].type.pointee
     eb = elem.itemsize
@@ -76,27 +79,30 @@ def _wgmma(ctx, op):
     # this warp's warpgroup along M and column block along N
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
-    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb)
+    kmaj = buffer_k_major(b_alloc.attrs["layout"], len(b_alloc.attrs["shape"]) == 3)   # B's transpose bit
+    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj)
     if not reg_a:
         a_base = _desc_base(ctx, a.owner, slot, wg_m, a_stride)
         a_hi = descriptor_high_bits(0, a_shape, eb)
     b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
-    b_hi = descriptor_high_bits(1, b_shape, eb)
+    b_hi = descriptor_high_bits(1, b_shape, eb, kmaj)
 
     acc = list(ctx.elems(op.operands[2]))
     per = instr_n // 2
     n_a = 4 if reg_a else 1  # A: four .b32 fragment registers, or one descriptor
     outs = ", ".join(f"${i}" for i in range(per))
     a_text = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}" if reg_a else f"${per}"
-    # immediates: scale-a, scale-b, then trans-a (descriptor A only) and trans-b (16-bit only)
-    trans = "" if b_k_major(eb) else (", 1" if reg_a else ", 0, 1")
+    # immediates: scale-a, scale-b, then trans-a (descriptor A only) and trans-b (16-bit only:
+    # 1 for an N-major B buffer, 0 for a K-major one such as a loaded k.T)
+    trans_b = "0" if kmaj else "1"
+    trans = "" if b_k_major(eb) else (f", {trans_b}" if reg_a else f", 0, {trans_b}")
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + n_a + 1}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step(eb)}.f32.{_KIND[elem.name]} "
             f"{{{outs}}}, {a_text}, ${per + n_a}, p, 1, 1{trans}; }}")
     cons = ",".join(["=f"] * per + ["r" if reg_a else "l"] * n_a + ["l", "r"] + [str(i) for i in range(per)])
     fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I32 if reg_a else I64] * n_a + [I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)
-    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None)
+    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None, kmaj)
     if reg_a:
         # every register wgmma reads is written before wgmma.fence (PTX ISA: the fence must
         # separate a register's last write from the wgmma reading it): packed A and the

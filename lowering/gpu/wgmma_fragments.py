@@ -12,7 +12,10 @@ with the buffer's last dimension contiguous: A (BM x BK) is K-major, B (BK x BN)
 N-major ("transposed", imm-trans-b = 1). tf32 and f8 operands have no transposed form
 (the PTX ISA takes K-major A and B only for them), so their B buffer keeps K
 contiguous instead (order (0, 1): the B^T rows of N are the swizzle's rows) and its
-descriptor is the K-major one. An instruction always spans 32 bytes of K: k16 for
+descriptor is the K-major one. A 16-bit B may be K-major too (imm-trans-b = 0), when it
+arrives with K contiguous (`k.T` of a loaded (N, K) tile): `buffer_k_major` reads the
+choice off the buffer's layout, and the functions below take it as `k_major` (None: the
+dtype's default, `b_k_major`). An instruction always spans 32 bytes of K: k16 for
 16-bit elements, k8 for tf32, k32 for f8 (`k_step`). A row of 128 bytes is one swizzle row; a
 wider contiguous extent is cut into 64-element column blocks stored one after the
 other (`SharedLayout._block_offset`), which is the PTX ISA canonical layout
@@ -42,8 +45,9 @@ from typing import List, Optional, Tuple
 
 from .layouts import DotOperandLayout, MmaLayout, SharedLayout
 
-__all__ = ["SWIZZLE", "wgmma_shape", "k_step", "b_k_major", "operand_layout", "descriptor_high_bits", "operand_offset",
-           "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout", "REGISTER_A_BITS"]
+__all__ = ["SWIZZLE", "wgmma_shape", "k_step", "b_k_major", "buffer_k_major", "operand_layout", "descriptor_high_bits",
+           "operand_offset", "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout",
+           "REGISTER_A_BITS"]
 
 SWIZZLE = 128          # bytes: the swizzle mode of both operands
 K_STEP = 16            # K of one instruction for 16-bit operands
@@ -84,32 +88,41 @@ def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Opti
     return wm, wn, instr_n
 
 
-def operand_layout(elem_bytes: int, op_idx: int = 0) -> SharedLayout:
+def buffer_k_major(layout: SharedLayout, has_slot: bool) -> bool:
+    """Whether a B buffer of this layout (a leading slot dimension when `has_slot`) is K-major."""
+    return layout.order[0] == (1 if has_slot else 0)
+
+
+def _k_major(k_major: Optional[bool], elem_bytes: int) -> bool:
+    return b_k_major(elem_bytes) if k_major is None else k_major
+
+
+def operand_layout(elem_bytes: int, op_idx: int = 0, k_major: Optional[bool] = None) -> SharedLayout:
     """The shared layout of an operand: 128-byte swizzle, K contiguous for A and for a K-major
     B (order (0, 1) of its K x N buffer), else the last dimension (N) contiguous."""
-    order = (0, 1) if op_idx == 1 and b_k_major(elem_bytes) else (1, 0)
+    order = (0, 1) if op_idx == 1 and _k_major(k_major, elem_bytes) else (1, 0)
     return SharedLayout.for_swizzle(SWIZZLE, elem_bytes, order)
 
 
-def descriptor_high_bits(op_idx: int, shape, elem_bytes: int) -> int:
+def descriptor_high_bits(op_idx: int, shape, elem_bytes: int, k_major: Optional[bool] = None) -> int:
     """The constant fields of an operand's descriptor (everything but the start address):
     leading byte offset (bits 16-29), stride byte offset (bits 32-45), swizzle (bits 62-63),
     each offset encoded as bytes >> 4. `shape` is one slot of the buffer."""
     sbo = 8 * SWIZZLE                      # the next 8 rows (A: of M, B: of K, K-major B: of N)
-    if op_idx == 0 or b_k_major(elem_bytes):
+    if op_idx == 0 or _k_major(k_major, elem_bytes):
         lbo = 16                           # unused by swizzled K-major layouts ("assumed 1")
     else:
         lbo = shape[0] * SWIZZLE           # B: the next 64-element column block of N
     return ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (_SWIZZLE_CODE[SWIZZLE] << 62)
 
 
-def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int) -> int:
+def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int, k_major: Optional[bool] = None) -> int:
     """Byte offset, in a slot of `shape`, of the instruction operand that starts at element
     (row, col): A at (m0, k0), B at (k0, n0). Within a 128-byte row the start moves by
     bytes (k0 of A); B's n0 is always a whole column block. A K-major B is laid out as A
     is, with N for M: B^T at (n0, k0)."""
     width = SWIZZLE // elem_bytes
-    if op_idx == 1 and b_k_major(elem_bytes):
+    if op_idx == 1 and _k_major(k_major, elem_bytes):
         return operand_offset(0, (shape[1], shape[0]), elem_bytes, col, row)
     block, within = divmod(col, width)
     if op_idx == 1 and within:
@@ -125,13 +138,14 @@ def register_a_layout(acc: MmaLayout, bits: int) -> Optional[DotOperandLayout]:
     return DotOperandLayout(0, acc, 32 // bits)
 
 
-def warpgroup_strides(acc: MmaLayout, a_shape, b_shape, elem_bytes: int) -> Tuple[int, int]:
+def warpgroup_strides(acc: MmaLayout, a_shape, b_shape, elem_bytes: int,
+                      k_major: Optional[bool] = None) -> Tuple[int, int]:
     """Bytes by which A's and B's operands move per warpgroup along M and per warp column
     block along N (the warp id supplies those indices at run time)."""
     wm, wn = acc.warps_per_cta
     n = acc.instr_shape[1]
     return (operand_offset(0, a_shape, elem_bytes, 64, 0),
-            operand_offset(1, b_shape, elem_bytes, 0, n) if wn > 1 else 0)
+            operand_offset(1, b_shape, elem_bytes, 0, n, k_major) if wn > 1 else 0)
 
 
 @dataclass(frozen=True)
@@ -152,7 +166,8 @@ def _a_registers(a_layout, m: int, k: int, row: int, k0: int) -> Tuple[int, ...]
     return tuple(at[(row + dm, k0 + dk + e)] for dk in (0, 8) for dm in (0, 8) for e in (0, 1))
 
 
-def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, a_layout=None) -> List[WgmmaInstr]:
+def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, a_layout=None,
+                       k_major: Optional[bool] = None) -> List[WgmmaInstr]:
     """A thread's wgmma instructions in issue order (K innermost, so that consecutive
     instructions chain on one accumulator), for warpgroup 0 / warp column 0. With A in
     registers (`a_layout`, 16-bit), each names the A element registers it reads."""
@@ -169,5 +184,6 @@ def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, 
             for kk in range(0, k, k_step(elem_bytes)):
                 a_regs = () if a_layout is None else _a_registers(a_layout, m, k, 16 * wm * rm, kk)
                 out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk),
-                                      operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn), regs, a_regs))
+                                      operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn, k_major), regs,
+                                      a_regs))
     return out

@@ -6,8 +6,9 @@
     %e = gpu.wgmma_wait %d {pending = 1}                  (at most 1 wgmma group of this thread in flight)
 
 gpu.wgmma reads B, and A unless A is a register tile, from shared memory (buffers of
-gpu.alloc in the layout `wgmma_fragments.operand_layout`, slot `%slot` of a multi-slot
-buffer). A register A (16-bit) is in a layout whose lanes and warps are those of
+gpu.alloc in the layout `wgmma_fragments.operand_layout`, slot `%slot` of each multi-slot
+(rank-3) buffer; a rank-2 buffer, such as a loop-invariant operand stored once, has no
+slots). A register A (16-bit) is in a layout whose lanes and warps are those of
 `wgmma_fragments.register_a_layout` (its registers may be numbered otherwise: the
 codegen finds each fragment by its offset). gpu.wgmma issues
 `wgmma.fence`, the instructions and `wgmma.commit_group`; its result is the
@@ -68,20 +69,25 @@ class WgmmaOp(Op):
                 raise self.error(f"the slot index must be an i32 scalar, got {st}")
         shapes = []
         reg_a = a_in_registers(self)
+        bufs = (1,) if reg_a else (0, 1)
+        if has_slot and all(len(_alloc_of(self, i).attrs["shape"]) != 3 for i in bufs):
+            raise self.error("a slot index needs a multi-slot (rank-3) operand buffer")
         if reg_a:
             shapes.append(self._register_a(c.encoding))
-        for idx in (1,) if reg_a else (0, 1):
+        for idx in bufs:
             alloc = _alloc_of(self, idx)
             shape = list(alloc.attrs["shape"])
             lay = alloc.attrs["layout"]
-            if has_slot:
+            slotted = has_slot and len(shape) == 3
+            if slotted:
                 shape = shape[1:]
             elem = alloc.results[0].type.pointee
             if elem not in WGMMA_DTYPES:
                 raise self.error(f"wgmma multiplies f16, bf16, f32 (as tf32), f8e4m3 or f8e5m2 operands, "
                                  f"got {elem}")
-            want_lay = operand_layout(elem.itemsize, idx)
-            inner = tuple(d - (1 if has_slot else 0) for d in lay.order[:2])  # slots are outermost
+            inner = tuple(d - (1 if slotted else 0) for d in lay.order[:2])  # slots are outermost
+            # a 16-bit B may be N-major or K-major (the transpose bit); others have one form
+            want_lay = operand_layout(elem.itemsize, idx, inner == (0, 1) if idx == 1 and elem.bits == 16 else None)
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
                 raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with "
                                  f"{'K' if want_lay.order[0] == 0 or idx == 0 else 'N'} contiguous, "

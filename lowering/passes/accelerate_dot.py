@@ -60,7 +60,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec import dtypes as dt
-from tilec.ir import Builder, Module, Op, Value
+from tilec.ir import Builder, Module, Op, Value, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType, with_element
 
@@ -155,13 +155,51 @@ def _staged(op: T.DotOp, idx: int) -> bool:
         and not registers_match(cv.operands[0].type.encoding, cv.results[0].type.encoding, cv.results[0].type.shape)
 
 
+def _register_run_dim(v) -> Optional[int]:
+    """The dimension along which each thread holds 16-byte runs of the tile `v` (its first
+    register bases), None if it holds none: a buffer contiguous along it takes whole-vector
+    stores (and cp.async copies) of what was loaded that way, e.g. `k.T` of a loaded K tile."""
+    t = v.type
+    enc = getattr(t, "encoding", None)
+    if not isinstance(enc, DistributedLayout) or t.rank != 2:
+        return None
+    reg = enc.bases(tuple(t.shape)).reg
+    run = 16 // t.dtype.itemsize
+    for d in (0, 1):
+        unit = [tuple((1 << i) if e == d else 0 for e in (0, 1)) for i in range(run.bit_length() - 1)]
+        if list(reg[:len(unit)]) == unit:
+            return d
+    return None
+
+
 def _operand_buffer(op: T.DotOp, idx: int, head: Builder) -> Op:
-    """A swizzled shared buffer for operand `idx`, allocated at the top of the kernel."""
+    """A swizzled shared buffer for operand `idx`, allocated at the top of the kernel: rows
+    contiguous unless the stored tile runs along dimension 0 (ldmatrix.trans reads either)."""
     want = op.operands[idx].type
     elem = want.dtype
+    order = (0, 1) if _register_run_dim(op.operands[idx].owner.operands[0]) == 0 else (1, 0)
     return head.create(AllocOp, shape=list(want.shape),
-                       layout=operand_shared_layout(want.shape, elem.itemsize, (1, 0)),
+                       layout=operand_shared_layout(want.shape, elem.itemsize, order),
                        result_types=[PointerType(elem, SHARED)], loc=op.loc)
+
+
+def _invariant_loop(op: Op, v) -> Optional[Op]:
+    """The outermost loop around `op` (through loops only) that `v` is not defined in: an
+    operand that does not change in it is stored to shared memory once, before it."""
+    best, p = None, op.parent_op()
+    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
+        best, p = p, p.parent_op()
+    return best
+
+
+def _store_before(loop: Op, buf, v, fence: bool) -> None:
+    """`v` into `buf` once before `loop` (q of attention): no later write, so one barrier."""
+    b = Builder().before(loop)
+    b.loc = loop.loc
+    b.create(LocalStoreOp, buf, v)
+    if fence:
+        b.create(FenceProxyAsyncOp)
+    b.create(BarrierOp)
 
 
 def _accelerate(op: T.DotOp) -> None:
@@ -174,10 +212,15 @@ def _accelerate(op: T.DotOp) -> None:
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
     dead = []
-    if staged:
+    hoisted = {idx: _invariant_loop(op, op.operands[idx].owner.operands[0]) for idx in staged}
+    for idx, loop in hoisted.items():
+        if loop is not None:
+            _store_before(loop, bufs[idx], op.operands[idx].owner.operands[0], fence=False)
+    if any(loop is None for loop in hoisted.values()):
         at.create(BarrierOp)  # the previous reads of the buffers (an earlier iteration) are done
         for idx in staged:
-            at.create(LocalStoreOp, bufs[idx], op.operands[idx].owner.operands[0])
+            if hoisted[idx] is None:
+                at.create(LocalStoreOp, bufs[idx], op.operands[idx].owner.operands[0])
         at.create(BarrierOp)
     for idx in staged:
         cv = op.operands[idx].owner
@@ -248,17 +291,26 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
         srcs.append(v)
     a_lay = _register_a(op, srcs[0])
     staged = [1] if a_lay is not None else [0, 1]
+    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is
+    k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
     bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
-                             layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, idx),
+                             layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, idx,
+                                                         k_major if idx else None),
                              result_types=[PointerType(srcs[idx].type.dtype, SHARED)], loc=op.loc).result
             for idx in staged}
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
-    at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
+    loops = {idx: _invariant_loop(op, srcs[idx]) for idx in staged}
     for idx in staged:
-        at.create(LocalStoreOp, bufs[idx], srcs[idx])
-    at.create(FenceProxyAsyncOp)
-    at.create(BarrierOp)
+        if loops[idx] is not None:
+            _store_before(loops[idx], bufs[idx], srcs[idx], fence=True)
+    if any(loops[idx] is None for idx in staged):
+        at.create(BarrierOp)  # every warp's earlier wgmma (retired by its wait) is done with the buffers
+        for idx in staged:
+            if loops[idx] is None:
+                at.create(LocalStoreOp, bufs[idx], srcs[idx])
+        at.create(FenceProxyAsyncOp)
+        at.create(BarrierOp)
     a = bufs.get(0)
     if a is None:  # a renumbering of registers (no code): the fragments wgmma reads
         a = at.value(ConvertLayoutOp, srcs[0], result_types=[TileType(srcs[0].type.shape, srcs[0].type.element, a_lay)])

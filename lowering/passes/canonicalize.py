@@ -294,6 +294,83 @@ def permute_chain(op: Op) -> bool:
     return False
 
 
+def _dropped_unit_dims(full, short):
+    """The dimensions of `full` (each of extent 1) whose removal leaves `short`, else None."""
+    full, short = list(full), list(short)
+    drop, j = [], 0
+    for d, n in enumerate(full):
+        if j < len(short) and short[j] == n:
+            j += 1
+        elif n == 1:
+            drop.append(d)
+        else:
+            return None
+    return drop if j == len(short) and drop else None
+
+
+def load_view_squeeze(op: Op) -> bool:
+    """reshape(load_view(x) {shape = [1, BM, D]}) to [BM, D] -> load_view {squeeze = [0]}: the
+    rank-3 view's tile is loaded as the rank-2 tile it is (its unit index in the base
+    pointer), so it vectorizes, and takes cp.async and TMA, as a 2-D load does."""
+    load = op.operands[0].owner
+    if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1 or load.attrs.get("order"):
+        return False
+    have = load.attrs.get("squeeze") or []
+    kept = [d for d in range(len(load.attrs["shape"])) if d not in have]
+    drop = _dropped_unit_dims(load.results[0].type.shape, op.results[0].type.shape)
+    if drop is None:
+        return False
+    attrs = dict(load.attrs)
+    attrs["squeeze"] = sorted(have + [kept[d] for d in drop])
+    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
+    load.parent.insert(load.parent.ops.index(load), new)
+    new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
+    _forward(op, new.results[0])
+    load.erase()
+    return True
+
+
+def load_view_permute(op: Op) -> bool:
+    """permute(load_view(x), p) -> load_view(x) {order = p} where the permute feeds only a
+    tile.dot: the load builds its pointers in the permuted order, so `tc.load(k, ...).T`
+    reads runs along its contiguous dimension straight into the transposed tile, which the
+    dot stores K-major as it is (no register shuffle). Elsewhere (a transpose that is
+    stored) the register permute stays: one conversion lets both accesses be 16-byte."""
+    load = op.operands[0].owner
+    if not isinstance(load, T.LoadViewOp) or len(op.operands[0].uses) != 1:
+        return False
+    if not op.results[0].uses or any(not isinstance(u, T.DotOp) or i == 2 for u, i in op.results[0].uses):
+        return False
+    p = op.attrs["order"]
+    old = load.attrs.get("order") or list(range(len(p)))
+    attrs = dict(load.attrs)
+    attrs["order"] = [old[i] for i in p]
+    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
+    load.parent.insert(load.parent.ops.index(load), new)
+    new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
+    _forward(op, new.results[0])
+    load.erase()
+    return True
+
+
+def store_view_squeeze(op: Op) -> bool:
+    """store_view(x, reshape(t) to [1, BM, D]) with t of shape [BM, D] -> store_view(x, t)
+    {squeeze = [0]} (load_view_squeeze's store)."""
+    r = op.operands[-1].owner
+    if not isinstance(r, T.ReshapeOp) or not isinstance(r.operands[0].type, TileType):
+        return False
+    have = op.attrs.get("squeeze") or []
+    kept = [d for d in range(op.operands[0].type.rank) if d not in have]
+    drop = _dropped_unit_dims(r.results[0].type.shape, r.operands[0].type.shape)
+    if drop is None:
+        return False
+    op.attrs["squeeze"] = sorted(have + [kept[d] for d in drop])
+    op.set_operand(len(op.operands) - 1, r.operands[0])
+    if not r.results[0].uses:
+        r.erase()
+    return True
+
+
 # ----------------------------------------------------------------------------- control flow
 def if_constant_condition(op: Op) -> bool:
     """tile.if on a constant: the taken branch's ops move before the if; its results are
@@ -358,9 +435,10 @@ PATTERNS: PatternTable = {
     T.CastOp: [cast_same_type, cast_round_trip],
     T.SplatOp: [splat_constant],
     T.BroadcastOp: [shape_noop, shape_of_uniform, broadcast_chain],
-    T.ReshapeOp: [shape_noop, shape_of_uniform, reshape_chain],
+    T.ReshapeOp: [shape_noop, shape_of_uniform, reshape_chain, load_view_squeeze],
+    T.StoreViewOp: [store_view_squeeze],
     T.ExpandDimsOp: [shape_of_uniform],
-    T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain],
+    T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain, load_view_permute],
     T.IfOp: [if_constant_condition, if_same_yield],
     T.ForOp: [for_constant_trip_count],
     Op: [fold_op],  # every op, after its own patterns: elementwise ops on constants only

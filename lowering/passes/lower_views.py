@@ -12,7 +12,11 @@ becomes, with I the offset type chosen by index_width (`_index`):
 
 ("offset" mode starts at the indices themselves and also masks negative
 coordinates.) Strides known at compile time become constants; the others come
-from tile.view_dim. Later passes then only see pointer accesses, and axis_info
+from tile.view_dim. A squeezed dimension (`squeeze`: a box extent of 1 that the tile
+does not have) adds its scalar offset to the base pointer and its scalar bounds check
+to the mask, so a (1, BM, D) box of a rank-3 view is a rank-2 pointer tile. A load with
+an `order` builds the pointer tile in that order (the transposed tile of `tc.load(...).T`).
+Later passes then only see pointer accesses, and axis_info
 finds the contiguity (arange along a unit-stride dimension) that vectorizes them.
 """
 from __future__ import annotations
@@ -47,6 +51,20 @@ def _to_full(b: Builder, v: Value, dim: int, shape) -> Value:
     return v
 
 
+def _scalar_term(b: Builder, view: Value, d: int, start: Value, idx_t: dt.DType, offset_mode: bool):
+    """(element offset, in bounds) of a squeezed dimension's one coordinate, as scalars."""
+    extent = _cast(b, b.value(T.ViewDimOp, view, dim=d, kind="shape"), idx_t)
+    inside = b.value(T.CmpOp, start, extent, pred="lt")
+    if offset_mode:
+        inside = b.value(T.AndOp, inside, b.value(T.CmpOp, start, build_constant(b, ScalarType(idx_t), 0), pred="ge"))
+    stride = view.type.strides[d]
+    if stride is None:
+        off = b.value(T.MulOp, start, _cast(b, b.value(T.ViewDimOp, view, dim=d, kind="stride"), idx_t))
+    else:
+        off = start if stride == 1 else b.value(T.MulOp, start, build_constant(b, ScalarType(idx_t), stride))
+    return off, inside
+
+
 def _padding(op, dtype: dt.DType):
     p = op.attrs.get("padding", 0)
     if dtype.is_bool:
@@ -62,14 +80,24 @@ def _lower(op) -> None:
     view = op.operands[0]
     vt = view.type
     idx_t = dt.DType.get(op.attrs["_index"]) if "_index" in op.attrs else view_index_dtype(op)
-    shape = list(op.attrs["shape"]) if isinstance(op, T.LoadViewOp) else list(op.operands[-1].type.shape)
+    box = op.box_shape()
+    squeeze = op.attrs.get("squeeze") or []
+    shape = op.tile_shape() if isinstance(op, T.LoadViewOp) else [n for d, n in enumerate(box) if d not in squeeze]
+    order = op.attrs.get("order") or list(range(len(shape)))
     offset_mode = op.attrs.get("mode", "index") == "offset"
     offset = mask = None
+    base_off = base_in = None   # the squeezed dimensions' scalar offset and bounds check
+    dim = 0
     for d, index in enumerate(op.group("indices")):
-        n = shape[d]
+        n = box[d]
         start = _cast(b, index, idx_t)
         if not offset_mode and n != 1:
             start = b.value(T.MulOp, start, build_constant(b, ScalarType(idx_t), n))
+        if d in squeeze:
+            off, inside = _scalar_term(b, view, d, start, idx_t, offset_mode)
+            base_off = off if base_off is None else b.value(T.AddOp, base_off, off)
+            base_in = inside if base_in is None else b.value(T.AndOp, base_in, inside)
+            continue
         coords = _cast(b, b.value(T.ArangeOp, start=0, end=n), idx_t)
         coords = b.value(T.AddOp, b.value(T.SplatOp, start, shape=[n]), coords)
         extent = b.value(T.ViewDimOp, view, dim=d, kind="shape")
@@ -84,11 +112,16 @@ def _lower(op) -> None:
             coords = b.value(T.MulOp, coords, b.value(T.SplatOp, s, shape=[n]))
         elif stride != 1:
             coords = b.value(T.MulOp, coords, build_constant(b, TileType((n,), ScalarType(idx_t)), stride))
-        term = _to_full(b, coords, d, shape)
-        inside = _to_full(b, inside, d, shape)
+        term = _to_full(b, coords, order.index(dim), shape)   # the tile dimension box dim d became
+        inside = _to_full(b, inside, order.index(dim), shape)
+        dim += 1
         offset = term if offset is None else b.value(T.AddOp, offset, term)
         mask = inside if mask is None else b.value(T.AndOp, mask, inside)
+    if base_in is not None:
+        mask = b.value(T.AndOp, mask, b.value(T.SplatOp, base_in, shape=shape))
     base = b.value(T.ViewPtrOp, view)
+    if base_off is not None:
+        base = b.value(T.AddPtrOp, base, base_off)
     ptrs = b.value(T.AddPtrOp, b.value(T.SplatOp, base, shape=shape), offset)
     if isinstance(op, T.LoadViewOp):
         rt = op.results[0].type

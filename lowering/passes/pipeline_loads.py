@@ -42,6 +42,14 @@ A load qualifies when its only use is such a store, its pointers and mask are
 computed in the loop body from the induction variable and loop invariants
 only, its padding is zero, and it moves 4, 8 or 16 bytes per access (`_vec`).
 
+Every group of the loop body takes part (attention has two dots: K for q @ k.T, V for
+p @ v): the copies of all of an iteration's qualifying loads form one commit group, issued
+where the first group's barriers were; a later group whose stores all became copies loses
+its barriers (the wait and barrier at the top cover its slots), one that keeps a store (p,
+a register tile) keeps them around it. A group with a load that cannot be copied stays as
+it is. Where the slots of `num_stages` do not fit the
+shared memory beside the buffers already allocated, the ring is shallower (2 at least).
+
 TMA (sm_90a): when tma_loads tagged every load of the group and one wgmma group can stay
 in flight, the ring is filled with TMA copies on mbarriers instead (pipeline_tma.py).
 The tma_origin markers are removed either way.
@@ -219,7 +227,9 @@ def _slot_buffers(cands: List[_Candidate], stages: int) -> Dict[int, Value]:
     return bufs
 
 
-def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
+def _pipeline(loop: T.ForOp, groups: List["_Group"], cands: List[_Candidate], stages: int) -> None:
+    """Ring `cands` (the stores of `groups` that copies can replace; a group's other stores,
+    such as a register tile's, stay between its barriers) in `stages` slots."""
     body = loop.body
     lag = _wgmma_lag(loop, cands, stages)
     ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
@@ -237,9 +247,11 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
         for c in cands:
             _issue(pre, c, iv_s, live, slot, bufs[id(c.alloc)], iv)
         pre.create(AsyncCommitOp)
-    # the body: the two barriers around the stores become wait + barrier + prefetch
-    first_store = min(body.ops.index(c.store) for c in cands)
-    barrier = body.ops[first_store - 1]
+    # the first group's two barriers become wait + barrier + prefetch (every group's copies
+    # of an iteration in one commit group); a later group whose stores all became copies
+    # needs no barriers of its own: that wait and barrier covered its slots too
+    ringed = {id(c.store) for c in cands}
+    barrier = groups[0].before
     at = Builder().before(barrier)
     at.loc = loop.loc
     count = iteration_count(at, iv, lb, step)
@@ -248,20 +260,24 @@ def _pipeline(loop: T.ForOp, cands: List[_Candidate], stages: int) -> None:
     write_slot = at.value(T.ModOp, at.value(T.AddOp, count, build_constant(at, i32, ahead_by)), nst)
     ahead = iteration_at(at, iv, step, ahead_by)
     at.create(AsyncWaitOp, pending=ahead_by - 1)
-    fence = next((op for op in body.ops if isinstance(op, FenceProxyAsyncOp)), None)
-    if fence is not None:  # cp.async writes, then wgmma reads through the async proxy
-        at.create(FenceProxyAsyncOp)
-        fence.erase()
+    if any(g.fence is not None for g in groups if any(id(st) in ringed for st in g.stores)):
+        at.create(FenceProxyAsyncOp)  # cp.async writes, then wgmma reads through the async proxy
     at.create(BarrierOp)
     live = iteration_live(at, iv, step, ahead_by, ub)
     for c in cands:
         _issue(at, c, ahead, live, write_slot, bufs[id(c.alloc)], iv)
     at.create(AsyncCommitOp)
-    second = body.ops[max(body.ops.index(c.store) for c in cands) + 1]
-    for c in cands:
-        c.store.erase()
-    barrier.erase()
-    second.erase()
+    for i, g in enumerate(groups):
+        kept = [st for st in g.stores if id(st) not in ringed]
+        for st in g.stores:
+            if id(st) in ringed:
+                st.erase()
+        if i == 0 or not kept:
+            g.before.erase()   # the first group's role is the wait's barrier now
+        if not kept:
+            if g.fence is not None:
+                g.fence.erase()
+            g.after.erase()
     for c in cands:
         for user, i in list(c.alloc.results[0].uses):
             if isinstance(user, WgmmaOp):
@@ -300,18 +316,28 @@ def _reslot_wgmma(user: WgmmaOp, bufs, read_slot: Value) -> None:
     user.erase()
 
 
-def _stores_between_barriers(loop: T.ForOp) -> Optional[List[LocalStoreOp]]:
-    """The local_stores of accelerate_dot's `barrier; stores; barrier` group in the loop body."""
-    ops = loop.body.ops
-    for i, op in enumerate(ops):
-        if isinstance(op, LocalStoreOp) and i > 0 and isinstance(ops[i - 1], BarrierOp):
+class _Group:
+    """accelerate_dot's `barrier; stores; [gpu.fence_proxy_async]; barrier` in a loop body."""
+    def __init__(self, before: BarrierOp, stores: List[LocalStoreOp], fence, after: BarrierOp):
+        self.before, self.stores, self.fence, self.after = before, stores, fence, after
+
+
+def _store_groups(loop: T.ForOp) -> List[_Group]:
+    """Every such group of the loop body, in order (one per dot that stages operands)."""
+    ops, out, i = loop.body.ops, [], 0
+    while i < len(ops):
+        if isinstance(ops[i], LocalStoreOp) and i > 0 and isinstance(ops[i - 1], BarrierOp):
             j = i
             while j < len(ops) and isinstance(ops[j], LocalStoreOp):
                 j += 1
-            k = j + 1 if j < len(ops) and isinstance(ops[j], FenceProxyAsyncOp) else j
+            fence = ops[j] if j < len(ops) and isinstance(ops[j], FenceProxyAsyncOp) else None
+            k = j + 1 if fence is not None else j
             if k < len(ops) and isinstance(ops[k], BarrierOp):
-                return list(ops[i:j])
-    return None
+                out.append(_Group(ops[i - 1], list(ops[i:j]), fence, ops[k]))
+                i = k + 1
+                continue
+        i += 1
+    return out
 
 
 def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
@@ -337,23 +363,52 @@ def _tma_slice(origin):
     return _slice(body, list(origin.operands[1:3]), body.args[0])
 
 
-def pipeline_loads(module: Module, *, num_stages: int) -> Module:
-    changed = False
-    loops = [op for op in module.walk() if isinstance(op, T.ForOp)] if num_stages >= 2 else []
-    for loop in loops:
-        stores = _stores_between_barriers(loop)
-        if not stores:
+def _ringed_groups(groups: List[_Group], loop: T.ForOp):
+    """(the groups that take part, their candidates): a group takes part when each of its
+    stores is a candidate or stores a tile computed in registers (p of attention); a load
+    that cannot be a copy (2-byte accesses) keeps its group synchronous, as it was."""
+    out, cands = [], []
+    for g in groups:
+        mine = [_candidate(st, loop) for st in g.stores]
+        if any(c is None and isinstance(st.operands[1].owner, (T.LoadOp, T.LoadMaskedOp))
+               for c, st in zip(mine, g.stores)):
             continue
-        tma = _tma_candidates(stores, loop, num_stages)
+        out.append(g)
+        cands += [c for c in mine if c is not None]
+    return out, cands
+
+
+def _fitting_stages(module: Module, cands: List[_Candidate], stages: int, shared_limit: int) -> int:
+    """The most stages, at most `stages`, whose slots fit `shared_limit` beside every buffer
+    already allocated (each candidate's buffer is one slot of its ring)."""
+    placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
+    ring = sum({id(c.alloc): c.alloc.nbytes for c in cands}.values())
+    while stages >= 2 and placed + (stages - 1) * ring > shared_limit:
+        stages -= 1
+    return stages
+
+
+def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int) -> Module:
+    """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (a
+    tc.range loop's own num_stages instead; fewer where `shared_limit` bytes per CTA do not
+    hold them; none below 2)."""
+    changed = False
+    for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
+        wanted = loop.attrs.get("num_stages") or num_stages   # tc.range(num_stages=) sets its own
+        groups = _store_groups(loop) if wanted >= 2 else []
+        if not groups:
+            continue
+        tma = _tma_candidates(groups[0].stores, loop, wanted)
         if tma is not None:
             cands, origins, lag = tma
-            pipeline_tma(loop, cands, origins, num_stages, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
+            pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
             changed = True
             continue
-        cands = [_candidate(s, loop) for s in stores]
-        if not all(cands):
-            continue  # every store of the group must become a copy, or the barriers stay
-        _pipeline(loop, cands, num_stages)
+        groups, cands = _ringed_groups(groups, loop)
+        stages = _fitting_stages(module, cands, wanted, shared_limit) if cands else 0
+        if stages < 2:
+            continue
+        _pipeline(loop, groups, cands, stages)
         changed = True
     for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:
         op.erase()  # markers of loads that TMA did not take: they only held operands alive

@@ -81,7 +81,7 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
         return None
-    if op.attrs.get("padding", 0) not in (0, 0.0):
+    if op.attrs.get("padding", 0) not in (0, 0.0) or op.attrs.get("squeeze") or op.attrs.get("order"):
         return None
     view = op.operands[0]
     if not isinstance(view, BlockArgument) or not isinstance(view.type, ViewType) or not tma_view_ok(view.type):

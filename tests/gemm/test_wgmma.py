@@ -168,13 +168,19 @@ KMAJOR_CASES = [  # (m, n, k, num_warps, element bytes): tf32 and f8, B K-major
     (64, 64, 128, 4, 1),
     (128, 256, 128, 8, 1),
     (128, 128, 256, 4, 1),    # f8: two column blocks, two M repetitions
+    (128, 64, 128, 8, 2),     # f16 K-major B (q @ k.T of attention: imm-trans-b = 0)
+    (128, 128, 64, 8, 2),
+    (64, 256, 64, 8, 2),      # two warpgroups side by side along N
+    (128, 128, 128, 4, 2),    # two M repetitions
 ]
 
 
 @pytest.mark.parametrize("m,n,k,num_warps,eb", KMAJOR_CASES)
 def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
-    """tf32 / f8: B's buffer is K-major (its K x N tile stored as B^T rows), read through the
-    ISA's K-major canonical layout; instructions of 32 bytes of K (k8, k32)."""
+    """tf32 / f8 (always) and f16/bf16 (`k_major=True`): B's buffer is K-major (its K x N tile
+    stored as B^T rows), read through the ISA's K-major canonical layout; instructions of 32
+    bytes of K (k8, k16, k32)."""
+    km = True
     wm, wn, instr_n = wgmma_shape(m, n, k, eb, num_warps)
     acc = MmaLayout(3, (wm, wn), (16, instr_n))
     rng = np.random.default_rng(1)
@@ -182,19 +188,19 @@ def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
     b = rng.integers(-3, 4, (k, n)).astype(np.float64)
     a_base, b_base = 1024, 1024 + m * k * eb
     mem = np.full((b_base + k * n * eb) // eb, -1, np.int64)
-    assert operand_layout(eb, 1).order == (0, 1)
+    assert operand_layout(eb, 1, km).order == (0, 1)
     ids_a, ids_b = np.arange(m * k).reshape(m, k), m * k + np.arange(k * n).reshape(k, n)
     _store(ids_a, operand_layout(eb, 0), mem, a_base, eb)
-    _store(ids_b, operand_layout(eb, 1), mem, b_base, eb)
+    _store(ids_b, operand_layout(eb, 1, km), mem, b_base, eb)
     values = np.concatenate([a.ravel(), b.ravel()])
-    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), eb)
-    a_hi, b_hi = descriptor_high_bits(0, (m, k), eb), descriptor_high_bits(1, (k, n), eb)
+    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), eb, km)
+    a_hi, b_hi = descriptor_high_bits(0, (m, k), eb), descriptor_high_bits(1, (k, n), eb, km)
     assert a_hi == b_hi  # both K-major
     c = np.full((m, n), np.nan)
     for warp in range(num_warps):
         wg_m, wg_n = (warp % wm) // 4, warp // wm
         regs = {}
-        for ins in wgmma_instructions(acc, m, n, k, eb):
+        for ins in wgmma_instructions(acc, m, n, k, eb, k_major=km):
             ta = _read_a(mem, a_hi | ((a_base + wg_m * a_stride + ins.a_offset) >> 4), 64, eb)
             tb = _read_a(mem, b_hi | ((b_base + wg_n * b_stride + ins.b_offset) >> 4), instr_n, eb)
             assert ta.shape == (64, k_step(eb)) and (ta >= 0).all() and (ta < m * k).all() and (tb >= m * k).all()

@@ -188,3 +188,21 @@ def test_an_unregistered_dialect_says_what_registers_it():
     with pytest.raises(ir.parser.IRParseError, match="unknown op 'tilec.nonexistent'"):
         ir.parse(text)
     assert "importing tilec.lowering.gpu" in ir.core.unregistered_hint("gpu")
+
+
+@pytest.mark.parametrize("attrs,message", [
+    ({"shape": [2, 16], "squeeze": [0]}, "squeeze must list distinct dimensions of extent 1"),
+    ({"shape": [1, 16], "squeeze": [1, 0]}, "squeeze must list distinct dimensions of extent 1"),
+    ({"shape": [1, 16], "squeeze": [0], "order": [1, 0]}, "order must permute the tile's 1 dimensions"),
+])
+def test_verifier_rejects_bad_view_squeeze_and_order(attrs, message):
+    """load_view's squeeze drops box dimensions of extent 1 only; its order permutes what is left."""
+    from tilec.ir.tile_ops import LoadViewOp
+    view = ViewType(dt.float16, 2, (None, 1), dt.int32, 16)
+    m, f, b = make_func([view, ScalarType(dt.int32)], ["x", "i"])
+    x, i = f.body.args
+    t = ir.types.tile([16], dt.float16)
+    b.insert(LoadViewOp([x, i, i], [t], {"mode": "index", **attrs}, (), ir.Location("user.py", 3, 5)))
+    b.create(ReturnOp)
+    with pytest.raises(ir.VerifyError, match=message):
+        ir.verify(m)

@@ -43,7 +43,29 @@ class _ViewAccess(Op):
 
     mode "index": the tile starts at element `indices[d] * shape[d]`;
     mode "offset": at element `indices[d]`.
+    `squeeze` (canonicalize's view_squeeze): dimensions of the box, each of extent 1, that
+    the tile does not have: a (1, BM, D) box of a rank-3 view moves a (BM, D) tile, as
+    reshape(load_view) would, but lowers to a rank-2 access (its vectors, its cp.async
+    and TMA eligibility) with the unit index folded into the base pointer.
+    `order` (load only; canonicalize's load_view_permute): the tile is the (squeezed) box
+    permuted as tile.permute would, so `tc.load(k, ...).T` is one load whose pointers
+    already run in the transposed order (a K-major dot operand with 16-byte accesses).
     """
+
+    def box_shape(self):
+        """The box the access covers, one extent per view dimension (squeezed ones 1)."""
+        if isinstance(self, StoreViewOp):
+            shape = list(self.operands[-1].type.shape)
+            for d in sorted(self.attrs.get("squeeze") or []):
+                shape.insert(d, 1)
+            return shape
+        return list(self.attrs["shape"])
+
+    def _check_squeeze(self, shape):
+        sq = self.attrs.get("squeeze") or []
+        if sorted(set(sq)) != list(sq) or any(not 0 <= d < len(shape) or shape[d] != 1 for d in sq):
+            raise self.error(f"squeeze must list distinct dimensions of extent 1 in increasing order, "
+                             f"got {list(sq)} for a box of {list(shape)}")
 
     def _check_indices(self, shape):
         v = self.operands[0].type
@@ -69,14 +91,28 @@ class LoadViewOp(_ViewAccess):
     # evict: the L2 eviction priority of the lines read, "first" or "last" (EVICT_POLICIES;
     # absent: the default)
     attributes = {"shape": A("ints"), "padding": A("any", True, 0), "mode": A("str", True, "index"),
-                  "multicast": A("bool", True), "evict": A("str", True)}
+                  "multicast": A("bool", True), "evict": A("str", True), "squeeze": A("ints", True),
+                  "order": A("ints", True)}
     traits = frozenset({"reads"})
 
+    def tile_shape(self):
+        """The box's extents without the squeezed dimensions, in `order` (checked first: the
+        type rule reads them)."""
+        shape = list(self.attrs["shape"])
+        self._check_squeeze(shape)
+        sq = self.attrs.get("squeeze") or []
+        kept = [n for d, n in enumerate(shape) if d not in sq]
+        order = self.attrs.get("order")
+        if order is not None and sorted(order) != list(range(len(kept))):
+            raise self.error(f"order must permute the tile's {len(kept)} dimensions, got {list(order)}")
+        return [kept[i] for i in (order or range(len(kept)))]
+
     def infer_types(self):
-        return [tile(self.attrs["shape"], self.operands[0].type.dtype)]
+        return [tile(self.tile_shape(), self.operands[0].type.dtype)]
 
     def verify_op(self):
         self._check_indices(self.attrs["shape"])
+        self.tile_shape()
         _check_evict(self)
 
 
@@ -84,7 +120,7 @@ class LoadViewOp(_ViewAccess):
 class StoreViewOp(_ViewAccess):
     name = "tile.store_view"
     operands_spec = ("view", "indices*", "value")
-    attributes = {"mode": A("str", True, "index")}
+    attributes = {"mode": A("str", True, "index"), "squeeze": A("ints", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -94,7 +130,12 @@ class StoreViewOp(_ViewAccess):
             raise self.error(f"stored value must be a tile, got {val}")
         if val.dtype is not self.operands[0].type.dtype:
             raise self.error(f"stored tile is {val.dtype}, the view holds {self.operands[0].type.dtype}")
-        self._check_indices(val.shape)
+        sq = self.attrs.get("squeeze") or []
+        if any(not 0 <= d <= val.rank + i for i, d in enumerate(sorted(sq))):
+            raise self.error(f"squeeze {list(sq)} does not fit a rank-{self.operands[0].type.rank} view")
+        box = self.box_shape()
+        self._check_indices(box)
+        self._check_squeeze(box)
 
 
 @register_op
