@@ -17,10 +17,11 @@ from tilec.runtime import driver, interop, replay
 from tilec.runtime.replay import LaunchPlan
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _cluster_rows, _plan, norms
+from tilec.stdlib_kernels import _cluster_rows, _plan, launches, norms
 
 _softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
 _matmul = importlib.import_module("tilec.stdlib_kernels.matmul")
+_cross_entropy = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
 
 _kernel_cls = type(sk.softmax.__wrapped_entry__.__globals__["softmax_tile_kernel"])
 _addresses = itertools.count(1)
@@ -86,9 +87,11 @@ def gpu_log(monkeypatch):
     h100 = Target.from_arch("sm_90a")   # no device to ask
     monkeypatch.setattr(norms, "target_of", lambda a: h100)
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
+    monkeypatch.setattr(_cross_entropy, "target_of", lambda a: h100)
     monkeypatch.setattr(_matmul, "_target", lambda a: h100)
     monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: h100.capability)
     monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
+    monkeypatch.setattr(launches.DeviceProbe, "resident_clusters", lambda self, launch: 15)
     _plan.clear_plans()
     yield log
     _plan.clear_plans()
