@@ -25,7 +25,7 @@ while a program reduces and waits at the exchange, so the persistent ones keep t
 row loading meanwhile:
 - softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
   131072) run persistent (softmax_cluster_loop_kernel): as many clusters as can be
-  resident (the driver's count, `resident_clusters`) walk rows c, c + G, ...; at 16
+  resident (the driver's count, `launches.DeviceProbe`) walk rows c, c + G, ...; at 16
   warps (64 elements per thread, 128 registers) each program holds its chunk in x's
   dtype and issues the next row's loads before this row's reductions; softmax holds
   the f32 exps across the exchange (one exp per element: two made the ex2 unit the
@@ -46,16 +46,15 @@ sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import tilec as tc
 from tilec.target import Target
 
-from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2, store_row_stats, target_of
+from ._common import MAX_SINGLE_TILE, lanewise_max, lanewise_sum, next_pow2, store_row_stats
 from ._window import row_tile, store_row_tile
 
-__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
-           "resident_clusters", "loaded_kernel", "persistent_grid", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
            "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
@@ -362,7 +361,7 @@ SM90_SIGNATURES = [
      _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=5, block=32768) + ", WINDOW=16, REALIGN=True", 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
-    # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
+    # rows on sectors, on the fewest programs (schedules.softmax_persistent_candidates): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=True, c=5, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=7, block=16384), 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=5, block=16384), 8),
@@ -401,11 +400,6 @@ class ClusterRows:
 
     def grid(self, n_rows: int) -> Tuple[int]:
         return (n_rows * self.c,)
-
-
-def device_capability(a: Arr) -> Tuple[int, int]:
-    """The compute capability of `a`'s device (`_common.HOST_TARGET`'s for host arrays)."""
-    return target_of(a).capability
 
 
 def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk: int = CLUSTER_CHUNK,
@@ -500,38 +494,3 @@ def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX
     layer_norm 90% at 8192 / 8 warps with 3 stages (norms.LN_CHUNK_2BYTE).
     """
     return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=chunk)
-
-
-def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None,
-                      **constexprs) -> Optional[int]:
-    """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
-    `args` and compile `options` on `cl`, the device of `a` runs at once
-    (the host target's `clusters_of_8` for host arrays), or None when the driver cannot tell
-    (LoadedKernel.max_active_clusters).
-
-    Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
-    and a 16th cluster would run in a second wave behind the others (softmax 1024x262144
-    bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
-    """
-    if a.host:
-        return target_of(a).clusters_of_8
-    return loaded_kernel(a, kernel, args, cl, options, **constexprs).max_active_clusters or None
-
-
-def loaded_kernel(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None, **constexprs):
-    """`kernel` compiled as `_common.launch` will launch it with `args` and compile `options`
-    on `cl`, loaded on the device of `a` (a GPU array): its LoadedKernel (resources, resident
-    clusters)."""
-    from tilec.runtime.module import load  # noqa: PLC0415
-    compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **(options or {}),
-                              **constexprs)
-    return load(compiled, a.device)
-
-
-def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, options: Optional[dict] = None,
-                    **constexprs):
-    """The grid of a persistent `kernel` walking `n_rows` rows on `cl` (compile `options`): as
-    many clusters as are resident, at most one per row; None when the driver cannot tell
-    (launch one row per cluster instead)."""
-    resident = resident_clusters(a, kernel, args, cl, options=options, **constexprs)
-    return None if resident is None else (min(n_rows, resident) * cl.c,)

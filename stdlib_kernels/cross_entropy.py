@@ -230,7 +230,7 @@ def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2, t: 
     windows (`window` > 0), except 2-byte ones of more than `window_loop_max_cols` classes
     (`loop_block` at `loop_warps`); rows on sectors take `wide_loop_block` at
     `wide_loop_warps` for 2-byte logits, `loop_block` at `loop_warps` for f32."""
-    t = t or _T
+    t = t or TABLES["sm_90"].cross_entropy
     if n_rows < t.split_rows or (window and (itemsize != 2 or n_cls <= t.window_loop_max_cols)):
         return t.short_loop_block, t.short_loop_warps
     if not window and itemsize == 2:
@@ -243,14 +243,14 @@ def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: Optional[int] =
     """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
     `split_rows` programs in all, each at least one step of 4 * `block` classes (rows read
     in aligned windows, `window` > 0: steps from the window's start; `schedules.cross_entropy_split`)."""
-    t = t or _T
+    t = t or TABLES["sm_90"].cross_entropy
     return cross_entropy_split(n_rows, window_steps(n_cls, window, 4 * (block or t.short_loop_block)), t)
 
 
 def reduce_config(n_rows: int, t: Optional[CrossEntropyTuning] = None):
     """(BLOCK, num_warps) of the single-program mean/sum: one tile of next_pow2(rows)
     up to `max_reduce_block`, `reduce_per_thread` elements per thread, 1..16 warps."""
-    t = t or _T
+    t = t or TABLES["sm_90"].cross_entropy
     block = min(next_pow2(n_rows), t.max_reduce_block)
     return block, max(1, block // (32 * t.reduce_per_thread))
 

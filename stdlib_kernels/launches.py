@@ -21,8 +21,8 @@ driver (runtime.module's LoadedKernel).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from tilec.dtypes import DType
 from tilec.target import Target
@@ -127,6 +127,9 @@ class DeviceProbe:
         return load(compiled, self.device)
 
     def resident_clusters(self, launch: Launch) -> Optional[int]:
+        """How many clusters of `launch` the device runs at once (None: the driver cannot tell).
+        Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200, and
+        a 16th would run in a second wave behind the others."""
         return self.loaded(launch).max_active_clusters or None
 
     def resources(self, launch: Launch):

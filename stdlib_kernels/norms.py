@@ -26,8 +26,8 @@ from tilec.target import Target
 
 from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, target_of,
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum,
+                      lanewise_sum_of_squares, long_row_launch, output, row_config, row_stride, rows_of, target_of,
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned

@@ -312,7 +312,7 @@ def softmax(x, dim: int = -1, out=None):
     next row's chunk while it reduces, exchanges and stores the current one; so
     do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
     chunk staged in shared memory. f16/bf16 rows run persistent on the fewest
-    programs that cover them (`_loop_plans`): rows that start on 32-byte sectors
+    programs that cover them (`schedules.softmax_persistent_candidates`): rows that start on 32-byte sectors
     from 65537 elements that are not held as tiles (from 114689), in chunks of 32768 at 16 warps or of 16384 at 8
     (HALF_LOOP_WARPS), whichever the device keeps more programs of resident
     (151936 columns: 5 x 32768); windowed rows from 131073, in chunks of 32768.

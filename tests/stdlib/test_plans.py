@@ -17,7 +17,7 @@ from tilec.runtime import driver, interop, replay
 from tilec.runtime.replay import LaunchPlan
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _cluster_rows, _plan, launches, norms
+from tilec.stdlib_kernels import _plan, launches, norms
 
 _softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
 _matmul = importlib.import_module("tilec.stdlib_kernels.matmul")
@@ -89,8 +89,6 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
     monkeypatch.setattr(_cross_entropy, "target_of", lambda a: h100)
     monkeypatch.setattr(_matmul, "_target", lambda a: h100)
-    monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: h100.capability)
-    monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
     monkeypatch.setattr(launches.DeviceProbe, "resident_clusters", lambda self, launch: 15)
     _plan.clear_plans()
     yield log
