@@ -21,7 +21,7 @@ H100 = Target.from_arch("sm_90a")
 
 from row_refs import ref_softmax
 from launch_spy import spy_launches, retune
-from tilec.stdlib_kernels.launches import StaticProbe
+from tilec.stdlib_kernels.launches import StaticProbe, spec
 from tilec.stdlib_kernels.schedules import softmax_persistent_candidates
 from tilec.stdlib_kernels.tuning import TABLES, row_tuning
 
@@ -239,19 +239,11 @@ def test_persistent_norm_rows(cl, two_byte_ln, want):
 @pytest.mark.parametrize("op,n,dtype,want", [
     ("layer_norm", 65536, "bf16", LN_FLOOR), ("layer_norm", 65536, "f16", LN_FLOOR),
     ("layer_norm", 32768, "bf16", {}), ("rms_norm", 65536, "bf16", {}), ("layer_norm", 65536, "f32", {})])
-def test_norm_entry_points_pass_the_floor(monkeypatch, op, n, dtype, want):
-    launched = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((2, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    if dtype == "bf16":
-        x, w = sk.BF16Array(x), sk.BF16Array(w)
-    elif dtype == "f16":
-        x, w = x.astype(np.float16), w.astype(np.float16)
-    if op == "layer_norm":
-        sk.layer_norm(x, w, w)
-    else:
-        sk.rms_norm(x, w)
-    assert launched == [("norm_cluster_loop_kernel", want)]
+def test_norm_entry_points_pass_the_floor(op, n, dtype, want):
+    d = {"bf16": tc.bfloat16, "f16": tc.float16, "f32": tc.float32}[dtype]
+    x, w = spec((2, n), d), spec((n,), d)
+    launches = norms.plan(x, x, w, w if op == "layer_norm" else None, op == "rms_norm", False, H100)
+    assert [(ln.name, dict(ln.options)) for ln in launches] == [("norm_cluster_loop_kernel", want)]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
