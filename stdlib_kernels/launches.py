@@ -34,11 +34,13 @@ __all__ = ["Launch", "Temp", "spec", "StaticProbe", "DeviceProbe", "Operands", "
 
 @dataclass(frozen=True)
 class Temp:
-    """Scratch of `shape` and `dtype` allocated where operand `like` lives (contiguous)."""
+    """Scratch of `shape` and `dtype` allocated where operand `like` lives (contiguous), which the
+    launches see whole, or as `view` = (shape, strides in elements) of it (rows padded apart)."""
     name: str
     shape: Tuple[int, ...]
     dtype: DType
     like: str = "x"
+    view: Optional[Tuple[Tuple[int, ...], Tuple[int, ...]]] = None
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ class Operands:
             v = self.values.get(a.name)
             if v is None:
                 t = empty_like(self.arrays[a.like], a.shape, a.dtype)
-                v = self.values[a.name] = view(t, a.shape, contiguous_strides(a.shape))
+                shape, strides = a.view or (a.shape, contiguous_strides(a.shape))
+                v = self.values[a.name] = view(t, shape, strides)
             return v
         return self.values[a] if isinstance(a, str) else a
 

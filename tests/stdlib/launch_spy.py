@@ -42,14 +42,21 @@ def launch_constexprs(ln) -> dict:
 
 
 def plan_grids(monkeypatch, modules, allocating=()):
-    """Replaces `launch` in each of `modules` by a recorder of (kernel name, grid, constexprs)
-    that runs nothing, and `empty_like` in each of `allocating` by `huge` arrays: the grids an
-    entry point plans for shapes too large to allocate. Returns the list of records."""
+    """Replaces `plan` (else `launch`) in each of `modules` by a recorder of (kernel name, grid,
+    constexprs) that runs nothing, and `empty_like` in each of `allocating` by `huge` arrays:
+    the grids an entry point plans for shapes too large to allocate. Returns the list of records."""
     seen = []
 
     def record(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, **constexprs):
         seen.append((kernel.name, tuple(grid), constexprs))
+
     for mod in modules:
+        if hasattr(mod, "plan"):   # what the entry point planned, none of it executed
+            def planned(*args, _real=mod.plan, **kwargs):
+                seen.extend((ln.name, ln.grid, launch_constexprs(ln)) for ln in _real(*args, **kwargs))
+                return []
+            monkeypatch.setattr(mod, "plan", planned)
+            continue
         monkeypatch.setattr(mod, "launch", record)
     for mod in allocating:
         monkeypatch.setattr(mod, "empty_like", lambda a, shape, dtype: as_array(huge(shape, dtype.np), "out"))

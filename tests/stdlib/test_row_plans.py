@@ -201,3 +201,17 @@ def test_tables_per_target_family():
 def test_launch_of_keeps_the_keyword_order_of_constexprs():
     ln = Launch.of(softmax.softmax_tile_kernel, [3], ["x", "out"], 2, LOG=True, ROWS=1, BLOCK=64)
     assert ln.grid == (3,) and ln.args == ("x", "out") and ln.consts == {"LOG": True, "ROWS": 1, "BLOCK": 64}
+
+
+def test_softmax_along_another_dimension_plans_its_strips():
+    softmax_dim = importlib.import_module("tilec.stdlib_kernels.softmax_dim")
+    h100 = TARGETS["sm_90a"]
+    (tile,) = softmax_dim.plan(spec((4, 300, 70), tc.float32), spec((4, 300, 70), tc.float32), 1, False, h100)
+    assert (tile.name, tile.schedule, tile.args) == ("softmax_dim_tile_kernel", schedules.ONE_TILE, ("x", "out"))
+    # 3000 rows over 300 columns: two strips of 256, each split; the partials' rows padded to 32 bytes
+    stats, loop = softmax_dim.plan(spec((3000, 300), tc.float32), spec((3000, 300), tc.float32), 0, True, h100)
+    assert [stats.schedule, loop.schedule] == [schedules.SPLIT] * 2 and dict(loop.options) == {"dependent_launch": True}
+    m_part = stats.temps[0]
+    splits = stats.grid[2]
+    assert m_part.shape == (1, splits, 304) and m_part.view == ((1, splits, 300), (splits * 304, 304, 1))
+    assert softmax_dim.plan(spec((0, 5), tc.float32), spec((0, 5), tc.float32), 0, False, h100) == []
