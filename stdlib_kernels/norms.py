@@ -227,15 +227,17 @@ def plan(x: Arr, out: Arr, weight: Optional[Arr], bias: Optional[Arr], rms: bool
     # 2-byte layer_norm rows on clusters need every chunk full (EVEN: no masks; with them the
     # kernel spills at 16 warps): ragged rows and rows off 32-byte sectors run as CHUNK_TILES
     two_byte_ln = not rms and isz == 2
+    ct = row_tuning(target).cluster
     cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
-        n_cols, target.capability, t.ln_chunk_2byte if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
+        n_cols, target.capability, t.ln_chunk_2byte if two_byte_ln else ct.max_norm_chunk, t=ct)
     even = cl is not None and n_cols == cl.c * cl.block
     chunks = None
     # An out at other offsets than x's: its windows, x realigned into them, but for f32
     # (`row_windows`' tiled)
     tiled_window, tiled_realign = row_windows(x, out, ragged=True, tiled=True) if cl is not None else (0, False)
     if cl is not None and (tiled_window or not even):
-        tiled = _norm_chunks.chunk_tiles(n_cols, target.capability, isz, tiled_window, ties_to_tiles=two_byte_ln)
+        tiled = _norm_chunks.chunk_tiles(n_cols, target.capability, isz, tiled_window, ties_to_tiles=two_byte_ln,
+                                         t=ct)
         row_bytes = row_stride(x, "x") * isz if n_rows > 1 else 0
         if tiled is not None and norm_chunk_tiles_eligible(rms, isz, tiled, row_bytes, t):
             chunks, window, realign = tiled, tiled_window, tiled_realign
@@ -270,7 +272,7 @@ def plan(x: Arr, out: Arr, weight: Optional[Arr], bias: Optional[Arr], rms: bool
                              cluster=chunks.c, options=options, schedule=CHUNK_TILES, **flags, **more)
         if _norm_chunks.one_pass_chunk(rms, isz, chunks):
             flags["ONE_PASS"] = True
-            flags["REREAD"] = _norm_chunks.reread_chunk(probe, chunk_launch, chunks)
+            flags["REREAD"] = _norm_chunks.reread_chunk(probe, chunk_launch, chunks, ct)
         elif not rms:   # (measured on layer_norm)
             flags["EARLY"] = _norm_chunks.params_early(probe, chunk_launch)
         return launches + [chunk_launch()]

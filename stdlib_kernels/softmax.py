@@ -208,8 +208,9 @@ def plan(x: Arr, out: Arr, log: bool, target: Target, probe=None) -> List[Launch
         cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
         return [Launch.of(softmax_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, schedule=ONE_TILE, LOG=log,
                           ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, REALIGN=realign)]
-    cl = _cluster_rows.cluster_rows(span, target.capability, _cluster_rows.MAX_SOFTMAX_CHUNK)
-    cl = _cluster_rows.split_chunks(cl, span, x.dtype.itemsize, window)
+    ct = row_tuning(target).cluster
+    cl = _cluster_rows.cluster_rows(span, target.capability, ct.max_softmax_chunk, t=ct)
+    cl = _cluster_rows.split_chunks(cl, span, x.dtype.itemsize, window, t=ct)
     cl = _cluster_rows.fewer_programs(cl, span, t.loop_min_chunk)   # (persistent launches pick their own)
     if softmax_clusters_eligible(cl, n_rows, target.sm_count, t):
         flags = dict(LOG=log, WINDOW=window, REALIGN=realign)

@@ -25,7 +25,7 @@ from ._common import DEPENDENT, Arr, as_array, check_float, flat_group, next_pow
 from ._window import WINDOW_BYTES
 from .launches import Launch, Operands, Temp, execute
 from .schedules import LOOPED, ONE_TILE, SPLIT
-from .reductions import inner_config, partials_view, slab_grid, slab_strip, split_count, strip_config
+from .reductions import inner_config, slab_grid, slab_strip, split_count, strip_config
 
 __all__ = ["softmax_along", "plan"]
 

@@ -16,7 +16,29 @@ from dataclasses import dataclass
 
 from tilec.target import Target
 
-__all__ = ["SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "RowTuning", "TABLES", "row_tuning"]
+__all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "RowTuning", "TABLES", "row_tuning"]
+
+
+@dataclass(frozen=True)
+class ClusterTuning:
+    """The cluster schedules' chunk shapes (`_cluster_rows`, `_norm_chunks`)."""
+    cluster_chunk: int = 8192           # elements per program wanted ("clusters: chunk sizes")
+    max_softmax_chunk: int = 32768      # softmax's longest chunk ("clusters: chunk sizes")
+    max_norm_chunk: int = 16384         # the norms' longest chunk ("clusters: chunk sizes")
+    per_thread: int = 32                # elements each thread holds ("clusters: chunk sizes")
+    chunk_tile: int = 1024              # chunks as tiles: columns per tile ("clusters: chunks as tiles")
+    chunk_tile_warps: int = 4
+    min_chunk_tiles: int = 4
+    max_chunk_tiles: int = 8
+    chunk_tile_registers: int = 64      # the floor of programs per SM these registers allow
+    long_chunk_tiles: int = 10          # long 2-byte rows: up to this many tiles ("clusters: long rows as tiles")
+    long_chunk_tile: int = 2048         # or tiles of this many columns
+    long_chunk_tile_warps: int = 8
+    long_chunk_max_tiles: int = 7       # at most this many on rows on 32-byte sectors
+    chunk_programs_per_sm: int = 5      # 2-byte chunks at chunk_programs_warps: floor ("clusters: 2-byte chunks' floor")
+    chunk_programs_warps: int = 8
+    hold_max_c: int = 4                 # 2-byte layer_norm chunks held on this many programs ("norms: held chunks")
+    hold_min_programs: int = 5          # or where the held kernel keeps this many per SM
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,7 @@ class CrossEntropyTuning:
 @dataclass(frozen=True)
 class RowTuning:
     family: str
+    cluster: ClusterTuning = ClusterTuning()
     softmax: SoftmaxTuning = SoftmaxTuning()
     norm: NormTuning = NormTuning()
     cross_entropy: CrossEntropyTuning = CrossEntropyTuning()

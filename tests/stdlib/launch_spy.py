@@ -81,7 +81,7 @@ def limit_grid_axis1(monkeypatch, most: int) -> None:
 
 def retune(monkeypatch, op: str, **fields) -> None:
     """Every family's tuning table (stdlib_kernels/tuning.py) with `op`'s ("softmax", "norm",
-    "cross_entropy") `fields` changed, for this test."""
+    "cross_entropy", "cluster") `fields` changed, for this test."""
     from dataclasses import replace  # noqa: PLC0415
     from tilec.stdlib_kernels import tuning  # noqa: PLC0415
     for family, table in list(tuning.TABLES.items()):
