@@ -63,3 +63,28 @@ def test_an_empty_grid_launches_nothing(run):
     plan = launch_plan(run.state, (0,), (X(), 5))
     plan.launch([0x10000])
     assert run.launches == []
+
+
+@pytest.mark.gpu
+def test_a_plan_replays_on_the_gpu_with_new_arrays_and_scalars(gpu):
+    import numpy as np
+    import tilec.runtime as rt
+    from ptx_kernels import axpy
+
+    def axpy_fn(x, y, out, alpha):
+        """Stands for a kernel with axpy's parameters: the launcher reads its signature."""
+    state = launcher.KernelState(axpy_fn)
+    n = 1000
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
+    dx, dy, do = rt.from_numpy(xs[0]), rt.from_numpy(xs[1]), rt.empty(n)
+    launcher.preload(state, axpy(), (dx, dy, do, 2.0))
+    plan = launch_plan(state, ((n + 127) // 128,), (dx, dy, do, 2.0))
+    plan.launch([dx.ptr, dy.ptr, do.ptr])
+    rt.synchronize()
+    np.testing.assert_allclose(do.to_numpy(), xs[0] + 2.0 * xs[1], rtol=1e-6)
+    ex, ey, eo = rt.from_numpy(xs[2]), rt.from_numpy(xs[3]), rt.empty(n)
+    s = rt.Stream()
+    plan.launch([ex.ptr, ey.ptr, eo.ptr], [-0.5], stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(eo.to_numpy(), xs[2] - 0.5 * xs[3], rtol=1e-6)
