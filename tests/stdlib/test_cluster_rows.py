@@ -377,7 +377,7 @@ def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwis
     retune(monkeypatch, "softmax", cluster_min_waves=0)
     monkeypatch.setattr(StaticProbe, "resident_clusters", lambda self, launch: resident[launch.consts["BLOCK"]])
     tiles = CR.split_chunks
-    monkeypatch.setattr(CR, "split_chunks", lambda cl, n, itemsize=4, window=0: cl)   # (chunks as tiles never go persistent)
+    monkeypatch.setattr(CR, "split_chunks", lambda cl, n, itemsize=4, window=0, **kw: cl)   # (chunks as tiles never go persistent)
     rng = np.random.default_rng(23)
     v = 20 * rng.standard_normal((5, 24000))     # 48000-byte rows: on 32-byte sectors
     v[2, :9000] = -np.inf                        # a whole chunk of -inf, in either size
