@@ -15,6 +15,7 @@ from .errors import CompilationError, debug_enabled
 from .grid import normalize_grid
 from .language import Func, _state as _language_state, interpreting
 from .options import CompileOptions, split_options
+from .runtime.replay import LaunchPlan, launch_plan
 from .runtime.launcher import KernelState, launch as _gpu_launch
 from .specialize import Specialization, parse_signature, specialize
 from .target import Target
@@ -53,6 +54,11 @@ class Kernel(KernelDef):
         if _interpret_mode():
             return self._interpret(grid, args, kwargs)
         return _gpu_launch(self.launch_state, grid, args, kwargs)
+
+    def prepare(self, grid, *args, **kwargs) -> LaunchPlan:
+        """The GPU launch `self[grid](*args, **kwargs)` prepared once, to replay with new array
+        addresses (`LaunchPlan.launch`, runtime/replay.py); compiles and loads, launches nothing."""
+        return launch_plan(self.launch_state, grid, args, kwargs)
 
     def _interpret(self, grid, args, kwargs):
         from .interpreter import run  # noqa: PLC0415 - numpy interpreter, loaded on first use

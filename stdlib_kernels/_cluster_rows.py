@@ -25,7 +25,7 @@ while a program reduces and waits at the exchange, so the persistent ones keep t
 row loading meanwhile:
 - softmax and log_softmax of 2-byte rows whose chunks hold 32768 elements (rows over
   131072) run persistent (softmax_cluster_loop_kernel): as many clusters as can be
-  resident (the driver's count, `resident_clusters`) walk rows c, c + G, ...; at 16
+  resident (the driver's count, `launches.DeviceProbe`) walk rows c, c + G, ...; at 16
   warps (64 elements per thread, 128 registers) each program holds its chunk in x's
   dtype and issues the next row's loads before this row's reductions; softmax holds
   the f32 exps across the exchange (one exp per element: two made the ex2 unit the
@@ -46,62 +46,35 @@ sm_90a only (SM90_SIGNATURES), not through `SIGNATURES` (also compiled for sm_80
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Tuple
 
 import tilec as tc
 from tilec.target import Target
 
-from ._common import MAX_SINGLE_TILE, Arr, lanewise_max, lanewise_sum, next_pow2, store_row_stats, target_of
+from ._common import MAX_SINGLE_TILE, lanewise_max, lanewise_sum, next_pow2, store_row_stats
 from ._window import row_tile, store_row_tile
+from .tuning import TABLES, ClusterTuning, row_tuning
 
-__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "device_capability",
-           "resident_clusters", "loaded_kernel", "persistent_grid", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
+__all__ = ["ClusterRows", "cluster_rows", "split_chunks", "chunk_options", "fewer_programs", "row_chunk_tiles", "chan_combine", "norm_cluster_rows", "softmax_cluster_kernel",
            "softmax_cluster_loop_kernel", "norm_cluster_kernel", "norm_cluster_loop_kernel"]
 
 NEG_INF = float("-inf")
 
-CLUSTER_CHUNK = 8192        # elements per program wanted: 32 per thread at 8 warps, ~85 registers, so
-                            # several programs share an SM and one loads while another waits at the sync
-MAX_SOFTMAX_CHUNK = 32768   # at most: 32 per thread at 32 warps (64 registers; rows of 256k in clusters of 8)
-MAX_NORM_CHUNK = 16384      # the norms' weight and bias tiles spill at 32768 (32 warps)
-PER_THREAD = 32             # elements each thread holds
-# softmax chunks as tiles (`split_chunks`): 1024 columns at 4 warps (8 per thread: one or two
-# 16-byte accesses per tile), 4 to 8 of them (32 to 64 per thread, 48 to 96 registers), on
-# clusters of 2 to 8 programs; asking ptxas for as many programs per SM as CHUNK_TILE_REGISTERS
-# allow (8 at 4 warps), the compiler keeping the highest floor under it that fits without
-# spilling (8 tiles: 80 registers, 6 per SM). H200, % of copy, softmax / log_softmax, 4 or 5
-# tiles without a floor -> 4 to 8 with it: 4096x50257 bf16 88.6 / 90.0 -> 93.7 / 95.7 (7 x 8
-# tiles; one 8192-tile per program before), 4096x40001 bf16 94.2 / 94.0 -> 98.1 / 97.9 (5 x 8), 4096x45000 bf16
-# 92.6 / 92.0 -> 97.9 / 97.3 (6 x 8), 8192x24000 bf16 92.2 / 92.3 -> 98.0 / 97.0 (3 x 8),
-# 8192x16400 bf16 93.7 / 93.5 -> 98.5 / 99.2 (3 x 6). Without a floor 8 tiles took 96 registers
-# (5 per SM: 4096x50257 bf16 softmax 87.2); a fixed floor of 6 cost log_softmax, whose chunks
-# fit fewer registers (4096x40001 bf16, 5 tiles: 95.1 at 64 registers, 83.6 at 78).
-CHUNK_TILE = 1024
-CHUNK_TILE_WARPS = 4
-MIN_CHUNK_TILES = 4
-MAX_CHUNK_TILES = 8
-CHUNK_TILE_REGISTERS = 64     # the floor asked for: as many programs per SM as this many registers allow
-# 2-byte rows too long for that (over 65536 elements, with the window's padding) take, in this order,
-# up to LONG_CHUNK_TILES tiles of 1024, or 4 to 8 tiles of LONG_CHUNK_TILE at LONG_CHUNK_TILE_WARPS,
-# at most LONG_CHUNK_MAX_TILES on rows on 32-byte sectors (8 took 97-99 registers there, 80 on
-# windowed rows: 2048x116000 bf16 log_softmax 74%, 89% persistent; 2048x110001 bf16 softmax /
-# log_softmax 91.3 / 92.5 on 7 x 8, 89.9 / 90.9 on 8 x 7). Longer rows keep their chunks of 16384
-# or 32768 (persistent on sectors). H200,
-# % of copy, softmax / log_softmax, before (5 x 16384 at 16 warps) -> now: 4096x70001 bf16 67.5 /
-# 68.0 -> 96.6 / 92.4 (7 x 10 x 1024), 4096x65537 bf16 64.9 / 65.3 -> 92.9 / 89.6 (7 x 10 x 1024),
-# 2048x100277 bf16 64.8 / 65.9 -> 88.3 / 89.8 (7 x 7 x 2048). Tiles of 4096 at 16 warps did worse
-# (70001: 50-90 on 2 to 6 programs).
-LONG_CHUNK_TILES = 10
-LONG_CHUNK_TILE = 2048
-LONG_CHUNK_TILE_WARPS = 8
-LONG_CHUNK_MAX_TILES = 7
-# 2-byte softmax chunks of 8192 at 8 warps ask ptxas for this many programs per SM (48 registers):
-# log_softmax holds its chunk in x's dtype across the exchange and took 51 registers (windowed rows)
-# or 79 (aligned), 4 or 3 programs per SM (H200, % of copy: log_softmax 4096x50257 bf16 81 -> 90;
-# aligned softmax chunks 63 -> 48 registers, 4096x32000 bf16 93 -> 98). f32 chunks gained nothing
-# (2048x50257 97 either way). Where the floor would spill, the compiler drops it (dsl/compiler.py).
-CHUNK_PROGRAMS_PER_SM = 5
-CHUNK_PROGRAMS_WARPS = 8
+# The sm_90 table's numbers under their old names (tests, docs): the functions below read the
+# table they are given (`tuning.row_tuning(target).cluster`), by default the sm_90 one.
+_T = TABLES["sm_90"].cluster
+CLUSTER_CHUNK, MAX_SOFTMAX_CHUNK, MAX_NORM_CHUNK, PER_THREAD = _T.cluster_chunk, _T.max_softmax_chunk, \
+    _T.max_norm_chunk, _T.per_thread
+CHUNK_TILE, CHUNK_TILE_WARPS, MIN_CHUNK_TILES, MAX_CHUNK_TILES = _T.chunk_tile, _T.chunk_tile_warps, \
+    _T.min_chunk_tiles, _T.max_chunk_tiles
+CHUNK_TILE_REGISTERS = _T.chunk_tile_registers
+LONG_CHUNK_TILES, LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, LONG_CHUNK_MAX_TILES = _T.long_chunk_tiles, \
+    _T.long_chunk_tile, _T.long_chunk_tile_warps, _T.long_chunk_max_tiles
+CHUNK_PROGRAMS_PER_SM, CHUNK_PROGRAMS_WARPS = _T.chunk_programs_per_sm, _T.chunk_programs_warps
+
+
+def _table(t: Optional[ClusterTuning]) -> ClusterTuning:
+    return t or TABLES["sm_90"].cluster
 
 
 @tc.kernel
@@ -362,7 +335,7 @@ SM90_SIGNATURES = [
      _SOFTMAX.format(V2="[?,?]", d="f16", log=True, c=5, block=32768) + ", WINDOW=16, REALIGN=True", 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=8, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=8, block=32768), 16),
-    # rows on sectors, on the fewest programs (softmax._loop_plans): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
+    # rows on sectors, on the fewest programs (schedules.softmax_persistent_candidates): 3 to 5 x 32768, 5 to 8 x 16384 at 8 warps
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=True, c=5, block=32768), 16),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="bf16", log=False, c=7, block=16384), 8),
     ("softmax_cluster_loop_kernel", _SOFTMAX.format(V2=_V2, d="f16", log=True, c=5, block=16384), 8),
@@ -403,13 +376,8 @@ class ClusterRows:
         return (n_rows * self.c,)
 
 
-def device_capability(a: Arr) -> Tuple[int, int]:
-    """The compute capability of `a`'s device (`_common.HOST_TARGET`'s for host arrays)."""
-    return target_of(a).capability
-
-
-def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk: int = CLUSTER_CHUNK,
-                 per_thread: int = PER_THREAD) -> Optional[ClusterRows]:
+def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk: Optional[int] = None,
+                 per_thread: Optional[int] = None, t: Optional[ClusterTuning] = None) -> Optional[ClusterRows]:
     """The cluster launch of rows of `n_cols` elements, or None where it does not apply.
 
     Applies on sm_90+ to rows longer than one program's tile (MAX_SINGLE_TILE) and at
@@ -418,6 +386,9 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
     chunks); BLOCK = next_pow2(cdiv(n_cols, C)); num_warps = BLOCK / (32 * per_thread),
     so every thread holds `per_thread` elements (softmax: 8192-element chunks at 8 warps).
     """
+    t = _table(t)
+    chunk = t.cluster_chunk if chunk is None else chunk
+    per_thread = t.per_thread if per_thread is None else per_thread
     if tuple(capability) < (9, 0) or n_cols <= MAX_SINGLE_TILE:
         return None
     c = next((c for c in (2, 4, 8) if tc.cdiv(n_cols, c) <= chunk), 8)
@@ -429,7 +400,7 @@ def cluster_rows(n_cols: int, capability: Tuple[int, int], max_chunk: int, chunk
 
 def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
                  window: int = 0, long_rows: Optional[bool] = None,
-                 ties_to_tiles: bool = False) -> Optional[ClusterRows]:
+                 ties_to_tiles: bool = False, t: Optional[ClusterTuning] = None) -> Optional[ClusterRows]:
     """`cl` with each chunk held as MIN_CHUNK_TILES to MAX_CHUNK_TILES tiles of CHUNK_TILE columns
     at CHUNK_TILE_WARPS, on a cluster of any size from 2 to 8, where that leaves fewer lanes
     idle than cl's one power-of-two tile per program (the fewest idle lanes; ties go to fewer
@@ -449,13 +420,15 @@ def split_chunks(cl: Optional[ClusterRows], n_cols: int, itemsize: int = 4,
     tiles of 1024) and of 4096 at 16 (2048x100000 bf16 63 -> 49)."""
     if cl is None:
         return None
-    shapes = [(CHUNK_TILE, CHUNK_TILE_WARPS, MAX_CHUNK_TILES)]
+    t = _table(t)
+    shapes = [(t.chunk_tile, t.chunk_tile_warps, t.max_chunk_tiles)]
     if long_rows or (long_rows is None and itemsize == 2):
-        shapes += [(CHUNK_TILE, CHUNK_TILE_WARPS, LONG_CHUNK_TILES),
-                   (LONG_CHUNK_TILE, LONG_CHUNK_TILE_WARPS, LONG_CHUNK_MAX_TILES if not window else MAX_CHUNK_TILES)]
+        shapes += [(t.chunk_tile, t.chunk_tile_warps, t.long_chunk_tiles),
+                   (t.long_chunk_tile, t.long_chunk_tile_warps,
+                    t.long_chunk_max_tiles if not window else t.max_chunk_tiles)]
     for block, warps, most in shapes:
         tiles = {c: tc.cdiv(tc.cdiv(n_cols, c), block) for c in range(2, 9)}
-        fits = [c for c in tiles if MIN_CHUNK_TILES <= tiles[c] <= most]
+        fits = [c for c in tiles if t.min_chunk_tiles <= tiles[c] <= most]
         if fits:
             c = min(fits, key=lambda c: (c * tiles[c], c))
             lanes = c * tiles[c] * block
@@ -471,10 +444,11 @@ def chunk_options(cl: ClusterRows, itemsize: int, target: Target) -> dict:
     registers allow;
     for 2-byte chunks at CHUNK_PROGRAMS_WARPS warps, of CHUNK_PROGRAMS_PER_SM. Where a floor
     spills, the compiler keeps the highest lower one that fits (dsl/compiler.py)."""
+    t = row_tuning(target).cluster
     if cl.tiles > 1:
-        return {"min_programs_per_sm": target.registers_per_sm // (CHUNK_TILE_REGISTERS * 32 * cl.num_warps)}
-    if itemsize == 2 and cl.num_warps == CHUNK_PROGRAMS_WARPS:
-        return {"min_programs_per_sm": CHUNK_PROGRAMS_PER_SM}
+        return {"min_programs_per_sm": target.registers_per_sm // (t.chunk_tile_registers * 32 * cl.num_warps)}
+    if itemsize == 2 and cl.num_warps == t.chunk_programs_warps:
+        return {"min_programs_per_sm": t.chunk_programs_per_sm}
     return {}
 
 
@@ -490,7 +464,8 @@ def fewer_programs(cl: Optional[ClusterRows], n_cols: int, max_block: int) -> Op
     return replace(cl, c=tc.cdiv(n_cols, cl.block))
 
 
-def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX_NORM_CHUNK) -> Optional[ClusterRows]:
+def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: Optional[int] = None,
+                      t: Optional[ClusterTuning] = None) -> Optional[ClusterRows]:
     """The norms' cluster launch of rows of `n_cols` elements, or None: `cluster_rows` with
     chunks of up to `chunk` elements (at most MAX_NORM_CHUNK), 32 per thread (a 16384-element
     chunk: 16 warps). Measured on an H200 at 4096x65536 (% of copy): f32 rms_norm 90% in
@@ -499,39 +474,5 @@ def norm_cluster_rows(n_cols: int, capability: Tuple[int, int], chunk: int = MAX
     rms_norm on persistent clusters 92% at 16384 / 16 warps, 91% at 16384 / 8; bf16
     layer_norm 90% at 8192 / 8 warps with 3 stages (norms.LN_CHUNK_2BYTE).
     """
-    return cluster_rows(n_cols, capability, MAX_NORM_CHUNK, chunk=chunk)
-
-
-def resident_clusters(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None,
-                      **constexprs) -> Optional[int]:
-    """How many clusters of `kernel`, compiled as `_common.launch` will launch it with
-    `args` and compile `options` on `cl`, the device of `a` runs at once
-    (the host target's `clusters_of_8` for host arrays), or None when the driver cannot tell
-    (LoadedKernel.max_active_clusters).
-
-    Not SMs / C: 8-program clusters at one program per SM fit 15 times on a 132-SM H200,
-    and a 16th cluster would run in a second wave behind the others (softmax 1024x262144
-    bf16 on a persistent grid of 16 clusters: 41% of copy; of 15: 72%).
-    """
-    if a.host:
-        return target_of(a).clusters_of_8
-    return loaded_kernel(a, kernel, args, cl, options, **constexprs).max_active_clusters or None
-
-
-def loaded_kernel(a: Arr, kernel, args: Sequence, cl: ClusterRows, options: Optional[dict] = None, **constexprs):
-    """`kernel` compiled as `_common.launch` will launch it with `args` and compile `options`
-    on `cl`, loaded on the device of `a` (a GPU array): its LoadedKernel (resources, resident
-    clusters)."""
-    from tilec.runtime.module import load  # noqa: PLC0415
-    compiled = kernel.compile(*args, num_warps=cl.num_warps, fast_math=True, cluster=cl.c, **(options or {}),
-                              **constexprs)
-    return load(compiled, a.device)
-
-
-def persistent_grid(a: Arr, kernel, args: Sequence, cl: ClusterRows, n_rows: int, options: Optional[dict] = None,
-                    **constexprs):
-    """The grid of a persistent `kernel` walking `n_rows` rows on `cl` (compile `options`): as
-    many clusters as are resident, at most one per row; None when the driver cannot tell
-    (launch one row per cluster instead)."""
-    resident = resident_clusters(a, kernel, args, cl, options=options, **constexprs)
-    return None if resident is None else (min(n_rows, resident) * cl.c,)
+    t = _table(t)
+    return cluster_rows(n_cols, capability, t.max_norm_chunk, chunk=t.max_norm_chunk if chunk is None else chunk, t=t)

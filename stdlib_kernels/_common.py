@@ -552,13 +552,7 @@ def launch(kernel, grid, args: Sequence, num_warps: int = 4, fast_math: bool = T
             opts["cluster"] = cluster
         kernel[tuple(grid)](*args, num_warps=num_warps, fast_math=fast_math, **opts, **constexprs)
         if _plan.recording() is not None:
-            _plan.record_launch(kernel, grid, _bound(kernel, args, constexprs))
-
-
-def _bound(kernel, args, constexprs):
-    """`args` then the constexprs, in the kernel's parameter order (what the launcher bound)."""
-    names = kernel.param_names
-    return list(args) + [constexprs.get(n) for n in names[len(args):]]
+            _plan.record_launch(kernel, grid, args, dict(opts, num_warps=num_warps, fast_math=fast_math, **constexprs))
 
 
 def _interpret(kernel, grid, args, constexprs, cluster: int = 1) -> None:

@@ -32,17 +32,18 @@ from typing import Optional, Tuple
 
 import tilec as tc
 
-from ._cluster_rows import ClusterRows, chan_combine, loaded_kernel, norm_cluster_rows, params, scale_shift, split_chunks
+from ._cluster_rows import ClusterRows, chan_combine, norm_cluster_rows, params, scale_shift, split_chunks
 from ._common import lanewise_sum, lanewise_sum_of_squares, store_row_stats
 from ._window import store_row_tile, window_span, window_start, window_tile
+from .tuning import TABLES, ClusterTuning
 
 __all__ = ["norm_chunks_kernel", "lanes_of", "lane_params", "chunk_tiles", "params_early", "one_pass_chunk",
            "reread_chunk"]
 
 # 2-byte layer_norm chunks (ONE_PASS) are held across the exchange on clusters of up to
-# HOLD_MAX_C programs, or where the held kernel keeps HOLD_MIN_PROGRAMS per SM (`reread_chunk`).
-HOLD_MAX_C = 4
-HOLD_MIN_PROGRAMS = 5
+# `hold_max_c` programs, or where the held kernel keeps `hold_min_programs` per SM (`reread_chunk`;
+# the sm_90 table's numbers under their old names for tests and docs).
+HOLD_MAX_C, HOLD_MIN_PROGRAMS = TABLES["sm_90"].cluster.hold_max_c, TABLES["sm_90"].cluster.hold_min_programs
 
 
 @tc.func
@@ -237,25 +238,26 @@ def one_pass_chunk(rms: bool, itemsize: int, cl: ClusterRows) -> bool:
     return not rms and itemsize == 2 and cl.tiles > 1
 
 
-def reread_chunk(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
-    """REREAD for norm_chunks_kernel (ONE_PASS) launched with `args` on `cl` (compile
-    `options`): the chunk read again after the exchange unless the cluster is of at most
-    HOLD_MAX_C programs or the kernel holding it still fits HOLD_MIN_PROGRAMS per SM without
-    spilling. H100, % of copy, read again -> held (programs per SM held): bf16 8192x24001 (3
+def reread_chunk(probe, launch_of, cl: ClusterRows, t: Optional[ClusterTuning] = None) -> bool:
+    """REREAD for norm_chunks_kernel (ONE_PASS) on `cl`, `launch_of(**constexprs)` its Launch:
+    the chunk read again after the exchange unless the cluster is of at most HOLD_MAX_C
+    programs or the kernel holding it still fits HOLD_MIN_PROGRAMS per SM without spilling
+    (`probe.resources`; a probe that cannot tell: read again). H100, % of copy, read again -> held (programs per SM held): bf16 8192x24001 (3
     x 8 tiles) 77 -> 86 (4), 4096x32001 (4 x 8) 74 -> 85 (4), 8192x20001 (4 x 5) 86 -> 90 (7),
     16384x16385 (3 x 6) 84 -> 88 (6), 4096x30001 (5 x 6) 80 -> 84 (5), 4096x36001 (6 x 6) 81 -> 85
     (5); 4096x45001 (6 x 8) 80 -> 80 (4), 4096x50257 (7 x 8) 79 -> 78 (4), 4096x40000 (5 x 8) 92 ->
     87 (4), 2048x100003 (7 x 7 of 2048) 75 -> 72. Host arrays (the interpreter): HOLD_MAX_C alone."""
-    if cl.c <= HOLD_MAX_C:
+    t = t or TABLES["sm_90"].cluster
+    if cl.c <= t.hold_max_c:
         return False
-    if a.host:
+    held = probe.resources(launch_of(REREAD=False))
+    if held is None:
         return True
-    held = loaded_kernel(a, norm_chunks_kernel, args, cl, options, **dict(constexprs, REREAD=False)).resources
-    return held.spills > 0 or held.max_blocks_per_sm < HOLD_MIN_PROGRAMS
+    return held.spills > 0 or held.max_blocks_per_sm < t.hold_min_programs
 
 
-def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
-    """EARLY for norm_chunks_kernel launched with `args` on `cl` (compile `options`): w and b
+def params_early(probe, launch_of) -> bool:
+    """EARLY for norm_chunks_kernel, `launch_of(**constexprs)` its Launch: w and b
     loaded before the exchange where the kernel compiled that way fits as many programs per
     SM as the one loading them after it (their registers then cost nothing; where they do,
     fewer programs hide less latency). f32 layer_norm's (2-byte chunks of several tiles are
@@ -263,16 +265,17 @@ def params_early(a, args, cl: ClusterRows, options=None, **constexprs) -> bool:
     measured while they were held:
     8192x20001 (4 x 5 tiles, 4 programs per SM either way) 72 -> 79, 2048x100003 (7 x 7 tiles of
     2048, 1) 40 -> 52; 4096x50257 (7 x 8 tiles, 3 -> 2) 59 -> 57, 16384x16385 (3 x 6, 4 -> 3) 75 ->
-    70. Never where it spills (f32 7 x 10 tiles: 44 bytes). Host arrays (the interpreter): False."""
-    if a.host:
+    70. Never where it spills (f32 7 x 10 tiles: 44 bytes). A probe that cannot tell (the
+    interpreter's): False."""
+    early = probe.resources(launch_of(EARLY=True))
+    if early is None:
         return False
-    early, late = (loaded_kernel(a, norm_chunks_kernel, args, cl, options, EARLY=e, **constexprs).resources
-                   for e in (True, False))
+    late = probe.resources(launch_of(EARLY=False))
     return early.spills == 0 and early.max_blocks_per_sm >= late.max_blocks_per_sm
 
 
 def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window: int,
-                ties_to_tiles: bool = False) -> Optional[ClusterRows]:
+                ties_to_tiles: bool = False, t: Optional[ClusterTuning] = None) -> Optional[ClusterRows]:
     """The cluster launch of norm_chunks_kernel for rows of `n_cols` read through windows of
     `window` elements (0: column tiles), or None where clusters do not apply: the norms'
     clusters (`norm_cluster_rows`) over the row and its window's lead, held as tiles where
@@ -284,8 +287,8 @@ def chunk_tiles(n_cols: int, capability: Tuple[int, int], itemsize: int, window:
     program (H100, % of copy, 2 x 16384 -> 4 x 8 tiles of 1024: 4096x32001 f16 69 -> 75,
     4096x32010 bf16 68 -> 76; 4 x 16384 -> 8 x 8: 2048x65000 bf16 61 -> 83; rms_norm even)."""
     span = window_span(n_cols, window)
-    return split_chunks(norm_cluster_rows(span, capability), span, itemsize, window, long_rows=True,
-                        ties_to_tiles=ties_to_tiles)
+    return split_chunks(norm_cluster_rows(span, capability, t=t), span, itemsize, window, long_rows=True,
+                        ties_to_tiles=ties_to_tiles, t=t)
 
 
 # Specializations the sm_90a PTX test assembles (tests/stdlib/test_cluster_rows.py), with the

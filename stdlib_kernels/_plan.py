@@ -6,11 +6,11 @@ GPU time of a small op. Everything it decides is a function of the arrays' kinds
 shapes, strides, dtypes, devices and 16-byte alignment and of the other arguments'
 values. So the first call with a given such key runs the entry point as written
 while recording what it does: the outputs it allocates, and per launch the
-prepared launcher (compiled kernel, packer), the grid, the scalar arguments and
-each array argument as (which array, element offset, shape, strides). Later calls
-with the same key replay that record: allocate the outputs, write pointers and the
-recorded shapes into the packer, launch. No views are built (the packer takes the
-pointer, shapes and strides directly), nothing is re-validated.
+runtime's `LaunchPlan` of it (`Kernel.prepare`: compiled kernel, packer, grid,
+shapes, scalars; runtime/replay.py) with each array argument as (which array,
+element offset). Later calls with the same key replay that record: allocate the
+outputs, compute the addresses, `LaunchPlan.launch`. No views are built, nothing
+is re-validated, and nothing here touches the launcher's private state.
 
 Only GPU calls whose arrays are all torch CUDA tensors or `tc.DeviceArray`s are
 planned; anything else (numpy on the interpreter, CuPy, DLPack objects, an
@@ -33,6 +33,7 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
+from tilec.options import OPTION_FIELDS as _OPTION_NAMES
 from tilec.specialize import signature_of
 
 __all__ = ["planned", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
@@ -107,37 +108,32 @@ def register_view(base, view_obj, shape, strides) -> None:
     rec.keep.append(view_obj)
 
 
-def record_launch(kernel, grid, args) -> None:
-    """After a launch through the launcher: its prepared entry and the arguments' recipe."""
+def record_launch(kernel, grid, args, kwargs) -> None:
+    """After a launch of `kernel[grid](*args, **kwargs)`: its runtime LaunchPlan and, per array
+    argument of the plan, where its address comes from; per scalar, a per-call value or not."""
     rec = _tls.rec
-    st = kernel.launch_state
-    prepared = st.last[1]
-    ce = st.ce_mask
-    arrays, scalars, subs = [], [None] * st.nparams, []
-    for i, v in enumerate(args):
-        if ce[i]:
-            continue
-        k = next((k for k, d in enumerate(rec.derived) if d is v), None)
-        if k is not None:
-            subs.append((i, k))
-            scalars[i] = v
-            continue
-        recipe = rec.views.get(id(v))
-        if recipe is None and id(v) in rec.where:
-            rec.ok = False  # an array passed without `view`: its shape is not recorded
-            return
-        if recipe is not None:
-            arrays.append((i,) + recipe)
-        elif type(v) in (int, float) or hasattr(v, "dtype"):
-            scalars[i] = v
-        else:
-            rec.ok = False
-            return
-    if prepared is None or len(args) != st.nparams:
+    vals = kernel.launch_state.bind(args, {k: v for k, v in kwargs.items() if k not in _OPTION_NAMES})
+    try:
+        lp = kernel.prepare(grid, *args, **kwargs)   # the launch just made prepared it: a table hit
+    except Exception:  # noqa: BLE001 - anything it cannot describe: this key is not planned
         rec.ok = False
         return
-    g = tuple(grid) + (1,) * (3 - len(grid))
-    rec.launches.append((prepared, g, tuple(arrays), scalars, tuple(subs)))
+    arrays = []
+    for i in lp.array_positions:
+        recipe = rec.views.get(id(vals[i]))
+        if recipe is None:   # an array passed without `view`: its shape is not recorded
+            rec.ok = False
+            return
+        arrays.append(recipe[:2])   # (root, element offset)
+    subs = []
+    for k, i in enumerate(lp.scalar_positions):
+        d = next((d for d, v in enumerate(rec.derived) if v is vals[i]), None)
+        if d is not None:
+            subs.append((k, d))
+        elif type(vals[i]) not in (int, float) and not hasattr(vals[i], "dtype"):
+            rec.ok = False
+            return
+    rec.launches.append((lp, tuple(arrays), tuple(subs)))
 
 
 # ----------------------------------------------------------------------------- keys
@@ -280,14 +276,14 @@ def _finish(rec, result, values):
     objs = list(values) + [rec.keep[i] for i in _alloc_positions(rec)]
     tensor_cls = _torch_cls()
     launches = []
-    for prepared, grid, arrays, scalars, subs in rec.launches:
-        recipe, device, torch_stream = [], None, False
-        for i, root, offset, shape, strides in arrays:
+    for lp, arrays, subs in rec.launches:
+        recipe, torch_stream = [], False
+        for root, offset in arrays:
             j = index(root)
-            _ptr, isz, dt, device, is_torch = _root_info(objs[j], tensor_cls)
+            _ptr, isz, _dt, _device, is_torch = _root_info(objs[j], tensor_cls)
             torch_stream = torch_stream or is_torch
-            recipe.append((i, j, offset * isz, shape, strides, dt, device))
-        launches.append((prepared, grid, scalars, subs, tuple(recipe), device, torch_stream))
+            recipe.append((j, offset * isz))
+        launches.append((lp, tuple(recipe), lp.scalar_values() if subs else None, subs, torch_stream))
     from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
     # per root: True a torch tensor, False a DeviceArray, None not an array
     torch_roots = tuple(True if type(o) is tensor_cls else False if type(o) is DeviceArray else None for o in objs)
@@ -307,35 +303,17 @@ def _replay(plan, values, tensor_cls, derived_now):
     for allocate in outs:
         objs.append(allocate())
     ptrs = [0 if t is None else o.data_ptr() if t else o.ptr for o, t in zip(objs, torch_roots)]
-    for prepared, grid, scalars, subs, recipe, device, torch_stream in launches:
+    for lp, recipe, scalars, subs, torch_stream in launches:
         if subs:
             scalars = list(scalars)
-            for i, k in subs:
-                scalars[i] = derived_now[k]
-        infos = list(scalars)
-        for i, j, offset, shape, strides, dt, dev in recipe:
-            infos[i] = (ptrs[j] + offset, shape, strides, dt, dev)
-        _launch_prepared(prepared, grid, device, torch_stream, scalars, infos)
+            for k, d in subs:
+                scalars[k] = derived_now[d]
+        # the stream the launcher would pick: torch's current one when a torch tensor is an argument
+        h = sys.modules["torch"]._C._cuda_getCurrentRawStream(lp.device) if torch_stream else 0  # noqa: SLF001
+        lp.launch([ptrs[j] + offset for j, offset in recipe], scalars, h)
     if is_tuple:
         return tuple(objs[j] for j in returns)
     return objs[returns[0]]
-
-
-_runtime = []  # (driver, launcher) once the first plan replays
-
-
-def _launch_prepared(prepared, grid, device, torch_stream, vals, infos) -> None:
-    """One launch of a prepared kernel: the launcher's packing and cuLaunchKernel, no signature work.
-    The stream is the one the launcher would pick: torch's current stream when a torch
-    tensor is among the arguments, else the default stream."""
-    if not _runtime:
-        from tilec.runtime import driver, launcher  # noqa: PLC0415
-        _runtime[:] = [driver, launcher]
-    driver, launcher = _runtime
-    if getattr(driver._tls, "ctx_device", None) != device:  # noqa: SLF001
-        driver.ensure_context(device)
-    h = sys.modules["torch"]._C._cuda_getCurrentRawStream(device) if torch_stream else 0  # noqa: SLF001
-    launcher._cu_launch(prepared, grid[0], grid[1], grid[2], h, vals, infos)  # noqa: SLF001
 
 
 def clear_plans() -> None:

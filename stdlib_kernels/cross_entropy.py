@@ -10,56 +10,32 @@ fixed order, so "mean" and "sum" are deterministic.
 """
 from __future__ import annotations
 
-import tilec as tc
+import math
+from typing import List, Optional
 
-from ._common import (DEPENDENT, as_array, check_float, check_same_place, contiguous_strides, empty_like, flat_view,
-                      launch, next_pow2, output, row_config, rows_of, view)
+import tilec as tc
+from tilec.target import Target
+
+from ._common import (DEPENDENT, Arr, as_array, check_float, check_same_place, flat_view, next_pow2, output,
+                      row_config, rows_of, target_of, view)
 from ._plan import planned
+from .launches import Launch, Operands, Temp, execute
+from .schedules import LOOPED, ONE_TILE, SPLIT, cross_entropy_split
+from .tuning import TABLES, CrossEntropyTuning, row_tuning
 from ._window import row_window, single_row_window, window_start, window_steps, window_tile
 
-__all__ = ["cross_entropy"]
+__all__ = ["cross_entropy", "plan"]
 
 NEG_INF = float("-inf")
 NAN = float("nan")
 LOG2E = 1.4426950408889634
-# The mean/sum is one program (a fixed order, so deterministic), bound by latency: 16384
-# rows of (f32 loss, i64 target) in 1024-row tiles took 33 us on an H200, one tile load in
-# flight at a time; 8192-row tiles put a whole tile's loads in flight together. It counts
-# the targets before it waits for the row kernel (a dependent launch), so after the wait
-# each thread loads only its losses: 16 per thread (four 16-byte loads) ends the mean of
-# 4096x32000 bf16 0.4 us sooner than 4 per thread at 32 warps (H100: 102.46 -> 102.02 us,
-# non-overlapping over 5 rounds; 8192 rows 184.3 -> 183.9, 16384 and 1024 rows the same);
-# 32 per thread (4 warps) took 2 us longer.
-MAX_REDUCE_BLOCK = 8192
-REDUCE_PER_THREAD = 16
-# Whole f32 rows longer than one tile on 32-byte sectors, and 2-byte rows off sectors of more
-# than WINDOW_LOOP_MAX_COLS classes: steps of 4 tiles of 4096 at 16 warps, a 16-byte group per thread per tile. With the
-# online state per group (`_online`) that takes 32 registers, so 4 programs per SM with 4 loads
-# per thread in flight. H100, % of copy ("none" / mean), 2048 x 4 at 8 warps -> 4096 x 4 at 16:
-# 4096x32000 bf16 92.3 / 90.6 -> 93.5 / 91.6, 16384x32000 100.7 / 100.0 -> 102.0 / 101.2,
-# 4096x128256 97.9 / 97.5 -> 99.1 / 98.5, 2048x128257 (windows) 91.2 / 90.6 -> 95.2 / 94.3.
-LOOP_BLOCK = 4096
-LOOP_WARPS = 16
-# 2-byte rows on sectors: 8192 at 32 warps (32 registers, 2 programs per SM): 4096x32000 bf16
-# 93.5 / 91.7 -> 94.4 / 92.5, 4096x128256 98.9 / 98.5 -> 100.0 / 99.6, f16 4096x32000 92.6 /
-# 91.4 -> 93.5 / 92.1. Not f32 rows (40 registers, one program per SM: 8192x32000 101.2 ->
-# 98.4) nor windowed ones (2048x128257 bf16 95.1 -> 88.2).
-WIDE_LOOP_BLOCK = 8192
-WIDE_LOOP_WARPS = 32
-# Rows split into chunks (fewer than SPLIT_ROWS rows: more, shorter chunks) and whole rows read
-# through windows (rows off 32-byte sectors; 2-byte ones up to WINDOW_LOOP_MAX_COLS classes):
-# 2048 x 4 at 8 warps. H100, against 4096 x 4 at 16 / 1024 x 4 at 4: 256x32000 bf16 75.9 / 72.2
-# against 72.8 / 70.0; 4096x50257 bf16 90.8 / 89.7 against 87.9 / 87.1 (1024 at 4), 8192x32001
-# bf16 96.6 / 95.4 against 93.8 / 93.1; f32 1024x100003 92.8 / 92.1 against 89.8 / 89.1 (4096 at
-# 16: 69 registers, one program per SM).
-SHORT_LOOP_BLOCK = 2048
-SHORT_LOOP_WARPS = 8
-WINDOW_LOOP_MAX_COLS = 65536
-# Fewer rows than this: each long row is split into chunks among programs (merged by a
-# second launch), so that a few rows still fill the GPU. From 1024 rows whole rows win:
-# 4096x32000 bf16 on an H200 measured 83% of copy with whole rows, 80% / 81% in 2 / 4
-# chunks (the combine launch costs more than the shorter last wave saves).
-SPLIT_ROWS = 1024
+# The sm_90 table's numbers under their old names (tests, docs): plans read `row_tuning(target)`.
+_T = TABLES["sm_90"].cross_entropy
+MAX_REDUCE_BLOCK, REDUCE_PER_THREAD, SPLIT_ROWS = _T.max_reduce_block, _T.reduce_per_thread, _T.split_rows
+LOOP_BLOCK, LOOP_WARPS, WIDE_LOOP_BLOCK, WIDE_LOOP_WARPS = _T.loop_block, _T.loop_warps, _T.wide_loop_block, \
+    _T.wide_loop_warps
+SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS, WINDOW_LOOP_MAX_COLS = _T.short_loop_block, _T.short_loop_warps, \
+    _T.window_loop_max_cols
 
 
 @tc.func
@@ -248,51 +224,77 @@ EXTRA_SIGNATURES = [
 _REDUCTIONS = ("mean", "sum", "none")
 
 
-def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2):
-    """(BLOCK, num_warps) of the looped kernel: SHORT_LOOP_BLOCK at SHORT_LOOP_WARPS for rows
-    split into chunks (fewer than SPLIT_ROWS rows) and for whole rows read through windows
-    (`window` > 0), except 2-byte ones of more than WINDOW_LOOP_MAX_COLS classes (LOOP_BLOCK
-    at LOOP_WARPS); rows on sectors take WIDE_LOOP_BLOCK at WIDE_LOOP_WARPS for 2-byte
-    logits, LOOP_BLOCK at LOOP_WARPS for f32."""
-    if n_rows < SPLIT_ROWS or (window and (itemsize != 2 or n_cls <= WINDOW_LOOP_MAX_COLS)):
-        return SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS
+def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2, t: Optional[CrossEntropyTuning] = None):
+    """(BLOCK, num_warps) of the looped kernel: `short_loop_block` at `short_loop_warps` for
+    rows split into chunks (fewer than `split_rows` rows) and for whole rows read through
+    windows (`window` > 0), except 2-byte ones of more than `window_loop_max_cols` classes
+    (`loop_block` at `loop_warps`); rows on sectors take `wide_loop_block` at
+    `wide_loop_warps` for 2-byte logits, `loop_block` at `loop_warps` for f32."""
+    t = t or TABLES["sm_90"].cross_entropy
+    if n_rows < t.split_rows or (window and (itemsize != 2 or n_cls <= t.window_loop_max_cols)):
+        return t.short_loop_block, t.short_loop_warps
     if not window and itemsize == 2:
-        return WIDE_LOOP_BLOCK, WIDE_LOOP_WARPS
-    return LOOP_BLOCK, LOOP_WARPS
+        return t.wide_loop_block, t.wide_loop_warps
+    return t.loop_block, t.loop_warps
 
 
-def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: int = SHORT_LOOP_BLOCK):
+def chunk_count(n_rows: int, n_cls: int, window: int = 0, block: Optional[int] = None,
+                t: Optional[CrossEntropyTuning] = None):
     """(chunks per row, steps per chunk) of the looped kernel: enough chunks for about
-    SPLIT_ROWS programs in all, each at least one step of 4 * `block` classes (rows
-    read in aligned windows, `window` > 0: steps from the window's start)."""
-    n_steps = window_steps(n_cls, window, 4 * block)
-    chunks = 1 if n_rows >= SPLIT_ROWS else min(n_steps, tc.cdiv(SPLIT_ROWS, n_rows))
-    per = tc.cdiv(n_steps, chunks)
-    return tc.cdiv(n_steps, per), per
+    `split_rows` programs in all, each at least one step of 4 * `block` classes (rows read
+    in aligned windows, `window` > 0: steps from the window's start; `schedules.cross_entropy_split`)."""
+    t = t or TABLES["sm_90"].cross_entropy
+    return cross_entropy_split(n_rows, window_steps(n_cls, window, 4 * (block or t.short_loop_block)), t)
 
 
-def reduce_config(n_rows: int):
+def reduce_config(n_rows: int, t: Optional[CrossEntropyTuning] = None):
     """(BLOCK, num_warps) of the single-program mean/sum: one tile of next_pow2(rows)
-    up to MAX_REDUCE_BLOCK, REDUCE_PER_THREAD (16) elements per thread, 1..16 warps."""
-    block = min(next_pow2(n_rows), MAX_REDUCE_BLOCK)
-    return block, max(1, block // (32 * REDUCE_PER_THREAD))
+    up to `max_reduce_block`, `reduce_per_thread` elements per thread, 1..16 warps."""
+    t = t or TABLES["sm_90"].cross_entropy
+    block = min(next_pow2(n_rows), t.max_reduce_block)
+    return block, max(1, block // (32 * t.reduce_per_thread))
 
 
-def _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index):
+def plan(logits: Arr, labels: Arr, reduction: str, target: Target) -> List[Launch]:
+    """The launches of cross_entropy over `logits`' rows (descriptions) with class indices
+    `labels`, on `target`. Operands: "logits" (rows as a 2-D view), "target" (the indices, 1-D),
+    "loss" (the per-row losses, 1-D), "result" (the 1-element mean or sum; not for "none"),
+    "ignore_index" (the int). The schedules: ONE_TILE, else LOOPED or SPLIT (schedules.py),
+    then for "mean"/"sum" one program reducing the losses."""
+    t = row_tuning(target).cross_entropy
+    n_cls, n_rows = logits.shape[-1], math.prod(logits.shape[:-1])
+    cfg = row_config(n_cls, n_rows)
+    window = row_window(logits, "logits")
+    # A single row off 32-byte sectors through its aligned window; packed rows keep column tiles.
+    cfg, window = single_row_window(cfg, n_cls, n_rows, window)
+    launches = []
+    if cfg.single:
+        launches.append(Launch.of(ce_tile_kernel, cfg.grid(n_rows), ("logits", "target", "loss", "ignore_index"),
+                                  cfg.num_warps, schedule=ONE_TILE, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window))
+    elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
+        launches += _looped_rows(logits, n_rows, n_cls, t)
+    if reduction != "none":
+        block, warps = reduce_config(n_rows, t)
+        launches.append(Launch.of(ce_reduce_kernel, (1,), ("loss", "target", "result", "ignore_index"), warps,
+                                  options=DEPENDENT, schedule="reduce", MEAN=reduction == "mean", BLOCK=block))
+    return launches
+
+
+def _looped_rows(a: Arr, n_rows: int, n_cls: int, t: CrossEntropyTuning) -> List[Launch]:
     window = row_window(a, "logits")
-    block, warps = loop_config(n_rows, n_cls, window, a.dtype.itemsize)
-    chunks, per = chunk_count(n_rows, n_cls, window, block)
+    block, warps = loop_config(n_rows, n_cls, window, a.dtype.itemsize, t)
+    chunks, per = chunk_count(n_rows, n_cls, window, block, t)
     if chunks == 1:
         # the partials are not touched: the loss view stands in for them
-        launch(ce_loop_kernel, (n_rows, 1), (xv, tv, lv, lv, lv, ignore_index, per), warps,
-               BLOCK=block, SPLIT=False, WINDOW=window)
-        return
-    shape = (n_rows, chunks)
-    part_m, part_s = (view(empty_like(a, shape, tc.float32), shape, contiguous_strides(shape)) for _ in range(2))
-    launch(ce_loop_kernel, (n_rows, chunks), (xv, tv, lv, part_m, part_s, ignore_index, per), warps,
-           BLOCK=block, SPLIT=True, WINDOW=window)
-    launch(ce_combine_kernel, (n_rows,), (xv, tv, lv, part_m, part_s, ignore_index), 1, options=DEPENDENT,
-           CHUNKS=next_pow2(chunks))
+        return [Launch.of(ce_loop_kernel, (n_rows, 1), ("logits", "target", "loss", "loss", "loss", "ignore_index",
+                                                        per), warps, schedule=LOOPED, BLOCK=block, SPLIT=False,
+                          WINDOW=window)]
+    parts = tuple(Temp(name, (n_rows, chunks), tc.float32, like="logits") for name in ("part_m", "part_s"))
+    return [Launch.of(ce_loop_kernel, (n_rows, chunks), ("logits", "target", "loss", "part_m", "part_s",
+                                                         "ignore_index", per), warps, temps=parts, schedule=SPLIT,
+                      BLOCK=block, SPLIT=True, WINDOW=window),
+            Launch.of(ce_combine_kernel, (n_rows,), ("logits", "target", "loss", "part_m", "part_s", "ignore_index"),
+                      1, options=DEPENDENT, schedule=SPLIT, CHUNKS=next_pow2(chunks))]
 
 
 @planned
@@ -342,22 +344,10 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     tv = flat_view(t, "target")
     per_row_dtype = a.dtype if reduction == "none" else tc.float32
     per_row = output(None, a, a.shape[:-1], per_row_dtype)
-    lv = view(per_row, (n_rows,), (1,))
-    cfg = row_config(n_cls, n_rows)
-    window = row_window(a, "logits")
-    # A single row off 32-byte sectors (column tiles: scalar loads) through its aligned
-    # window (H200, % of copy: 16384x5000 bf16 30 -> 49, 16384x3001 f32 81 -> 92). Packed
-    # rows keep column tiles.
-    cfg, window = single_row_window(cfg, n_cls, n_rows, window)
-    if cfg.single:
-        launch(ce_tile_kernel, cfg.grid(n_rows), (xv, tv, lv, ignore_index), cfg.num_warps, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window)
-    elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
-        _looped_rows(a, xv, tv, lv, n_rows, n_cls, ignore_index)
-    if reduction == "none":
-        return per_row.obj
-    result = output(None, a, (), a.dtype)
-    block, warps = reduce_config(n_rows)
-    launch(ce_reduce_kernel, (1,), (lv, tv, view(result, (1,), (1,)), ignore_index), warps, options=DEPENDENT,
-           MEAN=reduction == "mean", BLOCK=block)
-    return result.obj
+    values = {"logits": xv, "target": tv, "loss": view(per_row, (n_rows,), (1,)), "ignore_index": ignore_index}
+    result = None
+    if reduction != "none":
+        result = output(None, a, (), a.dtype)
+        values["result"] = view(result, (1,), (1,))
+    execute(plan(a, t, reduction, target_of(a)), Operands({"logits": a}, values))
+    return per_row.obj if result is None else result.obj

@@ -15,72 +15,37 @@ to the spread), then a second pass normalizes. Statistics are f32.
 from __future__ import annotations
 
 import builtins
+import math
 from dataclasses import replace
+from typing import List, Optional
 
 import numpy as np
 
 import tilec as tc
+from tilec.target import Target
 
 from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, empty_like, lanewise_sum,
-                      lanewise_sum_of_squares, launch, long_row_launch, output, row_config, row_stride, rows_of, target_of,
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum,
+                      lanewise_sum_of_squares, long_row_launch, output, row_config, row_stride, rows_of, target_of,
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
+from .launches import Launch, Operands, StaticProbe, Temp, execute, probe_for
+from .schedules import (CHUNK_TILES, CLUSTER, LOOPED, ONE_TILE, PERSISTENT_CLUSTER, most_resident,
+                        norm_chunk_tiles_eligible)
+from .tuning import TABLES, NormTuning, row_tuning
 from ._window import row_windows, single_row_window, store_row_tile, window_span, window_start, window_tile
 
-__all__ = ["layer_norm", "rms_norm"]
+__all__ = ["layer_norm", "rms_norm", "plan"]
 
-# Long rows off 32-byte sectors, of a length off 16 elements or not filling C power-of-two chunks
-# run as chunk tiles (`use_chunk_tiles`, `_norm_chunks`). H100, % of copy, persistent -> chunk tiles
-# (layer_norm / rms_norm): bf16 8192x20001 21 / 55 -> 72 / 97, 4096x50257 24 / 56 -> 59 / 94; f32
-# 4096x20001 48 / 90 -> 95 / 90, 8192x16385 42 / 84 -> 92 / 91, 4096x20008 88 / 93 -> 95 / 99,
-# 2048x40008 80 / 93 -> 88 / 96, 2048x40000 93 / 92 -> 92 / 96 (5 programs); on 7 or 8 programs f32
-# lost where the persistent kernel moves 16 bytes: 2048x50257 rms 92 -> 81, 1024x100008 93 / 90 ->
-# 65 / 77, 1024x100003 rms 93 -> 71 (layer_norm there 51 -> 86 and 51 -> 65: its copies move 4 bytes).
-F32_CHUNK_TILES_MAX_C = 5
-LN_STAGES = 2  # f32 layer_norm rows on persistent clusters: the current and next chunk in shared memory (3: no faster)
-# 2-byte layer_norm rows: chunks of 8192 (65536-element rows: C = 8, see below) with the
-# next two rows staged (H200, 4096x65536 bf16: 88.9% of copy at C = 4 / 16 warps / 2 stages, 90.1% at 3
-# stages, 90.3% at C = 8 / 8 warps / 3 stages, 68% at 2, 89% at 4; 1024x65536: 84.6%, 84.8%, 86.8%)
-LN_CHUNK_2BYTE = 8192
-LN_STAGES_2BYTE = 3
-# Their clusters of 8 (65536 columns) run at 4 warps with a floor of 2 programs per SM instead: at 8 warps
-# they took 144 registers, one program per SM, 15 resident clusters; at 4 warps the floor (`min_programs_per_sm`)
-# bounds the registers: 2 fit 255 (no spills), 30 clusters; 3 fit 168 (w and b held as packed 16-bit values),
-# 45 clusters. H200, % of copy, 8 warps -> 4 warps floor 3: 1024x65536 bf16 87.4-88.6 -> 89.1-89.2, 4096x65536
-# bf16 90.7 -> 92.0, f16 90.5 -> 92.0, 8192x65536 bf16 89.6 -> 90.7. H100 (three sessions), floor 3 -> 2:
-# 4096x65536 bf16 93.7 -> 95.4, 1024x65536 bf16 92.6 -> 93.3, 4096x65536 f16 93.7 -> 95.7, 8192x65536 bf16
-# 92.8 -> 95.0 (+0.7 to +2.2 points; not re-timed on an H200). Clusters of 4 (32768 columns) lost at 4 warps
-# (8192x32768 f16 92.3 -> 90.2).
-LN_EIGHT_CHUNKS_WARPS = 4
-LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = 2
-# A row of one program filling more than 3/4 of a tile of at least this many lanes is held as
-# 2 tiles of half of it (4 of a quarter at MAX_SINGLE_TILE): the same lanes and warps in fewer
-# registers, so more programs fit per SM (layer_norm bf16 16384 lanes at 16 warps: 91 -> 64
-# registers, 1 -> 2 programs; 8192 at 8 warps: 80 -> 64, 3 -> 4). H200, % of copy, one tile
-# -> tiles: layer_norm 16384x16384 bf16 61 -> 95, 16384x14336 bf16 56 -> 89, 16384x8192 bf16
-# 91 -> 98, 65536x2048 bf16 94.5 -> 99, 8192x16384 f32 86 -> 90; rms_norm equal or up to 2.5
-# higher. Rows read through windows keep one tile (16384x7001 bf16 layer_norm: 45 -> 40 with w
-# and b gathered), except layer_norm's reading w and b from shift tables, 2-byte or of
-# MAX_SINGLE_TILE lanes. H100, % of copy, one tile -> tiles: layer_norm 9586x14001 bf16 70 -> 88,
-# 8192x15001 f16 71 -> 88, 19171x7001 bf16 89 -> 93, 20000x6500 bf16 92.5 -> 96.6, 4793x14001
-# f32 92 -> 97.5; 9000x7001 f32 95.7 -> 94.4 and rms_norm (14001 bf16 100 -> 97, f32 99 -> 85)
-# lost.
-HALVE_MIN_BLOCK = 2048
-# Windowed rows (off 32-byte sectors) multiply lane j by w[j - lead]: gathered per lane, or,
-# from this many bytes of x, read whole from WINDOW shifted copies of w and b made first (one
-# launch of SHIFT_TABLE_BLOCK-lane tiles, the row kernel a dependent launch of it that reads
-# x while it runs; `_use_shift_tables`). H100, % of copy, gathers -> tables: layer_norm
-# 32760x4097 f16 61 -> 91, 19171x7001 bf16 62 -> 90, 130944x1025 bf16 65 -> 94, 4793x14001
-# f32 78 -> 92, 9586x14001 bf16 50 -> 70; rms_norm 32760x4097 f16 85 -> 100. Under 16 MB the
-# extra launch's host time (about 18 us per call) left tables behind as often as ahead, and
-# f32 rms_norm measured the same either way: both keep the gathers. Held in registers by
-# programs walking rows of one lead instead, w and b measured slower than either (32760x4097
-# f16 layer_norm 47%).
-SHIFT_TABLE_MIN_BYTES = 16 << 20
-SHIFT_TABLE_BLOCK = 1024
+# The sm_90 table's numbers under their old names (tests, docs): plans read `row_tuning(target)`.
+_T = TABLES["sm_90"].norm
+F32_CHUNK_TILES_MAX_C, LN_STAGES, LN_CHUNK_2BYTE, LN_STAGES_2BYTE = _T.f32_chunk_tiles_max_c, _T.ln_stages, \
+    _T.ln_chunk_2byte, _T.ln_stages_2byte
+LN_EIGHT_CHUNKS_WARPS, LN_EIGHT_CHUNKS_PROGRAMS_PER_SM = _T.ln_eight_chunks_warps, _T.ln_eight_chunks_programs_per_sm
+HALVE_MIN_BLOCK, SHIFT_TABLE_MIN_BYTES, SHIFT_TABLE_BLOCK = _T.halve_min_block, _T.shift_table_min_bytes, \
+    _T.shift_table_block
 
 
 @tc.kernel
@@ -232,6 +197,113 @@ def _eps_scalar(eps):
     return (np.float32(eps),)
 
 
+def plan(x: Arr, out: Arr, weight: Optional[Arr], bias: Optional[Arr], rms: bool, stats: bool, target: Target,
+         probe=None) -> List[Launch]:
+    """The launches of layer_norm (rms_norm if `rms`) of `x`'s rows of its last dimension into
+    `out`'s, with `weight` and `bias` (descriptions, or None where the norm has none) and the
+    statistics if `stats`, on `target`; `probe` answers what depends on the compiled kernels
+    (default: `StaticProbe(target)`). Operands: "x", "out" (rows as 2-D views), "w", "b" (1-D,
+    or stand-ins where absent), "mean", "rstd" (1-D f32, or stand-ins), "eps" (an f32 scalar).
+    The schedules, in order: ONE_TILE, CHUNK_TILES, PERSISTENT_CLUSTER or CLUSTER, LOOPED
+    (schedules.py; see `layer_norm`'s docstring for the shapes)."""
+    probe = probe or StaticProbe(target)
+    t = row_tuning(target).norm
+    n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
+    if n_cols == 0:
+        return []
+    isz = x.dtype.itemsize
+    # 32 elements per thread in big tiles for 2-byte rows and for rms_norm (f32 layer_norm, whose
+    # two dependent reductions hold more registers, takes 16)
+    per_thread = 32 if isz == 2 or rms else 16
+    cfg = row_config(n_cols, n_rows, big_tile_per_thread=per_thread)
+    # Single rows off 32-byte sectors are read and written in aligned windows, the tiles sized for
+    # the row plus up to 32 bytes before it (_window.py; packed rows are not). An out at other
+    # offsets than x's: its windows, x realigned into them (`row_windows`).
+    window, realign = row_windows(x, out) if cfg.single and cfg.rows == 1 else (0, False)
+    cfg, window = single_row_window(cfg, n_cols, n_rows, window, big_tile_per_thread=per_thread)
+    realign = realign and bool(window)
+    flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(stats), BLOCK=cfg.block)
+    args = ("x", "w", "b", "out", "mean", "rstd", "eps")
+    # 2-byte layer_norm rows on clusters need every chunk full (EVEN: no masks; with them the
+    # kernel spills at 16 warps): ragged rows and rows off 32-byte sectors run as CHUNK_TILES
+    two_byte_ln = not rms and isz == 2
+    ct = row_tuning(target).cluster
+    cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
+        n_cols, target.capability, t.ln_chunk_2byte if two_byte_ln else ct.max_norm_chunk, t=ct)
+    even = cl is not None and n_cols == cl.c * cl.block
+    chunks = None
+    # An out at other offsets than x's: its windows, x realigned into them, but for f32
+    # (`row_windows`' tiled)
+    tiled_window, tiled_realign = row_windows(x, out, ragged=True, tiled=True) if cl is not None else (0, False)
+    if cl is not None and (tiled_window or not even):
+        tiled = _norm_chunks.chunk_tiles(n_cols, target.capability, isz, tiled_window, ties_to_tiles=two_byte_ln,
+                                         t=ct)
+        row_bytes = row_stride(x, "x") * isz if n_rows > 1 else 0
+        if tiled is not None and norm_chunk_tiles_eligible(rms, isz, tiled, row_bytes, t):
+            chunks, window, realign = tiled, tiled_window, tiled_realign
+    if chunks is None and two_byte_ln and not even:
+        cl = None
+    # w and b from shifted tables for rows read through windows (single tiles, chunk tiles)
+    shifted = bool(window) and _use_shift_tables(n_rows * n_cols * isz, isz, rms, weight, bias, t)
+    if cfg.single:
+        cfg = norm_tiles(cfg, n_cols, window, halve_window=shifted and not rms and (
+            isz == 2 or cfg.block >= MAX_SINGLE_TILE), min_block=t.halve_min_block)
+        flags["BLOCK"] = cfg.block
+        launches, options = [], None
+        if shifted:
+            launches, args = _shift_tables(weight, bias, args, window, cfg.tiles * cfg.block, t)
+            flags["SHIFTED"] = True
+            options = DEPENDENT
+        return launches + [Launch.of(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options,
+                                     schedule=ONE_TILE, ROWS=cfg.rows, TILES=cfg.tiles, WINDOW=window,
+                                     REALIGN=realign, **flags)]
+    if chunks is not None:
+        # one row per cluster, chunks as tiles of the row's window
+        options = _cluster_rows.chunk_options(chunks, isz, target)
+        launches = []
+        if shifted:
+            launches, args = _shift_tables(weight, bias, args, window, chunks.c * chunks.tiles * chunks.block, t)
+            options = dict(options, **DEPENDENT)
+        flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted,
+                     REALIGN=realign)
+
+        def chunk_launch(**more):
+            return Launch.of(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps,
+                             cluster=chunks.c, options=options, schedule=CHUNK_TILES, **flags, **more)
+        if _norm_chunks.one_pass_chunk(rms, isz, chunks):
+            flags["ONE_PASS"] = True
+            flags["REREAD"] = _norm_chunks.reread_chunk(probe, chunk_launch, chunks, ct)
+        elif not rms:   # (measured on layer_norm)
+            flags["EARLY"] = _norm_chunks.params_early(probe, chunk_launch)
+        return launches + [chunk_launch()]
+    if cl is not None:
+        # one read of the row: a cluster of programs shares it; persistent clusters hold w and b,
+        # the next row in flight during this one's exchange (rms_norm: in registers; layer_norm:
+        # staged in shared memory)
+        flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
+        stages = 1 if rms else t.ln_stages_2byte if two_byte_ln else t.ln_stages
+        loop_cl, options = persistent_norm_rows(cl, two_byte_ln, t)
+        loop = Launch.of(_cluster_rows.norm_cluster_loop_kernel, (0,), args, loop_cl.num_warps, cluster=loop_cl.c,
+                         options=options, schedule=PERSISTENT_CLUSTER, STAGES=stages, **flags)
+        best = most_resident([loop], lambda ln: _persistent_grid(probe, ln, loop_cl, n_rows))
+        if best is not None:
+            return [replace(loop, grid=best[0])]
+        return [Launch.of(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c,
+                          schedule=CLUSTER, **flags)]
+    # rms_norm keeps one program per row (one per SM measured slower); layer_norm's rows whose
+    # flight fits in L2 run on one program per SM (`long_row_launch`)
+    programs, block, warps = (n_rows, None, None) if rms else long_row_launch(n_rows, n_cols, isz, target)
+    flags["BLOCK"] = block or cfg.block
+    return [Launch.of(norm_loop_kernel, (programs,), args, warps or cfg.num_warps, schedule=LOOPED, **flags)]
+
+
+def _persistent_grid(probe, ln: Launch, cl, n_rows: int):
+    """The grid of the persistent launch `ln` on `cl`: as many clusters as are resident, at most
+    one per row; None when the probe cannot tell."""
+    resident = probe.resident_clusters(ln)
+    return None if resident is None else (min(n_rows, resident) * cl.c,)
+
+
 def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     a = as_array(x, "x")
     check_float(a, "x")
@@ -255,158 +327,71 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     xv, n_rows, n_cols = rows_of(a, "x")
     yv, _, _ = rows_of(o, "out")
     # Parameters a specialization does not use get x's view: their branch is compiled away.
-    wv = view(named["weight"], (n,), named["weight"].strides) if weight is not None else xv
-    bv = view(named["bias"], (n,), named["bias"].strides) if bias is not None else xv
+    wa, ba = named.get("weight"), named.get("bias")
+    wv = view(wa, (n,), wa.strides) if wa is not None else xv
+    bv = view(ba, (n,), ba.strides) if ba is not None else xv
     mv = view(mean, (n_rows,), (1,)) if mean is not None else xv
     rv = view(rstd, (n_rows,), (1,)) if rstd is not None else xv
-    if n_cols > 0:
-        # 32 elements per thread in big tiles for 2-byte rows and for rms_norm (measured on
-        # an H200 at 8192 columns: f32 rms_norm 3357 -> 4005 GB/s; f32 layer_norm, whose
-        # two dependent reductions hold more registers, is faster at 16).
-        per_thread = 32 if a.dtype.itemsize == 2 or rms else 16
-        cfg = row_config(n_cols, n_rows, big_tile_per_thread=per_thread)
-        # Single rows off 32-byte sectors are read and written in aligned windows, the tiles
-        # sized for the row plus up to 32 bytes before it (_window.py; packed rows are not).
-        # An out at other offsets than x's: its windows, x realigned into them (`row_windows`).
-        window, realign = row_windows(a, o) if cfg.single and cfg.rows == 1 else (0, False)
-        cfg, window = single_row_window(cfg, n_cols, n_rows, window, big_tile_per_thread=per_thread)
-        realign = realign and bool(window)
-        flags = dict(RMS=rms, HAS_W=weight is not None, HAS_B=bias is not None, STATS=bool(return_stats),
-                     BLOCK=cfg.block)
-        args = (xv, wv, bv, yv, mv, rv, eps32)
-        # clusters measured on an H200 (4096 x 65536, % of copy, looped -> cluster): rms_norm bf16
-        # 63 -> 92, f32 63 -> 93; layer_norm f32 58 -> 91, bf16 69 -> 90 with every chunk full
-        # (EVEN: no masks; with them the kernel spills at 16 warps): ragged rows and rows off
-        # 32-byte sectors run as chunk tiles instead (`use_chunk_tiles`)
-        two_byte_ln = not rms and a.dtype.itemsize == 2
-        cl = None if cfg.single else _cluster_rows.norm_cluster_rows(
-            n_cols, _cluster_rows.device_capability(a), LN_CHUNK_2BYTE if two_byte_ln else _cluster_rows.MAX_NORM_CHUNK)
-        even = cl is not None and n_cols == cl.c * cl.block
-        chunks = None
-        # An out at other offsets than x's: its windows, x realigned into them (H100, % of copy,
-        # ln / rms, column tiles -> realigned: bf16 8192x20001 of a 20016-wide buffer 25 / 37 ->
-        # 79 / 90, 4096x50257 of 50304 22 / 42 -> 48 / 82), but for f32 (`row_windows`' tiled).
-        tiled_window, tiled_realign = row_windows(a, o, ragged=True, tiled=True) if cl is not None else (0, False)
-        if cl is not None and (tiled_window or not even):
-            tiled = _norm_chunks.chunk_tiles(n_cols, _cluster_rows.device_capability(a), a.dtype.itemsize,
-                                             tiled_window, ties_to_tiles=two_byte_ln)
-            row_bytes = row_stride(a, "x") * a.dtype.itemsize if n_rows > 1 else 0
-            if tiled is not None and use_chunk_tiles(rms, a.dtype.itemsize, tiled, row_bytes):
-                chunks, window, realign = tiled, tiled_window, tiled_realign
-        if chunks is None and two_byte_ln and not even:
-            cl = None
-        # w and b from shifted tables for rows read through windows (single tiles, chunk tiles)
-        shifted = bool(window) and _use_shift_tables(n_rows * n_cols * a.dtype.itemsize, a.dtype.itemsize, rms,
-                                                     named)
-        if cfg.single:
-            cfg = norm_tiles(cfg, n_cols, window, halve_window=shifted and not rms and (
-                a.dtype.itemsize == 2 or cfg.block >= MAX_SINGLE_TILE))
-            flags["BLOCK"] = cfg.block
-            options = None
-            if shifted:
-                args = _shift_tables(named, args, window, cfg.tiles * cfg.block)
-                flags["SHIFTED"] = True
-                options = DEPENDENT
-            launch(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options, ROWS=cfg.rows,
-                   TILES=cfg.tiles, WINDOW=window, REALIGN=realign, **flags)
-        elif chunks is not None:
-            # Ragged rows or rows off 32-byte sectors: one row per cluster, chunks as tiles of
-            # the row's window.
-            options = _cluster_rows.chunk_options(chunks, a.dtype.itemsize, target_of(a))
-            if shifted:
-                args = _shift_tables(named, args, window, chunks.c * chunks.tiles * chunks.block)
-                options = dict(options, **DEPENDENT)
-            flags.update(C=chunks.c, BLOCK=chunks.block, TILES=chunks.tiles, WINDOW=window, SHIFTED=shifted,
-                         REALIGN=realign)
-            if _norm_chunks.one_pass_chunk(rms, a.dtype.itemsize, chunks):
-                flags["ONE_PASS"] = True
-                flags["REREAD"] = _norm_chunks.reread_chunk(a, args, chunks, options, **flags)
-            elif not rms:   # (measured on layer_norm)
-                flags["EARLY"] = _norm_chunks.params_early(a, args, chunks, options, **flags)
-            launch(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps, cluster=chunks.c,
-                   options=options, **flags)
-        elif cl is not None:
-            # One read of the row: a cluster of programs shares it (`_cluster_rows`).
-            flags.update(C=cl.c, BLOCK=cl.block, EVEN=even)
-            # Persistent clusters holding w and b, the next row in flight during this one's
-            # exchange (rms_norm: in registers, f32 85% -> 90-91% of copy, bf16 86% -> 92%;
-            # layer_norm, whose centred chunk and w and b leave no registers for it: staged
-            # in shared memory, 66% -> 88%).
-            stages = 1 if rms else LN_STAGES_2BYTE if two_byte_ln else LN_STAGES
-            loop = _cluster_rows.norm_cluster_loop_kernel
-            loop_cl, options = persistent_norm_rows(cl, two_byte_ln)
-            persistent = _cluster_rows.persistent_grid(a, loop, args, loop_cl, n_rows, options, STAGES=stages,
-                                                       **flags)
-            if persistent is not None:
-                launch(loop, persistent, args, loop_cl.num_warps, cluster=loop_cl.c, options=options, STAGES=stages,
-                       **flags)
-            else:
-                launch(_cluster_rows.norm_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c, **flags)
-        else:
-            # rms_norm keeps one program per row: with one per SM it measured slower on an
-            # H200 (1024x65536 bf16: 63% -> 56% of copy; layer_norm 61% -> 68%).
-            programs, block, warps = ((n_rows, None, None) if rms else
-                                      long_row_launch(n_rows, n_cols, a.dtype.itemsize, target_of(a)))
-            flags["BLOCK"] = block or cfg.block
-            launch(norm_loop_kernel, (programs,), args, warps or cfg.num_warps, **flags)
+    target = target_of(a)
+    operands = Operands({"x": a, "w": wa, "b": ba},
+                        {"x": xv, "w": wv, "b": bv, "out": yv, "mean": mv, "rstd": rv, "eps": eps32})
+    execute(plan(a, o, wa, ba, rms, bool(return_stats), target, probe_for(operands, a, target)), operands)
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
 
 
-def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, named) -> bool:
-    """Whether windowed rows read w and b from shifted tables (SHIFT_TABLE_MIN_BYTES)."""
-    has_params = "weight" in named or "bias" in named
-    return has_params and nbytes >= SHIFT_TABLE_MIN_BYTES and (itemsize == 2 or not rms)
+def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, weight, bias, t: NormTuning) -> bool:
+    """Whether windowed rows read w and b from shifted tables (`shift_table_min_bytes` of x)."""
+    has_params = weight is not None or bias is not None
+    return has_params and nbytes >= t.shift_table_min_bytes and (itemsize == 2 or not rms)
 
 
-def _shift_tables(named, args, window: int, lanes: int):
-    """The row kernel's `args` (x, w, b, ...) with w and b as (window, lanes) tables whose row L
-    is the parameter shifted right by L lanes, zero outside it (`shift_tables_kernel`, launched
-    here); a parameter the norm does not have (not in `named`) keeps its view."""
-    xv, wv, bv, *rest = args
-    w, b = named.get("weight"), named.get("bias")
-    tabs = []
-    for p, v in ((w, wv), (b, bv)):
+def _shift_tables(weight, bias, args, window: int, lanes: int, t: NormTuning):
+    """(launches, the row kernel's `args`): the launch making w and b into (window, lanes) tables
+    whose row L is the parameter shifted right by L lanes, zero outside it (`shift_tables_kernel`),
+    and the row kernel's args with the tables for w and b; a parameter the norm does not have
+    keeps its operand (a stand-in the kernel never reads)."""
+    x, w, b, *rest = args
+    tabs, temps = [], []
+    for name, p in (("w", weight), ("b", bias)):
         if p is not None:
-            tab = empty_like(p, (window, lanes), p.dtype)
-            v = view(tab, tab.shape, tab.strides)
-        tabs.append(v)
-    block = min(lanes, SHIFT_TABLE_BLOCK)
-    launch(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (wv, bv, *tabs), builtins.max(block // 512, 1),
-           HAS_W=w is not None, HAS_B=b is not None, BLOCK=block)
-    return (xv, *tabs, *rest)
+            temps.append(Temp(name + "_table", (window, lanes), p.dtype, like=name))
+            tabs.append(name + "_table")
+        else:
+            tabs.append(name)
+    block = min(lanes, t.shift_table_block)
+    ln = Launch.of(shift_tables_kernel, (window, tc.cdiv(lanes, block)), (w, b, *tabs), builtins.max(block // 512, 1),
+                   temps=temps, schedule="shift_tables", HAS_W=weight is not None, HAS_B=bias is not None,
+                   BLOCK=block)
+    return [ln], (x, *tabs, *rest)
 
 
 def use_chunk_tiles(rms: bool, itemsize: int, chunks: _cluster_rows.ClusterRows, row_bytes: int) -> bool:
-    """Whether rows long enough for clusters, off 32-byte sectors, of a length off 16 elements
-    or not filling C power-of-two chunks, run norm_chunks_kernel on `chunks` (one row per
-    cluster, chunks as tiles of the row's window; `_norm_chunks.chunk_tiles`) rather than the
-    persistent cluster kernel: 2-byte rows always; f32 rows on at most F32_CHUNK_TILES_MAX_C
-    programs, and f32 layer_norm rows not 16 bytes apart (`row_bytes`), whose staged copies
-    move 4 bytes."""
-    if itemsize == 2:
-        return True
-    return chunks.c <= F32_CHUNK_TILES_MAX_C or (not rms and row_bytes % 16 != 0)
+    """`schedules.norm_chunk_tiles_eligible` on the sm_90 table (tests)."""
+    return norm_chunk_tiles_eligible(rms, itemsize, chunks, row_bytes, TABLES["sm_90"].norm)
 
 
-def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool):
+def persistent_norm_rows(cl: _cluster_rows.ClusterRows, two_byte_ln: bool, t: Optional[NormTuning] = None):
     """(cl, compile options) of the persistent cluster kernel: 2-byte layer_norm rows in 8
-    chunks of LN_CHUNK_2BYTE at LN_EIGHT_CHUNKS_WARPS with a floor of
-    LN_EIGHT_CHUNKS_PROGRAMS_PER_SM programs per SM; anything else as `cl`, no options."""
-    if two_byte_ln and cl.c == 8 and cl.block == LN_CHUNK_2BYTE:
-        return replace(cl, num_warps=LN_EIGHT_CHUNKS_WARPS), {"min_programs_per_sm": LN_EIGHT_CHUNKS_PROGRAMS_PER_SM}
+    chunks of `ln_chunk_2byte` at `ln_eight_chunks_warps` with a floor of
+    `ln_eight_chunks_programs_per_sm` programs per SM; anything else as `cl`, no options."""
+    t = t or TABLES["sm_90"].norm
+    if two_byte_ln and cl.c == 8 and cl.block == t.ln_chunk_2byte:
+        return replace(cl, num_warps=t.ln_eight_chunks_warps), {"min_programs_per_sm": t.ln_eight_chunks_programs_per_sm}
     return cl, {}
 
 
-def norm_tiles(cfg: RowConfig, n_cols: int, window: int, halve_window: bool = False) -> RowConfig:
+def norm_tiles(cfg: RowConfig, n_cols: int, window: int, halve_window: bool = False,
+               min_block: Optional[int] = None) -> RowConfig:
     """How a single-tile norm row is held: as `split_row`'s three quarter tiles when it fills
     at most 3/4 of its tile (counting its window's lead); else, unwindowed or `halve_window`,
-    as 2 tiles of half of a tile of HALVE_MIN_BLOCK lanes or more (4 quarters of
-    MAX_SINGLE_TILE lanes)."""
+    as 2 tiles of half of a tile of `min_block` lanes or more (`halve_min_block`; 4 quarters
+    of MAX_SINGLE_TILE lanes)."""
+    min_block = TABLES["sm_90"].norm.halve_min_block if min_block is None else min_block
     split = split_row(cfg, window_span(n_cols, window))
     if split.tiles > 1 or (window and not halve_window) or not cfg.single or cfg.rows != 1 or \
-            cfg.block < HALVE_MIN_BLOCK:
+            cfg.block < min_block:
         return split
     tiles = 4 if cfg.block >= MAX_SINGLE_TILE else 2
     return replace(cfg, block=cfg.block // tiles, tiles=tiles)

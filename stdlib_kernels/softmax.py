@@ -13,17 +13,25 @@ combines them and normalizes. All math is in f32 whatever the storage type.
 """
 from __future__ import annotations
 
+import math
+from typing import List
+
 import tilec as tc
+from tilec.target import Target
 
 from . import _cluster_rows  # its kernels need sm_90: not in this module's SIGNATURES
 from . import softmax_dim
-from ._common import (DEPENDENT, MAX_SINGLE_TILE, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, as_array, empty_like,
-                      lanewise_max, lanewise_sum, last_dim_rows, launch, next_pow2, normalize_dim, row_config, target_of,
-                      split_row, view)
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, SPLIT_PER_THREAD, SPLIT_PER_THREAD_WINDOW, Arr, as_array,
+                      lanewise_max, lanewise_sum, last_dim_rows, next_pow2, normalize_dim, row_config, split_row,
+                      target_of)
 from ._plan import planned
+from .launches import Launch, Operands, StaticProbe, Temp, execute, probe_for
+from .schedules import (CLUSTER, LOOPED, ONE_TILE, PERSISTENT_CLUSTER, SPLIT, most_resident, softmax_clusters_eligible,
+                        softmax_persistent_candidates, split_chunks_count)
+from .tuning import TABLES, row_tuning
 from ._window import row_tile, row_windows, store_row_tile, window_span, window_steps, window_steps_of
 
-__all__ = ["softmax", "log_softmax"]
+__all__ = ["softmax", "log_softmax", "plan"]
 
 NEG_INF = float("-inf")
 
@@ -168,75 +176,75 @@ EXTRA_SIGNATURES = [
                               "LOG=True, CHUNKS=8, BLOCK=4096, WINDOW=16, REALIGN=True"),
 ]
 
-SPLIT_ROWS = 264        # fewer long rows than two waves of 132 SMs: split each row among programs
-SPLIT_TARGET = 1024     # programs wanted when splitting
-MIN_CHUNK_TILES = 2     # tiles per chunk at least
-CLUSTER_MIN_WAVES = 2   # clusters (one read of the row) from this many programs per SM; fewer rows split
-# softmax of 2-byte rows whose cluster chunks hold this many elements (one program per SM) runs on persistent
-# clusters that load the next row during the sync (H200, 1024x262144 bf16: 58% -> 72% of copy)
-LOOP_MIN_CHUNK = 32768
-# Warps of the persistent kernel: 64 elements per thread, so that the current and the next row's
-# chunk both fit in registers (128 per thread) while the next one loads during this one's
-# reductions (H200, 1024x262144 bf16 log_softmax: 70% -> 81% of copy; softmax 75% either way)
-LOOP_WARPS = 16
-# f32 rows of 8 such chunks (262144 elements) run persistent too, at 32 warps (32 per thread), the
-# next row staged in shared memory: tc.range(num_stages=2), one slot read first (H200, 1024x262144
-# f32: 86.0% -> 93.0% of copy, log_softmax 86.4% -> 92.5%)
-LOOP_STAGES_F32 = 2
+# The sm_90 table's numbers under their old names (tests, docs): plans read `row_tuning(target)`.
+_T = TABLES["sm_90"].softmax
+SPLIT_ROWS, SPLIT_TARGET, MIN_CHUNK_TILES, CLUSTER_MIN_WAVES = _T.split_rows, _T.split_target, _T.min_chunk_tiles, \
+    _T.cluster_min_waves
+LOOP_MIN_CHUNK, LOOP_WARPS, HALF_LOOP_WARPS, LOOP_STAGES_F32 = _T.loop_min_chunk, _T.loop_warps, _T.half_loop_warps, \
+    _T.loop_stages_f32
 
 
-# f16/bf16 rows run persistent on the fewest programs that cover them (where a power of two leaves chunks
-# empty): rows that start on 32-byte sectors (no window) once longer than 2 * LOOP_MIN_CHUNK (65536 elements),
-# in chunks of LOOP_MIN_CHUNK at LOOP_WARPS or of half that at HALF_LOOP_WARPS, whichever the device keeps
-# more programs of resident (ties: the larger chunks); windowed rows once their chunks reach LOOP_MIN_CHUNK
-# (rows over 131072), in those chunks. H200, % of copy, before (one row per cluster, or 8 persistent chunks)
-# -> now: 2048x151936 bf16 61 -> 86 (5 x 32768), log_softmax 2048x128256 bf16 77 -> 93 (4 x 32768),
-# 2048x100000 bf16 67 -> 87 (7 x 16384), 4096x80000 f16 75 -> 90 (5 x 16384), windowed 1024x150001 bf16
-# 48 -> 68 (5 x 32768). Windowed rows of 65537 to 131072 lost (4096x70001 bf16 69 -> 61 on 3 x 32768).
-# Rows that `_cluster_rows.split_chunks` holds as tiles (up to 114688 elements on sectors) run those
-# instead (`_loop_plans`).
-HALF_LOOP_WARPS = 8
-
-
-def _loop_plans(cl, n_cols: int, itemsize: int, window: int):
-    """The persistent launches worth asking the device about for rows of `n_cols` (with the
-    window's padding) on clusters `cl`, as (ClusterRows, the loop kernel's further constexprs):
-    2-byte chunks hold the next row in registers (above); f32 chunks of LOOP_MIN_CHUNK stage it
-    in shared memory (one 128 KB slot), only when every chunk is full: their loads then need no
-    -inf padding, a select per element that made the kernel spill at 64 registers. Chunks held
-    as tiles (`_cluster_rows.split_chunks`) run one row per cluster instead: H200, % of copy,
-    softmax / log_softmax, persistent -> tiles: 4096x100000 bf16 85.5 / 80.7 -> 90.1 / 90.6 (7 x
-    7 x 2048), 4096x80000 f16 90.3 / 85.2 -> 95.4 / 95.4 (8 x 10 x 1024), 4096x65552 bf16 87.8 /
-    69.8 -> 89.5 / 90.5 (7 x 10 x 1024)."""
-    if cl.tiles > 1:
+def plan(x: Arr, out: Arr, log: bool, target: Target, probe=None) -> List[Launch]:
+    """The launches of softmax (log_softmax if `log`) of `x`'s rows of its last dimension into
+    `out`'s (descriptions: `launches.spec`), on `target`; `probe` answers what depends on the
+    compiled kernels (default: `StaticProbe(target)`). Operands: "x" and "out", x's and out's
+    rows as 2-D views. The schedules, in order of preference: ONE_TILE, CLUSTER or
+    PERSISTENT_CLUSTER, SPLIT, LOOPED (schedules.py; see `softmax`'s docstring for the shapes)."""
+    probe = probe or StaticProbe(target)
+    t = row_tuning(target).softmax
+    n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
+    if n_cols == 0 or n_rows == 0:
         return []
-    if itemsize == 2:
-        if not window and n_cols > 2 * LOOP_MIN_CHUNK:
-            sizes = ((LOOP_MIN_CHUNK, LOOP_WARPS), (LOOP_MIN_CHUNK // 2, HALF_LOOP_WARPS))
-        elif cl.block >= LOOP_MIN_CHUNK and cl.tiles == 1:
-            sizes = ((LOOP_MIN_CHUNK, LOOP_WARPS),)
-        else:
-            return []
-        return [(_cluster_rows.ClusterRows(tc.cdiv(n_cols, b), b, w), {}) for b, w in sizes if tc.cdiv(n_cols, b) <= 8]
-    if cl.block >= LOOP_MIN_CHUNK and cl.tiles == 1 and n_cols == cl.c * cl.block:   # (so no window)
-        return [(cl, dict(STAGES=LOOP_STAGES_F32, EVEN=True))]
-    return []
-
-
-def _persistent(a, args, cl, n_cols: int, n_rows: int, window: int, flags: dict):
-    """The loop kernel's (grid, ClusterRows, constexprs) among `_loop_plans` whose persistent
-    grid holds the most programs (ties: the first), or None (none applies, or the driver
-    cannot tell). Rows realigned into out's windows never: holding the next row's chunk with
-    the realigned reads' shifts spilled (bf16 5 x 32768: 496 bytes)."""
-    if flags.get("REALIGN"):
-        return None
-    best = None
-    for looped, extra in _loop_plans(cl, n_cols, a.dtype.itemsize, window):
-        f = {**flags, "C": looped.c, "BLOCK": looped.block, **extra}
-        grid = _cluster_rows.persistent_grid(a, _cluster_rows.softmax_cluster_loop_kernel, args, looped, n_rows, **f)
-        if grid is not None and (best is None or grid[0] > best[0][0]):
-            best = (grid, looped, f)
-    return best
+    args = ("x", "out")
+    # Rows off 32-byte sectors are read and written in aligned windows spanning up to WINDOW - 1
+    # elements more than the row, and the tiles are sized for that span; rows past one tile take
+    # windows too where their length is not a multiple of 16 elements. An out whose rows start at
+    # other offsets than x's is written through its own windows, x realigned into them
+    # (`row_windows`); f32 rows past one tile keep column tiles.
+    window, realign = row_windows(x, out, ragged=n_cols > MAX_SINGLE_TILE, tiled=n_cols > MAX_SINGLE_TILE)
+    span = window_span(n_cols, window)
+    cfg = row_config(span, n_rows, big_tile_per_thread=32 if x.dtype.itemsize == 2 else 16)
+    if cfg.single:
+        cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
+        return [Launch.of(softmax_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, schedule=ONE_TILE, LOG=log,
+                          ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, REALIGN=realign)]
+    ct = row_tuning(target).cluster
+    cl = _cluster_rows.cluster_rows(span, target.capability, ct.max_softmax_chunk, t=ct)
+    cl = _cluster_rows.split_chunks(cl, span, x.dtype.itemsize, window, t=ct)
+    cl = _cluster_rows.fewer_programs(cl, span, t.loop_min_chunk)   # (persistent launches pick their own)
+    if softmax_clusters_eligible(cl, n_rows, target.sm_count, t):
+        flags = dict(LOG=log, WINDOW=window, REALIGN=realign)
+        if not realign:   # (holding the next row's chunk with the realigned reads' shifts spilled)
+            def grid_of(cand):
+                looped, extra = cand
+                ln = Launch.of(_cluster_rows.softmax_cluster_loop_kernel, (0,), args, looped.num_warps,
+                               cluster=looped.c, **flags, C=looped.c, BLOCK=looped.block, **extra)
+                resident = probe.resident_clusters(ln)
+                return None if resident is None else (min(n_rows, resident) * looped.c,)
+            cands = softmax_persistent_candidates(cl, span, x.dtype.itemsize, window, t, _cluster_rows.ClusterRows)
+            best = most_resident(cands, grid_of)
+            if best is not None:
+                grid, (looped, extra) = best
+                return [Launch.of(_cluster_rows.softmax_cluster_loop_kernel, grid, args, looped.num_warps,
+                                  cluster=looped.c, schedule=PERSISTENT_CLUSTER, **flags, C=looped.c,
+                                  BLOCK=looped.block, **extra)]
+        flags.update(C=cl.c, BLOCK=cl.block)
+        if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
+            flags["TILES"] = cl.tiles
+        options = _cluster_rows.chunk_options(cl, x.dtype.itemsize, target)
+        return [Launch.of(_cluster_rows.softmax_cluster_kernel, cl.grid(n_rows), args, cl.num_warps, cluster=cl.c,
+                          options=options, schedule=CLUSTER, **flags)]
+    n_tiles = window_steps(n_cols, window, cfg.block)
+    chunks, per = split_chunks_count(n_rows, n_tiles, t)
+    if chunks < 2:
+        return [Launch.of(softmax_loop_kernel, cfg.grid(n_rows), args, cfg.num_warps, schedule=LOOPED, LOG=log,
+                          BLOCK=cfg.block, WINDOW=window, REALIGN=realign)]
+    parts = tuple(Temp(name, (n_rows, chunks), tc.float32) for name in ("m_part", "s_part"))
+    return [Launch.of(softmax_partial_kernel, (n_rows, chunks), ("x", "m_part", "s_part", per), cfg.num_warps,
+                      temps=parts, schedule=SPLIT, BLOCK=cfg.block, WINDOW=window),
+            Launch.of(softmax_finish_kernel, (n_rows, chunks), ("x", "out", "m_part", "s_part", per), cfg.num_warps,
+                      options=DEPENDENT, schedule=SPLIT, LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block,
+                      WINDOW=window, REALIGN=realign)]
 
 
 def _softmax(x, dim, out, log: bool, op: str):
@@ -244,58 +252,9 @@ def _softmax(x, dim, out, log: bool, op: str):
     if a.ndim > 1 and normalize_dim(dim, a.ndim) != a.ndim - 1:
         return softmax_dim.softmax_along(x, normalize_dim(dim, a.ndim), out, log, op)
     a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, op)
-    if n_cols == 0 or n_rows == 0:
-        return o.obj
-    # Rows off 32-byte sectors are read and written in aligned windows, which span up to
-    # WINDOW - 1 elements more than the row: the tiles are sized for that span. Rows past
-    # one tile take windows too where their length is not a multiple of 16 elements: chunks
-    # of column tiles held their ragged end's per-element selects in registers (H100, f32
-    # on sectors, % of copy: 2048x40008 67 -> 98.6, 1024x100008 60 -> 98.5; single tiles lost
-    # 1.5-2 points that way: 8192x6008 99.3 -> 97.4).
-    # An out whose rows start at other offsets than x's (x rows of a wider buffer, out
-    # contiguous) is written through its own windows, x realigned into them (`row_windows`;
-    # H100, % of copy: bf16 4096x50257 of a 50304-wide buffer 22 -> 80, 16384x4095 of 4096
-    # 27 -> 82, f32 4096x8191 of 8256 64 -> 90); f32 rows past one tile keep column tiles.
-    window, realign = row_windows(a, o, ragged=n_cols > MAX_SINGLE_TILE, tiled=n_cols > MAX_SINGLE_TILE)
-    span = window_span(n_cols, window)
-    cfg = row_config(span, n_rows, big_tile_per_thread=32 if a.dtype.itemsize == 2 else 16)
-    if cfg.single:
-        cfg = split_row(cfg, span, SPLIT_PER_THREAD_WINDOW if window else SPLIT_PER_THREAD)
-        launch(softmax_tile_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window, TILES=cfg.tiles, REALIGN=realign)
-        return o.obj
-    cl = _cluster_rows.cluster_rows(span, _cluster_rows.device_capability(a), _cluster_rows.MAX_SOFTMAX_CHUNK)
-    cl = _cluster_rows.split_chunks(cl, span, a.dtype.itemsize, window)
-    cl = _cluster_rows.fewer_programs(cl, span, LOOP_MIN_CHUNK)   # (persistent launches pick their own: _loop_plans)
-    if cl is not None and n_rows * cl.c >= CLUSTER_MIN_WAVES * target_of(a).sm_count:
-        args, flags = (xv, ov), dict(LOG=log, WINDOW=window, REALIGN=realign)
-        persistent = _persistent(a, args, cl, span, n_rows, window, flags)
-        options = None
-        if persistent is not None:
-            grid, cl, flags = persistent
-            kernel = _cluster_rows.softmax_cluster_loop_kernel
-        else:
-            kernel, grid = _cluster_rows.softmax_cluster_kernel, cl.grid(n_rows)
-            flags = dict(flags, C=cl.c, BLOCK=cl.block)
-            if cl.tiles > 1:    # (the persistent kernel holds one tile per program)
-                flags["TILES"] = cl.tiles
-            options = _cluster_rows.chunk_options(cl, a.dtype.itemsize, target_of(a))
-        launch(kernel, grid, args, cl.num_warps, cluster=cl.c, options=options, **flags)
-        return o.obj
-    n_tiles = window_steps(n_cols, window, cfg.block)
-    chunks = min(tc.cdiv(SPLIT_TARGET, n_rows), n_tiles // MIN_CHUNK_TILES) if n_rows < SPLIT_ROWS else 1
-    if chunks < 2:
-        launch(softmax_loop_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, LOG=log, BLOCK=cfg.block,
-               WINDOW=window, REALIGN=realign)
-        return o.obj
-    per = tc.cdiv(n_tiles, chunks)
-    chunks = tc.cdiv(n_tiles, per)  # every chunk holds at least one real tile
-    parts = [empty_like(a, (n_rows, chunks), tc.float32) for _ in range(2)]
-    mv, sv = (view(p, (n_rows, chunks), (chunks, 1)) for p in parts)
-    launch(softmax_partial_kernel, (n_rows, chunks), (xv, mv, sv, per), cfg.num_warps, BLOCK=cfg.block,
-           WINDOW=window)
-    launch(softmax_finish_kernel, (n_rows, chunks), (xv, ov, mv, sv, per), cfg.num_warps, options=DEPENDENT,
-           LOG=log, CHUNKS=next_pow2(chunks), BLOCK=cfg.block, WINDOW=window, REALIGN=realign)
+    target = target_of(a)
+    operands = Operands({"x": a, "out": o}, {"x": xv, "out": ov})
+    execute(plan(a, o, log, target, probe_for(operands, a, target)), operands)
     return o.obj
 
 
@@ -354,7 +313,7 @@ def softmax(x, dim: int = -1, out=None):
     next row's chunk while it reduces, exchanges and stores the current one; so
     do f32 rows of exactly 8 such chunks (262144 elements), at 32 warps, the next
     chunk staged in shared memory. f16/bf16 rows run persistent on the fewest
-    programs that cover them (`_loop_plans`): rows that start on 32-byte sectors
+    programs that cover them (`schedules.softmax_persistent_candidates`): rows that start on 32-byte sectors
     from 65537 elements that are not held as tiles (from 114689), in chunks of 32768 at 16 warps or of 16384 at 8
     (HALF_LOOP_WARPS), whichever the device keeps more programs of resident
     (151936 columns: 5 x 32768); windowed rows from 131073, in chunks of 32768.

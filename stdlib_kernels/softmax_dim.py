@@ -16,13 +16,18 @@ All math is in f32 whatever the storage type.
 from __future__ import annotations
 
 import builtins
+from typing import List
 
 import tilec as tc
+from tilec.target import Target
 
-from ._common import DEPENDENT, as_array, check_float, launch, next_pow2, output, slab_view
-from .reductions import inner_config, partials_view, slab_grid, slab_strip, split_count, strip_config
+from ._common import DEPENDENT, Arr, as_array, check_float, flat_group, next_pow2, output, slab_view, target_of
+from ._window import WINDOW_BYTES
+from .launches import Launch, Operands, Temp, execute
+from .schedules import LOOPED, ONE_TILE, SPLIT
+from .reductions import inner_config, slab_grid, slab_strip, split_count, strip_config
 
-__all__ = ["softmax_along"]
+__all__ = ["softmax_along", "plan"]
 
 NEG_INF = float("-inf")
 SINGLE_TILE = 16384      # most elements of a one-tile strip
@@ -210,6 +215,46 @@ def dim_config(r: int, inner: int, outer: int, itemsize: int):
     return True, block_r, block_i, warps, 1
 
 
+def plan(x: Arr, out: Arr, dim: int, log: bool, target: Target) -> List[Launch]:
+    """The launches of softmax (log: log_softmax) of `x` along `dim` (not its last dimension)
+    into `out` (descriptions), on `target`. Operands: "x" and "out" as (outer, R, inner) slab
+    views (`slab_view`). The schedules: ONE_TILE per strip when R fits one (`dim_config`), else
+    LOOPED strips, or SPLIT strips (statistics per split, then a dependent launch normalizing)."""
+    if out.numel == 0:
+        return []
+    outer, _ = flat_group(x.shape[:dim], x.strides[:dim], "x")
+    inner, _ = flat_group(x.shape[dim + 1:], x.strides[dim + 1:], "x")
+    r = x.shape[dim]
+    single, block_r, block_i, warps, splits = dim_config(r, inner, outer, x.dtype.itemsize)
+    strips = tc.cdiv(inner, block_i)
+    if single:
+        grid, first = slab_grid(outer, strips)
+        return [Launch.of(softmax_dim_tile_kernel, grid, ("x", "out"), warps, schedule=ONE_TILE, LOG=log,
+                          BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)]
+    n_tiles = tc.cdiv(r, block_r)
+    if splits == 1:
+        # the partials are not touched: the output view stands in for them
+        grid, first = slab_grid(outer, strips)
+        return [Launch.of(softmax_dim_loop_kernel, grid, ("x", "out", "out", "out", n_tiles), warps, schedule=LOOPED,
+                          LOG=log, SPLIT=False, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)]
+    per = tc.cdiv(n_tiles, splits)
+    splits = tc.cdiv(n_tiles, per)      # every split holds at least one real tile
+    parts = tuple(partials_temp(name, outer, splits, inner) for name in ("m_part", "s_part"))
+    grid, first = slab_grid(outer, strips, splits)
+    return [Launch.of(softmax_dim_stats_kernel, grid, ("x", "m_part", "s_part", per), warps, temps=parts,
+                      schedule=SPLIT, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first),
+            Launch.of(softmax_dim_loop_kernel, grid, ("x", "out", "m_part", "s_part", per), warps, options=DEPENDENT,
+                      schedule=SPLIT, LOG=log, SPLIT=True, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)]
+
+
+def partials_temp(name: str, outer: int, rows: int, inner: int) -> Temp:
+    """`reductions.partials_view`'s scratch as a plan's Temp: f32 (outer, rows, inner), its rows
+    padded to 32 bytes so that the reduction over them reads 16-byte groups."""
+    per_window = WINDOW_BYTES // 4
+    pitch = tc.cdiv(inner, per_window) * per_window
+    return Temp(name, (outer, rows, pitch), tc.float32, view=((outer, rows, inner), (rows * pitch, pitch, 1)))
+
+
 def softmax_along(x, dim: int, out, log: bool, op: str):
     """softmax (log=True: log_softmax) of x along `dim`, which is not x's last dimension
     (the entry points `softmax.softmax` / `log_softmax` dispatch here)."""
@@ -218,28 +263,7 @@ def softmax_along(x, dim: int, out, log: bool, op: str):
     o = output(out, a, a.shape, a.dtype)
     if o.numel == 0:
         return o.obj
-    xv, (outer, r, inner), _ = slab_view(a, dim, "x")
+    xv, _, _ = slab_view(a, dim, "x")
     ov, _, _ = slab_view(o, dim, "out")
-    single, block_r, block_i, warps, splits = dim_config(r, inner, outer, a.dtype.itemsize)
-    strips = tc.cdiv(inner, block_i)
-    if single:
-        grid, first = slab_grid(outer, strips)
-        launch(softmax_dim_tile_kernel, grid, (xv, ov), warps, LOG=log, BLOCK_R=block_r, BLOCK_I=block_i,
-               STRIPS_FIRST=first)
-        return o.obj
-    n_tiles = tc.cdiv(r, block_r)
-    if splits == 1:
-        # the partials are not touched: the output view stands in for them
-        grid, first = slab_grid(outer, strips)
-        launch(softmax_dim_loop_kernel, grid, (xv, ov, ov, ov, n_tiles), warps, LOG=log, SPLIT=False,
-               BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
-        return o.obj
-    per = tc.cdiv(n_tiles, splits)
-    splits = tc.cdiv(n_tiles, per)      # every split holds at least one real tile
-    mv, sv = partials_view(a, outer, splits, inner), partials_view(a, outer, splits, inner)
-    grid, first = slab_grid(outer, strips, splits)
-    launch(softmax_dim_stats_kernel, grid, (xv, mv, sv, per), warps, BLOCK_R=block_r, BLOCK_I=block_i,
-           STRIPS_FIRST=first)
-    launch(softmax_dim_loop_kernel, grid, (xv, ov, mv, sv, per), warps, options=DEPENDENT, LOG=log, SPLIT=True,
-           BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
+    execute(plan(a, o, dim, log, target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
     return o.obj

@@ -20,7 +20,10 @@ from tilec.target import Target
 H100 = Target.from_arch("sm_90a")
 
 from row_refs import ref_softmax
-from launch_spy import spy_launches
+from launch_spy import spy_launches, retune
+from tilec.stdlib_kernels.launches import StaticProbe, spec
+from tilec.stdlib_kernels.schedules import softmax_persistent_candidates
+from tilec.stdlib_kernels.tuning import TABLES, row_tuning
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
@@ -112,7 +115,7 @@ def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
     (45000, (6, 1024, 8)),     # clusters of 6 (a gather padded to 8 entries)
 ])
 def test_softmax_on_clusters_matches_numpy(rowwise, monkeypatch, dtype, log, n, want):
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)  # clusters for few rows too
+    retune(monkeypatch, "softmax", cluster_min_waves=0)  # clusters for few rows too
     launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (
         kernel.name, cluster, c["BLOCK"], c.get("TILES", 1)))
     rng = np.random.default_rng(11)
@@ -154,7 +157,7 @@ def test_softmax_chunks_as_tiles_where_fewer_lanes_idle(n_cols, want):
     (100288, 2, 16, (7, 2048, 8, 7)),      # then 4 to 8 of 2048 at 8 warps
     (110016, 2, 16, (7, 2048, 8, 8)),
     (110016, 2, 0, (8, 2048, 8, 7)),       # at most 7 on rows on sectors
-    (120000, 2, 0, (8, 16384, 16, 1)),     # (persistent, softmax._loop_plans)
+    (120000, 2, 0, (8, 16384, 16, 1)),     # (persistent, schedules.softmax_persistent_candidates)
     (131072, 2, 16, (8, 16384, 16, 1)),    # 8 x 8 tiles of 2048 idle no fewer lanes than 8 x 16384
     (150016, 2, 16, (8, 32768, 32, 1)),    # too long for either
     (70016, 4, 8, (8, 16384, 16, 1)),      # f32 rows keep their power-of-two chunks
@@ -181,7 +184,7 @@ def test_chunks_ask_for_a_floor_of_programs_per_sm(cl, itemsize, want):
                                          (32000, False, CR.CHUNK_PROGRAMS_PER_SM), (150001, False, None)])
 def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log, floor):
     launched = spy_launches(monkeypatch, (softmax,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
     x = sk.BF16Array(np.random.default_rng(0).standard_normal((2, n)).astype(np.float32))
     (sk.log_softmax if log else sk.softmax)(x)
     floor = {"min_programs_per_sm": floor}
@@ -236,19 +239,11 @@ def test_persistent_norm_rows(cl, two_byte_ln, want):
 @pytest.mark.parametrize("op,n,dtype,want", [
     ("layer_norm", 65536, "bf16", LN_FLOOR), ("layer_norm", 65536, "f16", LN_FLOOR),
     ("layer_norm", 32768, "bf16", {}), ("rms_norm", 65536, "bf16", {}), ("layer_norm", 65536, "f32", {})])
-def test_norm_entry_points_pass_the_floor(monkeypatch, op, n, dtype, want):
-    launched = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((2, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    if dtype == "bf16":
-        x, w = sk.BF16Array(x), sk.BF16Array(w)
-    elif dtype == "f16":
-        x, w = x.astype(np.float16), w.astype(np.float16)
-    if op == "layer_norm":
-        sk.layer_norm(x, w, w)
-    else:
-        sk.rms_norm(x, w)
-    assert launched == [("norm_cluster_loop_kernel", want)]
+def test_norm_entry_points_pass_the_floor(op, n, dtype, want):
+    d = {"bf16": tc.bfloat16, "f16": tc.float16, "f32": tc.float32}[dtype]
+    x, w = spec((2, n), d), spec((n,), d)
+    launches = norms.plan(x, x, w, w if op == "layer_norm" else None, op == "rms_norm", False, H100)
+    assert [(ln.name, dict(ln.options)) for ln in launches] == [("norm_cluster_loop_kernel", want)]
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
@@ -282,7 +277,7 @@ def test_softmax_on_the_fewest_programs_that_cover_a_row(n_cols, want):
 
 
 def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
     x = np.full((2, 16400), -np.inf, np.float32)
     x[1] = np.linspace(-3, 3, 16400)
     for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
@@ -356,10 +351,10 @@ def test_persistent_softmax_kernel_walks_rows(c, clusters):
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, launched, dtype):
-    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
+    retune(monkeypatch, "softmax", loop_min_chunk=8192)    # the interpreter's rows stay small
     # fewer clusters than rows
     monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
     rng = np.random.default_rng(13)
     x = rowwise.host(20 * rng.standard_normal((5, 57345)), dtype)   # 8 chunks of 8192 (`split_chunks`: none)
     for fn, log in ((sk.softmax, False), (sk.log_softmax, True)):
@@ -378,11 +373,11 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
 ])
 def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwise, monkeypatch, launched, resident,
                                                                           want):
-    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small: 2 x 8192 is the limit
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
-    monkeypatch.setattr(CR, "resident_clusters", lambda a, kernel, args, cl, **c: resident[cl.block])
+    retune(monkeypatch, "softmax", loop_min_chunk=8192)    # the interpreter's rows stay small: 2 x 8192 is the limit
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
+    monkeypatch.setattr(StaticProbe, "resident_clusters", lambda self, launch: resident[launch.consts["BLOCK"]])
     tiles = CR.split_chunks
-    monkeypatch.setattr(CR, "split_chunks", lambda cl, n, itemsize=4, window=0: cl)   # (chunks as tiles never go persistent)
+    monkeypatch.setattr(CR, "split_chunks", lambda cl, n, itemsize=4, window=0, **kw: cl)   # (chunks as tiles never go persistent)
     rng = np.random.default_rng(23)
     v = 20 * rng.standard_normal((5, 24000))     # 48000-byte rows: on 32-byte sectors
     v[2, :9000] = -np.inf                        # a whole chunk of -inf, in either size
@@ -411,14 +406,15 @@ def test_sector_aligned_2_byte_rows_run_persistent_on_the_fewest_programs(rowwis
 def test_softmax_loop_plans(n_cols, itemsize, window, want):
     cl = CR.cluster_rows(n_cols, (9, 0), CR.MAX_SOFTMAX_CHUNK)
     cl = CR.split_chunks(cl, n_cols, itemsize, window)
-    got = softmax._loop_plans(CR.fewer_programs(cl, n_cols, softmax.LOOP_MIN_CHUNK), n_cols, itemsize, window)
+    got = softmax_persistent_candidates(CR.fewer_programs(cl, n_cols, softmax.LOOP_MIN_CHUNK), n_cols, itemsize,
+                                        window, TABLES["sm_90"].softmax, CR.ClusterRows)
     assert [(p.c, p.block, p.num_warps) for p, _ in got] == want
 
 
 def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch, launched):
-    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # 32768 columns: 4 full chunks of 8192
+    retune(monkeypatch, "softmax", loop_min_chunk=8192)    # 32768 columns: 4 full chunks of 8192
     monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
     rng = np.random.default_rng(19)
     x = (20 * rng.standard_normal((5, 32768))).astype(np.float32)
     x[1, :20000] = -np.inf                                 # whole chunks of -inf
@@ -426,7 +422,8 @@ def test_softmax_of_full_f32_chunks_takes_staged_persistent_clusters(monkeypatch
     np.testing.assert_allclose(sk.softmax(x), ref_softmax(x64), rtol=2e-5, atol=1e-6)
     np.testing.assert_allclose(sk.log_softmax(x), ref_softmax(x64, True), rtol=2e-5, atol=1e-4)
     assert launched == [("softmax_cluster_loop_kernel", 4)] * 2
-    assert softmax._loop_plans(CR.ClusterRows(4, 8192, 8), 32768, 4, 0) == [(CR.ClusterRows(4, 8192, 8), dict(STAGES=2, EVEN=True))]
+    assert softmax_persistent_candidates(CR.ClusterRows(4, 8192, 8), 32768, 4, 0, row_tuning(H100).softmax,
+                                         CR.ClusterRows) == [(CR.ClusterRows(4, 8192, 8), dict(STAGES=2, EVEN=True))]
 
 
 @pytest.mark.parametrize("rms", [False, True])
@@ -457,7 +454,7 @@ def test_ragged_f32_rows_on_clusters_take_windows(monkeypatch):
     # rms_norm and softmax read their chunks through windows (lead 0), rms_norm as chunk tiles
     launched = spy_launches(monkeypatch, (softmax, norms), lambda kernel, cluster, c: (
         kernel.name, c.get("TILES"), c.get("WINDOW")))
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
     rng = np.random.default_rng(5)
     n = 40008
     x = (2 + 3 * rng.standard_normal((3, n))).astype(np.float32)

@@ -9,7 +9,7 @@ import pytest
 
 import tilec.stdlib_kernels as sk
 
-from launch_spy import spy_launches
+from launch_spy import spy_launches, retune
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +45,7 @@ def _close(torch, got, want, dtype_name, scale=1.0):
                                          ((300, 70001), False), ((300, 100000), False), ((300, 100277), False), ((300, 151936), False)])
 def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, force, dtype_name):
     if force:  # few rows take the split kernels unless told otherwise
-        monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+        retune(monkeypatch, "softmax", cluster_min_waves=0)
     dtype = getattr(torch, dtype_name)
     x = (8 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
     x[..., 0, : shape[-1] // 3] = float("-inf")     # whole chunks of -inf
@@ -57,7 +57,7 @@ def test_softmax_on_clusters_matches_torch(torch, monkeypatch, launched, shape, 
     # chunk is full (the next row staged in shared memory)
     # (16411 to 50257: chunks as 4 to 8 tiles of 1024, `split_chunks`; 2-byte rows up to
     # 114688 as up to 10 tiles of 1024 or 7 of 2048); 2-byte rows on 32-byte sectors longer
-    # than that (151936: on the fewest programs, `softmax._loop_plans`)
+    # than that (151936: on the fewest programs, `schedules.softmax_persistent_candidates`)
     n = shape[-1]
     if dtype_name == "float32":
         persistent = n == 262144

@@ -7,7 +7,7 @@ import importlib
 import numpy as np
 
 import tilec.stdlib_kernels as sk
-from launch_spy import spy_launches
+from launch_spy import retune, spy_launches
 
 CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
 SOFTMAX = importlib.import_module("tilec.stdlib_kernels.softmax")
@@ -38,7 +38,7 @@ def test_cross_entropy_without_reduction_launches_plainly(monkeypatch):
 
 def test_softmax_finish_is_a_dependent_of_the_partials(monkeypatch):
     seen = _launches(monkeypatch, (SOFTMAX,))
-    monkeypatch.setattr(SOFTMAX._cluster_rows, "MAX_SOFTMAX_CHUNK", 0)  # the split path, as without clusters
+    retune(monkeypatch, "cluster", max_softmax_chunk=0)  # the split path, as without clusters
     x = np.random.default_rng(2).standard_normal((2, 300000)).astype(np.float32)
     y = sk.softmax(x)
     x64 = x.astype(np.float64)

@@ -14,6 +14,11 @@ from hypothesis import given, settings, strategies as st
 import tilec as tc
 from tilec.stdlib_kernels import _cluster_rows as CR
 from tilec.stdlib_kernels import _norm_chunks as NC
+from tilec.stdlib_kernels._common import as_array
+from tilec.stdlib_kernels.launches import Launch, StaticProbe
+from tilec.target import Target
+
+H100 = Target.from_arch("sm_90a")
 
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
 
@@ -168,24 +173,19 @@ def test_chunk_tiles_on_ties(n, window, tie, want):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(monkeypatch, dtype):
+def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(dtype):
     # 131070 columns off 32-byte sectors: the window's span passes 8 x 16384 lanes, so no chunk
     # tiles; f32 runs persistent, layer_norm of 2-byte rows looped (chunks not filled)
-    seen = []
-    real = norms.launch
-
-    def spy(kernel, grid, args, num_warps=4, **kw):
-        seen.append(kernel.name)
-        return real(kernel, grid, args, num_warps, **kw)
     n = 131070
     assert NC.chunk_tiles(n, (9, 0), np.dtype(dtype).itemsize, 32 // np.dtype(dtype).itemsize) is None
     x = (3 + np.random.default_rng(1).standard_normal((2, n))).astype(dtype)
     w = np.ones(n, dtype)
-    monkeypatch.setattr(norms, "launch", spy)
     y = norms.layer_norm(x, w, None)
     x64 = x.astype(np.float64)
     want = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=1e-2 if dtype == np.float16 else 1e-4, atol=1e-2)
+    xa = as_array(x, "x")
+    seen = [ln.name for ln in norms.plan(xa, as_array(y, "out"), as_array(w, "weight"), None, False, False, H100)]
     assert seen == ["norm_cluster_loop_kernel" if dtype == np.float32 else "norm_loop_kernel"]
 
 
@@ -202,14 +202,15 @@ def test_one_pass_only_2byte_layer_norm_chunks_of_tiles(rms, itemsize, tiles, wa
     (3, 4, 0, False), (4, 4, 0, False),     # small clusters hold the chunk
     (5, 5, 0, False), (6, 5, 0, False),     # the held kernel keeps 5 programs per SM
     (5, 4, 0, True), (7, 4, 0, True), (6, 6, 8, True)])
-def test_reread_chunk_from_the_held_kernel(monkeypatch, c, per_sm, spills, want):
-    def loaded(a, kernel, args, cl, options=None, REREAD=True, **constexprs):
-        assert REREAD is False      # the held kernel is the one compiled
-        return SimpleNamespace(resources=SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills))
-    monkeypatch.setattr(NC, "loaded_kernel", loaded)
+def test_reread_chunk_from_the_held_kernel(c, per_sm, spills, want):
+    class Probe:   # the device's answer for the held kernel
+        def resources(self, launch):
+            assert launch.consts["REREAD"] is False      # the held kernel is the one compiled
+            return SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills)
     cl = CR.ClusterRows(c, 1024, 4, 8)
-    assert NC.reread_chunk(SimpleNamespace(host=False), (), cl, ONE_PASS=True) is want
-    assert NC.reread_chunk(SimpleNamespace(host=True), (), cl) is (c > NC.HOLD_MAX_C)
+    launch_of = lambda **more: Launch.of(NC.norm_chunks_kernel, (c,), (), cluster=c, ONE_PASS=True, **more)  # noqa: E731
+    assert NC.reread_chunk(Probe(), launch_of, cl) is want
+    assert NC.reread_chunk(StaticProbe(H100), launch_of, cl) is (c > NC.HOLD_MAX_C)
 
 
 @pytest.mark.parametrize("early,late,want", [
@@ -217,16 +218,16 @@ def test_reread_chunk_from_the_held_kernel(monkeypatch, c, per_sm, spills, want)
     ((2, 0), (3, 0), False),     # one fewer
     ((3, 44), (3, 0), False),    # as many, but it spills (f32 7 x 10 tiles)
     ((4, 0), (3, 0), True)])
-def test_params_early_compares_the_compiled_kernels(monkeypatch, early, late, want):
+def test_params_early_compares_the_compiled_kernels(early, late, want):
     per_flag = {True: early, False: late}
 
-    def loaded(a, kernel, args, cl, options=None, EARLY=False, **constexprs):
-        per_sm, spills = per_flag[EARLY]
-        return SimpleNamespace(resources=SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills))
-    monkeypatch.setattr(NC, "loaded_kernel", loaded)
-    gpu = SimpleNamespace(host=False)
-    assert NC.params_early(gpu, (), CR.ClusterRows(7, 1024, 4, 10)) is want
-    assert NC.params_early(SimpleNamespace(host=True), (), CR.ClusterRows(7, 1024, 4, 10)) is False
+    class Probe:
+        def resources(self, launch):
+            per_sm, spills = per_flag[launch.consts["EARLY"]]
+            return SimpleNamespace(max_blocks_per_sm=per_sm, spills=spills)
+    launch_of = lambda **more: Launch.of(NC.norm_chunks_kernel, (7,), (), cluster=7, **more)  # noqa: E731
+    assert NC.params_early(Probe(), launch_of) is want
+    assert NC.params_early(StaticProbe(H100), launch_of) is False
 
 
 @settings(max_examples=40, deadline=None)

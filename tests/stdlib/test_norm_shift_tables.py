@@ -13,8 +13,9 @@ import pytest
 
 import tilec as tc
 import tilec.stdlib_kernels as sk
+from tilec.stdlib_kernels.tuning import TABLES
 
-from launch_spy import spy_launches
+from launch_spy import spy_launches, retune
 
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
 SENTINEL = 7.0
@@ -22,7 +23,7 @@ SENTINEL = 7.0
 
 @pytest.fixture
 def launched(monkeypatch):
-    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 8 * 1024 * 2)   # 8 rows of 1024 f16 take them
+    retune(monkeypatch, "norm", shift_table_min_bytes=8 * 1024 * 2)   # 8 rows of 1024 f16 take them
     return spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("SHIFTED", False)))
 
 
@@ -92,7 +93,9 @@ def test_small_arrays_gather_w_and_b(launched):
 ])
 def test_when_the_tables_are_made(nbytes, itemsize, rms, params, want):
     assert norms.SHIFT_TABLE_MIN_BYTES == 16 << 20
-    assert norms._use_shift_tables(nbytes, itemsize, rms, {"x": None, **dict.fromkeys(params)}) is want
+    table = TABLES["sm_90"].norm
+    assert norms._use_shift_tables(nbytes, itemsize, rms, "weight" in params or None, "bias" in params or None,
+                                   table) is want
 
 
 @pytest.mark.parametrize("has_w, has_b", [(True, True), (True, False), (False, True)])
@@ -120,7 +123,7 @@ def test_shifted_tables_load_16_bytes_at_a_time():
 
 
 def test_row_kernel_is_a_dependent_launch_of_the_tables(monkeypatch):
-    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0)
+    retune(monkeypatch, "norm", shift_table_min_bytes=0)
     seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("options")))
     x = _off_sector(np.random.default_rng(2), 9, 1201, "f16")
     out = rowwise_host(np.zeros((9, 1204)), "f16")[:, :1201]   # x's leads (`shared_window`)
@@ -149,7 +152,7 @@ def test_rows_read_x_before_waiting_for_the_tables():
     ("f16", 1201, False, 3),     # within 3/4 of the tile: quarters either way
 ])
 def test_layer_norm_with_tables_holds_rows_as_halves(monkeypatch, dtype, n, rms, tiles):
-    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0)
+    retune(monkeypatch, "norm", shift_table_min_bytes=0)
     seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("TILES")))
     x = _off_sector(np.random.default_rng(n), 9, n, dtype)
     out = rowwise_host(np.zeros((9, n + 3)), dtype)[:, :n]
@@ -165,7 +168,7 @@ def test_rows_read_in_the_outputs_windows(monkeypatch, tables, dtype, n, rms):
     # x: rows of a buffer 11 elements wider from its column 3; out: rows 5 elements apart from
     # its length (sentinels between): x's rows are read in out's windows (REALIGN), whose
     # leads place w and b (gathered, or rows of the shifted tables)
-    monkeypatch.setattr(norms, "SHIFT_TABLE_MIN_BYTES", 0 if tables else 1 << 40)
+    retune(monkeypatch, "norm", shift_table_min_bytes=0 if tables else 1 << 40)
     seen = spy_launches(monkeypatch, (norms,), lambda kernel, cluster, c: (kernel.name, c.get("WINDOW", 0),
                                                                           c.get("REALIGN", False)))
     rng = np.random.default_rng(n + rms)

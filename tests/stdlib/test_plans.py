@@ -1,6 +1,6 @@
 """Launch plans (stdlib_kernels/_plan.py): a repeated call replays exactly the launches the
 entry point's own path makes. The GPU is stubbed at the two places a launch leaves Python
-(the launcher's `kernel[grid](...)` and the plan's `_launch_prepared`); both log what the
+(the launcher's `kernel[grid](...)` and the runtime LaunchPlan's cuLaunchKernel); both log what the
 packer would receive, and the logs of a first (recorded) and a second (replayed) call must
 agree up to the addresses of freshly allocated outputs."""
 from __future__ import annotations
@@ -13,13 +13,15 @@ import pytest
 import tilec as tc
 from tilec.options import OPTION_FIELDS
 from tilec.target import Target
-from tilec.runtime import interop, launcher
+from tilec.runtime import driver, interop, replay
+from tilec.runtime.replay import LaunchPlan
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
-from tilec.stdlib_kernels import _cluster_rows, _plan, norms
+from tilec.stdlib_kernels import _plan, launches, norms
 
 _softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
 _matmul = importlib.import_module("tilec.stdlib_kernels.matmul")
+_cross_entropy = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
 
 _kernel_cls = type(sk.softmax.__wrapped_entry__.__globals__["softmax_tile_kernel"])
 _addresses = itertools.count(1)
@@ -39,7 +41,7 @@ def _array(shape, dtype, strides=None):
 
 class _Prepared:
     def __init__(self, kernel, key):
-        self.kernel, self.key = kernel, key
+        self.kernel, self.key, self.name, self.device = kernel, key, kernel.name, 0
 
 
 @pytest.fixture
@@ -52,33 +54,42 @@ def gpu_log(monkeypatch):
         arrays = [None if i is None else (i[0], tuple(i[1]), tuple(i[2]), i[3]) for i in infos]
         log.append((key, tuple(grid), scalars, arrays))
 
+    def bound(kernel, args, kw):
+        st = kernel.launch_state
+        kw = dict(kw)
+        opts = tuple((k, kw.pop(k)) for k in OPTION_FIELDS if k in kw)
+        vals = st.bind(args, kw)
+        infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
+                 for v, ce in zip(vals, st.ce_mask)]
+        prepared = _Prepared(kernel, (kernel.name,) + opts + tuple(v for v, c in zip(vals, st.ce_mask) if c))
+        return prepared, vals, infos
+
     def getitem(kernel, grid):
         def go(*args, **kw):
-            st = kernel.launch_state
-            opts = tuple((k, kw.pop(k)) for k in OPTION_FIELDS if k in kw)
-            vals = st.bind(args, kw)
-            infos = [interop.array_info(v) if not ce and isinstance(v, DeviceArray) else None
-                     for v, ce in zip(vals, st.ce_mask)]
-            prepared = _Prepared(kernel, (kernel.name,) + opts + tuple(v for v, c in zip(vals, st.ce_mask) if c))
-            st.last = (None, prepared)
+            prepared, vals, infos = bound(kernel, args, kw)
             entry(kernel, prepared.key, tuple(grid) + (1,) * (3 - len(grid)), vals, infos)
         return go
 
-    def launch_prepared(prepared, grid, device, torch_stream, vals, infos):
-        assert device == 0 and not torch_stream
-        st = prepared.kernel.launch_state
-        infos = [i if type(i) is tuple and not st.ce_mask[n] else None for n, i in enumerate(infos)]
-        entry(prepared.kernel, prepared.key, grid, vals, infos)
+    def prepare(kernel, grid, *args, **kw):   # the runtime's LaunchPlan over a stub of the loaded kernel
+        prepared, vals, infos = bound(kernel, args, kw)
+        st = kernel.launch_state
+        return LaunchPlan(prepared, tuple(grid) + (1,) * (3 - len(grid)), vals, infos, st.params, st.ce_mask)
+
+    def cu_launch(prepared, gx, gy, gz, stream, vals, infos):
+        assert prepared.device == 0 and stream == 0
+        entry(prepared.kernel, prepared.key, (gx, gy, gz), vals, infos)
 
     monkeypatch.setattr(_kernel_cls, "__getitem__", getitem)
-    monkeypatch.setattr(_plan, "_launch_prepared", launch_prepared)
+    monkeypatch.setattr(_kernel_cls, "prepare", prepare)
+    monkeypatch.setattr(replay, "_cu_launch", cu_launch)
+    monkeypatch.setattr(driver, "ensure_context", lambda device: None)
     monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
     h100 = Target.from_arch("sm_90a")   # no device to ask
     monkeypatch.setattr(norms, "target_of", lambda a: h100)
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
+    monkeypatch.setattr(_cross_entropy, "target_of", lambda a: h100)
     monkeypatch.setattr(_matmul, "_target", lambda a: h100)
-    monkeypatch.setattr(_cluster_rows, "device_capability", lambda a: h100.capability)
-    monkeypatch.setattr(_cluster_rows, "resident_clusters", lambda a, kernel, args, cl, **constexprs: 15)
+    monkeypatch.setattr(launches.DeviceProbe, "resident_clusters", lambda self, launch: 15)
     _plan.clear_plans()
     yield log
     _plan.clear_plans()

@@ -12,7 +12,7 @@ import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _cluster_rows, _common
 from tilec.target import Target
 
-from launch_spy import spy_launches
+from launch_spy import spy_launches, retune
 from row_refs import ref_softmax
 
 # Row lengths: 1, primes, tile edges and one past them, a few thousand.
@@ -257,7 +257,7 @@ def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, s
     # Rows split into chunks (4 rows < SPLIT_ROWS: 3 chunks of one step, merged by the
     # combine kernel) and whole rows; row 1 opens with a chunk of -inf logits only.
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
-    monkeypatch.setattr(CE, "SPLIT_ROWS", split_rows)
+    retune(monkeypatch, "cross_entropy", split_rows=split_rows)
     assert CE.chunk_count(4, 16385) == ((3, 1) if split_rows == 8192 else (1, 3))
     rng = np.random.default_rng(5)
     x = (3 * rng.standard_normal((4, 16385))).astype(np.float32)
@@ -290,7 +290,7 @@ def test_cross_entropy_loop_config(rows, n, window, itemsize, want):
 @pytest.mark.parametrize("n", [20001, 20000])
 def test_cross_entropy_windowed_rows_step_by_smaller_tiles(rowwise, monkeypatch, dtype, n):
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
-    monkeypatch.setattr(CE, "SPLIT_ROWS", 2)      # whole rows for a few rows
+    retune(monkeypatch, "cross_entropy", split_rows=2)      # whole rows for a few rows
     launched = spy_launches(monkeypatch, (CE,), lambda kernel, cluster, c: (kernel.name, c.get("BLOCK"), c.get("WINDOW")))
     rng = np.random.default_rng(7)
     x = rowwise.host(4 * rng.standard_normal((3, n)), dtype)

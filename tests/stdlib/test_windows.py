@@ -20,7 +20,7 @@ from tilec.stdlib_kernels._common import DEPENDENT
 from tilec.target import Target
 
 from row_refs import ref_softmax
-from launch_spy import spy_launches
+from launch_spy import spy_launches, retune
 
 softmax = importlib.import_module("tilec.stdlib_kernels.softmax")   # the package exports the functions
 norms = importlib.import_module("tilec.stdlib_kernels.norms")
@@ -36,10 +36,10 @@ def windows(monkeypatch):
 
 
 def _persistent(monkeypatch):
-    monkeypatch.setattr(softmax, "LOOP_MIN_CHUNK", 8192)    # the interpreter's rows stay small
+    retune(monkeypatch, "softmax", loop_min_chunk=8192)    # the interpreter's rows stay small
     # fewer clusters than rows: a look-ahead past the last
     monkeypatch.setattr(_common, "HOST_TARGET", replace(_common.HOST_TARGET, clusters_of_8=2))
-    monkeypatch.setattr(softmax, "CLUSTER_MIN_WAVES", 0)
+    retune(monkeypatch, "softmax", cluster_min_waves=0)
 
 
 def _no_clusters(monkeypatch):

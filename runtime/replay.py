@@ -1,0 +1,104 @@
+"""LaunchPlan: a kernel launch prepared once and replayed with new array addresses.
+
+`kernel[grid](*args)` recomputes the call's signature on every launch (cheaply, but
+still per argument) to find its prepared launcher. A caller that launches the same
+kernel with arrays of the same shapes, strides, dtypes, alignment and device over
+and over (the standard library's launch plans, a training loop's fixed shapes) can
+do that work once:
+
+    plan = launch_plan(kernel.launch_state, grid, args, kwargs)   # compiles if needed
+    plan.launch(pointers)              # the array arguments' addresses, in plan.arrays order
+    plan.launch(pointers, scalars)     # new values for plan.scalars too
+    plan.launch(pointers, stream=h)    # on a stream (raw handle, tc.Stream, torch/CuPy stream)
+
+A plan holds the prepared launcher (compiled kernel loaded on the device, its
+argument packer), the normalized grid, each array argument's shape, strides and
+dtype, and the scalar arguments' values. `launch` writes the new addresses (and
+scalars) into the packer and calls cuLaunchKernel: no signature, no table lookup.
+The caller promises that the new arrays look like the ones the plan was made with
+(same shape, strides, dtype, device, and an address with at least the same
+16-byte alignment): the kernel was specialized for them. The public entry is
+`tilec.Kernel.prepare(grid, *args, **options)`.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from ..grid import normalize_grid
+from ..options import OPTION_FIELDS
+from . import driver
+from . import launcher
+from .launcher import KernelState, PreparedLaunch, _cu_launch, _signature
+from .stream import stream_handle
+
+__all__ = ["LaunchPlan", "launch_plan"]
+
+
+class LaunchPlan:
+    """One prepared launch (see the module doc). `arrays` / `scalars`: the names of the
+    kernel's array and scalar (non-constexpr) parameters, the orders `launch` takes them in."""
+
+    __slots__ = ("prepared", "grid", "device", "arrays", "scalars", "array_positions", "scalar_positions", "_rest",
+                 "_vals", "_infos")
+
+    def __init__(self, prepared: PreparedLaunch, grid: Tuple[int, int, int], vals: Sequence, infos: Sequence,
+                 params: Sequence[str], constexpr: Sequence[bool]):
+        self.prepared, self.grid, self.device = prepared, tuple(grid), prepared.device
+        # positions in the kernel's parameter list of the array and the scalar arguments
+        self.array_positions = tuple(i for i, info in enumerate(infos) if info is not None)
+        self.scalar_positions = tuple(i for i, info in enumerate(infos) if info is None and not constexpr[i])
+        self.arrays = tuple(params[i] for i in self.array_positions)
+        self.scalars = tuple(params[i] for i in self.scalar_positions)
+        self._rest = tuple(tuple(infos[i][1:]) for i in self.array_positions)   # (shape, strides, dtype, device)
+        self._vals = list(vals)
+        self._infos = list(infos)
+
+    @property
+    def name(self) -> str:
+        return self.prepared.name
+
+    def shapes(self):
+        """Per array parameter (in `arrays` order): (shape, strides in elements, DType) the plan was made for."""
+        return tuple((r[0], r[1], r[2]) for r in self._rest)
+
+    def scalar_values(self) -> tuple:
+        """The scalar arguments the plan was made with, in `scalars` order."""
+        return tuple(self._vals[i] for i in self.scalar_positions)
+
+    def launch(self, pointers: Sequence[int], scalars: Optional[Sequence] = None, stream=0) -> None:
+        """Launch on the plan's grid with the array arguments at `pointers` (device addresses,
+        `arrays` order) and, if given, the scalar arguments `scalars` (`scalars` order)."""
+        infos = self._infos[:]
+        for i, p, rest in zip(self.array_positions, pointers, self._rest):
+            infos[i] = (p,) + rest
+        vals = self._vals
+        if scalars is not None:
+            vals = vals[:]
+            for i, v in zip(self.scalar_positions, scalars):
+                vals[i] = v
+        if type(stream) is not int:
+            stream = stream_handle(stream)
+        if getattr(driver._tls, "ctx_device", None) != self.device:  # noqa: SLF001 - the runtime's own state
+            driver.ensure_context(self.device)
+        g = self.grid
+        if g[0] and g[1] and g[2]:
+            _cu_launch(self.prepared, g[0], g[1], g[2], stream, vals, infos)
+
+
+def launch_plan(state: KernelState, grid, args: tuple, kwargs: Optional[dict] = None) -> LaunchPlan:
+    """The LaunchPlan of `state`'s kernel launched on `grid` with `args`/`kwargs` (constexprs and
+    compile options among them), compiling and loading the kernel if no launch prepared it yet.
+    Nothing is launched."""
+    kwargs = dict(kwargs or {})
+    opt_items = tuple((k, kwargs.pop(k)) for k in OPTION_FIELDS if k in kwargs)
+    if kwargs.pop("stream", None) is not None:
+        raise TypeError("launch_plan: a plan takes its stream at each launch (plan.launch(..., stream=))")
+    vals = state.bind(args, kwargs)
+    parts, infos, device = _signature(state, vals)
+    device = driver.current_device() if device is None else device
+    key = tuple([opt_items] + parts)
+    prepared = state.table.get(key)
+    if prepared is None:
+        prepared = launcher._prepare(state, key, vals, opt_items, device)  # noqa: SLF001 - its own package
+    g = normalize_grid(grid, dict(zip(state.params, vals)) if callable(grid) else None, state.name)
+    return LaunchPlan(prepared, g, vals, infos, state.params, state.ce_mask)
