@@ -8,8 +8,9 @@ group never touches memory. Where the mask changes inside a group (`_mask_vec` <
 passes/axis_info.py), a load reads the aligned group if any element is wanted and
 selects each element by its own mask (so it may read the rest of an aligned 16-byte
 block past a tensor's end: initcheck reports those bytes where nothing wrote them;
-docs/runtime.md), and a store writes the group at once only where every element is
-wanted, else element by element. A load with an
+docs/runtime.md; with `initcheck`, never past the end of the view the pointers come from:
+`_split_at_end`, codegen/bounded.py), and a store writes the group at once only where every
+element is wanted, else element by element. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -196,8 +197,8 @@ def _split_at_end(ctx, end, accesses, slow, fast):
     """The values `fast()` reads (the plain accesses), or `slow()`'s (read up to `end` only)
     where some access (pointer, bytes, predicate or None) would pass `end`: one branch per
     thread's load, which only threads whose accesses reach the view's end take. Checking
-    (or redirecting) each access instead cost ptxas registers (8 to 75 more: a predicate or
-    an address per access where a base and immediate offsets served)."""
+    (or redirecting) each access instead cost ptxas registers too (a predicate or an address
+    per access where one base and immediate offsets served; bench/ptx_registers.py)."""
     b = ctx.builder
     past = None
     for p, nbytes, pred in accesses:
