@@ -11,6 +11,10 @@
 # the driver answers CUDA_ERROR_INVALID_VALUE for those it lacks); any beyond the
 # baseline's count are reported as tilec's and fail the run. Logs go to $SANITIZE_LOG_DIR
 # (default: a temporary folder), one file per tool.
+#
+# initcheck runs on kernels compiled with TILEC_INITCHECK=1 (CompileOptions.initcheck: masked
+# vector loads read no byte past their tensor's end); TILEC_INITCHECK=0 checks the default
+# build instead, whose masked tails read the rest of a 16-byte group (docs/runtime.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,13 +40,20 @@ baseline_py='import torch; torch.zeros(1, device="cuda"); from cuda.bindings imp
 baseline=$(grep -c "Program hit" "$logs/baseline.log")
 # compile every kernel once outside the sanitizer, so that the tools time launches, not LLVM
 python3 bench/sanitize_ops.py "${args[@]}" >"$logs/warm.log" 2>&1 || { cat "$logs/warm.log"; exit 1; }
+initcheck_mode=${TILEC_INITCHECK:-1}
+if [[ ",$tools," == *,initcheck,* ]] && [ "$initcheck_mode" != 0 ]; then
+  TILEC_INITCHECK=$initcheck_mode python3 bench/sanitize_ops.py "${args[@]}" >>"$logs/warm.log" 2>&1 ||
+    { cat "$logs/warm.log"; exit 1; }
+fi
 
 status=0
 printf '%-10s %8s %8s %10s  %s\n' tool errors hazards api-errors kernels
 for tool in ${tools//,/ }; do
   extra=()
   [ "$tool" = racecheck ] && extra=(--racecheck-report all)
-  "$sanitizer" --tool "$tool" "${extra[@]}" --print-limit 1000 python3 bench/sanitize_ops.py "${args[@]}" \
+  mode=0
+  [ "$tool" = initcheck ] && mode=$initcheck_mode
+  TILEC_INITCHECK=$mode "$sanitizer" --tool "$tool" "${extra[@]}" --print-limit 1000 python3 bench/sanitize_ops.py "${args[@]}" \
     >"$logs/$tool.log" 2>&1
   rc=$?
   errors=$(grep -oE "ERROR SUMMARY: [0-9]+" "$logs/$tool.log" | grep -oE "[0-9]+" | tail -n 1)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from .target import SUPPORTED_ARCHS, Target, parse_arch
@@ -13,7 +14,7 @@ __all__ = ["unknown_keyword", "CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", 
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
-                 "cluster", "min_programs_per_sm", "dependent_launch")
+                 "cluster", "min_programs_per_sm", "dependent_launch", "initcheck")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)  # programs a CUDA grid holds along axes 0, 1 and 2
@@ -34,6 +35,9 @@ class CompileOptions:
     dependent_launch: bool = False  # sm_90+: launched as soon as the kernel before it in the stream lets it
                                     # (programmatic dependent launch); it waits for that kernel's results
                                     # at tc.grid_dependency_wait(), at its start when it calls none
+    # masked vector loads read no byte past the end of the view they read from (compute-sanitizer
+    # --tool initcheck reports none); costs registers (docs/language.md). Default: TILEC_INITCHECK=1
+    initcheck: bool = field(default_factory=lambda: os.environ.get("TILEC_INITCHECK", "") not in ("", "0"))
     target: Optional[Target] = None  # set by validated(): the arch's features and the device's facts
 
     def validated(self, default: Optional[Target] = None) -> "CompileOptions":

@@ -58,6 +58,7 @@ class CodegenContext:
         self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
         self.debug_scope = None  # the DISubprogram when line tables are on (options.debug)
         self.narrow_invariants = False  # generate(narrow_invariants=): see rules_arith._invariant_widening
+        self.initcheck = False  # options.initcheck: loads stop at their view's end (codegen/bounded.py)
         # Inside gpu.warp_specialize: the thread that issues single-thread ops (TMA, expect),
         # and the (named barrier, thread count) a block barrier becomes (None: every thread).
         self.leader_tid = 0

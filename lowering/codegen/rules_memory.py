@@ -8,8 +8,9 @@ group never touches memory. Where the mask changes inside a group (`_mask_vec` <
 passes/axis_info.py), a load reads the aligned group if any element is wanted and
 selects each element by its own mask (so it may read the rest of an aligned 16-byte
 block past a tensor's end: initcheck reports those bytes where nothing wrote them;
-docs/runtime.md), and a store writes the group at once only where every element is
-wanted, else element by element. A load with an
+docs/runtime.md; with `initcheck`, never past the end of the view the pointers come from:
+`_split_at_end`, codegen/bounded.py), and a store writes the group at once only where every
+element is wanted, else element by element. A load with an
 eviction priority (`evict`) is inline PTX instead: the mask predicates the load.
 
 Replicated layouts (codegen/replication.py): atomics and stores run once per
@@ -23,6 +24,7 @@ from llvmlite import ir
 
 from ...ir import tile_ops as T
 from ...ir.types import ScalarType, TileType
+from .bounded import fits, read_pieces, source_view, view_end
 from .casts import cast_bool
 from .realign import read_blocks, shift_blocks
 from .rules_gpu import barrier, shuffle
@@ -146,24 +148,32 @@ def _load(ctx, op, masked: bool):
     vec = _vec(op, len(ptrs))
     per_elem = masked and _mask_varies(op, vec)  # load the group if any element is wanted
     vty = mty if vec == 1 else ir.VectorType(mty, vec)
-    align = dtype.itemsize * vec
     b = ctx.builder
-    out = []
     evict = op.attrs.get("evict")
-    if vec > op.attrs.get("_aligned_vec", vec):
-        return _realigned_load(ctx, op, ptrs, masks, others, vec, vty, evict)
-    for g in range(0, len(ptrs), vec):
-        def emit(p=ptrs[g]):
-            return b.load(p, typ=vty, align=align)
-        pred = None
-        if masked:
-            pred = _fold(b, b.or_, masks[g:g + vec]) if per_elem else masks[g]
-        if evict and _hintable(ptrs[g], vty):
-            v = _hinted_load(ctx, ptrs[g], pred, _pack(b, others[g:g + vec]) if masked else None, vty, evict)
-        elif masked:
-            v = guarded(ctx, pred, emit, _pack(b, others[g:g + vec]))
-        else:
-            v = emit()
+    realigned = vec > op.attrs.get("_aligned_vec", vec)
+    # groups that read bytes no mask wants stop at the end of the view they read from
+    end = _end_of_view(ctx, op) if ctx.initcheck and (per_elem or realigned) else None
+    if realigned:
+        return _realigned_load(ctx, op, ptrs, masks, others, vec, vty, evict, end)
+    starts = range(0, len(ptrs), vec)
+
+    def pred(g):
+        return None if not masked else _fold(b, b.or_, masks[g:g + vec]) if per_elem else masks[g]
+
+    def fallback(g):
+        return _pack(b, others[g:g + vec]) if masked else None
+    if end is not None:
+        preds = [pred(g) for g in starts]
+
+        def reads(read):
+            return [read(ptrs[g], vty, pr, fallback(g)) for g, pr in zip(starts, preds)]
+        vals = _split_at_end(ctx, end, [(ptrs[g], bit_width(vty) // 8, pr) for g, pr in zip(starts, preds)],
+                             lambda: reads(lambda p, t, pr, fb: _read_inside(ctx, p, t, pr, fb, end, dtype.itemsize)),
+                             lambda: reads(lambda p, t, pr, fb: _read(ctx, p, t, pr, fb, evict)))
+    out = []
+    for i, g in enumerate(starts):
+        # without initcheck, each group's values right after its read (as the code always had)
+        v = vals[i] if end is not None else _read(ctx, ptrs[g], vty, pred(g), fallback(g), evict)
         xs = _unpack(b, v, vec)
         if per_elem:
             xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(masks[g:g + vec], xs, others[g:g + vec])]
@@ -171,22 +181,73 @@ def _load(ctx, op, masked: bool):
     ctx.set_elems(op.result, out)
 
 
-def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
+def _read(ctx, p, vty, pred, fallback, evict):
+    """One access of `vty` at `p` where `pred` holds (None: always), else `fallback`."""
+    if evict and _hintable(p, vty):
+        return _hinted_load(ctx, p, pred, fallback if pred is not None else None, vty, evict)
+    return guarded(ctx, pred, lambda: ctx.builder.load(p, typ=vty, align=bit_width(vty) // 8), fallback)
+
+
+def _read_inside(ctx, p, vty, pred, fallback, end, itemsize: int):
+    """`_read`, of only the bytes before `end` (bounded.read_pieces; zero after them)."""
+    return guarded(ctx, pred, lambda: read_pieces(ctx, p, vty, end, itemsize), fallback)
+
+
+def _split_at_end(ctx, end, accesses, slow, fast):
+    """The values `fast()` reads (the plain accesses), or `slow()`'s (read up to `end` only)
+    where some access (pointer, bytes, predicate or None) would pass `end`: one branch per
+    thread's load, which only threads whose accesses reach the view's end take. Checking
+    (or redirecting) each access instead cost ptxas registers too (a predicate or an address
+    per access where one base and immediate offsets served; bench/ptx_registers.py)."""
+    b = ctx.builder
+    past = None
+    for p, nbytes, pred in accesses:
+        out = b.not_(fits(ctx, p, nbytes, end))
+        out = out if pred is None else b.and_(cast_bool(b, pred), out)
+        past = out if past is None else b.or_(past, out)
+    slow_bb, fast_bb, merge = ctx.new_block("load.tail"), ctx.new_block("load.inside"), ctx.new_block("load.end")
+    b.cbranch(past, slow_bb, fast_bb)
+    ends = []
+    for bb, fn in ((slow_bb, slow), (fast_bb, fast)):
+        b.position_at_end(bb)
+        vals = fn()
+        ends.append((vals, b.block))
+        b.branch(merge)
+    b.position_at_end(merge)
+    out = []
+    for i, v in enumerate(ends[0][0]):
+        phi = b.phi(v.type)
+        for vals, bb in ends:
+            phi.add_incoming(vals[i], bb)
+        out.append(phi)
+    return out
+
+
+def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict, end):
     """A `tc.load(realign=True)` whose groups alignment does not prove: each read as the
     two aligned blocks around it (codegen/realign.py), then masked-off elements take
-    `other`."""
+    `other`. end: where the view read ends (`_split_at_end`), or None."""
     dtype = ctx.dtype(op.result.type)
     b = ctx.builder
     uniform = masks is not None and not _mask_varies(op, vec)
-
-    def read_block(p, wty, pred):
-        nbytes = bit_width(wty) // 8
-        zero = ir.Constant(wty, None)
-        if evict and _hintable(p, wty):
-            return _hinted_load(ctx, p, pred, zero if pred is not None else None, wty, evict)
-        return guarded(ctx, pred, lambda: b.load(p, typ=wty, align=nbytes), zero)
     groups = [(g, masks[g:g + vec] if masks is not None else None) for g in range(0, len(ptrs), vec)]
-    read = [read_blocks(ctx, ptrs[g], vty, gm, uniform, read_block) for g, gm in groups]
+
+    def read_all(read):
+        def read_block(p, wty, pred):
+            return read(p, wty, pred, ir.Constant(wty, None))
+        read = [read_blocks(ctx, ptrs[g], vty, gm, uniform, read_block) for g, gm in groups]
+        return [x for blocks, s in read for x in blocks + [s]]
+    fast = lambda: read_all(lambda p, t, pred, fb: _read(ctx, p, t, pred, fb, evict))  # noqa: E731
+    if end is None:
+        flat = fast()
+    else:
+        # a group's blocks end at most 2 * its bytes past its first element
+        nbytes = 2 * bit_width(vty) // 8
+        past = [(ptrs[g], nbytes, _fold(b, b.or_, gm) if gm is not None else None) for g, gm in groups]
+        flat = _split_at_end(ctx, end, past,
+                             lambda: read_all(lambda p, t, pred, fb: _read_inside(ctx, p, t, pred, fb, end,
+                                                                                   dtype.itemsize)), fast)
+    read = [(flat[3 * i:3 * i + 2], flat[3 * i + 2]) for i in range(len(groups))]
     out = []
     for (g, gm), (blocks, s) in zip(groups, read):
         xs = _unpack(b, shift_blocks(ctx, blocks, s, vty), vec)
@@ -194,6 +255,16 @@ def _realigned_load(ctx, op, ptrs, masks, others, vec: int, vty, evict):
             xs = [b.select(cast_bool(b, m), x, o) for m, x, o in zip(gm, xs, others[g:g + vec])]
         out.extend(_from_memory(ctx, x, dtype) for x in xs)
     ctx.set_elems(op.result, out)
+
+
+def _end_of_view(ctx, op):
+    """view_end of the view a global load's pointers come from, or None (no view known)."""
+    ptr = op.operands[0]
+    view = source_view(ptr)
+    p = ctx.elems(ptr)[0]
+    if view is None or not (isinstance(p.type, ir.PointerType) and p.type.addrspace == 1):
+        return None
+    return view_end(ctx, view)
 
 
 def _fold(b, combine, masks):

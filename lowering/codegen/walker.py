@@ -231,6 +231,7 @@ def generate(module: Module, triple: str = "nvptx64-nvidia-cuda", data_layout: s
     ctx = CodegenContext(llmod, fn, name, Target.from_arch(attrs["target"]), num_warps,
                          cluster=int(attrs["cluster"]), fast_math=bool(attrs["fast_math"]))
     ctx.narrow_invariants = narrow_invariants
+    ctx.initcheck = bool(attrs.get("initcheck"))
     if attrs["debug"]:
         ctx.debug_scope = _debug_info(llmod, fn, func)
     _bind_params(ctx, entry, slots)
