@@ -226,9 +226,9 @@ def tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal, bm=64, bn=64)
     bwd.attention_bwd_delta[(tc.cdiv(s, bm), z)](o, do, delta, BM=bm, D=d)
     ins = (q, k, v, do, lse, delta)
     bwd.attention_bwd_dkdv[(tc.cdiv(s, bn), z)](*ins, dk, dv, scale, CAUSAL=causal,
-                                                BM=bm, BN=bn, D=d, fast_math=True)
+                                                BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
     bwd.attention_bwd_dq[(tc.cdiv(s, bm), z)](*ins, dq, scale, CAUSAL=causal,
-                                              BM=bm, BN=bn, D=d, fast_math=True)
+                                              BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
     return grads
 
 
@@ -260,8 +260,8 @@ def sdpa(backend):
 
 def ptxas_report(dname, d, causal, bm=128, bn=64) -> str:
     t = TILEC_DTYPE[dname]
-    sig = (f"q={t}[?,?,?], k={t}[?,?,?], v={t}[?,?,?], o={t}[?,?,?], lse=f32[?,?], scale=f32, "
-           f"CAUSAL={causal}, BM={bm}, BN={bn}, D={d}")
+    sig = example.SIGNATURES["attention_fwd"].replace("=f16[", f"={t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
+    sig = sig.replace("BM=128, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
     r = example.attention_fwd.compile(sig, num_warps=8, fast_math=True).metadata.get("ptxas") or {}
     return f"{r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled"
 
@@ -270,9 +270,9 @@ def ptxas_report_bwd(dname, d, causal, bm=64, bn=64) -> str:
     t = TILEC_DTYPE[dname]
     parts = []
     for name in ("attention_bwd_dkdv", "attention_bwd_dq"):
-        sig = bwd.SIGNATURES[name].replace("f16[", f"{t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
+        sig = bwd.SIGNATURES[name].replace("=f16[", f"={t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
         sig = sig.replace("BM=64, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
-        r = getattr(bwd, name).compile(sig, fast_math=True).metadata.get("ptxas") or {}
+        r = getattr(bwd, name).compile(sig, num_warps=8, fast_math=True).metadata.get("ptxas") or {}
         parts.append(f"{name[14:]}: {r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled")
     return "; ".join(parts)
 

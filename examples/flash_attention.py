@@ -80,10 +80,13 @@ def attention_fwd(q, k, v, o, lse, scale, CAUSAL: tc.constexpr,
     tc.store(lse, index=(z, mblk), tile=tc.reshape(m_i + tc.log2(l_i), (1, BM)))
 
 
+# What a launch on contiguous f16 tensors specializes to (strides divisible by 16).
+_T = "f16[?,?,?]:stride_div=16x16x1"
 SIGNATURES = {
-    "attention_fwd": "q=f16[?,?,?], k=f16[?,?,?], v=f16[?,?,?], o=f16[?,?,?], lse=f32[?,?], scale=f32, "
+    "attention_fwd": f"q={_T}, k={_T}, v={_T}, o={_T}, lse=f32[?,?]:stride_div=16x1, scale=f32, "
                      "CAUSAL=True, BM=128, BN=64, D=64",
 }
+OPTIONS = {"attention_fwd": {"num_warps": 8, "fast_math": True}}
 
 
 def reference(q, k, v, scale, causal):

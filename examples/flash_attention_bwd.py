@@ -128,14 +128,18 @@ def attention_bwd_dq(q, k, v, do, lse, delta, dq, scale, CAUSAL: tc.constexpr,
     tc.store(dq, index=(z, mblk, 0), tile=tc.reshape((dq_acc * scale).astype(dq.dtype), (1, BM, D)))
 
 
-_T = "f16[?,?,?]"
+# What a launch on contiguous tensors specializes to (strides divisible by 16).
+_T = "f16[?,?,?]:stride_div=16x16x1"
+_R = "f32[?,?]:stride_div=16x1"
 SIGNATURES = {
-    "attention_bwd_delta": f"o={_T}, do={_T}, delta=f32[?,?], BM=64, D=64",
-    "attention_bwd_dkdv": f"q={_T}, k={_T}, v={_T}, do={_T}, lse=f32[?,?], delta=f32[?,?], dk={_T}, dv={_T}, "
+    "attention_bwd_delta": f"o={_T}, do={_T}, delta={_R}, BM=64, D=64",
+    "attention_bwd_dkdv": f"q={_T}, k={_T}, v={_T}, do={_T}, lse={_R}, delta={_R}, dk={_T}, dv={_T}, "
                           "scale=f32, CAUSAL=True, BM=64, BN=64, D=64",
-    "attention_bwd_dq": f"q={_T}, k={_T}, v={_T}, do={_T}, lse=f32[?,?], delta=f32[?,?], dq={_T}, scale=f32, "
+    "attention_bwd_dq": f"q={_T}, k={_T}, v={_T}, do={_T}, lse={_R}, delta={_R}, dq={_T}, scale=f32, "
                         "CAUSAL=True, BM=64, BN=64, D=64",
 }
+# 8 warps: at 4 the dK/dV kernel spills (two 64 x D accumulators, K and V, Pᵀ and dSᵀ per thread)
+OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in ("attention_bwd_dkdv", "attention_bwd_dq")}
 
 
 def attention_bwd(q, k, v, o, lse, do, causal, target, bm=64, bn=64):
@@ -150,9 +154,9 @@ def attention_bwd(q, k, v, o, lse, do, causal, target, bm=64, bn=64):
         attention_bwd_delta[(tc.cdiv(seq, bm), zh)](dev["o"], dev["do"], delta, BM=bm, D=d)
         ins = (dev["q"], dev["k"], dev["v"], dev["do"], dev["lse"], delta)
         attention_bwd_dkdv[(tc.cdiv(seq, bn), zh)](*ins, dk, dv, scale, CAUSAL=causal,
-                                                   BM=bm, BN=bn, D=d, fast_math=True)
+                                                   BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
         attention_bwd_dq[(tc.cdiv(seq, bm), zh)](*ins, dq, scale, CAUSAL=causal,
-                                                 BM=bm, BN=bn, D=d, fast_math=True)
+                                                 BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
     return tuple(target.to_host(g) for g in grads)
 
 
