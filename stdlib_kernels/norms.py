@@ -255,8 +255,8 @@ def plan(x: Arr, out: Arr, weight: Optional[Arr], bias: Optional[Arr], rms: bool
             flags["SHIFTED"] = True
             options = DEPENDENT
         return launches + [Launch.of(norm_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, options=options,
-                                     schedule=ONE_TILE, ROWS=cfg.rows, TILES=cfg.tiles, WINDOW=window,
-                                     REALIGN=realign, **flags)]
+                                     temps=_tables_of(launches), schedule=ONE_TILE, ROWS=cfg.rows,
+                                     TILES=cfg.tiles, WINDOW=window, REALIGN=realign, **flags)]
     if chunks is not None:
         # one row per cluster, chunks as tiles of the row's window
         options = _cluster_rows.chunk_options(chunks, isz, target)
@@ -269,7 +269,8 @@ def plan(x: Arr, out: Arr, weight: Optional[Arr], bias: Optional[Arr], rms: bool
 
         def chunk_launch(**more):
             return Launch.of(_norm_chunks.norm_chunks_kernel, chunks.grid(n_rows), args, chunks.num_warps,
-                             cluster=chunks.c, options=options, schedule=CHUNK_TILES, **flags, **more)
+                             cluster=chunks.c, options=options, temps=_tables_of(launches), schedule=CHUNK_TILES,
+                             **flags, **more)
         if _norm_chunks.one_pass_chunk(rms, isz, chunks):
             flags["ONE_PASS"] = True
             flags["REREAD"] = _norm_chunks.reread_chunk(probe, chunk_launch, chunks, ct)
@@ -345,6 +346,12 @@ def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, weight, bias, t: No
     """Whether windowed rows read w and b from shifted tables (`shift_table_min_bytes` of x)."""
     has_params = weight is not None or bias is not None
     return has_params and nbytes >= t.shift_table_min_bytes and (itemsize == 2 or not rms)
+
+
+def _tables_of(launches) -> tuple:
+    """The shifted tables a row launch reads (the Temps of the tables' launch): declared on the
+    row launch too, so a probe can compile it before the tables' launch has made them."""
+    return tuple(tp for ln in launches for tp in ln.temps)
 
 
 def _shift_tables(weight, bias, args, window: int, lanes: int, t: NormTuning):

@@ -215,3 +215,27 @@ def test_softmax_along_another_dimension_plans_its_strips():
     splits = stats.grid[2]
     assert m_part.shape == (1, splits, 304) and m_part.view == ((1, splits, 300), (splits * 304, 304, 1))
     assert softmax_dim.plan(spec((0, 5), tc.float32), spec((0, 5), tc.float32), 0, False, h100) == []
+
+
+def test_every_launch_a_probe_sees_declares_the_temps_it_reads():
+    # A device probe compiles a launch before any launch of the plan ran: the chunk kernel that
+    # reads w and b from shifted tables must declare those tables itself (it raised KeyError
+    # 'w_table' on an H200 for f32 layer_norm rows of 20001).
+    seen = []
+
+    class Probe(StaticProbe):
+        def resources(self, launch):
+            seen.append(launch)
+            return SimpleNamespace(max_blocks_per_sm=5, spills=0)
+
+        def resident_clusters(self, launch):
+            seen.append(launch)
+            return None
+
+    for shape, dtype in (((450, 20001), "f32"), ((4096, 50257), "f16"), ((64, 50257), "f32")):
+        plan = _plan("layer_norm", shape, dtype, 0, TARGETS["sm_90a"], Probe(TARGETS["sm_90a"]))
+        for ln in seen + list(plan):
+            declared = {t.name for t in ln.temps}
+            names = {a for a in ln.args if isinstance(a, str) and a.endswith(("_table", "_part"))}
+            assert names <= declared, (ln.name, names, declared)
+        seen.clear()
