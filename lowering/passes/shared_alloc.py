@@ -15,7 +15,9 @@ top of the kernel and used only inside later statements of its body lives from
 the first of those statements to the end of the last (the two loops of a
 flash-attention backward kernel, each with its own dot operands, share bytes). Both
 sets of lifetimes are placed, in the same order, and the smaller total is kept: the
-narrow lifetimes only remove conflicts, but first fit can still pack them worse. A conversion's scratch
+narrow lifetimes only remove conflicts, but first fit can still pack them worse. When the
+narrow placement is kept, a statement that starts using bytes an earlier one used gets a
+gpu.barrier before it (`_separate_reuses`). A conversion's scratch
 lives for its own op only.
 
 A conversion's scratch gets the bank-conflict-free layout of gpu/swizzle.py
@@ -37,11 +39,11 @@ from __future__ import annotations
 from typing import Dict, List, Tuple
 
 from tilec.errors import CompilationError
-from tilec.ir import Module, Op
+from tilec.ir import Builder, Module, Op
 from tilec.ir import tile_ops as T
 
 from ..gpu.layouts import registers_match
-from ..gpu.ops import AllocOp, ConvertLayoutOp
+from ..gpu.ops import AllocOp, BarrierOp, ConvertLayoutOp
 from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
@@ -187,6 +189,24 @@ def _place(bufs, intervals, order_by) -> Tuple[List[int], int]:
     return offsets, total
 
 
+def _separate_reuses(func, bufs, intervals, offsets, index) -> None:
+    """A gpu.barrier before each statement of the kernel's body that starts using bytes an
+    earlier statement used: other warps may still be reading them there (a wgmma of the
+    loop before, the last iteration's reads), and the statement's first writes (a store
+    before a loop, a ring's first copies) are not preceded by a barrier of their own."""
+    at_index = {index[id(op)]: op for op in func.walk()}
+    starts = set()
+    for i, (op, size, _, _, lives) in enumerate(bufs):
+        if lives != _USES:
+            continue
+        s, lo, hi = intervals[i][0], offsets[i], offsets[i] + size
+        if any(intervals[j][1] < s and offsets[j] < hi and lo < offsets[j] + bufs[j][1] for j in range(len(bufs))):
+            starts.add(s)
+    for s in sorted(starts):
+        stmt = at_index[s]
+        Builder().before(stmt).create(BarrierOp, loc=stmt.loc)
+
+
 def _mark_syncs(bufs, intervals, offsets) -> None:
     """`_smem_sync` on each scratch area (conversion, TMA store) another use may still be reading."""
     for i, (op, size, _, _, lives) in enumerate(bufs):
@@ -219,6 +239,7 @@ def allocate_shared(module: Module, *, limit: int, arch: str) -> Module:
             n_offsets, n_total = _place(bufs, narrow, wide)
             if n_total < total:
                 offsets, total, intervals = n_offsets, n_total, narrow
+                _separate_reuses(func, bufs, intervals, offsets, index)
         for (op, _, _, attr, _), off in zip(bufs, offsets):
             op.attrs[attr] = off
         _mark_syncs(bufs, intervals, offsets)
