@@ -1,10 +1,13 @@
 """The `tilec` command: print any stage of a kernel's compilation.
 
     tilec --version
-    tilec ir   FILE:KERNEL --sig SIG [--after PASS] [--passes]
-    tilec llvm FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] ...
-    tilec ptx  FILE:KERNEL --sig SIG [--arch sm_90a] [--num-warps 4] [--ptxas] ...
+    tilec ir   FILE:KERNEL [--sig SIG] [--after PASS] [--passes]
+    tilec llvm FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] ...
+    tilec ptx  FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] [--ptxas] ...
     tilec ptx  matmul --dtype bf16 --shape 4096,4096,4096 [--arch sm_90a]
+
+Without --sig, the signature is the file's SIGNATURES entry for the kernel, compiled
+with its OPTIONS entry (what the command line does not set), as tests/test_ptxas.py does.
 
 User mistakes (a missing file, an unknown kernel or pass, a bad signature or option,
 a kernel that does not compile) print one clean message to stderr and exit with
@@ -85,20 +88,36 @@ def _is_kernel(obj) -> bool:
     return isinstance(obj, Kernel)
 
 
+def _module_table(kernel, name: str) -> dict:
+    """The kernel's module-level `SIGNATURES` / `OPTIONS` dict (what the examples and the
+    stdlib declare), {} without one."""
+    table = getattr(kernel, "fn", None) and kernel.fn.__globals__.get(name)
+    return table if isinstance(table, dict) else {}
+
+
 def _parse_sig(kernel, text: Optional[str]):
     from .specialize import parse_signature
+    if text is None:   # the signature the kernel's file declares for it
+        text = _module_table(kernel, "SIGNATURES").get(kernel.name)
+        if text is None:
+            raise UsageError(f"--sig is needed: kernel '{kernel.name}' has no entry in its file's SIGNATURES")
     try:
-        return parse_signature(kernel, text or "")
+        return parse_signature(kernel, text)
     except (ValueError, TypeError, KeyError) as e:
         raise UsageError(f"bad --sig: {e}") from e
 
 
-def _options(args):
+def _options(args, kernel=None):
+    """Compile options from the command line; what it leaves out from the kernel file's
+    OPTIONS entry when the signature came from its SIGNATURES (the launch they describe)."""
     from .options import CompileOptions
     fields = {"num_warps": args.num_warps, "num_stages": args.num_stages, "arch": args.arch,
               "fast_math": args.fast_math, "debug": args.debug}
+    given = {k: v for k, v in fields.items() if v is not None}
+    if kernel is not None and getattr(args, "sig", None) is None:
+        given = {**_module_table(kernel, "OPTIONS").get(kernel.name, {}), **given}
     try:
-        return CompileOptions(**{k: v for k, v in fields.items() if v is not None}).validated()
+        return CompileOptions(**given).validated()
     except ValueError as e:
         raise UsageError(str(e)) from e
 
@@ -120,7 +139,7 @@ def _cmd_ir(args) -> int:
     else:
         from .frontend import lower_to_ir
         # a module of its own: the passes rewrite in place, and kernel.ir's is shared
-        module = run_pipeline(lower_to_ir(kernel, spec), _options(args), stop_after=args.after)
+        module = run_pipeline(lower_to_ir(kernel, spec), _options(args, kernel), stop_after=args.after)
     sys.stdout.write(str(module))
     return 0
 
@@ -131,7 +150,7 @@ def _compile(args):
         return _compile_stdlib_matmul(args)
     kernel = load_kernel(args.target)
     spec = _parse_sig(kernel, args.sig)
-    return compile_kernel(kernel, spec, _options(args))
+    return compile_kernel(kernel, spec, _options(args, kernel))
 
 
 def _compile_stdlib_matmul(args):
@@ -198,7 +217,8 @@ def _add_kernel_args(p: argparse.ArgumentParser, target_required: bool = True) -
     p.add_argument("target", metavar="FILE:KERNEL", nargs=None if target_required else "?",
                    help="a Python file and the name of a @tilec.kernel in it (llvm/ptx: or `matmul`, "
                         "the stdlib GEMM, with --dtype and --shape)")
-    p.add_argument("--sig", metavar="SIG", help="types and constexpr values of the kernel's parameters")
+    p.add_argument("--sig", metavar="SIG", help="types and constexpr values of the kernel's parameters "
+                                                "(default: the file's SIGNATURES entry, with its OPTIONS)")
 
 
 def _add_stdlib_args(p: argparse.ArgumentParser) -> None:

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +173,28 @@ def test_stdlib_matmul_arguments_are_checked():
     no_dtype = run_cli("ptx", "matmul", "--shape", "64,64,64")
     assert no_dtype.returncode == 2 and "needs --dtype" in no_dtype.stderr
     assert "Traceback" not in bad_shape.stderr + no_dtype.stderr
+
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("[a-z]*.py")))
+def test_ptx_without_sig_takes_the_files_signatures_and_options(capsys, example):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ex", EXAMPLES / example)
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    for name in mod.SIGNATURES:
+        assert main(["ptx", f"{EXAMPLES / example}:{name}", "--arch", "sm_80"]) == 0
+        ptx = capsys.readouterr().out
+        warps = getattr(mod, "OPTIONS", {}).get(name, {}).get("num_warps", 4)
+        assert f".entry {name}(" in ptx and re.search(rf"\.maxntid {32 * warps}\b", ptx)
+
+
+def test_no_sig_and_no_signatures_entry_is_a_usage_error(capsys, kernel_file):
+    assert main(["ir", f"{kernel_file}:scale"]) == 2
+    assert "--sig is needed: kernel 'scale' has no entry in its file's SIGNATURES" in capsys.readouterr().err
