@@ -325,15 +325,23 @@ def run(dtypes, dims, seqs):
                     impls = [("tilec", tilec_fwd), ("stdlib", stdlib_fwd), ("triton", triton_attention),
                              ("sdpa_flash", sdpa("flash")), ("sdpa_cudnn", sdpa("cudnn"))]
                     for name, fn in impls:
-                        try:
-                            ms = _bench(lambda: fn(q, k, v, o, causal))
-                            row[name] = flops / ms / 1e9
-                        except Exception as exc:  # a backend that does not take this shape
-                            row[name] = None
-                            row[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                        _measure(row, name, lambda fn=fn: fn(q, k, v, o, causal), flops)
                     rows.append(row)
                     _print_row(row)
     return rows
+
+
+def _failed(row, name, exc) -> None:
+    """An implementation that does not take this shape: no figure, and why."""
+    row[name] = None
+    row[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+
+
+def _measure(row, name, call, flops) -> None:
+    try:
+        row[name] = flops / _bench(call) / 1e9
+    except Exception as exc:  # noqa: BLE001 - reported in the row
+        _failed(row, name, exc)
 
 
 def _reference_grads(q, k, v, do, causal):
@@ -403,15 +411,10 @@ def run_bwd(dtypes, dims, seqs):
                     for backend in ("flash", "cudnn"):
                         try:
                             impls.append(("sdpa_" + backend, _sdpa_bwd(backend, q, k, v, do, causal)))
-                        except Exception as exc:
-                            row["sdpa_" + backend] = None
-                            row["sdpa_" + backend + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                        except Exception as exc:  # noqa: BLE001 - reported in the row
+                            _failed(row, "sdpa_" + backend, exc)
                     for name, fn in impls:
-                        try:
-                            row[name] = flops / _bench(fn) / 1e9
-                        except Exception as exc:
-                            row[name] = None
-                            row[name + "_error"] = f"{type(exc).__name__}: {str(exc)[:80]}"
+                        _measure(row, name, fn, flops)
                     rows.append(row)
                     _print_row(row)
     return rows

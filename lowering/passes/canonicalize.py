@@ -323,14 +323,7 @@ def load_view_squeeze(op: Op) -> bool:
     # found they keep the reshape.
     if drop is None or len(drop) + len(have) > 1:
         return False
-    attrs = dict(load.attrs)
-    attrs["squeeze"] = sorted(have + [kept[d] for d in drop])
-    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
-    load.parent.insert(load.parent.ops.index(load), new)
-    new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
-    _forward(op, new.results[0])
-    load.erase()
-    return True
+    return _load_instead(op, load, squeeze=sorted(have + [kept[d] for d in drop]))
 
 
 def load_view_permute(op: Op) -> bool:
@@ -346,9 +339,14 @@ def load_view_permute(op: Op) -> bool:
         return False
     p = op.attrs["order"]
     old = load.attrs.get("order") or list(range(len(p)))
-    attrs = dict(load.attrs)
-    attrs["order"] = [old[i] for i in p]
-    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type], **attrs)
+    return _load_instead(op, load, order=[old[i] for i in p])
+
+
+def _load_instead(op: Op, load: Op, **attrs) -> bool:
+    """Replace `op` (a shape op whose only operand is `load`, used by nothing else) by `load`
+    rebuilt with `attrs` and `op`'s result type."""
+    new = T.LoadViewOp.build(*load.operands, loc=load.loc, result_types=[op.results[0].type],
+                             **{**load.attrs, **attrs})
     load.parent.insert(load.parent.ops.index(load), new)
     new.results[0].name_hint = op.results[0].name_hint or load.results[0].name_hint
     _forward(op, new.results[0])

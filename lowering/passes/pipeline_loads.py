@@ -60,7 +60,6 @@ from typing import Dict, List, Optional
 
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op, Value
-from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, TileType
 
@@ -72,7 +71,7 @@ from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
-from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
+from .rewrite import build_constant, clone_ops, iteration_at, iteration_count, iteration_live, loop_slice
 
 __all__ = ["pipeline_loads", "issue_copy"]
 
@@ -85,40 +84,6 @@ def _with_slots(layout: SharedLayout) -> SharedLayout:
 def _is_zero(v: Value) -> bool:
     op = v.owner
     return isinstance(op, T.ConstantOp) and op.attrs.get("value") in (0, 0.0, False)
-
-
-def _slice(body, roots: List[Value], iv: Value) -> Optional[List[Op]]:
-    """The ops of `body` that compute `roots`, in body order; None if any of them depends on
-    a carried value, has regions or effects."""
-    need: Dict[int, Op] = {}
-    todo = list(roots)
-    while todo:
-        v = todo.pop()
-        if isinstance(v, BlockArgument):
-            if v is not iv and v.block is body:
-                return None  # a loop-carried value
-            continue
-        op = v.owner
-        if op is None:
-            continue
-        if op.parent is not body:
-            continue  # defined outside the loop: invariant
-        if id(op) in need:
-            continue
-        if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")):
-            return None
-        need[id(op)] = op
-        todo.extend(op.operands)
-    return [op for op in body.ops if id(op) in need]
-
-
-def _clone(ops: List[Op], at: Builder, mapping: Dict[int, Value]) -> None:
-    for op in ops:
-        new = type(op)([mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
-                       dict(op.attrs), (), op.loc)
-        at.insert(new)
-        for r, nr in zip(op.results, new.results):
-            mapping[id(r)] = nr
 
 
 class _Candidate:
@@ -147,7 +112,7 @@ def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
     rank = len(alloc.attrs["shape"])
     if vec > 1 and alloc.attrs["layout"].order[0] != load.attrs.get("_contig_dim", rank - 1):
         return None  # a copy's elements must stay consecutive in the buffer (K-major wgmma B)
-    ops = _slice(body, list(load.operands[:2]), body.args[0])
+    ops = loop_slice(body, list(load.operands[:2]), body.args[0])
     return None if ops is None else _Candidate(store, load, alloc, ops)
 
 
@@ -168,7 +133,7 @@ def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value,
     `ops` (from _slice) recompute its pointers and mask from it, and `live(at)`, built after
     them, is the i1 scalar "that iteration exists" (copies of others fill zeros)."""
     mapping: Dict[int, Value] = {id(iv): iv_value}
-    _clone(ops, at, mapping)
+    clone_ops(ops, at, mapping)
     ptrs = mapping.get(id(load.operands[0]), load.operands[0])
     pt = ptrs.type
     mask_t = TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)
@@ -350,7 +315,7 @@ def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
         if origin is None or load.parent is not loop.body or len(load.results[0].uses) != 1 \
                 or not isinstance(alloc, AllocOp) or loop in _ancestors(alloc) \
                 or any(not isinstance(u, (LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses) \
-                or _slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None:
+                or loop_slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None:
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
@@ -360,7 +325,7 @@ def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
 
 def _tma_slice(origin):
     body = origin.parent
-    return _slice(body, list(origin.operands[1:3]), body.args[0])
+    return loop_slice(body, list(origin.operands[1:3]), body.args[0])
 
 
 def _ringed_groups(groups: List[_Group], loop: T.ForOp):
@@ -401,7 +366,7 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int) -> Mod
         tma = _tma_candidates(groups[0].stores, loop, wanted)
         if tma is not None:
             cands, origins, lag = tma
-            pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, _clone, _reslot_wgmma)
+            pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma)
             changed = True
             continue
         groups, cands = _ringed_groups(groups, loop)

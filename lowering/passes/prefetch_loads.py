@@ -66,8 +66,8 @@ from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, LocalLoadOp, LocalStoreOp
 from .axis_info import copy_vec
 from .dce import dce
-from .pipeline_loads import _is_zero, _slice, issue_copy
-from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
+from .pipeline_loads import _is_zero, issue_copy
+from .rewrite import build_constant, iteration_at, iteration_count, iteration_live, loop_slice
 
 __all__ = ["prefetch_loads", "STAGED_RESERVE"]
 
@@ -114,7 +114,7 @@ def _qualifies(op: Op, body) -> Optional[_Load]:
         return None  # a tensor-core operand: pipeline_loads' ring, or a synchronous load
     roots = list(op.operands[:2]) if isinstance(op, T.LoadMaskedOp) else [op.operands[0]]
     iv = body.args[0]
-    ops = _slice(body, roots, iv)
+    ops = loop_slice(body, roots, iv)
     if ops is None or not any(v is iv for v in roots + [o for x in ops for o in x.operands]):
         return None  # the same tile every iteration: staging it would only copy it again
     return _Load(op, ops)

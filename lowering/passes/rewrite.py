@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import math
 
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from tilec import dtypes as dt
-from tilec.ir import Block, Builder, Module, Op, Value
+from tilec.ir import Block, BlockArgument, Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, element_type
 
 __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
-    "normalize_constant", "iteration_count", "iteration_at", "iteration_live",
+    "normalize_constant", "iteration_count", "iteration_at", "iteration_live", "loop_slice", "clone_ops",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -124,6 +124,41 @@ def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -
     down = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="lt"), at.value(T.CmpOp, value, ub, pred="gt"))
     return at.value(T.OrOp, up, down)
 
+
+
+def loop_slice(body, roots: Sequence[Value], iv: Value, view_loads: bool = False) -> Optional[List[Op]]:
+    """The ops of the loop body `body` that compute `roots` from its induction variable `iv`
+    and loop invariants, in body order: pure and elementwise ops (and `tile.load_view`s with
+    `view_loads`: they read padding outside their view, so any index is safe). None if one of
+    them depends on a carried value, has regions or other effects."""
+    need: Dict[int, Op] = {}
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        if isinstance(v, BlockArgument):
+            if v is not iv and v.block is body:
+                return None  # a loop-carried value
+            continue
+        op = v.owner
+        if op is None or op.parent is not body or id(op) in need:
+            continue  # defined outside the loop (invariant), or seen
+        if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")
+                              or (view_loads and isinstance(op, T.LoadViewOp))):
+            return None
+        need[id(op)] = op
+        todo.extend(op.operands)
+    return [op for op in body.ops if id(op) in need]
+
+
+def clone_ops(ops: Sequence[Op], at: Builder, mapping: Dict[int, Value]) -> None:
+    """Copies of `ops` (no regions) where `at` stands, their operands through `mapping`
+    (id of an old value -> new value), which learns each copy's results."""
+    for op in ops:
+        new = type(op)([mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
+                       dict(op.attrs), (), op.loc)
+        at.insert(new)
+        for r, nr in zip(op.results, new.results):
+            mapping[id(r)] = nr
 
 def replace_op(op: Op, values: Sequence[Value]) -> None:
     """Replace every use of `op`'s results by `values` and erase `op`."""

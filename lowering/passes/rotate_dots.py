@@ -36,35 +36,14 @@ one dot per loop is rotated.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
-from tilec.ir import BlockArgument, Builder, Module, Op, Value
+from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 
-from .rewrite import iteration_at
+from .rewrite import clone_ops, iteration_at, loop_slice
 
 __all__ = ["rotate_dot_chains"]
-
-
-def _slice(body, roots: List[Value], iv: Value) -> Optional[List[Op]]:
-    """The ops of `body` computing `roots` from the induction variable and invariants, in body
-    order: pure ops and view loads only. None when a carried value or anything else feeds them."""
-    need: Dict[int, Op] = {}
-    todo = list(roots)
-    while todo:
-        v = todo.pop()
-        if isinstance(v, BlockArgument):
-            if v is not iv and v.block is body:
-                return None
-            continue
-        op = v.owner
-        if op is None or op.parent is not body or id(op) in need:
-            continue
-        if op.regions or not (isinstance(op, T.LoadViewOp) or op.has_trait("pure") or op.has_trait("elementwise")):
-            return None
-        need[id(op)] = op
-        todo.extend(op.operands)
-    return [op for op in body.ops if id(op) in need]
 
 
 def _feeds_dot(v: Value, body, first: Op) -> bool:
@@ -89,21 +68,12 @@ def _rotatable(loop: T.ForOp):
     for op in body.ops:
         if not isinstance(op, T.DotOp) or not isinstance(op.operands[2].owner, T.ConstantOp):
             continue
-        ops = _slice(body, list(op.operands), iv)
+        ops = loop_slice(body, list(op.operands), iv, view_loads=True)
         if ops is None or not any(isinstance(o, T.LoadViewOp) for o in ops):
             continue
         if _feeds_dot(op.results[0], body, op):
             return op, ops
     return None
-
-
-def _clone(ops: List[Op], at: Builder, mapping: Dict[int, Value]) -> None:
-    for op in ops:
-        new = type(op)([mapping.get(id(v), v) for v in op.operands], [r.type for r in op.results],
-                       dict(op.attrs), (), op.loc)
-        at.insert(new)
-        for r, nr in zip(op.results, new.results):
-            mapping[id(r)] = nr
 
 
 def _rotate(loop: T.ForOp, dot: T.DotOp, ops: List[Op]) -> T.ForOp:
@@ -115,7 +85,7 @@ def _rotate(loop: T.ForOp, dot: T.DotOp, ops: List[Op]) -> T.ForOp:
     pre = Builder().before(loop)
     pre.loc = dot.loc
     mapping: Dict[int, Value] = {id(iv): lb}
-    _clone(chain, pre, mapping)
+    clone_ops(chain, pre, mapping)
     s0 = mapping[id(dot.results[0])]
     # the loop with one more carried value
     region = loop.regions[0]
@@ -132,7 +102,7 @@ def _rotate(loop: T.ForOp, dot: T.DotOp, ops: List[Op]) -> T.ForOp:
     at = Builder().before(dot)
     at.loc = dot.loc
     mapping = {id(iv): iteration_at(at, iv, step, 1)}
-    _clone(chain, at, mapping)
+    clone_ops(chain, at, mapping)
     s_next = mapping[id(dot.results[0])]
     dot.results[0].replace_all_uses_with(s_cur)
     term = body.terminator

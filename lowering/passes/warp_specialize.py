@@ -47,8 +47,7 @@ from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, Mb
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from ..gpu.ws_ops import PRODUCER_WARPS, WarpSpecializeOp
 from .dce import dce
-from .pipeline_loads import _clone, _slice
-from .rewrite import build_constant
+from .rewrite import build_constant, clone_ops, loop_slice
 
 __all__ = ["warp_specialize", "PRODUCER_REGS"]
 
@@ -89,12 +88,12 @@ class _Ring:
         body = self.loop.body
         return (isinstance(self.barrier, BarrierOp) and self.init_barrier is not None and self.lag is not None
                 and len(loads) >= 1 and len(lives) == 1
-                and all(_slice(body, list(op.operands[4:6]), body.args[0]) is not None for op in loads)
+                and all(loop_slice(body, list(op.operands[4:6]), body.args[0]) is not None for op in loads)
                 and all(op.operands[0] is self.wait.operands[0] for op in self.issues
                         if isinstance(op, MbarrierExpectOp))
                 and all(op.operands[2] is self.wait.operands[0] for op in loads)
                 and (self.outer is None or (not self.outer.results and len(self.outer.body.args) == 1
-                                            and _slice(self.outer.body, _outer_needs(self), self.outer.body.args[0])
+                                            and loop_slice(self.outer.body, _outer_needs(self), self.outer.body.args[0])
                                             is not None)))
 
 
@@ -172,8 +171,8 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         mapping = dict(lmap)
         if ahead is not None:
             mapping[id(ahead)] = k
-        ops = _slice(body, list(op.operands[4:6]), body.args[0])
-        _clone([o for o in ops if ahead not in o.results], b, mapping)
+        ops = loop_slice(body, list(op.operands[4:6]), body.args[0])
+        clone_ops([o for o in ops if ahead not in o.results], b, mapping)
         i, j = (mapping.get(id(v), v) for v in op.operands[4:6])
         shared = {"multicast": op.attrs["multicast"]} if op.attrs.get("multicast") else {}
         b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], i, j, live,
@@ -188,7 +187,7 @@ def _issued_iteration(body: Block, issues) -> Optional[Value]:
     iv = body.args[0]
     for op in issues:
         if isinstance(op, TmaLoadOp):
-            for o in _slice(body, list(op.operands[4:6]), iv):
+            for o in loop_slice(body, list(op.operands[4:6]), iv):
                 if isinstance(o, T.AddOp) and o.operands[0] is iv:
                     return o.results[0]
     return None
@@ -201,7 +200,7 @@ def _outer_needs(ring: _Ring) -> List[Value]:
     inner = ring.loop.body
     for op in ring.issues:
         if isinstance(op, TmaLoadOp):
-            for o in _slice(inner, list(op.operands[4:6]), inner.args[0]) + [op]:
+            for o in loop_slice(inner, list(op.operands[4:6]), inner.args[0]) + [op]:
                 need.extend(o.operands)
     return [v for v in need if v.owner is not None and v.owner.parent is body]
 
@@ -219,7 +218,7 @@ def _producer(ring: _Ring, empty: Value) -> Region:
         ob = Builder().at_end(tiles.body)
         ob.loc = o.loc
         lmap = {id(o.body.args[0]): tiles.body.args[0]}
-        _clone(_slice(o.body, _outer_needs(ring), o.body.args[0]), ob, lmap)
+        clone_ops(loop_slice(o.body, _outer_needs(ring), o.body.args[0]), ob, lmap)
         _producer_loop(ring, ob, empty, tiles.body.args[1], lmap)
         ob.create(T.YieldOp, ob.value(T.AddOp, tiles.body.args[1], _trips(ob, ring.loop, lmap)))
     at.create(T.YieldOp)
