@@ -47,11 +47,44 @@ def _split_target(target: str):
     return Path(path), name
 
 
+def _package_module(path: Path) -> Optional[str]:
+    """The dotted name of `path` when it is a module of the standard library (its files
+    use relative imports, so they load as the package's modules, not as loose files)."""
+    from . import stdlib_kernels
+    if path.suffix == ".py" and path.resolve().parent == Path(stdlib_kernels.__file__).resolve().parent:
+        return f"{stdlib_kernels.__name__}.{path.stem}"
+    return None
+
+
+def _import_named(mod_name: str, path: Path):
+    try:
+        return importlib.import_module(mod_name)
+    except CompilationError:
+        raise
+    except Exception as e:
+        raise UsageError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+
+
 def load_kernel(target: str):
-    """The @tilec.kernel called KERNEL in the Python file FILE, for `target` = 'FILE:KERNEL'."""
+    """The @tilec.kernel called KERNEL in the Python file FILE, for `target` = 'FILE:KERNEL'
+    (a standard-library file, e.g. stdlib_kernels/attention.py, loads as its module)."""
     path, name = _split_target(target)
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
+    package_module = _package_module(path)
+    module = _import_named(package_module, path) if package_module else _load_file(path)
+    kernel = getattr(module, name, None)
+    if kernel is None:
+        found = sorted(n for n, v in vars(module).items() if _is_kernel(v))
+        hint = f"; kernels in it: {', '.join(found)}" if found else "; it defines no @tilec.kernel"
+        raise UsageError(f"{path} has no kernel named {name!r}{hint}")
+    if not _is_kernel(kernel):
+        raise UsageError(f"{path}:{name} is a {type(kernel).__name__}, not a @tilec.kernel")
+    return kernel
+
+
+def _load_file(path: Path):
+    """`path` imported as a loose module, with its folder on sys.path while it loads."""
     mod_name = "_tilec_cli_" + "".join(c if c.isalnum() else "_" for c in path.stem)
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
@@ -70,14 +103,7 @@ def load_kernel(target: str):
         raise UsageError(f"importing {path} failed: {type(e).__name__}: {e}") from e
     finally:
         sys.path.remove(str(path.resolve().parent))
-    kernel = getattr(module, name, None)
-    if kernel is None:
-        found = sorted(n for n, v in vars(module).items() if _is_kernel(v))
-        hint = f"; kernels in it: {', '.join(found)}" if found else "; it defines no @tilec.kernel"
-        raise UsageError(f"{path} has no kernel named {name!r}{hint}")
-    if not _is_kernel(kernel):
-        raise UsageError(f"{path}:{name} is a {type(kernel).__name__}, not a @tilec.kernel")
-    return kernel
+    return module
 
 
 def _is_kernel(obj) -> bool:

@@ -198,3 +198,15 @@ def test_ptx_without_sig_takes_the_files_signatures_and_options(capsys, example)
 def test_no_sig_and_no_signatures_entry_is_a_usage_error(capsys, kernel_file):
     assert main(["ir", f"{kernel_file}:scale"]) == 2
     assert "--sig is needed: kernel 'scale' has no entry in its file's SIGNATURES" in capsys.readouterr().err
+
+
+def test_a_stdlib_file_loads_as_its_module(capsys):
+    """stdlib files import their siblings relatively: the CLI loads them as tilec.stdlib_kernels.*,
+    so `tilec ptx stdlib_kernels/attention.py:attention_fwd_kernel` prints the shipped kernel."""
+    import importlib
+    path = Path(importlib.import_module("tilec.stdlib_kernels.attention").__file__)
+    assert main(["ptx", f"{path}:attention_fwd_kernel", "--arch", "sm_80"]) == 0
+    ptx = capsys.readouterr().out
+    assert ".entry attention_fwd_kernel(" in ptx and re.search(r"\.maxntid 256\b", ptx)
+    assert main(["ir", f"{path}:no_such_kernel"]) == 2
+    assert "has no kernel named 'no_such_kernel'; kernels in it: attention_fwd_kernel" in capsys.readouterr().err

@@ -318,10 +318,7 @@ def load_view_squeeze(op: Op) -> bool:
     have = load.attrs.get("squeeze") or []
     kept = [d for d in range(len(load.attrs["shape"])) if d not in have]
     drop = _dropped_unit_dims(load.results[0].type.shape, op.results[0].type.shape)
-    # One unit dimension at a time: rank-4 loads squeezing two (stdlib attention's
-    # (1, 1, BM, D) tiles) computed wrong results on an H200 (2026-11-27); until that is
-    # found they keep the reshape.
-    if drop is None or len(drop) + len(have) > 1:
+    if drop is None:
         return False
     return _load_instead(op, load, squeeze=sorted(have + [kept[d] for d in drop]))
 
@@ -363,7 +360,7 @@ def store_view_squeeze(op: Op) -> bool:
     have = op.attrs.get("squeeze") or []
     kept = [d for d in range(op.operands[0].type.rank) if d not in have]
     drop = _dropped_unit_dims(r.results[0].type.shape, r.operands[0].type.shape)
-    if drop is None or len(drop) + len(have) > 1:   # one at a time, as load_view_squeeze
+    if drop is None:
         return False
     op.attrs["squeeze"] = sorted(have + [kept[d] for d in drop])
     op.set_operand(len(op.operands) - 1, r.operands[0])
