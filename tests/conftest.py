@@ -50,10 +50,16 @@ def gpu_available() -> bool:
 @pytest.fixture(scope="session")
 def torch():
     """torch, with a CUDA device; skips the test where it has none."""
-    torch = pytest.importorskip("torch")
+    from needs import needs
+    torch = needs("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
     return torch
+
+
+def pytest_configure(config):
+    from needs import note_selection   # tests/ is on sys.path (above)
+    note_selection(config.option.markexpr or "", gpu_available())
 
 
 def pytest_collection_modifyitems(config, items):

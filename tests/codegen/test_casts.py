@@ -11,6 +11,7 @@ from tilec.interpreter import numerics
 from tilec.lowering.codegen.casts import ConversionError, convert, convert_all, f8_bits
 from tilec.lowering.codegen.types import bfloat, const
 from tilec.target import Target
+from needs import needs
 
 SM80 = Target.from_arch("sm_80")   # no f8 cvt instruction: the bit-exact software encoding
 
@@ -111,7 +112,7 @@ def test_every_f16_to_f8_matches_interpreter(fmt):
 def test_interpreter_f8_rounding_agrees_with_ml_dtypes(fmt, ml_name):
     """The reference semantics codegen follows (round to nearest even; e4m3fn: NaN past 464,
     464 itself to 448; e5m2: inf from 61440) are ml_dtypes' for f32 and every f16."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = needs("ml_dtypes")
     ml = getattr(ml_dtypes, ml_name)
     x = _interesting_f32(np.random.default_rng(5), 100000)
     with np.errstate(over="ignore"):

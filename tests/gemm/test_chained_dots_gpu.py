@@ -8,10 +8,11 @@ import pytest
 import tilec as tc
 
 from chain_kernels import attention, dot_exp_dot
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+ml_dtypes = needs("ml_dtypes")
 
 DTYPES = {"f16": (tc.float16, np.float16), "bf16": (tc.bfloat16, ml_dtypes.bfloat16)}
 # relative to the output's largest magnitude: P (in [0, 1]) and the inputs are rounded to the

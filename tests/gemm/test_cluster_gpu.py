@@ -5,10 +5,11 @@ import pytest
 import tilec as tc
 
 from ws_kernels import cluster_matmul
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 

@@ -15,6 +15,7 @@ from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
 from gemm_kernels import dot_by_constant, matmul, matmul_cast
+from needs import needs
 
 F8 = [tc.float8e4m3, tc.float8e5m2]
 SHAPES = [(16, 16, 16), (16, 16, 32), (32, 32, 32), (64, 64, 64), (64, 64, 128)]
@@ -157,7 +158,7 @@ def test_f8_dot_of_in_kernel_casts_compiles(arch, fmt, shape):
 def test_ml_dtypes_f8_arrays_on_the_interpreter(fmt):
     """f8 arrays of ml_dtypes' types (what a GPU run copies back) launch on the interpreter too:
     numpy names float8_e5m2 "<f1", which the interpreter's flat views must not rebuild from."""
-    ml_dtypes = pytest.importorskip("ml_dtypes")
+    ml_dtypes = needs("ml_dtypes")
     ml = {"f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}[fmt.name]
     rng = np.random.default_rng(2)
     a, b = (rng.integers(-2, 3, s).astype(ml) for s in ((20, 37), (37, 24)))

@@ -9,10 +9,11 @@ import tilec as tc
 from tilec.interpreter import numerics
 
 from gemm_kernels import dot_by_constant, matmul, matmul_cast
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-ml_dtypes = pytest.importorskip("ml_dtypes")
+ml_dtypes = needs("ml_dtypes")
 
 F8 = [tc.float8e4m3, tc.float8e5m2]
 SHAPES = [(16, 16, 16), (16, 16, 32), (32, 32, 32), (64, 64, 64), (64, 64, 128), (16, 16, 8), (8, 8, 16)]

@@ -7,10 +7,11 @@ import pytest
 
 import tilec.stdlib_kernels.matmul  # noqa: F401 - the module, not the function of the same name
 from gemm_kernels import matmul, matmul_grouped, matmul_ptr
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 stdlib = sys.modules["tilec.stdlib_kernels.matmul"]
 
 CONFIGS = [(16, 64, 32, 4), (32, 64, 32, 4), (64, 64, 32, 4), (128, 64, 32, 4), (64, 128, 32, 4),

@@ -3,10 +3,11 @@ against a float64 reference."""
 import pytest
 
 from gemm_kernels import dot_tile, matmul, matmul_aligned, matmul_bias_relu
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 
 # relative error (to the largest reference magnitude) each operand type allows
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 5e-3}

@@ -8,10 +8,11 @@ import pytest
 import tilec.stdlib_kernels.matmul  # noqa: F401 - the module, not the function of the same name
 from tilec.stdlib_kernels import matmul
 from tilec.target import Target
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 mm = sys.modules["tilec.stdlib_kernels.matmul"]
 
 # relative error (to the largest reference magnitude) each operand type allows

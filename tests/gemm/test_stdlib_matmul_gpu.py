@@ -3,10 +3,11 @@ operands, batches, epilogues, against a float64 reference on fresh random data."
 import pytest
 
 from tilec.stdlib_kernels import matmul
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 
 # relative error (to the largest reference magnitude) each operand type allows
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 1e-5, "tf32": 5e-3}

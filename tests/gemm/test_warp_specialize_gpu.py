@@ -7,10 +7,11 @@ import pytest
 import tilec as tc
 
 from ws_kernels import ws_matmul, ws_matmul_rowmax
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 

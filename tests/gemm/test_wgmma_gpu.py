@@ -3,10 +3,11 @@ group in flight on sm_90a) on the GPU (marker gpu), against a float64 reference.
 import importlib
 
 import pytest
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
-torch = pytest.importorskip("torch")
+torch = needs("torch")
 mm = importlib.import_module("tilec.stdlib_kernels.matmul")
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}

@@ -11,6 +11,7 @@ import tilec.runtime as rt
 from tilec.dtypes import bfloat16, float32, int32
 from tilec.runtime import launcher, module
 from ptx_kernels import BIGSMEM_PTX, EMPTY_PTX, OOB_PTX, axpy, one_view_kernel
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
@@ -125,7 +126,7 @@ def test_streams_and_events(gpu):
 
 
 def test_torch_interop_and_current_stream(gpu):
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     k = PtxKernel(axpy_fn)
     n = 5000
     x = torch.randn(n, device="cuda")

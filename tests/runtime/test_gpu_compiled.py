@@ -10,6 +10,7 @@ import pytest
 import tilec as tc
 import tilec.runtime as rt
 from tilec.runtime import cache, launcher
+from needs import needs
 
 pytestmark = pytest.mark.gpu
 
@@ -57,7 +58,7 @@ def test_scalar_args_and_signature_reuse(gpu, cache_dir):
 
 
 def test_torch_bf16_and_cupy(gpu, cache_dir):
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     n = 2500
     x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     y = torch.randn(n, device="cuda", dtype=torch.bfloat16)

@@ -21,6 +21,7 @@ import numpy as np
 import tilec as tc
 sys.path.insert(0, {tests!r})
 from prefetch_kernels import staged_sum_near_i32_max
+from needs import needs
 ub = 2**31 - 257
 lb = ub - {n}
 x = np.random.default_rng({n}).standard_normal({n}).astype(np.float32)
@@ -93,7 +94,7 @@ def test_ragged_rows_copy_whole_groups(gpu, dtype, n):
     # column mask ends inside a 16-byte group, a prefix of it, so each copy moves the group
     # at once, reading only the wanted elements and filling zeros (softmax's -inf padding
     # then selected in); the columns past n, between the rows, stay untouched.
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     dt = getattr(torch, dtype)
     g = torch.Generator(device="cuda").manual_seed(n)
     buf = torch.randn((333, 1000), generator=g, device="cuda").to(dt)

@@ -15,6 +15,7 @@ D = importlib.import_module("tilec.stdlib_kernels.dropout")  # the package attri
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from philox_ref import randint4x  # noqa: E402
+from needs import needs
 
 
 def dropout_keep(seed: int, n: int, p: float):
@@ -134,7 +135,7 @@ def test_dropout_kernel_assembles():
 def test_dropout_gpu_mask_is_the_reference_mask(dtype):
     # The GPU kernels (grouped draws for a long row, per-element draws for rows of 37)
     # give exactly the numpy Philox mask of the module doc.
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     x = torch.rand(3000, 40, device="cuda").to(getattr(torch, dtype)) + 1.0
     for v in (x.reshape(-1), x[:, :37], x[:, :32]):
         y = D.dropout(v, 0.3, 2 ** 63 + 5)

@@ -18,6 +18,7 @@ from tilec.runtime.replay import LaunchPlan
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
 from tilec.stdlib_kernels import _plan, launches, norms
+from needs import needs
 
 _softmax = importlib.import_module("tilec.stdlib_kernels.softmax")  # the package exports the function
 _matmul = importlib.import_module("tilec.stdlib_kernels.matmul")
@@ -165,7 +166,7 @@ def test_errors_are_raised_every_time(gpu_log):
 
 @pytest.mark.gpu
 def test_replayed_calls_compute_on_the_gpu_and_follow_torchs_stream():
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     _plan.clear_plans()
     x = torch.randn(300, 1000, device="cuda", dtype=torch.float16)
     w = torch.randn(500, device="cuda", dtype=torch.float16)
@@ -186,7 +187,7 @@ def test_replayed_calls_compute_on_the_gpu_and_follow_torchs_stream():
 
 @pytest.mark.gpu
 def test_replayed_matmuls_compute_on_the_gpu():
-    torch = pytest.importorskip("torch")
+    torch = needs("torch")
     _plan.clear_plans()
     for i in range(3):  # record, then replays: new operands and scales of the same layout
         a = torch.randn(128, 4096, device="cuda", dtype=torch.bfloat16)        # split-K: two launches

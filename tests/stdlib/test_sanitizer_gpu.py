@@ -48,6 +48,7 @@ torch.cuda.synchronize()
 # realigned rows), through the ops whose kernels initcheck flagged; each result against torch.
 INITCHECK = """
 import torch, tilec.stdlib_kernels as sk
+from needs import needs
 F = torch.nn.functional
 def close(a, b, tol):
     assert torch.allclose(a.double(), b, rtol=tol, atol=tol), (a.shape, a.dtype)
@@ -82,7 +83,7 @@ def _sanitizer():
 
 
 def _run(tool: str, program: str, tmp_path, **env_extra) -> str:
-    pytest.importorskip("torch")
+    needs("torch")
     env = dict(os.environ, TILEC_CACHE_DIR=str(tmp_path / "cache"), PYTHONUNBUFFERED="1", **env_extra)
     script = tmp_path / "prog.py"
     script.write_text(textwrap.dedent(program))
