@@ -30,6 +30,7 @@ from .passes.tma_stores import tma_stores
 from .passes.axis_info import axis_info
 from .passes.layouts import assign_layouts
 from .passes.accelerate_dot import accelerate_dot
+from .passes.share_buffers import share_staged_operands
 from .passes.defer_waits import defer_wgmma_waits
 from .passes.pipeline_loads import pipeline_loads
 from .passes.prefetch_loads import prefetch_loads
@@ -67,6 +68,7 @@ PASSES: Dict[str, Pass] = {
     "axis_info": lambda m, t, o: axis_info(m),
     "assign_layouts": lambda m, t, o: assign_layouts(m, num_warps=o.num_warps, wgmma=t.has_wgmma),
     "accelerate_dot": lambda m, t, o: accelerate_dot(m),
+    "share_staged_operands": lambda m, t, o: share_staged_operands(m),
     "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages, shared_limit=t.shared_per_block),
     "defer_wgmma_waits": lambda m, t, o: defer_wgmma_waits(m),
     "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block),
@@ -101,8 +103,9 @@ def optimize_for_target(t: Target, o: CompileOptions) -> List[str]:
 
 
 def lower_to_gpu(t: Target, o: CompileOptions) -> List[str]:
-    """Views to pointers, vector widths, register layouts, tensor-core dots."""
-    return ["lower_views", "axis_info", "assign_layouts", "accelerate_dot"]
+    """Views to pointers, vector widths, register layouts, tensor-core dots (a tile that
+    several dots stage, staged once)."""
+    return ["lower_views", "axis_info", "assign_layouts", "accelerate_dot", "share_staged_operands"]
 
 
 def schedule(t: Target, o: CompileOptions) -> List[str]:

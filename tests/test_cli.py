@@ -44,6 +44,7 @@ def kernel_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_version_subprocess():
     proc = run_cli("--version")
     assert proc.returncode == 0
@@ -55,6 +56,7 @@ def test_passes_lists_the_pipeline(capsys):
     assert capsys.readouterr().out.split() == list(dict.fromkeys(pass_names()))
 
 
+@pytest.mark.slow
 def test_no_command_prints_usage():
     proc = run_cli()
     assert proc.returncode == 2 and "usage: tilec" in proc.stderr
@@ -105,6 +107,7 @@ def test_not_a_kernel(capsys, kernel_file):
     assert "not a @tilec.kernel" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ir_after_frontend_subprocess(kernel_file):
     proc = run_cli("ir", f"{kernel_file}:scale", "--sig", SIG)
     assert proc.returncode == 0, proc.stderr
@@ -124,6 +127,7 @@ def test_bad_signature_is_a_usage_error(capsys, kernel_file):
     assert "bad --sig" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_ir_help_documents_the_signature_syntax():
     from tilec.specialize import parse_signature
     proc = run_cli("ir", "--help")
@@ -132,6 +136,7 @@ def test_ir_help_documents_the_signature_syntax():
     assert first_line and first_line in proc.stdout
 
 
+@pytest.mark.slow
 def test_compilation_error_exits_1_without_traceback(tmp_path):
     path = tmp_path / "bad_kernel.py"
     path.write_text(textwrap.dedent('''
@@ -149,12 +154,14 @@ def test_compilation_error_exits_1_without_traceback(tmp_path):
     assert debug.returncode == 1 and "Traceback" in debug.stderr
 
 
+@pytest.mark.slow
 def test_ptx_end_to_end(kernel_file):
     proc = run_cli("ptx", f"{kernel_file}:scale", "--sig", SIG, "--arch", "sm_80")
     assert proc.returncode == 0, proc.stderr
     assert ".target sm_80" in proc.stdout and ".entry" in proc.stdout
 
 
+@pytest.mark.slow
 def test_ptx_of_the_stdlib_matmul_configuration():
     # what `tilec.stdlib_kernels.matmul` would launch: wgmma + TMA on sm_90a, mma.sync on sm_80
     hopper = run_cli("ptx", "matmul", "--dtype", "bf16", "--shape", "4096,4096,4096", "--arch", "sm_90a")
@@ -167,6 +174,7 @@ def test_ptx_of_the_stdlib_matmul_configuration():
     assert tf32.returncode == 0 and "tf32" in tf32.stdout, tf32.stderr
 
 
+@pytest.mark.slow
 def test_stdlib_matmul_arguments_are_checked():
     bad_shape = run_cli("ptx", "matmul", "--dtype", "bf16", "--shape", "1,2")
     assert bad_shape.returncode == 2 and "--shape M,N,K" in bad_shape.stderr
@@ -178,6 +186,7 @@ def test_stdlib_matmul_arguments_are_checked():
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("[a-z]*.py")))
 def test_ptx_without_sig_takes_the_files_signatures_and_options(capsys, example):
     import importlib.util
@@ -200,6 +209,7 @@ def test_no_sig_and_no_signatures_entry_is_a_usage_error(capsys, kernel_file):
     assert "--sig is needed: kernel 'scale' has no entry in its file's SIGNATURES" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_stdlib_file_loads_as_its_module(capsys):
     """stdlib files import their siblings relatively: the CLI loads them as tilec.stdlib_kernels.*,
     so `tilec ptx stdlib_kernels/attention.py:attention_fwd_kernel` prints the shipped kernel."""

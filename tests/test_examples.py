@@ -36,6 +36,7 @@ def test_every_example_is_tested():
     assert on_disk == sorted(EXAMPLE_NAMES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXAMPLE_NAMES)
 def test_example_runs_on_the_interpreter(name):
     env = dict(os.environ, TILEC_INTERPRET="1")
@@ -59,6 +60,7 @@ def _signature_cases():
     return [(name, kernel) for name in EXAMPLE_NAMES for kernel in load_example(name).SIGNATURES]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kernel", _signature_cases())
 def test_example_ir_round_trips(name, kernel):
     from tilec.ir import parse, print_module, verify
@@ -68,6 +70,7 @@ def test_example_ir_round_trips(name, kernel):
     assert verify(parse(print_module(module))) == module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name,kernel", _signature_cases())
 def test_example_compiles_to_ptx(name, kernel, arch):

@@ -4,11 +4,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import pytest
 from pathlib import Path
 
 
 def _settings(tmp_path, ci):
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    for helper in ("conftest.py", "needs.py"):   # the conftest imports needs
+        (tmp_path / helper).write_text((Path(__file__).parent / helper).read_text())
     (tmp_path / "test_show.py").write_text(textwrap.dedent("""
         from hypothesis import settings
         def test_show():
@@ -28,6 +30,7 @@ def _env(ci):
     return env
 
 
+@pytest.mark.slow
 def test_ci_draws_fixed_examples(tmp_path):
     assert _settings(tmp_path, "true") == "SETTINGS True True"
 

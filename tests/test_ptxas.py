@@ -19,6 +19,8 @@ from tilec.lowering.ptxas import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
+pytestmark = pytest.mark.slow   # compiles or builds everything: the full run only
+
 ROOT = Path(__file__).resolve().parent.parent
 ARCHS = ("sm_80", "sm_90a")
 

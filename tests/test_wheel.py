@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # compiles or builds everything: the full run only
+
 ROOT = Path(__file__).resolve().parent.parent
 # source folder -> import name, as pyproject.toml's [tool.setuptools.package-dir] maps them
 PACKAGE_ROOTS = {"dsl": "tilec", "lowering": "tilec/lowering", "runtime": "tilec/runtime",

@@ -69,6 +69,7 @@ def _transpose(x, out):
     tc.store(out, index=(j, i), tile=tc.load(x, index=(i, j), shape=(64, 64)).T)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,vec", [("f16", "v4.b32"), ("f32", "v4.b32")])
 def test_transpose_goes_through_one_swizzled_conversion(dtype, vec):
     from tilec.compiler import compile_kernel

@@ -56,6 +56,7 @@ def test_strides_specialize_on_the_power_of_two_dividing_them(stride, div):
     assert key[2:] == (div, 1)
 
 
+@pytest.mark.slow
 def test_rows_32_bytes_apart_get_16_byte_accesses():
     # f32 rows 20008 elements apart (8 | 20008): every row starts on a 32-byte boundary,
     # which a specialization on 16 alone did not prove (scalar accesses)
@@ -85,6 +86,7 @@ def test_launcher_key_tells_divisible_extents_apart():
     assert a != b and a[5] == b[5] == 0  # the device stays at index 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which,kernel,sig,vector", [
     (0, "add_kernel", "x=f32[?]:div=16, y=f32[?]:div=16, out=f32[?]:div=16, BLOCK=1024", "v4.b32"),
     (0, "add_kernel_ptr", "x=f32[?], y=f32[?], out=f32[?], n=i32:16, BLOCK=1024", "v4.b32"),

@@ -68,6 +68,7 @@ CONFIGS = [("sm_90a", 128, 64, 64, 8), ("sm_90a", 128, 64, 128, 8), ("sm_90a", 1
            ("sm_80", 128, 64, 128, 8)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch,bm,bn,d,warps", CONFIGS)
 def test_attention_ptx_assembles(arch, bm, bn, d, warps):
     ck = attn_fwd.compile(signature("f16", bm, bn, d), arch=arch, num_warps=warps)

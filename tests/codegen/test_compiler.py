@@ -59,6 +59,7 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch):
     assert numbers == list(range(len(names)))
 
 
+@pytest.mark.slow
 def test_cache_is_used(tmp_path, monkeypatch):
     from tilec.runtime import cache
     monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
@@ -72,6 +73,7 @@ def test_cache_is_used(tmp_path, monkeypatch):
     assert ".target sm_90a" in other.asm["ptx"]
 
 
+@pytest.mark.slow
 def test_dump_bypasses_a_warm_cache(tmp_path, monkeypatch):
     from tilec.runtime import cache
     monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path / "cache"))

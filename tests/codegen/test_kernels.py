@@ -32,6 +32,7 @@ def test_compiles_and_assembles(name, arch):
     assert f".maxntid {32 * ck.metadata['num_warps']}" in ck.asm["ptx"]
 
 
+@pytest.mark.slow
 def test_fast_math_uses_approximations():
     accurate = compile_sig("math_f32", "sm_90a").asm["ptx"]
     fast = compile_sig("math_f32", "sm_90a", fast_math=True).asm["ptx"]

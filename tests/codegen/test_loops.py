@@ -46,6 +46,7 @@ def _steps(bits):
     return st.one_of(st.integers(1, 600), st.integers(-600, -1), st.integers(lo, hi).filter(bool))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bits", [32, 64])
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())

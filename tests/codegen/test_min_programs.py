@@ -42,6 +42,7 @@ def _rows(floor):
                                min_programs_per_sm=floor)
 
 
+@pytest.mark.slow
 def test_a_floor_that_spills_keeps_loop_invariants_narrow():
     # LLVM hoists w's and b's conversions out of the loop: 64 f32 per thread live through it
     plain = _rows(0)
@@ -76,6 +77,7 @@ def test_floor_up_to_what_an_sm_holds(warps, most):
         CompileOptions(num_warps=warps, min_programs_per_sm=most + 1).validated()
 
 
+@pytest.mark.slow
 def test_floor_lowers_registers_to_fit_the_programs():
     free = _compile()
     assert ".minnctapersm" not in free.asm["ptx"]
@@ -89,6 +91,7 @@ def test_floor_lowers_registers_to_fit_the_programs():
     assert report["spill_stores"] == 0
 
 
+@pytest.mark.slow
 def test_a_floor_that_spills_steps_down_to_one_that_fits():
     regs = _compile().metadata["ptxas"]["registers"]
     floored = _compile(min_programs_per_sm=16)   # 32 registers: fewer than the kernel needs

@@ -46,6 +46,7 @@ SIGNATURES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("kernel,sig,warps,staged", SIGNATURES, ids=lambda v: getattr(v, "__name__", None))
 def test_staged_kernels_copy_with_cp_async(kernel, sig, warps, staged, arch):

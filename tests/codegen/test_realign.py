@@ -79,6 +79,7 @@ def _group_fn(itemsize: int, vec: int, masked: bool, uniform: bool):
     return f
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from([(1, 4), (1, 8), (1, 16), (2, 2), (2, 4), (2, 8), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2)]),
        st.data())

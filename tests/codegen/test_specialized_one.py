@@ -20,6 +20,7 @@ def _ptx(kernel, sig, arch):
     return compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch=arch), use_cache=False).asm["ptx"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_unit_stride_arguments_keep_vector_loads(arch):
     ones = E.SIGNATURES["binary_kernel"]

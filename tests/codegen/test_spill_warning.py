@@ -24,6 +24,7 @@ def hold_tile(x, y, n, BLOCK: tc.constexpr):
 SIG = "x=f32[?,?], y=f32[?,?], n=i32, BLOCK={block}"
 
 
+@pytest.mark.slow
 def test_a_spilling_kernel_warns_and_records_it():
     with pytest.warns(tc.SpillWarning, match=r"kernel 'hold_tile' \(sm_80, 1 warps\) uses \d+ registers and spills"):
         compiled = hold_tile.compile(SIG.format(block=64), arch="sm_80", num_warps=1)

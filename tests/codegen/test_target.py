@@ -71,6 +71,7 @@ def test_isolated_llvm_abort_leaves_the_process_alive():
     assert ".entry k" in ok[1]
 
 
+@pytest.mark.slow
 def test_bad_options_are_errors_not_crashes_in_a_fresh_process():
     # A user's process, start to end: bad arch, bad num_warps, impossible PTX request.
     script = textwrap.dedent("""

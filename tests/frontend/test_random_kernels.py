@@ -9,6 +9,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tilec as tc
+import pytest
 from tilec.ir import parse, verify
 
 BLOCK = 16
@@ -74,6 +75,7 @@ def _load_kernel(tmp_path, body):
     return mod, src
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=programs(), seed=st.integers(0, 2 ** 16))
 def test_random_kernels(tmp_path, body, seed):

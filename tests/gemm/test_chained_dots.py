@@ -124,6 +124,7 @@ _REG_A = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(b?f16
                     r"\{(%r\d+), (%r\d+), (%r\d+), (%r\d+)\}, %rd\d+, p, 1, 1, 1;")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("num_warps,bm,bn,d", [(4, 64, 64, 64), (8, 128, 64, 128)])
 def test_attention_p_feeds_wgmma_from_registers(dtype, num_warps, bm, bn, d):
@@ -160,6 +161,7 @@ def _written_before_the_fence(ptx):
             assert all(written[r] < fence for r in m.groups()[2:]), line
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("num_warps,bm", [(4, 64), (8, 128)])
 def test_attention_p_feeds_mma_sync_from_registers(dtype, num_warps, bm):
@@ -177,6 +179,7 @@ def test_attention_p_feeds_mma_sync_from_registers(dtype, num_warps, bm):
     _assembled(ck)
 
 
+@pytest.mark.slow
 def test_fast_math_exp2_is_ex2_approx():
     ck = _compile(attention, attention_sig("f16", 64, 64, 64), "sm_90a", 4, fast_math=True)
     region = _between_dots(ck.asm["ptx"], r"wgmma\.mma_async")
@@ -228,6 +231,7 @@ def test_dot_exp_dot_on_the_interpreter():
     np.testing.assert_allclose(o, want, atol=2e-3, rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_dot_exp_dot_compiles_to_register_a():
     ck = _compile(dot_exp_dot, dot_exp_dot_sig("f16", 64, 64, 64), "sm_90a", 4)
     assert len(_REG_A.findall(ck.asm["ptx"])) == 4

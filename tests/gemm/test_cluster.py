@@ -25,6 +25,7 @@ def _compile(**opts):
     return compile_kernel(cluster_matmul, parse_signature(cluster_matmul, SIG), options, use_cache=False)
 
 
+@pytest.mark.slow
 def test_multicast_ptx():
     ck = _compile(warp_specialize=True, cluster=2)
     ptx = ck.asm["ptx"]
@@ -43,6 +44,7 @@ def test_multicast_ptx():
     assert ck.metadata["cluster"] == 2 and ck.metadata["warp_specialized"]
 
 
+@pytest.mark.slow
 def test_no_multicast_without_a_cluster_or_specialization():
     for opts in (dict(warp_specialize=True), dict(cluster=2)):
         ptx = _compile(**opts).asm["ptx"]

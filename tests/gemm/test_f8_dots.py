@@ -112,6 +112,7 @@ def _family(arch, fmt, shape) -> str:
     return "wgmma" if arch == "sm_90a" and shape == (64, 64, 128) else "mma.sync"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", SHAPES + FMA_SHAPES, ids=_ids)
 @pytest.mark.parametrize("fmt", F8, ids=str)
 @pytest.mark.parametrize("arch", ARCHS)
@@ -138,6 +139,7 @@ def test_f8_dot_compiles_to_its_instruction_family(arch, fmt, shape):
     _assembled(ck, spills_ok=shape == (64, 64, 128))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(32, 32, 32), (64, 64, 128)], ids=_ids)
 @pytest.mark.parametrize("fmt", F8, ids=str)
 @pytest.mark.parametrize("arch", ARCHS)

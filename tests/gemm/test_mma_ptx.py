@@ -24,6 +24,7 @@ def _assert_no_spills(ck):
     assert not rep["warnings"], rep["warnings"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("dtype,instr", [("f16", "m16n8k16.row.col.f32.f16.f16.f32"),
                                          ("bf16", "m16n8k16.row.col.f32.bf16.bf16.f32")])
@@ -46,6 +47,7 @@ def test_single_dot_tile_kernel(arch):
     _assert_no_spills(ck)
 
 
+@pytest.mark.slow
 def test_tf32_when_allowed_fma_otherwise():
     sig = "a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=32, BN=32, BK=16, TF32={}"
     tf32 = _compile(matmul, sig.format(True), "sm_80")
@@ -62,6 +64,7 @@ def test_tiny_tiles_keep_the_fma_path():
     assert "tile.dot" in ck.asm["gpu"]
 
 
+@pytest.mark.slow
 def test_epilogue_runs_on_the_accumulator_layout():
     ck = _compile(matmul_bias_relu, "a=bf16[?,?], b=bf16[?,?], bias=f32[?], c=bf16[?,?], BM=64, BN=64, BK=32",
                   "sm_90a")

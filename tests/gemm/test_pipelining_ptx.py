@@ -22,6 +22,7 @@ def _compile(kernel, sig, arch, **opts):
                           use_cache=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_three_stage_cp_async_pipeline(arch, dtype):
@@ -39,6 +40,7 @@ def test_three_stage_cp_async_pipeline(arch, dtype):
         assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0 and not rep["warnings"], rep
 
 
+@pytest.mark.slow
 def test_stages_set_slots_and_wait_depth():
     two = _compile(matmul_aligned, SIG.format(t="f16"), "sm_80", num_stages=2)
     assert _waits(two.asm["ptx"]) == [0]
@@ -49,6 +51,7 @@ def test_stages_set_slots_and_wait_depth():
     assert "cp.async" not in one.asm["ptx"] and "mma.sync" in one.asm["ptx"]
 
 
+@pytest.mark.slow
 def test_loads_without_known_alignment_are_not_pipelined():
     """A view whose row stride is unknown gives 2-byte accesses: no cp.async, still mma.sync."""
     ck = _compile(matmul, "a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, TF32=False", "sm_80")

@@ -170,6 +170,7 @@ def test_signature_is_the_partial_kernel():
     assert cfg1.split_k == 1 and "c=bf16" in short and cfg1.kernel is mm.matmul_kernel
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (128, 4096, 14336), (128, 1000, 14336)])
 def test_partial_and_reduce_ptx_assemble_without_spills(arch, m, n, k):

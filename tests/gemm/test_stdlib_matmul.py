@@ -68,6 +68,7 @@ def test_config_heuristic():
     assert mid.tiles(128, 4096) * mid.split_k >= 64 and max(mid.bm, mid.bn) <= 128   # split-K (tests/gemm/test_splitk.py)
 
 
+@pytest.mark.slow
 def test_default_config_ptx_uses_mma_and_cp_async():
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16")
     ck = compile_kernel(mm.matmul_kernel, parse_signature(mm.matmul_kernel, sig),
@@ -108,6 +109,7 @@ def test_config_must_be_a_matmul_config():
         matmul(np.zeros((4, 4), np.float16), np.zeros((4, 4), np.float16), config=(64, 64))
 
 
+@pytest.mark.slow
 def test_persistent_kernel_ptx_keeps_the_tma_ring_in_the_tile_loop():
     cfg = mm.MatmulConfig(128, 256, 64, 8, 4, persistent=True)
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a", config=cfg)
@@ -140,6 +142,7 @@ def test_scale_errors():
         F8Array(a, tc.float16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,bk,instr", [("f32", 32, "m64n256k8.f32.tf32.tf32"),
                                             ("f8e4m3", 128, "m64n256k32.f32.e4m3.e4m3")])
 def test_stdlib_tf32_and_f8_gemm_on_wgmma(dtype, bk, instr):

@@ -160,6 +160,7 @@ def _compile(kernel, sig, **opts):
                           use_cache=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_stdlib_gemm_ring_is_tma(dtype):
     sig, cfg = mm.signature(4096, 4096, 4096, dtype, target="sm_90a")
@@ -186,6 +187,7 @@ def test_stdlib_gemm_ring_is_tma(dtype):
         assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,opts", [
     # a row stride not known to be a multiple of 16 bytes: the driver could not encode a map
     ("a=bf16[?,?]:div=16x16:stride_div=4x1, b=bf16[?,?]:div=16x16:stride_div=16x1, c=bf16[?,?], "
@@ -201,12 +203,14 @@ def test_other_rings_keep_cp_async(sig, opts):
     assert not any(s.kind == "tmap" for s in ck.params)
 
 
+@pytest.mark.slow
 def test_test_kernel_gets_tma_too():
     ck = _compile(matmul, "a=f16[?,?]:div=16x16:stride_div=16x1, b=f16[?,?]:div=16x16:stride_div=16x1, "
                           "c=f16[?,?], BM=128, BN=128, BK=64, TF32=False", num_warps=4, num_stages=4)
     assert ck.asm["ptx"].count("cp.async.bulk.tensor.2d") == 3 * 4   # (A + two B boxes) x (3 prologue + body)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,box_b,copies", [
     # BK = 32 tf32 / 128 f8 is one swizzle row of K: A one 128 x BK box, B one 256 x BK box;
     # (A + B) x (3 prologue + body)
@@ -233,6 +237,7 @@ def test_stdlib_tf32_f8_ring_is_tma_with_column_major_b(dtype, box_b, copies):
         assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
 
 
+@pytest.mark.slow
 def test_row_major_b_of_tf32_is_not_copied_by_tma():
     """A row-major B would have to be transposed into tf32's K-major buffer: a 2-D TMA
     copy cannot (nor can cp.async), so the ring does not form and no copy is TMA."""
@@ -258,6 +263,7 @@ def test_tma_store_scratch_is_what_the_boxes_read(dtype, shape):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_persistent_or_tma_off_keeps_plain_epilogue_stores():
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
     for opts in ({"persistent": True}, {"tma": False}):

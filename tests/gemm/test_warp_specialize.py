@@ -45,6 +45,7 @@ def test_ring_moves_to_a_producer_warpgroup():
     assert split.attrs["producer_regs"] * 128 + split.attrs["consumer_regs"] * 256 <= 65536
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("t,bn,warps", [("bf16", 256, 8), ("f16", 128, 4), ("f16", 128, 8)])
 def test_ptx_sets_register_budgets(t, bn, warps):
     ck = compile_kernel(ws_matmul, _spec(t, 128, bn), _opts(num_warps=warps), use_cache=False)
@@ -61,6 +62,7 @@ def test_ptx_sets_register_budgets(t, bn, warps):
         assert rep["spill_stores"] == 0 and not rep["warnings"], rep
 
 
+@pytest.mark.slow
 def test_consumer_barriers_are_named():
     # a reduction across warps in the epilogue: its barriers count the consumer threads only
     sig = SIG.format(t="f16", bm=128, bn=128, bk=64) + ", rowmax=f32[?,?]:div=16x16:stride_div=16x1"
@@ -77,6 +79,7 @@ def test_left_alone(opts):
     assert not _split(module) and module.attrs["num_threads"] == 32 * module.attrs["num_warps"]
 
 
+@pytest.mark.slow
 def test_stdlib_gemm_config_specializes():
     mm = importlib.import_module("tilec.stdlib_kernels.matmul")
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
@@ -89,6 +92,7 @@ def test_stdlib_gemm_config_specializes():
         assert rep["spill_stores"] == 0 and not rep["warnings"], rep
 
 
+@pytest.mark.slow
 def test_stdlib_heuristic_and_cli():
     mm = importlib.import_module("tilec.stdlib_kernels.matmul")
     bf16 = mm.tc.bfloat16

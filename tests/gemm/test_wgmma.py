@@ -175,6 +175,7 @@ KMAJOR_CASES = [  # (m, n, k, num_warps, element bytes): tf32 and f8, B K-major
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m,n,k,num_warps,eb", KMAJOR_CASES)
 def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
     """tf32 / f8 (always) and f16/bf16 (`k_major=True`): B's buffer is K-major (its K x N tile

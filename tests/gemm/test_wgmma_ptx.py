@@ -44,6 +44,7 @@ def _body_ops(gpu_text: str):
     return names
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_stdlib_gemm_on_wgmma(dtype):
     """The cp.async ring (tma=False; the TMA ring is tests/gemm/test_tma.py's)."""
@@ -68,6 +69,7 @@ def test_stdlib_gemm_on_wgmma(dtype):
     _assert_clean(ck)
 
 
+@pytest.mark.slow
 def test_same_gemm_keeps_mma_sync_on_sm_80():
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_80")
     assert cfg.bk == 32
@@ -75,6 +77,7 @@ def test_same_gemm_keeps_mma_sync_on_sm_80():
     assert "mma.sync.aligned.m16n8k16" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
 
 
+@pytest.mark.slow
 def test_two_stages_wait_for_every_wgmma():
     """With two slots there is no room for a wgmma in flight: the copies run one iteration
     ahead and each wgmma is waited for before the next iteration's prefetch."""
@@ -86,6 +89,7 @@ def test_two_stages_wait_for_every_wgmma():
     _assert_clean(ck)
 
 
+@pytest.mark.slow
 def test_register_path_fences_stores_before_wgmma():
     """Operands without 16-byte accesses (unknown strides) go through registers and
     st.shared: a proxy fence sits between the stores and the barrier before the wgmma."""
@@ -98,6 +102,7 @@ def test_register_path_fences_stores_before_wgmma():
     _assert_clean(ck)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,num_warps", [
     ("a=f16[?,?], b=f16[?,?], c=f16[?,?], BM=64, BN=64, BK=32, TF32=False", 4),   # 64-byte rows of A
     ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=16, TF32=True", 4),    # tf32, 64-byte rows
@@ -107,6 +112,7 @@ def test_other_dots_keep_mma_sync_on_sm_90a(sig, num_warps):
     assert "mma.sync.aligned" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,instr", [
     ("a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=True", "m64n64k8.f32.tf32.tf32"),
     ("a=f8e4m3[?,?], b=f8e4m3[?,?], c=f32[?,?], BM=64, BN=64, BK=128, TF32=False", "m64n64k32.f32.e4m3.e4m3"),
@@ -124,6 +130,7 @@ def test_tf32_and_f8_dots_on_wgmma(sig, instr):
     assert ck.metadata["ptxas"]["warnings"] == [] if find_ptxas() else True
 
 
+@pytest.mark.slow
 def test_true_f32_dot_stays_off_tensor_cores_on_sm_90a():
     ck = _compile(matmul, "a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=False", "sm_90a",
                   num_warps=4)

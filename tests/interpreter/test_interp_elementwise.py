@@ -75,6 +75,7 @@ INT_REF = {
 INT_UNARY_REF = {T.NegOp: lambda a: -a, T.InvertOp: lambda a: ~a, T.AbsOp: abs}
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(sorted(INT_REF, key=lambda c: c.name)), st.sampled_from(INT_TYPES),
        SHAPES, st.integers(0, 2**32 - 1), st.booleans())
@@ -88,6 +89,7 @@ def test_integer_binary_ops_wrap(op_class, d, shape, seed, small):
     assert got.tolist() == want.tolist()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([T.NegOp, T.InvertOp, T.AbsOp]), st.sampled_from(INT_TYPES), SHAPES,
        st.integers(0, 2**32 - 1))
@@ -126,6 +128,7 @@ FLOAT_EXACT = {T.AddOp: np.add, T.SubOp: np.subtract, T.MulOp: np.multiply, T.Di
                T.MinimumOp: np.minimum, T.MaximumOp: np.maximum}
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(sorted(FLOAT_EXACT, key=lambda c: c.name)), st.sampled_from(FLOAT_TYPES),
        SHAPES, st.integers(0, 2**32 - 1))
@@ -147,6 +150,7 @@ FLOAT_UNARY = {
 }
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(sorted(FLOAT_UNARY, key=lambda c: c.name)), st.sampled_from(FLOAT_TYPES),
        SHAPES, st.integers(0, 2**32 - 1))
@@ -164,6 +168,7 @@ def test_float_unary_ops_within_one_ulp(op_class, d, shape, seed):
     assert close.all(), (a[~close], got[~close], want[~close])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(FLOAT_TYPES), SHAPES, st.integers(0, 2**32 - 1))
 def test_fma_rounds_once(d, shape, seed):

@@ -159,6 +159,7 @@ def program_ids(out):
     tc.store(out.ptr + tc.program_id(0), tc.program_id(0))
 
 
+@pytest.mark.slow
 def test_grids_past_the_cuda_axis_limits_are_rejected_as_on_a_gpu():
     # CUDA grids hold 2**31 - 1 programs along axis 0, 65535 along axes 1 and 2
     out = np.zeros(70000, np.int32)

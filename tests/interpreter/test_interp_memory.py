@@ -149,6 +149,7 @@ def histogram_kernel(n, bins, d=dt.int32):
     return build([view(dt.int32, 1), view(d, 1), scalar(dt.int32)], body)
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 3000), st.integers(1, 16), st.sampled_from([dt.int32, dt.float32]), st.integers(0, 2**32 - 1))
 def test_atomic_add_histogram(size, bins, d, seed):

@@ -36,6 +36,7 @@ def run_unary(fn, d_in, d_out, x, out_shape):
 
 
 # ----------------------------------------------------------------------------- casts
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.sampled_from(ALL), st.sampled_from(ALL), st.integers(0, 2**32 - 1))
 def test_cast_between_every_pair(src, to, seed):
@@ -118,6 +119,7 @@ def ref_reduce(kind, x, axis, d):
     return storage(d, fn(x.astype(np.float64), axis=axis))
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.sampled_from(["sum", "prod", "max", "min", "argmax", "argmin"]), st.sampled_from(ALL),
        SHAPES2, st.integers(0, 1), st.integers(0, 2**32 - 1))
@@ -153,6 +155,7 @@ def test_f16_sum_accumulates_in_f32():
     assert float(got) == 2112.0
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(st.sampled_from(["sum", "prod", "max", "min"]), st.sampled_from(INT_TYPES + [dt.float32, dt.float64]),
        SHAPES2, st.integers(0, 1), st.booleans(), st.integers(0, 2**32 - 1))
@@ -204,6 +207,7 @@ def test_reduce_generic_with_select_combiner():
 
 
 # ----------------------------------------------------------------------------- dot
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.sampled_from([dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2]),
        st.sampled_from([(16, 16, 16), (1, 8, 2), (32, 16, 8)]), st.booleans(), st.integers(0, 2**32 - 1))

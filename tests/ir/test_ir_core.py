@@ -83,6 +83,7 @@ attr_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3), max_leaves=6)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(attr_values)
 def test_attribute_round_trip(v):

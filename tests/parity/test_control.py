@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 
 import tilec as tc
+import pytest
 
 BLOCK = 32
 
@@ -145,6 +146,7 @@ print("NOT REACHED")
 '''
 
 
+@pytest.mark.slow
 def test_device_assert_reports_message_and_fails(backend, tmp_path):
     child = tmp_path / "assert_child.py"
     child.write_text(f"GPU = {backend.gpu}\n" + textwrap.dedent(ASSERT_CHILD))

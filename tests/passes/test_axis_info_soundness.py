@@ -172,6 +172,7 @@ def _check_runs(p: _Prog, out: str, step: int) -> None:
                 assert (line[start:start + k] == line[start]).all(), ("constancy", d, k, start, _text(p, out))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(int_programs())
 def test_integer_tiles_keep_their_claims(case):
@@ -195,6 +196,7 @@ def pointer_programs(draw):
     return p, ptrs, size
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(pointer_programs())
 def test_pointer_tiles_keep_their_claims(case):
@@ -204,6 +206,7 @@ def test_pointer_tiles_keep_their_claims(case):
     _check_runs(p, out, step=size)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(programs())
 def test_claimed_prefix_groups_are_prefixes(case):

@@ -139,6 +139,7 @@ def test_ptx_takes_the_grid_and_loops(arch, monkeypatch):
     assert any(labels.get(m.group(1), 1 << 60) < m.start() for m in re.finditer(r"bra(?:\.uni)?\s+(\$L__\w+);", ptx))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not find_ptxas(), reason="ptxas not installed")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_stdlib_matmul_kernel_compiles_persistent(arch):

@@ -46,7 +46,8 @@ def test_pipeline_starts_with_the_generic_passes():
 # The passes each target runs with default options: sm_90a has wgmma and TMA, sm_90 and
 # sm_100a have TMA but no wgmma (tilec's TMA copies feed wgmma only), sm_80 neither.
 _CORE = ["canonicalize", "fold", "cse", "dce", "index_width"]
-_GPU = ["lower_views", "axis_info", "assign_layouts", "accelerate_dot", "pipeline_loads", "prefetch_loads"]
+_GPU = ["lower_views", "axis_info", "assign_layouts", "accelerate_dot", "share_staged_operands", "pipeline_loads",
+        "prefetch_loads"]
 _END = ["lower_reductions", "lower_scans", "allocate_shared"]
 
 

@@ -119,6 +119,7 @@ def _kernels(name: str):
     return _KERNELS[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DTYPES)
 def test_passes_shrink_the_kernel(name):
     original, optimized, _ = _kernels(name)
@@ -126,6 +127,7 @@ def test_passes_shrink_the_kernel(name):
     assert count(optimized) < count(original) * 0.9, "the test kernel no longer exercises the rewrites"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DTYPES)
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
@@ -199,6 +201,7 @@ module {
 """
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(n=st.integers(-2, 6), x=st.floats(-4, 4, width=32))
 def test_control_flow_rewrites_preserve_results(n, x):

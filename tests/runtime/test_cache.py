@@ -101,6 +101,7 @@ def _worker(args):
     return bad
 
 
+@pytest.mark.slow
 def test_eight_processes_share_one_directory(tmp_path):
     ctx = mp.get_context("spawn")
     with ctx.Pool(8) as pool:

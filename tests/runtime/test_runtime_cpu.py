@@ -16,6 +16,7 @@ from tilec.runtime.memory import DeviceArray, typestr
 from ptx_kernels import axpy
 
 
+@pytest.mark.slow
 def test_import_does_not_load_driver():
     code = "import sys, tilec.runtime, tilec.runtime.launcher; print('cuda.bindings.driver' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -3,6 +3,7 @@ on it and the specialization derives its view types from it (`view_type_of`). Ch
 a direct reading of the array, written here as the rule's reference: a signature that lost
 something the view type needs would give two arrays one prepared launch but two kernels."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from tilec import dtypes as dt
@@ -38,12 +39,14 @@ def reference_view_type(info: ArrayInfo) -> ViewType:
     return ViewType(info.dtype, rank, tuple(static), dt.int32 if small else dt.int64, align, shape_div, stride_div)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(arrays)
 def test_the_view_type_of_the_signature_is_the_arrays(a):
     assert view_type_for(a) == reference_view_type(a)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(arrays, arrays)
 def test_equal_signatures_mean_equal_specializations(a, b):
@@ -58,6 +61,7 @@ def test_column_major_and_strided_matrices_differ():
     assert array_signature(col) != array_signature(strided)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.integers(min_value=-2 ** 63, max_value=2 ** 63 - 1), st.integers(min_value=-2 ** 63, max_value=2 ** 63 - 1))
 def test_int_signatures_decide_the_scalar_spec(a, b):

@@ -31,6 +31,7 @@ def _check(got, want, tol):
     assert err < tol, err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["bshd", "bhsd"])
 @pytest.mark.parametrize("kw", MASKS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
 @pytest.mark.parametrize("n_q,n_k", [(70, 70), (33, 90), (90, 33)])

@@ -21,6 +21,7 @@ def test_reduce_config_is_one_tile_up_to_8192_rows():
     assert CE.reduce_config(100000) == (8192, 16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("n_rows", [3000, 8195])  # one partial tile; one full tile and 3 rows
 def test_mean_and_sum_over_many_rows_with_ignored_rows(rowwise, dtype, n_rows):

@@ -71,6 +71,7 @@ def test_two_byte_layer_norm_asks_for_smaller_chunks(n_cols, want):
     assert (got.c, got.block, got.num_warps) == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launched, dtype):
     # 32768 columns: four full chunks of 8192 (2-byte layer_norm's chunks; EVEN, no masks); a
@@ -93,6 +94,7 @@ def test_two_byte_layer_norm_on_clusters_when_every_chunk_is_full(rowwise, launc
     assert launched == [("norm_chunks_kernel", 5)]
 
 
+@pytest.mark.slow
 def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
     x = np.zeros((87, 16385), np.float32)                  # 87 rows x 3 programs = 261 < 264: split
     sk.softmax(x)
@@ -103,6 +105,7 @@ def test_softmax_takes_clusters_from_two_programs_per_sm(launched):
 
 
 # ----------------------------------------------------------------------------- entry points
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("n,want", [
@@ -192,6 +195,7 @@ def test_softmax_entry_point_passes_the_floor(monkeypatch, n, log, floor):
     assert launched == ([("softmax_cluster_loop_kernel", None)] if n > 131072 else [("softmax_cluster_kernel", floor)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 @pytest.mark.parametrize("window", [0, 16])
 def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
@@ -206,6 +210,7 @@ def test_log_softmax_chunks_fit_five_programs_per_sm(dtype, window):
     assert ".minnctapersm 5" in c.asm["ptx"] and ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log,floor,regs", [(False, 6, 80), (True, None, 80)])
 def test_eight_tile_chunks_take_the_highest_floor_that_fits(log, floor, regs):
     # 8 tiles of 1024 at 4 warps ask for 8 programs per SM (64 registers) and spill there;
@@ -246,6 +251,7 @@ def test_norm_entry_points_pass_the_floor(op, n, dtype, want):
     assert [(ln.name, dict(ln.options)) for ln in launches] == [("norm_cluster_loop_kernel", want)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_two_byte_layer_norm_clusters_of_8_fit_two_programs_per_sm(dtype):
     # at 4 warps each thread holds 64 centred f32 values and 64 of w and b: the floor of 2
@@ -286,6 +292,7 @@ def test_softmax_on_clusters_of_a_row_of_only_minus_inf(monkeypatch):
         np.testing.assert_allclose(got[1], ref_softmax(x[1:].astype(np.float64), log)[0], rtol=2e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_norms_on_clusters_match_numpy(rowwise, launched, dtype):
     rng = np.random.default_rng(12)
@@ -349,6 +356,7 @@ def test_persistent_softmax_kernel_walks_rows(c, clusters):
     np.testing.assert_allclose(np.delete(out, 5, 0), np.delete(want, 5, 0), rtol=2e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, launched, dtype):
     retune(monkeypatch, "softmax", loop_min_chunk=8192)    # the interpreter's rows stay small
@@ -366,6 +374,7 @@ def test_softmax_of_2_byte_rows_takes_persistent_clusters(rowwise, monkeypatch, 
     assert launched == [("softmax_cluster_kernel", 8)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("resident,want", [
     ({8192: 2, 4096: 2}, 6),     # 6 resident programs of 4096 beat 3 of 8192 x 2 clusters (12 vs 6)
     ({8192: 5, 4096: 2}, 3),     # 15 of 8192 beat 12 of 4096
@@ -449,6 +458,7 @@ def test_f32_norms_walk_rows_on_fewer_clusters(monkeypatch, launched, rms):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_ragged_f32_rows_on_clusters_take_windows(monkeypatch):
     # 40008 f32 columns, every row on a 32-byte sector but ending inside a 16-byte group:
     # rms_norm and softmax read their chunks through windows (lead 0), rms_norm as chunk tiles
@@ -470,6 +480,7 @@ def test_ragged_f32_rows_on_clusters_take_windows(monkeypatch):
     assert [(k, window) for k, _, window in launched] == [("softmax_tile_kernel", 0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c", [2, 4, 8])
 def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
@@ -506,6 +517,7 @@ def test_norm_kernel_with_small_chunks_and_empty_ones(c, rms):
 
 
 # ----------------------------------------------------------------------------- PTX
+@pytest.mark.slow
 @pytest.mark.parametrize("mod,name,sig,warps", [(CR, *s) for s in CR.SM90_SIGNATURES] +
                          [(NC, *s) for s in NC.SM90_SIGNATURES])
 def test_cluster_kernels_assemble_for_sm90a(mod, name, sig, warps):

@@ -7,6 +7,7 @@ import importlib
 import numpy as np
 
 import tilec.stdlib_kernels as sk
+import pytest
 from launch_spy import retune, spy_launches
 
 CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
@@ -18,6 +19,7 @@ def _launches(monkeypatch, modules):
     return spy_launches(monkeypatch, modules, lambda kernel, cluster, c: (kernel.name, c.get("options")))
 
 
+@pytest.mark.slow
 def test_cross_entropy_mean_is_a_dependent_of_the_row_kernel(monkeypatch):
     seen = _launches(monkeypatch, (CE,))
     x = np.random.default_rng(0).standard_normal((40, 70000)).astype(np.float32)
@@ -56,6 +58,7 @@ def test_sum_over_dim0_merges_its_splits_as_a_dependent(monkeypatch):
     assert seen == [("reduce_inner_kernel", None), ("reduce_inner_kernel", DEPENDENT)]
 
 
+@pytest.mark.slow
 def test_softmax_along_a_split_dimension_normalizes_as_a_dependent(monkeypatch):
     sdim = importlib.import_module("tilec.stdlib_kernels.softmax_dim")
     seen = _launches(monkeypatch, (sdim,))

@@ -75,6 +75,7 @@ def test_dropout_strided_rows_match_the_flat_mask(cols):
     np.testing.assert_array_equal(y != 0, keep)
 
 
+@pytest.mark.slow
 def test_dropout_grouped_kernel_keeps_values_in_their_threads():
     # Each thread draws the Philox words of its own 8-element runs: no layout conversion
     # through shared memory, no barrier, 16-byte accesses.
@@ -106,6 +107,7 @@ def test_dropout_threshold_resolution(p, threshold):
     assert float(scale) == (0.0 if threshold == 2 ** 16 else np.float32(2 ** 16 / (2 ** 16 - threshold)))
 
 
+@pytest.mark.slow
 def test_dropout_statistics_and_edges():
     x = np.ones(20000, np.float32)
     for p in (0.1, 0.5, 0.9):
@@ -121,6 +123,7 @@ def test_dropout_statistics_and_edges():
         D.dropout(x, 0.5, 1.5)
 
 
+@pytest.mark.slow
 def test_dropout_kernel_assembles():
     for name, sig in D.SIGNATURES.items():
         for arch in ("sm_80", "sm_90a"):

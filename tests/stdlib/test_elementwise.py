@@ -188,6 +188,7 @@ def _compile_all(module):
             yield name, arch, c.asm["ptx"]
 
 
+@pytest.mark.slow
 def test_elementwise_kernels_assemble_with_16_byte_accesses():
     for name, _arch, ptx in _compile_all(E):
         if name in ("gelu_kernel", "silu_mul_kernel", "binary_kernel"):

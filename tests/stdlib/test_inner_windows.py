@@ -67,6 +67,7 @@ def test_max_of_negative_rows_off_sectors_ignores_the_neighbouring_rows(launched
     np.testing.assert_array_equal(got, x.max(0))
 
 
+@pytest.mark.slow
 def test_split_classes_of_many_rows_match_numpy(launched):
     # 4100 rows of 200 f16 columns: one strip per class, the classes' rows split among programs
     rng = np.random.default_rng(5)
@@ -76,6 +77,7 @@ def test_split_classes_of_many_rows_match_numpy(launched):
     np.testing.assert_allclose(got.astype(np.float64), x.astype(np.float64).sum(0), rtol=2e-3, atol=0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, window", [("bf16", 16), ("f16", 16), ("f32", 8)])
 @pytest.mark.parametrize("is_max", [False, True])
 def test_window_kernel_moves_16_bytes_in_few_registers(dtype, window, is_max):

@@ -53,6 +53,7 @@ def test_programs_walking_several_rows_match_numpy(rowwise, monkeypatch, rms, dt
 _V2, _V1 = "[?,?]:div=1x16:stride_div=16x1", "[?]:div=16"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,block", [("bf16", 16384), ("f32", 8192)])
 @pytest.mark.parametrize("rms", [False, True])
 def test_one_program_per_sm_tiles_assemble_with_16_byte_accesses_and_no_spills(dtype, block, rms):

@@ -69,6 +69,7 @@ def _run_and_check(buf, n, w, b, rms, c, tiles, block, window, shifted, tol, sta
     np.testing.assert_array_equal(out[:, n:], 9.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rms", [False, True])
 @pytest.mark.parametrize("c,tiles,n", [(3, 2, 37), (5, 3, 61), (7, 2, 50), (4, 2, 9), (2, 4, 57)])
 @pytest.mark.parametrize("window,shifted", [(0, False), (8, False), (8, True)])
@@ -108,6 +109,7 @@ def test_chunk_tiles_in_place(mode, window):
     np.testing.assert_allclose(mean, want_mean, rtol=1e-6)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_chunk_tiles_property(data):
@@ -172,6 +174,7 @@ def test_chunk_tiles_on_ties(n, window, tie, want):
     assert (cl.c, cl.block, cl.num_warps, cl.tiles) == want
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_rows_whose_window_outgrows_the_clusters_keep_the_old_paths(dtype):
     # 131070 columns off 32-byte sectors: the window's span passes 8 x 16384 lanes, so no chunk
@@ -230,6 +233,7 @@ def test_params_early_compares_the_compiled_kernels(early, late, want):
     assert NC.params_early(StaticProbe(H100), launch_of) is False
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(data=st.data())
 def test_long_rows_through_the_entry_points(data):

@@ -55,6 +55,7 @@ def _check_norm(out, x, w, b, rms, dtype):
     np.testing.assert_allclose(_f64(out), want, rtol=tol, atol=tol * (1 + np.abs(want).max()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 2999), ("f16", 1601), ("f32", 1700)])
 @pytest.mark.parametrize("rms, params", [(False, "wb"), (False, "w"), (False, "b"), (True, "w")])
 def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
@@ -77,6 +78,7 @@ def test_shifted_tables_match_numpy(launched, dtype, n, params, rms):
     assert (_f64(buf)[:, n:] == SENTINEL).all()
 
 
+@pytest.mark.slow
 def test_small_arrays_gather_w_and_b(launched):
     x = _off_sector(np.random.default_rng(1), 6, 1201, "f16")     # 14 KB
     sk.layer_norm(x, rowwise_host(np.ones(1201), "f16"), rowwise_host(np.zeros(1201), "f16"))
@@ -114,6 +116,7 @@ def test_shift_table_rows_are_the_parameters_shifted(has_w, has_b):
             np.testing.assert_array_equal(tab[lead], want)
 
 
+@pytest.mark.slow
 def test_shifted_tables_load_16_bytes_at_a_time():
     sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
     ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True).asm["ptx"]
@@ -131,6 +134,7 @@ def test_row_kernel_is_a_dependent_launch_of_the_tables(monkeypatch):
     assert seen == [("shift_tables_kernel", None), ("norm_tile_kernel", {"dependent_launch": True})]
 
 
+@pytest.mark.slow
 def test_rows_read_x_before_waiting_for_the_tables():
     sig = [s for k, s in norms.EXTRA_SIGNATURES if "SHIFTED=True" in s][0]
     ptx = norms.norm_tile_kernel.compile(sig, num_warps=16, arch="sm_90a", fast_math=True,
@@ -161,6 +165,7 @@ def test_layer_norm_with_tables_holds_rows_as_halves(monkeypatch, dtype, n, rms,
     assert seen[-1] == ("norm_tile_kernel", tiles)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tables", [False, True])
 @pytest.mark.parametrize("dtype, n", [("f32", 1500), ("f16", 1201), ("f16", 4095), ("f32", 12001)])
 @pytest.mark.parametrize("rms", [False, True])
@@ -186,6 +191,7 @@ def test_rows_read_in_the_outputs_windows(monkeypatch, tables, dtype, n, rms):
     assert (_f64(buf)[:, n:] == SENTINEL).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, n, width", [("f16", 20001, 20016), ("f16", 50257, 50304), ("f32", 20001, 20016)])
 @pytest.mark.parametrize("rms", [False, True])
 def test_long_rows_read_in_the_outputs_windows(monkeypatch, dtype, n, width, rms):

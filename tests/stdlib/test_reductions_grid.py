@@ -78,6 +78,7 @@ def test_more_slabs_than_any_grid_holds_is_a_clear_error(monkeypatch):
         sk.sum(huge((2**31, 2, 1), np.float32), 1, out=huge((2**31, 1), np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis1", [GRID_LIMITS[1], 3])   # 3: the strips on axis 0, as past 65535 of them
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("shape, dim", [

@@ -45,6 +45,7 @@ CUMSUM_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_cumsum_of_rows_on_sectors_takes_windows_where_their_length_is_ragged(launched):
     # 3000 f32 columns: every row on a 32-byte sector (the launch specializes on 8 | 3000),
     # but the rows end inside 16-byte groups: windows (lead 0) scan by groups
@@ -166,6 +167,7 @@ PTX_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,sig,warps,max_regs", PTX_CASES)
 def test_windowed_row_kernels_move_16_bytes(kernel, sig, warps, max_regs):
     compiled = kernel.compile(kernel.specialization(sig), arch="sm_90a", num_warps=warps, fast_math=True)

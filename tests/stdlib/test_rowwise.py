@@ -34,6 +34,7 @@ def ref_layer_norm(x, w, b, eps):
 
 
 # ----------------------------------------------------------------------------- softmax
+@pytest.mark.slow
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), scale=st.sampled_from([1.0, 300.0, 3e4]),
        log=st.booleans(), seed=st.integers(0, 2**16))
@@ -72,6 +73,7 @@ def test_softmax_of_a_256k_row():
     np.testing.assert_allclose(got, ref_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", [False, True])
 def test_split_long_rows_with_masked_chunks(log):
     # Rows split into chunks of 2 tiles (4 chunks, the last part-filled): a chunk of only
@@ -136,6 +138,7 @@ def test_no_rows_of_any_length(n):
 
 
 # ----------------------------------------------------------------------------- norms
+@pytest.mark.slow
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), offset=st.sampled_from([0.0, 50.0]),
        affine=st.booleans(), seed=st.integers(0, 2**16))
@@ -155,6 +158,7 @@ def test_layer_norm_matches_numpy(rowwise, shape, dtype, offset, affine, seed):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("is_max", [False, True])
 def test_reductions_over_a_long_first_dim_split_among_programs(rowwise, is_max):
     from tilec.stdlib_kernels.reductions import strip_config
@@ -182,6 +186,7 @@ def test_inner_reduction_split_heuristic(shape, itemsize, programs, tiles_each):
     assert (strips * splits, n_tiles // splits) == (programs, tiles_each)
 
 
+@pytest.mark.slow
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), seed=st.integers(0, 2**16))
 def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
@@ -195,6 +200,7 @@ def test_rms_norm_matches_numpy(rowwise, shape, dtype, seed):
     np.testing.assert_allclose(rstd, want_rstd, rtol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("capability", [(8, 0), (9, 0)])
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
 def test_norms_of_long_rows_with_a_large_mean(rowwise, monkeypatch, dtype, capability):
@@ -234,6 +240,7 @@ def ref_cross_entropy(x, t, ignore_index):
     return loss, loss.sum(), loss.sum() / (t != ignore_index).sum()
 
 
+@pytest.mark.slow
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]),
        tdtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2**16))
@@ -252,6 +259,7 @@ def test_cross_entropy_matches_numpy(rowwise, shape, dtype, tdtype, seed):
     rowwise.close(got, mean, dtype, scale=scale)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split_rows", [8192, 1])
 def test_cross_entropy_long_rows_ignored_and_out_of_range_targets(monkeypatch, split_rows):
     # Rows split into chunks (4 rows < SPLIT_ROWS: 3 chunks of one step, merged by the
@@ -313,6 +321,7 @@ def test_cross_entropy_argument_errors():
 
 
 # ----------------------------------------------------------------------------- sum, max, cumsum
+@pytest.mark.slow
 @FEW
 @given(shape=st.lists(st.sampled_from([1, 2, 3, 5, 33, 257]), min_size=1, max_size=3).map(tuple),
        dtype=st.sampled_from(["f32", "f16", "bf16"]), is_max=st.booleans(), data=st.data())
@@ -343,6 +352,7 @@ def test_sum_and_max_of_long_rows_and_strided_inputs():
         sk.max(np.zeros((2, 0), np.float32), 1)
 
 
+@pytest.mark.slow
 @FEW
 @given(shape=row_shapes(), dtype=st.sampled_from(["f32", "f16", "bf16"]), seed=st.integers(0, 2**16))
 def test_cumsum_matches_numpy(rowwise, shape, dtype, seed):

@@ -69,6 +69,7 @@ def test_signatures_name_every_kernel(name):
     assert kernels and set(mod.SIGNATURES) == kernels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kernel,sig", list(_cases()))
 def test_kernel_ir_round_trips(name, kernel, sig):
     from tilec.ir import parse, print_module, verify
@@ -77,6 +78,7 @@ def test_kernel_ir_round_trips(name, kernel, sig):
     assert verify(parse(print_module(module))) == module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name,kernel,sig", list(_cases()))
 def test_kernel_assembles_without_spills(name, kernel, sig, arch):
@@ -90,6 +92,7 @@ def test_kernel_assembles_without_spills(name, kernel, sig, arch):
     assert ptxas["spill_stores"] == 0 and ptxas["spill_loads"] == 0, ptxas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,sig", [
     ("softmax.softmax_tile_kernel", "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192"),
     ("norms.norm_tile_kernel", "x=f16[?,?], w=f16[?], b=f16[?], y=f16[?,?], mean_out=f32[?], rstd_out=f32[?], "

@@ -42,6 +42,7 @@ def shapes_and_dims(draw):
     return tuple(shape), dim - ndim if negative else dim
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(case=shapes_and_dims(), dtype=st.sampled_from(["f32", "f16", "bf16"]), scale=st.sampled_from([1.0, 300.0]),
        log=st.booleans(), seed=st.integers(0, 2**16))
@@ -57,6 +58,7 @@ def _kernels(monkeypatch):
     return spy_launches(monkeypatch, [softmax_dim], lambda k, cluster, c: (k.name, c.get("SPLIT")))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape,dim,whole,want", [
     ((4, 300, 70), 1, False, [("softmax_dim_tile_kernel", None)]),             # 300 rows: one tile
     ((3000, 300), 0, True, [("softmax_dim_loop_kernel", False)]),                   # looped strips (as if enough of them)
@@ -160,6 +162,7 @@ def test_more_slabs_than_any_grid_holds_is_a_clear_error(monkeypatch):
         sk.softmax(huge((2**31, 2, 1), np.float32), dim=1, out=huge((2**31, 2, 1), np.float32))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("axis1", [GRID_LIMITS[1], 3])   # 3: the strips on grid axis 0, as past 65535 of them
 @pytest.mark.parametrize("dtype, shape, dim, whole", [
     ("f32", (3, 30, 300), 1, False),       # one tile per strip: 38 strips of 8 columns per slab

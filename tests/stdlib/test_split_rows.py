@@ -197,6 +197,7 @@ def test_norms_of_rows_in_halves_and_quarters_match_numpy(launched, n, dtype, bl
 
 # The registers that let two (four) layer_norm programs share an SM: one 16384-lane bf16 tile
 # took 91 at 16 warps, one of 8192 80 at 8 (sm_90a ptxas).
+@pytest.mark.slow
 @pytest.mark.parametrize("block, tiles, warps", [(4096, 4, 16), (4096, 2, 8)])
 def test_layer_norm_rows_in_tiles_fit_two_or_four_programs_per_sm(block, tiles, warps):
     v2 = "[?,?]:div=1x16:stride_div=16x1"

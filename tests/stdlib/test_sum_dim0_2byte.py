@@ -34,6 +34,7 @@ def test_windowed_strips_and_splits():
     assert RD.split_count(32, 1024, 4) == 64
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_leading_dim_split_matches_numpy(rowwise, dtype, op):

@@ -33,6 +33,7 @@ def test_transpose_bf16_strided_and_out():
         T.transpose(base.astype(np.float32)[:, ::2])
 
 
+@pytest.mark.slow
 def test_transpose_kernel_assembles():
     for name, sig in T.SIGNATURES.items():
         for arch in ("sm_80", "sm_90a"):

@@ -79,6 +79,7 @@ def _path(monkeypatch, path, dtype):
     return shape, 32 // np.dtype(dtype).itemsize, f32_kernels if dtype == np.float32 else f16_kernels
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("path", list(PATHS))
@@ -106,6 +107,7 @@ def test_an_output_off_the_inputs_windows_reads_x_in_its_windows(realigned):
     assert realigned == [("softmax_tile_kernel", 16, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("path", list(PATHS))
@@ -139,6 +141,7 @@ def _accesses(ptx):
     return Counter(re.findall(r"((?:ld|st)\.global(?:\.v\d)?\.b\d+)", ptx))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,sig,options,spills", [
     (softmax.softmax_tile_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192, WINDOW=16",
      dict(num_warps=8), 0),
@@ -163,6 +166,7 @@ def test_windowed_kernels_move_16_bytes(kernel, sig, options, spills):
     assert c.metadata["ptxas"]["spill_stores"] <= spills
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
 def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
     # 7 x 8192 at 8 warps (softmax 4096x50257): the window's masks as two values per 16-byte
@@ -175,6 +179,7 @@ def test_windowed_cluster_chunks_fit_five_programs_per_sm(dtype):
     assert ptxas["registers"] <= 48 and ptxas["spill_stores"] == 0, ptxas
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel,sig,options", [
     (softmax.softmax_tile_kernel, "x=bf16[?,?], out=bf16[?,?], LOG=False, ROWS=1, BLOCK=8192, WINDOW=16",
      dict(num_warps=8)),
