@@ -282,13 +282,15 @@ def _check_lengths(lens, table, max_keys: int, page_size: int, num_blocks: int) 
 
 
 def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int = 512, scale: Optional[float] = None,
-               causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None):
+               causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None,
+               validate: bool = True):
     """Multi-head latent attention decode (module doc). q (batch, q_len, heads, 576); kv_cache
     (batch, max_seq, 1, 576) or, with block_table (batch, max_blocks) int32, (num_blocks,
     page_size, 1, 576); cache_seqlens (batch,) int32. Returns out (batch, q_len, heads,
     head_dim_v), or (out, lse) with lse (batch, heads, q_len) f32, natural log. `scale`
     defaults to 1/sqrt(q.shape[-1]) as FlashMLA's (DeepSeek models pass their own:
-    1/sqrt(192) times the YaRN factor)."""
+    1/sqrt(192) times the YaRN factor). `validate=False` skips the checks of cache_seqlens'
+    and block_table's values, which on a GPU read them back (one synchronization per call)."""
     arrs = {"q": as_array(q, "q"), "kv_cache": as_array(kv_cache, "kv_cache"),
             "cache_seqlens": _int_array(cache_seqlens, "cache_seqlens", 1)}
     if block_table is not None:
@@ -333,7 +335,8 @@ def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int 
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer))
                                    or num_splits < 1):
         raise ValueError(f"num_splits: expected a positive int or None, got {num_splits!r}")
-    _check_lengths(la, ta, max_keys, page_size, num_blocks)
+    if validate:
+        _check_lengths(la, ta, max_keys, page_size, num_blocks)
     if scale is None:
         scale = 1.0 / math.sqrt(dim)
 
