@@ -62,25 +62,59 @@ MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 x 32 keys: 
 
 
 @tc.func
-def _kv_tile(kv, b, j, n, page_size, tbl, col, KV: tc.constexpr, BN: tc.constexpr, W: tc.constexpr):
-    """Cached rows j*BN .. j*BN + BN - 1 of sequence b, columns col .. col + W - 1; rows past n
-    read 0 (a page's unused rows may hold anything, NaN included)."""
+def _rows_of(kv, tbl, b, j, n, page_size, KV: tc.constexpr, BN: tc.constexpr):
+    """Where step j's cached rows are: (page, first row) of the view modes, and for KV_GATHER
+    each row's element offset and whether it lies before n. Computed once per step, outside
+    the chunk loop, so that the chunks' addresses are the loop's own (staged by cp.async)."""
     keys = j * BN + tc.arange(0, BN)
+    valid = keys < n
     if KV == 2:   # KV_GATHER: each row through the block table
-        valid = keys < n
         page = tc.load(tbl.ptr + b * tbl.stride(0) + keys // page_size, mask=valid, other=0)
         rows = page.astype(tc.int64) * kv.stride(0) + (keys % page_size).astype(tc.int64) * kv.stride(1)
+        return 0, 0, rows, valid
+    elif KV == 1:   # KV_PAGE: the BN rows lie in one page
+        page = tc.load(tbl.ptr + b * tbl.stride(0) + (j * BN) // page_size)
+        return page, (j * BN) % page_size, keys.astype(tc.int64), valid
+    else:
+        return b, j * BN, keys.astype(tc.int64), valid
+
+
+@tc.func
+def _kv_tile(kv, page, r0, rows, valid, col, KV: tc.constexpr, MASKED: tc.constexpr, BN: tc.constexpr,
+             W: tc.constexpr):
+    """Columns col .. col + W - 1 of a step's BN cached rows (`_rows_of`). MASKED: rows past the
+    sequence read 0 (a page's unused rows may hold anything, NaN included); the key chunks need
+    no mask (their scores are masked to -inf), the values of a sequence's last step do."""
+    if KV == 2:
         t = tc.load(kv.ptr + rows[:, None] + (col + tc.arange(0, W))[None, :], mask=valid[:, None], other=0.0)
     else:
-        if KV == 1:   # KV_PAGE: the BN rows lie in one page
-            page = tc.load(tbl.ptr + b * tbl.stride(0) + (j * BN) // page_size)
-            r0 = (j * BN) % page_size
-        else:
-            page = b
-            r0 = j * BN
         t = tc.reshape(tc.load(kv, offset=(page, r0, col), shape=(1, BN, W), padding=0.0), (BN, W))
-        t = tc.where(keys[:, None] < n, t, 0.0)
+        if MASKED:
+            t = tc.where(valid[:, None], t, 0.0)
     return t
+
+
+@tc.func
+def _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+          KV: tc.constexpr, MASKED: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DV: tc.constexpr,
+          DC: tc.constexpr):
+    """One step of BN keys: S = Q Kᵀ in DC-wide chunks, the online softmax, O += P V."""
+    page, r0, rows, valid = _rows_of(kv, tbl, b, j, n, page_size, KV, BN)
+    vt = _kv_tile(kv, page, r0, rows, valid, vblk * DV, KV, MASKED, BN, DV)   # in flight while S is computed
+    s = tc.zeros((BM, BN), tc.float32)
+    for c in range(0, q.shape[2] // DC):   # a run-time loop: one set of chunk buffers, not nine
+        qc = tc.reshape(tc.load(q, offset=(b, m0, c * DC), shape=(1, BM, DC), padding=0.0), (BM, DC))
+        kc = _kv_tile(kv, page, r0, rows, valid, c * DC, KV, False, BN, DC)
+        s = tc.dot(qc, kc.T, s)
+    keys = j * BN + tc.arange(0, BN)
+    s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
+    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)   # no key seen yet: exp2 gives 0, not NaN
+    p = tc.exp2(s - m_use[:, None])
+    alpha = tc.exp2(m_i - m_use)
+    l_new = l_i * alpha + tc.sum(p, axis=1)
+    acc = tc.dot(p.astype(kv.dtype), vt, acc * alpha[:, None])
+    return m_new, l_new, acc
 
 
 @tc.kernel
@@ -112,22 +146,14 @@ def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page
     m_i = tc.full((BM,), float("-inf"), tc.float32)
     l_i = tc.zeros((BM,), tc.float32)
     acc = tc.zeros((BM, DV), tc.float32)
-    for j in range(j0, j1):
-        s = tc.zeros((BM, BN), tc.float32)
-        for c in range(0, q.shape[2] // DC):   # a run-time loop: one set of chunk buffers, not nine
-            qc = tc.reshape(tc.load(q, offset=(b, m0, c * DC), shape=(1, BM, DC), padding=0.0), (BM, DC))
-            kc = _kv_tile(kv, b, j, n, page_size, tbl, c * DC, KV, BN, DC)
-            s = tc.dot(qc, kc.T, s)
-        keys = j * BN + tc.arange(0, BN)
-        s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
-        m_new = tc.maximum(m_i, tc.max(s, axis=1))
-        m_use = tc.where(m_new == float("-inf"), 0.0, m_new)   # no key seen yet: exp2 gives 0, not NaN
-        p = tc.exp2(s - m_use[:, None])
-        alpha = tc.exp2(m_i - m_use)
-        l_i = l_i * alpha + tc.sum(p, axis=1)
-        vt = _kv_tile(kv, b, j, n, page_size, tbl, vblk * DV, KV, BN, DV)
-        acc = tc.dot(p.astype(kv.dtype), vt, acc * alpha[:, None])
-        m_i = m_new
+    # Steps whose rows all lie before n need no mask on the values; only the last may not.
+    whole = tc.maximum(tc.minimum(j1, n // BN), j0)
+    for j in range(j0, whole):
+        m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+                              KV, False, BM, BN, DV, DC)
+    for j in range(whole, j1):
+        m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+                              KV, True, BM, BN, DV, DC)
 
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
