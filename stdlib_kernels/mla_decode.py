@@ -12,13 +12,18 @@ One program (`mla_decode_kernel`) takes BM = 64 query rows (heads of one or seve
 tokens, row r = token * heads + head; 16 heads are padded to 64 rows) and BN = 32 cached
 rows per step:
 
-- S = Q Kᵀ over the 576 columns as nine 64-wide dots (576 is no power of two, and a
-  64 x 576 operand pair would not fit the registers), then the online softmax in base 2
-  (examples/flash_attention.py);
+- S = Q Kᵀ over the 576 columns as nine 64-wide dots in a run-time loop (576 is no power
+  of two, a 64 x 576 operand pair would not fit the registers, and an unrolled loop took
+  nine sets of shared buffers); the loop's Q and K chunks are staged by cp.async, two
+  chunks ahead. Then the online softmax in base 2 (examples/flash_attention.py);
 - O += P V over a 256-wide half of the value columns: the 64 x 512 f32 accumulator is
   128 registers per thread even at 8 warps, which spilled, so two programs share an M
   block, each owning one half of the output (they both compute S; the cache rows they
-  read are the same, so the second read mostly hits L2).
+  read are the same, so the second read mostly hits L2). A step's value tile is loaded
+  before its S, so that its latency hides behind the nine dots.
+
+Rows past a sequence's length may hold anything (NaN in a fresh pool). Keys need no mask
+(their scores become -inf); value rows do, on a sequence's last step only.
 
 Cache layouts: contiguous `(batch, max_seq, 1, 576)`, or paged `(num_blocks, page_size,
 1, 576)` with `block_table (batch, max_blocks)` int32. A page size that is a multiple of
@@ -54,7 +59,9 @@ LN2 = 0.6931471805599453
 LOG2E = 1.4426950408889634
 
 KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (module doc)
-BM, BN, DV_PART, DC = 64, 32, 256, 64     # query rows, keys per step, value columns per program, q·k chunk
+# query rows, keys per step, value columns per program, q·k chunk. At 8 warps, BN = 64 spilled
+# 12 bytes (200 gathering on sm_80), DV_PART = 512 212 bytes (328 at 16 warps): ptxas 13.
+BM, BN, DV_PART, DC = 64, 32, 256, 64
 WARPS = 8
 COMBINE_ROWS = 16                         # rows per program of the combine kernel
 MAX_SPLITS = 32
