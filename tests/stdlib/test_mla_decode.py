@@ -161,6 +161,30 @@ def test_split_rule():
     assert M.split_count(8, 1 << 16, A100) < M.split_count(8, 1 << 16, H100) or A100.sm_count >= H100.sm_count
 
 
+def test_entry_point_launches_what_the_plan_says(monkeypatch):
+    seen = []
+
+    def spy(kernel, grid, args, num_warps=4, _real=M.launch, **kw):
+        seen.append((kernel.name, tuple(grid), num_warps, kw))
+        return _real(kernel, grid, args, num_warps, **kw)
+    monkeypatch.setattr(M, "launch", spy)
+    rng = np.random.default_rng(4)
+    lens = [300, 90]
+    kv, table = _cache(rng, lens, 64, True)
+    q = rng.standard_normal((2, 1, 16, D)).astype(np.float16)
+    _check(q, kv, lens, table, 64, None)
+    p = M.plan(2, 1, 16, DV, table.shape[1] * 64, True, 64, H100)
+    assert p.num_splits > 1
+    (k1, g1, w1, c1), (k2, g2, w2, c2) = seen
+    assert (k1, g1, w1) == ("mla_decode_kernel", (2, p.num_splits, 2), 8)
+    assert c1["SPLIT"] and c1["KV"] == M.KV_PAGE and c1["VB"] == 2
+    assert (k2, g2) == ("mla_combine_kernel", (1, 2)) and c2["options"] == {"dependent_launch": True}
+    seen.clear()
+    mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1)
+    assert [(k, g) for k, g, _, _ in seen] == [("mla_decode_kernel", (2, 1, 2))]
+    assert not seen[0][3]["SPLIT"]
+
+
 # ----------------------------------------------------------------------------- argument errors
 def _args(rng=None):
     rng = rng or np.random.default_rng(0)
