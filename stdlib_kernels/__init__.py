@@ -11,6 +11,7 @@ from .cross_entropy import cross_entropy
 from .dropout import dropout
 from .elementwise import add, gelu, mul, rope, silu_and_mul, swiglu
 from .matmul import matmul
+from .mla_decode import mla_decode
 from .norms import layer_norm, rms_norm
 from .reductions import cumsum, max, sum  # noqa: A004 - the ops' names
 from .softmax import log_softmax, softmax
@@ -18,4 +19,4 @@ from .transpose import transpose
 
 __all__ = ["BF16Array", "F8Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
            "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose",
-           "attention"]
+           "attention", "mla_decode"]

@@ -1,0 +1,420 @@
+"""mla_decode(q, kv_cache, cache_seqlens, ...): DeepSeek-V2/V3 multi-head latent attention, decode.
+
+MLA caches one latent row per token, shared by every head: kv_lora_rank (512) values
+followed by the rope part (64), 576 in all. The decode step's queries are already
+absorbed into that space (576 per head), and the values are the first `head_dim_v`
+(512) columns of the same rows. So all query rows of a sequence, (q_len x heads) of
+them, attend to one shared cache: FlashMLA's method is to make those rows the M
+dimension of a GEMM against the cache, so each cached byte is read once per M block
+instead of once per head.
+
+One program (`mla_decode_kernel`) takes BM = 64 query rows (heads of one or several new
+tokens, row r = token * heads + head; 16 heads are padded to 64 rows) and BN = 32 cached
+rows per step:
+
+- S = Q Kᵀ over the 576 columns as nine 64-wide dots in a run-time loop (576 is no power
+  of two, a 64 x 576 operand pair would not fit the registers, and an unrolled loop took
+  nine sets of shared buffers); the loop's Q and K chunks are staged by cp.async, two
+  chunks ahead. Then the online softmax in base 2 (examples/flash_attention.py);
+- O += P V over a 256-wide half of the value columns: the 64 x 512 f32 accumulator is
+  128 registers per thread even at 8 warps, which spilled, so two programs share an M
+  block, each owning one half of the output (they both compute S; the cache rows they
+  read are the same, so the second read mostly hits L2). A step's value tile is loaded
+  before its S, so that its latency hides behind the nine dots.
+
+Rows past a sequence's length may hold anything (NaN in a fresh pool). Keys need no mask
+(their scores become -inf); value rows do, on a sequence's last step only.
+
+Cache layouts: contiguous `(batch, max_seq, 1, 576)`, or paged `(num_blocks, page_size,
+1, 576)` with `block_table (batch, max_blocks)` int32. A page size that is a multiple of
+BN reads each step's rows as one tile of one page (KV_PAGE); any other page size (1 to
+256) gathers the rows one by one through the table (KV_GATHER).
+
+Causal: the q_len new tokens are the last q_len of the sequence's cache_seqlens[b], so
+token t sees keys j <= seqlen - q_len + t (bottom-right aligned, as flash-attn). A row
+that sees no key (seqlen 0) gets zeros and lse = -inf.
+
+Split-KV (flash-decoding): with few (batch x M blocks) programs the keys of a sequence
+are split over `num_splits` programs that write f32 partial outputs and base-2
+log-sum-exps; `mla_combine_kernel` merges them by their log-sum-exp (a dependent launch
+on sm_90). `plan` picks num_splits from the shapes and the SM count.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+import tilec as tc
+from tilec.target import Target
+
+from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, target_of, view
+
+__all__ = ["mla_decode", "mla_decode_kernel", "mla_combine_kernel", "MLAPlan", "plan", "split_count",
+           "SIGNATURES", "OPTIONS"]
+
+LN2 = 0.6931471805599453
+LOG2E = 1.4426950408889634
+
+KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (module doc)
+# query rows, keys per step, value columns per program, q·k chunk. At 8 warps, BN = 64 spilled
+# 12 bytes (200 gathering on sm_80), DV_PART = 512 212 bytes (328 at 16 warps): ptxas 13.
+BM, BN, DV_PART, DC = 64, 32, 256, 64
+WARPS = 8
+COMBINE_ROWS = 16                         # rows per program of the combine kernel
+MAX_SPLITS = 32
+MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 x 32 keys: fewer make the combine dominate
+
+
+@tc.func
+def _rows_of(kv, tbl, b, j, n, page_size, KV: tc.constexpr, BN: tc.constexpr):
+    """Where step j's cached rows are: (page, first row) of the view modes, and for KV_GATHER
+    each row's element offset and whether it lies before n. Computed once per step, outside
+    the chunk loop, so that the chunks' addresses are the loop's own (staged by cp.async)."""
+    keys = j * BN + tc.arange(0, BN)
+    valid = keys < n
+    if KV == 2:   # KV_GATHER: each row through the block table
+        page = tc.load(tbl.ptr + b * tbl.stride(0) + keys // page_size, mask=valid, other=0)
+        rows = page.astype(tc.int64) * kv.stride(0) + (keys % page_size).astype(tc.int64) * kv.stride(1)
+        return 0, 0, rows, valid
+    elif KV == 1:   # KV_PAGE: the BN rows lie in one page
+        page = tc.load(tbl.ptr + b * tbl.stride(0) + (j * BN) // page_size)
+        return page, (j * BN) % page_size, keys.astype(tc.int64), valid
+    else:
+        return b, j * BN, keys.astype(tc.int64), valid
+
+
+@tc.func
+def _kv_tile(kv, page, r0, rows, valid, col, KV: tc.constexpr, MASKED: tc.constexpr, BN: tc.constexpr,
+             W: tc.constexpr):
+    """Columns col .. col + W - 1 of a step's BN cached rows (`_rows_of`). MASKED: rows past the
+    sequence read 0 (a page's unused rows may hold anything, NaN included); the key chunks need
+    no mask (their scores are masked to -inf), the values of a sequence's last step do."""
+    if KV == 2:
+        t = tc.load(kv.ptr + rows[:, None] + (col + tc.arange(0, W))[None, :], mask=valid[:, None], other=0.0)
+    else:
+        t = tc.reshape(tc.load(kv, offset=(page, r0, col), shape=(1, BN, W), padding=0.0), (BN, W))
+        if MASKED:
+            t = tc.where(valid[:, None], t, 0.0)
+    return t
+
+
+@tc.func
+def _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+          KV: tc.constexpr, MASKED: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DV: tc.constexpr,
+          DC: tc.constexpr):
+    """One step of BN keys: S = Q Kᵀ in DC-wide chunks, the online softmax, O += P V."""
+    page, r0, rows, valid = _rows_of(kv, tbl, b, j, n, page_size, KV, BN)
+    vt = _kv_tile(kv, page, r0, rows, valid, vblk * DV, KV, MASKED, BN, DV)   # in flight while S is computed
+    s = tc.zeros((BM, BN), tc.float32)
+    for c in range(0, q.shape[2] // DC):   # a run-time loop: one set of chunk buffers, not nine
+        qc = tc.reshape(tc.load(q, offset=(b, m0, c * DC), shape=(1, BM, DC), padding=0.0), (BM, DC))
+        kc = _kv_tile(kv, page, r0, rows, valid, c * DC, KV, False, BN, DC)
+        s = tc.dot(qc, kc.T, s)
+    keys = j * BN + tc.arange(0, BN)
+    s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
+    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)   # no key seen yet: exp2 gives 0, not NaN
+    p = tc.exp2(s - m_use[:, None])
+    alpha = tc.exp2(m_i - m_use)
+    l_new = l_i * alpha + tc.sum(p, axis=1)
+    acc = tc.dot(p.astype(kv.dtype), vt, acc * alpha[:, None])
+    return m_new, l_new, acc
+
+
+@tc.kernel
+def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
+                      KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
+                      VB: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DV: tc.constexpr, DC: tc.constexpr):
+    """q (batch, M, D) with M = q_len * heads rows; kv (pages or batch, rows, D); o (batch, M, VB*DV).
+    Program (mblk * VB + vblk, split, b)."""
+    mblk = tc.program_id(0) // VB
+    vblk = tc.program_id(0) % VB
+    split = tc.program_id(1)
+    b = tc.program_id(2)
+    n_splits = tc.num_programs(1)
+    n_rows = q.shape[1]
+    n = tc.load(lens.ptr + b)
+    m0 = mblk * BM
+    rows = m0 + tc.arange(0, BM)
+    if CAUSAL:   # row r is token r // heads; it sees keys up to n - q_len + token
+        lim = tc.minimum(n - q_len + rows // heads, n - 1)
+        hi = tc.minimum(n - q_len + (tc.minimum(m0 + BM, n_rows) - 1) // heads + 1, n)
+    else:
+        lim = tc.zeros((BM,), tc.int32) + (n - 1)
+        hi = n
+    n_blocks = tc.cdiv(tc.maximum(hi, 0), BN)
+    per = tc.cdiv(n_blocks, n_splits)
+    j0 = tc.minimum(split * per, n_blocks)
+    j1 = tc.minimum(j0 + per, n_blocks)
+
+    m_i = tc.full((BM,), float("-inf"), tc.float32)
+    l_i = tc.zeros((BM,), tc.float32)
+    acc = tc.zeros((BM, DV), tc.float32)
+    # Steps whose rows all lie before n need no mask on the values; only the last may not.
+    whole = tc.maximum(tc.minimum(j1, n // BN), j0)
+    for j in range(j0, whole):
+        m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+                              KV, False, BM, BN, DV, DC)
+    for j in range(whole, j1):
+        m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
+                              KV, True, BM, BN, DV, DC)
+
+    seen = l_i > 0.0
+    out = acc / tc.where(seen, l_i, 1.0)[:, None]
+    lse2 = tc.where(seen, m_i + tc.log2(tc.where(seen, l_i, 1.0)), float("-inf"))
+    if SPLIT:
+        tc.store(o_part, index=(b, split, mblk, vblk), tile=tc.reshape(out, (1, 1, BM, DV)))
+        tc.store(lse_part, index=(b, split, mblk), tile=tc.reshape(lse2, (1, 1, BM)))
+    else:
+        tc.store(o, index=(b, mblk, vblk), tile=tc.reshape(out.astype(o.dtype), (1, BM, DV)))
+        if LSE:
+            _store_lse(lse, b, rows, heads, n_rows, lse2)
+
+
+@tc.func
+def _store_lse(lse, b, rows, heads, n_rows, lse2):
+    """lse (batch, heads, q_len) at the rows' (token, head), natural log."""
+    ptr = lse.ptr + b * lse.stride(0) + (rows % heads) * lse.stride(1) + (rows // heads) * lse.stride(2)
+    tc.store(ptr, lse2 * LN2, mask=rows < n_rows)
+
+
+@tc.kernel
+def mla_combine_kernel(o_part, lse_part, o, lse, heads, LSE: tc.constexpr, ROWS: tc.constexpr, DV: tc.constexpr):
+    """Merge the splits' partial outputs (batch, splits, M, DV) f32 by their base-2 lse
+    (batch, splits, M) into o (batch, M, DV). Program (row block, b)."""
+    mblk = tc.program_id(0)
+    b = tc.program_id(1)
+    n_splits = o_part.shape[1]
+    n_rows = o_part.shape[2]
+    mx = tc.full((ROWS,), float("-inf"), tc.float32)
+    for s in range(0, n_splits):
+        part = tc.reshape(tc.load(lse_part, index=(b, s, mblk), shape=(1, 1, ROWS), padding=float("-inf")), (ROWS,))
+        mx = tc.maximum(mx, part)
+    mx_use = tc.where(mx == float("-inf"), 0.0, mx)   # a row no split saw: weights 0, not NaN
+    total = tc.zeros((ROWS,), tc.float32)
+    acc = tc.zeros((ROWS, DV), tc.float32)
+    for s in range(0, n_splits):
+        part = tc.reshape(tc.load(lse_part, index=(b, s, mblk), shape=(1, 1, ROWS), padding=float("-inf")), (ROWS,))
+        w = tc.exp2(part - mx_use)
+        total += w
+        ot = tc.reshape(tc.load(o_part, index=(b, s, mblk, 0), shape=(1, 1, ROWS, DV), padding=0.0), (ROWS, DV))
+        acc += w[:, None] * ot
+    seen = total > 0.0
+    out = acc / tc.where(seen, total, 1.0)[:, None]
+    tc.store(o, index=(b, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, ROWS, DV)))
+    if LSE:
+        rows = mblk * ROWS + tc.arange(0, ROWS)
+        _store_lse(lse, b, rows, heads, n_rows, tc.where(seen, mx_use + tc.log2(tc.where(seen, total, 1.0)),
+                                                          float("-inf")))
+
+
+_Q = "[?,?,?]:stride_div=16x16x1"
+_KV = "[?,?,?]:stride_div=16x16x1"
+_PART = "o_part=f32[?,?,?,?]:stride_div=16x16x16x1, lse_part=f32[?,?,?]:stride_div=16x16x1"
+_COMMON = (f"tbl=i32[?,?]:stride_div=16x1, lens=i32[?], lse=f32[?,?,?], {_PART}, qk_scale=f32, page_size=i32, "
+           "heads=i32, q_len=i32")
+
+
+def _sig(dt: str, kv_mode: int, split: bool) -> str:
+    return (f"q={dt}{_Q}, kv={dt}{_KV}, {_COMMON}, o={dt}{_Q}, KV={kv_mode}, CAUSAL=True, SPLIT={split}, "
+            f"LSE=True, VB=2, BM={BM}, BN={BN}, DV={DV_PART}, DC={DC}")
+
+
+SIGNATURES = {
+    "mla_decode_kernel": _sig("bf16", KV_PAGE, False),
+    "mla_combine_kernel": f"{_PART}, o=bf16{_Q}, lse=f32[?,?,?], heads=i32, LSE=True, ROWS={COMBINE_ROWS}, DV=512",
+}
+EXTRA_SIGNATURES = [
+    ("mla_decode_kernel", _sig("bf16", KV_CONTIG, True)),
+    ("mla_decode_kernel", _sig("bf16", KV_GATHER, True)),
+    ("mla_decode_kernel", _sig("f16", KV_PAGE, True)),
+]
+OPTIONS = {"mla_decode_kernel": {"num_warps": WARPS, "fast_math": True},
+           "mla_combine_kernel": {"num_warps": 4, "fast_math": True}}
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class MLAPlan:
+    """How one mla_decode call is launched (a pure function of shapes and the Target)."""
+    kv_mode: int          # KV_CONTIG, KV_PAGE or KV_GATHER
+    m_blocks: int         # BM-row blocks of the (q_len x heads) query rows
+    v_blocks: int         # DV_PART-wide parts of the value columns, one program each
+    num_splits: int       # programs per sequence along its keys (1: no combine launch)
+    num_warps: int = WARPS
+
+    @property
+    def grid(self):
+        return (self.m_blocks * self.v_blocks, self.num_splits)
+
+
+def split_count(programs: int, max_keys: int, target: Target) -> int:
+    """Splits of each sequence's keys so that about two programs per SM run: `programs` is
+    batch x M blocks x value parts, `max_keys` the longest context the cache can hold (a
+    bound known from shapes alone, no device read). Each split keeps at least
+    MIN_BLOCKS_PER_SPLIT steps of keys; at most MAX_SPLITS."""
+    want = 2 * target.sm_count
+    if programs <= 0 or programs >= want:
+        return 1
+    by_keys = max(1, -(-max_keys // (BN * MIN_BLOCKS_PER_SPLIT)))
+    return max(1, min(-(-want // programs), by_keys, MAX_SPLITS))
+
+
+def plan(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, paged: bool, page_size: int,
+         target: Target, num_splits: Optional[int] = None) -> MLAPlan:
+    """The launches' shape for these sizes on `target` (see the module doc)."""
+    mode = KV_CONTIG if not paged else KV_PAGE if page_size % BN == 0 else KV_GATHER
+    m_blocks = -(-(q_len * heads) // BM)
+    v_blocks = head_dim_v // DV_PART
+    if num_splits is None:
+        num_splits = split_count(batch * m_blocks * v_blocks, max_keys, target)
+    return MLAPlan(mode, m_blocks, v_blocks, int(num_splits))
+
+
+# ----------------------------------------------------------------------------- the entry point
+def _int_array(x, name: str, ndim: int):
+    a = as_array(x, name)
+    if a.dtype is not tc.int32:
+        raise TypeError(f"{name}: expected int32, got {a.dtype.name}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {a.shape}")
+    return a
+
+
+def _host_values(a) -> Optional[np.ndarray]:
+    """The values of an int array, to check them: host arrays as they are, torch tensors
+    copied back (one synchronization); None for other device arrays (not checked)."""
+    if a.host:
+        return np.asarray(a.obj)
+    if a.kind == "torch":
+        return a.obj.cpu().numpy()
+    return None
+
+
+def _check_lengths(lens, table, max_keys: int, page_size: int, num_blocks: int) -> None:
+    lv = _host_values(lens)
+    if lv is None or lv.size == 0:
+        return
+    if lv.min() < 0 or lv.max() > max_keys:
+        raise ValueError(f"cache_seqlens: lengths must lie in [0, {max_keys}] (what the cache "
+                         f"{'table' if table is not None else ''} covers), got min {lv.min()}, max {lv.max()}")
+    if table is None:
+        return
+    tv = _host_values(table)
+    if tv is None:
+        return
+    used = -(-lv.astype(np.int64) // page_size)            # pages each sequence reads
+    cols = np.arange(tv.shape[1])[None, :]
+    pages = tv[cols < used[:, None]]
+    if pages.size and (pages.min() < 0 or pages.max() >= num_blocks):
+        raise ValueError(f"block_table: entries in use must lie in [0, {num_blocks}) (the pool's blocks), "
+                         f"got min {pages.min()}, max {pages.max()}")
+
+
+def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int = 512, scale: Optional[float] = None,
+               causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None,
+               validate: bool = True):
+    """Multi-head latent attention decode (module doc). q (batch, q_len, heads, 576); kv_cache
+    (batch, max_seq, 1, 576) or, with block_table (batch, max_blocks) int32, (num_blocks,
+    page_size, 1, 576); cache_seqlens (batch,) int32. Returns out (batch, q_len, heads,
+    head_dim_v), or (out, lse) with lse (batch, heads, q_len) f32, natural log. `scale`
+    defaults to 1/sqrt(q.shape[-1]) as FlashMLA's (DeepSeek models pass their own:
+    1/sqrt(192) times the YaRN factor). `validate=False` skips the checks of cache_seqlens'
+    and block_table's values, which on a GPU read them back (one synchronization per call)."""
+    arrs = {"q": as_array(q, "q"), "kv_cache": as_array(kv_cache, "kv_cache"),
+            "cache_seqlens": _int_array(cache_seqlens, "cache_seqlens", 1)}
+    if block_table is not None:
+        arrs["block_table"] = _int_array(block_table, "block_table", 2)
+    check_same_place(arrs)
+    qa, ka, la = arrs["q"], arrs["kv_cache"], arrs["cache_seqlens"]
+    ta = arrs.get("block_table")
+    check_float(qa, "q", (tc.float16, tc.bfloat16))
+    if ka.dtype is not qa.dtype:
+        raise TypeError(f"kv_cache: dtype {ka.dtype.name} differs from q's {qa.dtype.name}")
+    if qa.ndim != 4:
+        raise ValueError(f"q: expected (batch, q_len, heads, dim), got shape {qa.shape}")
+    batch, q_len, heads, dim = qa.shape
+    if ka.ndim != 4 or ka.shape[2] != 1 or ka.shape[3] != dim:
+        raise ValueError(f"kv_cache: expected ({'num_blocks, page_size' if ta is not None else 'batch, max_seq'}, 1, {dim}) "
+                         f"(one latent head, q's dim), got shape {ka.shape}")
+    if dim % DC:
+        raise ValueError(f"q: the head dim must be a multiple of {DC} (576 for MLA), got {dim}")
+    if isinstance(head_dim_v, bool) or not isinstance(head_dim_v, (int, np.integer)) or head_dim_v <= 0 \
+            or head_dim_v not in (DV_PART, 2 * DV_PART) or head_dim_v > dim:
+        raise ValueError(f"head_dim_v: expected {DV_PART} or {2 * DV_PART}, no larger than q's dim {dim} "
+                         f"(512 for MLA), got {head_dim_v!r}")
+    if la.shape[0] != batch:
+        raise ValueError(f"cache_seqlens: expected shape ({batch},), got {la.shape}")
+    for name, a in (("q", qa), ("kv_cache", ka)):
+        if a.strides[3] != 1 and a.numel:
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides {a.strides}")
+    if q_len > 1 and heads > 1 and qa.strides[1] != heads * qa.strides[2]:
+        raise ValueError(f"q: the (q_len, heads) dimensions must flatten into rows (stride(1) == heads * "
+                         f"stride(2)), got strides {qa.strides}; pass a contiguous copy")
+    if ta is not None:
+        if ta.shape[0] != batch:
+            raise ValueError(f"block_table: expected {batch} rows (the batch), got shape {ta.shape}")
+        page_size, num_blocks = ka.shape[1], ka.shape[0]
+        max_keys = ta.shape[1] * page_size
+    else:
+        if ka.shape[0] != batch:
+            raise ValueError(f"kv_cache: a contiguous cache needs batch {batch} rows, got shape {ka.shape}; "
+                             "pass block_table for a paged cache")
+        page_size, num_blocks = ka.shape[1], ka.shape[0]
+        max_keys = ka.shape[1]
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer))
+                                   or num_splits < 1):
+        raise ValueError(f"num_splits: expected a positive int or None, got {num_splits!r}")
+    if validate:
+        _check_lengths(la, ta, max_keys, page_size, num_blocks)
+    if scale is None:
+        scale = 1.0 / math.sqrt(dim)
+
+    oa = output(out, qa, (batch, q_len, heads, head_dim_v), qa.dtype)
+    if q_len > 1 and heads > 1 and oa.strides[1] != heads * oa.strides[2] or (oa.strides[3] != 1 and oa.numel):
+        raise ValueError(f"out: the (q_len, heads) dimensions must flatten into rows with a contiguous last "
+                         f"dimension, got strides {oa.strides}")
+    lse = output(None, qa, (batch, heads, q_len), tc.float32, "lse") if return_lse else None
+    rows = q_len * heads
+    if batch * rows:
+        p = plan(batch, q_len, heads, head_dim_v, max_keys, ta is not None, page_size, target_of(qa), num_splits)
+        _run(p, qa, ka, la, ta, oa, lse, float(scale) * LOG2E, page_size, causal)
+    return (oa.obj, lse.obj) if return_lse else oa.obj
+
+
+def _run(p: MLAPlan, qa, ka, la, ta, oa, lse, qk_scale, page_size, causal) -> None:
+    batch, q_len, heads, dim = qa.shape
+    rows = q_len * heads
+    row_stride = qa.strides[2] if heads > 1 else qa.strides[1]
+    qv = view(qa, (batch, rows, dim), (qa.strides[0], row_stride, 1))
+    orow = oa.strides[2] if heads > 1 else oa.strides[1]
+    ov = view(oa, (batch, rows, oa.shape[3]), (oa.strides[0], orow, 1))
+    kvv = view(ka, (ka.shape[0], ka.shape[1], dim), (ka.strides[0], ka.strides[1], 1))
+    lens = view(la, la.shape, la.strides)
+    # An unused table or lse still needs an array of its dtype (the kernel compiles its use away).
+    tbl = view(ta, ta.shape, ta.strides) if ta is not None else view(_dummy(la, (1, 1), tc.int32), (1, 1), (1, 1))
+    lse_arr = lse if lse is not None else _dummy(qa, (1, 1, 1), tc.float32)
+    lsev = view(lse_arr, lse_arr.shape, lse_arr.strides)
+    split = p.num_splits > 1
+    if split:
+        o_part = empty_like(qa, (batch, p.num_splits, rows, oa.shape[3]), tc.float32)
+        lse_part = empty_like(qa, (batch, p.num_splits, rows), tc.float32)
+    else:
+        o_part = _dummy(qa, (1, 1, 1, 1), tc.float32)
+        lse_part = _dummy(qa, (1, 1, 1), tc.float32)
+    opv = view(o_part, o_part.shape, o_part.strides)
+    lpv = view(lse_part, lse_part.shape, lse_part.strides)
+    launch(mla_decode_kernel, p.grid + (batch,),
+           [qv, kvv, tbl, lens, ov, lsev, opv, lpv, qk_scale, page_size, heads, q_len],
+           num_warps=p.num_warps, KV=p.kv_mode, CAUSAL=bool(causal), SPLIT=split, LSE=lse is not None,
+           VB=p.v_blocks, BM=BM, BN=BN, DV=DV_PART, DC=DC)
+    if split:
+        launch(mla_combine_kernel, (-(-rows // COMBINE_ROWS), batch), [opv, lpv, ov, lsev, heads],
+               num_warps=4, options=DEPENDENT, LSE=lse is not None, ROWS=COMBINE_ROWS, DV=oa.shape[3])
+
+
+def _dummy(like, shape, dtype):
+    return empty_like(like, shape, dtype)
