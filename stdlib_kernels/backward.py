@@ -300,19 +300,24 @@ def norm_bwd_reduce_kernel(dw_part, db_part, dw, db, HAS_W: tc.constexpr, DB: tc
         tc.store(db, index=(j,), tile=tc.sum(acc_b, axis=0).astype(db.dtype))
 
 
+NORM_BWD_MAX_SINGLE = 8192
+
+
 def norm_backward_plan(x: Arr, rms: bool, has_w: bool, has_b: bool, target: Target) -> List[Launch]:
     """The launches of layer_norm's (rms_norm's if `rms`) backward over `x`'s rows (a
     description; dy and dx share its shape), on `target`, with dweight if `has_w` and dbias if
     `has_b`. Operands: "dy", "x", "dx" (rows as 2-D views), "w", "mean", "rstd" (1-D, or
     stand-ins where absent), "dw", "db" (1-D outputs, or stand-ins). ONE_TILE for rows of up
-    to 16384 elements (packed as `row_config`), else LOOPED; both on at most `bwd_programs_per_sm`
+    to NORM_BWD_MAX_SINGLE (8192) elements (packed as `row_config`), else LOOPED; both on at most `bwd_programs_per_sm`
     programs per SM, each walking rows, then (with dweight or dbias) one launch adding the
     programs' partial column sums."""
     n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
     if n_cols == 0:
         return []
     t = row_tuning(target).norm
-    cfg = row_config(n_cols, n_rows)
+    # four f32 tiles live per row step (x, dy, the two partial sums) and w: single tiles up to
+    # 8192 elements at 16 per thread (16384 at 32 spilled)
+    cfg = row_config(n_cols, n_rows, max_single=NORM_BWD_MAX_SINGLE)
     flags = dict(RMS=rms, HAS_W=has_w, DB=has_b)
     if cfg.single:
         steps = tc.cdiv(n_rows, cfg.rows) if n_rows else 0
@@ -434,7 +439,7 @@ SIGNATURES = {
                                   "BLOCK=4096",
     "softmax_bwd_finish_kernel": "dy=bf16[?,?], y=bf16[?,?], dx=bf16[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                                  "LOG=True, CHUNKS=32, BLOCK=4096",
-    "norm_bwd_tile_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, ROWS=1, BLOCK=16384",
+    "norm_bwd_tile_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, ROWS=1, BLOCK=8192",
     "norm_bwd_loop_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, BLOCK=4096",
     "norm_bwd_reduce_kernel": "dw_part=f32[?,?], db_part=f32[?,?], dw=bf16[?], db=f32[?], HAS_W=True, DB=True, "
                               "BP=4, BC=1024",
@@ -450,7 +455,7 @@ EXTRA_SIGNATURES = [
     ("softmax_bwd_tile_kernel", "dy=f32[?,?], y=f32[?,?], dx=f32[?,?], LOG=True, ROWS=64, BLOCK=32"),
     ("softmax_bwd_tile_kernel", "dy=f16[?,?], y=f32[?,?], dx=f16[?,?], LOG=False, ROWS=2, BLOCK=1024"),
     ("softmax_bwd_loop_kernel", "dy=f32[?,?], y=f32[?,?], dx=f32[?,?], LOG=False, BLOCK=4096"),
-    ("norm_bwd_tile_kernel", _NB.format(d="f32") + ", RMS=True, HAS_W=True, DB=False, ROWS=1, BLOCK=16384"),
+    ("norm_bwd_tile_kernel", _NB.format(d="f32") + ", RMS=True, HAS_W=True, DB=False, ROWS=1, BLOCK=8192"),
     ("norm_bwd_tile_kernel", _NB.format(d="f16") + ", RMS=False, HAS_W=False, DB=False, ROWS=64, BLOCK=32"),
     ("norm_bwd_tile_kernel", _NB.format(d="f32") + ", RMS=False, HAS_W=True, DB=True, ROWS=2, BLOCK=1024"),
     ("norm_bwd_loop_kernel", _NB.format(d="f32") + ", RMS=True, HAS_W=True, DB=False, BLOCK=4096"),
