@@ -442,7 +442,7 @@ SIGNATURES = {
     "norm_bwd_tile_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, ROWS=1, BLOCK=8192",
     "norm_bwd_loop_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, BLOCK=4096",
     "norm_bwd_reduce_kernel": "dw_part=f32[?,?], db_part=f32[?,?], dw=bf16[?], db=f32[?], HAS_W=True, DB=True, "
-                              "BP=4, BC=1024",
+                              "BP=16, BC=256",
 }
 OPTIONS = {"softmax_bwd_tile_kernel": {"num_warps": 16, "fast_math": True},
            "softmax_bwd_loop_kernel": {"num_warps": 8, "fast_math": True},
