@@ -447,7 +447,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     `ignore_index` contribute 0 and are left out of the mean's count; a target
     outside [0, C) gives NaN (nothing out of bounds is read). reduction="none"
     returns the per-row losses (shape logits.shape[:-1]); "sum" and "mean" a
-    0-d array. The result has logits' dtype. Forward only.
+    0-d array. The result has logits' dtype; with return_grad also dlogits (below).
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
     classes, else an online logsumexp over steps of four tiles: of 8192

@@ -2,6 +2,7 @@
 on shapes that are not multiples of the tiles, per schedule (ONE_TILE, LOOPED, SPLIT)."""
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -209,3 +210,22 @@ def test_dropout_backward_regenerates_the_forward_mask(torch, shape, dtype_name)
     # the interpreter draws the same mask
     host = sk.dropout_backward(dy.float().cpu().numpy(), p, seed)
     assert torch.equal(torch.from_numpy(host).cuda() != 0, kept & (dy != 0))
+
+
+def test_backward_entry_points_replay_their_plans(torch):
+    # a second call of one layout replays the first's launches (`_plan.planned`), None gradients too
+    plans = importlib.import_module("tilec.stdlib_kernels._plan")
+    plans.clear_plans()
+    x, dy = torch.randn(37, 300, device="cuda"), torch.randn(37, 300, device="cuda")
+    w = torch.randn(300, device="cuda")
+    _, mean, rstd = sk.layer_norm(x, w, return_stats=True)
+    first = sk.layer_norm_backward(dy, x, w, mean, rstd)
+    again = sk.layer_norm_backward(dy, x, w, mean, rstd)
+    assert plans.plan_count(sk.layer_norm_backward) == 1
+    assert again[2] is None and torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    logits = torch.randn(50, 1000, device="cuda")
+    t = torch.randint(0, 1000, (50,), device="cuda")
+    loss, g = sk.cross_entropy(logits, t, return_grad=True)
+    loss2, g2 = sk.cross_entropy(logits, t, return_grad=True)
+    assert plans.plan_count(sk.cross_entropy) == 1
+    assert torch.equal(loss, loss2) and torch.equal(g, g2)
