@@ -241,45 +241,49 @@ def norm_bwd_tile_kernel(dy, x, w, mean_in, rstd_in, dx, dw_part, db_part, RMS: 
 
 
 @tc.kernel
-def norm_bwd_loop_kernel(dy, x, w, mean_in, rstd_in, dx, dw_part, db_part, RMS: tc.constexpr,
-                         HAS_W: tc.constexpr, DB: tc.constexpr, BLOCK: tc.constexpr):
-    # Long rows, one at a time: rows pid, pid + P, ... read twice (the two sums, then dx);
-    # program pid adds its share of dw (db) into row pid of the partials, which it alone
-    # touches (zeroed here first): no atomics.
-    pid = tc.program_id(0)
+def norm_bwd_stats_kernel(dy, x, w, mean_in, rstd_in, c1_out, c2_out, RMS: tc.constexpr, HAS_W: tc.constexpr,
+                          BLOCK: tc.constexpr):
+    # Long rows, pass 1, one program per row: c1 = mean(g * xhat) and c2 = mean(g) (layer_norm).
+    row = tc.program_id(0)
     n = x.shape[1]
-    inv_n = 1.0 / n
-    n_k = tc.cdiv(n, BLOCK)
-    for k in range(n_k):
-        if HAS_W:
-            tc.store(dw_part, index=(pid, k), tile=tc.zeros((1, BLOCK), tc.float32))
-        if DB:
-            tc.store(db_part, index=(pid, k), tile=tc.zeros((1, BLOCK), tc.float32))
-    for r in range(pid, x.shape[0], tc.num_programs(0)):
+    mean, rstd = _row_stats(mean_in, rstd_in, row, 1, RMS)
+    s1 = tc.zeros((1, BLOCK), tc.float32)
+    s2 = tc.zeros((1, BLOCK), tc.float32)
+    for k in range(tc.cdiv(n, BLOCK)):
+        xhat = _xhat(x, mean, rstd, row, k, 1, BLOCK, RMS)
+        dyw = tc.load(dy, index=(row, k), shape=(1, BLOCK), padding=0.0).astype(tc.float32) * _weight(w, k, BLOCK,
+                                                                                                     HAS_W)
+        s1 += dyw * xhat
+        s2 += dyw
+    tc.store(c1_out, index=(row,), tile=tc.full((1,), tc.sum(s1) / n, tc.float32))
+    if not RMS:
+        tc.store(c2_out, index=(row,), tile=tc.full((1,), tc.sum(s2) / n, tc.float32))
+
+
+@tc.kernel
+def norm_bwd_cols_kernel(dy, x, w, mean_in, rstd_in, c1_in, c2_in, dx, dw_part, db_part, RMS: tc.constexpr,
+                         HAS_W: tc.constexpr, DB: tc.constexpr, BLOCK: tc.constexpr):
+    # Long rows, pass 2: program (p, j) writes column tile j of dx for rows p, p + P, ... and
+    # keeps their share of dw (db) for that tile in registers, stored at (p, j) of the partials.
+    p = tc.program_id(0)
+    j = tc.program_id(1)
+    wt = _weight(w, j, BLOCK, HAS_W)
+    acc_w = tc.zeros((1, BLOCK), tc.float32)
+    acc_b = tc.zeros((1, BLOCK), tc.float32)
+    for r in range(p, x.shape[0], tc.num_programs(0)):
         mean, rstd = _row_stats(mean_in, rstd_in, r, 1, RMS)
-        s1 = tc.zeros((1, BLOCK), tc.float32)
-        s2 = tc.zeros((1, BLOCK), tc.float32)
-        for k in range(n_k):
-            xhat = _xhat(x, mean, rstd, r, k, 1, BLOCK, RMS)
-            dyw = tc.load(dy, index=(r, k), shape=(1, BLOCK), padding=0.0).astype(tc.float32) * _weight(w, k, BLOCK,
-                                                                                                         HAS_W)
-            s1 += dyw * xhat
-            s2 += dyw
-        c1 = tc.sum(s1) * inv_n
-        c2 = 0.0
-        if not RMS:
-            c2 = tc.sum(s2) * inv_n
-        for k in range(n_k):
-            xhat = _xhat(x, mean, rstd, r, k, 1, BLOCK, RMS)
-            g = tc.load(dy, index=(r, k), shape=(1, BLOCK), padding=0.0).astype(tc.float32)
-            d = (g * _weight(w, k, BLOCK, HAS_W) - xhat * c1 - c2) * rstd
-            tc.store(dx, index=(r, k), tile=d.astype(dx.dtype))
-            if HAS_W:
-                pw = tc.load(dw_part, index=(pid, k), shape=(1, BLOCK), padding=0.0)
-                tc.store(dw_part, index=(pid, k), tile=pw + g * xhat)
-            if DB:
-                pb = tc.load(db_part, index=(pid, k), shape=(1, BLOCK), padding=0.0)
-                tc.store(db_part, index=(pid, k), tile=pb + g)
+        xhat = _xhat(x, mean, rstd, r, j, 1, BLOCK, RMS)
+        g = tc.load(dy, index=(r, j), shape=(1, BLOCK), padding=0.0).astype(tc.float32)
+        c2, c1 = _row_stats(c2_in, c1_in, r, 1, RMS)   # read as a (mean, rstd) pair: c2 = 0 for rms_norm
+        tc.store(dx, index=(r, j), tile=((g * wt - xhat * c1 - c2) * rstd).astype(dx.dtype))
+        if HAS_W:
+            acc_w += g * xhat
+        if DB:
+            acc_b += g
+    if HAS_W:
+        tc.store(dw_part, index=(p, j), tile=acc_w)
+    if DB:
+        tc.store(db_part, index=(p, j), tile=acc_b)
 
 
 @tc.kernel
@@ -308,9 +312,10 @@ def norm_backward_plan(x: Arr, rms: bool, has_w: bool, has_b: bool, target: Targ
     description; dy and dx share its shape), on `target`, with dweight if `has_w` and dbias if
     `has_b`. Operands: "dy", "x", "dx" (rows as 2-D views), "w", "mean", "rstd" (1-D, or
     stand-ins where absent), "dw", "db" (1-D outputs, or stand-ins). ONE_TILE for rows of up
-    to NORM_BWD_MAX_SINGLE (8192) elements (packed as `row_config`), else LOOPED; both on at most `bwd_programs_per_sm`
-    programs per SM, each walking rows, then (with dweight or dbias) one launch adding the
-    programs' partial column sums."""
+    to NORM_BWD_MAX_SINGLE (8192) elements (packed as `row_config`) on at most
+    `bwd_programs_per_sm` programs per SM, each walking row steps; else LOOPED: a launch of
+    one program per row for its two sums, then one on (row groups, column tiles). Then (with
+    dweight or dbias) one launch adding the programs' partial column sums."""
     n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
     if n_cols == 0:
         return []
@@ -319,25 +324,36 @@ def norm_backward_plan(x: Arr, rms: bool, has_w: bool, has_b: bool, target: Targ
     # 8192 elements at 16 per thread (16384 at 32 spilled)
     cfg = row_config(n_cols, n_rows, max_single=NORM_BWD_MAX_SINGLE)
     flags = dict(RMS=rms, HAS_W=has_w, DB=has_b)
+    args = ("dy", "x", "w", "mean", "rstd")
+    launches = []
     if cfg.single:
         steps = tc.cdiv(n_rows, cfg.rows) if n_rows else 0
-        programs = max(1, min(steps, t.bwd_programs_per_sm * target.sm_count))
+        grid = (max(1, min(steps, t.bwd_programs_per_sm * target.sm_count)),)
         cols = cfg.block
         kernel, schedule, consts = norm_bwd_tile_kernel, ONE_TILE, dict(ROWS=cfg.rows, BLOCK=cfg.block)
     else:
-        programs = max(1, min(n_rows, target.sm_count))
-        cols = tc.cdiv(n_cols, cfg.block) * cfg.block
-        kernel, schedule, consts = norm_bwd_loop_kernel, LOOPED, dict(BLOCK=cfg.block)
+        # pass 1 per row (c1, c2), pass 2 on (row groups, column tiles): about
+        # `bwd_programs_per_sm` programs per SM, each column tile's partials in registers
+        n_k = tc.cdiv(n_cols, cfg.block)
+        stats = tuple(Temp(name, (max(n_rows, 1),), tc.float32, like="x") for name in ("c1", "c2"))
+        if n_rows:
+            launches.append(Launch.of(norm_bwd_stats_kernel, (n_rows,), (*args, "c1", "c2"), cfg.num_warps,
+                                      temps=stats, schedule=LOOPED, RMS=rms, HAS_W=has_w, BLOCK=cfg.block))
+        grid = (max(1, min(n_rows, tc.cdiv(t.bwd_programs_per_sm * target.sm_count, n_k))), n_k)
+        cols = n_k * cfg.block
+        args = (*args, "c1", "c2")
+        kernel, schedule, consts = norm_bwd_cols_kernel, LOOPED, dict(BLOCK=cfg.block)
     temps, parts = [], []
     for name, wanted in (("dw_part", has_w), ("db_part", has_b)):
         if wanted:
-            temps.append(Temp(name, (programs, cols), tc.float32, like="x"))
+            temps.append(Temp(name, (grid[0], cols), tc.float32, like="x"))
         parts.append(name if wanted else "dx")   # a stand-in the kernel never touches
-    launches = [Launch.of(kernel, (programs,), ("dy", "x", "w", "mean", "rstd", "dx", *parts), cfg.num_warps,
-                          temps=temps, schedule=schedule, **flags, **consts)]
+    extra = () if cfg.single else stats
+    launches.append(Launch.of(kernel, grid, (*args, "dx", *parts), cfg.num_warps, temps=(*extra, *temps),
+                              schedule=schedule, **flags, **consts))
     if temps:
         bc = min(next_pow2(n_cols), t.bwd_reduce_cols)
-        bp = min(next_pow2(programs), max(t.bwd_reduce_tile // bc, 1))
+        bp = min(next_pow2(grid[0]), max(t.bwd_reduce_tile // bc, 1))
         launches.append(Launch.of(norm_bwd_reduce_kernel, (tc.cdiv(n_cols, bc),),
                                   (*parts, "dw" if has_w else "dx", "db" if has_b else "dx"),
                                   max(1, min(bp * bc // 512, 8)), schedule="reduce", HAS_W=has_w, DB=has_b, BP=bp,
@@ -440,7 +456,11 @@ SIGNATURES = {
     "softmax_bwd_finish_kernel": "dy=bf16[?,?], y=bf16[?,?], dx=bf16[?,?], s_part=f32[?,?], tiles_per_chunk=i32, "
                                  "LOG=True, CHUNKS=32, BLOCK=4096",
     "norm_bwd_tile_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, ROWS=1, BLOCK=8192",
-    "norm_bwd_loop_kernel": _NB.format(d="bf16") + ", RMS=False, HAS_W=True, DB=True, BLOCK=4096",
+    "norm_bwd_stats_kernel": "dy=bf16[?,?], x=bf16[?,?], w=bf16[?], mean_in=f32[?], rstd_in=f32[?], c1_out=f32[?], "
+                             "c2_out=f32[?], RMS=False, HAS_W=True, BLOCK=4096",
+    "norm_bwd_cols_kernel": "dy=bf16[?,?], x=bf16[?,?], w=bf16[?], mean_in=f32[?], rstd_in=f32[?], c1_in=f32[?], "
+                            "c2_in=f32[?], dx=bf16[?,?], dw_part=f32[?,?], db_part=f32[?,?], RMS=False, HAS_W=True, "
+                            "DB=True, BLOCK=4096",
     "norm_bwd_reduce_kernel": "dw_part=f32[?,?], db_part=f32[?,?], dw=bf16[?], db=f32[?], HAS_W=True, DB=True, "
                               "BP=16, BC=256",
 }
@@ -449,7 +469,8 @@ OPTIONS = {"softmax_bwd_tile_kernel": {"num_warps": 16, "fast_math": True},
            "softmax_bwd_partial_kernel": {"num_warps": 8, "fast_math": True},
            "softmax_bwd_finish_kernel": {"num_warps": 8, "fast_math": True},
            "norm_bwd_tile_kernel": {"num_warps": 16, "fast_math": True},
-           "norm_bwd_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "norm_bwd_stats_kernel": {"num_warps": 8, "fast_math": True},
+           "norm_bwd_cols_kernel": {"num_warps": 8, "fast_math": True},
            "norm_bwd_reduce_kernel": {"num_warps": 8, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("softmax_bwd_tile_kernel", "dy=f32[?,?], y=f32[?,?], dx=f32[?,?], LOG=True, ROWS=64, BLOCK=32"),
@@ -458,7 +479,11 @@ EXTRA_SIGNATURES = [
     ("norm_bwd_tile_kernel", _NB.format(d="f32") + ", RMS=True, HAS_W=True, DB=False, ROWS=1, BLOCK=8192"),
     ("norm_bwd_tile_kernel", _NB.format(d="f16") + ", RMS=False, HAS_W=False, DB=False, ROWS=64, BLOCK=32"),
     ("norm_bwd_tile_kernel", _NB.format(d="f32") + ", RMS=False, HAS_W=True, DB=True, ROWS=2, BLOCK=1024"),
-    ("norm_bwd_loop_kernel", _NB.format(d="f32") + ", RMS=True, HAS_W=True, DB=False, BLOCK=4096"),
+    ("norm_bwd_stats_kernel", "dy=f32[?,?], x=f32[?,?], w=f32[?], mean_in=f32[?], rstd_in=f32[?], c1_out=f32[?], "
+                              "c2_out=f32[?], RMS=True, HAS_W=True, BLOCK=4096"),
+    ("norm_bwd_cols_kernel", "dy=f16[?,?], x=f16[?,?], w=f32[?], mean_in=f32[?], rstd_in=f32[?], c1_in=f32[?], "
+                             "c2_in=f32[?], dx=f16[?,?], dw_part=f32[?,?], db_part=f32[?,?], RMS=True, HAS_W=True, "
+                             "DB=False, BLOCK=4096"),
     ("norm_bwd_reduce_kernel", "dw_part=f32[?,?], db_part=f32[?,?], dw=f32[?], db=f32[?], HAS_W=True, DB=False, "
                                "BP=64, BC=32"),
 ]
