@@ -15,9 +15,12 @@ row), with xhat = (x - mean) * rstd and g = dy * weight:
     dweight = sum over rows of dy * xhat, dbias = sum over rows of dy.
 
 dweight and dbias are reduced without atomics: each program of the row kernel walks
-rows pid, pid + P, ... and keeps its share of the column sums (f32), written to a
-(P, n) partial array; a second kernel adds the P partials of each column in a fixed
-order. So the result is deterministic (bit-identical run to run). All math is f32.
+row steps pid, pid + P, ... and keeps its share of the column sums (f32) in registers,
+written to a (P, cols) partial array; a last kernel adds the P partials of each column
+in a fixed order. So the result is deterministic (bit-identical run to run). Rows of up
+to 8192 elements are one tile per step (read once); longer rows first get their two
+sums from one program per row, then programs (p, j) write column tile j of dx for rows
+p, p + P, ... and keep that tile's column sums. All math is f32.
 """
 from __future__ import annotations
 
