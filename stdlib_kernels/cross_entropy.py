@@ -246,14 +246,21 @@ def _write_grad(logits, target, grad, scale, row, k0, n_k, lse, ignore_index, BL
 
 @tc.kernel
 def ce_grad_loop_kernel(logits, target, loss, grad, scale, ignore_index, BLOCK: tc.constexpr):
-    # One program per long row: the online logsumexp, the loss (its picked logit read before
-    # any gradient is written: grad may be logits), then the gradient (the row read twice).
+    # One program per long row: the online logsumexp, the loss, then the gradient (the row
+    # read twice). grad may be logits: the target's logit is loaded first, and the
+    # logsumexp's cross-thread reductions (barriers) order that load before every store of
+    # the gradient, whichever thread makes them.
     tc.launch_dependents()
     row = tc.program_id(0)
-    n_k = tc.cdiv(logits.shape[1], BLOCK)
+    n_cls = logits.shape[1]
+    tgt = tc.load(target, index=(row,), shape=(1,))
+    ok = (tgt >= 0) & (tgt < n_cls)
+    picked = tc.load(logits.ptr + row * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok, other=0.0)
+    n_k = tc.cdiv(n_cls, BLOCK)
     m, s = _lane_stats(logits, row, 0, n_k, 0, BLOCK)
     lse = m + tc.log(s)
-    _store_loss(logits, target, loss, row, lse, ignore_index)
+    row_loss = _row_loss(lse, picked.astype(tc.float32), tgt, n_cls, ignore_index)
+    tc.store(loss, index=(row,), tile=row_loss.astype(loss.dtype))
     _write_grad(logits, target, grad, scale, row, 0, n_k, lse, ignore_index, BLOCK)
 
 
