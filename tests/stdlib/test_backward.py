@@ -571,3 +571,52 @@ def test_options_are_the_plans_warp_counts():
     from tilec.specialize import parse_signature
     for kernel, sig in B.SIGNATURES.items():
         assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, parse_signature(getattr(B, kernel), sig).constexprs)
+
+
+# ----------------------------------------------------------------------------- strided rows, 1-D arrays
+def test_backward_of_strided_rows_writes_only_the_rows():
+    # dy, y / x as column slices of wider buffers, dx into a slice of a sentinel-filled buffer
+    rng = np.random.default_rng(21)
+    n = 37
+    wide = lambda v: np.concatenate([v, rng.standard_normal((v.shape[0], 11))], -1).astype(np.float32)  # noqa: E731
+    x64 = rng.standard_normal((9, n))
+    y = wide(softmax64(x64))[:, :n]
+    dy = wide(rng.standard_normal((9, n)))[:, :n]
+    buf = np.full((9, n + 5), 7.0, np.float32)
+    B.softmax_backward(dy, y, out=buf[:, :n])
+    np.testing.assert_allclose(buf[:, :n], ref_softmax_bwd(dy.astype(np.float64), y.astype(np.float64), False),
+                               rtol=2e-5, atol=2e-6)
+    assert (buf[:, n:] == 7.0).all()
+    x = wide(x64)[:, :n]
+    w = rng.standard_normal(n).astype(np.float32)
+    _, mean, rstd = sk.layer_norm(x, w, return_stats=True)
+    buf[:] = 7.0
+    dx, dw, _ = B.layer_norm_backward(dy, x, w, mean, rstd, out=buf[:, :n])
+    want = ref_norm_bwd(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64), 1e-5, False)
+    np.testing.assert_allclose(buf[:, :n], want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw, want[1], rtol=1e-4, atol=1e-5)
+    assert (buf[:, n:] == 7.0).all()
+    logits = wide(3 * x64)[:, :n]
+    t = rng.integers(0, n, 9)
+    gbuf = np.full((9, n + 5), 7.0, np.float32)
+    sk.cross_entropy(logits, t, return_grad=True, grad=gbuf[:, :n])
+    np.testing.assert_allclose(gbuf[:, :n], ref_ce_grad(logits.astype(np.float64), t, -100, "mean"), rtol=2e-5,
+                               atol=1e-7)
+    assert (gbuf[:, n:] == 7.0).all()
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_norm_backward_of_one_row(rms):
+    rng = np.random.default_rng(22)
+    x, dy, w = (rng.standard_normal(300).astype(np.float32) for _ in range(3))
+    if rms:
+        _, rstd = sk.rms_norm(x, w, return_stats=True)
+        dx, dw = B.rms_norm_backward(dy, x, w, rstd)
+    else:
+        _, mean, rstd = sk.layer_norm(x, w, return_stats=True)
+        dx, dw, _ = B.layer_norm_backward(dy, x, w, mean, rstd)
+    want = ref_norm_bwd(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64),
+                        1e-6 if rms else 1e-5, rms)
+    assert dx.shape == (300,) and dw.shape == (300,)
+    np.testing.assert_allclose(dx, want[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dw, want[1], rtol=1e-4, atol=1e-5)
