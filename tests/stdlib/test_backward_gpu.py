@@ -212,20 +212,33 @@ def test_dropout_backward_regenerates_the_forward_mask(torch, shape, dtype_name)
     assert torch.equal(torch.from_numpy(host).cuda() != 0, kept & (dy != 0))
 
 
+def _replayable(plans, entry) -> bool:
+    """One recorded plan for `entry`, and a replayable one (not marked unplannable)."""
+    fn = getattr(entry, "__wrapped_entry__", entry)
+    table = plans._plans.get(f"{fn.__module__}.{fn.__qualname__}", {})   # noqa: SLF001
+    return len(table) == 1 and all(v is not plans._UNPLANNABLE for v in table.values())   # noqa: SLF001
+
+
 def test_backward_entry_points_replay_their_plans(torch):
-    # a second call of one layout replays the first's launches (`_plan.planned`), None gradients too
+    # second and third calls of one layout replay the first's launches (`_plan.planned`) on new
+    # data, None gradients included
+    F = torch.nn.functional
     plans = importlib.import_module("tilec.stdlib_kernels._plan")
     plans.clear_plans()
-    x, dy = torch.randn(37, 300, device="cuda"), torch.randn(37, 300, device="cuda")
-    w = torch.randn(300, device="cuda")
-    _, mean, rstd = sk.layer_norm(x, w, return_stats=True)
-    first = sk.layer_norm_backward(dy, x, w, mean, rstd)
-    again = sk.layer_norm_backward(dy, x, w, mean, rstd)
-    assert plans.plan_count(sk.layer_norm_backward) == 1
-    assert again[2] is None and torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
-    logits = torch.randn(50, 1000, device="cuda")
-    t = torch.randint(0, 1000, (50,), device="cuda")
-    loss, g = sk.cross_entropy(logits, t, return_grad=True)
-    loss2, g2 = sk.cross_entropy(logits, t, return_grad=True)
-    assert plans.plan_count(sk.cross_entropy) == 1
-    assert torch.equal(loss, loss2) and torch.equal(g, g2)
+    for i in range(3):
+        x, dy = torch.randn(37, 300, device="cuda") + i, torch.randn(37, 300, device="cuda")
+        w = torch.randn(300, device="cuda")
+        _, mean, rstd = sk.layer_norm(x, w, return_stats=True)
+        dx, dw, db = sk.layer_norm_backward(dy, x, w, mean, rstd)
+        x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+        want = _grads(torch, F.layer_norm(x64, (300,), w64, None, 1e-5), (x64, w64), dy.double())
+        assert db is None
+        _close(torch, dx, want[0], "float32", scale=8)
+        _close(torch, dw, want[1], "float32", scale=8 * math.sqrt(37))
+        logits = torch.randn(50, 1000, device="cuda")
+        t = torch.randint(0, 1000, (50,), device="cuda")
+        loss, g = sk.cross_entropy(logits, t, return_grad=True)
+        l64 = logits.double().requires_grad_()
+        (want_g,) = torch.autograd.grad(F.cross_entropy(l64, t), (l64,))
+        _close(torch, g, want_g, "float32")
+    assert _replayable(plans, sk.layer_norm_backward) and _replayable(plans, sk.cross_entropy)
