@@ -145,6 +145,46 @@ OPS += [
 ]
 
 
+# ----------------------------------------------------------------------------- backward (stdlib_kernels/backward.py, ...)
+def _dy_y(torch, shape, dtype):
+    return torch.randn(shape, device="cuda", dtype=dtype), _x(torch, shape, dtype)[0].softmax(-1)
+
+
+def _torch_softmax_bwd(dy, y):
+    import torch  # noqa: PLC0415
+    return torch._softmax_backward_data(dy, y, -1, y.dtype)  # noqa: SLF001 - torch's own softmax backward
+
+
+def _ln_bwd_inputs(torch, shape, dtype):
+    x, w, b = _x_w_b(torch, shape, dtype)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, [shape[-1]], w, b, 1e-5)   # mean, rstd: (rows, 1) f32
+    return torch.randn(shape, device="cuda", dtype=dtype), x, w, b, mean, rstd
+
+
+def _torch_ln_bwd(dy, x, w, b, mean, rstd):
+    import torch  # noqa: PLC0415
+    return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True])
+
+
+def _torch_ce_grad(x, t):
+    import torch  # noqa: PLC0415
+    xr = x.detach().requires_grad_()
+    loss = torch.nn.functional.cross_entropy(xr.float(), t)
+    return torch.autograd.grad(loss, xr)[0]
+
+
+OPS += [
+    BenchOp("softmax_bwd", _dy_y, lambda dy, y: sk.softmax_backward(dy, y), _torch_softmax_bwd,
+            lambda dy, y: 3 * _nbytes(dy), ROWS[:4]),
+    BenchOp("layer_norm_bwd", _ln_bwd_inputs,
+            lambda dy, x, w, b, m, r: sk.layer_norm_backward(dy, x, w, m.view(-1), r.view(-1), bias=b),
+            _torch_ln_bwd, lambda dy, x, w, b, m, r: 3 * _nbytes(x) + 2 * _nbytes(w, b), NORM_ROWS[:4]),
+    # the loss and dlogits in one pass (return_grad) against torch's forward and backward
+    BenchOp("ce_grad", _logits_target, lambda x, t: sk.cross_entropy(x, t, return_grad=True), _torch_ce_grad,
+            lambda x, t: 2 * _nbytes(x) + _nbytes(t), [((4096, 32000), "bfloat16"), ((4096, 128256), "bfloat16")]),
+]
+
+
 # ----------------------------------------------------------------------------- timing
 def _timer():
     """ms(fn) -> median milliseconds of one call."""

@@ -260,7 +260,7 @@ def _finish(rec, result, values):
     """The replayable form of a recording: roots numbered inputs first, then allocations;
     per launch the array arguments as (position, root, byte offset, shape, strides, DType,
     device) with everything but the root's address fixed. None when the result is not
-    one of the roots."""
+    one of the roots (a tuple's entries may also be None)."""
     n_in = len(values)
 
     def index(root):
@@ -269,6 +269,9 @@ def _finish(rec, result, values):
     items = result if isinstance(result, tuple) else (result,)
     returns = []
     for r in items:
+        if r is None and isinstance(result, tuple):   # (a gradient the call has no parameter for)
+            returns.append(None)
+            continue
         w = rec.where.get(id(r))
         if w is None or w[1] != 0:
             return None
@@ -312,7 +315,7 @@ def _replay(plan, values, tensor_cls, derived_now):
         h = sys.modules["torch"]._C._cuda_getCurrentRawStream(lp.device) if torch_stream else 0  # noqa: SLF001
         lp.launch([ptrs[j] + offset for j, offset in recipe], scalars, h)
     if is_tuple:
-        return tuple(objs[j] for j in returns)
+        return tuple(None if j is None else objs[j] for j in returns)
     return objs[returns[0]]
 
 

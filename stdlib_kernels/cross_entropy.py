@@ -23,6 +23,7 @@ from .launches import Launch, Operands, Temp, execute
 from .schedules import LOOPED, ONE_TILE, SPLIT, cross_entropy_split
 from .tuning import TABLES, CrossEntropyTuning, row_tuning
 from ._window import row_window, single_row_window, window_start, window_steps, window_tile
+from .softmax import _lane_stats
 
 __all__ = ["cross_entropy", "plan"]
 
@@ -36,6 +37,7 @@ LOOP_BLOCK, LOOP_WARPS, WIDE_LOOP_BLOCK, WIDE_LOOP_WARPS = _T.loop_block, _T.loo
     _T.wide_loop_warps
 SHORT_LOOP_BLOCK, SHORT_LOOP_WARPS, WINDOW_LOOP_MAX_COLS = _T.short_loop_block, _T.short_loop_warps, \
     _T.window_loop_max_cols
+GRAD_CHUNK_WARPS = _T.short_loop_warps
 
 
 @tc.func
@@ -186,6 +188,97 @@ def ce_reduce_kernel(loss, target, out, ignore_index, MEAN: tc.constexpr, BLOCK:
     tc.store(out, index=(0,), tile=tc.full((1,), result, tc.float32).astype(out.dtype))
 
 
+# ----------------------------------------------------------------------------- the gradient (return_grad)
+# d loss / d logits = (softmax(row) - onehot(target)) * f, f = 1 / (rows not ignored) for
+# "mean", 1 for "sum" and "none" (each row's own loss), 0 on ignored rows, NaN on rows whose
+# target is out of range (their loss is NaN). Written by the forward's launches, while the
+# row is at hand: no logits-sized tensor needs to be kept for a backward.
+@tc.kernel
+def ce_scale_kernel(target, scale, ignore_index, MEAN: tc.constexpr, BLOCK: tc.constexpr):
+    # One program: the factor f of the rows that count (1 / their number for the mean).
+    n = target.shape[0]
+    count = tc.zeros((BLOCK,), tc.float32)
+    for k in range(tc.cdiv(n, BLOCK)):
+        tgt = tc.load(target, index=(k,), shape=(BLOCK,))
+        count += tc.where((k * BLOCK + tc.arange(0, BLOCK) < n) & (tgt != ignore_index), 1.0, 0.0)
+    f = 1.0
+    if MEAN:
+        f = 1.0 / tc.sum(count)   # every row ignored: inf, never used (every row's gradient is 0)
+    tc.store(scale, index=(0,), tile=tc.full((1,), f, tc.float32))
+
+
+@tc.func
+def _grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index):
+    # the gradient of logits t (f32, -inf padding) at columns `cols` of rows (lse, tgt)
+    f = tc.where((tgt >= 0) & (tgt < n_cls), tc.sum(tc.load(scale, index=(0,), shape=(1,))), NAN)
+    d = (tc.exp(t - lse) - tc.where(cols == tgt, 1.0, 0.0)) * f
+    return tc.where(tgt == ignore_index, 0.0, d)
+
+
+@tc.kernel
+def ce_grad_tile_kernel(logits, target, loss, grad, scale, ignore_index, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+    # ce_tile_kernel (no windows) that also writes the rows' gradient from the held tile; grad
+    # may be logits itself (the tile is read before it is written).
+    tc.launch_dependents()
+    pid = tc.program_id(0)
+    n_cls = logits.shape[1]
+    t = tc.load(logits, index=(pid, 0), shape=(ROWS, BLOCK), padding=NEG_INF).astype(tc.float32)
+    tgt = tc.load(target, index=(pid,), shape=(ROWS,))[:, None]
+    m = tc.max(t, axis=1, keep_dims=True)
+    lse = m + tc.log(tc.sum(tc.exp(t - m), axis=1, keep_dims=True))
+    cols = tc.arange(0, BLOCK)[None, :]
+    picked = tc.sum(tc.where(cols == tgt, t, 0.0), axis=1, keep_dims=True)
+    tc.store(loss, index=(pid,), tile=tc.reshape(_row_loss(lse, picked, tgt, n_cls, ignore_index),
+                                                 (ROWS,)).astype(loss.dtype))
+    tc.store(grad, index=(pid, 0), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index).astype(grad.dtype))
+
+
+@tc.func
+def _write_grad(logits, target, grad, scale, row, k0, n_k, lse, ignore_index, BLOCK: tc.constexpr):
+    # the gradient of row `row`'s tiles [k0, k0 + n_k), each read before it is written
+    n_cls = logits.shape[1]
+    tgt = tc.reshape(tc.load(target, index=(row,), shape=(1,)), (1, 1))
+    for k in range(k0, k0 + n_k):
+        t = tc.load(logits, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
+        cols = k * BLOCK + tc.arange(0, BLOCK)[None, :]
+        tc.store(grad, index=(row, k), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index).astype(grad.dtype))
+
+
+@tc.kernel
+def ce_grad_loop_kernel(logits, target, loss, grad, scale, ignore_index, BLOCK: tc.constexpr):
+    # One program per long row: the online logsumexp, the loss, then the gradient (the row
+    # read twice). grad may be logits: the target's logit is loaded first, and the
+    # logsumexp's cross-thread reductions (barriers) order that load before every store of
+    # the gradient, whichever thread makes them.
+    tc.launch_dependents()
+    row = tc.program_id(0)
+    n_cls = logits.shape[1]
+    tgt = tc.load(target, index=(row,), shape=(1,))
+    ok = (tgt >= 0) & (tgt < n_cls)
+    picked = tc.load(logits.ptr + row * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok, other=0.0)
+    n_k = tc.cdiv(n_cls, BLOCK)
+    m, s = _lane_stats(logits, row, 0, n_k, 0, BLOCK)
+    lse = m + tc.log(s)
+    row_loss = _row_loss(lse, picked.astype(tc.float32), tgt, n_cls, ignore_index)
+    tc.store(loss, index=(row,), tile=row_loss.astype(loss.dtype))
+    _write_grad(logits, target, grad, scale, row, 0, n_k, lse, ignore_index, BLOCK)
+
+
+@tc.kernel
+def ce_grad_chunk_kernel(logits, target, grad, part_m, part_s, scale, ignore_index, tiles_per_chunk,
+                         CHUNKS: tc.constexpr, BLOCK: tc.constexpr):
+    # Split rows, after ce_combine_kernel wrote the losses: program (row, c) merges its row's
+    # partials into the logsumexp (as the merge did) and writes its chunk's gradient.
+    tc.launch_dependents()
+    row = tc.program_id(0)
+    c = tc.program_id(1)
+    m = tc.load(part_m, index=(row, 0), shape=(1, CHUNKS), padding=NEG_INF)
+    s = tc.load(part_s, index=(row, 0), shape=(1, CHUNKS), padding=0.0)
+    top = tc.max(m)
+    lse = top + tc.log(tc.sum(s * tc.exp(m - top)))
+    _write_grad(logits, target, grad, scale, row, c * tiles_per_chunk, tiles_per_chunk, lse, ignore_index, BLOCK)
+
+
 SIGNATURES = {
     "ce_tile_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], ignore_index=i32, ROWS=1, BLOCK=16384",
     "ce_loop_kernel": "logits=f16[?,?], target=i64[?], loss=f32[?], part_m=f32[?], part_s=f32[?], ignore_index=i32, "
@@ -193,12 +286,23 @@ SIGNATURES = {
     "ce_combine_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], "
                          "ignore_index=i32, CHUNKS=4",
     "ce_reduce_kernel": "loss=f32[?], target=i64[?], out=f16[?], ignore_index=i32, MEAN=True, BLOCK=4096",
+    "ce_scale_kernel": "target=i64[?], scale=f32[?], ignore_index=i32, MEAN=True, BLOCK=4096",
+    "ce_grad_tile_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                           "ignore_index=i32, ROWS=1, BLOCK=16384",
+    "ce_grad_loop_kernel": "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                           "ignore_index=i32, BLOCK=4096",
+    "ce_grad_chunk_kernel": "logits=f32[?,?], target=i32[?], grad=f32[?,?], part_m=f32[?,?], part_s=f32[?,?], "
+                            "scale=f32[?], ignore_index=i32, tiles_per_chunk=i32, CHUNKS=64, BLOCK=2048",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_loop_kernel": {"num_warps": WIDE_LOOP_WARPS, "fast_math": True},
            "ce_combine_kernel": {"num_warps": 1, "fast_math": True, **DEPENDENT},
-           "ce_reduce_kernel": {"num_warps": 8, "fast_math": True, **DEPENDENT}}
+           "ce_reduce_kernel": {"num_warps": 8, "fast_math": True, **DEPENDENT},
+           "ce_scale_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_grad_tile_kernel": {"num_warps": 16, "fast_math": True},
+           "ce_grad_loop_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_grad_chunk_kernel": {"num_warps": GRAD_CHUNK_WARPS, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
@@ -222,6 +326,7 @@ EXTRA_SIGNATURES = [
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
+GRAD_LOOP_BLOCK, GRAD_LOOP_WARPS = 4096, 8     # the gradient's long rows (as softmax's looped rows)
 
 
 def loop_config(n_rows: int, n_cls: int, window: int = 0, itemsize: int = 2, t: Optional[CrossEntropyTuning] = None):
@@ -255,29 +360,68 @@ def reduce_config(n_rows: int, t: Optional[CrossEntropyTuning] = None):
     return block, max(1, block // (32 * t.reduce_per_thread))
 
 
-def plan(logits: Arr, labels: Arr, reduction: str, target: Target) -> List[Launch]:
+def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = False) -> List[Launch]:
     """The launches of cross_entropy over `logits`' rows (descriptions) with class indices
     `labels`, on `target`. Operands: "logits" (rows as a 2-D view), "target" (the indices, 1-D),
     "loss" (the per-row losses, 1-D), "result" (the 1-element mean or sum; not for "none"),
-    "ignore_index" (the int). The schedules: ONE_TILE, else LOOPED or SPLIT (schedules.py),
-    then for "mean"/"sum" one program reducing the losses."""
+    "ignore_index" (the int); with `grad`, "grad" (rows as a 2-D view). The schedules: ONE_TILE,
+    else LOOPED or SPLIT (schedules.py), then for "mean"/"sum" one program reducing the losses.
+    With `grad` the row kernels also write the gradient (`_grad_rows`)."""
     t = row_tuning(target).cross_entropy
     n_cls, n_rows = logits.shape[-1], math.prod(logits.shape[:-1])
     cfg = row_config(n_cls, n_rows)
-    window = row_window(logits, "logits")
-    # A single row off 32-byte sectors through its aligned window; packed rows keep column tiles.
-    cfg, window = single_row_window(cfg, n_cls, n_rows, window)
     launches = []
-    if cfg.single:
-        launches.append(Launch.of(ce_tile_kernel, cfg.grid(n_rows), ("logits", "target", "loss", "ignore_index"),
-                                  cfg.num_warps, schedule=ONE_TILE, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window))
-    elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
-        launches += _looped_rows(logits, n_rows, n_cls, t)
+    if grad:
+        launches += _grad_rows(logits, reduction, n_rows, n_cls, cfg, t)
+    else:
+        window = row_window(logits, "logits")
+        # A single row off 32-byte sectors through its aligned window; packed rows keep column tiles.
+        cfg, window = single_row_window(cfg, n_cls, n_rows, window)
+        if cfg.single:
+            launches.append(Launch.of(ce_tile_kernel, cfg.grid(n_rows), ("logits", "target", "loss", "ignore_index"),
+                                      cfg.num_warps, schedule=ONE_TILE, ROWS=cfg.rows, BLOCK=cfg.block,
+                                      WINDOW=window))
+        elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
+            launches += _looped_rows(logits, n_rows, n_cls, t)
     if reduction != "none":
         block, warps = reduce_config(n_rows, t)
         launches.append(Launch.of(ce_reduce_kernel, (1,), ("loss", "target", "result", "ignore_index"), warps,
                                   options=DEPENDENT, schedule="reduce", MEAN=reduction == "mean", BLOCK=block))
     return launches
+
+
+def _grad_rows(a: Arr, reduction: str, n_rows: int, n_cls: int, cfg, t: CrossEntropyTuning) -> List[Launch]:
+    """The row launches of cross_entropy with its gradient: the factor f first (one program,
+    `ce_scale_kernel`), then ONE_TILE (`ce_grad_tile_kernel`), LOOPED (`ce_grad_loop_kernel`,
+    from `split_rows` rows) or SPLIT (the forward's chunk partials and merge, then
+    `ce_grad_chunk_kernel` over the same chunks). No windows: rows off 32-byte sectors are read
+    and written in column tiles."""
+    if not n_rows:
+        return []
+    block, warps = reduce_config(n_rows, t)
+    scale = Temp("scale", (1,), tc.float32, like="logits")
+    launches = [Launch.of(ce_scale_kernel, (1,), ("target", "scale", "ignore_index"), warps, temps=(scale,),
+                          schedule="scale", MEAN=reduction == "mean", BLOCK=block)]
+    args = ("logits", "target", "loss", "grad", "scale", "ignore_index")
+    if cfg.single:
+        return launches + [Launch.of(ce_grad_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, schedule=ONE_TILE,
+                                     ROWS=cfg.rows, BLOCK=cfg.block)]
+    block, warps = loop_config(n_rows, n_cls, 0, a.dtype.itemsize, t)
+    chunks, per = chunk_count(n_rows, n_cls, 0, block, t)
+    if chunks == 1:
+        return launches + [Launch.of(ce_grad_loop_kernel, (n_rows,), args, GRAD_LOOP_WARPS, schedule=LOOPED,
+                                     BLOCK=GRAD_LOOP_BLOCK)]
+    parts = tuple(Temp(name, (n_rows, chunks), tc.float32, like="logits") for name in ("part_m", "part_s"))
+    return launches + [
+        Launch.of(ce_loop_kernel, (n_rows, chunks), ("logits", "target", "loss", "part_m", "part_s", "ignore_index",
+                                                     per), warps, temps=parts, schedule=SPLIT, BLOCK=block,
+                  SPLIT=True, WINDOW=0),
+        Launch.of(ce_combine_kernel, (n_rows,), ("logits", "target", "loss", "part_m", "part_s", "ignore_index"),
+                  1, options=DEPENDENT, schedule=SPLIT, CHUNKS=next_pow2(chunks)),
+        # after the merge (not a dependent launch): the merge reads each row's target logit first
+        Launch.of(ce_grad_chunk_kernel, (n_rows, chunks), ("logits", "target", "grad", "part_m", "part_s", "scale",
+                                                           "ignore_index", 4 * per), warps, schedule=SPLIT,
+                  CHUNKS=next_pow2(chunks), BLOCK=block)]
 
 
 def _looped_rows(a: Arr, n_rows: int, n_cls: int, t: CrossEntropyTuning) -> List[Launch]:
@@ -298,8 +442,10 @@ def _looped_rows(a: Arr, n_rows: int, n_cls: int, t: CrossEntropyTuning) -> List
 
 
 @planned
-def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
-    """cross_entropy(logits, target, ignore_index=-100, reduction="mean") -> loss.
+def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean", return_grad: bool = False,
+                  grad=None):
+    """cross_entropy(logits, target, ignore_index=-100, reduction="mean", return_grad=False, grad=None)
+    -> loss, or (loss, dlogits) with return_grad.
 
     logits: (..., C) of f16, bf16 or f32 (last stride 1, leading dimensions
     flattenable into rows, else ValueError); target: integer class indices
@@ -308,7 +454,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     `ignore_index` contribute 0 and are left out of the mean's count; a target
     outside [0, C) gives NaN (nothing out of bounds is read). reduction="none"
     returns the per-row losses (shape logits.shape[:-1]); "sum" and "mean" a
-    0-d array. The result has logits' dtype. Forward only.
+    0-d array. The result has logits' dtype; with return_grad also dlogits (below).
 
     Block size: the rows use `_common.row_config` (one tile up to 16384
     classes, else an online logsumexp over steps of four tiles: of 8192
@@ -322,7 +468,24 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     The merge and the mean/sum are dependent launches on sm_90+ (placed while
     the row kernel ends; the mean counts the targets before it waits for the
     losses: docs/stdlib.md, "Second launches as dependents").
+
+    return_grad=True: the forward also writes dlogits, the gradient of the
+    returned loss with respect to logits for an upstream gradient of 1
+    (for "none": of the sum of the per-row losses, so row r's gradient is to be
+    scaled by the upstream gradient of loss[r]): (softmax(row) - onehot(target))
+    times 1 / (rows not ignored) for "mean", 1 for "sum" and "none"; 0 on
+    ignored rows, NaN on rows whose target is out of range. It is written while
+    the row is read for the loss (no logits-sized tensor needs to be kept for a
+    backward), into `grad` (logits' shape and dtype; may be logits itself,
+    which is then overwritten, as Liger-Kernel does) or a new array. A backward
+    multiplies it by the (scalar) upstream gradient where that is not 1. The
+    rows are then read in column tiles (never through windows), long rows
+    twice (an online logsumexp, then the gradient).
     """
+    if not isinstance(return_grad, bool):
+        raise TypeError(f"cross_entropy: return_grad must be a bool, got {return_grad!r}")
+    if grad is not None and not return_grad:
+        raise ValueError("cross_entropy: grad= is the buffer of return_grad=True; pass return_grad=True with it")
     if reduction not in _REDUCTIONS:
         raise ValueError(f"cross_entropy: reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int) or not -2**31 <= ignore_index < 2**31:
@@ -349,5 +512,10 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if reduction != "none":
         result = output(None, a, (), a.dtype)
         values["result"] = view(result, (1,), (1,))
-    execute(plan(a, t, reduction, target_of(a)), Operands({"logits": a}, values))
-    return per_row.obj if result is None else result.obj
+    g = None
+    if return_grad:
+        g = output(grad, a, a.shape, a.dtype, "grad")
+        values["grad"] = rows_of(g, "grad")[0]
+    execute(plan(a, t, reduction, target_of(a), grad=return_grad), Operands({"logits": a}, values))
+    loss = per_row.obj if result is None else result.obj
+    return (loss, g.obj) if return_grad else loss

@@ -124,6 +124,11 @@ def dropout(x, p: float, seed: int, out=None):
     f16, bf16, f32, any shape; computed in f32. Tile heuristic of the elementwise
     ops (`_rows.tile_config`).
     """
+    return apply_mask(x, p, seed, out)
+
+
+def apply_mask(x, p, seed, out):
+    """`dropout`'s body (dropout_backward's too: the same mask on the gradient)."""
     a = as_array(x, "x")
     check_float(a, "x")
     threshold, scale32, seed64 = derived(_dropout_scalars, p, seed)

@@ -130,13 +130,16 @@ def binary_kernel(a, b, out, n_batch, n_rows, n_cols, sab, sar, sac, sbb, sbr, s
 
 @tc.kernel
 def rope_half_kernel(x1, x2, cos, sin, o1, o2, n_rows, half, sx, sc, so, inner, seq,
-                     BR: tc.constexpr, BH: tc.constexpr, WIDE: tc.constexpr):
+                     BR: tc.constexpr, BH: tc.constexpr, WIDE: tc.constexpr, INVERSE: tc.constexpr = False):
     # Half-split layout: x = [x1 | x2]; o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin.
     # x1/x2 (and o1/o2) point at the two halves of each row, so each load is contiguous.
+    # INVERSE: the rotation by minus the angle (sin negated), rope's backward.
     rows, cols, mask = tile_index(n_rows, half, BR, BH, WIDE, False)
     pos = (rows // inner) % seq
     c = tc.load(cos.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     s = tc.load(sin.ptr + pos[:, None] * sc + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
+    if INVERSE:
+        s = -s
     a = tc.load(x1.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     b = tc.load(x2.ptr + rows[:, None] * sx + cols[None, :], mask=mask, other=0.0).astype(tc.float32)
     tc.store(o1.ptr + rows[:, None] * so + cols[None, :], (a * c - b * s).astype(o1.dtype), mask=mask)
@@ -145,7 +148,7 @@ def rope_half_kernel(x1, x2, cos, sin, o1, o2, n_rows, half, sx, sc, so, inner, 
 
 @tc.kernel
 def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, seq,
-                            BR: tc.constexpr, BD: tc.constexpr, WIDE: tc.constexpr):
+                            BR: tc.constexpr, BD: tc.constexpr, WIDE: tc.constexpr, INVERSE: tc.constexpr = False):
     # Interleaved layout: pairs (x[2j], x[2j+1]) rotate by angle j. The row tile is read
     # whole (contiguous), split into pairs by a reshape to (BR, BD/2, 2), and written whole.
     rows, cols, mask = tile_index(n_rows, dim, BR, BD, WIDE, False)
@@ -160,6 +163,8 @@ def rope_interleaved_kernel(x, cos, sin, out, n_rows, dim, sx, sc, so, inner, se
     cmask = (rows < n_rows)[:, None] & (j < dim // 2)[None, :]
     c = tc.load(cos.ptr + pos[:, None] * sc + j[None, :], mask=cmask, other=0.0).astype(tc.float32)
     s = tc.load(sin.ptr + pos[:, None] * sc + j[None, :], mask=cmask, other=0.0).astype(tc.float32)
+    if INVERSE:
+        s = -s
     out_even = even * c - odd * s
     out_odd = odd * c + even * s
     r = tc.where(lane == 0, out_even[:, :, None], out_odd[:, :, None])
@@ -340,6 +345,11 @@ def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
     f32). Tiles: (rows, D/2) halves of about 2048 elements each, or (rows, D)
     tiles of about 4096 for the interleaved layout.
     """
+    return rotate(x, cos, sin, interleaved, seq_dim, out, False)
+
+
+def rotate(x, cos, sin, interleaved: bool, seq_dim, out, inverse: bool):
+    """`rope`'s body; `inverse`: rotate by minus the angles (rope's backward)."""
     xa, ca, sa = _inputs({"x": x, "cos": cos, "sin": sin})
     if xa.ndim < 2 or xa.shape[-1] % 2:
         raise ValueError(f"x: expected rank >= 2 with an even last dimension, got shape {xa.shape}")
@@ -367,12 +377,12 @@ def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
                [x1.arg, x2.arg, rc.arg, rs.arg, o1.arg, o2.arg, n_rows, half, x1.stride, rc.stride, o1.stride,
                 inner, seq],
                num_warps=cfg.num_warps, BR=cfg.rows, BH=cfg.cols,
-               WIDE=_wide(n_rows * x1.stride, n_rows * o1.stride, seq * rc.stride))
+               WIDE=_wide(n_rows * x1.stride, n_rows * o1.stride, seq * rc.stride), INVERSE=inverse)
     else:
         rx, ro = row_view(xa, "x"), row_view(o, "out")
         cfg = tile_config(n_rows, dim)
         launch(rope_interleaved_kernel, cfg.grid(n_rows, dim),
                [rx.arg, rc.arg, rs.arg, ro.arg, n_rows, dim, rx.stride, rc.stride, ro.stride, inner, seq],
                num_warps=cfg.num_warps, BR=cfg.rows, BD=max(cfg.cols, 2),
-               WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, seq * rc.stride))
+               WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, seq * rc.stride), INVERSE=inverse)
     return o.obj

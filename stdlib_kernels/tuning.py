@@ -64,6 +64,10 @@ class NormTuning:
     halve_min_block: int = 2048             # one-program rows in halves from this tile ("norms: half tiles")
     shift_table_min_bytes: int = 16 << 20   # windowed rows read w and b from shifted tables ("norms: shift tables")
     shift_table_block: int = 1024           # lanes per program of the table launch ("norms: shift tables")
+    # backward (backward.py; not yet measured: Liger's one program per SM, doubled for latency)
+    bwd_programs_per_sm: int = 2            # row programs per SM, each with its (cols,) dw/db partials
+    bwd_reduce_cols: int = 256              # columns per program of the partials' reduction
+    bwd_reduce_tile: int = 4096             # partials (rows x cols) per step of that reduction
 
 
 @dataclass(frozen=True)

@@ -32,13 +32,14 @@ FIXED_WARPS = {"reduce_inner_window_kernel": 8}
 
 def _num_warps(spec, kernel: str = "") -> int:
     # The entry points' rule (`_common.row_config`): tile elements / 512, 1..16.
-    if kernel == "ce_loop_kernel":    # 8192-column tiles at 32 warps, 4096 at 16, 2048 at 8 (`loop_config`)
+    # 8192-column tiles at 32 warps, 4096 at 16, 2048 at 8 (`loop_config`)
+    if kernel in ("ce_loop_kernel", "ce_grad_chunk_kernel"):
         ce = _module("cross_entropy")
         return {ce.WIDE_LOOP_BLOCK: ce.WIDE_LOOP_WARPS, ce.LOOP_BLOCK: ce.LOOP_WARPS,
                 ce.SHORT_LOOP_BLOCK: ce.SHORT_LOOP_WARPS}[spec.constexprs["BLOCK"]]
     if kernel in FIXED_WARPS:
         return FIXED_WARPS[kernel]
-    if kernel == "ce_reduce_kernel":  # its own rule: few elements per thread
+    if kernel in ("ce_reduce_kernel", "ce_scale_kernel"):  # their own rule: few elements per thread
         return _module("cross_entropy").reduce_config(spec.constexprs["BLOCK"])[1]
     if kernel == "reduce_inner_kernel" or kernel.startswith("softmax_dim_"):   # `softmax_dim.dim_config`
         tile = spec.constexprs["BLOCK_R"] * spec.constexprs["BLOCK_I"]
