@@ -81,9 +81,9 @@ def print_remarks(remarks: Iterable[Remark], file=None) -> None:
 # ----------------------------------------------------------------------------- tile sizes
 # A tile whose registers per thread (elements x bytes / 4 / threads: every element in some
 # thread's registers) exceed this is refused before LLVM runs: LLVM and ptxas take minutes
-# on such a kernel and it would spill almost everything. 4x the 255 a thread may hold, so
-# that kernels that merely spill (held twice, or a third over) still compile with a warning.
-LARGE_TILE_REGISTERS = 1024
+# on such a kernel and it would spill almost everything. 2x the 255 a thread may hold, so
+# that a kernel that merely spills (a tile up to twice what a thread holds) compiles with a SpillWarning.
+LARGE_TILE_REGISTERS = 512
 
 
 def tile_registers(tile_type, threads: int) -> float:
