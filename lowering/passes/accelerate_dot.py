@@ -351,10 +351,10 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
             cv.erase()
 
 
-def accelerate_dot(module: Module, *, wgmma: bool = False, num_warps: int = 4, remarks=None) -> Module:
+def accelerate_dot(module: Module, *, wgmma: bool, num_warps: int, remarks) -> Module:
     """Tensor-core dots (those assign_layouts gave an #mma accumulator) to wgmma or mma.sync.
-    `remarks` (tilec.remarks.Remarks) gets, per tc.dot, the instruction it became and, on a
-    target with wgmma (`wgmma`, dots over `num_warps` warps), why not that one."""
+    `remarks` (tilec.remarks.Remarks, or None: none recorded) gets, per tc.dot, the instruction
+    it became and, on a target with wgmma (`wgmma`, dots over `num_warps` warps), why not that one."""
     for op in list(module.walk()):
         if not isinstance(op, T.DotOp):
             continue

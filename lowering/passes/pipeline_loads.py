@@ -368,7 +368,7 @@ def _fitting_stages(module: Module, cands: List[_Candidate], stages: int, shared
     return stages
 
 
-def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remarks=None) -> Module:
+def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remarks) -> Module:
     """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (a
     tc.range loop's own num_stages instead; fewer where `shared_limit` bytes per CTA do not
     hold them; none below 2). `remarks` (tilec.remarks.Remarks) hears, per such loop, the

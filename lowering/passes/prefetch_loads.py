@@ -202,7 +202,7 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     post.create(AsyncWaitOp, pending=0, loc=loop.loc)
 
 
-def prefetch_loads(module: Module, *, shared_limit: int, remarks=None) -> Module:
+def prefetch_loads(module: Module, *, shared_limit: int, remarks) -> Module:
     """Stage the loads of tc.range(num_stages=) loops through cp.async buffers, within
     `shared_limit` bytes of shared memory per CTA (the pipeline runs it on cp.async targets).
     `remarks` (tilec.remarks.Remarks) hears, per loop with loads to stage, whether they were

@@ -225,7 +225,7 @@ def _mark_syncs(bufs, intervals, offsets) -> None:
         op.attrs["_smem_sync"] = reused
 
 
-def allocate_shared(module: Module, *, limit: int, arch: str, remarks=None) -> Module:
+def allocate_shared(module: Module, *, limit: int, arch: str, remarks) -> Module:
     """Place every shared buffer; more than `limit` bytes (what one CTA may use on `arch`,
     named in the error) is a CompilationError. `remarks` (tilec.remarks.Remarks) hears of
     each layout conversion through shared memory."""
