@@ -28,6 +28,14 @@ def gemm(a, b, c, K, BM: tc.constexpr, BN: tc.constexpr, BK: tc.constexpr):
 
 
 @tc.kernel
+def chained(q, k, v, o):
+    s = tc.dot(tc.load(q, index=(0, 0), shape=(64, 64), padding=0.0),  # @first
+               tc.load(k, index=(0, 0), shape=(64, 64), padding=0.0))
+    t = tc.dot(s.astype(tc.float16), tc.load(v, index=(0, 0), shape=(64, 64), padding=0.0))  # @second
+    tc.store(o, index=(0, 0), tile=t)
+
+
+@tc.kernel
 def two_loops(x, y, out, n, BLOCK: tc.constexpr):
     acc = tc.zeros((BLOCK,), tc.float32)
     for i in range(n):  # @plain
@@ -98,6 +106,17 @@ def test_bk64_dot_on_sm90a_is_wgmma_in_a_tma_ring(no_ptxas):
     assert "A from shared memory" in dot.message and "not wgmma" not in dot.message
     (loop,) = of_kind(compiled, "loop")
     assert loop.line == line("loop") and "TMA ring of 3 stages" in loop.message
+
+
+@pytest.mark.parametrize("arch, first, second", [
+    ("sm_90a", "wgmma m64n64k16 (4 warps along M, 1 along N), A from shared memory", "A from registers"),
+    ("sm_80", "mma.sync m16n8k16, A and B through shared memory", "mma.sync m16n8k16, A in registers"),
+])
+def test_a_chained_dot_takes_a_from_registers(no_ptxas, arch, first, second):
+    compiled = chained.compile("q=f16[?,?], k=f16[?,?], v=f16[?,?], o=f32[?,?]", arch=arch)
+    a, b = of_kind(compiled, "dot")
+    assert a.line == line("first") and first in a.message
+    assert b.line == line("second") and second in b.message
 
 
 def test_sm80_has_no_better_instruction_to_name(no_ptxas):
