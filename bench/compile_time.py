@@ -1,12 +1,14 @@
 """Cold compile time per stage: frontend, passes, codegen, LLVM O3, PTX emission, ptxas.
 
-    python bench/compile_time.py [--repeat 5] [--json out.json] [--no-ptxas]
+    python bench/compile_time.py [--repeat 5] [--json out.json] [--results out.json] [--no-ptxas]
 
 "Cold" means no compile cache (memory or disk) and a kernel never compiled in this
 process; llvmlite is imported and the NVPTX target initialized before timing, as the
 targets of issue 3 specify (fused softmax < 150 ms to PTX, 4-warp layer norm
 < 250 ms). Each kernel is compiled `--repeat` times; the table shows the median per
-stage, and "to PTX" sums every stage before ptxas.
+stage, and "to PTX" sums every stage before ptxas. `--results` writes the medians in
+bench/results.py's schema (rows "KERNEL ARCH" / to_ptx and total, in ms, the goal as
+baseline), which `python -m bench.compare OLD.json NEW.json` gates.
 """
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--results", help="also write the results here in bench/results.py's schema")
     p.add_argument("--no-ptxas", action="store_true", help="stop at PTX")
     args = p.parse_args(argv)
     rows = run(args.repeat, args.arch, not args.no_ptxas)
@@ -101,6 +104,20 @@ def main(argv=None):
         info = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "machine": platform.node(),
                 "python": platform.python_version(), "command": " ".join(sys.argv), "results": rows}
         Path(args.json).write_text(json.dumps(info, indent=2))
+    if args.results:
+        write_results(args.results, rows)
+
+
+def write_results(path, rows):
+    """The medians of `run` as bench/results.py rows (the host's CPU is the device)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.results import row, write
+    out = []
+    for r in rows:
+        name = f"{r['kernel']} {r['arch']}"
+        out.append(row(name, "to_ptx", r["ms"]["to_ptx"], "ms", "goal", r["goal_ms"]))
+        out.append(row(name, "total", r["ms"]["total"], "ms"))
+    return write(path, out, device=f"CPU {platform.machine()} {platform.processor() or ''}".strip())
 
 
 if __name__ == "__main__":

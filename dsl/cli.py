@@ -5,6 +5,9 @@
     tilec llvm FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] ...
     tilec ptx  FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] [--ptxas] ...
     tilec ptx  matmul --dtype bf16 --shape 4096,4096,4096 [--arch sm_90a]
+    tilec ir|ptx ... --remarks     also print the compiler's remarks (stderr)
+    tilec info                     devices, driver, CUDA tools, llvmlite, the cache
+    tilec cache [info|clear]       the compile cache's location and size; clear it
 
 Without --sig, the signature is the file's SIGNATURES entry for the kernel, compiled
 with its OPTIONS entry (what the command line does not set), as tests/test_ptxas.py does.
@@ -160,14 +163,27 @@ def _cmd_ir(args) -> int:
         raise UsageError(f"unknown pass {args.after!r}; passes are: {', '.join(dict.fromkeys(pass_names()))}")
     kernel = load_kernel(args.target)
     spec = _parse_sig(kernel, args.sig)
-    if args.after is None:
-        module = kernel.ir(spec)
-    else:
+    remarks = None
+    if args.after is not None or args.remarks:
+        from dataclasses import replace
         from .frontend import lower_to_ir
+        from .remarks import Remarks
+        remarks = Remarks()
         # a module of its own: the passes rewrite in place, and kernel.ir's is shared
-        module = run_pipeline(lower_to_ir(kernel, spec), _options(args, kernel), stop_after=args.after)
+        passed = run_pipeline(lower_to_ir(kernel, spec), replace(_options(args, kernel), remarks=remarks),
+                              stop_after=args.after)
+    module = kernel.ir(spec) if args.after is None else passed
     sys.stdout.write(str(module))
+    if args.remarks:  # what the passes run (to --after, else all of them) recorded
+        _print_remarks(remarks)
     return 0
+
+
+def _print_remarks(remarks) -> None:
+    from .remarks import print_remarks
+    if not len(list(remarks)):
+        print("(no remarks)", file=sys.stderr)
+    print_remarks(remarks, sys.stderr)
 
 
 def _compile(args):
@@ -222,11 +238,42 @@ def _cmd_ptx(args) -> int:
     compiled = _compile(args)
     ptx = compiled.asm["ptx"]
     sys.stdout.write(ptx)
+    from .remarks import remarks_enabled
+    if args.remarks and not remarks_enabled():  # TILEC_REMARKS=1 printed them already
+        _print_remarks(compiled.remarks)
     if args.ptxas:
         arch = compiled.metadata["arch"]
         sys.stdout.write("\n// ptxas -v report\n")
         sys.stdout.write("".join(f"// {line}\n" for line in _ptxas_report(ptx, arch).splitlines()))
     return 0
+
+
+def _cmd_info(args) -> int:
+    from .info import info_lines
+    print("\n".join(info_lines()))
+    return 0
+
+
+def _cmd_cache(args) -> int:
+    from .runtime import cache
+    root = cache.cache_dir()
+    if args.action == "clear":
+        removed = cache.clear()
+        for sub, (n, size) in removed.items():
+            print(f"removed {n} file(s), {_size(size)}, from {root / sub}")
+        return 0
+    print(f"cache: {root}")
+    for sub, (n, size) in cache.usage().items():
+        print(f"  {sub}: {n} file(s), {_size(size)}")
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB"):
+        if n < 1024 or unit == "MiB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 # ----------------------------------------------------------------------------- argument parsing
@@ -262,6 +309,11 @@ def _add_option_args(p: argparse.ArgumentParser) -> None:
                    help="verify the IR after every pass, line info in PTX")
 
 
+def _add_remarks_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--remarks", action="store_true",
+                   help="also print the compiler's remarks to stderr (what each tc.dot and loop became, and why)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tilec", description="tilec: tile-level GPU kernels in Python, compiled to PTX.")
     parser.add_argument("--version", action="version", version=f"tilec {_version()}")
@@ -274,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kernel_args(p, target_required=False)
     p.add_argument("--after", metavar="PASS", help="run the pipeline up to and including PASS")
     p.add_argument("--passes", action="store_true", help="list the pipeline's passes and exit")
+    _add_remarks_arg(p)
     _add_option_args(p)
     p.set_defaults(func=_cmd_ir)
 
@@ -288,7 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_stdlib_args(p)
     _add_option_args(p)
     p.add_argument("--ptxas", action="store_true", help="also assemble it and print ptxas's register/spill report")
+    _add_remarks_arg(p)
     p.set_defaults(func=_cmd_ptx)
+
+    p = sub.add_parser("info", help="devices, driver, CUDA tools found, llvmlite, the compile cache")
+    p.set_defaults(func=_cmd_info)
+
+    p = sub.add_parser("cache", help="the compile cache: its location and size, or clear it")
+    p.add_argument("action", nargs="?", choices=("info", "clear"), default="info",
+                   help="info (default): location and size; clear: delete the cached kernels and autotune results")
+    p.set_defaults(func=_cmd_cache)
     return parser
 
 

@@ -31,5 +31,12 @@ class CompiledKernel:
         return int(self.metadata.get("num_threads", 32 * self.metadata.get("num_warps", 4)))
 
     @property
+    def remarks(self):
+        """What the compiler chose and why (tilec.remarks.Remark: kind, message, file, line, col),
+        in the order the passes recorded them."""
+        from .remarks import from_metadata
+        return from_metadata(self.metadata)
+
+    @property
     def shared(self) -> int:
         return self.metadata.get("shared", 0)

@@ -5,7 +5,8 @@
 Every stage's text lands in `asm` ("tile", "gpu", "llvm", "ptx", and "cubin"
 bytes when ptxas is installed); `metadata` holds num_warps (the user's), num_threads
 (the CTA's: a warp-specialized kernel's producer included), num_stages, shared bytes,
-arch, PTX version, the time of each stage, and ptxas's report. Options are validated,
+arch, PTX version, the time of each stage, ptxas's report, and the compile's remarks
+(tilec.remarks: what the passes chose and why; TILEC_REMARKS=1 prints them). Options are validated,
 and the Target resolved, before LLVM runs, and any failure is a CompilationError naming
 the kernel, the stage and (when known) the source line.
 
@@ -22,6 +23,7 @@ import os
 import re
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -29,6 +31,7 @@ from .abi import param_slots
 from .compiled import CompiledKernel
 from .errors import CompilationError, SpillWarning
 from .options import CompileOptions
+from .remarks import Remarks, check_tile_sizes, from_metadata, occupancy, print_remarks, remarks_enabled
 from .runtime import cache
 from .target import Target
 from .version import __version__
@@ -145,6 +148,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     from .lowering.pipeline import run_pipeline
 
     timings = {} if timings is None else timings
+    remarks = Remarks()   # this compile's own: the passes record into it through the options
+    options = replace(options, remarks=remarks)
     func = module.func()
     symbol = func.attrs["sym_name"]  # the PTX entry's name
     name = kernel_name or symbol
@@ -153,6 +158,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     arg_types = [a.type for a in func.regions[0].block.args]
     arg_names = list(func.attrs.get("arg_names", []))
     params = _stage("abi", name, timings, lambda: param_slots(arg_types))
+    if not options.allow_large_tiles:  # before any pass: LLVM and ptxas would take minutes
+        _stage("tile sizes", name, timings, lambda: check_tile_sizes(module, 32 * options.num_warps, kernel=name))
     gpu = _stage("passes", name, timings, lambda: run_pipeline(
         module, options, dump=dump.after_pass if dump else None))
     ptx_version = _stage("target selection", name, timings,
@@ -202,6 +209,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
         _warn_spills(metadata, result)
+        _resource_remarks(remarks, func.loc, result, metadata["num_threads"], metadata["shared"], tgt)
+    metadata["remarks"] = [r.as_list() for r in remarks]
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
 
 
@@ -216,6 +225,19 @@ def _warn_spills(metadata: Dict[str, Any], result) -> None:
            f"{result.spill_loads} bytes loaded per thread; smaller tiles or more warps may fit")
     metadata.setdefault("warnings", []).append(msg)
     warnings.warn(msg, SpillWarning, stacklevel=2)
+
+
+def _resource_remarks(remarks: Remarks, loc, result, threads: int, shared: int, tgt: Target) -> None:
+    """Spills (ptxas's report) and the programs per SM its registers and `shared` allow, at
+    the kernel's definition."""
+    if result.spill_stores or result.spill_loads:
+        remarks.add("spill", f"{result.registers} registers per thread and spills: {result.spill_stores} bytes "
+                             f"stored, {result.spill_loads} bytes loaded per thread (local memory); smaller tiles "
+                             f"or more warps may fit", loc)
+    n, why = occupancy(result.registers, threads, shared, tgt)
+    remarks.add("occupancy", f"{n} program{'s' if n != 1 else ''} of {threads} threads per SM of {tgt.arch} "
+                             f"({n * threads // 32} warps), limited by {why}: {result.registers} registers per "
+                             f"thread, {shared} bytes of shared memory", loc)
 
 
 def _located(e: CompilationError, llmod) -> CompilationError:
@@ -337,6 +359,8 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
         if hit is not None:
             for msg in hit.metadata.get("warnings", ()):  # a cached kernel that spills still says so
                 warnings.warn(msg, SpillWarning, stacklevel=2)
+            if remarks_enabled():
+                print_remarks(from_metadata(hit.metadata))
             return hit
     dump = _Dumper(dump_dir, name, spec) if dump_dir else None
     timings: Dict[str, float] = {}
@@ -344,6 +368,8 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
     if dump:
         dump.write("frontend", str(module))
     compiled = compile_module(module, options, name, dump, timings)
+    if remarks_enabled():
+        print_remarks(compiled.remarks)
     if use_cache:
         cache.store(key, compiled)
     return compiled

@@ -14,7 +14,7 @@ __all__ = ["unknown_keyword", "CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", 
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
-                 "cluster", "min_programs_per_sm", "dependent_launch", "initcheck")
+                 "cluster", "min_programs_per_sm", "dependent_launch", "initcheck", "allow_large_tiles")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)  # programs a CUDA grid holds along axes 0, 1 and 2
@@ -38,7 +38,13 @@ class CompileOptions:
     # masked vector loads read no byte past the end of the view they read from (compute-sanitizer
     # --tool initcheck reports none); costs registers (docs/language.md). Default: TILEC_INITCHECK=1
     initcheck: bool = field(default_factory=lambda: os.environ.get("TILEC_INITCHECK", "") not in ("", "0"))
+    # compile a tile taking far more registers per thread than a thread has (tilec.remarks:
+    # refused by default, before LLVM spends minutes on it)
+    allow_large_tiles: bool = False
     target: Optional[Target] = None  # set by validated(): the arch's features and the device's facts
+    # the compile's remark collector (tilec.remarks.Remarks), set by the compiler for one compile:
+    # not an option, and not part of the cache key or of equality
+    remarks: Optional[object] = field(default=None, compare=False, repr=False)
 
     def validated(self, default: Optional[Target] = None) -> "CompileOptions":
         """These options checked, with `arch` and `target` resolved once: the given arch's
@@ -53,7 +59,7 @@ class CompileOptions:
         check_min_programs(self.min_programs_per_sm, self.num_warps, target)
         return replace(self, arch=target.arch, target=target, fast_math=bool(self.fast_math), debug=bool(self.debug),
                        tma=bool(self.tma), warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
-                       dependent_launch=bool(self.dependent_launch))
+                       dependent_launch=bool(self.dependent_launch), allow_large_tiles=bool(self.allow_large_tiles))
 
     def _target(self, default: Optional[Target]) -> Target:
         if self.target is not None:

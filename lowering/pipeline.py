@@ -3,7 +3,9 @@
 A pass is a function `pass_(module, *, explicit arguments) -> Module` (it may mutate the
 module and return it). `PASSES` says, in one table, how each is called from the Target
 and the CompileOptions; `PHASES` say, in one place, which passes run for a target and
-options (reading `target.has_wgmma` and such: no pass tests the arch). `passes_for(target,
+options (reading `target.has_wgmma` and such: no pass tests the arch). Passes that decide what the
+user would want to know record compiler remarks into `options.remarks` (tilec.remarks), a
+collector the compiler sets per compile (None: nothing recorded). `passes_for(target,
 options)` lists them; `run_pipeline` runs them and then stamps the launch shape and the
 target on the module (`stamp`), which is all codegen reads.
 """
@@ -67,17 +69,18 @@ PASSES: Dict[str, Pass] = {
     "lower_views": lambda m, t, o: lower_views(m),
     "axis_info": lambda m, t, o: axis_info(m),
     "assign_layouts": lambda m, t, o: assign_layouts(m, num_warps=o.num_warps, wgmma=t.has_wgmma),
-    "accelerate_dot": lambda m, t, o: accelerate_dot(m),
+    "accelerate_dot": lambda m, t, o: accelerate_dot(m, wgmma=t.has_wgmma, num_warps=o.num_warps, remarks=o.remarks),
     "share_staged_operands": lambda m, t, o: share_staged_operands(m),
-    "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages, shared_limit=t.shared_per_block),
+    "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages, shared_limit=t.shared_per_block,
+                                                     remarks=o.remarks),
     "defer_wgmma_waits": lambda m, t, o: defer_wgmma_waits(m),
-    "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block),
+    "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block, remarks=o.remarks),
     "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,
                                                        registers_per_sm=t.registers_per_sm),
     "drop_multicast": lambda m, t, o: drop_multicast(m),
     "lower_reductions": lambda m, t, o: lower_reductions(m),
     "lower_scans": lambda m, t, o: lower_scans(m),
-    "allocate_shared": lambda m, t, o: allocate_shared(m, limit=t.shared_per_block, arch=t.arch),
+    "allocate_shared": lambda m, t, o: allocate_shared(m, limit=t.shared_per_block, arch=t.arch, remarks=o.remarks),
 }
 
 

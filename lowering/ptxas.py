@@ -20,22 +20,22 @@ from typing import Dict, List, Optional
 
 from ..errors import CompilationError
 
-__all__ = ["find_ptxas", "assemble", "PtxasResult", "parse_report", "PtxasError"]
+__all__ = ["find_ptxas", "find_tool", "assemble", "PtxasResult", "parse_report", "PtxasError"]
 
 
 class PtxasError(CompilationError):
     """ptxas rejected the PTX (the message holds its diagnostics)."""
 
 
-def _wheel_candidates() -> List[Path]:
+def _wheel_candidates(tool: str = "ptxas") -> List[Path]:
     out = []
     try:
         spec = importlib.util.find_spec("nvidia")
     except (ImportError, ValueError):
         spec = None
     for root in (spec.submodule_search_locations or []) if spec else []:
-        for sub in ("cuda_nvcc/bin", "cu13/bin", "cuda_nvcc/cu13/bin"):
-            out.append(Path(root) / sub / "ptxas")
+        for sub in ("cuda_nvcc/bin", "cu13/bin", "cuda_nvcc/cu13/bin", "cuda_nvdisasm/bin", "cuda_cuobjdump/bin"):
+            out.append(Path(root) / sub / tool)
     return out
 
 
@@ -45,14 +45,20 @@ def find_ptxas() -> Optional[str]:
     env = os.environ.get("TILEC_PTXAS")
     if env:
         return env if os.access(env, os.X_OK) else None
-    found = shutil.which("ptxas")
+    return find_tool("ptxas")
+
+
+def find_tool(tool: str) -> Optional[str]:
+    """Path of the CUDA command-line tool `tool` (ptxas, nvdisasm, cuobjdump), looked up as
+    ptxas is (PATH, the NVIDIA pip wheels, CUDA_HOME, /usr/local/cuda), or None."""
+    found = shutil.which(tool)
     if found:
         return found
-    cands = _wheel_candidates()
+    cands = _wheel_candidates(tool)
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home:
-        cands.append(Path(home) / "bin" / "ptxas")
-    cands.append(Path("/usr/local/cuda/bin/ptxas"))
+        cands.append(Path(home) / "bin" / tool)
+    cands.append(Path("/usr/local/cuda/bin") / tool)
     for c in cands:
         if c.is_file() and os.access(c, os.X_OK):
             return str(c)

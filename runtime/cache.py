@@ -24,13 +24,13 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from ..abi import ParamSlot
 from ..compiled import CompiledKernel
 from ..dtypes import DType
 
-__all__ = ["lookup", "store", "cache_dir", "clear_memory", "entry_path", "MAGIC"]
+__all__ = ["lookup", "store", "cache_dir", "clear_memory", "entry_path", "MAGIC", "SUBDIRS", "usage", "clear"]
 
 MAGIC = b"TILEC1"
 _KEY_RE = re.compile(r"[0-9A-Za-z_.-]{1,200}")
@@ -44,6 +44,52 @@ def cache_dir() -> Path:
     """The on-disk cache directory: $TILEC_CACHE_DIR, else ~/.cache/tilec."""
     env = os.environ.get("TILEC_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "tilec"
+
+
+# What tilec writes under cache_dir(): compiled kernels, and autotune's chosen configs.
+SUBDIRS = ("kernels", "autotune")
+
+
+def _files(sub: str):
+    root = cache_dir() / sub
+    return [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else []
+
+
+def usage() -> Dict[str, Tuple[int, int]]:
+    """{subdirectory: (files, bytes)} of the disk cache (`SUBDIRS`, each present or not)."""
+    out = {}
+    for sub in SUBDIRS:
+        sizes = []
+        for p in _files(sub):
+            try:
+                sizes.append(p.stat().st_size)
+            except OSError:  # removed meanwhile
+                pass
+        out[sub] = (len(sizes), sum(sizes))
+    return out
+
+
+def clear() -> Dict[str, Tuple[int, int]]:
+    """Delete the disk cache's files (only those of `SUBDIRS`: a TILEC_CACHE_DIR may hold
+    other things) and forget the in-memory entries; {subdirectory: (files, bytes) removed}."""
+    clear_memory()
+    out = {}
+    for sub in SUBDIRS:
+        n = size = 0
+        for p in _files(sub):
+            try:
+                b = p.stat().st_size
+                p.unlink()
+            except OSError:
+                continue
+            n, size = n + 1, size + b
+        for d in sorted((d for d in (cache_dir() / sub).rglob("*") if d.is_dir()), reverse=True):
+            try:
+                d.rmdir()   # empty by now, deepest first
+            except OSError:
+                pass
+        out[sub] = (n, size)
+    return out
 
 
 def entry_path(key: str) -> Path:

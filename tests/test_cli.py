@@ -220,3 +220,91 @@ def test_a_stdlib_file_loads_as_its_module(capsys):
     assert ".entry attention_fwd_kernel(" in ptx and re.search(r"\.maxntid 256\b", ptx)
     assert main(["ir", f"{path}:no_such_kernel"]) == 2
     assert "has no kernel named 'no_such_kernel'; kernels in it: attention_fwd_kernel" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- remarks, info, cache
+LOOP_SOURCE = textwrap.dedent('''
+    import tilec as tc
+
+
+    @tc.kernel
+    def total(x, out, n, BLOCK: tc.constexpr):
+        acc = tc.zeros((BLOCK,), tc.float32)
+        for i in range(n):
+            acc += tc.load(x, index=(i,), shape=(BLOCK,), padding=0.0)
+        tc.store(out, index=(tc.program_id(0),), tile=acc)
+''')
+LOOP_SIG = "x=f32[?], out=f32[?], n=i32, BLOCK=256"
+LOOP_LINE = 8   # the `for` of LOOP_SOURCE (its first line is empty)
+
+
+@pytest.fixture
+def loop_file(tmp_path):
+    path = tmp_path / "loop_kernels.py"
+    path.write_text(LOOP_SOURCE)
+    return path
+
+
+def test_ptx_remarks_go_to_stderr(capsys, loop_file, monkeypatch):
+    monkeypatch.delenv("TILEC_REMARKS", raising=False)
+    assert main(["ptx", f"{loop_file}:total", "--sig", LOOP_SIG, "--arch", "sm_80", "--remarks"]) == 0
+    out, err = capsys.readouterr()
+    assert ".entry total" in out and "remark[" not in out
+    assert f"{loop_file}:{LOOP_LINE}:5: remark[loop]: loads at line {LOOP_LINE + 1} not pipelined" in err
+    assert main(["ptx", f"{loop_file}:total", "--sig", LOOP_SIG, "--arch", "sm_80"]) == 0
+    assert "remark[" not in capsys.readouterr().err   # only when asked for
+
+
+def test_ir_remarks_are_those_of_the_passes_run(capsys, loop_file):
+    # the loop's loads are judged by prefetch_loads: not yet after assign_layouts
+    assert main(["ir", f"{loop_file}:total", "--sig", LOOP_SIG, "--arch", "sm_80", "--remarks",
+                 "--after", "assign_layouts"]) == 0
+    assert "(no remarks)" in capsys.readouterr().err
+    assert main(["ir", f"{loop_file}:total", "--sig", LOOP_SIG, "--arch", "sm_80", "--remarks"]) == 0
+    out, err = capsys.readouterr()
+    assert "tile.func" in out and f":{LOOP_LINE}:5: remark[loop]" in err
+
+
+def test_info_names_tools_gpu_and_cache(capsys, monkeypatch, tmp_path):
+    from tilec.lowering.ptxas import find_ptxas
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path / "c"))
+    assert main(["info"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tilec ")
+    assert any(ln.startswith("llvmlite: ") and "LLVM " in ln for ln in lines)
+    ptxas = next(ln for ln in lines if ln.startswith("ptxas: "))
+    assert (find_ptxas() or "not found") in ptxas
+    assert any(ln.startswith("nvdisasm: ") for ln in lines)
+    assert any(ln.startswith("GPU: no GPU") or ln.startswith("GPU 0: ") for ln in lines)
+    cache_line = next(ln for ln in lines if ln.startswith("cache: "))
+    assert str(tmp_path / "c") in cache_line and "kernels: 0 file(s)" in cache_line
+
+
+def test_info_subprocess():
+    proc = run_cli("info")
+    assert proc.returncode == 0, proc.stderr
+    assert "cache: " in proc.stdout and "ptxas: " in proc.stdout
+
+
+def test_cache_size_and_clear(capsys, monkeypatch, tmp_path, kernel_file):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(root))
+    monkeypatch.setenv("TILEC_SKIP_PTXAS", "1")
+    from tilec.runtime import cache
+    cache.clear_memory()   # an earlier test's compile of `scale` would be a hit, writing nothing
+    assert main(["ptx", f"{kernel_file}:scale", "--sig", SIG, "--arch", "sm_80"]) == 0
+    (root / "notes.txt").write_text("not tilec's")
+    capsys.readouterr()
+    entries = list((root / "kernels").rglob("*.json"))
+    assert len(entries) == 1
+    size = entries[0].stat().st_size
+    assert main(["cache"]) == 0
+    assert "kernels: 1 file(s)" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    out = capsys.readouterr().out
+    assert f"removed 1 file(s), {size / 1024:.1f} KiB, from {root / 'kernels'}" in out or \
+        f"removed 1 file(s), {size} bytes, from {root / 'kernels'}" in out
+    assert not list((root / "kernels").rglob("*.json"))
+    assert (root / "notes.txt").exists()   # only what tilec writes is removed
+    assert main(["cache", "clear"]) == 0
+    assert "removed 0 file(s)" in capsys.readouterr().out

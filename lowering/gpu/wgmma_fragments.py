@@ -45,7 +45,7 @@ from typing import List, Optional, Tuple
 
 from .layouts import DotOperandLayout, MmaLayout, SharedLayout
 
-__all__ = ["SWIZZLE", "wgmma_shape", "k_step", "b_k_major", "buffer_k_major", "operand_layout", "descriptor_high_bits",
+__all__ = ["SWIZZLE", "wgmma_shape", "wgmma_plan", "k_step", "b_k_major", "buffer_k_major", "operand_layout", "descriptor_high_bits",
            "operand_offset", "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout",
            "REGISTER_A_BITS"]
 
@@ -73,19 +73,33 @@ def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Opti
     """(wm, wn, instr_n) of a wgmma dot of an m x n accumulator over k, None if wgmma cannot
     take it: whole warpgroups, M in steps of 64 rows, instruction N of 64 to 256 (whole
     128-byte column blocks of B), K a multiple of a 128-byte row of A."""
-    if elem_bytes not in (1, 2, 4) or num_warps % 4 or m % 64 or (k * elem_bytes) % SWIZZLE:
-        return None
+    return wgmma_plan(m, n, k, elem_bytes, num_warps)[0]
+
+
+def wgmma_plan(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Tuple[Optional[Tuple[int, int, int]], str]:
+    """(wgmma_shape's answer, why not when it is None: the first condition that fails, for
+    the compiler's remarks; "" when it fits)."""
+    if elem_bytes not in (1, 2, 4):
+        return None, f"wgmma takes 1-, 2- or 4-byte operands, not {elem_bytes}-byte ones"
+    if num_warps % 4:
+        return None, f"wgmma needs whole warpgroups (num_warps a multiple of 4), got num_warps={num_warps}"
+    if m % 64:
+        return None, f"wgmma needs M a multiple of 64 (BM={m})"
+    if (k * elem_bytes) % SWIZZLE:
+        return None, (f"wgmma needs K a multiple of {SWIZZLE // elem_bytes} for {elem_bytes}-byte operands "
+                      f"(a {SWIZZLE}-byte row), BK={k}")
     wm = 4
     while wm * 2 <= num_warps and m % (16 * wm * 2) == 0:
         wm *= 2
     wn = num_warps // wm
     if n % wn:
-        return None
+        return None, f"N={n} does not split over the {wn} warp columns of {num_warps} warps"
     instr_n = min(256, n // wn)
     width = 64 if b_k_major(elem_bytes) else SWIZZLE // elem_bytes  # N-major B: whole column blocks
     if instr_n < width or instr_n & (instr_n - 1) or n % (instr_n * wn):
-        return None
-    return wm, wn, instr_n
+        return None, (f"wgmma needs each of the {wn} warp column(s) to take N in a power-of-two "
+                      f"instruction of {width} to 256 columns (BN={n})")
+    return (wm, wn, instr_n), ""
 
 
 def buffer_k_major(layout: SharedLayout, has_slot: bool) -> bool:

@@ -68,10 +68,11 @@ from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout, regist
 from ..gpu.mma_fragments import operand_shared_layout
 from ..gpu.mma_ops import LdMatrixOp, MmaOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, LocalStoreOp
-from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, register_a_layout, wgmma_shape
+from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, register_a_layout, wgmma_plan, wgmma_shape
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 
-__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps"]
+__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps",
+           "tensor_core_refusal"]
 
 _F8 = (dt.float8e4m3, dt.float8e5m2)
 
@@ -85,17 +86,26 @@ def uses_tensor_cores(op: T.DotOp, wgmma: bool) -> bool:
     """Whether `op` runs on tensor cores: wgmma where the target has it (`wgmma`) and the
     tile allows (`dot_acc_layout`), else mma.sync (every supported arch, sm_80 and later,
     has it; f8 operands widened to f16)."""
+    return not tensor_core_refusal(op)
+
+
+def tensor_core_refusal(op: T.DotOp) -> str:
+    """Why `op` cannot run on tensor cores ("" when it can): the compiler's remark for an FMA dot."""
     a, b, c = (v.type for v in op.operands)
     if c.dtype is not dt.float32:
-        return False
+        return f"tensor cores accumulate in f32, this accumulator is {c.dtype.name if c.dtype else c.element}"
     if mma_dtype(a.dtype) in (dt.float16, dt.bfloat16):
         k_step = 16
     elif a.dtype is dt.float32 and op.attrs.get("allow_tf32", False):
         k_step = 8
+    elif a.dtype is dt.float32:
+        return "f32 operands use tensor cores only with tc.dot(..., allow_tf32=True)"
     else:
-        return False
+        return f"tensor cores take f16, bf16, f8 or (allow_tf32) f32 operands, not {a.dtype.name}"
     m, n = c.shape
-    return m % 16 == 0 and n % 8 == 0 and a.shape[1] % k_step == 0
+    if m % 16 or n % 8 or a.shape[1] % k_step:
+        return f"mma.sync needs M a multiple of 16, N of 8 and K of {k_step}, got {m}x{n}x{a.shape[1]}"
+    return ""
 
 
 def mma_warps(m: int, n: int, num_warps: int):
@@ -202,11 +212,17 @@ def _store_before(loop: Op, buf, v, fence: bool) -> None:
     b.create(BarrierOp)
 
 
-def _accelerate(op: T.DotOp) -> None:
+def _accelerate(op: T.DotOp, why_not_wgmma: str, remarks) -> None:
     func = op
     while func.parent_op() is not None:
         func = func.parent_op()
     staged = [idx for idx in (0, 1) if _staged(op, idx)]
+    if remarks is not None:
+        a = op.operands[0].type.dtype
+        instr = "m16n8k8 (tf32)" if a is dt.float32 else "m16n8k16" + (" (f8 widened to f16)" if a in _F8 else "")
+        src = "A in registers" if 0 not in staged else "A and B through shared memory (ldmatrix)"
+        remarks.add("dot", f"{_dot_text(op)} lowered to mma.sync {instr}, {src}"
+                           + (f"; not wgmma: {why_not_wgmma}" if why_not_wgmma else ""), op.loc)
     head = _entry_builder(func)
     bufs = {idx: _operand_buffer(op, idx, head).result for idx in staged}
     at = Builder().before(op)  # after the allocations, which may sit in the same block
@@ -279,7 +295,12 @@ def _register_a(op: T.DotOp, a: Value) -> Optional[DotOperandLayout]:
     return want
 
 
-def _accelerate_wgmma(op: T.DotOp) -> None:
+def _dot_text(op: T.DotOp) -> str:
+    a, c = op.operands[0].type, op.results[0].type
+    return f"tc.dot {c.shape[0]}x{c.shape[1]}x{a.shape[1]} {a.dtype.name}"
+
+
+def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
     head = _entry_builder(_func_of(op))
     srcs, dead = [], []
     for idx in (0, 1):
@@ -291,6 +312,12 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
         srcs.append(v)
     a_lay = _register_a(op, srcs[0])
     staged = [1] if a_lay is not None else [0, 1]
+    if remarks is not None:
+        acc = op.results[0].type.encoding
+        size = srcs[1].type.dtype.itemsize
+        remarks.add("dot", f"{_dot_text(op)} lowered to wgmma m64n{acc.instr_shape[1]}k{32 // size} ("
+                           f"{acc.warps_per_cta[0]} warps along M, {acc.warps_per_cta[1]} along N), A from "
+                           f"{'registers' if a_lay is not None else 'shared memory'}, B from shared memory", op.loc)
     # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is
     k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
     bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
@@ -324,11 +351,26 @@ def _accelerate_wgmma(op: T.DotOp) -> None:
             cv.erase()
 
 
-def accelerate_dot(module: Module) -> Module:
+def accelerate_dot(module: Module, *, wgmma: bool, num_warps: int, remarks) -> Module:
+    """Tensor-core dots (those assign_layouts gave an #mma accumulator) to wgmma or mma.sync.
+    `remarks` (tilec.remarks.Remarks, or None: none recorded) gets, per tc.dot, the instruction
+    it became and, on a target with wgmma (`wgmma`, dots over `num_warps` warps), why not that one."""
     for op in list(module.walk()):
-        if isinstance(op, T.DotOp) and isinstance(op.results[0].type.encoding, MmaLayout):
-            if op.results[0].type.encoding.version == 3:
-                _accelerate_wgmma(op)
-            else:
-                _accelerate(op)
+        if not isinstance(op, T.DotOp):
+            continue
+        enc = op.results[0].type.encoding
+        if isinstance(enc, MmaLayout) and enc.version == 3:
+            _accelerate_wgmma(op, remarks)
+        elif isinstance(enc, MmaLayout):
+            _accelerate(op, _why_not_wgmma(op, num_warps) if wgmma else "", remarks)
+        elif remarks is not None:
+            remarks.add("dot", f"{_dot_text(op)} lowered to FMA on CUDA cores (no tensor cores): "
+                               f"{tensor_core_refusal(op) or 'its accumulator layout is not #mma'}", op.loc)
     return module
+
+
+def _why_not_wgmma(op: T.DotOp, num_warps: int) -> str:
+    """wgmma_plan's reason for the tile of `op`, the condition dot_acc_layout tested."""
+    m, n = op.operands[2].type.shape
+    a = op.operands[0].type
+    return wgmma_plan(m, n, a.shape[1], a.dtype.itemsize, num_warps)[1]

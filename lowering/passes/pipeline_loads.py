@@ -92,28 +92,37 @@ class _Candidate:
 
 
 def _candidate(store: LocalStoreOp, loop: T.ForOp) -> Optional[_Candidate]:
+    return _candidate_why(store, loop)[0]
+
+
+def _candidate_why(store: LocalStoreOp, loop: T.ForOp):
+    """(the copy that can replace `store`, or None and why not: for the compiler's remarks)."""
     body = loop.body
     load = store.operands[1].owner
     alloc = store.operands[0].owner
     if not isinstance(load, (T.LoadOp, T.LoadMaskedOp)) or load.parent is not body:
-        return None
+        return None, "the operand is not loaded directly in the loop body"
     if len(load.results[0].uses) != 1 or not isinstance(alloc, AllocOp):
-        return None
+        return None, "the loaded tile has uses besides the dot"
     if loop in _ancestors(alloc):
-        return None
+        return None, "its buffer is allocated in the loop"
     if any(not isinstance(u, (LdMatrixOp, LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses):
-        return None
+        return None, "its buffer has other readers"
     if isinstance(load, T.LoadMaskedOp) and not _is_zero(load.operands[2]):
-        return None
+        return None, "its padding is not zero (cp.async fills zeros)"
     elem = load.results[0].type.dtype
     vec = copy_vec(load)
     if vec * elem.itemsize not in (4, 8, 16):
-        return None
+        return None, (f"it moves {vec * elem.itemsize} bytes per access and cp.async copies 4, 8 or 16 "
+                      f"(contiguity or alignment of the view not known)")
     rank = len(alloc.attrs["shape"])
     if vec > 1 and alloc.attrs["layout"].order[0] != load.attrs.get("_contig_dim", rank - 1):
-        return None  # a copy's elements must stay consecutive in the buffer (K-major wgmma B)
+        # a copy's elements must stay consecutive in the buffer (K-major wgmma B)
+        return None, "its contiguous dimension is not the buffer's"
     ops = loop_slice(body, list(load.operands[:2]), body.args[0])
-    return None if ops is None else _Candidate(store, load, alloc, ops)
+    if ops is None:
+        return None, "its addresses or mask depend on values the loop computes besides its induction variable"
+    return _Candidate(store, load, alloc, ops), ""
 
 
 def _ancestors(op: Op) -> List[Op]:
@@ -328,18 +337,24 @@ def _tma_slice(origin):
     return loop_slice(body, list(origin.operands[1:3]), body.args[0])
 
 
-def _ringed_groups(groups: List[_Group], loop: T.ForOp):
+def _ringed_groups(groups: List[_Group], loop: T.ForOp, remarks=None):
     """(the groups that take part, their candidates): a group takes part when each of its
     stores is a candidate or stores a tile computed in registers (p of attention); a load
-    that cannot be a copy (2-byte accesses) keeps its group synchronous, as it was."""
+    that cannot be a copy (2-byte accesses) keeps its group synchronous, as it was (and
+    `remarks` hears why)."""
     out, cands = [], []
     for g in groups:
-        mine = [_candidate(st, loop) for st in g.stores]
-        if any(c is None and isinstance(st.operands[1].owner, (T.LoadOp, T.LoadMaskedOp))
-               for c, st in zip(mine, g.stores)):
+        mine = [_candidate_why(st, loop) for st in g.stores]
+        bad = [(st.operands[1].owner, why) for (c, why), st in zip(mine, g.stores)
+               if c is None and isinstance(st.operands[1].owner, (T.LoadOp, T.LoadMaskedOp))]
+        if bad:
+            if remarks is not None:
+                load, why = bad[0]
+                remarks.add("loop", f"the tc.dot operand loaded at line {load.loc.line} is not pipelined "
+                                    f"(read synchronously each iteration): {why}", loop.loc)
             continue
         out.append(g)
-        cands += [c for c in mine if c is not None]
+        cands += [c for c, _ in mine if c is not None]
     return out, cands
 
 
@@ -353,26 +368,44 @@ def _fitting_stages(module: Module, cands: List[_Candidate], stages: int, shared
     return stages
 
 
-def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int) -> Module:
+def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remarks) -> Module:
     """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (a
     tc.range loop's own num_stages instead; fewer where `shared_limit` bytes per CTA do not
-    hold them; none below 2)."""
+    hold them; none below 2). `remarks` (tilec.remarks.Remarks) hears, per such loop, the
+    ring it got or why none."""
+    def remark(loop, text):
+        if remarks is not None:
+            remarks.add("loop", text, loop.loc)
+
     changed = False
     for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
         wanted = loop.attrs.get("num_stages") or num_stages   # tc.range(num_stages=) sets its own
-        groups = _store_groups(loop) if wanted >= 2 else []
+        groups = _store_groups(loop)
         if not groups:
+            continue
+        if wanted < 2:
+            remark(loop, f"the loads of the loop's tc.dot operands are not pipelined: num_stages={wanted}")
             continue
         tma = _tma_candidates(groups[0].stores, loop, wanted)
         if tma is not None:
             cands, origins, lag = tma
             pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma)
+            remark(loop, f"pipelined: the tc.dot operands' loads go through a TMA ring of {wanted} stages "
+                         f"(mbarriers), one wgmma group in flight")
             changed = True
             continue
-        groups, cands = _ringed_groups(groups, loop)
+        groups, cands = _ringed_groups(groups, loop, remarks)
         stages = _fitting_stages(module, cands, wanted, shared_limit) if cands else 0
+        if cands and stages < 2:
+            remark(loop, f"the tc.dot operands' loads are not pipelined: 2 slots of their "
+                         f"{sum({id(c.alloc): c.alloc.nbytes for c in cands}.values())}-byte buffers do not fit "
+                         f"the {shared_limit} bytes of shared memory beside the other buffers")
         if stages < 2:
             continue
+        lag = _wgmma_lag(loop, cands, stages)
+        fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
+        remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
+                     f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))
         _pipeline(loop, groups, cands, stages)
         changed = True
     for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:

@@ -101,23 +101,32 @@ class _Load:
 
 
 def _qualifies(op: Op, body) -> Optional[_Load]:
+    return _qualifies_why(op, body)[0]
+
+
+def _qualifies_why(op: Op, body):
+    """(the staged load `op` makes, or None and why not; "" where `op` is no load of this
+    loop's to stage at all: the compiler's remarks name only the others)."""
     if not isinstance(op, (T.LoadOp, T.LoadMaskedOp)) or op.parent is not body:
-        return None
+        return None, ""
     t = op.results[0].type
     if not isinstance(t, TileType) or not isinstance(t.encoding, DistributedLayout) or t.dtype is None:
-        return None
+        return None, ""
     if t.dtype is dt.bool_:
-        return None  # i1 tiles are bytes in memory but bits in registers
+        return None, "a bool tile (bits in registers, bytes in memory) is not staged"
     if t.dtype.itemsize * copy_vec(op) not in (4, 8, 16):
-        return None
+        return None, (f"it moves {t.dtype.itemsize * copy_vec(op)} bytes per access and cp.async copies 4, 8 or "
+                      f"16 (contiguity or alignment of the view not known)")
     if any(isinstance(u, LocalStoreOp) for u, _ in op.results[0].uses):
-        return None  # a tensor-core operand: pipeline_loads' ring, or a synchronous load
+        return None, ""  # a tensor-core operand: pipeline_loads' ring, or a synchronous load
     roots = list(op.operands[:2]) if isinstance(op, T.LoadMaskedOp) else [op.operands[0]]
     iv = body.args[0]
     ops = loop_slice(body, roots, iv)
-    if ops is None or not any(v is iv for v in roots + [o for x in ops for o in x.operands]):
-        return None  # the same tile every iteration: staging it would only copy it again
-    return _Load(op, ops)
+    if ops is None:
+        return None, "its addresses or mask depend on values the loop computes besides its induction variable"
+    if not any(v is iv for v in roots + [o for x in ops for o in x.operands]):
+        return None, ""  # the same tile every iteration: staging it would only copy it again
+    return _Load(op, ops), ""
 
 
 def _plan(loads: List[_Load], wanted: int, shared_limit: int, placed: int) -> Tuple[int, int]:
@@ -193,22 +202,63 @@ def _stage(loop: T.ForOp, loads: List[_Load], stages: int, slots: int) -> None:
     post.create(AsyncWaitOp, pending=0, loc=loop.loc)
 
 
-def prefetch_loads(module: Module, *, shared_limit: int) -> Module:
+def prefetch_loads(module: Module, *, shared_limit: int, remarks) -> Module:
     """Stage the loads of tc.range(num_stages=) loops through cp.async buffers, within
-    `shared_limit` bytes of shared memory per CTA (the pipeline runs it on cp.async targets)."""
+    `shared_limit` bytes of shared memory per CTA (the pipeline runs it on cp.async targets).
+    `remarks` (tilec.remarks.Remarks) hears, per loop with loads to stage, whether they were
+    and why not."""
     changed = False
     for loop in [op for op in module.walk() if isinstance(op, T.ForOp)]:
         wanted = loop.attrs.pop("num_stages", None)
+        ringed = any(isinstance(op, AsyncCopyOp) for op in loop.walk())   # pipeline_loads' ring
         if wanted is None:
+            if remarks is not None and not ringed:
+                _remark_plain(loop, remarks)
             continue
         changed = True
+        if ringed:
+            continue
+        found = [(op, _qualifies_why(op, loop.body)) for op in list(loop.body.ops)]
+        loads = [ld for _, (ld, _) in found if ld is not None]
         if wanted < 2:
+            if loads and remarks is not None:
+                remarks.add("loop", f"loads at {_lines(ld.op for ld in loads)} not pipelined: num_stages=1", loop.loc)
             continue
-        if any(isinstance(op, AsyncCopyOp) for op in loop.walk()):
-            continue
-        loads = [ld for ld in (_qualifies(op, loop.body) for op in list(loop.body.ops)) if ld is not None]
         placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
         stages, slots = _plan(loads, wanted, shared_limit, placed) if loads else (0, 0)
+        if remarks is not None:
+            _remark_staged(loop, remarks, found, loads, wanted, stages, slots, shared_limit - STAGED_RESERVE - placed)
         if stages >= 2:
             _stage(loop, loads, stages, slots)
     return dce(module) if changed else module
+
+
+def _lines(ops) -> str:
+    lines = sorted({op.loc.line for op in ops})
+    return ("line " if len(lines) == 1 else "lines ") + ", ".join(str(n) for n in lines)
+
+
+def _remark_plain(loop: T.ForOp, remarks) -> None:
+    """A plain `range` loop with loads tc.range(num_stages=) would stage: say so."""
+    loads = [ld for ld in (_qualifies(op, loop.body) for op in list(loop.body.ops)) if ld is not None]
+    if loads:
+        remarks.add("loop", f"loads at {_lines(ld.op for ld in loads)} not pipelined: the loop is a plain "
+                            f"`range`, and only tc.range(..., num_stages=S) loops stage their loads through "
+                            f"cp.async (issued S - 1 iterations ahead)", loop.loc)
+
+
+def _remark_staged(loop, remarks, found, loads, wanted, stages, slots, budget) -> None:
+    for op, (ld, why) in found:
+        if ld is None and why:
+            remarks.add("loop", f"the load at line {op.loc.line} is not pipelined: {why}", loop.loc)
+    if not loads:
+        return
+    where = _lines(ld.op for ld in loads)
+    if stages < 2:
+        need = sum(ld.nbytes for ld in loads)
+        remarks.add("loop", f"loads at {where} not pipelined: one slot of their tiles ({need} bytes) does not "
+                            f"fit the {max(budget, 0)} bytes of shared memory left", loop.loc)
+    else:
+        fewer = f", read first ({wanted} slots do not fit shared memory)" if slots < stages else ""
+        remarks.add("loop", f"pipelined: loads at {where} staged through cp.async, {stages} stages in {slots} "
+                            f"slot(s){fewer}", loop.loc)

@@ -137,8 +137,9 @@ def _align(layout) -> int:
 _USES, _OP, _KERNEL = "uses", "op", "kernel"
 
 
-def _buffers(func):
-    """(op, size in bytes, alignment, attribute to set, lifetime) of every buffer of `func`."""
+def _buffers(func, remarks=None):
+    """(op, size in bytes, alignment, attribute to set, lifetime) of every buffer of `func`;
+    `remarks` hears of each layout conversion that goes through shared memory."""
     out = []
     for op in func.walk():
         if isinstance(op, AllocOp):
@@ -154,6 +155,11 @@ def _buffers(func):
                 esize = elem.dtype.itemsize if hasattr(elem, "dtype") else 8
                 op.attrs["_smem_layout"] = conversion_layout(src.encoding, dst.encoding, tuple(src.shape), esize)
                 out.append((op, src.numel * esize, 128, "_smem_offset", _OP))
+                if remarks is not None:
+                    shape = "x".join(str(d) for d in src.shape)
+                    remarks.add("layout", f"layout conversion of a {shape} {elem} tile through shared memory "
+                                          f"({src.numel * esize} bytes, barriers): {src.encoding} -> {dst.encoding}",
+                                op.loc)
         elif isinstance(op, TmaStoreOp):
             out.append((op, op.scratch_bytes, 1024, "_smem_offset", _OP))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
@@ -219,15 +225,16 @@ def _mark_syncs(bufs, intervals, offsets) -> None:
         op.attrs["_smem_sync"] = reused
 
 
-def allocate_shared(module: Module, *, limit: int, arch: str) -> Module:
+def allocate_shared(module: Module, *, limit: int, arch: str, remarks) -> Module:
     """Place every shared buffer; more than `limit` bytes (what one CTA may use on `arch`,
-    named in the error) is a CompilationError."""
+    named in the error) is a CompilationError. `remarks` (tilec.remarks.Remarks) hears of
+    each layout conversion through shared memory."""
     peak = 0
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue
         index, end = _numbering(func)
-        bufs = _buffers(func)
+        bufs = _buffers(func, remarks)
         # Lifetimes from the allocation, and the narrower ones from the first statement using
         # the buffer; both placed in the order of the first (the narrow lifetimes only lift
         # conflicts), the smaller total kept: first fit is not monotone in its conflicts.
