@@ -269,30 +269,35 @@ def _decode_sig(dtype, page, split, group, qlen, bm, bn, d=128, softcap=False, l
             f"BN={bn}, D={d}, DIM={d}")
 
 
-# The configurations the plan ships (config_for): contiguous, whole-tile pages and gathered
-# pages, split or not, GQA 4 x q_len 1 (16 rows), 8 x 16 (128 rows at 8 warps), MHA.
+# The configurations the plan ships (config_for, all at 8 warps): contiguous, whole-tile pages
+# and gathered pages, split or not, GQA 4 x q_len 1 (16 rows), 8 x 16 (64-row blocks), MHA,
+# head dim 256 (32-row blocks).
 SIGNATURES = {
-    "decode_kernel": _decode_sig("bf16", 0, True, 4, 1, 16, 64),
+    "decode_kernel": _decode_sig("bf16", 0, True, 4, 1, 16, 32),
     "decode_combine_kernel": f"o=bf16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
                              "GROUP=4, QLEN=1, LSE=True, SPLITS=32, BM=16, D=128, DIM=128",
     "decode_append_kernel": f"k_new=bf16{_V4}, v_new=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, seqlens=i32[?], "
                             "table=i32[?,?]:stride_div=16x1, PAGE=16, H=8, D=128, DIM=128",
 }
 EXTRA_SIGNATURES = [
-    ("decode_kernel", _decode_sig("f16", 0, False, 1, 1, 16, 64, lse=True)),
-    ("decode_kernel", _decode_sig("bf16", 16, False, 4, 1, 16, 64)),
-    ("decode_kernel", _decode_sig("bf16", 16, True, 4, 4, 16, 64, softcap=True)),
-    ("decode_kernel", _decode_sig("bf16", 64, False, 4, 1, 16, 64)),
-    ("decode_kernel", _decode_sig("f16", 64, True, 8, 4, 32, 64, lse=True)),
-    ("decode_kernel", _decode_sig("bf16", 0, False, 8, 16, 128, 64)),
-    ("decode_kernel", _decode_sig("bf16", 16, False, 8, 16, 128, 64)),
+    ("decode_kernel", _decode_sig("f16", 0, False, 1, 1, 16, 32, lse=True)),
+    ("decode_kernel", _decode_sig("bf16", 16, False, 4, 1, 16, 32)),
+    ("decode_kernel", _decode_sig("bf16", 16, True, 4, 4, 16, 32, softcap=True)),
+    ("decode_kernel", _decode_sig("bf16", 64, False, 4, 1, 16, 32)),
+    ("decode_kernel", _decode_sig("f16", 64, True, 8, 4, 32, 32, lse=True)),
+    ("decode_kernel", _decode_sig("bf16", 3, False, 4, 4, 16, 32)),
+    ("decode_kernel", _decode_sig("bf16", 0, False, 8, 16, 64, 32)),
+    ("decode_kernel", _decode_sig("bf16", 16, True, 8, 16, 64, 32, lse=True)),
     ("decode_kernel", _decode_sig("bf16", 0, True, 4, 4, 16, 32, d=256)),
+    ("decode_kernel", _decode_sig("f16", 16, False, 8, 4, 32, 32, d=256)),
     ("decode_combine_kernel", f"o=f16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
-                              "GROUP=8, QLEN=16, LSE=False, SPLITS=128, BM=128, D=128, DIM=128"),
+                              "GROUP=8, QLEN=16, LSE=False, SPLITS=128, BM=64, D=128, DIM=128"),
+    ("decode_combine_kernel", f"o=bf16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
+                              "GROUP=4, QLEN=4, LSE=True, SPLITS=64, BM=16, D=256, DIM=256"),
     ("decode_append_kernel", f"k_new=f16{_V4}, v_new=f16{_V4}, k=f16{_V4}, v=f16{_V4}, seqlens=i32[?], "
                              "table=i32[?], PAGE=0, H=32, D=128, DIM=128"),
 ]
-OPTIONS = {"decode_kernel": {"num_warps": 4, "fast_math": True},
+OPTIONS = {"decode_kernel": {"num_warps": 8, "fast_math": True},
            "decode_combine_kernel": {"num_warps": 4, "fast_math": True, **DEPENDENT},
            "decode_append_kernel": {"num_warps": 4, "fast_math": True}}
 
@@ -311,12 +316,20 @@ class DecodeConfig:
 
 def config_for(group: int, q_len: int, head_dim: int) -> DecodeConfig:
     """The tiling of `group` query heads per kv head x `q_len` tokens; a pure function.
-    Rows are padded to a tile of at least 16 (the tensor cores' M); up to 128 rows share a
-    program (64 at head dims past 128, whose accumulator is twice as wide)."""
+    Rows are padded to a tile of at least 16 (the tensor cores' M); up to 64 rows share a
+    program (32 at head dims past 128, whose accumulator is twice as wide), in steps of 32
+    keys at 8 warps: M = 16 leaves every warp its own slice of keys but the whole of q,
+    and 64-key steps took 241 registers at 8 warps, 255 and spills at 4 (sm_90a, bf16,
+    head dim 128); 128 rows spilled at any step."""
     rows = group * q_len
     d = max(next_pow2(head_dim), 16)
-    bm = min(max(16, next_pow2(rows)), 64 if d > 128 else 128)
-    return DecodeConfig(bm, 64 if d <= 128 else 32, d, 4 if bm <= 64 else 8, -(-rows // bm))
+    bm = min(max(16, next_pow2(rows)), 64 if d <= 128 else 32)
+    return DecodeConfig(bm, 32, d, 8, -(-rows // bm))
+
+
+def combine_warps(splits: int, bm: int) -> int:
+    """Warps of the merge: its (splits, BM) tile of partial lse at most 32 values per thread."""
+    return 4 if next_pow2(splits) * bm <= 4096 else 8
 
 
 def split_count(programs: int, tiles: int, target: Target, t: DecodeTuning = TUNING) -> int:
@@ -368,7 +381,7 @@ def plan(q: Arr, k: Arr, page_size: int, context: int, n_new: int, num_splits: O
                                                *scalars, per), cfg.num_warps, temps=temps, schedule=SPLIT,
                          SPLIT=True, **consts))
     out.append(Launch.of(decode_combine_kernel, (batch * kv_heads, cfg.row_blocks), ("o", "lse", "part_o", "part_lse"),
-                         4 if cfg.bm * cfg.d <= 8192 else 8, options=DEPENDENT, temps=temps, schedule=SPLIT,
+                         combine_warps(splits, cfg.bm), options=DEPENDENT, temps=temps, schedule=SPLIT,
                          GROUP=group, QLEN=q_len, LSE=lse, SPLITS=next_pow2(splits), BM=cfg.bm, D=cfg.d, DIM=dim))
     return out
 
