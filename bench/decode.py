@@ -42,7 +42,6 @@ def copy_bandwidth():
     src = torch.empty(1 << 29, dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
     t = bench(lambda: dst.copy_(src))
-    del src, dst
     return 2 * (1 << 30) / t
 
 
@@ -103,8 +102,7 @@ def run(shapes, pages, check, sdpa_max, max_gb, copy_bw):
                                  sdpa_us=sdpa_t and sdpa_t * 1e6, x_sdpa=sdpa_t and sdpa_t / t,
                                  naive_us=naive_t and naive_t * 1e6, x_naive=naive_t and naive_t / t, err=err))
                 print(_row(rows[-1]), flush=True)
-                del kp, vp
-            del q, kc, vc
+            q = kc = vc = kp = vp = None   # the next shape's arrays take their place
             torch.cuda.empty_cache()
     return rows
 
