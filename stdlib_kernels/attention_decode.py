@@ -297,7 +297,7 @@ EXTRA_SIGNATURES = [
     ("decode_append_kernel", f"k_new=f16{_V4}, v_new=f16{_V4}, k=f16{_V4}, v=f16{_V4}, seqlens=i32[?], "
                              "table=i32[?], PAGE=0, H=32, D=128, DIM=128"),
 ]
-OPTIONS = {"decode_kernel": {"num_warps": 8, "fast_math": True},
+OPTIONS = {"decode_kernel": {"num_warps": 8, "fast_math": True, "min_programs_per_sm": 2},
            "decode_combine_kernel": {"num_warps": 4, "fast_math": True, **DEPENDENT},
            "decode_append_kernel": {"num_warps": 4, "fast_math": True}}
 
@@ -325,6 +325,13 @@ def config_for(group: int, q_len: int, head_dim: int) -> DecodeConfig:
     d = max(next_pow2(head_dim), 16)
     bm = min(max(16, next_pow2(rows)), 64 if d <= 128 else 32)
     return DecodeConfig(bm, 32, d, 8, -(-rows // bm))
+
+
+def decode_options(bm: int) -> dict:
+    """Compile options of the decode kernel: up to 32 rows, a floor of 2 programs per SM (128
+    registers at 8 warps, no spills on sm_80 / sm_90a: two programs' loads in flight per SM
+    where one took 170); 64 rows do not fit it (251 registers) and take ptxas's choice."""
+    return {"min_programs_per_sm": 2} if bm <= 32 else {}
 
 
 def combine_warps(splits: int, bm: int) -> int:
@@ -371,14 +378,16 @@ def plan(q: Arr, k: Arr, page_size: int, context: int, n_new: int, num_splits: O
     scalars = ("qk_scale", "cap", "left", "right", "n_new")
     if splits == 1:
         out.append(Launch.of(decode_kernel, grid, ("q", "k", "v", "seqlens", "table", "o", "lse", "o", "lse",
-                                                   *scalars, NO_SPLIT), cfg.num_warps, schedule=ONE_PASS,
+                                                   *scalars, NO_SPLIT), cfg.num_warps,
+                             options=decode_options(cfg.bm), schedule=ONE_PASS,
                              SPLIT=False, **consts))
         return out
     z = batch * kv_heads * cfg.row_blocks
     temps = (Temp("part_o", (z, splits, cfg.bm, cfg.d), tc.float32, like="q"),
              Temp("part_lse", (z, splits, cfg.bm), tc.float32, like="q"))
     out.append(Launch.of(decode_kernel, grid, ("q", "k", "v", "seqlens", "table", "o", "lse", "part_o", "part_lse",
-                                               *scalars, per), cfg.num_warps, temps=temps, schedule=SPLIT,
+                                               *scalars, per), cfg.num_warps, options=decode_options(cfg.bm),
+                         temps=temps, schedule=SPLIT,
                          SPLIT=True, **consts))
     out.append(Launch.of(decode_combine_kernel, (batch * kv_heads, cfg.row_blocks), ("o", "lse", "part_o", "part_lse"),
                          combine_warps(splits, cfg.bm), options=DEPENDENT, temps=temps, schedule=SPLIT,

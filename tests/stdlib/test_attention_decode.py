@@ -325,11 +325,25 @@ def _warps(name, sig):
     return D.OPTIONS[name]["num_warps"]
 
 
+def _options(name, sig):
+    """The options the plan launches this signature with."""
+    opts = {"num_warps": _warps(name, sig), "fast_math": True}
+    if name == "decode_kernel":
+        opts.update(D.decode_options(int(re.search(r"BM=(\d+)", sig).group(1))))
+    if name == "decode_combine_kernel":
+        opts["dependent_launch"] = True
+    return opts
+
+
 def test_options_are_the_plans():
     ln = _plan(1, 1, 32, 8, 131072)
     assert ln[0].num_warps == D.OPTIONS["decode_kernel"]["num_warps"]
     assert ln[1].num_warps == _warps("decode_combine_kernel", D.SIGNATURES["decode_combine_kernel"])
     assert _plan(1, 1, 8, 8, 4096, n_new=1)[0].num_warps == D.OPTIONS["decode_append_kernel"]["num_warps"]
+    assert dict(ln[0].options) == {"min_programs_per_sm": 2}                         # 16 rows
+    assert dict(_plan(2, 16, 32, 4, 4096, splits=1)[0].options) == {}              # 64 rows: no floor
+    for name, sig in D.SIGNATURES.items():
+        assert _options(name, sig) == D.OPTIONS[name], name
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -337,7 +351,7 @@ def test_options_are_the_plans():
 def test_extra_signatures_assemble_without_spills(name, sig, arch):
     # SIGNATURES are assembled by tests/test_ptxas.py; these are the plan's other configurations.
     kernel = getattr(D, name)
-    opts = dict(D.OPTIONS[name], num_warps=_warps(name, sig))
+    opts = _options(name, sig)
     compiled = compile_kernel(kernel, parse_signature(kernel, sig), CompileOptions(arch=arch, **opts), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
