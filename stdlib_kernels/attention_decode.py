@@ -188,7 +188,10 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     for j in range(first, inner_lo):
         m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
                               True, SOFTCAP, PAGE, BN, D, DIM)
-    for j in range(inner_lo, inner_hi):
+    # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async)
+    # where the tiles' addresses follow from j alone (the contiguous cache; a page look-up is
+    # a load, which keeps a paged cache's loads as they are).
+    for j in tc.range(inner_lo, inner_hi, num_stages=3):
         m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
                               False, SOFTCAP, PAGE, BN, D, DIM)
     for j in range(inner_hi, last):
