@@ -83,23 +83,33 @@ def _rows(m0, GROUP: tc.constexpr, QLEN: tc.constexpr, BM: tc.constexpr):
 
 
 @tc.func
-def _kv_tile(k, table, b, hk, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr,
+def _pages(table, b, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr):
+    """Where tile j of sequence b's keys lives, looked up once for its keys and values: the
+    page holding the whole tile (PAGE a multiple of BN), or each row's page (a (BN,) tile, 0
+    past the sequence); nothing for a contiguous cache."""
+    if PAGE == 0:
+        return 0
+    if PAGE % BN == 0:
+        return tc.max(tc.load(table, offset=(b, (j * BN) // PAGE), shape=(1, 1)))
+    keys = j * BN + tc.arange(0, BN)
+    return tc.load(table.ptr + b * table.stride(0) + (keys // PAGE) * table.stride(1), mask=keys < n_kv, other=0)
+
+
+@tc.func
+def _kv_tile(k, page, b, hk, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr,
              DIM: tc.constexpr):
-    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile; zeros past the
-    sequence on the gather path. `k` is seen as (batch | pages, kv_heads, seq | page, dim)."""
+    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile (`page` from
+    `_pages`); zeros past the sequence on the gather path. `k` is seen as (batch | pages,
+    kv_heads, seq | page, dim)."""
     if PAGE == 0:     # contiguous: a tile of batch b's rows
         return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
     if PAGE % BN == 0:   # the tile lies in one page
-        key0 = j * BN
-        page = tc.max(tc.load(table, offset=(b, key0 // PAGE), shape=(1, 1)))
-        return tc.reshape(tc.load(k, offset=(page, hk, key0 % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
+        return tc.reshape(tc.load(k, offset=(page, hk, (j * BN) % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
                           (BN, D))
     keys = j * BN + tc.arange(0, BN)
-    inside = keys < n_kv
-    page = tc.load(table.ptr + b * table.stride(0) + (keys // PAGE) * table.stride(1), mask=inside, other=0)
     row = page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + (keys % PAGE) * k.stride(2))
     d = tc.arange(0, D)
-    return tc.load(k.ptr + row[:, None] + d[None, :], mask=inside[:, None] & (d < DIM)[None, :], other=0.0)
+    return tc.load(k.ptr + row[:, None] + d[None, :], mask=(keys < n_kv)[:, None] & (d < DIM)[None, :], other=0.0)
 
 
 @tc.func
@@ -109,8 +119,9 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
     # One block of keys through the online softmax (base 2) of attention.py's _block; `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
-    kt = _kv_tile(k, table, b, hk, j, n_kv, PAGE, BN, D, DIM)
-    vt = _kv_tile(v, table, b, hk, j, n_kv, PAGE, BN, D, DIM)
+    page = _pages(table, b, j, n_kv, PAGE, BN)
+    kt = _kv_tile(k, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
+    vt = _kv_tile(v, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
     s = tc.dot(qt, kt.T)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
