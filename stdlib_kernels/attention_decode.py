@@ -42,6 +42,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
+from ._plan import planned
 from .attention import HEAD_DIMS, LN2, LOG2E, _window
 from .launches import Launch, Operands, Temp, execute
 
@@ -441,6 +442,7 @@ def _cache_view(a: Arr):
     return view(a, (a.shape[0], a.shape[2], a.shape[1], a.shape[3]), (s0, s2, s1, s3))
 
 
+@planned
 def attention_decode(q, k_cache, v_cache, cache_seqlens, *, block_table=None, scale: Optional[float] = None,
                      causal: bool = True, window=None, softcap: Optional[float] = None, k_new=None, v_new=None,
                      num_splits: Optional[int] = None, return_lse: bool = False, out=None):
@@ -452,7 +454,8 @@ def attention_decode(q, k_cache, v_cache, cache_seqlens, *, block_table=None, sc
     `v_new` `(batch, q_len_new, kv_heads, dim)` are appended). f16 or bf16, one dtype.
     Returns `out` `(batch, q_len, heads, dim)`, or `(out, lse)` with `return_lse=True` (lse
     natural, f32, `(batch, heads, q_len)`). cache_seqlens and block_table are checked against
-    the cache only when they are host (numpy) arrays.
+    the cache only when they are host (numpy) arrays. A second GPU call with the same layouts
+    and arguments replays the first one's launches (`_plan.planned`: nothing is re-validated).
     """
     names = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("cache_seqlens", cache_seqlens)]
     names += [(n, x) for n, x in (("block_table", block_table), ("k_new", k_new), ("v_new", v_new)) if x is not None]

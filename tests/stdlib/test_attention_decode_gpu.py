@@ -161,3 +161,17 @@ def test_host_and_device_arrays_do_not_mix(torch):
     kc = torch.randn(2, 100, 2, 64, device="cuda", dtype=torch.float16)
     with pytest.raises(TypeError, match="cache_seqlens"):
         attention_decode(q, kc, kc, np.array([10, 20], np.int32))
+
+
+def test_a_second_call_replays_on_new_data(torch):
+    # the second call of one layout replays the first's launches (_plan.planned) on new arrays
+    torch.manual_seed(21)
+    batch, h, hk, capacity, tdt = 2, 32, 8, 3000, torch.bfloat16
+    for page in (16, 0):
+        for _ in range(2):
+            kc, vc, table = make_cache(torch, batch, capacity, page, hk, 128, tdt)
+            lens = torch.randint(0, capacity + 1, (batch,), device="cuda", dtype=torch.int32)
+            q = torch.randn(batch, 1, h, 128, device="cuda", dtype=tdt)
+            o, lse = attention_decode(q, kc, vc, lens, block_table=table, return_lse=True)
+            want_o, want_lse = decode_ref(torch, q, kc, vc, lens.tolist(), table)
+            check(torch, o, lse, want_o, want_lse, tdt)
