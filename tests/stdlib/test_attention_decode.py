@@ -356,3 +356,17 @@ def test_extra_signatures_assemble_without_spills(name, sig, arch):
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert not report["warnings"], report["warnings"]
+
+
+def test_large_pages_hold_many_tiles():
+    # pages of 256 keys: 8 tiles of 32 per page, the tile's offset inside its page
+    rng = np.random.default_rng(13)
+    batch, heads, kv_heads, dim = 2, 4, 2, 32
+    kc, vc, table = paged(rng, batch, 700, 256, kv_heads, dim, spare=1)
+    lens = np.array([700, 300], np.int32)
+    q = rng.standard_normal((batch, 2, heads, dim)).astype(np.float16)
+    for splits in (1, 4):
+        o, lse = attention_decode(q, kc, vc, lens, block_table=table, num_splits=splits, return_lse=True)
+        want_o, want_lse = decode_ref(q, kc, vc, lens, table, causal=True)
+        check(o, want_o, 3e-3)
+        check_lse(lse, want_lse)
