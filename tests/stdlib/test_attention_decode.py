@@ -370,3 +370,12 @@ def test_large_pages_hold_many_tiles():
         want_o, want_lse = decode_ref(q, kc, vc, lens, table, causal=True)
         check(o, want_o, 3e-3)
         check_lse(lse, want_lse)
+
+
+@pytest.mark.parametrize("name,sig", list(D.SIGNATURES.items()) + D.EXTRA_SIGNATURES,
+                         ids=[f"{n}-{i}" for i, (n, _) in enumerate(list(D.SIGNATURES.items()) + D.EXTRA_SIGNATURES)])
+def test_kernel_ir_round_trips(name, sig):
+    from tilec.ir import parse, print_module, verify
+    k = getattr(D, name)
+    module = k.ir(k.specialization(sig))
+    assert verify(parse(print_module(module))) == module
