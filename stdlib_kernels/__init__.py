@@ -7,6 +7,7 @@ any DLPack / __cuda_array_interface__ array (run on the GPU), or numpy arrays
 """
 from ._common import BF16Array, F8Array
 from .attention import attention
+from .attention_bwd import attention_backward
 from .cross_entropy import cross_entropy
 from .dropout import dropout
 from .elementwise import add, gelu, mul, rope, silu_and_mul, swiglu
@@ -18,4 +19,4 @@ from .transpose import transpose
 
 __all__ = ["BF16Array", "F8Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
            "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose",
-           "attention"]
+           "attention", "attention_backward"]
