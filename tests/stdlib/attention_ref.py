@@ -85,3 +85,29 @@ def attention_grads_ref(q, k, v, do, causal=False, scale=None, window=None, soft
     if layout == "bshd":
         dq, dk, dv = (t.transpose(0, 2, 1, 3) for t in (dq, dk, dv))
     return dq, dk, dv
+
+
+def torch_attention_ref(torch, q, k, v, causal=False, scale=None, window=None, softcap=None, layout="bshd"):
+    """(out, lse) of the forward's semantics in torch, in the inputs' dtype (pass float64
+    leaves for gradients by autograd); every row must see some key for lse's gradient."""
+    qh, kh, vh = ((t.transpose(1, 2) if layout == "bshd" else t) for t in (q, k, v))
+    g = qh.shape[1] // kh.shape[1]
+    kr, vr = kh.repeat_interleave(g, dim=1), vh.repeat_interleave(g, dim=1)
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = qh @ kr.transpose(-1, -2) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    n_q, n_k = s.shape[-2], s.shape[-1]
+    i = torch.arange(n_q, device=s.device)[:, None] + (n_k - n_q)
+    j = torch.arange(n_k, device=s.device)[None, :]
+    keep = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device)
+    if causal:
+        keep &= j <= i
+    if window is not None:
+        if window[0] >= 0:
+            keep &= j >= i - window[0]
+        if window[1] >= 0:
+            keep &= j <= i + window[1]
+    s = s.masked_fill(~keep, float("-inf"))
+    o = torch.softmax(s, dim=-1).nan_to_num(0.0) @ vr
+    return (o.transpose(1, 2) if layout == "bshd" else o), torch.logsumexp(s, dim=-1)

@@ -2,11 +2,11 @@
 lengths that are not multiples of a block."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from tilec.stdlib_kernels import attention, attention_backward
+
+from attention_ref import torch_attention_ref
 
 pytestmark = pytest.mark.gpu
 
@@ -23,30 +23,11 @@ CASES = [
 ]
 
 
-def reference(torch, q, k, v, do, layout, causal=False, window=None, softcap=None, scale=None):
+def reference(torch, q, k, v, do, layout, **kw):
     """(dq, dk, dv) by torch autograd in float64 of the forward's semantics."""
-    q, k, v, do = (t.detach().double().requires_grad_(True) for t in (q, k, v, do))
-    qh, kh, vh, doh = ((t.transpose(1, 2) if layout == "bshd" else t) for t in (q, k, v, do))
-    g = qh.shape[1] // kh.shape[1]
-    kr, vr = kh.repeat_interleave(g, dim=1), vh.repeat_interleave(g, dim=1)
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = qh @ kr.transpose(-1, -2) * scale
-    if softcap:
-        s = softcap * torch.tanh(s / softcap)
-    n_q, n_k = s.shape[-2], s.shape[-1]
-    i = torch.arange(n_q, device=s.device)[:, None] + (n_k - n_q)
-    j = torch.arange(n_k, device=s.device)[None, :]
-    keep = torch.ones(n_q, n_k, dtype=torch.bool, device=s.device)
-    if causal:
-        keep &= j <= i
-    if window is not None:
-        if window[0] >= 0:
-            keep &= j >= i - window[0]
-        if window[1] >= 0:
-            keep &= j <= i + window[1]
-    p = torch.softmax(s.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
-    o = p @ vr
-    (o * doh).sum().backward()
+    q, k, v = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    o, _ = torch_attention_ref(torch, q, k, v, layout=layout, **kw)
+    (o * do.double()).sum().backward()
     return q.grad, k.grad, v.grad
 
 
