@@ -6,6 +6,7 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tilec.compiler import compile_kernel
 from tilec.options import CompileOptions
@@ -50,6 +51,17 @@ def test_gradients_match_float64(layout, kw, n_q, n_k):
     rng = np.random.default_rng(n_q * 1000 + n_k)
     q, k, v, do = _inputs(rng, layout, 2, 4, 2, n_q, n_k, 32)
     _check(_grads(q, k, v, do, layout, **kw), attention_grads_ref(q, k, v, do, layout=layout, **kw), 4e-3)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n_q=st.integers(1, 90), n_k=st.integers(1, 90), group=st.sampled_from([(2, 1), (3, 3), (4, 2)]),
+       causal=st.booleans(), left=st.sampled_from([-1, 0, 7, 40]), right=st.sampled_from([-1, 0, 3]),
+       layout=st.sampled_from(["bshd", "bhsd"]), seed=st.integers(0, 2 ** 16))
+def test_random_shapes_heads_and_windows(n_q, n_k, group, causal, left, right, layout, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v, do = _inputs(rng, layout, 1, group[0], group[1], n_q, n_k, 16)
+    kw = dict(causal=causal, window=(left, right), layout=layout)
+    _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
 
 
 @pytest.mark.parametrize("h,hk", [(6, 1), (6, 3), (4, 4)])
