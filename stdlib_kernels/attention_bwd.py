@@ -40,7 +40,6 @@ __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dk
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
-BWD_HEAD_DIMS = 128   # the largest head dim the backward's tiles hold (dK and dV accumulators in registers)
 
 
 @tc.kernel
@@ -208,14 +207,16 @@ class AttentionBwdConfig:
 
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None) -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch).
-    4 warps up to tile head dim 64, 8 at 128 (8 warps measured slower at 64). The blocks are
+    4 warps up to tile head dim 64, 8 above (8 warps measured slower at 64). The blocks are
     the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
     holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     if max(dk, dv) <= 64:
         return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 4)
-    return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
+    if max(dk, dv) <= 128:
+        return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
+    return AttentionBwdConfig(32, 16, 32, 16, dk, dv, 8)
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
@@ -223,11 +224,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     """(dq, dk, dv) of `attention(q, k, v, ...)` for the upstream gradient `do` (shaped like
     out), from the forward's `o` and `lse` (`return_lse=True`); the same keyword arguments
     as the forward call. `dq`, `dk`, `dv`: arrays to write (shaped like q, k, v), else new
-    ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 128."""
+    ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward."""
     x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))
     qa = x.q
-    if max(x.d, x.dv) > BWD_HEAD_DIMS:
-        raise ValueError(f"attention_backward: head dims up to {BWD_HEAD_DIMS} are supported, got {x.d} and {x.dv}")
     o_shape = output_shape(x, layout)
     for name in ("do", "o"):
         a = arrs[name]
@@ -290,13 +289,15 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
             f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}")
 
 
-_CFG64, _CFG128 = bwd_config_for(64, HOST_TARGET), bwd_config_for(128, HOST_TARGET)
+_CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
 SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dim 128 (launched at bwd_config_for(128)'s warps), softcap and grouped heads, bf16
+# head dims 128, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
                     for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
-                                                    ("bf16", _CFG64, True, 2))]
+                                                    ("bf16", _CFG64, True, 2), ("bf16", _CFG256, False, 1),
+                                                    ("f16", _CFG256, True, 2),
+                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]

@@ -72,7 +72,7 @@ def test_grouped_heads_sum_dk_dv_over_the_group(h, hk):
            4e-3)
 
 
-@pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (128, 64)])
+@pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (128, 64), (192, 128), (256, 256)])
 def test_head_dims_that_are_not_tiles(d, dv):
     rng = np.random.default_rng(d + dv)
     q, k, v, do = _inputs(rng, "bshd", 1, 2, 1, 37, 45, d, dv)
@@ -125,6 +125,8 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert (c128.num_warps, c128.dk, c128.dv) == (8, 128, 128)
     assert B.bwd_config_for(96, h100) == c128
     assert B.bwd_config_for(40, h100, 128).num_warps == 8 and B.bwd_config_for(8, h100).dk == 16
+    c192 = B.bwd_config_for(192, h100, 128)   # MLA: 256-wide q/k tiles, 128-wide v
+    assert (c192.dk, c192.dv, c192.num_warps) == (256, 128, 8) and c192.q_block < c128.q_block
 
 
 def _warps(kernel, sig):
@@ -167,11 +169,3 @@ def test_bad_arguments_say_what_was_expected(call, err, match):
     o, lse = attention(q, k, v, return_lse=True)
     with pytest.raises(err, match=match):
         call(q, k, v, do, o, lse)
-
-
-def test_head_dims_past_128_are_refused():
-    rng = np.random.default_rng(0)
-    q, k, v, do = _inputs(rng, "bshd", 1, 1, 1, 4, 4, 192, 128)
-    o, lse = attention(q, k, v, return_lse=True)
-    with pytest.raises(ValueError, match="up to 128"):
-        attention_backward(do, q, k, v, o, lse)

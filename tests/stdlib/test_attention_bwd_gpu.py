@@ -20,6 +20,8 @@ CASES = [
     ("bshd", (1, 4, 2), (200, 300), (128, 64), "float16", dict(causal=True, softcap=30.0)),
     ("bshd", (1, 2, 2), (130, 130), (32, 32), "bfloat16", dict(window=(17, 9), scale=0.2)),
     ("bshd", (3, 2, 2), (1, 77), (64, 64), "float16", dict(causal=True)),
+    ("bshd", (1, 4, 2), (300, 300), (192, 128), "bfloat16", dict(causal=True)),
+    ("bhsd", (1, 2, 2), (130, 200), (256, 256), "float16", dict(window=(50, 20))),
 ]
 
 
