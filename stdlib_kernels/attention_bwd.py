@@ -33,7 +33,7 @@ from typing import Optional
 import tilec as tc
 from tilec.target import Target
 
-from ._common import HOST_TARGET, Arr, check_same_place, launch, next_pow2, output, target_of, view
+from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
 from .attention import LOG2E, _as_bhsd, _window, check_4d, check_qkv, output_shape, scales
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
@@ -247,7 +247,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     left, right = _window(causal, window)
     qk_scale, cap, scale_ = scales(scale, softcap, x.d)
     grads = [output(g, a, a.shape, qa.dtype, name) for g, a, name in ((dq, x.q, "dq"), (dk, x.k, "dk"), (dv, x.v, "dv"))]
-    check_same_place({"q": qa, "dq": grads[0], "dk": grads[1], "dv": grads[2]})
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        check_4d(g, name, layout)
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     cfg = bwd_config_for(x.d, target_of(qa), x.dv)

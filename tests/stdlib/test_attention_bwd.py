@@ -161,6 +161,8 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dq=np.zeros((1,), np.float16)),
      ValueError, "dq"),
     (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dlse=lse[:, :1]), ValueError, "dlse"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dk=np.zeros((1, 8, 2, 32), np.float16)[..., ::2]),
+     ValueError, "dk: the head dim must be contiguous"),
     (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, softcap=-1.0), ValueError, "softcap"),
 ])
 def test_bad_arguments_say_what_was_expected(call, err, match):
