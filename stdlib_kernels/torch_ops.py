@@ -71,7 +71,7 @@ def _window_arg(wl: int, wr: int):
 
 def _attention_impl(q, k, v, causal, scale, window_left, window_right, softcap, layout):
     return _attention(q, k, v, causal=causal, scale=scale, window=_window_arg(window_left, window_right),
-                           softcap=softcap, layout=layout, return_lse=True)
+                      softcap=softcap, layout=layout, return_lse=True)
 
 
 def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, layout):
@@ -100,8 +100,8 @@ def _attention_backward(ctx, dout, dlse):
 def _attention_backward_impl(dout, q, k, v, out, lse, dlse, causal, scale, window_left, window_right, softcap,
                              layout):
     return _attention_backward_fn(dout, q, k, v, out, lse, causal=causal, scale=scale,
-                                        window=_window_arg(window_left, window_right), softcap=softcap,
-                                        layout=layout, dlse=dlse)
+                                  window=_window_arg(window_left, window_right), softcap=softcap,
+                                  layout=layout, dlse=dlse)
 
 
 def _attention_backward_fake(dout, q, k, v, out, lse, dlse, *rest):
