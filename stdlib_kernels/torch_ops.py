@@ -149,10 +149,19 @@ _lock = threading.Lock()
 _registered = False
 
 
-def _no_backward(name: str):
+def _arg_names(schema: str):
+    # "(Tensor x, Tensor? weight, float eps) -> Tensor" -> ["x", "weight", "eps"]
+    args = schema[schema.index("(") + 1:schema.index(")")]
+    return [a.split()[-1] for a in args.split(",") if a.strip()]
+
+
+def _no_backward(name: str, schema: str):
+    names = _arg_names(schema)
+
     def backward(ctx, *grads):
-        raise RuntimeError(f"tilec::{name} has no backward yet: call it on tensors that do not require grad, "
-                           f"or detach its inputs")
+        wanted = [n for n, need in zip(names, ctx.needs_input_grad) if need]
+        raise RuntimeError(f"tilec::{name} has no backward yet, and {', '.join(wanted) or 'an input'} requires "
+                           "grad: detach it, or call the op on tensors that do not require grad")
     return backward
 
 
@@ -172,7 +181,7 @@ def register() -> None:
                 continue
             op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=(), schema=spec.schema)
             op.register_fake(spec.fake)
-            op.register_autograd(spec.backward or _no_backward(name), setup_context=spec.setup_context)
+            op.register_autograd(spec.backward or _no_backward(name, spec.schema), setup_context=spec.setup_context)
         _registered = True
 
 

@@ -93,9 +93,10 @@ def test_autograd_wiring_traced_with_fake_tensors():
 def test_backward_through_a_forward_only_op_says_so():
     T.register()
     with FakeTensorMode():
-        x = torch.empty(4, 16, requires_grad=True)
-        y = torch.ops.tilec.rms_norm(x, None, 1e-6)
-        with pytest.raises(RuntimeError, match="tilec::rms_norm has no backward yet"):
+        x = torch.empty(4, 16)
+        w = torch.empty(16, requires_grad=True)
+        y = torch.ops.tilec.rms_norm(x, w, 1e-6)
+        with pytest.raises(RuntimeError, match="tilec::rms_norm has no backward yet, and weight requires grad"):
             y.sum().backward()
 
 
