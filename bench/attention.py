@@ -26,6 +26,7 @@ import triton.language as tl
 
 import tilec as tc
 from tilec.stdlib_kernels import attention as sk_attention
+from tilec.stdlib_kernels import attention_backward as sk_attention_backward
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import flash_attention as example  # noqa: E402
@@ -359,8 +360,17 @@ def _fwd_state(q, k, v, causal):
     return o, lse
 
 
+def stdlib_bwd_state(q, k, v, do, causal, grads):
+    """A call of the stdlib's attention_backward on (batch·heads, seq, dim) tensors seen as one
+    (batch, heads, seq, dim) batch, from the stdlib forward's out and (natural) lse."""
+    q4, k4, v4, do4 = (t[None] for t in (q, k, v, do))
+    o, lse = sk_attention(q4, k4, v4, causal=causal, layout="bhsd", return_lse=True)
+    dq, dk, dv = (g[None] for g in grads)
+    return lambda: sk_attention_backward(do4, q4, k4, v4, o, lse, causal=causal, layout="bhsd", dq=dq, dk=dk, dv=dv)
+
+
 def check_bwd(dtypes, dims):
-    """Both backward implementations against float64 autograd on odd sequence lengths."""
+    """The backward implementations against float64 autograd on odd sequence lengths."""
     worst = 0.0
     for dname in dtypes:
         for d in dims:
@@ -370,9 +380,12 @@ def check_bwd(dtypes, dims):
                     want = _reference_grads(q, k, v, do, causal)
                     o, lse = _fwd_state(q, k, v, causal)
                     delta = torch.empty(3, s, device="cuda", dtype=torch.float32)
-                    for name, fn in (("tilec", tilec_attention_bwd), ("triton", triton_attention_bwd)):
+                    for name, fn in (("tilec", tilec_attention_bwd), ("triton", triton_attention_bwd), ("stdlib", None)):
                         grads = tuple(torch.empty_like(q) for _ in range(3))
-                        fn(q, k, v, o, lse, do, grads, delta, causal)
+                        if fn is None:
+                            stdlib_bwd_state(q, k, v, do, causal, grads)()
+                        else:
+                            fn(q, k, v, o, lse, do, grads, delta, causal)
                         for gname, g, w in zip(("dq", "dk", "dv"), grads, want):
                             err = ((g.double() - w).abs() / (1 + w.abs())).max().item()
                             worst = max(worst, err)
@@ -407,6 +420,7 @@ def run_bwd(dtypes, dims, seqs):
                     row = {"pass": "bwd", "dtype": dname, "d": d, "causal": causal, "seq": s, "z": z,
                            "tilec_ptxas": rep}
                     impls = [("tilec", lambda: tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal)),
+                             ("stdlib", stdlib_bwd_state(q, k, v, do, causal, grads)),
                              ("triton", lambda: triton_attention_bwd(q, k, v, o, lse, do, grads, delta, causal))]
                     for backend in ("flash", "cudnn"):
                         try:

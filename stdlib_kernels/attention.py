@@ -24,6 +24,8 @@ and lse = -inf, as flash-attn.
 `softcap` (Gemma-2) caps scores as softcap · tanh(score / softcap) before the
 softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
 `(batch, heads, seq_q)`.
+
+The gradients are `attention_backward` (attention_bwd.py), from the forward's out and lse.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Optional, Tuple
 import tilec as tc
 from tilec.target import Target
 
-from ._common import as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
+from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
 
 __all__ = ["attention", "attention_fwd_kernel", "AttentionConfig", "config_for", "SIGNATURES"]
 
@@ -168,23 +170,55 @@ def _as_bhsd(a, layout: str):
     return (b_, x1, x2, d), (s0, s1, s2, s3)
 
 
-def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
-              softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None):
-    """softmax(q kᵀ · scale) v per (batch, head), with optional causal / sliding-window masks,
-    grouped-query heads and score capping; see the module doc. Returns `out`, or
-    `(out, lse)` with `return_lse=True`."""
+@dataclass(frozen=True)
+class QKV:
+    """q, k, v checked, as (batch, heads, seq, dim) shapes and strides (`_as_bhsd`)."""
+    q: Arr
+    k: Arr
+    v: Arr
+    batch: int
+    heads: int
+    kv_heads: int
+    n_q: int
+    n_kv: int
+    d: int          # q's and k's head dim
+    dv: int         # v's
+    q_strides: Tuple[int, ...]
+    k_strides: Tuple[int, ...]
+    v_strides: Tuple[int, ...]
+
+    def views(self):
+        """The kernel arguments q, k, v as (batch, heads, seq, dim) views."""
+        return (view(self.q, (self.batch, self.heads, self.n_q, self.d), self.q_strides),
+                view(self.k, (self.batch, self.kv_heads, self.n_kv, self.d), self.k_strides),
+                view(self.v, (self.batch, self.kv_heads, self.n_kv, self.dv), self.v_strides))
+
+
+def check_layout(layout: str) -> None:
     if layout not in ("bshd", "bhsd"):
         raise ValueError(f"layout: expected 'bshd' (batch, seq, heads, dim) or 'bhsd' (batch, heads, seq, dim), "
                          f"got {layout!r}")
-    arrs = {name: as_array(x, name) for name, x in (("q", q), ("k", k), ("v", v))}
+
+
+def check_4d(a: Arr, name: str, layout: str) -> None:
+    """ValueError unless `a` is 4-D with a contiguous head dim."""
+    if a.ndim != 4:
+        raise ValueError(f"{name}: expected 4 dimensions ({layout}), got shape {a.shape}")
+    if a.strides[3] != 1 and a.numel and a.shape[3] > 1:
+        raise ValueError(f"{name}: the head dim must be contiguous (stride 1), got strides {a.strides}")
+
+
+def check_qkv(q, k, v, layout: str, extra=()) -> Tuple[QKV, dict]:
+    """The forward's and backward's shared checks of q, k, v (and of `extra`: more
+    (name, array) pairs of the same call, which must be on the same device)."""
+    check_layout(layout)
+    arrs = {name: as_array(x, name) for name, x in (("q", q), ("k", k), ("v", v)) + tuple(extra)
+            if x is not None}
     check_same_place(arrs)
     qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
-    for name, a in arrs.items():
-        check_float(a, name, (tc.float16, tc.bfloat16))
-        if a.ndim != 4:
-            raise ValueError(f"{name}: expected 4 dimensions ({layout}), got shape {a.shape}")
-        if a.strides[3] != 1 and a.numel and a.shape[3] > 1:
-            raise ValueError(f"{name}: the head dim must be contiguous (stride 1), got strides {a.strides}")
+    for name in ("q", "k", "v"):
+        check_float(arrs[name], name, (tc.float16, tc.bfloat16))
+        check_4d(arrs[name], name, layout)
     if ka.dtype is not qa.dtype or va.dtype is not qa.dtype:
         raise TypeError(f"q, k and v must have one dtype, got {qa.dtype.name}, {ka.dtype.name}, {va.dtype.name}")
     (b_, h, n_q, d), qs = _as_bhsd(qa, layout)
@@ -199,30 +233,50 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
         raise ValueError(f"q has {h} heads, k and v {hk}: the kv heads must divide the query heads")
     if max(d, dv) > HEAD_DIMS:
         raise ValueError(f"head dims up to {HEAD_DIMS} are supported, got {d} and {dv}")
-    left, right = _window(causal, window)
+    return QKV(qa, ka, va, b_, h, hk, n_q, n_kv, d, dv, qs, ks, vs), arrs
+
+
+def scales(scale: Optional[float], softcap: Optional[float], d: int) -> Tuple[float, float, float]:
+    """(qk_scale, cap, scale) of the kernels: the base-2 factor of the scores, tanh's factor
+    under softcap (0 without), and the softmax scale itself (default 1 / sqrt(d))."""
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    cap = 0.0
-    qk_scale = float(scale) * LOG2E
-    if softcap is not None:
-        if not softcap > 0:
-            raise ValueError(f"softcap must be positive, got {softcap}")
-        cap = float(scale) / float(softcap)      # tanh(score / softcap), score = q·k · scale
-        qk_scale = float(softcap) * LOG2E
-    o_shape = (b_, n_q, h, dv) if layout == "bshd" else (b_, h, n_q, dv)
-    oa = output(out, qa, o_shape, qa.dtype)
+    if softcap is None:
+        return float(scale) * LOG2E, 0.0, float(scale)
+    if not softcap > 0:
+        raise ValueError(f"softcap must be positive, got {softcap}")
+    # softcap · tanh(score / softcap), score = q·k · scale: tanh of q·k · cap, then · softcap in base 2
+    return float(softcap) * LOG2E, float(scale) / float(softcap), float(scale)
+
+
+def output_shape(x: QKV, layout: str) -> Tuple[int, int, int, int]:
+    """The shape of `out`: q's, with v's head dim."""
+    return (x.batch, x.n_q, x.heads, x.dv) if layout == "bshd" else (x.batch, x.heads, x.n_q, x.dv)
+
+
+def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
+              softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None):
+    """softmax(q kᵀ · scale) v per (batch, head), with optional causal / sliding-window masks,
+    grouped-query heads and score capping; see the module doc. Returns `out`, or
+    `(out, lse)` with `return_lse=True`. The gradients: `attention_backward`
+    (stdlib_kernels/attention_bwd.py)."""
+    x, _ = check_qkv(q, k, v, layout)
+    qa = x.q
+    b_, h, n_q = x.batch, x.heads, x.n_q
+    left, right = _window(causal, window)
+    qk_scale, cap, _ = scales(scale, softcap, x.d)
+    oa = output(out, qa, output_shape(x, layout), qa.dtype)
     o_bhsd, os_ = _as_bhsd(oa, layout)
     lse = output(None, qa, (b_, h, n_q), tc.float32, "lse") if return_lse else None
     if b_ * h * n_q:
-        cfg = config_for(d, dv, target_of(qa))
+        cfg = config_for(x.d, x.dv, target_of(qa))
         # LSE=False compiles the store away; the kernel still takes an f32 view there
         lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
         lse_arg = view(lse_arr, lse_arr.shape, lse_arr.strides)
         grid = (-(-n_q // cfg.bm), h, b_)
         launch(attention_fwd_kernel, grid,
-               [view(qa, (b_, h, n_q, d), qs), view(ka, (bk, hk, n_kv, d), ks), view(va, (bv, hv, n_v, dv), vs),
-                view(oa, o_bhsd, os_), lse_arg, qk_scale, cap, left, right],
-               num_warps=cfg.num_warps, GROUP=h // hk, SOFTCAP=softcap is not None, LSE=lse is not None,
+               [*x.views(), view(oa, o_bhsd, os_), lse_arg, qk_scale, cap, left, right],
+               num_warps=cfg.num_warps, GROUP=h // x.kv_heads, SOFTCAP=softcap is not None, LSE=lse is not None,
                BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)
     result = oa.obj
     return (result, lse.obj) if return_lse else result

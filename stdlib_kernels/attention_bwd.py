@@ -1,0 +1,304 @@
+"""attention_backward(do, q, k, v, o, lse, ...): dq, dk, dv of `attention`, flash-style.
+
+The forward pass kept, per query row, the natural log-sum-exp of its scaled scores, so
+P = exp(S - lse) is rebuilt block by block and no (seq_q × seq_k) matrix reaches memory.
+With δ = rowsum(dO ∘ O) (one small kernel, `attention_bwd_delta_kernel`):
+
+    dV = Pᵀ dO        dP = dO Vᵀ        dS = P ∘ (dP - δ)        dK = dSᵀ Q · scale        dQ = dS K · scale
+
+(`examples/flash_attention_bwd.py`, here on the (batch, heads, seq, dim) views of
+attention.py.) Two kernels share the work without atomics: `attention_bwd_dkdv_kernel`
+owns BN keys of one key/value head and walks the query blocks of every query head of
+its group (grouped-query attention sums dK and dV over the group inside one program,
+no temporaries); `attention_bwd_dq_kernel` owns BM query rows and walks the key blocks.
+The dK/dV kernel computes Sᵀ = K Qᵀ directly, so Pᵀ and dSᵀ come out in the orientation
+their products need.
+
+Masks are the forward's rule (query row i sees key j when i + off - left <= j <= i + off
++ right, off = seq_k - seq_q): each kernel walks only the blocks the band reaches,
+masking the blocks on its edges. Padding makes the ragged ends free: padded query rows
+load lse = +inf (P = 0) and dO = 0, padded keys K = V = 0 (their dS meets K = 0 in dQ,
+their own dK/dV rows are never stored). A row that saw no key (lse = -inf) gets P = 0.
+
+softcap: the score is c · tanh(x / c) of x = q·k · scale, whose derivative is
+1 - tanh², so dS is multiplied by it before the products. `dlse` (a gradient flowing
+into the forward's lse, as when chunks of attention are merged) enters as δ - dlse:
+∂lse_i/∂S_ij = P_ij.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import tilec as tc
+from tilec.target import Target
+
+from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
+from .attention import LOG2E, _as_bhsd, _window, check_4d, check_qkv, output_shape, scales
+
+__all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
+           "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
+
+DELTA_ROWS = 64       # rows of δ per program
+
+
+@tc.kernel
+def attention_bwd_delta_kernel(o, do, dlse, delta, DLSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    ot = tc.reshape(tc.load(o, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
+    dot_ = tc.reshape(tc.load(do, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
+    d = tc.sum(ot.astype(tc.float32) * dot_.astype(tc.float32), axis=1)
+    if DLSE:
+        d = d - tc.reshape(tc.load(dlse, index=(b, h, mblk), shape=(1, 1, BM), padding=0.0), (BM,))
+    tc.store(delta, index=(b, h, mblk), tile=tc.reshape(d, (1, 1, BM)))
+
+
+@tc.func
+def _row_stats(lse, delta, b, h, i, BM: tc.constexpr):
+    # (lse in base 2, δ) of query block i; padded rows and rows that saw no key get +inf: P = 0
+    lse_i = tc.reshape(tc.load(lse, index=(b, h, i), shape=(1, 1, BM), padding=float("inf")), (BM,))
+    l2 = tc.where(lse_i == float("-inf"), float("inf"), lse_i * LOG2E)
+    d = tc.reshape(tc.load(delta, index=(b, h, i), shape=(1, 1, BM), padding=0.0), (BM,))
+    return l2, d
+
+
+@tc.func
+def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr):
+    """(P, tanh) of raw scores x = q·k, with l2, rows (query index + off) and cols (key index)
+    broadcast to x's orientation; tanh(x · cap) under SOFTCAP (else x, unused)."""
+    t = x
+    if SOFTCAP:
+        t = tc.tanh(x * cap)
+    s = t * qk_scale
+    if MASKED:
+        keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
+        s = tc.where(keep, s, float("-inf"))
+    return tc.exp2(s - l2), t
+
+
+@tc.func
+def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv,
+                MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+                BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    qt = tc.reshape(tc.load(q, index=(b, h, i, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
+    dot_ = tc.reshape(tc.load(do, index=(b, h, i, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
+    l2, d = _row_stats(lse, delta, b, h, i, BM)
+    rows = i * BM + off + tc.arange(0, BM)
+    cols = n0 + tc.arange(0, BN)
+    pt, tt = _probs(tc.dot(kt, qt.T), l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right, n_kv,
+                    MASKED, SOFTCAP)                                  # Pᵀ: (BN, BM)
+    dv = tc.dot(pt.astype(do.dtype), dot_, dv)
+    dst = pt * (tc.dot(vt, dot_.T) - d[None, :])                     # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
+    if SOFTCAP:
+        dst = dst * (1.0 - tt * tt)
+    dk = tc.dot(dst.astype(q.dtype), qt, dk)
+    return dk, dv
+
+
+@tc.kernel
+def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, scale, left, right,
+                              GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    nblk = tc.program_id(0)
+    hk = tc.program_id(1)
+    b = tc.program_id(2)
+    n_q = q.shape[2]
+    n_kv = k.shape[2]
+    off = n_kv - n_q
+    n0 = nblk * BN
+    kt = tc.reshape(tc.load(k, index=(b, hk, nblk, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
+    vt = tc.reshape(tc.load(v, index=(b, hk, nblk, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    dk_acc = tc.zeros((BN, DK), tc.float32)
+    dv_acc = tc.zeros((BN, DV), tc.float32)
+
+    # Query rows that see some key of the block: [lo, hi); that see all of them: [whole_lo, whole_hi).
+    lo = tc.maximum(n0 - off - right, 0)
+    hi = tc.minimum(n0 + BN - 1 - off + left + 1, n_q)
+    whole_lo = tc.maximum(n0 + BN - 1 - off - right, 0)
+    whole_hi = tc.minimum(n0 - off + left + 1, n_q)
+    first = lo // BM
+    last = tc.maximum(tc.cdiv(hi, BM), first)
+    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BM), first), last)
+    inner_hi = tc.minimum(tc.maximum(whole_hi // BM, inner_lo), last)
+    for g in range(GROUP):   # the query heads that read this key/value head
+        h = hk * GROUP + g
+        for i in range(first, inner_lo):
+            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                         left, right, n_kv, True, SOFTCAP, BM, BN, DK, DV)
+        for i in range(inner_lo, inner_hi):
+            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                         left, right, n_kv, False, SOFTCAP, BM, BN, DK, DV)
+        for i in range(inner_hi, last):
+            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                         left, right, n_kv, True, SOFTCAP, BM, BN, DK, DV)
+    tc.store(dk, index=(b, hk, nblk, 0), tile=tc.reshape((dk_acc * scale).astype(dk.dtype), (1, 1, BN, DK)))
+    tc.store(dv, index=(b, hk, nblk, 0), tile=tc.reshape(dv_acc.astype(dv.dtype), (1, 1, BN, DV)))
+
+
+@tc.func
+def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv,
+              MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
+    vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    rows = q0 + off + tc.arange(0, BM)
+    cols = j * BN + tc.arange(0, BN)
+    p, t = _probs(tc.dot(qt, kt.T), l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
+                  MASKED, SOFTCAP)                                    # P: (BM, BN)
+    ds = p * (tc.dot(dot_, vt.T) - d[:, None])
+    if SOFTCAP:
+        ds = ds * (1.0 - t * t)
+    return tc.dot(ds.astype(k.dtype), kt, dq)
+
+
+@tc.kernel
+def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, left, right,
+                            GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    hk = h // GROUP
+    n_q = q.shape[2]
+    n_kv = k.shape[2]
+    q0 = mblk * BM
+    off = n_kv - n_q
+    qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
+    dot_ = tc.reshape(tc.load(do, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
+    l2, d = _row_stats(lse, delta, b, h, mblk, BM)
+    dq_acc = tc.zeros((BM, DK), tc.float32)
+
+    # The forward's key ranges: keys some row sees [lo, hi), every row sees [whole_lo, whole_hi).
+    lo = tc.maximum(q0 + off - left, 0)
+    hi = tc.minimum(q0 + BM - 1 + off + right + 1, n_kv)
+    whole_lo = tc.maximum(q0 + BM - 1 + off - left, 0)
+    whole_hi = tc.minimum(q0 + off + right + 1, n_kv)
+    first = lo // BN
+    last = tc.maximum(tc.cdiv(hi, BN), first)
+    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
+    inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
+    for j in range(first, inner_lo):
+        dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
+                           True, SOFTCAP, BM, BN, DK, DV)
+    for j in range(inner_lo, inner_hi):
+        dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
+                           False, SOFTCAP, BM, BN, DK, DV)
+    for j in range(inner_hi, last):
+        dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
+                           True, SOFTCAP, BM, BN, DK, DV)
+    tc.store(dq, index=(b, h, mblk, 0), tile=tc.reshape((dq_acc * scale).astype(dq.dtype), (1, 1, BM, DK)))
+
+
+@dataclass(frozen=True)
+class AttentionBwdConfig:
+    """How one backward call is tiled: per kernel, the rows a program owns and the step of
+    its loop (dK/dV: keys owned, query rows per step; dQ: query rows owned, keys per step);
+    the tile head dims and warps."""
+    kv_block: int
+    q_step: int
+    q_block: int
+    kv_step: int
+    dk: int       # q/k head dim of the tile (a power of two >= the tensors')
+    dv: int
+    num_warps: int
+
+
+def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None) -> AttentionBwdConfig:
+    """The backward's tiling for these head dims on `target`; a pure function (no launch).
+    4 warps up to tile head dim 64, 8 above (8 warps measured slower at 64). The blocks are
+    the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
+    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step."""
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
+    if max(dk, dv) <= 64:
+        return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 4)
+    if max(dk, dv) <= 128:
+        return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
+    return AttentionBwdConfig(32, 16, 32, 16, dk, dv, 8)
+
+
+def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
+                       softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None):
+    """(dq, dk, dv) of `attention(q, k, v, ...)` for the upstream gradient `do` (shaped like
+    out), from the forward's `o` and `lse` (`return_lse=True`); the same keyword arguments
+    as the forward call. `dq`, `dk`, `dv`: arrays to write (shaped like q, k, v), else new
+    ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward."""
+    x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))
+    qa = x.q
+    o_shape = output_shape(x, layout)
+    for name in ("do", "o"):
+        a = arrs[name]
+        check_4d(a, name, layout)
+        if a.shape != o_shape:
+            raise ValueError(f"{name}: expected the forward output's shape {o_shape}, got {a.shape}")
+        if a.dtype is not qa.dtype:
+            raise TypeError(f"{name}: expected q's dtype {qa.dtype.name}, got {a.dtype.name}")
+    rows = (x.batch, x.heads, x.n_q)
+    for name in ("lse", "dlse"):
+        a = arrs.get(name)
+        if a is None:
+            continue
+        if a.shape != rows:
+            raise ValueError(f"{name}: expected the log-sum-exp's shape (batch, heads, seq_q) = {rows}, got {a.shape}")
+        if a.dtype is not tc.float32:
+            raise TypeError(f"{name}: expected float32, got {a.dtype.name}")
+    left, right = _window(causal, window)
+    qk_scale, cap, scale_ = scales(scale, softcap, x.d)
+    grads = [output(g, a, a.shape, qa.dtype, name) for g, a, name in ((dq, x.q, "dq"), (dk, x.k, "dk"), (dv, x.v, "dv"))]
+    for name, g in zip(("dq", "dk", "dv"), grads):
+        check_4d(g, name, layout)
+    dqa, dka, dva = grads
+    b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
+    cfg = bwd_config_for(x.d, target_of(qa), x.dv)
+    qv, kv, vv = x.views()
+
+    def bhsd(a: Arr, dim: int):
+        shape, strides = _as_bhsd(a, layout)
+        return view(a, shape[:3] + (dim,), strides)
+
+    ov, dov = bhsd(arrs["o"], x.dv), bhsd(arrs["do"], x.dv)
+    lse_a = arrs["lse"]
+    lse_v = view(lse_a, rows, lse_a.strides)
+    delta = output(None, qa, rows, tc.float32, "delta")
+    delta_v = view(delta, rows, delta.strides)
+    dlse_v = view(arrs["dlse"], rows, arrs["dlse"].strides) if dlse is not None else delta_v
+    launch(attention_bwd_delta_kernel, (-(-n_q // DELTA_ROWS), h, b_), [ov, dov, dlse_v, delta_v],
+           num_warps=4, DLSE=dlse is not None, BM=DELTA_ROWS, DV=cfg.dv)
+    # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
+    common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
+    ins = [qv, kv, vv, dov, lse_v, delta_v]
+    launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk, b_),
+           ins + [bhsd(dka, x.d), bhsd(dva, x.dv), qk_scale, cap, scale_, left, right],
+           num_warps=cfg.num_warps, BM=cfg.q_step, BN=cfg.kv_block, **common)
+    launch(attention_bwd_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
+           ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
+           BM=cfg.q_block, BN=cfg.kv_step, **common)
+    return tuple(g.obj for g in grads)
+
+
+def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool = False, group: int = 1) -> str:
+    # what a launch on (b, s, h, d) tensors specializes to, with `cfg`'s tiles
+    v4, rows = f"{dtype}[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
+    if kernel == "attention_bwd_delta_kernel":
+        return f"o={v4}, do={v4}, dlse={rows}, delta={rows}, DLSE=False, BM={DELTA_ROWS}, DV={cfg.dv}"
+    ins = f"q={v4}, k={v4}, v={v4}, do={v4}, lse={rows}, delta={rows}, "
+    outs, bm, bn = ((f"dk={v4}, dv={v4}, ", cfg.q_step, cfg.kv_block) if kernel == "attention_bwd_dkdv_kernel"
+                    else (f"dq={v4}, ", cfg.q_block, cfg.kv_step))
+    return (ins + outs + f"qk_scale=f32, cap=f32, scale=f32, left=i32, right=i32, GROUP={group}, SOFTCAP={softcap}, "
+            f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}")
+
+
+_CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
+_KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
+SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
+OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
+           for name in _KERNELS}
+# head dims 128, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
+                    for name in _KERNELS[1:]
+                    for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
+                                                    ("bf16", _CFG64, True, 2), ("bf16", _CFG256, False, 1),
+                                                    ("f16", _CFG256, True, 2),
+                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]

@@ -1,0 +1,173 @@
+"""stdlib attention backward on the interpreter against float64 gradients: layouts, GQA,
+masks, softcap, lse's gradient; its plan, its PTX, its argument errors."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tilec.compiler import compile_kernel
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
+from tilec.stdlib_kernels import BF16Array, attention, attention_backward
+from tilec.target import Target
+
+from attention_ref import attention_grads_ref
+
+B = importlib.import_module("tilec.stdlib_kernels.attention_bwd")
+
+MASKS = [dict(), dict(causal=True), dict(window=(20, 5)), dict(causal=True, window=(30, -1)), dict(window=(-1, 0)),
+         dict(softcap=5.0), dict(scale=0.3, causal=True)]
+
+
+def _inputs(rng, layout, b, h, hk, n_q, n_k, d, dv=None, dtype=np.float16):
+    dv = d if dv is None else dv
+
+    def shape(n, heads, dim):
+        return (b, n, heads, dim) if layout == "bshd" else (b, heads, n, dim)
+    return tuple(rng.standard_normal(shape(n, hh, dd)).astype(dtype)
+                 for n, hh, dd in ((n_q, h, d), (n_k, hk, d), (n_k, hk, dv), (n_q, h, dv)))
+
+
+def _grads(q, k, v, do, layout="bshd", dlse=None, **kw):
+    o, lse = attention(q, k, v, layout=layout, return_lse=True, **kw)
+    return attention_backward(do, q, k, v, o, lse, layout=layout, dlse=dlse, **kw)
+
+
+def _check(got, want, tol):
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.shape == w.shape, name
+        err = np.abs(np.asarray(g, dtype=np.float64) - w).max() if w.size else 0.0
+        # f16 P and dS before their products: ~1e-3 of the gradients' scale
+        assert err < tol * max(np.abs(w).max() if w.size else 0.0, 1.0), (name, err)
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+@pytest.mark.parametrize("kw", MASKS, ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+@pytest.mark.parametrize("n_q,n_k", [(71, 71), (33, 90), (90, 33)])
+def test_gradients_match_float64(layout, kw, n_q, n_k):
+    rng = np.random.default_rng(n_q * 1000 + n_k)
+    q, k, v, do = _inputs(rng, layout, 2, 4, 2, n_q, n_k, 32)
+    _check(_grads(q, k, v, do, layout, **kw), attention_grads_ref(q, k, v, do, layout=layout, **kw), 4e-3)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n_q=st.integers(1, 90), n_k=st.integers(1, 90), group=st.sampled_from([(2, 1), (3, 3), (4, 2)]),
+       causal=st.booleans(), left=st.sampled_from([-1, 0, 7, 40]), right=st.sampled_from([-1, 0, 3]),
+       layout=st.sampled_from(["bshd", "bhsd"]), seed=st.integers(0, 2 ** 16))
+def test_random_shapes_heads_and_windows(n_q, n_k, group, causal, left, right, layout, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v, do = _inputs(rng, layout, 1, group[0], group[1], n_q, n_k, 16)
+    kw = dict(causal=causal, window=(left, right), layout=layout)
+    _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
+
+
+@pytest.mark.parametrize("h,hk", [(6, 1), (6, 3), (4, 4)])
+def test_grouped_heads_sum_dk_dv_over_the_group(h, hk):
+    rng = np.random.default_rng(h * 10 + hk)
+    q, k, v, do = _inputs(rng, "bhsd", 1, h, hk, 40, 53, 16)
+    _check(_grads(q, k, v, do, "bhsd", causal=True), attention_grads_ref(q, k, v, do, causal=True, layout="bhsd"),
+           4e-3)
+
+
+@pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (128, 64), (192, 128), (256, 256)])
+def test_head_dims_that_are_not_tiles(d, dv):
+    rng = np.random.default_rng(d + dv)
+    q, k, v, do = _inputs(rng, "bshd", 1, 2, 1, 37, 45, d, dv)
+    _check(_grads(q, k, v, do, window=(9, 4)), attention_grads_ref(q, k, v, do, window=(9, 4)), 4e-3)
+
+
+def test_lse_gradient_enters_through_delta():
+    rng = np.random.default_rng(11)
+    q, k, v, do = _inputs(rng, "bshd", 1, 2, 2, 30, 41, 16)
+    dlse = rng.standard_normal((1, 2, 30)).astype(np.float32)
+    _check(_grads(q, k, v, do, dlse=dlse, causal=True), attention_grads_ref(q, k, v, do, causal=True, dlse=dlse),
+           4e-3)
+
+
+def test_rows_that_see_no_key_get_no_gradient():
+    # window (0, 0) with seq_q > seq_k: the first rows (bottom-right alignment) see no key
+    rng = np.random.default_rng(5)
+    q, k, v, do = _inputs(rng, "bshd", 1, 2, 2, 40, 20, 16)
+    got = _grads(q, k, v, do, causal=True)
+    assert all(np.isfinite(np.asarray(g, dtype=np.float64)).all() for g in got)
+    assert not np.asarray(got[0])[:, :20].any()
+    _check(got, attention_grads_ref(q, k, v, do, causal=True), 4e-3)
+
+
+def test_bf16_and_given_outputs():
+    rng = np.random.default_rng(9)
+    q, k, v, do = (BF16Array(t) for t in _inputs(rng, "bshd", 1, 4, 2, 25, 25, 16, dtype=np.float32))
+    dq, dk, dv = (BF16Array(np.zeros(t.shape, np.float32)) for t in (q, k, v))
+    got = _grads(q, k, v, do, causal=True)
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    given = attention_backward(do, q, k, v, o, lse, causal=True, dq=dq, dk=dk, dv=dv)
+    assert given[0] is dq and given[1] is dk and given[2] is dv
+    want = attention_grads_ref(*(np.asarray(t) for t in (q, k, v, do)), causal=True)
+    _check([np.asarray(g) for g in got], want, 3e-2)
+    _check([np.asarray(g) for g in given], want, 3e-2)
+
+
+@pytest.mark.parametrize("n_q,n_k", [(0, 5), (5, 0), (1, 1)])
+def test_empty_and_single_sequences(n_q, n_k):
+    rng = np.random.default_rng(1)
+    q, k, v, do = _inputs(rng, "bshd", 2, 2, 2, n_q, n_k, 16)
+    got = _grads(q, k, v, do, causal=True)
+    _check(got, attention_grads_ref(q, k, v, do, causal=True), 4e-3)
+
+
+def test_config_is_a_function_of_head_dims_and_target():
+    h100 = Target.from_arch("sm_90a")
+    c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
+    assert (c64.num_warps, c64.dk, c64.dv) == (4, 64, 64)
+    assert (c128.num_warps, c128.dk, c128.dv) == (8, 128, 128)
+    assert B.bwd_config_for(96, h100) == c128
+    assert B.bwd_config_for(40, h100, 128).num_warps == 8 and B.bwd_config_for(8, h100).dk == 16
+    c192 = B.bwd_config_for(192, h100, 128)   # MLA: 256-wide q/k tiles, 128-wide v
+    assert (c192.dk, c192.dv, c192.num_warps) == (256, 128, 8) and c192.q_block < c128.q_block
+
+
+def _warps(kernel, sig):
+    spec = getattr(B, kernel).specialization(sig)
+    if kernel == "attention_bwd_delta_kernel":
+        return 4
+    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"]).num_warps
+
+
+def test_options_are_the_entry_points_warp_counts():
+    for kernel, sig in B.SIGNATURES.items():
+        assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, sig)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("kernel,sig", B.EXTRA_SIGNATURES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(B.EXTRA_SIGNATURES)])
+def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
+    # SIGNATURES go through tests/test_ptxas.py; these at the warps the entry point launches them with
+    k = getattr(B, kernel)
+    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, num_warps=_warps(kernel, sig),
+                                                                        fast_math=True), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+@pytest.mark.parametrize("call,err,match", [
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, layout="sbhd"), ValueError, "layout"),
+    (lambda q, k, v, do, o, lse: attention_backward(do[:, :3], q, k, v, o, lse), ValueError, "do: expected"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o.astype(np.float32), lse), TypeError, "o:"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse[:, :1]), ValueError, "lse"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse.astype(np.float16)), TypeError, "lse"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dq=np.zeros((1,), np.float16)),
+     ValueError, "dq"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dlse=lse[:, :1]), ValueError, "dlse"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dk=np.zeros((1, 8, 2, 32), np.float16)[..., ::2]),
+     ValueError, "dk: the head dim must be contiguous"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, softcap=-1.0), ValueError, "softcap"),
+])
+def test_bad_arguments_say_what_was_expected(call, err, match):
+    rng = np.random.default_rng(0)
+    q, k, v, do = _inputs(rng, "bshd", 1, 4, 2, 8, 8, 16)
+    o, lse = attention(q, k, v, return_lse=True)
+    with pytest.raises(err, match=match):
+        call(q, k, v, do, o, lse)
