@@ -203,20 +203,25 @@ class AttentionBwdConfig:
     dk: int       # q/k head dim of the tile (a power of two >= the tensors')
     dv: int
     num_warps: int
+    num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None) -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch).
-    4 warps up to tile head dim 64, 8 above (8 warps measured slower at 64). The blocks are
+    8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
     the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
-    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step."""
+    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step. Not yet
+    timed against each other (docs/benchmarks.md)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     if max(dk, dv) <= 64:
-        return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 4)
+        return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 8)
     if max(dk, dv) <= 128:
         return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
-    return AttentionBwdConfig(32, 16, 32, 16, dk, dv, 8)
+    # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
+    # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
+    wide = max(dk, dv)
+    return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
@@ -271,10 +276,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     ins = [qv, kv, vv, dov, lse_v, delta_v]
     launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk, b_),
            ins + [bhsd(dka, x.d), bhsd(dva, x.dv), qk_scale, cap, scale_, left, right],
-           num_warps=cfg.num_warps, BM=cfg.q_step, BN=cfg.kv_block, **common)
+           num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block, **common)
     launch(attention_bwd_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
-           BM=cfg.q_block, BN=cfg.kv_step, **common)
+           options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common)
     return tuple(g.obj for g in grads)
 
 

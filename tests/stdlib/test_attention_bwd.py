@@ -121,19 +121,21 @@ def test_empty_and_single_sequences(n_q, n_k):
 def test_config_is_a_function_of_head_dims_and_target():
     h100 = Target.from_arch("sm_90a")
     c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
-    assert (c64.num_warps, c64.dk, c64.dv) == (4, 64, 64)
+    assert (c64.num_warps, c64.dk, c64.dv) == (8, 64, 64)
     assert (c128.num_warps, c128.dk, c128.dv) == (8, 128, 128)
     assert B.bwd_config_for(96, h100) == c128
     assert B.bwd_config_for(40, h100, 128).num_warps == 8 and B.bwd_config_for(8, h100).dk == 16
-    c192 = B.bwd_config_for(192, h100, 128)   # MLA: 256-wide q/k tiles, 128-wide v
-    assert (c192.dk, c192.dv, c192.num_warps) == (256, 128, 8) and c192.q_block < c128.q_block
+    c192 = B.bwd_config_for(192, h100, 128)   # MLA: 256-wide tiles, v's padded too (no spills)
+    assert (c192.dk, c192.dv, c192.num_warps, c192.num_stages) == (256, 256, 8, 2) and c192.q_block < c128.q_block
+
+
+def _config(kernel, sig):
+    spec = getattr(B, kernel).specialization(sig)
+    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"])
 
 
 def _warps(kernel, sig):
-    spec = getattr(B, kernel).specialization(sig)
-    if kernel == "attention_bwd_delta_kernel":
-        return 4
-    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"]).num_warps
+    return 4 if kernel == "attention_bwd_delta_kernel" else _config(kernel, sig).num_warps
 
 
 def test_options_are_the_entry_points_warp_counts():
@@ -147,6 +149,7 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     # SIGNATURES go through tests/test_ptxas.py; these at the warps the entry point launches them with
     k = getattr(B, kernel)
     compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, num_warps=_warps(kernel, sig),
+                                                                        num_stages=_config(kernel, sig).num_stages,
                                                                         fast_math=True), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
