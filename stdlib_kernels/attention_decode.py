@@ -312,7 +312,7 @@ EXTRA_SIGNATURES = [
     ("decode_append_kernel", f"k_new=f16{_V4}, v_new=f16{_V4}, k=f16{_V4}, v=f16{_V4}, seqlens=i32[?], "
                              "table=i32[?], PAGE=0, H=32, D=128, DIM=128"),
 ]
-OPTIONS = {"decode_kernel": {"num_warps": 8, "fast_math": True, "min_programs_per_sm": 2},
+OPTIONS = {"decode_kernel": {"num_warps": 8, "fast_math": True, "min_programs_per_sm": 2, "num_stages": 2},
            "decode_combine_kernel": {"num_warps": 4, "fast_math": True, **DEPENDENT},
            "decode_append_kernel": {"num_warps": 4, "fast_math": True}}
 
@@ -345,8 +345,10 @@ def config_for(group: int, q_len: int, head_dim: int) -> DecodeConfig:
 def decode_options(bm: int) -> dict:
     """Compile options of the decode kernel: up to 32 rows, a floor of 2 programs per SM (128
     registers at 8 warps, no spills on sm_80 / sm_90a: two programs' loads in flight per SM
-    where one took 170); 64 rows do not fit it (251 registers) and take ptxas's choice."""
-    return {"min_programs_per_sm": 2} if bm <= 32 else {}
+    where one took 170), with 2-deep rings for the masked steps' K and V (3 spilled 8 bytes
+    on sm_90a once the row statistics stayed in the accumulator's layout); 64 rows do not fit
+    it (251 registers) and take ptxas's choice."""
+    return {"min_programs_per_sm": 2, "num_stages": 2} if bm <= 32 else {}
 
 
 def combine_warps(splits: int, bm: int) -> int:

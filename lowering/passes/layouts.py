@@ -255,6 +255,25 @@ class _Assigner:
             self.layout[self.groups.find(op.results[0])] = (
                 dot_acc_layout(op, self.num_warps, self.wgmma, chained)
                 or fma_acc_layout(op.results[0].type.shape, self.num_warps))
+        # Row statistics of a tensor-core accumulator that a loop carries (attention's running
+        # max and sum) stay in the slice of its layout, where the row reduction leaves them: an
+        # access anchor (the lse store after the loop) would make them blocked and convert them
+        # through shared memory, with barriers, several times per iteration.
+        carried = self._loop_carried()
+        for op in self.func.walk():
+            if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)) and op.operands[0].type.rank >= 2:
+                src = self.layout.get(self.groups.find(op.operands[0]))
+                gid = self.groups.find(op.results[0])
+                if isinstance(src, MmaLayout) and gid in carried:
+                    self.layout[gid] = SliceLayout(op.attrs["axis"], src)
+
+    def _loop_carried(self) -> set:
+        """The groups of values that a loop carries (its body's arguments after the index)."""
+        out = set()
+        for op in self.func.walk():
+            if isinstance(op, T.ForOp):
+                out.update(self.groups.find(a) for a in op.body.args[1:] if isinstance(a.type, TileType))
+        return out
 
     def propagate(self) -> None:
         changed = True

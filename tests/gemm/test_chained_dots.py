@@ -274,3 +274,28 @@ def test_wgmma_register_a_rejects(elem, layout, message):
     from tilec.ir.core import VerifyError
     with pytest.raises(VerifyError, match=re.escape(message)):
         _wgmma_module(elem, layout)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_row_statistics_stay_in_the_accumulator_slice(arch):
+    """The running max and sum that the loop carries keep the slice of the accumulator's
+    layout even though the lse store after the loop would anchor them blocked: no layout
+    conversion through shared memory inside the key loops."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    spec = importlib.util.spec_from_file_location("flash_attention_example", examples / "flash_attention.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(examples))   # the example imports its _harness
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(examples))
+    ck = _compile(mod.attention_fwd, mod.SIGNATURES["attention_fwd"], arch, 8, fast_math=True)
+    gpu = ck.asm["gpu"]
+    loops = gpu.split("tile.for")[1:]
+    assert len(loops) == 2
+    for body in loops:
+        body = body[:body.index("tile.yield")]
+        assert "_smem_sync" not in body and "slice{dim = 1, parent = #mma" in body

@@ -340,7 +340,7 @@ def test_options_are_the_plans():
     assert ln[0].num_warps == D.OPTIONS["decode_kernel"]["num_warps"]
     assert ln[1].num_warps == _warps("decode_combine_kernel", D.SIGNATURES["decode_combine_kernel"])
     assert _plan(1, 1, 8, 8, 4096, n_new=1)[0].num_warps == D.OPTIONS["decode_append_kernel"]["num_warps"]
-    assert dict(ln[0].options) == {"min_programs_per_sm": 2}                         # 16 rows
+    assert dict(ln[0].options) == {"min_programs_per_sm": 2, "num_stages": 2}        # 16 rows
     assert dict(_plan(2, 16, 32, 4, 4096, splits=1)[0].options) == {}              # 64 rows: no floor
     for name, sig in D.SIGNATURES.items():
         assert _options(name, sig) == D.OPTIONS[name], name
