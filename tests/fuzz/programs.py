@@ -286,7 +286,8 @@ def compare(g: Gen, a: V, b: V) -> V:
 def expression(g: Gen, leaves: List[V], depth: int, top: bool = True) -> V:
     """A random expression over `leaves` (tiles and scalars of one shape class)."""
     if depth == 0 or (not top and g.chance(0.25)):
-        v = g.pick(leaves)
+        tiles = [v for v in leaves if v.shape]
+        v = g.pick(tiles) if tiles and g.chance(0.75) else g.pick(leaves)
         if g.chance(0.2):
             v = cast(g, v, g.pick(LOAD_DTYPES)) if (v.exact or not v.dtype.is_float) else v
         return v
@@ -444,6 +445,21 @@ def input_tiles(g: Gen, tiling: Tiling, count: int, dtypes=None) -> List[V]:
     return tiles
 
 
+def vector_tile(g: Gen, tiling: Tiling) -> V:
+    """A row (1, BN) or column (BM, 1) of a 1-D array, to broadcast against the tiles."""
+    d = g.pick([F32, F16, I32])
+    if g.chance(0.5):
+        x = g.array("row", d, (tiling.cols,))
+        text = f"tc.load({x}, index=(pid1,), shape=({tiling.bn},), padding={padding(g, d)!r})[None, :]"
+        shape = (1, tiling.bn)
+    else:
+        x = g.array("col", d, (tiling.rows,))
+        text = f"tc.expand_dims(tc.load({x}, index=(pid0,), shape=({tiling.bm},), padding={padding(g, d)!r}), 1)"
+        shape = (tiling.bm, 1)
+    g.feature("vector_broadcast")
+    return g.let(V(text, d, shape, 1000.0 if d is I32 else 7.0), "x")
+
+
 def scalar_args(g: Gen) -> List[V]:
     out = []
     if g.chance(0.4):
@@ -460,6 +476,10 @@ def as_tile(g: Gen, v: V, like: V) -> V:
     """A full tile: a scalar expression is combined with a tile of the right shape."""
     if v.shape == like.shape:
         return v
+    if not v.shape and g.chance(0.7):
+        w = binary(g, like, v)
+        if math.isfinite(w.err):
+            return w
     g.feature("broadcast")
     return V(f"tc.broadcast_to({v.text}, {like.shape})" if v.shape else f"tc.full({like.shape}, {v.text}, {TC[v.dtype]})",
              v.dtype, like.shape, v.mag, v.err)
@@ -493,7 +513,9 @@ def t_elementwise(g: Gen) -> Program:
     early_return(g, tiling.grid)
     tiles = input_tiles(g, tiling, g.draw(st.integers(1, 3)))
     leaves = tiles + scalar_args(g)
-    e = as_tile(g, expression(g, leaves, g.draw(st.integers(1, 3))), tiles[0])
+    if rank == 2 and g.chance(0.3):
+        leaves.append(vector_tile(g, tiling))
+    e = as_tile(g, expression(g, leaves, g.draw(st.integers(2, 4))), tiles[0])
     if g.chance(0.25):   # a run-time branch choosing between two expressions
         e2 = as_tile(g, expression(g, leaves, 2), tiles[0])
         if e2.dtype is not e.dtype and e2.dtype.is_float and not e.dtype.is_float and not e2.exact:
@@ -625,7 +647,7 @@ def t_reduce(g: Gen) -> Program:
     early_return(g, tiling.grid)
     tiles = input_tiles(g, tiling, g.draw(st.integers(1, 2)))
     leaves = tiles + scalar_args(g)
-    e = as_tile(g, expression(g, leaves, g.draw(st.integers(0, 2))), tiles[0])
+    e = as_tile(g, expression(g, leaves, g.draw(st.integers(1, 3))), tiles[0])
     if not math.isfinite(e.err) or e.mag > 1e6:
         e = tiles[0]
     e = g.let(e)
@@ -642,10 +664,14 @@ def t_reduce(g: Gen) -> Program:
 
 
 def t_dot(g: Gen) -> Program:
-    """C[BM, BN] tiles of A (M, K) @ B (K, N), over a run-time K loop or one K tile."""
-    bm, bn, bk = g.pick([16, 32, 64]), g.pick([16, 32, 64]), g.pick([16, 32, 64])
+    """C[BM, BN] tiles of A (M, K) @ B (K, N), over a run-time K loop or one K tile, with an
+    epilogue; or a chained pair of dots (attention's shape: softmax(Q K^T) V)."""
+    bm, bn, bk = g.pick([16, 32, 64, 128]), g.pick([16, 32, 64, 128]), g.pick([16, 32, 64])
+    if bm * bn > 8192:
+        bn = 8192 // bm
     kind = g.pick(["f16", "bf16", "f32", "tf32", "f16_arrays"])
-    g.feature(f"dot_{kind}")
+    chained = g.chance(0.2)
+    g.feature(f"dot_{kind}" + ("_chained" if chained else ""))
     m, n = ragged(g, bm, 2), ragged(g, bn, 2)
     k = ragged(g, bk, 3) if g.chance(0.7) else g.draw(st.integers(1, bk))
     store_dt = F16 if kind == "f16_arrays" else F32
@@ -659,9 +685,13 @@ def t_dot(g: Gen) -> Program:
     options = {"num_warps": g.pick([4, 8]) if bm * bn >= 1024 else g.pick([1, 2, 4])}
     if loop == "range" and g.chance(0.5):
         options["num_stages"] = g.pick([1, 2, 3])
+    if g.chance(0.25):
+        options["warp_specialize"] = True
+    if g.chance(0.15):
+        options["tma"] = False
     g.emit(f"acc = tc.zeros(({bm}, {bn}), tc.float32)")
     if loop == "once":
-        kk, body = "0", 1
+        kk = "0"
     else:
         header = (f"for k in range(0, tc.cdiv({a}.shape[1], {bk})):" if loop == "range"
                   else f"for k in tc.range(0, tc.cdiv({a}.shape[1], {bk}), num_stages={stages}):")
@@ -672,9 +702,9 @@ def t_dot(g: Gen) -> Program:
     ta = f"tc.load({a}, index=(pid0, {kk}), shape=({bm}, {bk}))"
     tb = (f"tc.load({b}, index=(pid1, {kk}), shape=({bn}, {bk})).T" if trans
           else f"tc.load({b}, index=({kk}, pid1), shape=({bk}, {bn}))")
-    if kind in ("f16", "bf16"):
-        d = "tc.float16" if kind == "f16" else "tc.bfloat16"
-        ta, tb = f"{ta}.astype({d})", f"({tb}).astype({d})"
+    cast_to = {"f16": "tc.float16", "bf16": "tc.bfloat16"}.get(kind)
+    if cast_to:
+        ta, tb = f"{ta}.astype({cast_to})", f"({tb}).astype({cast_to})"
     tf32 = ", allow_tf32=True" if kind == "tf32" else ""
     if g.chance(0.5):
         g.emit(f"acc = tc.dot({ta}, {tb}, acc{tf32})")
@@ -687,9 +717,31 @@ def t_dot(g: Gen) -> Program:
     # f32 sums of K products of |x| <= 1 (rounded inputs are rounded alike on both sides)
     err = 2 * (math.log2(max(k, 2)) + 2) * EPS["f32"] * k + 2 * k * EPS["f32"] * k / 64
     v = V("acc", F32, (bm, bn), float(k), err)
-    if g.chance(0.3):
-        v = V(f"(acc * 0.5).astype(tc.float16)", F16, (bm, bn), k * 0.5, err * 0.5 + 2 * EPS["f16"] * k * 0.5)
     grid = (cdiv(m, bm), cdiv(n, bn))
+    if chained:
+        # p = exp(acc - rowmax) in (0, 1]; o = p @ V with V (N, D): one program per row block
+        d_ = g.pick([16, 32, 64])
+        vv = g.array("V", store_dt, (n, d_), -1.0, 1.0)
+        g.emit("p = tc.exp(acc - tc.max(acc, axis=1, keep_dims=True))")
+        pd = cast_to or ("tc.float16" if kind == "f16_arrays" else "tc.float32")
+        g.emit(f"pv = tc.dot(p.astype({pd}), tc.load({vv}, index=(pid1, 0), shape=({bn}, {d_})){'.astype(' + cast_to + ')' if cast_to else ''}{tf32})")
+        e_p = 2 * err + 4 * EPS["f32"] + (EPS["f16"] if pd == "tc.float16" else 0.0) + (EPS["bf16"] if pd == "tc.bfloat16" else 0.0) \
+            + (2 * EPS["f16"] if kind in ("tf32",) else 0.0)
+        err2 = bn * e_p + 2 * (math.log2(bn) + 2) * EPS["f32"] * bn + 2 * bn * EPS["f32"] * bn / 64
+        v = V("pv", F32, (bm, d_), float(bn), err2)
+        out = g.out_array(F32, (m, grid[1] * d_), err2)
+        g.emit(f"tc.store({out}, index=(pid0, pid1), tile=pv)")
+        return g.program(grid, options)
+    epi = g.pick(["none", "bias", "relu", "scale16"])
+    g.feature(f"dot_epilogue_{epi}")
+    if epi == "bias":
+        bias = g.array("bias", F32, (n,))
+        g.emit(f"acc = acc + tc.load({bias}, index=(pid1,), shape=({bn},))[None, :]")
+        v = V("acc", F32, (bm, bn), k + 4.0, err + 2 * EPS["f32"] * (k + 4.0))
+    elif epi == "relu":
+        g.emit("acc = tc.maximum(acc, 0.0)")
+    elif epi == "scale16":
+        v = V("(acc * 0.5).astype(tc.float16)", F16, (bm, bn), k * 0.5, err * 0.5 + 2 * EPS["f16"] * k * 0.5)
     out = g.out_array(v.dtype, (m, n), v.err)
     g.emit(f"tc.store({out}, index=(pid0, pid1), tile={v.text})")
     return g.program(grid, options)
@@ -733,7 +785,7 @@ def t_loop(g: Gen) -> Program:
         tile = V("t", BF16, tile.shape, tile.mag)
     saved = g.lines
     g.lines = []
-    e = as_tile(g, expression(g, [tile] + scal, g.draw(st.integers(0, 2))), tile)
+    e = as_tile(g, expression(g, [tile] + scal, g.draw(st.integers(1, 3))), tile)
     if not math.isfinite(e.err) or e.mag > 1e4:
         e = tile
     if e.dtype.is_bool:
@@ -758,6 +810,10 @@ def t_loop(g: Gen) -> Program:
     for ln in body_lines + [ln.strip() for ln in extra]:
         g.emit(ln)
     g.emit(f"e = {e.text}")
+    if loop in ("range", "range_step") and g.chance(0.2):
+        g.feature("loop_continue")
+        g.emit(f"if k == {g.draw(st.integers(0, 3))}:")
+        g.emit("    continue")
     upd = {"+": "acc + e", "max": "tc.maximum(acc, e)", "^": "acc ^ e"}[combine]
     if g.chance(0.3):
         g.feature("loop_if")
@@ -844,6 +900,10 @@ def programs(draw, kinds: Optional[List[str]] = None) -> Program:
     """One random kernel and its arguments (kinds: a subset of TEMPLATES)."""
     pool = [k for k in (kinds or TEMPLATES) for _ in range(WEIGHTS[k])]
     kind = draw(st.sampled_from(pool))
-    p = TEMPLATES[kind](Gen(draw))
+    g = Gen(draw)
+    p = TEMPLATES[kind](g)
     p.features.insert(0, kind)
+    if g.chance(0.15):  # the body wrapped in a loop over the grid's program ids
+        p.options["persistent"] = True
+        p.features.append("persistent")
     return p
