@@ -15,15 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from .driver import REGRESSIONS, Report, hunt
+from .driver import REGRESSIONS, Report, hunt, worker
 from .programs import TEMPLATES
 from .run import ARCHS
-
-
-def _worker(job):
-    n, seed, archs, gpu, kinds, shrink, save_dir, time_limit = job
-    report = hunt(n, seed, archs, gpu, kinds, shrink, Path(save_dir) if save_dir else None, time_limit)
-    return report.to_json()
 
 
 def main(argv=None) -> int:
@@ -51,7 +45,7 @@ def main(argv=None) -> int:
                 for i, k in enumerate(per)]
         report = Report()
         with mp.get_context("spawn").Pool(a.jobs) as pool:
-            for r in pool.imap_unordered(_worker, jobs):
+            for r in pool.imap_unordered(worker, jobs):
                 report.merge(r)
         report.seconds = time.monotonic() - t0
     print(report.summary())

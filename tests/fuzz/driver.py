@@ -80,7 +80,7 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
     remaining, pass_seed = n, seed
     known = set(known)
     while remaining > 0 and time.monotonic() < deadline:
-        state = {"target": None, "last": None, "count": 0}
+        state = {"target": None, "last": None, "count": 0, "fatal": None}
 
         @settings(max_examples=remaining, database=None, deadline=None, derandomize=False, print_blob=False,
                   suppress_health_check=list(HealthCheck),
@@ -88,7 +88,7 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
         @hyp_seed(pass_seed)
         @given(programs(kinds))
         def body(p):
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or state["fatal"]:
                 return
             searching = state["target"] is None
             if searching:
@@ -98,6 +98,11 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
             if f is None:
                 return
             k = f.key()
+            if gpu and f.stage == "gpu":
+                # a launch that raised may have lost the CUDA context (a fault): every later
+                # launch of this process would fail too, so save this one as it is and stop
+                state["fatal"] = (p, f)
+                raise _Found(k)
             if searching and (k in report.findings or k in known):
                 if k in report.findings:
                     report.findings[k]["count"] += 1
@@ -113,9 +118,9 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
         try:
             body()
         except BaseException as e:  # noqa: BLE001 - _Found, or hypothesis' wrapper of it
-            if state["last"] is None:
+            if state["last"] is None and state["fatal"] is None:
                 raise
-            p, f = state["last"]
+            p, f = state["fatal"] or state["last"]
             path = save(p, f, save_dir) if save_dir else None
             report.findings[f.key()] = {"finding": str(f), "program": p.to_json(), "count": 1,
                                         "path": str(path) if path else None}
@@ -125,5 +130,18 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
         report.programs += state["count"]
         remaining -= max(state["count"], 1)
         pass_seed += 1
+        if state["fatal"]:
+            if log:
+                log("stopping: the GPU context may be lost after a failed launch")
+            break
     report.seconds = time.monotonic() - start
     return report
+
+
+def worker(job) -> dict:
+    """One process's share of `python -m tests.fuzz --jobs J` (a module-level function, so
+    that spawned processes find it)."""
+    n, seed, archs, gpu, kinds, shrink, save_dir, time_limit = job
+    report = hunt(n, seed, archs, gpu, kinds, shrink, Path(save_dir) if save_dir else None, time_limit,
+                  log=lambda s: print(f"[seed {seed}] {s}", flush=True))
+    return report.to_json()
