@@ -87,7 +87,9 @@ class Gen:
         return self.draw(st.sampled_from(list(seq)))
 
     def chance(self, p: float = 0.5) -> bool:
-        return self.draw(st.integers(0, 999)) < int(p * 1000)
+        # hypothesis favours small integers (and shrinks towards 0): 0 means "no", so a
+        # feature is off in the simplest program and on with probability about p
+        return self.draw(st.integers(0, 999)) >= 1000 - int(p * 1000)
 
     def name(self, stem: str) -> str:
         self.n += 1
@@ -410,7 +412,14 @@ class Tiling:
                 text = f"tc.load({x}, offset={off}, shape={shape}, padding={pad_text(p)})"
             else:
                 ptr, mask = self.pointer(x, sh)
-                text = f"tc.load({ptr}, mask={mask}, other={pad_text(p)})"
+                hints = ""
+                if g.chance(0.2):   # same values; reads the aligned blocks around each group
+                    hints += ", realign=True"
+                    g.feature("realign")
+                if g.chance(0.15):
+                    hints += f", eviction_policy={g.pick(['evict_first', 'evict_last'])!r}"
+                    g.feature("eviction_policy")
+                text = f"tc.load({ptr}, mask={mask}, other={pad_text(p)}{hints})"
         return g.let(V(text, d, shape, max(mag, abs(p))), "x")
 
     def store(self, x: str, v: V):
@@ -906,4 +915,7 @@ def programs(draw, kinds: Optional[List[str]] = None) -> Program:
     if g.chance(0.15):  # the body wrapped in a loop over the grid's program ids
         p.options["persistent"] = True
         p.features.append("persistent")
+    if g.chance(0.1):   # loads that read nothing past a view's last element
+        p.options["initcheck"] = True
+        p.features.append("initcheck")
     return p

@@ -82,3 +82,59 @@ def test_gpu_fuzz(tmp_path):
     report = json.loads(out.read_text())
     assert not report["findings"], proc.stdout[-20000:]
     assert report["programs"] >= GPU_PROGRAMS, f"only {report['programs']} programs ran within {GPU_SECONDS} s"
+
+
+# ----------------------------------------------------------------------------- the machinery
+
+
+def test_comparison_rule():
+    import numpy as np
+
+    from tests.fuzz.run import SLACK, mismatches
+    ints = np.array([1, -2, 3], np.int32)
+    assert not mismatches(ints, ints.copy(), 0.0).any()
+    assert mismatches(ints, ints + np.array([0, 0, 1], np.int32), 5.0).tolist() == [False, False, True]  # ints: exact
+    f = np.array([1.0, np.nan, np.inf, -0.0], np.float32)
+    assert not mismatches(f, np.array([1.0, np.nan, np.inf, 0.0], np.float32), 0.0).any()   # NaN, inf, ±0 agree
+    assert mismatches(f, np.array([np.nextafter(np.float32(1), np.float32(2)), np.nan, np.inf, 0.0], np.float32),
+                      0.0).tolist() == [True, False, False, False]                            # one ulp is not exact
+    assert mismatches(f, np.array([1.0, 0.0, np.inf, 0.0], np.float32), 1.0).tolist() == [False, True, False, False]
+    bound = 1e-3
+    near = np.array([1.0 + SLACK * bound * 0.9], np.float32)
+    far = np.array([1.0 + SLACK * bound * 1.1], np.float32)
+    assert not mismatches(f[:1], near, bound).any() and mismatches(f[:1], far, bound).all()
+    assert mismatches(f[2:3], np.array([-np.inf], np.float32), 1e9).all()                    # infinities equal
+
+
+def test_programs_round_trip_through_json():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hyp_seed
+
+    from tests.fuzz.programs import programs
+
+    @settings(max_examples=30, database=None, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))
+    @hyp_seed(7)
+    @given(programs())
+    def body(p):
+        q = Program.from_json(json.loads(p.dumps()))
+        assert (q.source, q.grid, q.outputs, q.options) == (p.source, p.grid, p.outputs, p.options)
+        for (n1, a), (n2, b) in zip(p.args, q.args):
+            assert n1 == n2 and type(a) is type(b)
+            if hasattr(a, "dtype"):
+                assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+            else:
+                assert a == b
+        compile(p.source, "<fuzz>", "exec")   # the source is Python
+
+    body()
+
+
+def test_cli_runs_and_reports(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--n", "3", "--kinds", "rand,atomic", "--seed", "3",
+                           "--save", "", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["programs"] == 3 and not report["findings"]
+    assert "3 programs" in proc.stdout
