@@ -823,6 +823,11 @@ def t_loop(g: Gen) -> Program:
         g.feature("loop_continue")
         g.emit(f"if k == {g.draw(st.integers(0, 3))}:")
         g.emit("    continue")
+    if g.chance(0.3):   # each iteration writes its own tile (blocks skipped by break/continue keep theirs)
+        g.feature("loop_store")
+        se = storable(g, V("e", e.dtype, e.shape, e.mag, e.err))
+        inner = g.out_array(se.dtype, (rows, cols), se.err)
+        g.emit(f"tc.store({inner}, index=(pid0, k), tile={se.text})")
     upd = {"+": "acc + e", "max": "tc.maximum(acc, e)", "^": "acc ^ e"}[combine]
     if g.chance(0.3):
         g.feature("loop_if")
