@@ -81,6 +81,7 @@ class Gen:
         self.rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         self.n = 0
         self.indent = 1
+        self.funcs: List[str] = []   # @tc.func helpers written before the kernel
 
     # plumbing ----------------------------------------------------------------------
     def pick(self, seq):
@@ -137,7 +138,7 @@ class Gen:
         return V(name, I32 if -2**31 <= value < 2**31 else I64, (), abs(value))
 
     def program(self, grid, options=None) -> Program:
-        src = ["import tilec as tc", "", "", "@tc.kernel", f"def {KERNEL}({', '.join(self.params)}):", *self.lines, ""]
+        src = ["import tilec as tc", "", "", *self.funcs, "@tc.kernel", f"def {KERNEL}({', '.join(self.params)}):", *self.lines, ""]
         return Program("\n".join(src), self.args, tuple(grid), self.outputs, options or {}, self.features)
 
 
@@ -581,9 +582,11 @@ def sum_err(v: V, n: int, d: dt.DType) -> float:
 
 def reduction(g: Gen, v: V) -> V:
     """A reduction or a scan of the tile `v` along a random axis."""
-    op = g.pick(["sum", "max", "min", "argmax", "argmin", "cumsum", "prod"])
+    op = g.pick(["sum", "max", "min", "argmax", "argmin", "cumsum", "prod", "combine"])
     if v.dtype.is_float and op == "prod":
         op = "sum"
+    if v.dtype.is_bool and op == "combine":
+        op = "max"
     if op in ("argmax", "argmin") and not v.exact:
         op = op[3:]
     rank = len(v.shape)
@@ -603,6 +606,11 @@ def reduction(g: Gen, v: V) -> V:
         return V(f"tc.{op}({v.text}{kw})", d, shape, n * v.mag, sum_err(v, n, d) if op == "sum" else 0.0)
     if op in ("max", "min"):
         return V(f"tc.{op}({v.text}{kw})", v.dtype, shape, v.mag, v.err)
+    if op == "combine":   # tc.reduce with a @tc.func combiner: exact (max of magnitudes)
+        if not g.funcs:
+            g.funcs += ["@tc.func", "def max_abs(a, b):", "    return tc.maximum(abs(a), abs(b))", "", ""]
+        return V(f"tc.reduce({v.text}, {axis}, max_abs)", v.dtype, shape if not keep else
+                 v.shape[:axis] + v.shape[axis + 1:], v.mag, v.err)
     return V(f"tc.{op}({v.text}{kw})", I32, shape, float(n))
 
 
