@@ -692,11 +692,28 @@ def t_dot(g: Gen) -> Program:
     m, n = ragged(g, bm, 2), ragged(g, bn, 2)
     k = ragged(g, bk, 3) if g.chance(0.7) else g.draw(st.integers(1, bk))
     store_dt = F16 if kind == "f16_arrays" else F32
-    a = g.array("A", store_dt, (m, k), -1.0, 1.0)
+    # batched: rank-3 arrays, (1, BM, BK) tiles reshaped to 2-D (attention's per-head tiles)
+    nb = g.draw(st.integers(1, 3)) if g.chance(0.3) else 0
+    lead = (nb,) if nb else ()
+    a = g.array("A", store_dt, lead + (m, k), -1.0, 1.0)
     trans = g.chance(0.3)
-    b = g.array("B", store_dt, (n, k) if trans else (k, n), -1.0, 1.0)
+    b = g.array("B", store_dt, lead + ((n, k) if trans else (k, n)), -1.0, 1.0)
     g.emit("pid0 = tc.program_id(0)")
     g.emit("pid1 = tc.program_id(1)")
+    if nb:
+        g.emit("pid2 = tc.program_id(2)")
+        g.feature("dot_batched")
+
+    def tile(x, i, j, r, c):
+        if not nb:
+            return f"tc.load({x}, index=({i}, {j}), shape=({r}, {c}))"
+        return f"tc.reshape(tc.load({x}, index=(pid2, {i}, {j}), shape=(1, {r}, {c})), ({r}, {c}))"
+
+    def put(out, i, j, val, r, c):
+        if not nb:
+            g.emit(f"tc.store({out}, index=({i}, {j}), tile={val})")
+        else:
+            g.emit(f"tc.store({out}, index=(pid2, {i}, {j}), tile=tc.reshape({val}, (1, {r}, {c})))")
     loop = g.pick(["range", "tc.range", "once"]) if k > bk else "once"
     stages = g.pick([1, 2, 3, 4]) if loop == "tc.range" else None
     options = {"num_warps": g.pick([4, 8]) if bm * bn >= 1024 else g.pick([1, 2, 4])}
@@ -712,13 +729,14 @@ def t_dot(g: Gen) -> Program:
     else:
         header = (f"for k in range(0, tc.cdiv({a}.shape[1], {bk})):" if loop == "range"
                   else f"for k in tc.range(0, tc.cdiv({a}.shape[1], {bk}), num_stages={stages}):")
+        if nb:
+            header = header.replace(f"{a}.shape[1]", f"{a}.shape[2]")
         g.emit(header)
         g.indent += 1
         kk = "k"
         g.feature(f"dot_loop_{loop}")
-    ta = f"tc.load({a}, index=(pid0, {kk}), shape=({bm}, {bk}))"
-    tb = (f"tc.load({b}, index=(pid1, {kk}), shape=({bn}, {bk})).T" if trans
-          else f"tc.load({b}, index=({kk}, pid1), shape=({bk}, {bn}))")
+    ta = tile(a, "pid0", kk, bm, bk)
+    tb = f"{tile(b, 'pid1', kk, bn, bk)}.T" if trans else tile(b, kk, "pid1", bk, bn)
     cast_to = {"f16": "tc.float16", "bf16": "tc.bfloat16"}.get(kind)
     if cast_to:
         ta, tb = f"{ta}.astype({cast_to})", f"({tb}).astype({cast_to})"
@@ -734,20 +752,20 @@ def t_dot(g: Gen) -> Program:
     # f32 sums of K products of |x| <= 1 (rounded inputs are rounded alike on both sides)
     err = 2 * (math.log2(max(k, 2)) + 2) * EPS["f32"] * k + 2 * k * EPS["f32"] * k / 64
     v = V("acc", F32, (bm, bn), float(k), err)
-    grid = (cdiv(m, bm), cdiv(n, bn))
+    grid = (cdiv(m, bm), cdiv(n, bn)) + lead
     if chained:
         # p = exp(acc - rowmax) in (0, 1]; o = p @ V with V (N, D): one program per row block
         d_ = g.pick([16, 32, 64])
-        vv = g.array("V", store_dt, (n, d_), -1.0, 1.0)
+        vv = g.array("V", store_dt, lead + (n, d_), -1.0, 1.0)
         g.emit("p = tc.exp(acc - tc.max(acc, axis=1, keep_dims=True))")
         pd = cast_to or ("tc.float16" if kind == "f16_arrays" else "tc.float32")
-        g.emit(f"pv = tc.dot(p.astype({pd}), tc.load({vv}, index=(pid1, 0), shape=({bn}, {d_})){'.astype(' + cast_to + ')' if cast_to else ''}{tf32})")
+        g.emit(f"pv = tc.dot(p.astype({pd}), {tile(vv, 'pid1', 0, bn, d_)}{'.astype(' + cast_to + ')' if cast_to else ''}{tf32})")
         e_p = 2 * err + 4 * EPS["f32"] + (EPS["f16"] if pd == "tc.float16" else 0.0) + (EPS["bf16"] if pd == "tc.bfloat16" else 0.0) \
             + (2 * EPS["f16"] if kind in ("tf32",) else 0.0)
         err2 = bn * e_p + 2 * (math.log2(bn) + 2) * EPS["f32"] * bn + 2 * bn * EPS["f32"] * bn / 64
         v = V("pv", F32, (bm, d_), float(bn), err2)
-        out = g.out_array(F32, (m, grid[1] * d_), err2)
-        g.emit(f"tc.store({out}, index=(pid0, pid1), tile=pv)")
+        out = g.out_array(F32, lead + (m, grid[1] * d_), err2)
+        put(out, "pid0", "pid1", "pv", bm, d_)
         return g.program(grid, options)
     epi = g.pick(["none", "bias", "relu", "scale16"])
     g.feature(f"dot_epilogue_{epi}")
@@ -759,8 +777,8 @@ def t_dot(g: Gen) -> Program:
         g.emit("acc = tc.maximum(acc, 0.0)")
     elif epi == "scale16":
         v = V("(acc * 0.5).astype(tc.float16)", F16, (bm, bn), k * 0.5, err * 0.5 + 2 * EPS["f16"] * k * 0.5)
-    out = g.out_array(v.dtype, (m, n), v.err)
-    g.emit(f"tc.store({out}, index=(pid0, pid1), tile={v.text})")
+    out = g.out_array(v.dtype, lead + (m, n), v.err)
+    put(out, "pid0", "pid1", v.text, bm, bn)
     return g.program(grid, options)
 
 
