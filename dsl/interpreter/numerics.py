@@ -70,8 +70,27 @@ def cast(x, d: dt.DType):
     if d.is_bool:
         return np.not_equal(x, 0)
     if d.name in EMULATED:
-        return _round_format(np.asarray(x).astype(F64), d.name)
+        return _round_format(_to_f64_odd(np.asarray(x)), d.name)
     return np.asarray(x).astype(target)[()]
+
+
+def _to_f64_odd(x: np.ndarray) -> np.ndarray:
+    """`x` as float64, exactly where it fits; a 64-bit integer of more than 53 significant
+    bits is rounded to odd (truncated, then the last bit set if anything was dropped), so
+    that rounding it once more to a format of at most 51 bits is the single correct
+    rounding (rounding to nearest twice is not: 2**62 + 2**54 + 1 went to 2**62 in bf16)."""
+    if x.dtype.kind not in "iu" or x.dtype.itemsize < 8:
+        return x.astype(F64)
+    neg = x < 0
+    m = np.where(neg, np.negative(x.astype(np.uint64)), x.astype(np.uint64)) if x.dtype.kind == "i" \
+        else x.astype(np.uint64)
+    _, e = np.frexp(m.astype(F64))               # the bit length, or one more where m rounded up
+    sh = np.maximum(e - 53, 0).astype(np.uint64)
+    low = (np.left_shift(np.uint64(1), sh) - np.uint64(1)).astype(np.uint64)
+    kept = (m & ~low).astype(F64)                 # at most 53 significant bits: exact
+    sticky = ((m & low) != 0).astype(np.uint64)
+    odd = (kept.view(np.uint64) | sticky).view(F64)
+    return np.where(neg, -odd, odd)
 
 
 def const_value(value, d: dt.DType):

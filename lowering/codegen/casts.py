@@ -27,9 +27,9 @@ import struct
 import numpy as np
 from llvmlite import ir
 
-from ...dtypes import DType, float16, float32
+from ...dtypes import DType, bfloat16, float16, float32
 from ...target import Target
-from .types import F16, F32, I1, I8, I16, I32, I64, llvm_scalar
+from .types import F16, F32, F64, I1, I8, I16, I32, I64, llvm_scalar
 
 __all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32",
            "has_f8_cvt", "tie_to"]
@@ -171,7 +171,39 @@ def _declare(b: ir.IRBuilder, name, ret, args):
     return fn
 
 
-def _to_float(b, x, src: DType, dst_ty):
+def f32_round_to_odd(b, x, src: DType):
+    """`x` (a 32/64-bit integer or an f64) as f32 rounded to odd: truncated toward zero, with
+    the last mantissa bit set where anything was dropped. Rounding that once more to bf16 (8
+    bits; f32 keeps 24 >= 8 + 2) is the single correct rounding, where rounding to nearest
+    twice is not (2**30 + 2**22 + 1 went to 2**30 through f32, not to 2**30 + 2**23)."""
+    if src.is_float:   # f64
+        f = b.fptrunc(x, F32)
+        back = b.fpext(f, F64)
+        fabs = _declare(b, "llvm.fabs.f64", F64, [F64])
+        inexact = b.fcmp_ordered("!=", back, x)                      # NaN: unordered, left alone
+        away = b.and_(inexact, b.fcmp_ordered(">", b.call(fabs, [back]), b.call(fabs, [x])))
+        bits = b.sub(b.bitcast(f, I32), b.zext(away, I32))           # one step toward zero (inf: max)
+        return b.bitcast(b.or_(bits, b.zext(inexact, I32)), F32)
+    ty = x.type
+    w = ty.width
+    zero = ir.Constant(ty, 0)
+    neg = b.icmp_signed("<", x, zero) if src.kind == "i" else None
+    m = b.select(neg, b.sub(zero, x), x) if neg is not None else x  # |x| as unsigned
+    ctlz = _declare(b, f"llvm.ctlz.i{w}", ty, [ty, I1])
+    nbits = b.sub(ir.Constant(ty, w), b.call(ctlz, [m, ir.Constant(I1, 0)]))
+    over = b.sub(nbits, ir.Constant(ty, 24))
+    sh = b.select(b.icmp_signed(">", over, zero), over, zero)
+    low = b.sub(b.shl(ir.Constant(ty, 1), sh), ir.Constant(ty, 1))
+    kept = b.uitofp(b.and_(m, b.not_(low)), F32)                    # at most 24 bits: exact
+    sticky = b.icmp_unsigned("!=", b.and_(m, low), zero)
+    f = b.bitcast(b.or_(b.bitcast(kept, I32), b.zext(sticky, I32)), F32)
+    return b.select(neg, b.fneg(f), f) if neg is not None else f
+
+
+def _to_float(b, x, src: DType, dst_ty, target: Target = None):
+    if dst_ty == llvm_scalar(bfloat16) and src.bits >= 32 and target is not None and target.number < 90:
+        # before sm_90 there is no cvt.rn.bf16 from integers: LLVM goes through f32 (twice rounded)
+        return b.fptrunc(f32_round_to_odd(b, x, src), dst_ty)
     if src.is_bool or src.kind == "u":
         return b.uitofp(x, dst_ty)
     return b.sitofp(x, dst_ty)
@@ -211,11 +243,11 @@ def convert(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType, target: Target
         return b.sext(x, dty) if src.kind == "i" else b.zext(x, dty)
     # dst is a float
     if not src.is_float:
-        return _to_float(b, x, src, dty)
+        return _to_float(b, x, src, dty, target)
     if {src.name, dst.name} == {"f16", "bf16"}:
         return convert(b, convert(b, x, src, float32, target), float32, dst, target)
-    if dst.name == "bf16" and src.name == "f64":
-        return convert(b, convert(b, x, src, float32, target), float32, dst, target)
+    if dst.name == "bf16" and src.name == "f64":   # through f32 rounded to odd: one rounding
+        return b.fptrunc(f32_round_to_odd(b, x, src), dty)
     if not (_llvm_float(x.type) and _llvm_float(dty)):
         raise ConversionError(f"internal error: no conversion from {src} ({x.type}) to {dst} ({dty})")
     if dst.bits > src.bits:

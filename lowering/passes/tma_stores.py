@@ -52,7 +52,7 @@ def _wgmma_dot(v: Value, num_warps: int) -> bool:
             continue
         seen.add(id(x))
         op = x.owner
-        if op is None:
+        if op is None or isinstance(x, BlockArgument):  # a block argument's owner is its block
             continue
         if isinstance(op, T.DotOp):
             acc = dot_acc_layout(op, num_warps, wgmma=True)

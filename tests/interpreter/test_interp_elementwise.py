@@ -246,3 +246,30 @@ def test_scalar_ops_and_select():
     assert out.tolist() == [-2**31 + 4] * 2 + [2**31 - 1] * 2 + [1] * 4
     run(m, [out, 3, 5], (1,))
     assert out.tolist() == [8, 8, 5, 5, 2, 2, 2, 2]
+
+
+def _round_int_bf16(v: int) -> float:
+    """v rounded once to bf16 (8 significant bits, ties to even), exactly, with Python ints."""
+    m, n = abs(v), abs(v).bit_length()
+    if n <= 8:
+        return float(v)
+    q, r = divmod(m, 1 << (n - 8))
+    half = 1 << (n - 9)
+    if r > half or (r == half and q & 1):
+        q += 1
+    return float((-1 if v < 0 else 1) * q * (1 << (n - 8)))
+
+
+def test_cast_of_wide_integers_to_bf16_rounds_once():
+    # Found by the fuzzer's review of casts (tests/fuzz): int64 -> f64 -> bf16 rounded twice, so
+    # 2**62 + 2**54 + 1 (just above a bf16 tie) went down to 2**62 instead of up.
+    from tilec import dtypes as dt
+    from tilec.interpreter.numerics import cast
+    vals = [2**62 + 2**54 + 1, -(2**62 + 2**54 + 1), 2**62 + 2**54, 2**63 - 1, -2**63, 2**53 + 1,
+            2**30 + 2**22 + 1, 12345, 0, -1]
+    got = cast(np.array(vals, np.int64), dt.bfloat16)
+    assert [float(g) for g in got] == [_round_int_bf16(v) for v in vals]
+    uvals = [2**64 - 1, 2**63 + 2**55 + 1, 2**63 + 2**55, 7]
+    got = cast(np.array(uvals, np.uint64), dt.bfloat16)
+    assert [float(g) for g in got] == [_round_int_bf16(v) for v in uvals]
+    assert float(cast(np.int64(2**62 + 2**54 + 1), dt.bfloat16)) == 2.0**62 + 2.0**55   # scalars too

@@ -1,0 +1,140 @@
+"""The differential kernel fuzzer (docs/testing-fuzz.md) as tests.
+
+- `test_cpu_slice`: a fixed-seed slice of random kernels, each interpreted and compiled
+  for sm_80 and sm_90a with ptxas accepting it (LLVM runs in a forked child, so an LLVM
+  abort fails one program, not the test process).
+- `test_regression`: every saved failure under regressions/ replays (on the interpreter
+  and the compiler here; on the GPU too under -m gpu). A regression whose bug is not fixed
+  yet carries an "xfail" reason and must still fail (strict).
+- `test_gpu_fuzz`: >= 2000 programs on the GPU against the interpreter, split over
+  processes, within a time cap; prints the counts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # `tests.fuzz` is imported as a package from the repository root
+    sys.path.insert(0, str(ROOT))
+
+from tests.fuzz.driver import REGRESSIONS, hunt
+from tests.fuzz.program import Program
+from tests.fuzz.run import check  # noqa: E402
+
+CPU_PROGRAMS = 200
+CPU_SEED = 20261128
+GPU_PROGRAMS = 2000
+GPU_SECONDS = 300
+
+
+@pytest.mark.slow
+def test_cpu_slice():
+    report = hunt(CPU_PROGRAMS, CPU_SEED, shrink=False)
+    print(report.summary())
+    assert report.programs == CPU_PROGRAMS
+    assert not report.findings, report.summary()
+    # the slice reaches every template
+    for kind in ("elementwise", "reduce", "dot", "loop", "atomic", "rand"):
+        assert report.features[kind] > 0, kind
+
+
+def _regressions():
+    out = []
+    for path in sorted(REGRESSIONS.glob("*.json")):
+        d = json.loads(path.read_text())
+        marks = [pytest.mark.xfail(strict=True, reason=d["xfail"])] if d.get("xfail") else []
+        out.append(pytest.param(path, marks=marks, id=path.stem))
+    return out
+
+
+@pytest.mark.parametrize("path", _regressions())
+def test_regression(path):
+    p = Program.from_json(json.loads(path.read_text()))
+    finding = check(p)
+    assert finding is None, str(finding)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", _regressions())
+def test_regression_on_gpu(path):
+    p = Program.from_json(json.loads(path.read_text()))
+    finding = check(p, archs=(), gpu=True)
+    assert finding is None, str(finding)
+
+
+@pytest.mark.gpu
+def test_gpu_fuzz(tmp_path):
+    """2000 programs on the GPU (16 processes, each its own CUDA context); failures are
+    shrunk and saved under tmp_path (copy them into regressions/)."""
+    jobs = max(1, min(16, os.cpu_count() or 1))
+    out = tmp_path / "report.json"
+    cmd = [sys.executable, "-m", "tests.fuzz", "--gpu", "--n", str(GPU_PROGRAMS), "--seed", "1", "--jobs", str(jobs),
+           "--time-limit", str(GPU_SECONDS), "--save", str(tmp_path / "found"), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=GPU_SECONDS + 600)
+    print(proc.stdout[-20000:])
+    print(proc.stderr[-5000:], file=sys.stderr)
+    report = json.loads(out.read_text())
+    assert not report["findings"], proc.stdout[-20000:]
+    assert report["programs"] >= GPU_PROGRAMS, f"only {report['programs']} programs ran within {GPU_SECONDS} s"
+
+
+# ----------------------------------------------------------------------------- the machinery
+
+
+def test_comparison_rule():
+    import numpy as np
+
+    from tests.fuzz.run import SLACK, mismatches
+    ints = np.array([1, -2, 3], np.int32)
+    assert not mismatches(ints, ints.copy(), 0.0).any()
+    assert mismatches(ints, ints + np.array([0, 0, 1], np.int32), 5.0).tolist() == [False, False, True]  # ints: exact
+    f = np.array([1.0, np.nan, np.inf, -0.0], np.float32)
+    assert not mismatches(f, np.array([1.0, np.nan, np.inf, 0.0], np.float32), 0.0).any()   # NaN, inf, ±0 agree
+    assert mismatches(f, np.array([np.nextafter(np.float32(1), np.float32(2)), np.nan, np.inf, 0.0], np.float32),
+                      0.0).tolist() == [True, False, False, False]                            # one ulp is not exact
+    assert mismatches(f, np.array([1.0, 0.0, np.inf, 0.0], np.float32), 1.0).tolist() == [False, True, False, False]
+    bound = 1e-3
+    near = np.array([1.0 + SLACK * bound * 0.9], np.float32)
+    far = np.array([1.0 + SLACK * bound * 1.1], np.float32)
+    assert not mismatches(f[:1], near, bound).any() and mismatches(f[:1], far, bound).all()
+    assert mismatches(f[2:3], np.array([-np.inf], np.float32), 1e9).all()                    # infinities equal
+
+
+def test_programs_round_trip_through_json():
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hyp_seed
+
+    from tests.fuzz.programs import programs
+
+    @settings(max_examples=30, database=None, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))
+    @hyp_seed(7)
+    @given(programs())
+    def body(p):
+        q = Program.from_json(json.loads(p.dumps()))
+        assert (q.source, q.grid, q.outputs, q.options) == (p.source, p.grid, p.outputs, p.options)
+        for (n1, a), (n2, b) in zip(p.args, q.args):
+            assert n1 == n2 and type(a) is type(b)
+            if hasattr(a, "dtype"):
+                assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+            else:
+                assert a == b
+        compile(p.source, "<fuzz>", "exec")   # the source is Python
+
+    body()
+
+
+def test_cli_runs_and_reports(tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--n", "3", "--kinds", "rand,atomic", "--seed", "3",
+                           "--save", "", "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    assert report["programs"] == 3 and not report["findings"]
+    assert "3 programs" in proc.stdout
