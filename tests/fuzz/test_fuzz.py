@@ -1,4 +1,4 @@
-"""The differential kernel fuzzer (docs/testing-fuzz.md) as tests.
+"""The differential kernel fuzzer (docs/testing.md, "Fuzzing") as tests.
 
 - `test_cpu_slice`: a fixed-seed slice of random kernels, each interpreted and compiled
   for sm_80 and sm_90a with ptxas accepting it (LLVM runs in a forked child, so an LLVM
