@@ -130,6 +130,7 @@ def test_programs_round_trip_through_json():
     body()
 
 
+@pytest.mark.slow
 def test_cli_runs_and_reports(tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--n", "3", "--kinds", "rand,atomic", "--seed", "3",

@@ -143,6 +143,7 @@ def test_options_are_the_entry_points_warp_counts():
         assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, sig)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("kernel,sig", B.EXTRA_SIGNATURES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(B.EXTRA_SIGNATURES)])
 def test_extra_signatures_assemble_without_spills(kernel, sig, arch):

@@ -346,6 +346,7 @@ def test_options_are_the_plans():
         assert _options(name, sig) == D.OPTIONS[name], name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name,sig", D.EXTRA_SIGNATURES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(D.EXTRA_SIGNATURES)])
 def test_extra_signatures_assemble_without_spills(name, sig, arch):

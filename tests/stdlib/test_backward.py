@@ -241,6 +241,7 @@ def test_rms_norm_backward_matches_float64(rowwise, shape, dtype):
     rowwise.close(dw, want_dw, dtype, scale=4 * math.sqrt(math.prod(shape[:-1])))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(3000, 300), (140, 8200)])   # 750 steps on 264 programs; 140 rows on 88
 def test_norm_backward_partials_over_many_rows_are_deterministic(shape):
     rng = np.random.default_rng(11)
@@ -553,6 +554,7 @@ def _warps(kernel: str, consts: dict) -> int:
     return max(1, min(consts.get("ROWS", 1) * consts["BLOCK"] // 512, 16))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("kernel,sig", B.EXTRA_SIGNATURES, ids=[f"{k}[{s[-40:]}]" for k, s in B.EXTRA_SIGNATURES])
 def test_extra_signatures_assemble_without_spills(kernel, sig, arch):

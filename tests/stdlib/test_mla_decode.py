@@ -225,6 +225,7 @@ def test_contiguous_cache_needs_the_batch():
 
 
 # ----------------------------------------------------------------------------- PTX
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name,sig", list(M.EXTRA_SIGNATURES), ids=lambda x: x if isinstance(x, str) and len(x) < 30
                          else None)
