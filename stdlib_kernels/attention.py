@@ -47,6 +47,33 @@ HEAD_DIMS = 256       # the largest head dim a tile holds
 
 
 @tc.func
+def online_softmax(s, vt, m_i, l_i, acc):
+    """One block of base-2 scores `s` (-inf where masked) through the online softmax: the
+    running row max and sum, the accumulator rescaled and advanced by P V. Shared by the
+    attention forward and the decode kernels."""
+    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+    # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
+    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
+    p = tc.exp2(s - m_use[:, None])
+    alpha = tc.exp2(m_i - m_use)
+    l_new = l_i * alpha + tc.sum(p, axis=1)
+    acc = tc.dot(p.astype(vt.dtype), vt, acc * alpha[:, None])
+    return m_new, l_new, acc
+
+
+@tc.func
+def band_blocks(lo, hi, whole_lo, whole_hi, B: tc.constexpr):
+    """(first, inner_lo, inner_hi, last): the blocks of B positions a tile walks, given the
+    positions some of its rows see, [lo, hi), and those every row sees, [whole_lo, whole_hi):
+    blocks [first, inner_lo) and [inner_hi, last) need the mask, [inner_lo, inner_hi) not."""
+    first = lo // B
+    last = tc.maximum(tc.cdiv(hi, B), first)
+    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, B), first), last)
+    inner_hi = tc.minimum(tc.maximum(whole_hi // B, inner_lo), last)
+    return first, inner_lo, inner_hi, last
+
+
+@tc.func
 def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
            MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
@@ -62,14 +89,7 @@ def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, righ
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= rows[:, None] - left)
                 & (cols[None, :] <= rows[:, None] + right))
         s = tc.where(keep, s, float("-inf"))
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
-    # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
-    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
-    p = tc.exp2(s - m_use[:, None])
-    alpha = tc.exp2(m_i - m_use)
-    l_new = l_i * alpha + tc.sum(p, axis=1)
-    acc = tc.dot(p.astype(v.dtype), vt, acc * alpha[:, None])
-    return m_new, l_new, acc
+    return online_softmax(s, vt, m_i, l_i, acc)
 
 
 @tc.kernel
@@ -95,10 +115,7 @@ def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
     hi = tc.minimum(q0 + BM - 1 + off + right + 1, n_kv)
     whole_lo = tc.maximum(q0 + BM - 1 + off - left, 0)
     whole_hi = tc.minimum(q0 + off + right + 1, n_kv)
-    first = lo // BN
-    last = tc.maximum(tc.cdiv(hi, BN), first)
-    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
-    inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
+    first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BN)
     for j in range(first, inner_lo):
         m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
                                True, SOFTCAP, BM, BN, DK, DV)

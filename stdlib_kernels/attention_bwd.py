@@ -34,7 +34,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
-from .attention import LOG2E, _as_bhsd, _window, check_4d, check_qkv, output_shape, scales
+from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, output_shape, scales
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
@@ -118,10 +118,7 @@ def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, sc
     hi = tc.minimum(n0 + BN - 1 - off + left + 1, n_q)
     whole_lo = tc.maximum(n0 + BN - 1 - off - right, 0)
     whole_hi = tc.minimum(n0 - off + left + 1, n_q)
-    first = lo // BM
-    last = tc.maximum(tc.cdiv(hi, BM), first)
-    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BM), first), last)
-    inner_hi = tc.minimum(tc.maximum(whole_hi // BM, inner_lo), last)
+    first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BM)
     for g in range(GROUP):   # the query heads that read this key/value head
         h = hk * GROUP + g
         for i in range(first, inner_lo):
@@ -175,10 +172,7 @@ def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, l
     hi = tc.minimum(q0 + BM - 1 + off + right + 1, n_kv)
     whole_lo = tc.maximum(q0 + BM - 1 + off - left, 0)
     whole_hi = tc.minimum(q0 + off + right + 1, n_kv)
-    first = lo // BN
-    last = tc.maximum(tc.cdiv(hi, BN), first)
-    inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
-    inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
+    first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BN)
     for j in range(first, inner_lo):
         dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
                            True, SOFTCAP, BM, BN, DK, DV)

@@ -43,7 +43,7 @@ from tilec.target import Target
 
 from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
 from ._plan import planned
-from .attention import HEAD_DIMS, LN2, LOG2E, _window
+from .attention import HEAD_DIMS, LN2, LOG2E, _window, online_softmax
 from .launches import Launch, Operands, Temp, execute
 
 __all__ = ["attention_decode", "plan", "DecodeConfig", "config_for", "split_count", "SIGNATURES"]
@@ -133,13 +133,7 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
                 & (cols[None, :] <= pos[:, None] + right))
         s = tc.where(keep, s, NEG_INF)
         vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
-    m_use = tc.where(m_new == NEG_INF, 0.0, m_new)   # no key seen yet: exp2(-inf - 0) = 0, not NaN
-    p = tc.exp2(s - m_use[:, None])
-    alpha = tc.exp2(m_i - m_use)
-    l_new = l_i * alpha + tc.sum(p, axis=1)
-    acc = tc.dot(p.astype(vt.dtype), vt, acc * alpha[:, None])
-    return m_new, l_new, acc
+    return online_softmax(s, vt, m_i, l_i, acc)
 
 
 @tc.func

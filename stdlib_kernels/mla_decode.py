@@ -51,6 +51,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, target_of, view
+from .attention import online_softmax
 
 __all__ = ["mla_decode", "mla_decode_kernel", "mla_combine_kernel", "MLAPlan", "plan", "split_count",
            "SIGNATURES", "OPTIONS"]
@@ -115,13 +116,7 @@ def _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc
         s = tc.dot(qc, kc.T, s)
     keys = j * BN + tc.arange(0, BN)
     s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
-    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)   # no key seen yet: exp2 gives 0, not NaN
-    p = tc.exp2(s - m_use[:, None])
-    alpha = tc.exp2(m_i - m_use)
-    l_new = l_i * alpha + tc.sum(p, axis=1)
-    acc = tc.dot(p.astype(kv.dtype), vt, acc * alpha[:, None])
-    return m_new, l_new, acc
+    return online_softmax(s, vt, m_i, l_i, acc)
 
 
 @tc.kernel
