@@ -117,7 +117,7 @@ def _kv_tile(k, page, b, hk, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr, D: t
 def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
           MASKED: tc.constexpr, SOFTCAP: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
           D: tc.constexpr, DIM: tc.constexpr):
-    # One block of keys through the online softmax (base 2) of attention.py's _block; `pos`
+    # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
     page = _pages(table, b, j, n_kv, PAGE, BN)
