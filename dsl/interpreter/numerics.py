@@ -106,10 +106,12 @@ def const_value(value, d: dt.DType):
 
 
 def round_tf32(x):
-    """Round f32 values to tf32 (10 mantissa bits), nearest with ties away from zero (cvt.rna)."""
+    """f32 values as the tensor cores read them for a tf32 product: the 13 low mantissa bits
+    dropped (truncation toward zero). mma.sync and wgmma take the f32 bits as they are and
+    ignore those bits; a kernel's tf32 dot never rounds its inputs first (that would cost a
+    cvt per element in the K loop, and wgmma reads shared memory directly)."""
     a = np.asarray(x, dtype=F32)
-    u = a.view(np.uint32)
-    r = ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(F32)
+    r = (a.view(np.uint32) & np.uint32(0xFFFFE000)).view(F32)
     return np.where(np.isfinite(a), r, a)[()]
 
 

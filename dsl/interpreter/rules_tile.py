@@ -14,8 +14,8 @@
 - Scans are inclusive and sequential along the axis, with the accumulation type
   of reductions; `reverse` scans from the last element.
 - dot: inputs are converted to the accumulator's type (f32 for an f16
-  accumulator; with allow_tf32, f32 inputs are first rounded to tf32), multiplied
-  and summed there, the accumulator added, and the result rounded to the
+  accumulator; with allow_tf32, f32 inputs drop their 13 low mantissa bits, as the
+  tensor cores read them), multiplied and summed there, the accumulator added, and the result rounded to the
   accumulator's type. Integer dots accumulate in i32 with wrap-around.
 """
 from __future__ import annotations

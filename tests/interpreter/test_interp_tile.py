@@ -225,15 +225,15 @@ def test_dot_accumulates_in_f32(d, mkn, tf32, seed):
     mod = build([view(d, 2), view(d, 2), view(dt.float32, 2), view(dt.float32, 2)], body)
     run(mod, [a, b, c, out], (1,))
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    if tf32 and d is dt.float32:  # inputs rounded to 10 mantissa bits
+    if tf32 and d is dt.float32:  # inputs truncated to 10 mantissa bits
         a64, b64 = _tf32(a64), _tf32(b64)
     np.testing.assert_allclose(out, a64 @ b64 + c, rtol=1e-5, atol=1e-5 * k)
 
 
 def _tf32(v):
-    """Round to 11 significant bits, ties away from zero."""
+    """Truncate to 11 significant bits (toward zero), as the tensor cores read f32 for tf32."""
     mant, e = np.frexp(v)
-    return np.ldexp(np.sign(mant) * np.floor(np.abs(mant) * 2**11 + 0.5) / 2**11, e)
+    return np.ldexp(np.sign(mant) * np.floor(np.abs(mant) * 2**11) / 2**11, e)
 
 
 def test_dot_int8_accumulates_in_int32_with_wraparound():

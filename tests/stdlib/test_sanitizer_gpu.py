@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from needs import needs
+
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +50,6 @@ torch.cuda.synchronize()
 # realigned rows), through the ops whose kernels initcheck flagged; each result against torch.
 INITCHECK = """
 import torch, tilec.stdlib_kernels as sk
-from needs import needs
 F = torch.nn.functional
 def close(a, b, tol):
     assert torch.allclose(a.double(), b, rtol=tol, atol=tol), (a.shape, a.dtype)
