@@ -117,12 +117,138 @@ def _matmul(dtype):
         close(f"matmul {m}x{n}x{k}", sk.matmul(a, b), a.double() @ b.double(), dtype)
 
 
+def _sdpa(q, k, v, causal, window=None, softcap=None):
+    """float64 reference, bshd layout, GQA by repetition; causal bottom-right aligned."""
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
+    rep = qd.shape[1] // kd.shape[1]
+    kd, vd = kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1)
+    s = qd @ kd.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    n_q, n_k = s.shape[-2:]
+    i = torch.arange(n_q, device="cuda")[:, None] + (n_k - n_q)
+    j = torch.arange(n_k, device="cuda")[None, :]
+    keep = torch.ones(n_q, n_k, dtype=torch.bool, device="cuda")
+    if causal:
+        keep &= j <= i
+    if window is not None:
+        keep &= (j >= i - window[0]) & (j <= i + window[1])
+    s = s.masked_fill(~keep, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    return (p @ vd).transpose(1, 2)
+
+
+def _attention(dtype):
+    """Forward and backward over the shipped head dims, GQA, masks, lengths off the tiles."""
+    if dtype == torch.float32:
+        return
+    cases = [  # batch, n_q, n_k, heads, kv_heads, d, dv, causal, window, softcap
+        (1, 1, 1, 1, 1, 64, 64, False, None, None),
+        (2, 77, 77, 4, 2, 64, 64, True, None, None),
+        (1, 130, 200, 2, 1, 128, 128, True, None, None),
+        (1, 65, 65, 2, 2, 96, 96, False, (16, 0), 30.0),
+        (1, 33, 70, 2, 1, 192, 128, False, None, None),
+        (1, 40, 40, 1, 1, 256, 256, True, None, None),
+    ]
+    for b, n_q, n_k, h, hk, d, dv, causal, window, cap in cases:
+        q, k, v = rand((b, n_q, h, d), dtype), rand((b, n_k, hk, d), dtype), rand((b, n_k, hk, dv), dtype)
+        leaves = [t.double().requires_grad_() for t in (q, k, v)]
+        ref = _sdpa(*leaves, causal, window, cap)
+        name = f"attention d{d} causal={causal}"
+        o, lse = sk.attention(q, k, v, causal=causal, window=window, softcap=cap, return_lse=True)
+        close(name, o, ref.detach(), dtype)
+        do = rand(o.shape, dtype)
+        ref.backward(do.double())
+        dq, dk, dv_ = sk.attention_backward(do, q, k, v, o, lse, causal=causal, window=window, softcap=cap)
+        for nm, got, leaf in (("dq", dq, leaves[0]), ("dk", dk, leaves[1]), ("dv", dv_, leaves[2])):
+            close(f"{name} {nm}", got, leaf.grad, dtype)
+
+
+def _decode(dtype):
+    """attention_decode (contiguous and paged caches, GQA, split-KV, k_new append) and mla_decode."""
+    if dtype == torch.float32:
+        return
+    for page, lens, q_len, splits in ((0, [0, 1, 700], 1, None), (16, [33, 1000, 5], 4, 3), (64, [129, 64, 1], 1, None)):
+        batch, h, hk, d = len(lens), 8, 2, 128
+        cap = max(lens) + 17
+        if page:
+            per = -(-cap // page)
+            kc, vc = rand((batch * per + 3, page, hk, d), dtype), rand((batch * per + 3, page, hk, d), dtype)
+            table = torch.randperm(batch * per + 3, device="cuda")[:batch * per].reshape(batch, per).to(torch.int32)
+            rows = lambda c, i, n: c[table[i, torch.arange(n, device="cuda") // page].long(),  # noqa: E731
+                                     torch.arange(n, device="cuda") % page]
+        else:
+            kc, vc, table = rand((batch, cap, hk, d), dtype), rand((batch, cap, hk, d), dtype), None
+            rows = lambda c, i, n: c[i, :n]  # noqa: E731
+        seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+        q = rand((batch, q_len, h, d), dtype)
+        o = sk.attention_decode(q, kc, vc, seqlens, block_table=table, num_splits=splits)
+        for i, n in enumerate(lens):
+            if n == 0:
+                continue
+            ref = _sdpa(q[i:i + 1], rows(kc, i, n)[None], rows(vc, i, n)[None], causal=True)
+            close(f"attention_decode page={page}", o[i:i + 1], ref, dtype)
+    lens = [5, 300, 1]
+    kv = rand((len(lens), max(lens) + 9, 1, 576), dtype)
+    q = rand((len(lens), 1, 16, 576), dtype)
+    o = sk.mla_decode(q, kv, torch.tensor(lens, device="cuda", dtype=torch.int32))
+    for i, n in enumerate(lens):
+        s = torch.einsum("thd,kd->thk", q[i].double(), kv[i, :n, 0].double()) / 576 ** 0.5
+        ref = torch.einsum("thk,kd->thd", torch.softmax(s, -1), kv[i, :n, 0, :512].double())
+        close("mla_decode", o[i], ref, dtype)
+
+
+def _backward(shape, dtype):
+    """The row ops' and elementwise ops' gradients against float64 autograd."""
+    F = torch.nn.functional
+    x, dy = rand(shape, dtype), rand(shape, dtype)
+    for name, fwd, bwd, ref in (("softmax_backward", sk.softmax, sk.softmax_backward, lambda t: torch.softmax(t, -1)),
+                                ("log_softmax_backward", sk.log_softmax, sk.log_softmax_backward,
+                                 lambda t: torch.log_softmax(t, -1))):
+        xd = x.double().requires_grad_()
+        ref(xd).backward(dy.double())
+        close(name, bwd(dy, fwd(x)), xd.grad, dtype)
+    w, b = rand(shape[1:], dtype), rand(shape[1:], dtype)
+    xd, wd, bd = (t.double().requires_grad_() for t in (x, w, b))
+    F.layer_norm(xd, shape[1:], wd, bd).backward(dy.double())
+    _, mean, rstd = sk.layer_norm(x, w, b, return_stats=True)
+    dx, dw, db = sk.layer_norm_backward(dy, x, w, mean, rstd, bias=b)
+    for nm, got, leaf in (("dx", dx, xd), ("dw", dw, wd), ("db", db, bd)):
+        close(f"layer_norm_backward {nm}", got, leaf.grad, dtype)
+    xd, wd = (t.double().requires_grad_() for t in (x, w))
+    F.rms_norm(xd, shape[1:], wd, 1e-6).backward(dy.double())
+    _, rstd = sk.rms_norm(x, w, return_stats=True)
+    dx, dw = sk.rms_norm_backward(dy, x, w, rstd)
+    close("rms_norm_backward dx", dx, xd.grad, dtype)
+    close("rms_norm_backward dw", dw, wd.grad, dtype)
+    xd = x.double().requires_grad_()
+    F.gelu(xd).backward(dy.double())
+    close("gelu_backward", sk.gelu_backward(dy, x), xd.grad, dtype)
+    u = rand(shape, dtype)
+    xd, ud = x.double().requires_grad_(), u.double().requires_grad_()
+    (F.silu(xd) * ud).backward(dy.double())
+    dg, du = sk.swiglu_backward(dy, x, u)
+    close("swiglu_backward dgate", dg, xd.grad, dtype)
+    close("swiglu_backward dup", du, ud.grad, dtype)
+    t = torch.randint(0, shape[1], (shape[0],), device="cuda")
+    xd = x.double().requires_grad_()
+    F.cross_entropy(xd, t).backward()
+    _, g = sk.cross_entropy(x, t, return_grad=True)
+    close("cross_entropy grad", g, xd.grad, dtype)
+    kept = sk.dropout_backward(dy, 0.25, 7)
+    fwd = sk.dropout(dy, 0.25, seed=7)
+    close("dropout_backward", kept, fwd.double(), dtype)
+
+
 OPS = {
     "rowwise": lambda shapes: [_rowwise(s, d) for s in shapes for d in DTYPES],
     "cross_entropy": lambda shapes: [_cross_entropy(s, d) for s in shapes for d in DTYPES],
     "elementwise": lambda shapes: [_elementwise(s, d) for s in shapes for d in DTYPES],
     "rope": lambda shapes: [_rope(d) for d in DTYPES],
     "matmul": lambda shapes: [_matmul(d) for d in DTYPES],
+    "attention": lambda shapes: [_attention(d) for d in DTYPES],
+    "decode": lambda shapes: [_decode(d) for d in DTYPES],
+    "backward": lambda shapes: [_backward(s, d) for s in shapes for d in DTYPES],
 }
 
 

@@ -71,6 +71,7 @@ from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
+from .shared_alloc import live_alloc_bytes
 from .rewrite import build_constant, clone_ops, iteration_at, iteration_count, iteration_live, loop_slice
 
 __all__ = ["pipeline_loads", "issue_copy"]
@@ -358,10 +359,14 @@ def _ringed_groups(groups: List[_Group], loop: T.ForOp, remarks=None):
     return out, cands
 
 
-def _fitting_stages(module: Module, cands: List[_Candidate], stages: int, shared_limit: int) -> int:
-    """The most stages, at most `stages`, whose slots fit `shared_limit` beside every buffer
-    already allocated (each candidate's buffer is one slot of its ring)."""
-    placed = sum(op.nbytes for op in module.walk() if isinstance(op, AllocOp))
+def _fitting_stages(loop: Op, cands: List[_Candidate], stages: int, shared_limit: int) -> int:
+    """The most stages, at most `stages`, whose slots fit `shared_limit` beside the buffers
+    live during `loop` (each candidate's buffer is one slot of its ring; buffers of other
+    loops, which allocate_shared lets share bytes with this one's, do not count)."""
+    func = loop
+    while func.parent_op() is not None:
+        func = func.parent_op()
+    placed = live_alloc_bytes(func, loop)
     ring = sum({id(c.alloc): c.alloc.nbytes for c in cands}.values())
     while stages >= 2 and placed + (stages - 1) * ring > shared_limit:
         stages -= 1
@@ -395,7 +400,7 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
             changed = True
             continue
         groups, cands = _ringed_groups(groups, loop, remarks)
-        stages = _fitting_stages(module, cands, wanted, shared_limit) if cands else 0
+        stages = _fitting_stages(loop, cands, wanted, shared_limit) if cands else 0
         if cands and stages < 2:
             remark(loop, f"the tc.dot operands' loads are not pipelined: 2 slots of their "
                          f"{sum({id(c.alloc): c.alloc.nbytes for c in cands}.values())}-byte buffers do not fit "

@@ -47,7 +47,8 @@ from ..gpu.ops import AllocOp, BarrierOp, ConvertLayoutOp
 from ..gpu.tma_ops import TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
-__all__ = ["allocate_shared", "shared_bytes", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes"]
+__all__ = ["allocate_shared", "shared_bytes", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes",
+           "live_alloc_bytes"]
 
 _LOOPS = (T.ForOp, T.WhileOp)
 GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
@@ -120,6 +121,21 @@ def _alloc_interval(op: Op, index, end) -> Tuple[int, int]:
     if not users or any(u is top for u in users):
         return _interval(op, index, end)
     return min(index[id(u)] for u in users), max(end[id(u)] for u in users)
+
+
+def live_alloc_bytes(func, op: Op) -> int:
+    """Bytes of the gpu.alloc buffers of `func` live while `op` runs (their narrow lifetimes,
+    as allocate_shared gives them, overlap op's span): a pass sizing new buffers for a loop
+    counts only what that loop shares memory with."""
+    index, end = _numbering(func)
+    lo, hi = index[id(op)], end[id(op)]
+    total = 0
+    for a in func.walk():
+        if isinstance(a, AllocOp):
+            s, e = _alloc_interval(a, index, end)
+            if not (e < lo or hi < s):
+                total += a.nbytes
+    return total
 
 
 def _align(layout) -> int:
