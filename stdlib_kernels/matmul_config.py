@@ -102,7 +102,7 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
     other ops' tuning tables").
 
     - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
-      when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
+      when that still gives programs for at least `wide_tile_sm_share` (90%) of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
       (at least 16) so that small M (decode, M = 1 or 16) wastes no rows. When
       128 x 128 tiles would leave most SMs idle, the tile halves along the
       larger dimension until there are at least `sm_count` programs or it is
@@ -113,14 +113,12 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       sm_count // (tiles * batch) (2 * sm_count for skinny-M tiles, which are memory-bound
       and fit two per SM), at most MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles
       still halve N to 64 first (the tile measured best for them). The f32 partials go
-      through a workspace to a second kernel that sums them and applies the epilogue. On an
-      H200 (bf16): M = 128 with K = 14336 1.9x, K = 4096 1.2x; M = 1, 16 with K = 14336
-      1.2x; but M = 1, 16 with K = 4096 and 1024^3 ran slower split (the second launch
-      and the partials' round trip cost more than the idle SMs), hence the K thresholds.
-      `allow_split_k=False` gives the choice without split-K (for comparison).
+      through a workspace to a second kernel that sums them and applies the epilogue ("matmul:
+      split-K": where the second launch costs more than the idle SMs). `allow_split_k=False` gives the choice without split-K (for comparison).
     - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
       (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
-    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
+    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = `skinny_bk` (128), for more bytes
+      in flight ("matmul: skinny M").
     - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
     - GROUP_M = 8 rows of tiles per group of the program order.
     - wgmma targets (sm_90a), tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
@@ -130,11 +128,8 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       had no other lowering there; its dots now run on mma.sync as f16 widened from f8
       (accelerate_dot), with these tiles not yet tuned for that on a GPU.
     - Warp specialization (wgmma targets, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
-      are at least WS_MIN_WAVES programs per SM (8192^3: +4-5% with register stores,
-      +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result
-      leaving through shared memory and TMA (the tma_stores pass) the plain ring measured
-      0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
-      2026-11-21, docs/benchmarks-archive.md).
+      are at least WS_MIN_WAVES programs per SM; not for the 16-bit and f8 types, whose result
+      leaves through shared memory and TMA ("matmul: warp specialization").
     """
     target = Target.of(target)
     t = tuning_for(target).matmul
