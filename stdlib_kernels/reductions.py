@@ -279,13 +279,13 @@ def plan(x: Arr, out: Arr, dim: int, *, is_max: bool, target: Target) -> List[La
     if out.numel == 0:
         return []
     if rows_path(x, dim):
-        return _rows_plan(x, is_max, t)
+        return _rows_plan(x, is_max=is_max, t=t)
     outer, s_outer = flat_group(x.shape[:dim], x.strides[:dim], "x")
     inner, s_inner = flat_group(x.shape[dim + 1:], x.strides[dim + 1:], "x")
     r, s_r = x.shape[dim], x.strides[dim]
     window = inner_window(x, r, s_outer, s_r, inner, s_inner, t=t)
     if window:
-        return _window_classes(x, outer, r, inner, window, is_max, t)
+        return _window_classes(x, outer, r, inner, window, is_max=is_max, t=t)
     block_r, block_i, num_warps, splits = strip_config(outer, r, inner, x.dtype.itemsize, t=t)
     n_tiles = tc.cdiv(r, block_r)
     consts = dict(MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
@@ -300,10 +300,10 @@ def plan(x: Arr, out: Arr, dim: int, *, is_max: bool, target: Target) -> List[La
     grid, first = slab_grid(outer, tc.cdiv(inner, block_i), splits)
     return [Launch.of(reduce_inner_kernel, grid, ("x", "part", per), num_warps, temps=(part,), schedule=SPLIT,
                       **consts, STRIPS_FIRST=first),
-            _merge_partials(part, outer, splits, inner, is_max, t)]
+            _merge_partials(part, outer, splits, inner, is_max=is_max, t=t)]
 
 
-def _rows_plan(x: Arr, is_max: bool, t: ReductionTuning) -> List[Launch]:
+def _rows_plan(x: Arr, *, is_max: bool, t: ReductionTuning) -> List[Launch]:
     n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
     cfg = row_config(n_cols, n_rows)
     # Long rows off 32-byte sectors are read in aligned windows; so are 2-byte rows of one
@@ -330,7 +330,7 @@ def inner_window(a: Arr, r: int, s_outer: int, s_r: int, inner: int, s_inner: in
     return w if s_r % w or s_outer % w else 0
 
 
-def _window_classes(x: Arr, outer: int, r: int, inner: int, window: int, is_max: bool,
+def _window_classes(x: Arr, outer: int, r: int, inner: int, window: int, *, is_max: bool,
                     t: ReductionTuning) -> List[Launch]:
     # Rows in WINDOW classes (`reduce_inner_window_kernel`), tiled as an aligned reduction of
     # R / WINDOW rows and split within one wave (`window_split_count`); then the classes'
@@ -346,7 +346,7 @@ def _window_classes(x: Arr, outer: int, r: int, inner: int, window: int, is_max:
     return [Launch.of(reduce_inner_window_kernel, grid, ("x", "part", per), num_warps, temps=(part,),
                       schedule=WINDOW_CLASSES, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window,
                       STRIPS_FIRST=first),
-            _merge_partials(part, outer, splits * window, inner, is_max, t)]
+            _merge_partials(part, outer, splits * window, inner, is_max=is_max, t=t)]
 
 
 def window_split_count(programs: int, n_tiles: int, itemsize: int, *, t: Optional[ReductionTuning] = None) -> int:
@@ -366,7 +366,7 @@ def partials_temp(name: str, outer: int, rows: int, inner: int) -> Temp:
     return Temp(name, (outer, rows, pitch), tc.float32, view=((outer, rows, inner), (rows * pitch, pitch, 1)))
 
 
-def _merge_partials(part: Temp, outer: int, rows: int, inner: int, is_max: bool, t: ReductionTuning) -> Launch:
+def _merge_partials(part: Temp, outer: int, rows: int, inner: int, *, is_max: bool, t: ReductionTuning) -> Launch:
     """The dependent launch reducing the `rows` f32 partials of `part` into "out"."""
     block_r, block_i, warps = inner_config(rows, inner, t=t)
     grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
