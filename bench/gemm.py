@@ -126,8 +126,10 @@ def _sm_count() -> int:
 def _no_split(m: int, n: int, k: int, dname: str):
     """config_for's choice without split-K for this shape, or None where it does not split."""
     dtype = tc.float32 if dname == "tf32" else tc.dtypes.DType.get(dname)
-    args = (m, n, k, dtype, 1, Target.current(), True)
-    return config_for(*args, allow_split_k=False) if config_for(*args).split_k > 1 else None
+    args = (m, n, k, dtype, 1, Target.current())
+    if config_for(*args, tensor_cores=True).split_k == 1:
+        return None
+    return config_for(*args, tensor_cores=True, allow_split_k=False)
 
 
 def run(shapes, dtypes, compare_cp_async=False, compare_split_k=False):
@@ -214,7 +216,7 @@ def _variants():
         (128, 4096, 14336): m128() + [c(128, 128, 64, 8, 4, split=8)],
         (128, 14336, 4096): [c(128, 128, 64, 8, 4), c(128, 256, 64, 8, 4, split=2), c(128, 128, 64, 8, 4, split=2)],
     }
-    return [(shape, [config_for(*shape, tc.bfloat16, 1, Target.current(), True)] + alts)
+    return [(shape, [config_for(*shape, tc.bfloat16, 1, Target.current(), tensor_cores=True)] + alts)
             for shape, alts in table.items()]
 
 

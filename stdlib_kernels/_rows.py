@@ -10,16 +10,19 @@ groups of 8 (f16/bf16) or 4 (f32) consecutive elements share one mask, and emits
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from dataclasses import replace
+from typing import Optional, Sequence, Tuple
 
 
 import tilec as tc
 
 from . import _plan
 from ._common import Arr, BF16Array, as_array, contiguous_strides, next_pow2, row_stride, view
+from .schedules import FLAT_TILES, ROW_TILES
+from .tuning import TABLES, ElementwiseTuning
 
-__all__ = ["Rows", "rows_form", "row_view", "slice_last", "TileConfig", "tile_config", "program", "tile_origin",
-           "INDEX_LIMIT"]
+__all__ = ["Rows", "rows_form", "rows_layout", "row_view", "slice_last", "sliced", "TileConfig", "tile_config",
+           "program", "tile_origin", "INDEX_LIMIT", "wide"]
 
 # Element offsets at or past this need 64-bit index arithmetic in the kernels.
 INDEX_LIMIT = 2 ** 31 - 2 ** 20
@@ -41,8 +44,9 @@ def _contiguous(a: Arr) -> bool:
     return all(s == c for s, c, n in zip(a.strides, contiguous_strides(a.shape), a.shape) if n > 1)
 
 
-def rows_form(arrays, names) -> Tuple[int, int, list]:
-    """(n_rows, n_cols, [Rows per array]) for arrays of one shape.
+def rows_layout(arrays: Sequence[Arr], names: Sequence[str]) -> Tuple[int, int, Tuple[int, ...]]:
+    """(n_rows, n_cols, row stride per array) for arrays of one shape, from their
+    descriptions alone (what a plan reads; `rows_form` makes the views).
 
     When every array is contiguous the whole tensor is one row (the longest runs,
     the fewest masks); otherwise each array is its rows of the last dimension with
@@ -53,14 +57,26 @@ def rows_form(arrays, names) -> Tuple[int, int, list]:
         raise ValueError(f"{names[0]}: a 0-d array; pass an array of at least 1 dimension")
     n = math.prod(shape)
     if all(_contiguous(a) for a in arrays):
-        return 1, n, [Rows((view(a, (1, n), (max(n, 1), 1)), max(n, 1))) for a in arrays]
+        return 1, n, tuple(max(n, 1) for _ in arrays)
     n_cols = shape[-1]
     n_rows = n // n_cols if n_cols else 0
-    out = []
-    for a, name in zip(arrays, names):
-        stride = row_stride(a, name)
-        out.append(Rows((view(a, (n_rows, n_cols), (stride, 1)), stride)))
-    return n_rows, n_cols, out
+    return n_rows, n_cols, tuple(row_stride(a, name) for a, name in zip(arrays, names))
+
+
+def rows_form(arrays, names) -> Tuple[int, int, list]:
+    """(n_rows, n_cols, [Rows per array]): `rows_layout`'s form with each array's view."""
+    n_rows, n_cols, strides = rows_layout(arrays, names)
+    return n_rows, n_cols, [Rows((view(a, (n_rows, n_cols), (st, 1)), st)) for a, st in zip(arrays, strides)]
+
+
+def sliced(a: Arr, start: int, stop: int) -> Arr:
+    """The description of `a[..., start:stop]` (what `slice_last` gives, without an array)."""
+    return replace(a, obj=None, shape=a.shape[:-1] + (stop - start,))
+
+
+def wide(*extents) -> bool:
+    """Whether an element offset reaches INDEX_LIMIT (the kernels' WIDE: 64-bit indices)."""
+    return any(int(e) >= INDEX_LIMIT for e in extents)
 
 
 def row_view(a: Arr, name: str) -> Rows:
@@ -113,31 +129,35 @@ class TileConfig(tuple):
     def grid(self, n_rows: int, n_cols: int, batch: int = 1) -> Tuple[int]:
         return (tc.cdiv(n_rows, self.rows) * tc.cdiv(n_cols, self.cols) * batch,)
 
-
-TILE_ELEMS = 4096   # elements per program: 16 per thread at 8 warps (two or four 16-byte accesses)
-# One row (a contiguous array in its flat form): 1024 per program at 4 warps, 8 elements per
-# thread. H100, % of copy, 2048 at 4 warps -> this: gelu 8192x8192 f32 97.8 -> 99.7 (torch eager
-# 99.8), mul 8192x8192 f32 99.7 -> 100.3, bf16 16384x8192 mul 100.3 -> 100.9, gelu 99.7 -> 100.0.
-FLAT_TILE_ELEMS = 1024
-FLAT_PER_THREAD = 8
+    @property
+    def schedule(self) -> str:
+        """FLAT_TILES for a single row, else ROW_TILES (schedules.py)."""
+        return FLAT_TILES if self.flat else ROW_TILES
 
 
-def tile_config(n_rows: int, n_cols: int, tile_elems: Optional[int] = None) -> TileConfig:
-    """The elementwise heuristic.
+# The sm_90 table's numbers under their old names (tests, docs): plans read `tuning_for(target)`.
+_T = TABLES["sm_90"].elementwise
+TILE_ELEMS, FLAT_TILE_ELEMS, FLAT_PER_THREAD = _T.tile_elems, _T.flat_tile_elems, _T.flat_per_thread
+
+
+def tile_config(n_rows: int, n_cols: int, tile_elems: Optional[int] = None, *,
+                t: Optional[ElementwiseTuning] = None) -> TileConfig:
+    """The elementwise heuristic (numbers from `t`, the target's table; default sm_90's).
 
     A program handles a (BR, BC) tile of about `tile_elems` elements (by default
-    TILE_ELEMS, FLAT_TILE_ELEMS for a single row): BC = next_pow2(n_cols) capped
+    t.tile_elems, t.flat_tile_elems for a single row): BC = next_pow2(n_cols) capped
     at `tile_elems`, BR fills the rest with rows (never more than there are).
-    num_warps = tile elements / 512 (16 elements per thread), clamped to 1..8, so
-    small inputs do not launch idle warps. A single row is `flat`: FLAT_TILE_ELEMS
-    per program at FLAT_PER_THREAD elements per thread.
+    num_warps = tile elements / (32 t.per_thread), clamped to 1..t.max_warps, so
+    small inputs do not launch idle warps. A single row is `flat`: t.flat_tile_elems
+    per program at t.flat_per_thread elements per thread.
     """
+    t = t or _T
     flat = n_rows == 1
-    tile_elems = tile_elems or (FLAT_TILE_ELEMS if flat else TILE_ELEMS)
+    tile_elems = tile_elems or (t.flat_tile_elems if flat else t.tile_elems)
     bc = min(next_pow2(max(n_cols, 1)), tile_elems)
     br = min(max(tile_elems // bc, 1), next_pow2(max(n_rows, 1)))
-    per_thread = FLAT_PER_THREAD if flat else 16
-    warps = min(max(br * bc // (32 * per_thread), 1), 8)
+    per_thread = t.flat_per_thread if flat else t.per_thread
+    warps = min(max(br * bc // (32 * per_thread), 1), t.max_warps)
     return TileConfig((br, bc, warps, flat))
 
 

@@ -18,15 +18,20 @@ uniforms (four elements per call) did not.
 """
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 
 import tilec as tc
+from tilec.target import Target
 
-from ._common import as_array, check_float, launch, output
+from ._common import Arr, as_array, check_float, output, target_of
 from ._plan import derived, planned
-from ._rows import INDEX_LIMIT, program, rows_form, tile_config, tile_origin
+from ._rows import program, rows_form, rows_layout, tile_config, tile_origin, wide
+from .launches import Launch, Operands, execute
+from .tuning import tuning_for
 
-__all__ = ["dropout", "dropout_kernel", "SIGNATURES", "THRESHOLD_BITS"]
+__all__ = ["dropout", "dropout_kernel", "plan", "SIGNATURES", "THRESHOLD_BITS"]
 
 THRESHOLD_BITS = 16   # random bits per element; p's resolution is 2**-THRESHOLD_BITS
 
@@ -127,17 +132,27 @@ def dropout(x, p: float, seed: int, out=None):
     return apply_mask(x, p, seed, out)
 
 
+def plan(x: Arr, out: Arr, target: Target) -> List[Launch]:
+    """The launch of dropout of `x` into `out` (FLAT_TILES or ROW_TILES): operands "x", "out"
+    (their rows, `_rows.rows_form`) and the launch scalars "threshold", "scale", "seed"
+    (`_dropout_scalars`). Runs of 8 columns share one Philox draw (GROUPED) where every run
+    starts at a multiple of 8 of the flat index."""
+    n_rows, n_cols, (sx, so) = rows_layout([x, out], ["x", "out"])
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    grouped = cfg.cols >= 8 and (n_rows == 1 or n_cols % 8 == 0)
+    return [Launch.of(dropout_kernel, cfg.grid(n_rows, n_cols),
+                      ("x", "out", n_rows, n_cols, sx, so, "threshold", "scale", "seed"), cfg.num_warps,
+                      schedule=cfg.schedule, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped,
+                      WIDE=wide(n_rows * sx, n_rows * so, n_rows * n_cols), FLAT=cfg.flat)]
+
+
 def apply_mask(x, p, seed, out):
     """`dropout`'s body (dropout_backward's too: the same mask on the gradient)."""
     a = as_array(x, "x")
     check_float(a, "x")
     threshold, scale32, seed64 = derived(_dropout_scalars, p, seed)
     o = output(out, a, a.shape, a.dtype)
-    n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
-    cfg = tile_config(n_rows, n_cols)
-    grouped = cfg.cols >= 8 and (n_rows == 1 or n_cols % 8 == 0)
-    wide = max(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols) >= INDEX_LIMIT
-    launch(dropout_kernel, cfg.grid(n_rows, n_cols),
-           [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride, threshold, scale32, seed64],
-           num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols, GROUPED=grouped, WIDE=wide, FLAT=cfg.flat)
+    _, _, (rx, ro) = rows_form([a, o], ["x", "out"])
+    values = {"x": rx.arg, "out": ro.arg, "threshold": threshold, "scale": scale32, "seed": seed64}
+    execute(plan(a, o, target_of(a)), Operands({"x": a}, values))
     return o.obj

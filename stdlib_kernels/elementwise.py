@@ -10,17 +10,23 @@ length and the row strides are multiples of 16 elements.
 from __future__ import annotations
 
 import math
+from typing import List
 
 import numpy as np
 
 import tilec as tc
 from tilec import dtypes as _dt
+from tilec.target import Target
 
-from ._common import as_array, check_float, check_same_place, launch, output, view
+from ._common import Arr, as_array, check_float, check_same_place, normalize_dim, output, row_stride, target_of, view
 from ._plan import planned
-from ._rows import INDEX_LIMIT, program, row_view, rows_form, slice_last, tile_config, tile_origin
+from ._rows import program, row_view, rows_form, rows_layout, slice_last, sliced, tile_config, tile_origin, wide
+from .launches import Launch, Operands, execute
+from .schedules import ROW_TILES
+from .tuning import tuning_for
 
-__all__ = ["gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "SIGNATURES"]
+__all__ = ["gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "plan_gelu", "plan_gated", "plan_binary",
+           "plan_rope", "SIGNATURES"]
 
 
 # ----------------------------------------------------------------------------- shared device helpers
@@ -195,6 +201,69 @@ OPTIONS = {name: {"num_warps": 4 if name in ("gelu_kernel", "binary_kernel_flat"
 binary_kernel_flat = binary_kernel
 
 
+# ----------------------------------------------------------------------------- plans
+# Each plan is a pure function of the arrays' descriptions (`launches.spec`) and a Target; its
+# operands are the arrays' rows as `_rows.rows_form` views them, under the names given.
+def plan_gelu(x: Arr, out: Arr, approximate: str, target: Target) -> List[Launch]:
+    """gelu of `x` into `out`: one launch, FLAT_TILES or ROW_TILES. Operands "x", "out"."""
+    n_rows, n_cols, (sx, so) = rows_layout([x, out], ["x", "out"])
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    return [Launch.of(gelu_kernel, cfg.grid(n_rows, n_cols), ("x", "out", n_rows, n_cols, sx, so), cfg.num_warps,
+                      schedule=cfg.schedule, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
+                      WIDE=wide(n_rows * sx, n_rows * so, n_rows * n_cols), NARROW=out.dtype.itemsize == 2,
+                      FLAT=cfg.flat)]
+
+
+def plan_gated(gate: Arr, up: Arr, out: Arr, target: Target) -> List[Launch]:
+    """silu(gate) * up into `out` (swiglu; silu_and_mul's halves): operands "gate", "up", "out"."""
+    n_rows, n_cols, (sg, su, so) = rows_layout([gate, up, out], ["gate", "up", "out"])
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    return [Launch.of(silu_mul_kernel, cfg.grid(n_rows, n_cols), ("gate", "up", "out", n_rows, n_cols, sg, su, so),
+                      cfg.num_warps, schedule=cfg.schedule, BR=cfg.rows, BC=cfg.cols,
+                      WIDE=wide(n_rows * sg, n_rows * su, n_rows * so, n_rows * n_cols), FLAT=cfg.flat)]
+
+
+def plan_binary(op: str, a: Arr, b: Arr, out: Arr, target: Target) -> List[Launch]:
+    """a `op` b ("add" or "mul") broadcast into `out`: operands "a", "b", "out" viewed as
+    (batch, rows, cols) by `binary_layout`."""
+    (n_batch, n_rows, n_cols), sa, sb, so = binary_layout(op, a, b, out)
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    sizes = (n_batch, n_rows, n_cols)
+    extent = [abs(st) * (n - 1) for s in (sa, sb, so) for st, n in zip(s, sizes)]
+    flat = cfg.flat and n_batch == 1
+    return [Launch.of(binary_kernel, cfg.grid(n_rows, n_cols, n_batch),
+                      ("a", "b", "out", n_batch, n_rows, n_cols, sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], so[0], so[1]),
+                      cfg.num_warps, schedule=cfg.schedule if flat else ROW_TILES, OP=op, BR=cfg.rows, BC=cfg.cols,
+                      WIDE=wide(sum(extent[:3]), sum(extent[3:6]), sum(extent[6:]), n_batch * n_rows * n_cols),
+                      FLAT=flat)]
+
+
+def plan_rope(x: Arr, cos: Arr, sin: Arr, out: Arr, *, interleaved: bool, seq_dim: int, inverse: bool,
+              target: Target) -> List[Launch]:
+    """rope of `x` (seq_dim normalized) into `out`; `inverse`: by minus the angles. Operands:
+    half-split "x1", "x2", "o1", "o2" (x's and out's halves), interleaved "x", "out"; "cos",
+    "sin"; each as its rows (`_rows.row_view`)."""
+    t = tuning_for(target).elementwise
+    dim, seq = x.shape[-1], x.shape[seq_dim]
+    half = dim // 2
+    n_rows = math.prod(x.shape[:-1])
+    inner = math.prod(x.shape[seq_dim + 1:-1])
+    sc = row_stride(cos, "cos")
+    if not interleaved:
+        sx, so = row_stride(sliced(x, 0, half), "x"), row_stride(sliced(out, 0, half), "out")
+        cfg = tile_config(n_rows, half, tile_elems=t.rope_half_tile_elems, t=t)
+        return [Launch.of(rope_half_kernel, cfg.grid(n_rows, half),
+                          ("x1", "x2", "cos", "sin", "o1", "o2", n_rows, half, sx, sc, so, inner, seq),
+                          cfg.num_warps, schedule=ROW_TILES, BR=cfg.rows, BH=cfg.cols,
+                          WIDE=wide(n_rows * sx, n_rows * so, seq * sc), INVERSE=inverse)]
+    sx, so = row_stride(x, "x"), row_stride(out, "out")
+    cfg = tile_config(n_rows, dim, t=t)
+    return [Launch.of(rope_interleaved_kernel, cfg.grid(n_rows, dim),
+                      ("x", "cos", "sin", "out", n_rows, dim, sx, sc, so, inner, seq), cfg.num_warps,
+                      schedule=ROW_TILES, BR=cfg.rows, BD=max(cfg.cols, 2), WIDE=wide(n_rows * sx, n_rows * so, seq * sc),
+                      INVERSE=inverse)]
+
+
 # ----------------------------------------------------------------------------- entry points
 def _inputs(named, allowed=None):
     arrs = {name: as_array(x, name) for name, x in named.items()}
@@ -204,8 +273,10 @@ def _inputs(named, allowed=None):
     return list(arrs.values())
 
 
-def _wide(*extents) -> bool:
-    return any(int(e) >= INDEX_LIMIT for e in extents)
+def row_operands(arrays, names) -> Operands:
+    """The Operands of a rows plan: each array's rows (`_rows.rows_form`) under its name."""
+    _, _, rows = rows_form(arrays, names)
+    return Operands({names[0]: arrays[0]}, {name: r.arg for name, r in zip(names, rows)})
 
 
 @planned
@@ -220,23 +291,13 @@ def gelu(x, approximate: str = "none", out=None):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
     a, = _inputs({"x": x})
     o = output(out, a, a.shape, a.dtype)
-    n_rows, n_cols, (rx, ro) = rows_form([a, o], ["x", "out"])
-    cfg = tile_config(n_rows, n_cols)
-    launch(gelu_kernel, cfg.grid(n_rows, n_cols), [rx.arg, ro.arg, n_rows, n_cols, rx.stride, ro.stride],
-           num_warps=cfg.num_warps, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
-           WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols), NARROW=o.dtype.itemsize == 2,
-           FLAT=cfg.flat)
+    execute(plan_gelu(a, o, approximate, target_of(a)), row_operands([a, o], ["x", "out"]))
     return o.obj
 
 
 def _gated(ga, ua, out, like):
     o = output(out, like, ga.shape, like.dtype)
-    n_rows, n_cols, (rg, ru, ro) = rows_form([ga, ua, o], ["gate", "up", "out"])
-    cfg = tile_config(n_rows, n_cols)
-    launch(silu_mul_kernel, cfg.grid(n_rows, n_cols),
-           [rg.arg, ru.arg, ro.arg, n_rows, n_cols, rg.stride, ru.stride, ro.stride],
-           num_warps=cfg.num_warps, BR=cfg.rows, BC=cfg.cols,
-           WIDE=_wide(n_rows * rg.stride, n_rows * ru.stride, n_rows * ro.stride, n_rows * n_cols), FLAT=cfg.flat)
+    execute(plan_gated(ga, ua, o, target_of(like)), row_operands([ga, ua, o], ["gate", "up", "out"]))
     return o.obj
 
 
@@ -286,30 +347,29 @@ def _collapse(shape, stride_lists):
     return [m[0] for m in merged], [[m[1][i] for m in merged] for i in range(len(stride_lists))]
 
 
-def _binary(op, a, b, out):
-    aa, ba = _inputs({"a": a, "b": b})
-    shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
-    dtype = _dt.promote(aa.dtype, ba.dtype)
-    o = output(out, aa, shape, dtype)
-    sizes, (sa, sb, so) = _collapse(shape, [_broadcast_strides(aa, shape), _broadcast_strides(ba, shape),
-                                            list(o.strides)])
+def binary_layout(op: str, a: Arr, b: Arr, out: Arr):
+    """((batch, rows, cols), a's, b's and out's strides over them): the broadcast of a and b into
+    out with the dimensions every operand steps through as one merged; ValueError when more
+    than 3 remain or out's last stride is not 1."""
+    sizes, (sa, sb, so) = _collapse(out.shape, [_broadcast_strides(a, out.shape), _broadcast_strides(b, out.shape),
+                                                list(out.strides)])
     if len(sizes) > 3:
-        raise ValueError(f"{op}: the broadcast of shapes {aa.shape} and {ba.shape} (with these strides) needs "
+        raise ValueError(f"{op}: the broadcast of shapes {a.shape} and {b.shape} (with these strides) needs "
                          f"{len(sizes)} dimensions after merging, at most 3 are supported; pass contiguous "
                          "or expanded copies")
     if sizes and so[-1] != 1:
-        raise ValueError(f"{op}: out must be contiguous along its last dimension, got strides {o.strides}")
+        raise ValueError(f"{op}: out must be contiguous along its last dimension, got strides {out.strides}")
     pad = 3 - len(sizes)
-    sizes = [1] * pad + sizes
-    sa, sb, so = ([0] * pad + s for s in (sa, sb, so))
-    n_batch, n_rows, n_cols = sizes
-    cfg = tile_config(n_rows, n_cols)
-    args = [view(aa, sizes, sa), view(ba, sizes, sb), view(o, sizes, so), n_batch, n_rows, n_cols,
-            sa[0], sa[1], sa[2], sb[0], sb[1], sb[2], so[0], so[1]]
-    extent = [abs(st) * (n - 1) for s in (sa, sb, so) for st, n in zip(s, sizes)]
-    launch(binary_kernel, cfg.grid(n_rows, n_cols, n_batch), args, num_warps=cfg.num_warps, OP=op,
-           BR=cfg.rows, BC=cfg.cols, WIDE=_wide(sum(extent[:3]), sum(extent[3:6]), sum(extent[6:]),
-                                                 n_batch * n_rows * n_cols), FLAT=cfg.flat and n_batch == 1)
+    return tuple([1] * pad + sizes), *([0] * pad + s for s in (sa, sb, so))
+
+
+def _binary(op, a, b, out):
+    aa, ba = _inputs({"a": a, "b": b})
+    shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    o = output(out, aa, shape, _dt.promote(aa.dtype, ba.dtype))
+    sizes, sa, sb, so = binary_layout(op, aa, ba, o)
+    operands = Operands({"a": aa}, {"a": view(aa, sizes, sa), "b": view(ba, sizes, sb), "out": view(o, sizes, so)})
+    execute(plan_binary(op, aa, ba, o, target_of(aa)), operands)
     return o.obj
 
 
@@ -345,15 +405,14 @@ def rope(x, cos, sin, *, interleaved: bool = False, seq_dim=None, out=None):
     f32). Tiles: (rows, D/2) halves of about 2048 elements each, or (rows, D)
     tiles of about 4096 for the interleaved layout.
     """
-    return rotate(x, cos, sin, interleaved, seq_dim, out, False)
+    return rotate(x, cos, sin, interleaved=interleaved, seq_dim=seq_dim, out=out, inverse=False)
 
 
-def rotate(x, cos, sin, interleaved: bool, seq_dim, out, inverse: bool):
+def rotate(x, cos, sin, *, interleaved: bool, seq_dim, out, inverse: bool):
     """`rope`'s body; `inverse`: rotate by minus the angles (rope's backward)."""
     xa, ca, sa = _inputs({"x": x, "cos": cos, "sin": sin})
     if xa.ndim < 2 or xa.shape[-1] % 2:
         raise ValueError(f"x: expected rank >= 2 with an even last dimension, got shape {xa.shape}")
-    from ._common import normalize_dim  # noqa: PLC0415
     sd = normalize_dim((-3 if xa.ndim >= 3 else -2) if seq_dim is None else seq_dim, xa.ndim, "seq_dim")
     if sd == xa.ndim - 1:
         raise ValueError("seq_dim must not be the last (rotated) dimension")
@@ -365,24 +424,12 @@ def rotate(x, cos, sin, interleaved: bool, seq_dim, out, inverse: bool):
     if ca.strides != sa.strides:
         raise ValueError(f"cos and sin must have the same strides, got {ca.strides} and {sa.strides}")
     o = output(out, xa, xa.shape, xa.dtype)
-    n_rows = math.prod(xa.shape[:-1])
-    inner = math.prod(xa.shape[sd + 1:-1])
-    rc = row_view(ca, "cos")
-    rs = row_view(sa, "sin")
+    values = {"cos": row_view(ca, "cos").arg, "sin": row_view(sa, "sin").arg}
     if not interleaved:
-        x1, x2 = row_view(slice_last(xa, 0, half), "x"), row_view(slice_last(xa, half, dim), "x")
-        o1, o2 = row_view(slice_last(o, 0, half), "out"), row_view(slice_last(o, half, dim), "out")
-        cfg = tile_config(n_rows, half, tile_elems=2048)
-        launch(rope_half_kernel, cfg.grid(n_rows, half),
-               [x1.arg, x2.arg, rc.arg, rs.arg, o1.arg, o2.arg, n_rows, half, x1.stride, rc.stride, o1.stride,
-                inner, seq],
-               num_warps=cfg.num_warps, BR=cfg.rows, BH=cfg.cols,
-               WIDE=_wide(n_rows * x1.stride, n_rows * o1.stride, seq * rc.stride), INVERSE=inverse)
+        values.update(x1=row_view(slice_last(xa, 0, half), "x").arg, x2=row_view(slice_last(xa, half, dim), "x").arg,
+                      o1=row_view(slice_last(o, 0, half), "out").arg, o2=row_view(slice_last(o, half, dim), "out").arg)
     else:
-        rx, ro = row_view(xa, "x"), row_view(o, "out")
-        cfg = tile_config(n_rows, dim)
-        launch(rope_interleaved_kernel, cfg.grid(n_rows, dim),
-               [rx.arg, rc.arg, rs.arg, ro.arg, n_rows, dim, rx.stride, rc.stride, ro.stride, inner, seq],
-               num_warps=cfg.num_warps, BR=cfg.rows, BD=max(cfg.cols, 2),
-               WIDE=_wide(n_rows * rx.stride, n_rows * ro.stride, seq * rc.stride), INVERSE=inverse)
+        values.update(x=row_view(xa, "x").arg, out=row_view(o, "out").arg)
+    launches = plan_rope(xa, ca, sa, o, interleaved=interleaved, seq_dim=sd, inverse=inverse, target=target_of(xa))
+    execute(launches, Operands({"x": xa}, values))
     return o.obj

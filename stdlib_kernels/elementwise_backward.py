@@ -13,15 +13,21 @@ seen as (rows, cols) (`_rows.rows_form`: a contiguous array is one flat row), ti
 """
 from __future__ import annotations
 
+from typing import List
+
 import tilec as tc
+from tilec.target import Target
 
-from ._common import launch, output
+from ._common import Arr, output, target_of
 from ._plan import planned
-from ._rows import rows_form, slice_last, tile_config
+from ._rows import rows_layout, slice_last, tile_config, wide
 from .dropout import _dropout_scalars, apply_mask
-from .elementwise import _inputs, _wide, rotate, tile_index
+from .elementwise import _inputs, row_operands, rotate, tile_index
+from .launches import Launch, execute
+from .tuning import tuning_for
 
-__all__ = ["gelu_backward", "swiglu_backward", "silu_and_mul_backward", "rope_backward", "dropout_backward"]
+__all__ = ["gelu_backward", "swiglu_backward", "silu_and_mul_backward", "rope_backward", "dropout_backward",
+           "plan_gelu_backward", "plan_swiglu_backward"]
 
 SQRT_2_OVER_PI = 0.7978845608028654
 INV_SQRT_2PI = 0.3989422804014327
@@ -96,6 +102,28 @@ OPTIONS = {"gelu_bwd_kernel": {"num_warps": 4, "fast_math": True},
 gelu_bwd_kernel_tanh = gelu_bwd_kernel   # the one kernel, compiled for each form
 
 
+def plan_gelu_backward(dy: Arr, x: Arr, out: Arr, approximate: str, target: Target) -> List[Launch]:
+    """dx = dy * gelu'(x) into `out`: operands "dy", "x", "out" as their rows (`_rows.rows_form`)."""
+    n_rows, n_cols, (sdy, sx, so) = rows_layout([dy, x, out], ["dy", "x", "out"])
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    return [Launch.of(gelu_bwd_kernel, cfg.grid(n_rows, n_cols), ("dy", "x", "out", n_rows, n_cols, sdy, sx, so),
+                      cfg.num_warps, schedule=cfg.schedule, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
+                      WIDE=wide(n_rows * sdy, n_rows * sx, n_rows * so, n_rows * n_cols), FLAT=cfg.flat)]
+
+
+_SWIGLU_GRADS = ("dy", "gate", "up", "dgate", "dup")
+
+
+def plan_swiglu_backward(dy: Arr, gate: Arr, up: Arr, dgate: Arr, dup: Arr, target: Target) -> List[Launch]:
+    """The gradients of silu(gate) * up into `dgate`, `dup`: operands "dy", "gate", "up", "dgate",
+    "dup" as their rows."""
+    n_rows, n_cols, strides = rows_layout([dy, gate, up, dgate, dup], _SWIGLU_GRADS)
+    cfg = tile_config(n_rows, n_cols, t=tuning_for(target).elementwise)
+    return [Launch.of(swiglu_bwd_kernel, cfg.grid(n_rows, n_cols), _SWIGLU_GRADS + (n_rows, n_cols) + strides,
+                      cfg.num_warps, schedule=cfg.schedule, BR=cfg.rows, BC=cfg.cols,
+                      WIDE=wide(*(n_rows * st for st in strides), n_rows * n_cols), FLAT=cfg.flat)]
+
+
 def _same(named, op):
     arrs = _inputs(named)
     first = arrs[0]
@@ -117,21 +145,13 @@ def gelu_backward(dy, x, approximate: str = "none", out=None):
         raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
     ga, xa = _same({"dy": dy, "x": x}, "gelu_backward")
     o = output(out, ga, ga.shape, ga.dtype)
-    n_rows, n_cols, (rg, rx, ro) = rows_form([ga, xa, o], ["dy", "x", "out"])
-    cfg = tile_config(n_rows, n_cols)
-    launch(gelu_bwd_kernel, cfg.grid(n_rows, n_cols), [rg.arg, rx.arg, ro.arg, n_rows, n_cols, rg.stride, rx.stride,
-                                                        ro.stride],
-           num_warps=cfg.num_warps, APPROX=approximate, BR=cfg.rows, BC=cfg.cols,
-           WIDE=_wide(n_rows * rg.stride, n_rows * rx.stride, n_rows * ro.stride, n_rows * n_cols), FLAT=cfg.flat)
+    execute(plan_gelu_backward(ga, xa, o, approximate, target_of(ga)), row_operands([ga, xa, o], ["dy", "x", "out"]))
     return o.obj
 
 
 def _swiglu_grads(da, ga, ua, dg, du):
-    n_rows, n_cols, rs = rows_form([da, ga, ua, dg, du], ["dy", "gate", "up", "dgate", "dup"])
-    cfg = tile_config(n_rows, n_cols)
-    launch(swiglu_bwd_kernel, cfg.grid(n_rows, n_cols),
-           [r.arg for r in rs] + [n_rows, n_cols] + [r.stride for r in rs], num_warps=cfg.num_warps, BR=cfg.rows,
-           BC=cfg.cols, WIDE=_wide(*(n_rows * r.stride for r in rs), n_rows * n_cols), FLAT=cfg.flat)
+    arrays = [da, ga, ua, dg, du]
+    execute(plan_swiglu_backward(*arrays, target_of(da)), row_operands(arrays, _SWIGLU_GRADS))
 
 
 @planned
@@ -171,7 +191,7 @@ def rope_backward(dy, cos, sin, *, interleaved: bool = False, seq_dim=None, out=
     The gradient of rope(x, cos, sin, ...) given dy: rope is a rotation of each pair by
     its angle, so dx is dy rotated by minus the angle (sin negated in the kernel). The
     arguments as `rope`'s (the same cos, sin, layout and seq_dim); dx in dy's dtype."""
-    return rotate(dy, cos, sin, interleaved, seq_dim, out, True)
+    return rotate(dy, cos, sin, interleaved=interleaved, seq_dim=seq_dim, out=out, inverse=True)
 
 
 @planned(per_call=_dropout_scalars)

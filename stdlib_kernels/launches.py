@@ -55,6 +55,7 @@ class Launch:
     options: Tuple[Tuple[str, Any], ...] = ()
     temps: Tuple[Temp, ...] = ()
     schedule: str = ""
+    fast_math: bool = True   # (`_common.launch`); False where results must match exact math (GEMMs)
 
     @property
     def name(self) -> str:
@@ -65,9 +66,10 @@ class Launch:
         return dict(self.constexprs)
 
     @staticmethod
-    def of(kernel, grid, args, num_warps=4, cluster=1, options=None, temps=(), schedule="", **constexprs) -> "Launch":
+    def of(kernel, grid, args, num_warps=4, cluster=1, options=None, temps=(), schedule="", fast_math=True,
+           **constexprs) -> "Launch":
         return Launch(kernel, tuple(grid), tuple(args), num_warps, cluster, tuple(constexprs.items()),
-                      tuple((options or {}).items()), tuple(temps), schedule)
+                      tuple((options or {}).items()), tuple(temps), schedule, fast_math)
 
 
 def spec(shape: Sequence[int], dtype: DType, strides: Optional[Sequence[int]] = None, device: int = 0) -> Arr:
@@ -125,7 +127,8 @@ class DeviceProbe:
         opts = dict(launch.options)
         if launch.cluster > 1:
             opts["cluster"] = launch.cluster
-        compiled = launch.kernel.compile(*self.operands.args(launch), num_warps=launch.num_warps, fast_math=True,
+        compiled = launch.kernel.compile(*self.operands.args(launch), num_warps=launch.num_warps,
+                                         fast_math=launch.fast_math,
                                          **opts, **dict(launch.constexprs))
         return load(compiled, self.device)
 
@@ -147,5 +150,5 @@ def probe_for(operands: Operands, x: Arr, target: Target):
 def execute(launches: Sequence[Launch], operands: Operands) -> None:
     """Run a plan's launches in order (`_common.launch`: the interpreter for host arrays)."""
     for ln in launches:
-        launch(ln.kernel, ln.grid, operands.args(ln), ln.num_warps, cluster=ln.cluster,
+        launch(ln.kernel, ln.grid, operands.args(ln), ln.num_warps, fast_math=ln.fast_math, cluster=ln.cluster,
                options=dict(ln.options) or None, **dict(ln.constexprs))

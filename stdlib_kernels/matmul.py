@@ -20,18 +20,22 @@ The configuration comes from `config_for` (the heuristic is documented there).
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import List, Optional
 
 import tilec as tc
 from tilec import dtypes as _dt
 from tilec.specialize import stride_divisibility
 from tilec.target import Target
 
-from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, view
+from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, output, view
 from ._plan import derived, planned
+from .launches import Launch, Operands, Temp, execute
 from .matmul_config import HOST_GEMM_TARGET, MatmulConfig, config_for
+from .schedules import GEMM_TILES, PERSISTENT, SPLIT_K
+from .tuning import tuning_for
 
 __all__ = ["matmul", "matmul_kernel", "matmul_splitk_kernel", "splitk_reduce_kernel", "MatmulConfig", "config_for",
-           "signature", "reduce_signature", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
+           "plan", "signature", "reduce_signature", "ACTIVATIONS", "SIGNATURES", "OPTIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 
@@ -209,48 +213,74 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     O = output(out, A, (batch, m, n) if batched else (m, n), out_dt)
     if m == 0 or n == 0 or batch == 0:
         return O.obj
-    tensor_cores = A.dtype is not tc.float32 or allow_tf32
-    cfg = config_for(m, n, k, A.dtype, batch, _target(A), tensor_cores) if config is None else config
-    if not isinstance(cfg, MatmulConfig):
-        raise TypeError(f"config must be a MatmulConfig, got {type(cfg).__name__}")
-    cfg.check_cluster(m)
-    consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias_arr is not None,
-                  ACT=activation or "none", TF32=bool(allow_tf32),
-                  SCALED=scale_a is not None or scale_b is not None, SHARED_B=cfg.cluster > 1)
-    split = cfg.splits(k) if cfg.split_k > 1 else 1
-    ws = empty_like(A, (split * tc.cdiv(m, cfg.bm) * cfg.bm, n), tc.float32) if split > 1 else None
-    for i in range(batch if batched else 1):  # one workspace serves every entry: launches run in order
+    if config is not None:
+        if not isinstance(config, MatmulConfig):
+            raise TypeError(f"config must be a MatmulConfig, got {type(config).__name__}")
+        config.check_cluster(m)
+    values = {"scale": scale}
+    for i in range(batch if batched else 1):
         Ai, Bi, Oi = _entry(A, i, "a"), _entry(B, i, "b"), _entry(O, i, "out")
+        names = _operand_names(i, batched=batched)
+        # without a bias, a never-read view of out fills the parameter
         bias_arg = view(bias_arr, (n,), bias_arr.strides) if bias_arr is not None else view(Oi, (1,), (1,))
-        a_v, b_v, o_v = view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides), view(Oi, Oi.shape, Oi.strides)
-        if split > 1:
-            _launch_split_k(cfg, split, a_v, b_v, o_v, ws, bias_arg, scale, m, n, consts, tma)
-            continue
-        args = [a_v, b_v, o_v, bias_arg, scale]  # without a bias, a never-read view of out fills the parameter
-        kernel = matmul_persistent_kernel if cfg.persistent else matmul_kernel
-        launch(kernel, cfg.grid(m, n), args, cfg.num_warps, fast_math=False, cluster=cfg.cluster,
-               options=_ring_options(cfg, tma), **consts)
+        values.update(zip(names, (view(Ai, Ai.shape, Ai.strides), view(Bi, Bi.shape, Bi.strides),
+                                  view(Oi, Oi.shape, Oi.strides), bias_arg)))
+    launches = plan(A, B, O, bias_arr, activation=activation, allow_tf32=allow_tf32,
+                    scaled=scale_a is not None or scale_b is not None, tma=tma, config=config, target=_target(A))
+    execute(launches, Operands({"a": A}, values))
     return O.obj
+
+
+def _operand_names(i: int, *, batched: bool):
+    """The operand names of batch entry i's (a, b, out, bias): "a", "b", "out", "bias" unbatched."""
+    return ("a", "b", "out", "bias") if not batched else (f"a[{i}]", f"b[{i}]", f"out[{i}]", f"bias[{i}]")
+
+
+def plan(a: Arr, b: Arr, out: Arr, bias: Optional[Arr], *, activation, allow_tf32: bool, scaled: bool, tma: bool,
+         config: Optional[MatmulConfig], target: Target) -> List[Launch]:
+    """The launches of matmul of descriptions `a` (M, K) or (B, M, K) and `b` (K, N) or (B, K, N)
+    into `out`, with `bias` (N,) or None, on `target` (`config` in place of config_for's).
+
+    One launch per batch entry (GEMM_TILES, or PERSISTENT), or two (SPLIT_K: the partial
+    products into the f32 Temp "ws", shared by the entries, then their dependent reduction and
+    epilogue). Operands (`_operand_names`): "a", "b", "out", "bias" (a never-read view of out
+    without a bias), "a[i]", ... per entry when batched; "scale", the f32 product of the scales."""
+    batched = max(a.ndim, b.ndim) == 3
+    batch = out.shape[0] if batched else 1
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    if m == 0 or n == 0 or batch == 0:
+        return []
+    tensor_cores = a.dtype is not tc.float32 or allow_tf32
+    cfg = config_for(m, n, k, a.dtype, batch, target, tensor_cores=tensor_cores) if config is None else config
+    consts = dict(BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, GROUP_M=cfg.group_m, HAS_BIAS=bias is not None,
+                  ACT=activation or "none", TF32=bool(allow_tf32), SCALED=bool(scaled), SHARED_B=cfg.cluster > 1)
+    ring = _ring_options(cfg, tma)
+    split = cfg.splits(k) if cfg.split_k > 1 else 1
+    launches = []
+    if split > 1:
+        ws = Temp("ws", (split * tc.cdiv(m, cfg.bm) * cfg.bm, n), tc.float32, like="a")
+        part = {key: consts[key] for key in ("BM", "BN", "BK", "GROUP_M", "TF32")}
+        rm, rn, warps = cfg.reduce_tile(m, n, split, t=tuning_for(target).matmul)
+        red = dict(RM=rm, RN=rn, SPLITS=split, HAS_BIAS=consts["HAS_BIAS"], ACT=consts["ACT"], SCALED=consts["SCALED"])
+    for i in range(batch if batched else 1):   # one workspace serves every entry: launches run in order
+        a_i, b_i, out_i, bias_i = _operand_names(i, batched=batched)
+        if split > 1:
+            launches += [Launch.of(matmul_splitk_kernel, (cfg.tiles(m, n), split), (a_i, b_i, "ws"), cfg.num_warps,
+                                   options=ring, temps=(ws,), schedule=SPLIT_K, fast_math=False, **part),
+                         Launch.of(splitk_reduce_kernel, (tc.cdiv(m, rm), tc.cdiv(n, rn)), ("ws", out_i, bias_i, "scale"),
+                                   warps, options=DEPENDENT, temps=(ws,), schedule=SPLIT_K, fast_math=False, **red)]
+            continue
+        kernel = matmul_persistent_kernel if cfg.persistent else matmul_kernel
+        launches.append(Launch.of(kernel, cfg.grid(m, n), (a_i, b_i, out_i, bias_i, "scale"), cfg.num_warps,
+                                  cluster=cfg.cluster, options=ring, schedule=PERSISTENT if cfg.persistent else GEMM_TILES,
+                                  fast_math=False, **consts))
+    return launches
 
 
 def _ring_options(cfg: MatmulConfig, tma) -> dict:
     """The compile options of a GPU launch of the K-loop kernels (the interpreter ignores them)."""
     return dict(num_stages=cfg.num_stages, tma=bool(tma), warp_specialize=cfg.warp_specialize)
-
-
-def _launch_split_k(cfg: MatmulConfig, split: int, a_v, b_v, o_v, ws, bias_arg, scale, m: int, n: int, consts,
-                    tma) -> None:
-    """The partial products of `split` K slices into the workspace `ws`, then their sum and
-    the epilogue into `o_v`."""
-    ws_v = view(ws, ws.shape, ws.strides)
-    part = {key: consts[key] for key in ("BM", "BN", "BK", "GROUP_M", "TF32")}
-    rm, rn, warps = cfg.reduce_tile(m, n, split)
-    red = dict(RM=rm, RN=rn, SPLITS=split, HAS_BIAS=consts["HAS_BIAS"], ACT=consts["ACT"], SCALED=consts["SCALED"])
-    red_grid = (tc.cdiv(m, rm), tc.cdiv(n, rn))
-    red_args = [ws_v, o_v, bias_arg, scale]
-    launch(matmul_splitk_kernel, (cfg.tiles(m, n), split), [a_v, b_v, ws_v], cfg.num_warps, fast_math=False,
-           options=_ring_options(cfg, tma), **part)
-    launch(splitk_reduce_kernel, red_grid, red_args, warps, fast_math=False, options=DEPENDENT, **red)
 
 
 _OPERAND_DTYPES = (tc.float16, tc.bfloat16, tc.float32, tc.float8e4m3, tc.float8e5m2)
@@ -303,7 +333,7 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
     partial products, `cfg.kernel`); `reduce_signature` gives the reduction that follows."""
     dtype = _out_dtype(dtype, None)
     out = _out_dtype(out_dtype, tc.bfloat16 if dtype.bits == 8 else dtype)
-    cfg = config or config_for(m, n, k, dtype, batch, Target.of(target), dtype is not tc.float32 or allow_tf32)
+    cfg = config or config_for(m, n, k, dtype, batch, Target.of(target), tensor_cores=dtype is not tc.float32 or allow_tf32)
     if cfg.split_k > 1 and cfg.splits(k) == 1:
         cfg = replace(cfg, split_k=1)  # what matmul launches when K has too few steps to cut
     bias = "f32" if bias_dtype is None else _out_dtype(bias_dtype, None).name

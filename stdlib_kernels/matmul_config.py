@@ -10,17 +10,15 @@ from tilec.target import Target
 
 from ..lowering.gpu.wgmma_fragments import wgmma_shape
 from ._common import next_pow2
+from .tuning import TABLES, MatmulTuning, tuning_for
 
 __all__ = ["HOST_GEMM_TARGET", "MAX_SPLIT_K", "MIN_SLICE_K", "MIN_SPLIT_K", "SMEM_BUDGET", "SMEM_BUDGET_WGMMA",
            "MatmulConfig", "config_for"]
 
-SMEM_BUDGET = 160 * 1024   # bytes of operand buffers a config may use (sm_80: 164 KB, sm_90: 227 KB per CTA)
-SMEM_BUDGET_WGMMA = 200 * 1024  # sm_90a (227 KB per CTA), wgmma tiles
-WS_MIN_WAVES = 8          # programs per SM from which config_for specializes warps (tf32)
-MIN_SLICE_K = 1024         # split-K: every K slice keeps at least this many elements of K
-MIN_SPLIT_K = 4096         # split-K: K at least this long (8192 for skinny-M tiles)
-MAX_SPLIT_K = 16           # split-K: at most this many slices (the reduction reads them all)
-REDUCE_TILE = 2048         # elements per program of the split-K reduction
+# The sm_90 table's numbers under their old names (tests, docs): config_for reads `tuning_for(target)`.
+_T = TABLES["sm_90"].matmul
+SMEM_BUDGET, SMEM_BUDGET_WGMMA, WS_MIN_WAVES = _T.smem_budget, _T.smem_budget_wgmma, _T.ws_min_waves
+MIN_SLICE_K, MIN_SPLIT_K, MAX_SPLIT_K, REDUCE_TILE = _T.min_slice_k, _T.min_split_k, _T.max_split_k, _T.reduce_tile
 # What GEMMs of host arrays (the interpreter) and `signature()` plan for by default: sm_80's
 # features (mma.sync-shaped tiles) with an H100's SM count (its split-K and tile choices).
 HOST_GEMM_TARGET = replace(Target.from_arch("sm_80"), sm_count=Target.from_arch("sm_90a").sm_count)
@@ -73,14 +71,14 @@ class MatmulConfig:
             return (max(min(tiles, self.sm_count) // self.cluster * self.cluster, self.cluster),)
         return (tiles,)
 
-    def reduce_tile(self, m: int, n: int, splits: int) -> Tuple[int, int, int]:
+    def reduce_tile(self, m: int, n: int, splits: int, *, t: Optional[MatmulTuning] = None) -> Tuple[int, int, int]:
         """(rows, columns, warps) of a splitk_reduce_kernel program summing `splits` partials:
-        128 columns wide, up to REDUCE_TILE elements and fewer as the partials grow in number
+        128 columns wide, up to `t.reduce_tile` elements and fewer as the partials grow in number
         (its loads are all in flight at once: at most 64 values per thread at 4 warps), never
         more rows than M needs nor than BM (so that a tile never crosses from one slice's rows
         into the next)."""
         cols = min(128, next_pow2(n))
-        rows = min(next_pow2(m), self.bm, _pow2_floor(max(1, min(REDUCE_TILE, 8192 // splits) // cols)))
+        rows = min(next_pow2(m), self.bm, _pow2_floor(max(1, min((t or _T).reduce_tile, 8192 // splits) // cols)))
         return rows, cols, max(1, min(4, rows * cols // 256))
 
     @property
@@ -95,13 +93,16 @@ class MatmulConfig:
 
 
 @lru_cache(maxsize=1024)   # it runs on every call: 10 us uncached, a third of a decode GEMM's time
-def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_TARGET,
+def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_TARGET, *,
                tensor_cores: bool = True, allow_split_k: bool = True) -> MatmulConfig:
     """The tile configuration for an (m x k) @ (k x n) product of `batch` entries on `target`
-    (a Target or an arch: its `sm_count` SMs, its wgmma and f8 tensor cores).
+    (a Target or an arch: its `sm_count` SMs, its wgmma and f8 tensor cores). The numbers
+    (in capitals below: their sm_90 values' old names) are the fields of the target's
+    `tuning.MatmulTuning` table, whose measurements docs/benchmarks-archive.md keeps ("The
+    other ops' tuning tables").
 
     - Tiles: 128 x 128 (8 warps: 64 x 32 of C per warp), or 128 x 256 with 8 warps
-      when that still gives programs for at least 90% of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
+      when that still gives programs for at least `wide_tile_sm_share` (90%) of the `sm_count` SMs; a dimension of 64 or less gets a tile of next_pow2 of it
       (at least 16) so that small M (decode, M = 1 or 16) wastes no rows. When
       128 x 128 tiles would leave most SMs idle, the tile halves along the
       larger dimension until there are at least `sm_count` programs or it is
@@ -112,14 +113,12 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       sm_count // (tiles * batch) (2 * sm_count for skinny-M tiles, which are memory-bound
       and fit two per SM), at most MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles
       still halve N to 64 first (the tile measured best for them). The f32 partials go
-      through a workspace to a second kernel that sums them and applies the epilogue. On an
-      H200 (bf16): M = 128 with K = 14336 1.9x, K = 4096 1.2x; M = 1, 16 with K = 14336
-      1.2x; but M = 1, 16 with K = 4096 and 1024^3 ran slower split (the second launch
-      and the partials' round trip cost more than the idle SMs), hence the K thresholds.
-      `allow_split_k=False` gives the choice without split-K (for comparison).
+      through a workspace to a second kernel that sums them and applies the epilogue ("matmul:
+      split-K": where the second launch costs more than the idle SMs). `allow_split_k=False` gives the choice without split-K (for comparison).
     - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
       (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
-    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = 128, for more bytes in flight.
+    - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = `skinny_bk` (128), for more bytes
+      in flight ("matmul: skinny M").
     - Stages: as many as fit in SMEM_BUDGET bytes of operand buffers, 2 to 4.
     - GROUP_M = 8 rows of tiles per group of the program order.
     - wgmma targets (sm_90a), tiles wgmma takes (whole warpgroups, 64-column blocks of B): BK = one
@@ -129,26 +128,25 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       had no other lowering there; its dots now run on mma.sync as f16 widened from f8
       (accelerate_dot), with these tiles not yet tuned for that on a GPU.
     - Warp specialization (wgmma targets, 128 x 256 wgmma tiles, a TMA ring): for tf32 when there
-      are at least WS_MIN_WAVES programs per SM (8192^3: +4-5% with register stores,
-      +0.6% with TMA stores on an H200). Not for the 16-bit and f8 types: with their result
-      leaving through shared memory and TMA (the tma_stores pass) the plain ring measured
-      0.5-2% ahead of the specialized one at 2048^3 to 8192^3, bf16 and f16 (H200,
-      2026-11-21, docs/benchmarks-archive.md).
+      are at least WS_MIN_WAVES programs per SM; not for the 16-bit and f8 types, whose result
+      leaves through shared memory and TMA ("matmul: warp specialization").
     """
     target = Target.of(target)
+    t = tuning_for(target).matmul
     sm_count = target.sm_count
     if dtype.bits == 8 and not target.has_f8_mma:
         tensor_cores = False
     if not tensor_cores:
         return MatmulConfig(min(64, _fit(m)), min(64, _fit(n)), 16, 4, 2, sm_count=sm_count)
     bm, bn = min(128, _fit(m)), min(128, _fit(n))
-    # 128 x 256 while it keeps nine tenths of the SMs busy (2048^2: 128 programs on 132 SMs
-    # measured 517 TFLOP/s against 441 for 256 programs of 128 x 128)
-    if bm == 128 and n >= 256 and tc.cdiv(m, 128) * tc.cdiv(n, 256) * batch * 10 >= sm_count * 9:
+    # 128 x 256 while it keeps `wide_tile_sm_share` of the SMs busy
+    busy, of = t.wide_tile_sm_share
+    if bm == 128 and n >= 256 and tc.cdiv(m, 128) * tc.cdiv(n, 256) * batch * of >= sm_count * busy:
         bn = 256
     skinny = bm <= 32 and dtype.itemsize == 2
     split_bn = min(bn, 64) if skinny else bn
-    split = _split_k(tc.cdiv(m, bm) * tc.cdiv(n, split_bn) * batch, k, sm_count, skinny) if allow_split_k else 1
+    split = _split_k(tc.cdiv(m, bm) * tc.cdiv(n, split_bn) * batch, k, sm_count, skinny=skinny, t=t) \
+        if allow_split_k else 1
     if split > 1:
         bn = split_bn
     while split == 1 and bn < 256 and tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and max(bm, bn) > 64:
@@ -157,34 +155,33 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
         else:
             bm //= 2
     warps = 8 if bm * bn >= 128 * 128 else 4
-    bk = _bk(bm, bn, k, dtype, target.has_wgmma)
+    bk = _bk(bm, bn, k, dtype, wgmma=target.has_wgmma, t=t)
     wgmma = target.has_wgmma and wgmma_shape(bm, bn, bk, dtype.itemsize, warps) is not None
     stage_bytes = (bm + bn) * bk * dtype.itemsize
-    stages = max(2, min(4, (SMEM_BUDGET_WGMMA if wgmma else SMEM_BUDGET) // stage_bytes))
+    stages = max(2, min(4, (t.smem_budget_wgmma if wgmma else t.smem_budget) // stage_bytes))
     ws = wgmma and dtype.itemsize == 4 and (bm, bn) == (128, 256) and split == 1 and \
-        tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch >= WS_MIN_WAVES * sm_count
+        tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch >= t.ws_min_waves * sm_count
     return MatmulConfig(bm, bn, bk, warps, stages, sm_count=sm_count, split_k=split, warp_specialize=ws)
 
 
-def _bk(bm: int, bn: int, k: int, dtype, wgmma: bool) -> int:
+def _bk(bm: int, bn: int, k: int, dtype, *, wgmma: bool, t: MatmulTuning) -> int:
     """BK of a bm x bn tile (see config_for; `wgmma`: the target has it)."""
     warps = 8 if bm * bn >= 128 * 128 else 4
     wgmma_bk = 128 // dtype.itemsize
     if wgmma and wgmma_shape(bm, bn, wgmma_bk, dtype.itemsize, warps) is not None:
         return wgmma_bk
-    if bm <= 32 and dtype.itemsize == 2 and k >= 128:
-        # skinny M reads B at memory speed: 128-element K steps keep 4 x 20 KB in flight per
-        # program (M = 1, 16 on an H200: 1.9-2.2x the 32-element step)
-        return 128
+    if bm <= 32 and dtype.itemsize == 2 and k >= t.skinny_bk:
+        # skinny M reads B at memory speed: long K steps keep more bytes in flight per program
+        return t.skinny_bk
     return 32 if dtype.itemsize == 2 else 16
 
 
-def _split_k(tiles: int, k: int, sm_count: int, skinny: bool) -> int:
+def _split_k(tiles: int, k: int, sm_count: int, *, skinny: bool, t: MatmulTuning) -> int:
     """split_k for `tiles` programs walking K (1: no split; see config_for)."""
-    if tiles * 2 > sm_count or k < (2 if skinny else 1) * MIN_SPLIT_K:
+    if tiles * 2 > sm_count or k < (2 if skinny else 1) * t.min_split_k:
         return 1
     target = (2 if skinny else 1) * sm_count
-    split = min(target // tiles, MAX_SPLIT_K, k // MIN_SLICE_K)
+    split = min(target // tiles, t.max_split_k, k // t.min_slice_k)
     return split if split >= 2 else 1
 
 

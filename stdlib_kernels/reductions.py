@@ -11,53 +11,38 @@ f32.
 from __future__ import annotations
 
 import builtins
+import math
+from typing import List, Optional
 
 import tilec as tc
 from tilec import options as _options
+from tilec.target import Target
 
-from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, empty_like, flat_group, last_dim_rows, launch,
-                      next_pow2, normalize_dim, output, row_config, rows_of, slab_view, view)
+from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, flat_group, last_dim_rows, next_pow2,
+                      normalize_dim, output, row_config, rows_of, slab_view, target_of, view)
 from ._plan import planned
 from ._window import (WINDOW_BYTES, row_tile, row_window, row_windows, store_row_tile, window_mask, window_span,
                       window_start, window_steps_of, window_tile)
+from .launches import Launch, Operands, Temp, execute
+from .schedules import LOOPED, ONE_TILE, SPLIT, STRIPS, WINDOW_CLASSES, WINDOWS
+from .tuning import TABLES, ReductionTuning, tuning_for
 
-__all__ = ["sum", "max", "cumsum"]
+__all__ = ["sum", "max", "cumsum", "plan", "plan_cumsum"]
 
 NEG_INF = float("-inf")
-# `inner_config`/`split_count`: the windowed inner-dimension kernel, merges of partial
-# results and softmax along a dimension (the aligned sum/max: `strip_config`).
-INNER_TILE = 4096     # elements of one (1, BLOCK_R, BLOCK_I) tile of the inner-dimension kernel
-MAX_STRIP = 256      # widest column strip of the inner-dimension kernel (4-byte types)
-MAX_STRIP_2BYTE = 512  # 2-byte types: 1 KB rows of 16 x 512 tiles (H200 bf16: 86% -> 91% of copy)
-SPLIT_TARGET = 1024   # programs wanted for an inner-dimension reduction (several waves of 132 SMs)
-SPLIT_TARGET_2BYTE = 512
-MIN_TILES_PER_SPLIT = 4
-TILES_PER_SPLIT = 16  # row tiles per program that keep each program streaming (256 KB of f32)
-TILES_PER_SPLIT_2BYTE = 32
-# The aligned sum/max over a non-last dimension (`strip_config`)
-STRIP_COLUMNS = 128
-STRIP_TILE_BYTES = 8192
-STRIP_PROGRAMS = 1024
-MAX_SCAN_TILE = 4096  # longest row scanned in one tile
-MIN_WINDOW_INNER = 128  # reduced rows off 32-byte sectors read through windows from this many columns
-# f16/bf16 rows off 32-byte sectors that one tile would hold (its column tiles then take 2-byte
-# accesses) loop over windows of this many elements at 2 warps, from that many columns. H200, % of
-# copy, one tile -> windows: sum 16384x4097 bf16 48 -> 82, 32768x4500 f16 51 -> 93, 4096x10001 bf16
-# 40 -> 78, 65536x1025 f16 53 -> 75, max 4096x16001 bf16 48 -> 79, 8192x8191 f16 69 -> 81; f32 rows
-# lost (8192x4097 88 -> 86), and windows of 1024 or at 4 warps did no better on the whole.
-WINDOW_LOOP_TILE = 512
-WINDOW_LOOP_WARPS = 2
-# Such rows of at most WINDOW_PAIR_BYTES are read two to a program, each through its own window,
-# stepped together (`window_rows`). H100, time of a
-# copy of x's bytes (read and written) / time of sum, 1 row -> 2 (-> 4): 131072x513 bf16 1.12 ->
-# 1.36 (1.27), 262144x600 f16 1.29 -> 1.50 (1.34), 8192x513 bf16 1.09 -> 1.11; 2 rows of 2 KB or
-# more lost (65536x1025 f16 1.62 -> 1.52) and 8 of 1 KB more (131072x513 bf16 1.09).
-WINDOW_PAIR_BYTES = 2048
+# The sm_90 table's numbers under their old names (tests, docs): plans read `tuning_for(target)`.
+_T = TABLES["sm_90"].reduction
+INNER_TILE, MAX_STRIP, MAX_STRIP_2BYTE = _T.inner_tile, _T.max_strip, _T.max_strip_2byte
+SPLIT_TARGET, SPLIT_TARGET_2BYTE, MIN_TILES_PER_SPLIT = _T.split_target, _T.split_target_2byte, _T.min_tiles_per_split
+TILES_PER_SPLIT, TILES_PER_SPLIT_2BYTE = _T.tiles_per_split, _T.tiles_per_split_2byte
+STRIP_COLUMNS, STRIP_TILE_BYTES, STRIP_PROGRAMS = _T.strip_columns, _T.strip_tile_bytes, _T.strip_programs
+MAX_SCAN_TILE, MIN_WINDOW_INNER = _T.max_scan_tile, _T.min_window_inner
+WINDOW_LOOP_TILE, WINDOW_LOOP_WARPS, WINDOW_PAIR_BYTES = _T.window_loop_tile, _T.window_loop_warps, _T.window_pair_bytes
 
 
-def window_rows(n_cols: int, itemsize: int) -> int:
-    """Rows per program of the windowed loop: two of at most WINDOW_PAIR_BYTES, else one."""
-    return 2 if n_cols * itemsize <= WINDOW_PAIR_BYTES else 1
+def window_rows(n_cols: int, itemsize: int, *, t: Optional[ReductionTuning] = None) -> int:
+    """Rows per program of the windowed loop: two of at most `t.window_pair_bytes`, else one."""
+    return 2 if n_cols * itemsize <= (t or _T).window_pair_bytes else 1
 
 
 @tc.func
@@ -278,107 +263,115 @@ EXTRA_SIGNATURES = [
 ]
 
 
-def _reduce(x, dim, out, is_max: bool, op: str):
-    a = as_array(x, "x")
-    check_float(a, "x")
-    if a.ndim == 0:
-        raise ValueError(f"{op}: x must have at least 1 dimension")
-    d = normalize_dim(dim, a.ndim)
-    if is_max and a.shape[d] == 0:
-        raise ValueError(f"{op}: cannot take the max over dimension {d}, which has size 0")
-    out_shape = a.shape[:d] + a.shape[d + 1:]
-    o = output(out, a, out_shape, a.dtype)
-    if o.numel == 0:
-        return o.obj
-    if d == a.ndim - 1 and (a.shape[d] == 1 or a.strides[d] == 1):
-        xv, n_rows, n_cols = rows_of(a, "x")
-        ov = view(o, (n_rows,), (flat_group(o.shape, o.strides, "out")[1],))
-        cfg = row_config(n_cols, n_rows)
-        # Long rows off 32-byte sectors are read in aligned windows; so are 2-byte rows of one
-        # tile, looped in small windows (WINDOW_LOOP_TILE). f32 ones keep their tile.
-        window = row_window(a, "x")
-        if cfg.single and window and a.dtype.itemsize == 2 and n_cols >= WINDOW_LOOP_TILE:
-            cfg = RowConfig(WINDOW_LOOP_TILE, window_rows(n_cols, a.dtype.itemsize), WINDOW_LOOP_WARPS, False)
-        elif cfg.single:
-            window = 0
-        launch(reduce_rows_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, MAX=is_max, ROWS=cfg.rows,
-               BLOCK=cfg.block, WINDOW=window)
-        return o.obj
-    xv, (outer, r, inner), (s_outer, s_r, s_inner) = slab_view(a, d, "x")
-    o_outer, so_outer = flat_group(o.shape[:d], o.strides[:d], "out")
-    o_inner, so_inner = flat_group(o.shape[d:], o.strides[d:], "out")
-    ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see flat_group
-    window = inner_window(a, r, s_outer, s_r, inner, s_inner)
+def rows_path(x: Arr, dim: int) -> bool:
+    """Whether sum/max over `dim` (normalized) reduces rows of the last dimension, contiguous."""
+    return dim == x.ndim - 1 and (x.shape[dim] == 1 or x.strides[dim] == 1)
+
+
+def plan(x: Arr, out: Arr, dim: int, *, is_max: bool, target: Target) -> List[Launch]:
+    """The launches of sum (max if `is_max`) of `x` over `dim` (normalized) into `out`.
+
+    Operands: where `rows_path`, "x" as its rows (`rows_of`) and "out" as (n_rows,); else "x"
+    as (outer, R, inner) (`slab_view`) and "out" as (outer, 1, inner). Schedules: ONE_TILE,
+    LOOPED or WINDOWS along the last dimension; STRIPS, SPLIT (strips with R split, then a
+    dependent merge) or WINDOW_CLASSES (then the merge) along another (schedules.py)."""
+    t = tuning_for(target).reduction
+    if out.numel == 0:
+        return []
+    if rows_path(x, dim):
+        return _rows_plan(x, is_max=is_max, t=t)
+    outer, s_outer = flat_group(x.shape[:dim], x.strides[:dim], "x")
+    inner, s_inner = flat_group(x.shape[dim + 1:], x.strides[dim + 1:], "x")
+    r, s_r = x.shape[dim], x.strides[dim]
+    window = inner_window(x, r, s_outer, s_r, inner, s_inner, t=t)
     if window:
-        _reduce_inner_windows(a, xv, ov, outer, r, inner, window, is_max)
-        return o.obj
-    block_r, block_i, num_warps, splits = strip_config(outer, r, inner, a.dtype.itemsize)
+        return _window_classes(x, outer, r, inner, window, is_max=is_max, t=t)
+    block_r, block_i, num_warps, splits = strip_config(outer, r, inner, x.dtype.itemsize, t=t)
     n_tiles = tc.cdiv(r, block_r)
+    consts = dict(MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i)
     if splits == 1:
         grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
-        launch(reduce_inner_kernel, grid, (xv, ov, n_tiles), num_warps, MAX=is_max, BLOCK_R=block_r,
-               BLOCK_I=block_i, STRIPS_FIRST=first)
-        return o.obj
+        return [Launch.of(reduce_inner_kernel, grid, ("x", "out", n_tiles), num_warps, schedule=STRIPS, **consts,
+                          STRIPS_FIRST=first)]
     # Too few column strips to fill the GPU: split R, reduce each part to f32, then the parts.
     per = tc.cdiv(n_tiles, splits)
     splits = tc.cdiv(n_tiles, per)
-    pv = partials_view(a, outer, splits, inner)
+    part = partials_temp("part", outer, splits, inner)
     grid, first = slab_grid(outer, tc.cdiv(inner, block_i), splits)
-    launch(reduce_inner_kernel, grid, (xv, pv, per), num_warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i,
-           STRIPS_FIRST=first)
-    _reduce_partials(pv, ov, outer, splits, inner, is_max)
-    return o.obj
+    return [Launch.of(reduce_inner_kernel, grid, ("x", "part", per), num_warps, temps=(part,), schedule=SPLIT,
+                      **consts, STRIPS_FIRST=first),
+            _merge_partials(part, outer, splits, inner, is_max=is_max, t=t)]
 
 
-def inner_window(a: Arr, r: int, s_outer: int, s_r: int, inner: int, s_inner: int) -> int:
+def _rows_plan(x: Arr, *, is_max: bool, t: ReductionTuning) -> List[Launch]:
+    n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
+    cfg = row_config(n_cols, n_rows)
+    # Long rows off 32-byte sectors are read in aligned windows; so are 2-byte rows of one
+    # tile, looped in small windows (t.window_loop_tile). f32 ones keep their tile.
+    window = row_window(x, "x")
+    schedule = LOOPED
+    if cfg.single and window and x.dtype.itemsize == 2 and n_cols >= t.window_loop_tile:
+        cfg = RowConfig(t.window_loop_tile, window_rows(n_cols, x.dtype.itemsize, t=t), t.window_loop_warps, False)
+        schedule = WINDOWS
+    elif cfg.single:
+        window, schedule = 0, ONE_TILE
+    return [Launch.of(reduce_rows_kernel, cfg.grid(n_rows), ("x", "out"), cfg.num_warps, schedule=schedule, MAX=is_max,
+                      ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window)]
+
+
+def inner_window(a: Arr, r: int, s_outer: int, s_r: int, inner: int, s_inner: int, *,
+                 t: Optional[ReductionTuning] = None) -> int:
     """WINDOW (elements in 32 bytes) when the reduced rows of (outer, R, inner) start off
     32-byte sectors and are wide enough to read through windows (`reduce_inner_window_kernel`);
     else 0."""
     w = WINDOW_BYTES // a.dtype.itemsize
-    if s_inner != 1 or inner < MIN_WINDOW_INNER or (r < 2 and s_outer % w == 0):
+    if s_inner != 1 or inner < (t or _T).min_window_inner or (r < 2 and s_outer % w == 0):
         return 0
     return w if s_r % w or s_outer % w else 0
 
 
-def _reduce_inner_windows(a: Arr, xv, ov, outer: int, r: int, inner: int, window: int, is_max: bool):
+def _window_classes(x: Arr, outer: int, r: int, inner: int, window: int, *, is_max: bool,
+                    t: ReductionTuning) -> List[Launch]:
     # Rows in WINDOW classes (`reduce_inner_window_kernel`), tiled as an aligned reduction of
     # R / WINDOW rows and split within one wave (`window_split_count`); then the classes'
     # partial sums are reduced.
-    block_r, block_i, num_warps = inner_config(tc.cdiv(r, window), inner, a.dtype.itemsize)
+    itemsize = x.dtype.itemsize
+    block_r, block_i, num_warps = inner_config(tc.cdiv(r, window), inner, itemsize, t=t)
     n_tiles = tc.cdiv(tc.cdiv(r, window), block_r)
     strips = tc.cdiv(inner + window - 1, block_i)   # a window starts up to WINDOW - 1 before the row
-    per = tc.cdiv(n_tiles, window_split_count(outer * strips * window, n_tiles, a.dtype.itemsize))
+    per = tc.cdiv(n_tiles, window_split_count(outer * strips * window, n_tiles, itemsize, t=t))
     splits = tc.cdiv(n_tiles, per)
-    pv = partials_view(a, outer, splits * window, inner)
+    part = partials_temp("part", outer, splits * window, inner)
     grid, first = slab_grid(outer, strips, splits * window)
-    launch(reduce_inner_window_kernel, grid, (xv, pv, per), num_warps, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i,
-           WINDOW=window, STRIPS_FIRST=first)
-    _reduce_partials(pv, ov, outer, splits * window, inner, is_max)
+    return [Launch.of(reduce_inner_window_kernel, grid, ("x", "part", per), num_warps, temps=(part,),
+                      schedule=WINDOW_CLASSES, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i, WINDOW=window,
+                      STRIPS_FIRST=first),
+            _merge_partials(part, outer, splits * window, inner, is_max=is_max, t=t)]
 
 
-def window_split_count(programs: int, n_tiles: int, itemsize: int) -> int:
-    """How many programs share one class's strip (`_reduce_inner_windows`): as many as keep all
-    programs within SPLIT_TARGET (one wave of the window kernel, 4 programs per SM), each with
-    at least MIN_TILES_PER_SPLIT tiles. More, as `split_count` allows, made a second wave:
-    16384x5000 bf16 ran 640 programs of 16 tiles on 528 places."""
-    target = SPLIT_TARGET_2BYTE if itemsize <= 2 else SPLIT_TARGET
-    return builtins.max(1, builtins.min(n_tiles // MIN_TILES_PER_SPLIT, target // programs))
+def window_split_count(programs: int, n_tiles: int, itemsize: int, *, t: Optional[ReductionTuning] = None) -> int:
+    """How many programs share one class's strip (`_window_classes`): as many as keep all
+    programs within the split target (one wave of the window kernel, 4 programs per SM), each
+    with at least `min_tiles_per_split` tiles ("reductions: split strips")."""
+    t = t or _T
+    target = t.split_target_2byte if itemsize <= 2 else t.split_target
+    return builtins.max(1, builtins.min(n_tiles // t.min_tiles_per_split, target // programs))
 
 
-def partials_view(a: Arr, outer: int, rows: int, inner: int):
-    """An f32 (outer, rows, inner) view for partial results, its rows padded to 32 bytes so
-    that the reduction over them reads 16-byte groups."""
+def partials_temp(name: str, outer: int, rows: int, inner: int) -> Temp:
+    """Scratch for partial results as a plan's Temp: f32 (outer, rows, inner), its rows padded
+    to 32 bytes so that the reduction over them reads 16-byte groups."""
     per_window = WINDOW_BYTES // 4
     pitch = tc.cdiv(inner, per_window) * per_window
-    part = empty_like(a, (outer, rows, pitch), tc.float32)
-    return view(part, (outer, rows, inner), (rows * pitch, pitch, 1))
+    return Temp(name, (outer, rows, pitch), tc.float32, view=((outer, rows, inner), (rows * pitch, pitch, 1)))
 
 
-def _reduce_partials(pv, ov, outer: int, rows: int, inner: int, is_max: bool):
-    block_r, block_i, warps = inner_config(rows, inner)
+def _merge_partials(part: Temp, outer: int, rows: int, inner: int, *, is_max: bool, t: ReductionTuning) -> Launch:
+    """The dependent launch reducing the `rows` f32 partials of `part` into "out"."""
+    block_r, block_i, warps = inner_config(rows, inner, t=t)
     grid, first = slab_grid(outer, tc.cdiv(inner, block_i))
-    launch(reduce_inner_kernel, grid, (pv, ov, tc.cdiv(rows, block_r)), warps, options=DEPENDENT, MAX=is_max,
-           BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
+    return Launch.of(reduce_inner_kernel, grid, (part.name, "out", tc.cdiv(rows, block_r)), warps, options=DEPENDENT,
+                     schedule=SPLIT, MAX=is_max, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)
 
 
 def slab_grid(outer: int, strips: int, splits: int = 1):
@@ -403,12 +396,13 @@ def slab_grid(outer: int, strips: int, splits: int = 1):
     return grid, first
 
 
-def inner_config(r: int, inner: int, itemsize: int = 4):
-    """(BLOCK_R, BLOCK_I, num_warps) of the inner-dimension reduction: a strip of up to 256
-    contiguous columns (512 for 2-byte types: 1 KB either way) and
-    INNER_TILE / strip rows (twice that for 2-byte types), 8 warps at a full tile: four
+def inner_config(r: int, inner: int, itemsize: int = 4, *, t: Optional[ReductionTuning] = None):
+    """(BLOCK_R, BLOCK_I, num_warps) of the inner-dimension reduction: a strip of up to
+    `max_strip` contiguous columns (`max_strip_2byte` for 2-byte types: 1 KB either way) and
+    `inner_tile` / strip rows (twice that for 2-byte types), 8 warps at a full tile: four
     16-byte loads per thread per step either way."""
-    return strip_tile(r, inner, itemsize, MAX_STRIP_2BYTE if itemsize <= 2 else MAX_STRIP, INNER_TILE * 4)
+    t = t or _T
+    return strip_tile(r, inner, itemsize, t.max_strip_2byte if itemsize <= 2 else t.max_strip, t.inner_tile * 4)
 
 
 def strip_tile(r: int, inner: int, itemsize: int, columns: int, tile_bytes: int):
@@ -419,42 +413,80 @@ def strip_tile(r: int, inner: int, itemsize: int, columns: int, tile_bytes: int)
     return block_r, block_i, builtins.max(block_r * block_i * itemsize // 2048, 1)
 
 
-def split_count(strips: int, n_tiles: int, itemsize: int = 4) -> int:
-    """How many programs share one column strip's rows: enough for SPLIT_TARGET programs in
-    all, each keeping at least MIN_TILES_PER_SPLIT row tiles (so the second pass stays
+def split_count(strips: int, n_tiles: int, itemsize: int = 4, *, t: Optional[ReductionTuning] = None) -> int:
+    """How many programs share one column strip's rows: enough for the split target's programs
+    in all, each keeping at least `min_tiles_per_split` row tiles (so the second pass stays
     small); and where the strips have rows to spare, up to twice that many, so that no
-    program walks more than TILES_PER_SPLIT tiles. Measured on an H200 (sum over dim 0 of
-    16384x8192 f32: 1024 programs of 32 tiles 89% of copy, 2048 of 16 93%, 4096 of 8 89%;
-    8192x16384 bf16: 1024 of 16 85%, 2048 of 8 82%). 2-byte types (512-column strips)
-    want 512 programs of up to 32 tiles (8192x16384 bf16: 512 programs 90-91%, 1024
-    87.5%, 384 91%)."""
+    program walks more than `tiles_per_split` tiles ("reductions: split strips"). 2-byte types
+    (512-column strips) have targets of their own."""
+    t = t or _T
     two_byte = itemsize <= 2
-    target = SPLIT_TARGET_2BYTE if two_byte else SPLIT_TARGET
+    target = t.split_target_2byte if two_byte else t.split_target
     if strips >= target:
         return 1
     want = tc.cdiv(target, strips)
-    most = TILES_PER_SPLIT_2BYTE if two_byte else TILES_PER_SPLIT
-    return builtins.max(1, builtins.min(want, n_tiles // MIN_TILES_PER_SPLIT),
+    most = t.tiles_per_split_2byte if two_byte else t.tiles_per_split
+    return builtins.max(1, builtins.min(want, n_tiles // t.min_tiles_per_split),
                         builtins.min(n_tiles // most, 2 * want))
 
 
-def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: int = STRIP_PROGRAMS):
+def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: Optional[int] = None, *,
+                 t: Optional[ReductionTuning] = None):
     """(BLOCK_R, BLOCK_I, num_warps, splits) of sum/max over a non-last dimension of an
-    aligned (outer, R, inner) array (`reduce_inner_kernel`): strips of up to STRIP_COLUMNS
-    contiguous columns, tiles of STRIP_TILE_BYTES (16 x 128 f32, 32 x 128 f16/bf16) at one
+    aligned (outer, R, inner) array (`reduce_inner_kernel`): strips of up to `strip_columns`
+    contiguous columns, tiles of `strip_tile_bytes` (16 x 128 f32, 32 x 128 f16/bf16) at one
     warp per 2 KB (4 at a full tile: four 16-byte loads per thread per step), and R split
-    among programs until about `programs` run, each walking at least MIN_TILES_PER_SPLIT
-    tiles.
-
-    Measured on an H100 (% of copy, old rule: 1 KB strips, 16 KB tiles at 8 warps, 512-2048
-    programs -> this one): sum over dim 0 of 16384x8192 f32 95.3 -> 96.9, 8192x16384 bf16
-    90.3 -> 91.2, 2097152x64 f32 84.8 -> 92.5, 4096x4096 f16 71.4 -> 74.0; 16 KB tiles, 256
-    columns or 2048 programs did no better anywhere (docs/benchmarks-archive.md, "Column strips")."""
-    block_r, block_i, num_warps = strip_tile(r, inner, itemsize, STRIP_COLUMNS, STRIP_TILE_BYTES)
+    among programs until about `programs` (default `strip_programs`) run, each walking at
+    least `min_tiles_per_split` tiles ("reductions: column strips")."""
+    t = t or _T
+    programs = t.strip_programs if programs is None else programs
+    block_r, block_i, num_warps = strip_tile(r, inner, itemsize, t.strip_columns, t.strip_tile_bytes)
     strips = outer * tc.cdiv(inner, block_i)
     n_tiles = tc.cdiv(r, block_r)
-    splits = builtins.max(1, builtins.min(tc.cdiv(programs, strips), n_tiles // MIN_TILES_PER_SPLIT))
+    splits = builtins.max(1, builtins.min(tc.cdiv(programs, strips), n_tiles // t.min_tiles_per_split))
     return block_r, block_i, num_warps, splits
+
+
+def _reduce(x, dim, out, *, is_max: bool, op: str):
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError(f"{op}: x must have at least 1 dimension")
+    d = normalize_dim(dim, a.ndim)
+    if is_max and a.shape[d] == 0:
+        raise ValueError(f"{op}: cannot take the max over dimension {d}, which has size 0")
+    o = output(out, a, a.shape[:d] + a.shape[d + 1:], a.dtype)
+    if o.numel == 0:
+        return o.obj
+    if rows_path(a, d):
+        xv, n_rows, _ = rows_of(a, "x")
+        ov = view(o, (n_rows,), (flat_group(o.shape, o.strides, "out")[1],))
+    else:
+        xv, (outer, _, inner), _ = slab_view(a, d, "x")
+        _, so_outer = flat_group(o.shape[:d], o.strides[:d], "out")
+        _, so_inner = flat_group(o.shape[d:], o.strides[d:], "out")
+        ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see flat_group
+    execute(plan(a, o, d, is_max=is_max, target=target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
+    return o.obj
+
+
+def plan_cumsum(x: Arr, out: Arr, target: Target) -> List[Launch]:
+    """The launch of cumsum along the last dimension of `x` into `out`: operands "x", "out" as
+    their rows (`rows_of`); ONE_TILE for rows of up to `max_scan_tile`, else LOOPED.
+
+    Rows go through aligned windows, the tiles sized for the row plus up to 32 bytes before
+    it, where rows start off 32-byte sectors, and also rows on sectors of a length not a
+    multiple of 16 elements ("reductions: cumsum"). An out whose rows start at other offsets:
+    its windows, x's rows realigned into them (`row_windows`)."""
+    t = tuning_for(target).reduction
+    n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
+    if n_cols == 0:
+        return []
+    window, realign = row_windows(x, out, ragged=True)
+    cfg = row_config(window_span(n_cols, window), n_rows, max_single=t.max_scan_tile, loop_tile=t.max_scan_tile)
+    return [Launch.of(cumsum_kernel, cfg.grid(n_rows), ("x", "out"), cfg.num_warps,
+                      schedule=ONE_TILE if cfg.single else LOOPED, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window,
+                      REALIGN=realign)]
 
 
 @planned
@@ -480,7 +512,7 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     Reduced rows that start off 32-byte sectors are read through aligned
     windows (`reduce_inner_window_kernel`, `inner_config`).
     """
-    return _reduce(x, dim, out, False, "sum")
+    return _reduce(x, dim, out, is_max=False, op="sum")
 
 
 @planned
@@ -491,7 +523,7 @@ def max(x, dim: int, out=None):  # noqa: A001 - the op's name
     indices). NaN handling follows tc.maximum. Same dtypes, layout limits and
     block sizes as `sum`; an empty reduced dimension is a ValueError.
     """
-    return _reduce(x, dim, out, True, "max")
+    return _reduce(x, dim, out, is_max=True, op="max")
 
 
 @planned
@@ -509,18 +541,6 @@ def cumsum(x, dim: int = -1, out=None):
     elements / 512, 1..16. Rows off 32-byte sectors are read and written in
     aligned windows (`_window`; n counts up to 32 bytes before the row).
     """
-    a, o, xv, ov, n_rows, n_cols = last_dim_rows(x, dim, out, "cumsum")
-    if n_cols == 0:
-        return o.obj
-    # Rows through aligned windows, the tiles sized for the row plus up to 32 bytes before
-    # it, where rows start off 32-byte sectors: column tiles of such rows took scalar
-    # accesses and 238 registers (H200, 32768x3000 bf16: 12% of copy; windows 72%). Also
-    # rows on sectors of a length not a multiple of 16 elements: the window's scan by
-    # 16-byte groups beat column tiles' masked stores (H100, f32 8192x6008 1.59x,
-    # 4096x20008 1.46x). An out whose rows start at other offsets: its windows, x's rows
-    # realigned into them (`row_windows`).
-    window, realign = row_windows(a, o, ragged=True)
-    cfg = row_config(window_span(n_cols, window), n_rows, max_single=MAX_SCAN_TILE, loop_tile=MAX_SCAN_TILE)
-    launch(cumsum_kernel, cfg.grid(n_rows), (xv, ov), cfg.num_warps, ROWS=cfg.rows, BLOCK=cfg.block, WINDOW=window,
-           REALIGN=realign)
+    a, o, xv, ov, _, _ = last_dim_rows(x, dim, out, "cumsum")
+    execute(plan_cumsum(a, o, target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
     return o.obj

@@ -27,6 +27,21 @@ order, which one applies to its shapes on its Target and emits that schedule's l
   norms' rows whose flight fits in L2 on one program per SM (`_common.long_row_launch`).
 - SPLIT: fewer rows than fill the GPU: each row split into chunks among programs, a
   second (dependent) launch combining them (`split_chunks_count`).
+
+The other ops' plans name their launches' strategies too:
+
+- FLAT_TILES / ROW_TILES (the elementwise ops, dropout, rope): a contiguous array as one
+  flat row in tiles of `flat_tile_elems`, else (BR, BC) tiles of its rows
+  (`_rows.tile_config`).
+- TILES (transpose): one (BM, BN) tile per program.
+- ONE_TILE, LOOPED, WINDOWS (sum/max along the last dimension, cumsum): a row in one tile,
+  looped over tiles, or 2-byte rows off 32-byte sectors looped over small aligned windows.
+- STRIPS (sum/max along another dimension; softmax_dim): column strips walking the
+  reduced dimension; SPLIT there is strips whose rows are split among programs (f32
+  partials merged by a dependent STRIPS launch); WINDOW_CLASSES: reduced rows off sectors
+  read by classes of rows through aligned windows (`reductions.inner_window`).
+- GEMM_TILES, PERSISTENT, SPLIT_K (matmul): one output tile per program; at most one
+  program per SM walking the tiles; K split into slices summed by a dependent reduction.
 """
 from __future__ import annotations
 
@@ -36,7 +51,8 @@ import tilec as tc
 
 from .tuning import CrossEntropyTuning, NormTuning, SoftmaxTuning
 
-__all__ = ["ONE_TILE", "CLUSTER", "PERSISTENT_CLUSTER", "CHUNK_TILES", "LOOPED", "SPLIT", "most_resident",
+__all__ = ["ONE_TILE", "CLUSTER", "PERSISTENT_CLUSTER", "CHUNK_TILES", "LOOPED", "SPLIT", "FLAT_TILES", "ROW_TILES",
+           "TILES", "WINDOWS", "STRIPS", "WINDOW_CLASSES", "GEMM_TILES", "PERSISTENT", "SPLIT_K", "most_resident",
            "split_chunks_count", "softmax_clusters_eligible", "softmax_persistent_candidates",
            "norm_chunk_tiles_eligible", "cross_entropy_split"]
 
@@ -46,6 +62,15 @@ PERSISTENT_CLUSTER = "persistent_cluster"
 CHUNK_TILES = "chunk_tiles"
 LOOPED = "looped"
 SPLIT = "split"
+FLAT_TILES = "flat_tiles"
+ROW_TILES = "row_tiles"
+TILES = "tiles"
+WINDOWS = "windows"
+STRIPS = "strips"
+WINDOW_CLASSES = "window_classes"
+GEMM_TILES = "gemm_tiles"
+PERSISTENT = "persistent"
+SPLIT_K = "split_k"
 
 
 def most_resident(candidates: Sequence, grid_of: Callable) -> Optional[Tuple]:

@@ -22,10 +22,9 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import DEPENDENT, Arr, as_array, check_float, flat_group, next_pow2, output, slab_view, target_of
-from ._window import WINDOW_BYTES
-from .launches import Launch, Operands, Temp, execute
+from .launches import Launch, Operands, execute
 from .schedules import LOOPED, ONE_TILE, SPLIT
-from .reductions import inner_config, slab_grid, slab_strip, split_count, strip_config
+from .reductions import inner_config, partials_temp, slab_grid, slab_strip, split_count, strip_config
 
 __all__ = ["softmax_along", "plan"]
 
@@ -245,14 +244,6 @@ def plan(x: Arr, out: Arr, dim: int, log: bool, target: Target) -> List[Launch]:
                       schedule=SPLIT, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first),
             Launch.of(softmax_dim_loop_kernel, grid, ("x", "out", "m_part", "s_part", per), warps, options=DEPENDENT,
                       schedule=SPLIT, LOG=log, SPLIT=True, BLOCK_R=block_r, BLOCK_I=block_i, STRIPS_FIRST=first)]
-
-
-def partials_temp(name: str, outer: int, rows: int, inner: int) -> Temp:
-    """`reductions.partials_view`'s scratch as a plan's Temp: f32 (outer, rows, inner), its rows
-    padded to 32 bytes so that the reduction over them reads 16-byte groups."""
-    per_window = WINDOW_BYTES // 4
-    pitch = tc.cdiv(inner, per_window) * per_window
-    return Temp(name, (outer, rows, pitch), tc.float32, view=((outer, rows, inner), (rows * pitch, pitch, 1)))
 
 
 def softmax_along(x, dim: int, out, log: bool, op: str):

@@ -8,13 +8,19 @@ and inserts the conversion (through shared memory) for the `.T`.
 """
 from __future__ import annotations
 
+from typing import List
+
 import tilec as tc
+from tilec.target import Target
 
-from ._common import as_array, check_float, launch, next_pow2, output, view
+from ._common import Arr, as_array, check_float, next_pow2, output, target_of, view
 from ._plan import planned
-from ._rows import INDEX_LIMIT
+from ._rows import wide
+from .launches import Launch, Operands, execute
+from .schedules import TILES
+from .tuning import TABLES, tuning_for
 
-__all__ = ["transpose", "transpose_kernel", "SIGNATURES"]
+__all__ = ["transpose", "transpose_kernel", "plan", "SIGNATURES"]
 
 FLOAT_AND_INT = (tc.float16, tc.bfloat16, tc.float32, tc.int32, tc.int16, tc.int8, tc.uint8, tc.float64,
                  tc.int64)
@@ -47,11 +53,30 @@ SIGNATURES = {
 }
 # The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
 OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in SIGNATURES}
-# Tile (rows, cols) by element size: 16-32 KB. On an H200 at 8192x8192 (x torch.compile):
-# f32 64x128 1.046, 128x64 1.045, 128x128 1.032, 64x64 1.037; f16 128x128 1.150, 64x128
-# 1.130, 64x64 1.099, each at 8 warps (64x64: also 4).
-TILE = {1: (128, 128), 2: (128, 128), 4: (64, 128), 8: (64, 64)}
+# The sm_90 table's tiles (rows, cols) by element size under their old name (tests, docs).
+TILE = {size: TABLES["sm_90"].transpose.tile(size) for size in (1, 2, 4, 8)}
 transpose_kernel_f16 = transpose_kernel
+
+
+def _row_strides(x: Arr, out: Arr):
+    """(sx, so): x's and out's row strides, a row's length where there is one row."""
+    n_rows, n_cols = x.shape
+    return (x.strides[0] if n_rows > 1 else max(n_cols, 1)), (out.strides[0] if n_cols > 1 else max(n_rows, 1))
+
+
+def plan(x: Arr, out: Arr, target: Target) -> List[Launch]:
+    """out = x.T for 2-D descriptions (TILES): operands "x" and "out", each viewed with its
+    own shape and strides (row stride, 1) as `_row_strides` gives them."""
+    t = tuning_for(target).transpose
+    n_rows, n_cols = x.shape
+    sx, so = _row_strides(x, out)
+    tm, tn = t.tile(x.dtype.itemsize)
+    bm = min(tm, max(t.min_tile, next_pow2(n_rows)))
+    bn = min(tn, max(t.min_tile, next_pow2(n_cols)))
+    grid = (tc.cdiv(n_rows, bm) * tc.cdiv(n_cols, bn),)
+    warps = min(max(bm * bn // t.elems_per_warp, 1), t.max_warps)
+    return [Launch.of(transpose_kernel, grid, ("x", "out", n_rows, n_cols, sx, so), warps, schedule=TILES, BM=bm,
+                      BN=bn, WIDE=wide(n_rows * sx, n_cols * so))]
 
 
 @planned
@@ -72,13 +97,7 @@ def transpose(x, out=None):
         if arr.shape[1] > 1 and arr.strides[1] != 1:
             raise ValueError(f"{name}: the last dimension must be contiguous (stride 1), got strides "
                              f"{arr.strides}; pass a contiguous copy")
-    sx = a.strides[0] if n_rows > 1 else max(n_cols, 1)
-    so = o.strides[0] if n_cols > 1 else max(n_rows, 1)
-    tm, tn = TILE[a.dtype.itemsize]
-    bm = min(tm, max(16, next_pow2(n_rows)))
-    bn = min(tn, max(16, next_pow2(n_cols)))
-    grid = (tc.cdiv(n_rows, bm) * tc.cdiv(n_cols, bn),)
-    wide = max(n_rows * sx, n_cols * so) >= INDEX_LIMIT
-    launch(transpose_kernel, grid, [view(a, a.shape, (sx, 1)), view(o, o.shape, (so, 1)), n_rows, n_cols, sx, so],
-           num_warps=min(max(bm * bn // 1024, 1), 8), BM=bm, BN=bn, WIDE=wide)
+    sx, so = _row_strides(a, o)
+    operands = Operands({"x": a}, {"x": view(a, a.shape, (sx, 1)), "out": view(o, o.shape, (so, 1))})
+    execute(plan(a, o, target_of(a)), operands)
     return o.obj

@@ -1,22 +1,28 @@
-"""Per-target tuning tables of the row ops (softmax, the norms, cross_entropy).
+"""Per-target tuning tables of the standard library's plans.
 
-The numbers a row op's schedule choice reads (where one strategy gives way to another,
+The numbers an op's schedule choice reads (where one strategy gives way to another,
 the warps and tiles of a strategy) are entries of these frozen dataclasses, one table per
-target family, looked up with `row_tuning(target)`. Every field names the section of
-docs/benchmarks-archive.md, "Row ops' tuning tables", that holds the measurements behind
-it; the code that reads a field says only what it means.
+target family, looked up with `row_tuning(target)` (also `tuning_for`). Every field names
+the section of docs/benchmarks-archive.md that holds the measurements behind it ("Row ops'
+tuning tables" for softmax, the norms and cross_entropy; "The other ops' tuning tables" for
+the elementwise ops, transpose, the reductions and matmul); the code that reads a field
+says only what it means.
 
 Families: "sm_90" (H100, H200: where every number was measured) and "sm_80", which has no
 clusters (the cluster fields are never read there) and takes the sm_90 numbers until
-measured on its own hardware.
+measured on its own hardware. (matmul's numbers for sm_80 were measured where GEMMs of
+host arrays plan for it: an H100's SMs with sm_80's mma.sync tiles, the "Before wgmma"
+tables.)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Tuple
 
 from tilec.target import Target
 
-__all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "RowTuning", "TABLES", "row_tuning"]
+__all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
+           "TransposeTuning", "ReductionTuning", "MatmulTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -85,12 +91,77 @@ class CrossEntropyTuning:
 
 
 @dataclass(frozen=True)
+class ElementwiseTuning:
+    """The elementwise ops' (gelu, swiglu, add, mul, rope, dropout and their backwards) tiles (`_rows.tile_config`)."""
+    tile_elems: int = 4096        # elements per program of rows ("elementwise: tiles")
+    per_thread: int = 16          # their elements per thread ("elementwise: tiles")
+    flat_tile_elems: int = 1024   # one flat row (a contiguous array): elements per program ("elementwise: flat tiles")
+    flat_per_thread: int = 8      # and per thread ("elementwise: flat tiles")
+    max_warps: int = 8            # ("elementwise: tiles")
+    rope_half_tile_elems: int = 2048   # rope's half-split tiles: each of two halves ("elementwise: tiles")
+
+
+@dataclass(frozen=True)
+class TransposeTuning:
+    """transpose's tiles (rows, cols) by element size, and its warps."""
+    tile_1byte: Tuple[int, int] = (128, 128)   # ("transpose: tiles")
+    tile_2byte: Tuple[int, int] = (128, 128)   # ("transpose: tiles")
+    tile_4byte: Tuple[int, int] = (64, 128)    # ("transpose: tiles")
+    tile_8byte: Tuple[int, int] = (64, 64)     # ("transpose: tiles")
+    min_tile: int = 16                          # smallest tile extent (small matrices)
+    elems_per_warp: int = 1024                  # one warp per this many tile elements, 1..max_warps
+    max_warps: int = 8
+
+    def tile(self, itemsize: int) -> Tuple[int, int]:
+        return {1: self.tile_1byte, 2: self.tile_2byte, 4: self.tile_4byte, 8: self.tile_8byte}[itemsize]
+
+
+@dataclass(frozen=True)
+class ReductionTuning:
+    """sum, max and cumsum (reductions.py); the inner-dimension numbers also serve softmax_dim."""
+    strip_columns: int = 128      # the aligned sum/max over a non-last dimension ("reductions: column strips")
+    strip_tile_bytes: int = 8192  # ("reductions: column strips")
+    strip_programs: int = 1024    # ("reductions: column strips")
+    min_tiles_per_split: int = 4  # split programs walk at least this many tiles ("reductions: column strips")
+    inner_tile: int = 4096        # windowed inner kernel and merges: tile elements ("reductions: inner strips")
+    max_strip: int = 256          # widest strip, 4-byte types ("reductions: inner strips")
+    max_strip_2byte: int = 512    # 2-byte types ("reductions: inner strips")
+    split_target: int = 1024      # programs wanted ("reductions: split strips")
+    split_target_2byte: int = 512  # ("reductions: split strips")
+    tiles_per_split: int = 16     # row tiles per program at most, where rows spare ("reductions: split strips")
+    tiles_per_split_2byte: int = 32  # ("reductions: split strips")
+    max_scan_tile: int = 4096     # cumsum: longest row scanned in one tile ("reductions: cumsum")
+    min_window_inner: int = 128   # reduced rows off sectors through windows from this many columns ("reductions: windows")
+    window_loop_tile: int = 512   # 2-byte rows off sectors: windows of this many, from that many columns ("reductions: windows")
+    window_loop_warps: int = 2    # ("reductions: windows")
+    window_pair_bytes: int = 2048  # rows of at most this many bytes two to a program ("reductions: window pairs")
+
+
+@dataclass(frozen=True)
+class MatmulTuning:
+    """matmul's configuration heuristic (matmul_config.config_for)."""
+    smem_budget: int = 160 * 1024        # operand buffers, mma.sync tiles (sm_80: 164 KB per CTA; "matmul: stages")
+    smem_budget_wgmma: int = 200 * 1024  # wgmma tiles (sm_90a: 227 KB per CTA; "matmul: stages")
+    wide_tile_sm_share: Tuple[int, int] = (9, 10)   # 128 x 256 while this share of SMs stays busy ("matmul: tiles")
+    ws_min_waves: int = 8                # tf32 warp specialization from this many programs per SM ("matmul: warp specialization")
+    min_slice_k: int = 1024              # split-K: each K slice at least this long ("matmul: split-K")
+    min_split_k: int = 4096              # split-K: K at least this long, twice for skinny M ("matmul: split-K")
+    max_split_k: int = 16                # split-K: at most this many slices ("matmul: split-K")
+    reduce_tile: int = 2048              # elements per program of the split-K reduction ("matmul: split-K")
+    skinny_bk: int = 128                 # skinny-M 2-byte tiles' K step ("matmul: skinny M")
+
+
+@dataclass(frozen=True)
 class RowTuning:
     family: str
     cluster: ClusterTuning = ClusterTuning()
     softmax: SoftmaxTuning = SoftmaxTuning()
     norm: NormTuning = NormTuning()
     cross_entropy: CrossEntropyTuning = CrossEntropyTuning()
+    elementwise: ElementwiseTuning = ElementwiseTuning()
+    transpose: TransposeTuning = TransposeTuning()
+    reduction: ReductionTuning = ReductionTuning()
+    matmul: MatmulTuning = MatmulTuning()
 
 
 TABLES = {
@@ -102,3 +173,6 @@ TABLES = {
 def row_tuning(target: Target) -> RowTuning:
     """The table of `target`'s family (sm_90 and later: "sm_90"; sm_80 to sm_89: "sm_80")."""
     return TABLES["sm_90" if tuple(target.capability) >= (9, 0) else "sm_80"]
+
+
+tuning_for = row_tuning   # (the name for ops that are not row ops)

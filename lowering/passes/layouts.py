@@ -20,10 +20,14 @@
 4. Types are rewritten; where an op's requirement and its operand's group
    disagree (placement differs, not merely spelling), a gpu.convert_layout is
    inserted.
+
+What each op class contributes to steps 1, 3 and 4 is its `LayoutRule` in `_RULES` (its
+group, step, required and result parts), as axis_info's rules are a table by op class.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -86,25 +90,12 @@ def _build_groups(func) -> _Groups:
             for blk in r.blocks:
                 for a in blk.args:
                     g.add(a)
-        if op.has_trait("elementwise") or isinstance(op, _MEM + (T.BroadcastOp, T.ScanOp)):
-            g.union(*op.operands, *op.results)
-        elif isinstance(op, T.DotOp):
-            g.union(op.operands[2], op.results[0])
-        elif isinstance(op, T.ForOp):
-            y = op.body.terminator
-            for i, init in enumerate(op.group("inits")):
-                g.union(init, op.body.args[i + 1], y.operands[i], op.results[i])
-        elif isinstance(op, T.IfOp):
-            for r in op.regions:
-                for i, v in enumerate(r.block.terminator.operands):
-                    g.union(op.results[i], v)
-        elif isinstance(op, T.WhileOp):
-            before, after = op.regions[0].block, op.regions[1].block
-            cond, y = before.terminator, after.terminator
-            for i, init in enumerate(op.operands):
-                g.union(init, before.args[i], y.operands[i])
-            for j, v in enumerate(cond.operands[1:]):
-                g.union(v, after.args[j], op.results[j])
+        if op.has_trait("elementwise"):
+            _union_all(g, op)
+            continue
+        rule = _RULES.get(type(op))
+        if rule is not None and rule.group is not None:
+            rule.group(g, op)
     return g
 
 
@@ -283,40 +274,9 @@ class _Assigner:
                 changed |= self._step(op)
 
     def _step(self, op: Op) -> bool:
-        if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)):
-            src = self.of(op.operands[0])
-            if src is not None and src.rank >= 2:
-                return self.offer(op.results[0], SliceLayout(op.attrs["axis"], src))
-            out = self.of(op.results[0])
-            if isinstance(out, SliceLayout) and out.dim == op.attrs["axis"]:
-                return self.offer(op.operands[0], out.parent)
-        elif isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType):
-            out = self.of(op.results[0])
-            if out is not None:
-                return self.offer(op.operands[0], SliceLayout(op.attrs["axis"], out))
-            src = self.of(op.operands[0])
-            if isinstance(src, SliceLayout) and src.dim == op.attrs["axis"]:
-                return self.offer(op.results[0], src.parent)
-        elif isinstance(op, T.DotOp):
-            acc = self.of(op.results[0])
-            if acc is not None:
-                a = self.offer(op.operands[0], _dot_operand(op, acc, 0))
-                b = self.offer(op.operands[1], _dot_operand(op, acc, 1))
-                return a or b
-        elif isinstance(op, T.CatOp):
-            out = self.of(op.results[0])
-            if out is not None:
-                want, _ = cat_layouts(out, op.results[0].type.shape, op.attrs["axis"], self.num_warps)
-                return self.offer(op.operands[0], want) | self.offer(op.operands[1], want)
-        elif isinstance(op, T.ReshapeOp):
-            src, dst = op.operands[0].type.shape, op.results[0].type.shape
-            out = self.of(op.results[0])
-            if out is not None:
-                return self.offer(op.operands[0], _reshape_layout(out, dst, src))
-            inl = self.of(op.operands[0])
-            if inl is not None:
-                return self.offer(op.results[0], _reshape_layout(inl, src, dst))
-        return False
+        """Propagate a layout across `op` (its rule's `step`); whether a group got one."""
+        rule = _RULES.get(type(op))
+        return rule.step(self, op) if rule is not None and rule.step is not None else False
 
     def _largest(self, gid) -> Tuple[int, ...]:
         """The largest shape among a group's values (all of one rank: broadcasts keep it)."""
@@ -330,21 +290,9 @@ class _Assigner:
         return False
 
     def required(self, op: Op) -> List[Tuple[int, DistributedLayout]]:
-        """(operand index, layout it must have) for the ops that relate layouts."""
-        if isinstance(op, T.ExpandDimsOp) and isinstance(op.operands[0].type, TileType):
-            return [(0, SliceLayout(op.attrs["axis"], self.of(op.results[0])))]
-        if isinstance(op, T.DotOp):
-            acc = self.of(op.results[0])
-            return [(0, _dot_operand(op, acc, 0)), (1, _dot_operand(op, acc, 1))]
-        if isinstance(op, T.ReshapeOp):
-            return [(0, _reshape_layout(self.of(op.results[0]), op.results[0].type.shape,
-                                        op.operands[0].type.shape))]
-        if isinstance(op, T.PermuteOp):
-            return [(0, _permute_layout(self.of(op.results[0]), op.results[0].type.shape, op.attrs["order"]))]
-        if isinstance(op, T.CatOp) and self._cat_from_operands(op) is None:
-            want, _ = cat_layouts(self.of(op.results[0]), op.results[0].type.shape, op.attrs["axis"], self.num_warps)
-            return [(0, want), (1, want)]
-        return []
+        """(operand index, layout it must have) for the ops that relate layouts (their rule's `required`)."""
+        rule = _RULES.get(type(op))
+        return rule.required(self, op) if rule is not None and rule.required is not None else []
 
     def _cat_from_operands(self, op) -> Optional[LinearLayout]:
         """When both halves of a cat share a layout, the cat can produce its result from them
@@ -365,13 +313,8 @@ class _Assigner:
         for op in list(self.func.walk()):
             for idx, want in self.required(op):
                 self._convert_operand(op, idx, want)
-            want = None
-            if isinstance(op, (T.ReduceOp, T.ReduceGenericOp)) and op.operands[0].type.rank >= 2:
-                want = SliceLayout(op.attrs["axis"], op.operands[0].type.encoding)
-            elif isinstance(op, T.CatOp):
-                r = op.results[0]
-                want = self._cat_from_operands(op) or \
-                    cat_layouts(r.type.encoding, r.type.shape, op.attrs["axis"], self.num_warps)[1]
+            rule = _RULES.get(type(op))
+            want = rule.result(self, op) if rule is not None and rule.result is not None else None
             if want is not None:
                 r = op.results[0]
                 if not equivalent(want, r.type.encoding, r.type.shape):
@@ -406,6 +349,156 @@ class _Assigner:
         cv = b.create(ConvertLayoutOp, v, result_types=[TileType(v.type.shape, v.type.element, want)],
                       loc=op.loc).result
         op.set_operand(idx, cv)
+
+
+# ----------------------------------------------------------------------------- rules
+# One LayoutRule per op class that relates layouts (elementwise ops, which share one, need none:
+# `_build_groups` unions them by their trait). Each part is optional.
+@dataclass(frozen=True)
+class LayoutRule:
+    group: Optional[Callable] = None      # (groups, op): union the values that must share a layout
+    step: Optional[Callable] = None       # (assigner, op) -> bool: offer a layout across the op
+    required: Optional[Callable] = None   # (assigner, op) -> [(operand index, layout it must have)]
+    result: Optional[Callable] = None     # (assigner, op) -> the layout it produces its result in, or None
+
+
+_RULES: Dict[type, LayoutRule] = {}
+
+
+def _rule(*classes, **parts) -> None:
+    for c in classes:
+        _RULES[c] = LayoutRule(**parts)
+
+
+def _union_all(g: _Groups, op: Op) -> None:
+    g.union(*op.operands, *op.results)
+
+
+def _dot_group(g: _Groups, op: Op) -> None:
+    g.union(op.operands[2], op.results[0])
+
+
+def _for_group(g: _Groups, op: Op) -> None:
+    y = op.body.terminator
+    for i, init in enumerate(op.group("inits")):
+        g.union(init, op.body.args[i + 1], y.operands[i], op.results[i])
+
+
+def _if_group(g: _Groups, op: Op) -> None:
+    for r in op.regions:
+        for i, v in enumerate(r.block.terminator.operands):
+            g.union(op.results[i], v)
+
+
+def _while_group(g: _Groups, op: Op) -> None:
+    before, after = op.regions[0].block, op.regions[1].block
+    cond, y = before.terminator, after.terminator
+    for i, init in enumerate(op.operands):
+        g.union(init, before.args[i], y.operands[i])
+    for j, v in enumerate(cond.operands[1:]):
+        g.union(v, after.args[j], op.results[j])
+
+
+def _reduce_step(a: "_Assigner", op: Op) -> bool:
+    # the result is the input's slice along the axis, and back
+    src = a.of(op.operands[0])
+    if src is not None and src.rank >= 2:
+        return a.offer(op.results[0], SliceLayout(op.attrs["axis"], src))
+    out = a.of(op.results[0])
+    if isinstance(out, SliceLayout) and out.dim == op.attrs["axis"]:
+        return a.offer(op.operands[0], out.parent)
+    return False
+
+
+def _reduce_result(a: "_Assigner", op: Op):
+    if op.operands[0].type.rank >= 2:
+        return SliceLayout(op.attrs["axis"], op.operands[0].type.encoding)
+    return None
+
+
+def _expand_step(a: "_Assigner", op: Op) -> bool:
+    # the input is the result's slice along the axis, and back
+    if not isinstance(op.operands[0].type, TileType):
+        return False
+    out = a.of(op.results[0])
+    if out is not None:
+        return a.offer(op.operands[0], SliceLayout(op.attrs["axis"], out))
+    src = a.of(op.operands[0])
+    if isinstance(src, SliceLayout) and src.dim == op.attrs["axis"]:
+        return a.offer(op.results[0], src.parent)
+    return False
+
+
+def _expand_required(a: "_Assigner", op: Op):
+    if not isinstance(op.operands[0].type, TileType):
+        return []
+    return [(0, SliceLayout(op.attrs["axis"], a.of(op.results[0])))]
+
+
+def _dot_step(a: "_Assigner", op: Op) -> bool:
+    acc = a.of(op.results[0])
+    if acc is not None:
+        x = a.offer(op.operands[0], _dot_operand(op, acc, 0))
+        y = a.offer(op.operands[1], _dot_operand(op, acc, 1))
+        return x or y
+    return False
+
+
+def _dot_required(a: "_Assigner", op: Op):
+    acc = a.of(op.results[0])
+    return [(0, _dot_operand(op, acc, 0)), (1, _dot_operand(op, acc, 1))]
+
+
+def _cat_step(a: "_Assigner", op: Op) -> bool:
+    out = a.of(op.results[0])
+    if out is not None:
+        want, _ = cat_layouts(out, op.results[0].type.shape, op.attrs["axis"], a.num_warps)
+        return a.offer(op.operands[0], want) | a.offer(op.operands[1], want)
+    return False
+
+
+def _cat_required(a: "_Assigner", op: Op):
+    if a._cat_from_operands(op) is not None:   # noqa: SLF001 - the assigner's own helper
+        return []
+    want, _ = cat_layouts(a.of(op.results[0]), op.results[0].type.shape, op.attrs["axis"], a.num_warps)
+    return [(0, want), (1, want)]
+
+
+def _cat_result(a: "_Assigner", op: Op):
+    r = op.results[0]
+    return a._cat_from_operands(op) or cat_layouts(r.type.encoding, r.type.shape, op.attrs["axis"],  # noqa: SLF001
+                                                   a.num_warps)[1]
+
+
+def _reshape_step(a: "_Assigner", op: Op) -> bool:
+    src, dst = op.operands[0].type.shape, op.results[0].type.shape
+    out = a.of(op.results[0])
+    if out is not None:
+        return a.offer(op.operands[0], _reshape_layout(out, dst, src))
+    inl = a.of(op.operands[0])
+    if inl is not None:
+        return a.offer(op.results[0], _reshape_layout(inl, src, dst))
+    return False
+
+
+def _reshape_required(a: "_Assigner", op: Op):
+    return [(0, _reshape_layout(a.of(op.results[0]), op.results[0].type.shape, op.operands[0].type.shape))]
+
+
+def _permute_required(a: "_Assigner", op: Op):
+    return [(0, _permute_layout(a.of(op.results[0]), op.results[0].type.shape, op.attrs["order"]))]
+
+
+_rule(*_MEM, T.BroadcastOp, T.ScanOp, group=_union_all)   # (broadcast: one layout serves both shapes)
+_rule(T.DotOp, group=_dot_group, step=_dot_step, required=_dot_required)
+_rule(T.ForOp, group=_for_group)
+_rule(T.IfOp, group=_if_group)
+_rule(T.WhileOp, group=_while_group)
+_rule(T.ReduceOp, T.ReduceGenericOp, step=_reduce_step, result=_reduce_result)
+_rule(T.ExpandDimsOp, step=_expand_step, required=_expand_required)
+_rule(T.CatOp, step=_cat_step, required=_cat_required, result=_cat_result)
+_rule(T.ReshapeOp, step=_reshape_step, required=_reshape_required)
+_rule(T.PermuteOp, required=_permute_required)
 
 
 def _permute_layout(out_layout, out_shape, order):

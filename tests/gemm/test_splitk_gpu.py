@@ -27,7 +27,7 @@ def _check(got, want, tol):
 
 def _chosen(m, n, k, dtype):
     d = {torch.float16: mm.tc.float16, torch.bfloat16: mm.tc.bfloat16}[dtype]
-    return mm.config_for(m, n, k, d, 1, Target.current(), True)
+    return mm.config_for(m, n, k, d, 1, Target.current(), tensor_cores=True)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

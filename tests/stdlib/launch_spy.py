@@ -1,35 +1,36 @@
-"""Records the kernels the stdlib entry points launch, for tests that assert which path a shape
-takes while they check its numbers, and plan the grids of shapes too large to run. Ops with a
-`plan` (the row ops) are observed through it: what their entry point planned, launch by launch;
-the others through their module's `launch`. Tests of a path alone call the ops' `plan`
-directly (test_row_plans.py)."""
+"""Records the kernels the stdlib entry points plan, for tests that assert which path a shape
+takes while they check its numbers, and plan the grids of shapes too large to run. Every op is
+observed through its module's plans (`plan` and `plan_*`, which its entry point calls): what the
+entry point planned, launch by launch; `launch` is never replaced. Tests of a path alone call the
+ops' plans directly (test_row_plans.py, test_op_plans.py)."""
 import math
 
 import numpy as np
 
 import tilec.options
-from tilec.stdlib_kernels._common import as_array
+
+
+def plans_of(mod):
+    """The names of `mod`'s plan functions: `plan` and `plan_*`."""
+    names = [n for n in vars(mod) if (n == "plan" or n.startswith("plan_")) and callable(getattr(mod, n))]
+    if not names:
+        raise AttributeError(f"{mod.__name__} has no plan")
+    return names
 
 
 def spy_launches(monkeypatch, modules, record):
-    """Wraps `plan` (else `launch`) in each of `modules`; returns the list that gets
+    """Wraps the plans (`plans_of`) of each of `modules`; returns the list that gets
     `record(kernel, cluster, constexprs)` of every launch, in order (constexprs with the
     launch's compile options under "options" where it has any)."""
     seen = []
     for mod in modules:
-        if hasattr(mod, "plan"):
-            def planned(*args, _real=mod.plan, **kwargs):
+        for name in plans_of(mod):
+            def planned(*args, _real=getattr(mod, name), **kwargs):
                 launches = _real(*args, **kwargs)
                 for ln in launches:
                     seen.append(record(ln.kernel, ln.cluster, launch_constexprs(ln)))
                 return launches
-            monkeypatch.setattr(mod, "plan", planned)
-            continue
-
-        def spy(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, _real=mod.launch, **constexprs):
-            seen.append(record(kernel, cluster, constexprs))
-            return _real(kernel, grid, args, num_warps, fast_math, cluster, **constexprs)
-        monkeypatch.setattr(mod, "launch", spy)
+            monkeypatch.setattr(mod, name, planned)
     return seen
 
 
@@ -41,25 +42,17 @@ def launch_constexprs(ln) -> dict:
     return c
 
 
-def plan_grids(monkeypatch, modules, allocating=()):
-    """Replaces `plan` (else `launch`) in each of `modules` by a recorder of (kernel name, grid,
-    constexprs) that runs nothing, and `empty_like` in each of `allocating` by `huge` arrays:
-    the grids an entry point plans for shapes too large to allocate. Returns the list of records."""
+def plan_grids(monkeypatch, modules):
+    """Replaces the plans (`plans_of`) of each of `modules` by recorders of (kernel name, grid,
+    constexprs) that return no launch: the grids an entry point plans for shapes too large to
+    run (pass `out`: nothing is allocated). Returns the list of records."""
     seen = []
-
-    def record(kernel, grid, args, num_warps=4, fast_math=True, cluster=1, **constexprs):
-        seen.append((kernel.name, tuple(grid), constexprs))
-
     for mod in modules:
-        if hasattr(mod, "plan"):   # what the entry point planned, none of it executed
-            def planned(*args, _real=mod.plan, **kwargs):
+        for name in plans_of(mod):
+            def planned(*args, _real=getattr(mod, name), **kwargs):
                 seen.extend((ln.name, ln.grid, launch_constexprs(ln)) for ln in _real(*args, **kwargs))
                 return []
-            monkeypatch.setattr(mod, "plan", planned)
-            continue
-        monkeypatch.setattr(mod, "launch", record)
-    for mod in allocating:
-        monkeypatch.setattr(mod, "empty_like", lambda a, shape, dtype: as_array(huge(shape, dtype.np), "out"))
+            monkeypatch.setattr(mod, name, planned)
     return seen
 
 

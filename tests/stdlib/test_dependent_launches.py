@@ -6,13 +6,17 @@ import importlib
 
 import numpy as np
 
+import tilec as tc
 import tilec.stdlib_kernels as sk
 import pytest
+from tilec.stdlib_kernels.launches import spec
+from tilec.target import Target
 from launch_spy import retune, spy_launches
 
 CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
 SOFTMAX = importlib.import_module("tilec.stdlib_kernels.softmax")
 DEPENDENT = {"dependent_launch": True}
+TARGETS = [Target.from_arch("sm_80"), Target.from_arch("sm_90a")]
 
 
 def _launches(monkeypatch, modules):
@@ -50,12 +54,17 @@ def test_softmax_finish_is_a_dependent_of_the_partials(monkeypatch):
     assert [opts for _, opts in seen] == [None, DEPENDENT]
 
 
-def test_sum_over_dim0_merges_its_splits_as_a_dependent(monkeypatch):
+def _planned(launches):
+    return [(ln.name, dict(ln.options) or None) for ln in launches]
+
+
+def test_sum_over_dim0_merges_its_splits_as_a_dependent():
     red = importlib.import_module("tilec.stdlib_kernels.reductions")
-    seen = _launches(monkeypatch, (red,))
     x = np.random.default_rng(3).standard_normal((5000, 70)).astype(np.float32)
     np.testing.assert_allclose(sk.sum(x, 0), x.astype(np.float64).sum(0), rtol=1e-4, atol=1e-3)
-    assert seen == [("reduce_inner_kernel", None), ("reduce_inner_kernel", DEPENDENT)]
+    for target in TARGETS:
+        seen = _planned(red.plan(spec(x.shape, tc.float32), spec((70,), tc.float32), 0, is_max=False, target=target))
+        assert seen == [("reduce_inner_kernel", None), ("reduce_inner_kernel", DEPENDENT)]
 
 
 @pytest.mark.slow
@@ -69,12 +78,16 @@ def test_softmax_along_a_split_dimension_normalizes_as_a_dependent(monkeypatch):
     assert seen == [("softmax_dim_stats_kernel", None), ("softmax_dim_loop_kernel", DEPENDENT)]
 
 
-def test_split_k_reduction_is_a_dependent_of_the_partial_products(monkeypatch):
+def test_split_k_reduction_is_a_dependent_of_the_partial_products():
     mm = importlib.import_module("tilec.stdlib_kernels.matmul")
-    seen = _launches(monkeypatch, (mm,))
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((37, 200)).astype(np.float32), rng.standard_normal((200, 29)).astype(np.float32)
-    got = sk.matmul(a, b, out_dtype="f32", config=mm.MatmulConfig(16, 16, 16, 4, 2, split_k=3))
+    config = mm.MatmulConfig(16, 16, 16, 4, 2, split_k=3)
+    got = sk.matmul(a, b, out_dtype="f32", config=config)
     np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-4)
-    assert [name for name, _ in seen] == ["matmul_splitk_kernel", "splitk_reduce_kernel"]
-    assert seen[1][1] == DEPENDENT
+    for target in TARGETS:
+        seen = _planned(mm.plan(spec(a.shape, tc.float32), spec(b.shape, tc.float32), spec((37, 29), tc.float32), None,
+                                activation=None, allow_tf32=False, scaled=False, tma=True, config=config,
+                                target=target))
+        assert [name for name, _ in seen] == ["matmul_splitk_kernel", "splitk_reduce_kernel"]
+        assert seen[1][1] == DEPENDENT

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 import importlib
 
 from tilec.stdlib_kernels import BF16Array
+from tilec.stdlib_kernels._common import launch
 
 E = importlib.import_module("tilec.stdlib_kernels.elementwise")
 
@@ -66,7 +67,7 @@ def test_gelu_narrow_fit_error_bound():
     v = np.concatenate([np.linspace(-8, 8, 16001), [-8.5, -9.0, -12.0, -40.0, -1e4, 9.0, 1e4]])
     x = v.astype(np.float32).reshape(1, -1)
     out = np.empty_like(x)
-    E.launch(E.gelu_kernel, (1,), [x, out, 1, x.shape[1], x.shape[1], x.shape[1]], APPROX="none", BR=1,
+    launch(E.gelu_kernel, (1,), [x, out, 1, x.shape[1], x.shape[1], x.shape[1]], APPROX="none", BR=1,
              BC=32768, WIDE=False, NARROW=True)
     want = _gelu64(x.astype(np.float64))
     got = out.astype(np.float64)

@@ -89,6 +89,8 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(norms, "target_of", lambda a: h100)
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
     monkeypatch.setattr(_cross_entropy, "target_of", lambda a: h100)
+    for name in ("elementwise", "elementwise_backward", "dropout", "transpose", "reductions"):
+        monkeypatch.setattr(importlib.import_module(f"tilec.stdlib_kernels.{name}"), "target_of", lambda a: h100)
     monkeypatch.setattr(_matmul, "_target", lambda a: h100)
     monkeypatch.setattr(launches.DeviceProbe, "resident_clusters", lambda self, launch: 15)
     _plan.clear_plans()

@@ -1,6 +1,6 @@
 """sum/max along a dimension other than the last: the column-strip kernels' grids stay within
 CUDA's limits (2**31 - 1 programs along axis 0, 65535 along axes 1 and 2) whatever the shape
-(`reductions.slab_grid`), planned for shapes too large to run, and run on the interpreter
+(`reductions.slab_grid`), planned (`reductions.plan` on descriptions) for shapes too large to run, and run on the interpreter
 with the strips on grid axis 0 (axis 1 limited to 3 programs) against numpy."""
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ import importlib
 import numpy as np
 import pytest
 
+import tilec as tc
 import tilec.stdlib_kernels as sk
 from tilec.options import GRID_LIMITS
+from tilec.stdlib_kernels._common import HOST_TARGET
+from tilec.stdlib_kernels.launches import spec
 
-from launch_spy import huge, limit_grid_axis1, plan_grids
+from launch_spy import huge, limit_grid_axis1
 
 RD = importlib.import_module("tilec.stdlib_kernels.reductions")
 
@@ -56,11 +59,10 @@ def test_slab_grid_keeps_the_tuned_order_where_it_fits_and_rejects_what_no_grid_
     ((100_000, 3, 1024), 1, np.float32, 0),     # 100000 slabs
     ((100_000, 3, 700), 1, np.float32, 8),
 ])
-def test_huge_shapes_plan_grids_within_the_limits(monkeypatch, shape, dim, dtype, window):
-    launched = plan_grids(monkeypatch, [RD], allocating=[RD])
-    x = huge(shape, dtype)
-    out = huge(shape[:dim] + shape[dim + 1:], dtype)
-    assert sk.sum(x, dim, out=out) is out
+def test_huge_shapes_plan_grids_within_the_limits(shape, dim, dtype, window):
+    d = tc.dtypes.from_numpy(np.dtype(dtype))
+    plan = RD.plan(spec(shape, d), spec(shape[:dim] + shape[dim + 1:], d), dim, is_max=False, target=HOST_TARGET)
+    launched = [(ln.name, ln.grid, ln.consts) for ln in plan]
     outer, inner = int(np.prod(shape[:dim])), int(np.prod(shape[dim + 1:]))
     assert [name for name, _, _ in launched] == (["reduce_inner_window_kernel", "reduce_inner_kernel"] if window
                                                  else ["reduce_inner_kernel"])
@@ -72,8 +74,8 @@ def test_huge_shapes_plan_grids_within_the_limits(monkeypatch, shape, dim, dtype
     assert max(max(grid[:2]) for _, grid, _ in launched) > GRID_LIMITS[1]
 
 
-def test_more_slabs_than_any_grid_holds_is_a_clear_error(monkeypatch):
-    plan_grids(monkeypatch, [RD], allocating=[RD])
+def test_more_slabs_than_any_grid_holds_is_a_clear_error():
+    # (the plan raises before any launch: nothing to stub)
     with pytest.raises(ValueError, match=r"2147483648 slabs x 1 column strips x 1 splits do not fit a grid"):
         sk.sum(huge((2**31, 2, 1), np.float32), 1, out=huge((2**31, 1), np.float32))
 

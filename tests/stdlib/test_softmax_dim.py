@@ -145,7 +145,7 @@ def test_the_last_dim_keeps_the_row_kernels(monkeypatch):
 ])
 def test_huge_shapes_plan_grids_within_the_limits(monkeypatch, shape, dim, dtype, kernels):
     # every (slab, strip, split) program once, each grid axis within CUDA's limits (`reductions.slab_grid`)
-    launched = plan_grids(monkeypatch, [softmax_dim], allocating=[reductions])
+    launched = plan_grids(monkeypatch, [softmax_dim])
     out = huge(shape, dtype)
     assert sk.softmax(huge(shape, dtype), dim=dim, out=out) is out
     assert [name for name, _, _ in launched] == kernels
@@ -157,7 +157,7 @@ def test_huge_shapes_plan_grids_within_the_limits(monkeypatch, shape, dim, dtype
 
 
 def test_more_slabs_than_any_grid_holds_is_a_clear_error(monkeypatch):
-    plan_grids(monkeypatch, [softmax_dim], allocating=[reductions])
+    plan_grids(monkeypatch, [softmax_dim])
     with pytest.raises(ValueError, match="2147483648 slabs x 1 column strips x 1 splits do not fit a grid"):
         sk.softmax(huge((2**31, 2, 1), np.float32), dim=1, out=huge((2**31, 2, 1), np.float32))
 
