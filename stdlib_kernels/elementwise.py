@@ -288,7 +288,11 @@ def _collapse(shape, stride_lists):
 
 def _binary(op, a, b, out):
     aa, ba = _inputs({"a": a, "b": b})
-    shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    try:
+        shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    except ValueError:  # numpy's message calls them "arg 0" and "arg 1"
+        raise ValueError(f"{op}: a has shape {aa.shape} and b has shape {ba.shape}, which do not broadcast "
+                         "together (numpy's rules: trailing dimensions equal or 1)") from None
     dtype = _dt.promote(aa.dtype, ba.dtype)
     o = output(out, aa, shape, dtype)
     sizes, (sa, sb, so) = _collapse(shape, [_broadcast_strides(aa, shape), _broadcast_strides(ba, shape),

@@ -1,0 +1,250 @@
+"""Bad input, end to end: one row per mistake a user can make at a public entry point.
+
+Each row is (id, call, error type, pattern). The call must raise that type (an exact
+subclass check, so a stray KeyError or numpy error fails the row), its message must
+match the pattern, which names the argument, option or file:line at fault, and no
+traceback of tilec's internals may be needed to understand it. Calls that take an output
+buffer get one filled with a sentinel: a call that raised before launching must leave it
+untouched. The process survives every row by construction (the rows run in it); the ones
+that could take a process down (imports, the CLI, the cache) run in a subprocess.
+
+Kernels run on the numpy interpreter here; the GPU launch path's argument errors are the
+launcher's own (`runtime/launcher.py`: `KernelState.bind`, `_classify`) and are checked
+with a stand-in kernel in tests/runtime; a faulting kernel is in tests/runtime/test_fault.py.
+"""
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilec as tc
+from tilec import stdlib_kernels as sk
+from tilec.specialize import parse_signature
+
+SENTINEL = 12345.0
+
+
+def _f32(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _sentinel(*shape, dtype=np.float32):
+    return np.full(shape, SENTINEL, dtype=dtype)
+
+
+def _check(call, exc, pattern, outs=()):
+    """Run `call` (under the interpreter); it raises exactly `exc` (or a subclass) with a
+    message matching `pattern`, and leaves each array of `outs` as it was."""
+    before = [o.copy() for o in outs]
+    with tc.interpret():
+        with pytest.raises(Exception) as info:
+            call()
+    assert isinstance(info.value, exc), f"raised {type(info.value).__name__}: {info.value}"
+    assert re.search(pattern, str(info.value)), f"message {str(info.value)!r} does not match {pattern!r}"
+    for o, b in zip(outs, before):
+        np.testing.assert_array_equal(o, b, err_msg="an output was written by a call that raised")
+
+
+# ----------------------------------------------------------------------------- kernels
+@tc.kernel
+def copy_kernel(x, out, n, BLOCK: tc.constexpr):
+    offs = tc.program_id(0) * BLOCK + tc.arange(0, BLOCK)
+    m = offs < n
+    tc.store(out.ptr + offs, tc.load(x.ptr + offs, mask=m), mask=m)
+
+
+@tc.func
+def scaled(t, factor: tc.constexpr):
+    tc.static_assert(factor > 0, "factor must be positive")
+    return t * factor
+
+
+@tc.kernel
+def helper_kernel(x, out, n, FACTOR: tc.constexpr, BLOCK: tc.constexpr):
+    offs = tc.program_id(0) * BLOCK + tc.arange(0, BLOCK)
+    m = offs < n
+    t = tc.load(x.ptr + offs, mask=m)
+    tc.store(out.ptr + offs, scaled(t, FACTOR), mask=m)  # CALL SITE
+
+
+@tc.kernel
+def view_kernel(x, out, BLOCK: tc.constexpr):
+    pid = tc.program_id(0)
+    tc.store(out, index=(pid,), tile=tc.load(x, index=(pid,), shape=(BLOCK,)))
+
+
+X, N = _f32(40), 40
+SIG = "x=f32[?], out=f32[?], n=i32, BLOCK=16"
+
+LAUNCH_ROWS = [
+    ("too many arguments", lambda o: copy_kernel[(3,)](X, o, N, 16, 5), TypeError, r"copy_kernel.*too many"),
+    ("too few arguments", lambda o: copy_kernel[(3,)](X, o, BLOCK=16), TypeError, r"copy_kernel.*'n'"),
+    ("unknown keyword", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=16, BLK=2), TypeError,
+     r"no parameter or launch option 'BLK'"),
+    ("misspelled option", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=16, num_warp=4), TypeError,
+     r"'num_warp'; did you mean 'num_warps'"),
+    ("parameter given twice", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=16, x=X), TypeError, r"'x'"),
+    ("wrong type", lambda o: copy_kernel[(3,)](X, o, "forty", BLOCK=16), TypeError, r"parameter 'n' got a str"),
+    ("a list for an array", lambda o: copy_kernel[(3,)](list(X), o, N, BLOCK=16), TypeError,
+     r"parameter 'x' got a list"),
+    ("bad option value", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=16, num_warps=3), ValueError, r"num_warps"),
+    ("unknown arch", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=16, arch="sm_99"), ValueError, r"arch 'sm_99'"),
+    ("non-power-of-two block", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=15), tc.CompilationError,
+     r"test_bad_input\.py:\d+:\d+: .*powers? of two"),
+    ("constexpr of a bad type", lambda o: copy_kernel[(3,)](X, o, N, BLOCK=[16]), TypeError,
+     r"parameter 'BLOCK' is a tc.constexpr"),
+    ("wrong dtype for a view store", lambda o: view_kernel[(3,)](X, o.astype(np.float16), BLOCK=16),
+     tc.CompilationError, r"test_bad_input\.py:\d+:\d+: .*dtype"),
+    ("wrong rank for a view", lambda o: view_kernel[(3,)](X.reshape(4, 10), o, BLOCK=16), tc.CompilationError,
+     r"test_bad_input\.py:\d+:\d+: .*(index|rank|dimension)"),
+    ("strides not in whole elements", lambda o: copy_kernel[(3,)](_odd_strides(), o, N, BLOCK=16), TypeError, r"strides .* not multiples of the element size"),
+    ("grid past the limits", lambda o: copy_kernel[(1, 70000)](X, o, N, BLOCK=16), ValueError,
+     r"grid axis 1 holds at most 65535"),
+    ("grid of a bad type", lambda o: copy_kernel["3"](X, o, N, BLOCK=16), TypeError, r"grid"),
+    ("called without a grid", lambda o: copy_kernel(X, o, N, BLOCK=16), TypeError, r"copy_kernel\[grid\]"),
+]
+
+
+def _odd_strides():
+    """An f32 array whose elements are 6 bytes apart (strides in bytes, not whole elements)."""
+    return np.ndarray((40,), np.float32, np.zeros(6 * 40, np.uint8), 0, (6,))
+
+
+@pytest.mark.parametrize("name, call, exc, pattern", LAUNCH_ROWS, ids=[r[0] for r in LAUNCH_ROWS])
+def test_kernel_launch(name, call, exc, pattern):
+    out = _sentinel(N)
+    _check(lambda: call(out), exc, pattern, outs=[out])
+
+
+def test_error_inside_a_func_shows_the_call_site():
+    out = _sentinel(N)
+    _check(lambda: helper_kernel[(3,)](X, out, N, FACTOR=-2, BLOCK=16), tc.CompilationError,
+           r"factor must be positive", outs=[out])
+    with pytest.raises(tc.CompilationError) as info:
+        helper_kernel.compile("x=f32[?], out=f32[?], n=i32, FACTOR=-1, BLOCK=16", arch="sm_80")
+    text = str(info.value)
+    call_line = next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1) if "# CALL SITE" in line)
+    assert f"test_bad_input.py:{call_line}:" in text, text           # the caller's line
+    assert "in @tc.func 'scaled' called from" in text, text
+    assert "scaled(t, FACTOR)" in text, text                        # with its source and caret
+    assert info.value.call_sites and info.value.call_sites[0][1] == "scaled"
+
+
+# ----------------------------------------------------------------------------- kernel.compile
+COMPILE_ROWS = [
+    ("constexpr that is not a parameter", lambda: copy_kernel.compile(SIG.replace(", BLOCK=16", ""), BK=64),
+     TypeError, r"no parameter or launch option 'BK'"),
+    ("misspelled option", lambda: copy_kernel.compile(SIG, num_warp=4), TypeError,
+     r"'num_warp'; did you mean 'num_warps'"),
+    ("misspelled constexpr", lambda: copy_kernel.compile(SIG.replace(", BLOCK=16", ""), BLOK=16), TypeError,
+     r"'BLOK'; did you mean 'BLOCK'"),
+    ("run-time parameter as a keyword", lambda: copy_kernel.compile("x=f32[?], out=f32[?], BLOCK=16", n=4),
+     TypeError, r"'n' is a run-time parameter"),
+    ("constexpr given twice", lambda: copy_kernel.compile(SIG, BLOCK=32), ValueError, r"'BLOCK' is given twice"),
+    ("signature and positional arguments", lambda: copy_kernel.compile(SIG, 3), TypeError,
+     r"signature string comes alone"),
+    ("unknown dtype", lambda: copy_kernel.compile(SIG.replace("x=f32", "x=f33")), ValueError, r"x: unknown dtype 'f33'"),
+    ("unclosed bracket", lambda: copy_kernel.compile("x=f32[?, out=f32[?], n=i32, BLOCK=16"), ValueError,
+     r"parameter 'x': expected a type"),
+    ("missing parameter", lambda: copy_kernel.compile("x=f32[?], out=f32[?], BLOCK=16"), ValueError,
+     r"does not give parameter 'n'"),
+    ("unknown parameter", lambda: copy_kernel.compile(SIG + ", y=f32[?]"), ValueError,
+     r"no parameter 'y'"),
+    ("parameter given twice", lambda: copy_kernel.compile(SIG + ", x=f32[?]"), ValueError, r"'x' is given twice"),
+    ("unknown view option", lambda: copy_kernel.compile(SIG.replace("x=f32[?]", "x=f32[?]:i128")), ValueError,
+     r"x: unknown view option 'i128'"),
+    ("bad divisibility", lambda: copy_kernel.compile(SIG.replace("x=f32[?]", "x=f32[?]:div=3")), ValueError,
+     r"x: div= needs 1 powers of two"),
+    ("float scalar marked divisible", lambda: copy_kernel.compile(SIG.replace("n=i32", "n=f32:16")), ValueError,
+     r"parameter 'n': only integer scalars"),
+    ("constexpr not a literal", lambda: copy_kernel.compile(SIG.replace("BLOCK=16", "BLOCK=sixteen")), ValueError,
+     r"BLOCK is a tc.constexpr"),
+    ("too many positional entries", lambda: copy_kernel.compile("f32[?], f32[?], i32, 16, 17"), ValueError,
+     r"only 4 parameters"),
+    ("signature not a string", lambda: parse_signature(copy_kernel, 12), TypeError, r"signature must be a string"),
+    ("unknown arch", lambda: copy_kernel.compile(SIG, arch="sm_99"), ValueError, r"unsupported arch 'sm_99'"),
+    ("bad num_stages", lambda: copy_kernel.compile(SIG, num_stages=0), ValueError, r"num_stages"),
+    ("cluster before sm_90", lambda: copy_kernel.compile(SIG, arch="sm_80", cluster=2), ValueError,
+     r"cluster=2 needs sm_90"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, pattern", COMPILE_ROWS, ids=[r[0] for r in COMPILE_ROWS])
+def test_kernel_compile(name, call, exc, pattern):
+    _check(call, exc, pattern)
+
+
+# ----------------------------------------------------------------------------- the standard library
+A = _f32(6, 40)
+I32 = np.arange(240, dtype=np.int32).reshape(6, 40)
+STRIDED = _f32(6, 80)[:, ::2]           # last stride 2: rows are not contiguous
+F64_OUT = np.zeros((6, 40), np.float64)
+LABELS = np.arange(6, dtype=np.int64)
+H = A.astype(np.float16)
+
+# (id, call(out) where out is a sentinel-filled (6, 40) f32 array, error type, pattern)
+STDLIB_ROWS = [
+    ("softmax: int dtype", lambda o: sk.softmax(I32, out=o), TypeError, r"x: dtype i32 is not supported"),
+    ("softmax: not an array", lambda o: sk.softmax([[1.0, 2.0]]), TypeError, r"x: expected an array"),
+    ("softmax: out shape", lambda o: sk.softmax(A, out=o[:, :39]), ValueError, r"out has shape \(6, 39\), expected \(6, 40\)"),
+    ("softmax: out dtype", lambda o: sk.softmax(A, out=F64_OUT), TypeError, r"out has dtype f64, expected f32"),
+    ("softmax: non-contiguous rows", lambda o: sk.softmax(STRIDED, out=o), ValueError, r"x: the last dimension must be contiguous"),
+    ("softmax: dim out of range", lambda o: sk.softmax(A, dim=2, out=o), IndexError, r"dim=2 is out of range"),
+    ("softmax: dim not an int", lambda o: sk.softmax(A, dim=1.0, out=o), TypeError, r"dim must be an int"),
+    ("log_softmax: out shape", lambda o: sk.log_softmax(A, out=o[:5]), ValueError, r"out has shape \(5, 40\)"),
+    ("layer_norm: weight shape", lambda o: sk.layer_norm(A, np.ones(41, np.float32), out=o), ValueError,
+     r"weight has shape \(41,\), expected \(40,\)"),
+    ("layer_norm: bias shape", lambda o: sk.layer_norm(A, np.ones(40, np.float32), np.ones(4, np.float32), out=o),
+     ValueError, r"bias has shape \(4,\)"),
+    ("layer_norm: weight dtype", lambda o: sk.layer_norm(A, np.ones(40, np.int32), out=o), TypeError, r"weight"),
+    ("layer_norm: out dtype", lambda o: sk.layer_norm(A, out=F64_OUT), TypeError, r"out has dtype f64"),
+    ("layer_norm: eps of a bad type", lambda o: sk.layer_norm(A, eps="small", out=o), TypeError, r"eps must be"),
+    ("rms_norm: weight shape", lambda o: sk.rms_norm(A, np.ones(39, np.float32), out=o), ValueError,
+     r"weight has shape \(39,\)"),
+    ("rms_norm: non-contiguous rows", lambda o: sk.rms_norm(STRIDED, out=o), ValueError, r"x: the last dimension"),
+    ("cross_entropy: target shape", lambda o: sk.cross_entropy(A, np.arange(5)), ValueError, r"target has shape \(5,\)"),
+    ("cross_entropy: float target", lambda o: sk.cross_entropy(A, A[:, 0]), TypeError, r"target"),
+    ("cross_entropy: reduction", lambda o: sk.cross_entropy(A, LABELS, reduction="avg"), ValueError, r"reduction"),
+    ("sum: dim out of range", lambda o: sk.sum(A, dim=-3, out=o[:, 0]), IndexError, r"dim=-3 is out of range"),
+    ("sum: out shape", lambda o: sk.sum(A, dim=1, out=o[:5, 0]), ValueError, r"out has shape \(5,\), expected \(6,\)"),
+    ("max: int dtype", lambda o: sk.max(I32, dim=1), TypeError, r"x: dtype i32"),
+    ("cumsum: out shape", lambda o: sk.cumsum(A, out=o[:, :20]), ValueError, r"out has shape \(6, 20\)"),
+    ("cumsum: out dtype", lambda o: sk.cumsum(A, out=F64_OUT), TypeError, r"out has dtype f64"),
+    ("gelu: approximate", lambda o: sk.gelu(A, approximate="fast", out=o), ValueError, r"approximate"),
+    ("gelu: out shape", lambda o: sk.gelu(A, out=o[:, :8]), ValueError, r"out has shape \(6, 8\)"),
+    ("silu_and_mul: odd last dimension", lambda o: sk.silu_and_mul(A[:, :39], out=o[:, :19]), ValueError, r"x"),
+    ("silu_and_mul: out shape", lambda o: sk.silu_and_mul(A, out=o), ValueError, r"out has shape \(6, 40\), expected \(6, 20\)"),
+    ("swiglu: shapes differ", lambda o: sk.swiglu(A, A[:, :20], out=o), ValueError, r"(gate|up)"),
+    ("add: shapes do not broadcast", lambda o: sk.add(A, A[:, :39], out=o), ValueError,
+     r"add: a has shape \(6, 40\) and b has shape \(6, 39\)"),
+    ("mul: out shape", lambda o: sk.mul(A, A, out=o[:3]), ValueError, r"out has shape \(3, 40\)"),
+    ("dropout: p out of range", lambda o: sk.dropout(A, 1.5, seed=1, out=o), ValueError, r"p"),
+    ("dropout: seed not an int", lambda o: sk.dropout(A, 0.5, seed="one", out=o), TypeError, r"seed"),
+    ("transpose: 3-D", lambda o: sk.transpose(A.reshape(2, 3, 40)), ValueError, r"x: transpose takes a 2-D matrix"),
+    ("transpose: out shape", lambda o: sk.transpose(A, out=o), ValueError, r"out has shape \(6, 40\), expected \(40, 6\)"),
+    ("matmul: inner dimensions", lambda o: sk.matmul(A, A, out=o), ValueError, r"inner dimensions 40 and 6 differ"),
+    ("matmul: activation", lambda o: sk.matmul(A, A.T.copy(), activation="tanh"), ValueError, r"activation"),
+    ("softmax_backward: shapes differ", lambda o: sk.softmax_backward(A, A[:, :20], out=o), ValueError, r"(dy|y)"),
+    ("layer_norm: negative eps", lambda o: sk.layer_norm(A, eps=-1.0, out=o), ValueError, r"eps must be a non-negative"),
+    ("attention: f32", lambda o: sk.attention(A, A, A), TypeError, r"q: dtype f32 is not supported"),
+    ("attention: rank", lambda o: sk.attention(H, H, H), ValueError, r"q: expected 4 dimensions"),
+    ("attention_backward: rank", lambda o: sk.attention_backward(H, H, H, H, H, H), ValueError, r"q: expected 4"),
+    ("attention_decode: rank", lambda o: sk.attention_decode(H, H, H, LABELS.astype(np.int32)), ValueError,
+     r"q: expected 4 dimensions"),
+    ("mla_decode: rank", lambda o: sk.mla_decode(H, H, LABELS.astype(np.int32)), ValueError, r"q: expected"),
+    ("rope: cos shape", lambda o: sk.rope(H, H, H), ValueError, r"cos: expected shape \(6, 20\)"),
+]
+
+
+@pytest.mark.parametrize("name, call, exc, pattern", STDLIB_ROWS, ids=[r[0] for r in STDLIB_ROWS])
+def test_stdlib_op(name, call, exc, pattern):
+    out = _sentinel(6, 40)
+    _check(lambda: call(out), exc, pattern, outs=[out, F64_OUT])
