@@ -248,3 +248,191 @@ STDLIB_ROWS = [
 def test_stdlib_op(name, call, exc, pattern):
     out = _sentinel(6, 40)
     _check(lambda: call(out), exc, pattern, outs=[out, F64_OUT])
+
+
+# ----------------------------------------------------------------------------- the compile cache
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    from tilec.runtime import cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cache, "_warned_unwritable", False)
+    cache.clear_memory()
+    yield cache
+    cache.clear_memory()
+
+
+def _compile_copy(block=16):
+    return copy_kernel.compile(f"x=f32[?], out=f32[?], n=i32, BLOCK={block}", arch="sm_80")
+
+
+def _entries(cache):
+    return sorted((cache.cache_dir() / "kernels").rglob("*.json"))
+
+
+def _checksummed(cache, payload: bytes) -> bytes:
+    import hashlib
+    return cache.MAGIC + b" " + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+
+@pytest.mark.parametrize("damage", ["garbage bytes", "truncated", "empty", "well-formed JSON of the wrong shape",
+                                    "metadata not a mapping"])
+def test_damaged_cache_entry_is_recompiled(fresh_cache, damage):
+    first = _compile_copy()
+    (path,) = _entries(fresh_cache)
+    good = path.read_bytes()
+    path.write_bytes({
+        "garbage bytes": bytes(range(256)) * 3,
+        "truncated": good[: len(good) // 3],
+        "empty": b"",
+        # a checksum that matches: only the payload's shape can tell
+        "well-formed JSON of the wrong shape": _checksummed(fresh_cache, b'{"name": "k", "asm": [], "metadata": {}}'),
+        "metadata not a mapping": _checksummed(fresh_cache, good.partition(b"\n")[2].replace(b'"metadata": {', b'"metadata": "x", "m": {', 1)),
+    }[damage])
+    fresh_cache.clear_memory()
+    again = _compile_copy()                               # a miss: compiled again, not loaded, no crash
+    assert again is not first and again.asm["ptx"] == first.asm["ptx"]
+    fresh_cache.clear_memory()                             # and the entry written anew, whole
+    (key,) = [p.stem for p in _entries(fresh_cache)]
+    assert fresh_cache.lookup(key).asm["ptx"] == first.asm["ptx"]
+
+
+def test_unwritable_cache_directory_compiles_and_warns_once(fresh_cache, tmp_path, monkeypatch):
+    # a path under a regular file cannot be created, whoever runs the test (root ignores chmod)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(blocker / "cache"))
+    with pytest.warns(RuntimeWarning, match=r"cannot write the compile cache under .*a_file.*TILEC_CACHE_DIR"):
+        first = _compile_copy(16)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                    # once per process, not per kernel
+        second = _compile_copy(32)
+    assert first.asm["ptx"] and second.asm["ptx"] and first is not second
+
+
+def test_full_disk_while_writing_the_cache(fresh_cache, monkeypatch):
+    """ENOSPC from the write itself (/dev/full): the kernel compiles, no partial entry stays."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    import tempfile
+
+    def mkstemp_on_a_full_disk(dir, prefix, suffix):
+        return os.open("/dev/full", os.O_WRONLY), os.path.join(dir, prefix + "x" + suffix)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_on_a_full_disk)
+    with pytest.warns(RuntimeWarning, match="cannot write the compile cache"):
+        compiled = _compile_copy()
+    assert compiled.asm["ptx"] and _entries(fresh_cache) == []
+    assert not [p for p in (fresh_cache.cache_dir() / "kernels").rglob("*") if p.is_file()]
+
+
+# ----------------------------------------------------------------------------- the tilec command
+CLI_KERNEL = textwrap.dedent('''
+    import tilec as tc
+
+
+    @tc.kernel
+    def scale(x, out, alpha, BLOCK: tc.constexpr):
+        pid = tc.program_id(0)
+        t = tc.load(x, index=(pid,), shape=(BLOCK,))
+        tc.store(out, index=(pid,), tile=t * alpha)
+''')
+CLI_SIG = "x=f32[?],out=f32[?],alpha=f32,BLOCK=128"
+
+# (id, argv with {f} for the kernel file, exit status, pattern on stderr)
+CLI_ROWS = [
+    ("no command", [], 2, r"usage: tilec"),
+    ("unknown verb", ["bogus"], 2, r"invalid choice: 'bogus'"),
+    ("ptx without a target", ["ptx"], 2, r"FILE:KERNEL"),
+    ("missing file", ["ptx", "nofile.py:k"], 2, r"no such file: nofile.py"),
+    ("target without a kernel", ["ptx", "{f}"], 2, r"expected FILE:KERNEL"),
+    ("unknown kernel", ["ptx", "{f}:nokernel"], 2, r"no kernel named 'nokernel'; kernels in it: scale"),
+    ("no --sig and no SIGNATURES", ["ptx", "{f}:scale"], 2, r"--sig is needed"),
+    ("incomplete --sig", ["ptx", "{f}:scale", "--sig", "x=f32[?]"], 2, r"bad --sig: .*'out'"),
+    ("bad dtype in --sig", ["ir", "{f}:scale", "--sig", CLI_SIG.replace("x=f32", "x=f99")], 2, r"x: unknown dtype 'f99'"),
+    ("kernel that does not compile", ["ptx", "{f}:scale", "--sig", CLI_SIG.replace("128", "100")], 1,
+     r"kernel_file\.py:\d+:\d+: in kernel 'scale': .*powers of two"),
+    ("unknown arch", ["ptx", "{f}:scale", "--sig", CLI_SIG, "--arch", "sm_99"], 2, r"unsupported arch 'sm_99'"),
+    ("bad --num-warps", ["ptx", "{f}:scale", "--sig", CLI_SIG, "--num-warps", "3"], 2, r"num_warps must be"),
+    ("--num-warps not a number", ["llvm", "{f}:scale", "--sig", CLI_SIG, "--num-warps", "four"], 2,
+     r"argument --num-warps: invalid int value: 'four'"),
+    ("unknown pass", ["ir", "{f}:scale", "--sig", CLI_SIG, "--after", "nopass"], 2, r"unknown pass 'nopass'"),
+    ("matmul with a bad dtype", ["ptx", "matmul", "--dtype", "f7", "--shape", "1,2,3"], 2, r"unknown dtype 'f7'"),
+    ("matmul with two extents", ["ptx", "matmul", "--dtype", "bf16", "--shape", "1,2"], 2, r"--shape M,N,K"),
+    ("cache with a bad action", ["cache", "frob"], 2, r"invalid choice: 'frob'"),
+    ("unknown option", ["info", "--bad"], 2, r"unrecognized arguments: --bad"),
+]
+
+
+@pytest.fixture
+def cli_kernel_file(tmp_path):
+    path = tmp_path / "kernel_file.py"
+    path.write_text(CLI_KERNEL)
+    return path
+
+
+@pytest.mark.parametrize("name, argv, status, pattern", CLI_ROWS, ids=[r[0] for r in CLI_ROWS])
+def test_cli_verb(name, argv, status, pattern, cli_kernel_file, capsys, monkeypatch):
+    from tilec.cli import main
+    monkeypatch.delenv("TILEC_DEBUG", raising=False)
+    argv = [a.replace("{f}", str(cli_kernel_file)) for a in argv]
+    try:
+        got = main(argv)
+    except SystemExit as e:                   # argparse's own usage errors
+        got = e.code
+    err = capsys.readouterr().err
+    assert got == status, err
+    assert re.search(pattern, err), err
+    assert "Traceback" not in err
+
+
+def test_cli_in_a_subprocess_prints_no_traceback(tmp_path):
+    """What a user's shell sees: a file that raises on import, then a kernel that does not compile."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("import tilec as tc\nraise RuntimeError('boom at import')\n")
+    good = tmp_path / "kernel_file.py"
+    good.write_text(CLI_KERNEL)
+    env = {k: v for k, v in os.environ.items() if k != "TILEC_DEBUG"}
+    for argv, status, pattern in [([f"{broken}:k"], 2, r"importing .*broken\.py failed: RuntimeError: boom at import"),
+                                  ([f"{good}:scale", "--sig", CLI_SIG.replace("128", "100")], 1,
+                                   r"kernel_file\.py:\d+:\d+: in kernel 'scale'")]:
+        proc = subprocess.run([sys.executable, "-m", "tilec.cli", "ptx", *argv], capture_output=True, text=True,
+                              timeout=120, env=env)
+        assert proc.returncode == status, proc.stderr
+        assert re.search(pattern, proc.stderr), proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+# ----------------------------------------------------------------------------- importing tilec
+def _installed_layout(root: Path) -> Path:
+    """tilec laid out as a wheel installs it (one `tilec` folder, pyproject's package-dir
+    mapping), under root/site; the source folders are linked, not copied."""
+    import tilec
+    repo = Path(tilec.__file__).resolve().parent.parent
+    site = root / "site"
+    (site / "tilec").mkdir(parents=True)
+    for entry in (repo / "dsl").iterdir():
+        (site / "tilec" / entry.name).symlink_to(entry)
+    for sub in ("lowering", "runtime", "stdlib_kernels"):
+        (site / "tilec" / sub).symlink_to(repo / sub)
+    return site
+
+
+def test_a_folder_named_tilec_in_the_working_directory_does_not_shadow_an_install(tmp_path):
+    """A checkout cloned as ./tilec, or any folder of that name without __init__.py, is at most
+    a namespace package: an installed tilec (a regular package) still wins. (An editable
+    install is shadowed by it: setuptools' finder comes after the path scan, pypa/setuptools#3557;
+    README says to install with editable_mode=strict or run elsewhere.)"""
+    site = _installed_layout(tmp_path)
+    work = tmp_path / "work"
+    (work / "tilec" / "examples").mkdir(parents=True)
+    (work / "tilec" / "README.md").write_text("a checkout")
+    env = dict(os.environ, PYTHONPATH=str(site))
+    code = ("import tilec as tc, tilec.stdlib_kernels; print(tc.__file__); print(callable(tc.kernel), "
+            "tilec.stdlib_kernels.softmax.__module__)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert Path(first).parent == site / "tilec"
+    assert second == "True tilec.stdlib_kernels.softmax"
+
