@@ -352,7 +352,10 @@ def _one_device(state: KernelState, device: int, other: int) -> int:
 def _classify(state: KernelState, i: int, v):
     """(signature part, array info or None) of an argument off the common path: its
     `signature_of`, arrays read by the GPU reader (host arrays are refused there)."""
-    sig, info = signature_of(v, interop.array_info)
+    try:
+        sig, info = signature_of(v, interop.array_info)
+    except TypeError as e:  # the array reader's refusal (a host array, an unsupported dtype): say where
+        raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: {e}") from None
     if sig is not None:
         return sig, info
     raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "

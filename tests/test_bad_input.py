@@ -138,6 +138,35 @@ def test_error_inside_a_func_shows_the_call_site():
     assert info.value.call_sites and info.value.call_sites[0][1] == "scaled"
 
 
+class _CudaArray:
+    """An object with __cuda_array_interface__ (never dereferenced: these rows fail first)."""
+
+    def __init__(self, typestr):
+        self.__cuda_array_interface__ = {"shape": (40,), "typestr": typestr, "data": (256, False), "version": 3,
+                                         "strides": None}
+
+
+# The GPU launch path (runtime/launcher.py) checks the arguments before it needs a driver.
+GPU_LAUNCH_ROWS = [
+    ("too many arguments", (X, X, N, 16, 5), {}, r"kernel 'copy_kernel' takes 4 argument\(s\) \(x, out, n, BLOCK\), got 5"),
+    ("too few arguments", (X, X), {"BLOCK": 16}, r"kernel 'copy_kernel' is missing argument 'n'"),
+    ("unknown keyword", (X, X, N), {"BLOCK": 16, "BLK": 1}, r"no parameter or launch option 'BLK'"),
+    ("misspelled option", (X, X, N), {"BLOCK": 16, "num_warp": 4}, r"'num_warp'; did you mean 'num_warps'"),
+    ("parameter given twice", (X, X, N), {"BLOCK": 16, "x": X}, r"got parameter 'x' twice"),
+    ("a host numpy array", (X, X, N), {"BLOCK": 16}, r"argument 'x': a host numpy array .*tc.from_numpy"),
+    ("a string", ("x", X, N), {"BLOCK": 16}, r"argument 'x': cannot pass a str"),
+    ("an array of an unsupported dtype", (_CudaArray("<c8"), X, N), {"BLOCK": 16},
+     r"argument 'x': __cuda_array_interface__ typestr '<c8' is not a tilec dtype"),
+]
+
+
+@pytest.mark.parametrize("name, args, kwargs, pattern", GPU_LAUNCH_ROWS, ids=[r[0] for r in GPU_LAUNCH_ROWS])
+def test_gpu_launch_arguments(name, args, kwargs, pattern):
+    from tilec.runtime import launcher
+    with pytest.raises(TypeError, match=pattern):
+        launcher.launch(copy_kernel.launch_state, (3,), args, kwargs)
+
+
 # ----------------------------------------------------------------------------- kernel.compile
 COMPILE_ROWS = [
     ("constexpr that is not a parameter", lambda: copy_kernel.compile(SIG.replace(", BLOCK=16", ""), BK=64),
