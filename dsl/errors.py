@@ -54,7 +54,14 @@ def _caret(loc) -> str:
 
 
 class DriverError(RuntimeError):
-    """The CUDA driver is missing, has no device, or failed a call."""
+    """The CUDA driver is missing, has no device, or failed a call.
+
+    After a GPU fault (illegal address, trap, ...) `context_lost` is True and, on the error
+    that first reports the fault, `launch` describes the launch it is attributed to (kernel,
+    grid, arguments' shapes); docs/runtime.md, "Errors"."""
+
+    context_lost = False
+    launch = None
 
 
 class InterpreterError(RuntimeError):
