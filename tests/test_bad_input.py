@@ -9,8 +9,9 @@ untouched. The process survives every row by construction (the rows run in it); 
 that could take a process down (imports, the CLI, the cache) run in a subprocess.
 
 Kernels run on the numpy interpreter here; the GPU launch path's argument errors are the
-launcher's own (`runtime/launcher.py`: `KernelState.bind`, `_classify`) and are checked
-with a stand-in kernel in tests/runtime; a faulting kernel is in tests/runtime/test_fault.py.
+launcher's own (`runtime/launcher.py`: `KernelState.bind`, `_classify`), raised before it
+needs a driver, so they are rows here too. A kernel that faults is in
+tests/runtime/test_fault_messages.py (the messages, on the CPU) and test_fault_gpu.py.
 """
 from __future__ import annotations
 
@@ -218,6 +219,7 @@ STRIDED = _f32(6, 80)[:, ::2]           # last stride 2: rows are not contiguous
 F64_OUT = np.zeros((6, 40), np.float64)
 LABELS = np.arange(6, dtype=np.int64)
 H = A.astype(np.float16)
+W40, W41, STAT = np.ones(40, np.float32), np.ones(41, np.float32), np.ones(6, np.float32)
 
 # (id, call(out) where out is a sentinel-filled (6, 40) f32 array, error type, pattern)
 STDLIB_ROWS = [
@@ -270,6 +272,33 @@ STDLIB_ROWS = [
      r"q: expected 4 dimensions"),
     ("mla_decode: rank", lambda o: sk.mla_decode(H, H, LABELS.astype(np.int32)), ValueError, r"q: expected"),
     ("rope: cos shape", lambda o: sk.rope(H, H, H), ValueError, r"cos: expected shape \(6, 20\)"),
+    ("layer_norm_backward: weight shape", lambda o: sk.layer_norm_backward(A, A, W41, STAT, STAT, out=o), ValueError,
+     r"layer_norm_backward: weight has shape \(41,\), expected \(40,\)"),
+    ("layer_norm_backward: mean shape", lambda o: sk.layer_norm_backward(A, A, W40, STAT[:5], STAT, out=o), ValueError,
+     r"mean has shape \(5,\), expected \(6,\)"),
+    ("rms_norm_backward: rstd shape", lambda o: sk.rms_norm_backward(A, A, W40, STAT[:4], out=o), ValueError,
+     r"rstd has shape \(4,\)"),
+    ("log_softmax_backward: dy shape", lambda o: sk.log_softmax_backward(A[:, :39], A, out=o), ValueError,
+     r"dy has shape \(6, 39\), expected y's \(6, 40\)"),
+    ("gelu_backward: x shape", lambda o: sk.gelu_backward(A, A[:5], out=o), ValueError, r"x has shape \(5, 40\)"),
+    ("gelu_backward: approximate", lambda o: sk.gelu_backward(A, A, approximate="x", out=o), ValueError,
+     r"approximate must be 'none' or 'tanh'"),
+    ("swiglu_backward: up shape", lambda o: sk.swiglu_backward(A, A, A[:, :20], dgate=o), ValueError,
+     r"up has shape \(6, 20\)"),
+    ("silu_and_mul_backward: dy shape", lambda o: sk.silu_and_mul_backward(A, A, out=o), ValueError,
+     r"dy has shape \(6, 40\), expected \(6, 20\)"),
+    ("rope_backward: cos shape", lambda o: sk.rope_backward(H, H, H), ValueError, r"cos: expected shape"),
+    ("dropout_backward: p", lambda o: sk.dropout_backward(A, -0.5, 3, out=o), ValueError, r"p must be in \[0, 1\]"),
+    ("dropout_backward: seed", lambda o: sk.dropout_backward(A, 0.5, 3.5, out=o), TypeError, r"seed must be an int"),
+    ("transpose: non-contiguous rows", lambda o: sk.transpose(np.asfortranarray(A)[:, ::2]), ValueError,
+     r"x: the last dimension must be contiguous"),
+    ("cross_entropy: non-contiguous rows", lambda o: sk.cross_entropy(STRIDED, LABELS), ValueError,
+     r"logits: the last dimension must be contiguous"),
+    ("cross_entropy: grad shape", lambda o: sk.cross_entropy(A, LABELS, return_grad=True, grad=o[:, :5]), ValueError,
+     r"grad has shape \(6, 5\), expected \(6, 40\)"),
+    ("matmul: out shape", lambda o: sk.matmul(H, H.T.copy(), out=np.zeros((6, 7), np.float16)), ValueError,
+     r"out has shape \(6, 7\), expected \(6, 6\)"),
+    ("gelu: int dtype", lambda o: sk.gelu(I32, out=o), TypeError, r"x: dtype i32 is not supported"),
 ]
 
 
@@ -415,6 +444,7 @@ def test_cli_verb(name, argv, status, pattern, cli_kernel_file, capsys, monkeypa
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_cli_in_a_subprocess_prints_no_traceback(tmp_path):
     """What a user's shell sees: a file that raises on import, then a kernel that does not compile."""
     broken = tmp_path / "broken.py"
@@ -447,6 +477,7 @@ def _installed_layout(root: Path) -> Path:
     return site
 
 
+@pytest.mark.slow
 def test_a_folder_named_tilec_in_the_working_directory_does_not_shadow_an_install(tmp_path):
     """A checkout cloned as ./tilec, or any folder of that name without __init__.py, is at most
     a namespace package: an installed tilec (a regular package) still wins. (An editable
