@@ -131,3 +131,25 @@ def test_after_a_fault_any_error_code_is_reported_as_the_lost_context(run):
                                           r"The CUDA context of device 0 was lost to an earlier fault"):
         driver.check((Code("CUDA_ERROR_INVALID_CONTEXT", 201),), "cuModuleLoadData", "other")
     assert driver.context_lost(0) and not driver.context_lost(1)
+
+
+def test_loading_a_kernel_after_a_fault_says_the_context_is_lost(run, monkeypatch):
+    """The PTX JIT path reads its own result code (for the JIT log): a fault is still reported
+    as every other call reports it."""
+    from types import SimpleNamespace
+    from tilec.compiled import CompiledKernel
+    from tilec.runtime import module
+    opts = SimpleNamespace(**{n: n for n in ("CU_JIT_INFO_LOG_BUFFER", "CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES",
+                                             "CU_JIT_ERROR_LOG_BUFFER", "CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES",
+                                             "CU_JIT_LOG_VERBOSE")})
+    fake = SimpleNamespace(CUjit_option=opts, cuModuleLoadDataEx=lambda *a: (ILLEGAL_ADDRESS, None))
+    monkeypatch.setattr(module, "cu", lambda: fake)
+    compiled = CompiledKernel("late", {"ptx": ".version 8.0"}, {}, [], [])
+    dev = SimpleNamespace(name="stand-in", arch="sm_90a")
+    run(X(1000), 5)
+    with pytest.raises(DriverError) as first:
+        module._jit_ptx(compiled, dev)  # noqa: SLF001
+    assert "cuModuleLoadDataEx (kernel 'late') failed: CUDA_ERROR_ILLEGAL_ADDRESS" in str(first.value)
+    assert "comes from kernel 'k' on grid (1, 1, 1) with x: f32[1000]" in str(first.value)
+    with pytest.raises(DriverError, match="lost to an earlier fault"):
+        module._jit_ptx(compiled, dev)  # noqa: SLF001
