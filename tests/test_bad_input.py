@@ -354,11 +354,20 @@ def test_damaged_cache_entry_is_recompiled(fresh_cache, damage):
     assert fresh_cache.lookup(key).asm["ptx"] == first.asm["ptx"]
 
 
-def test_unwritable_cache_directory_compiles_and_warns_once(fresh_cache, tmp_path, monkeypatch):
-    # a path under a regular file cannot be created, whoever runs the test (root ignores chmod)
-    blocker = tmp_path / "a_file"
-    blocker.write_text("not a directory")
-    monkeypatch.setenv("TILEC_CACHE_DIR", str(blocker / "cache"))
+@pytest.mark.parametrize("how", ["under a file", "read-only (chmod)"])
+def test_unwritable_cache_directory_compiles_and_warns_once(fresh_cache, tmp_path, monkeypatch, how):
+    if how == "under a file":
+        # a path under a regular file cannot be created, whoever runs the test
+        blocker = tmp_path / "a_file"
+        blocker.write_text("not a directory")
+        monkeypatch.setenv("TILEC_CACHE_DIR", str(blocker / "cache"))
+    else:
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            pytest.skip("root writes into read-only directories; the row above covers it")
+        ro = tmp_path / "a_file"                           # named alike, so the pattern below holds
+        ro.mkdir()
+        ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+        monkeypatch.setenv("TILEC_CACHE_DIR", str(ro))
     with pytest.warns(RuntimeWarning, match=r"cannot write the compile cache under .*a_file.*TILEC_CACHE_DIR"):
         first = _compile_copy(16)
     import warnings
