@@ -158,6 +158,8 @@ def _json_default(obj):
 
 def _decode(payload: bytes) -> CompiledKernel:
     doc = json.loads(payload.decode("utf-8"))
+    if not (isinstance(doc, dict) and isinstance(doc.get("metadata"), dict) and isinstance(doc.get("name"), str)):
+        raise ValueError("not a compiled-kernel entry")  # the launcher reads these without checking
     asm = {stage: (base64.b64decode(v["b64"]) if "b64" in v else v["text"]) for stage, v in doc["asm"].items()}
     params = [ParamSlot(arg, kind, DType.get(dt) if dt is not None else None, dim, tuple(box[0]) if box else ())
               for arg, kind, dt, dim, *box in doc["params"]]  # box: tensor-map slots (older entries lack it)
@@ -177,7 +179,7 @@ def _read(path: Path) -> Optional[CompiledKernel]:
     if ok:
         try:
             return _decode(payload)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # a payload of the wrong shape
             ok = False
     # A damaged entry: remove it so that the recompiled kernel replaces it.
     try:

@@ -12,6 +12,7 @@ thread whenever a launch or allocation needs it.
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Dict, List, Optional
 
@@ -19,7 +20,8 @@ from ..errors import DriverError
 from ..target import DeviceSource, register_device_source
 
 __all__ = ["cu", "check", "init", "device_count", "current_device", "set_device", "Device",
-           "get_device", "ensure_context", "DriverError", "is_available", "mark_context_broken"]
+           "get_device", "ensure_context", "DriverError", "is_available", "mark_context_broken",
+           "describe_launch", "is_fault", "context_lost"]
 
 _driver = None
 _init_lock = threading.Lock()
@@ -35,8 +37,11 @@ _STICKY = {
     "CUDA_ERROR_TENSOR_MEMORY_LEAK", "CUDA_ERROR_CONTEXT_IS_DESTROYED",
 }
 _broken_reason: Dict[int, str] = {}
-last_kernel: Optional[str] = None   # set by the launcher: faults surface later, at a sync
-
+# The last launch that the driver accepted, as (PreparedLaunch-like object with .name and
+# .param_names, gx, gy, gz, array infos by parameter): set by the launcher after each launch
+# (one tuple store, formatted only on a fault). Launches are asynchronous, so a kernel's fault
+# shows at a later call (a synchronization, a copy, the next launch), whose error names it.
+last_launch: Optional[tuple] = None
 
 def _no_driver(err: BaseException) -> DriverError:
     detail = str(err).rstrip(".")
@@ -94,34 +99,86 @@ def _result_text(driver, res) -> str:
         return ""
 
 
-def check(result, call: str, kernel: Optional[str] = None):
-    """Unpack a cuda-python return tuple; raise DriverError naming `call` unless CUDA_SUCCESS."""
+def check(result, call: str, kernel: Optional[str] = None, launch: Optional[tuple] = None):
+    """Unpack a cuda-python return tuple; raise DriverError naming `call` unless CUDA_SUCCESS.
+    `kernel`: the kernel the call is about; `launch`: the launch it made, in `last_launch`'s
+    form (a launch call's own, for a fault reported by the launch itself)."""
     res = result[0]
     if res.value != 0:
-        raise _error(res, call, kernel)
+        raise _error(res, call, kernel, launch)
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]
 
 
-def _error(res, call: str, kernel: Optional[str]) -> DriverError:
+def describe_launch(launch: tuple) -> str:
+    """'kernel 'k' on grid (gx, gy, gz) with x: f16[4096, 1000], ...' for a `last_launch` tuple."""
+    prepared, gx, gy, gz, infos = launch
+    args = []
+    for name, info in zip(prepared.param_names, infos):
+        if info is not None:
+            shape, strides, dtype = tuple(info[1]), tuple(info[2]), info[3]
+            text = f"{name}: {getattr(dtype, 'name', dtype)}[{', '.join(map(str, shape))}]"
+            if strides != _row_major(shape):
+                text += f" strides ({', '.join(map(str, strides))})"
+            args.append(text)
+    with_args = f" with {', '.join(args)}" if args else ""
+    return f"kernel '{prepared.name}' on grid ({gx}, {gy}, {gz}){with_args}"
+
+
+def _row_major(shape) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _launch_blocking() -> bool:
+    return os.environ.get("CUDA_LAUNCH_BLOCKING", "") == "1"
+
+
+def _error(res, call: str, kernel: Optional[str], launch: Optional[tuple] = None) -> DriverError:
     name = _result_name(res)
     text = _result_text(_driver, res) if _driver is not None else ""
-    if kernel is None and name in _STICKY and last_kernel:
-        kernel = last_kernel
-        where = f"{call} (after kernel '{kernel}', the last one launched)"
-    else:
-        where = f"{call}" + (f" (kernel '{kernel}')" if kernel else "")
+    where = f"{call}" + (f" (kernel '{kernel}')" if kernel else "")
     msg = f"{where} failed: {name}" + (f": {text}" if text else "")
-    if name in _STICKY:
-        dev = current_device()
-        _broken_reason.setdefault(dev, f"{name} in {where}")
-        if name == "CUDA_ERROR_ASSERT":
-            msg += ". A device_assert failed (the device printed its message and source line above)"
-        msg += (f". The GPU reported a fault; the CUDA context of device {dev} is now unusable: "
-                f"every further launch, copy or allocation on it will fail, so restart the process. "
-                f"Run with compute-sanitizer, or TILEC_INTERPRET=1, to find the faulting access.")
-    return DriverError(msg)
+    dev = current_device()
+    earlier = _broken_reason.get(dev)
+    if earlier is not None:  # the fault was reported before: any error now is its aftermath
+        err = DriverError(f"{msg}. The CUDA context of device {dev} was lost to an earlier fault ({earlier}): "
+                          f"nothing can run on this device in this process any more; restart the process")
+        err.context_lost, err.launch = True, None
+        return err
+    if name not in _STICKY:
+        return DriverError(msg)
+    # A launch reports its own kernel's fault only when launches block; otherwise the fault is
+    # an earlier kernel's, shown at the first call after it: the last launch is the best guess.
+    culprit = launch if (launch is not None and _launch_blocking()) else last_launch
+    described = describe_launch(culprit) if culprit is not None else None
+    if described:
+        msg += (f". The fault comes from {described}, the last launch before this call (launches run "
+                f"asynchronously: another launched since the last synchronization may be the one; "
+                f"CUDA_LAUNCH_BLOCKING=1 makes each launch report its own fault)")
+    _broken_reason.setdefault(dev, f"{name}" + (f" after {described}" if described else f" in {where}"))
+    if name == "CUDA_ERROR_ASSERT":
+        msg += ". A device_assert failed (the device printed its message and source line above)"
+    msg += (f". The GPU reported a fault; the CUDA context of device {dev} is now unusable: "
+            f"every further launch, copy or allocation on it will fail, so restart the process. "
+            f"Run with compute-sanitizer, or TILEC_INTERPRET=1, to find the faulting access.")
+    err = DriverError(msg)
+    err.context_lost, err.launch = True, described
+    return err
+
+
+def context_lost(dev: Optional[int] = None) -> bool:
+    """Whether device `dev` (default: the current one) has had a fault in this process."""
+    return (current_device() if dev is None else dev) in _broken_reason
+
+
+def is_fault(res) -> bool:
+    """Whether a driver result code is a sticky error (the context is lost)."""
+    return _result_name(res) in _STICKY
 
 
 def mark_context_broken(dev: int, reason: str) -> None:
@@ -204,10 +261,13 @@ def ensure_context(ordinal: int) -> Device:
     """Make the primary context of `ordinal` current on this thread (cheap when it already is)."""
     if getattr(_tls, "ctx_device", None) == ordinal:
         return _devices[ordinal]
-    dev = get_device(ordinal)
     if ordinal in _broken_reason:
-        raise DriverError(f"the CUDA context of device {ordinal} is unusable after an earlier fault "
-                          f"({_broken_reason[ordinal]}); restart the process")
+        err = DriverError(f"the CUDA context of device {ordinal} was lost to an earlier fault "
+                          f"({_broken_reason[ordinal]}): nothing can run on this device in this process "
+                          f"any more; restart the process")
+        err.context_lost = True
+        raise err
+    dev = get_device(ordinal)
     check(cu().cuCtxSetCurrent(dev.context), "cuCtxSetCurrent")
     _tls.ctx_device = ordinal
     return dev

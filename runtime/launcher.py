@@ -312,7 +312,6 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
     s = _streams.get(h)
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
-    driver.last_kernel = prepared.name
     if prepared.cluster != 1 and gx % prepared.cluster:
         _cluster_mismatch(prepared, gx)
     pool = prepared.pool
@@ -338,7 +337,8 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
     if res is not _SUCCESS:
         if gx == 0 or gy == 0 or gz == 0:
             return None  # an empty grid launches nothing
-        _launch_failed(prepared, res, gx, gy, gz)
+        _launch_failed(prepared, res, gx, gy, gz, infos)
+    driver.last_launch = (prepared, gx, gy, gz, infos)  # what a later fault report names
     return None
 
 
@@ -352,7 +352,10 @@ def _one_device(state: KernelState, device: int, other: int) -> int:
 def _classify(state: KernelState, i: int, v):
     """(signature part, array info or None) of an argument off the common path: its
     `signature_of`, arrays read by the GPU reader (host arrays are refused there)."""
-    sig, info = signature_of(v, interop.array_info)
+    try:
+        sig, info = signature_of(v, interop.array_info)
+    except TypeError as e:  # the array reader's refusal (a host array, an unsupported dtype): say where
+        raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: {e}") from None
     if sig is not None:
         return sig, info
     raise TypeError(f"kernel '{state.name}' argument {state.params[i]!r}: cannot pass a "
@@ -378,11 +381,12 @@ def _persistent_grid(p: PreparedLaunch, pack, vals, infos, gx, gy, gz):
     return launched, 1, 1
 
 
-def _launch_failed(p: PreparedLaunch, res, gx, gy, gz):
+def _launch_failed(p: PreparedLaunch, res, gx, gy, gz, infos):
     """Raise for a launch the driver refused: a grid past the limits by its axis (the driver's
-    error names none), else the driver's error."""
+    error names none), else the driver's error (a fault of an earlier launch names that one)."""
     check_grid_limits((gx, gy, gz), p.name)
-    driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name)
+    driver.check((res,), "cuLaunchKernel" if p.dependent is None else "cuLaunchKernelEx", p.name,
+                 launch=(p, gx, gy, gz, infos))
 
 
 def _bind_driver() -> None:
@@ -411,7 +415,6 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
     s = _streams.get(h)
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)
-    driver.last_kernel = p.name
     if p.cluster != 1 and gx % p.cluster:
         _cluster_mismatch(p, gx)
     packer = p.take_packer()
@@ -425,7 +428,8 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         res = p.dependent.launch(gx, gy, gz, s, packer[1])
     p.pool.append(packer)
     if res is not _SUCCESS:
-        _launch_failed(p, res, gx, gy, gz)
+        _launch_failed(p, res, gx, gy, gz, infos)
+    driver.last_launch = (p, gx, gy, gz, infos)
 
 
 def preload(state: KernelState, compiled, args: tuple, kwargs: dict = None) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional
 
 from ..compiled import CompiledKernel
 from . import driver
-from .driver import DriverError, check, cu
+from .driver import DriverError, check, context_lost as driver_context_lost, cu, is_fault
 
 __all__ = ["LoadedKernel", "Resources", "PerCompiled", "load", "resources"]
 
@@ -182,6 +182,8 @@ def _jit_ptx(compiled: CompiledKernel, dev):
     res, module = d.cuModuleLoadDataEx(image, len(options), options, values)
     info_log, err_log = _cstr(info), _cstr(err)
     if res.value != 0:
+        if is_fault(res) or driver_context_lost():  # a context lost to a fault: say so, as every call does
+            check((res,), "cuModuleLoadDataEx", compiled.name)
         raise DriverError(f"loading kernel '{compiled.name}' for {dev.name} ({dev.arch}) failed in "
                           f"cuModuleLoadDataEx: {getattr(res, 'name', res)}"
                           + (f"\nJIT log:\n{err_log}" if err_log else ""))

@@ -365,7 +365,11 @@ def binary_layout(op: str, a: Arr, b: Arr, out: Arr):
 
 def _binary(op, a, b, out):
     aa, ba = _inputs({"a": a, "b": b})
-    shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    try:
+        shape = tuple(np.broadcast_shapes(aa.shape, ba.shape))
+    except ValueError:  # numpy's message calls them "arg 0" and "arg 1"
+        raise ValueError(f"{op}: a has shape {aa.shape} and b has shape {ba.shape}, which do not broadcast "
+                         "together (numpy's rules: trailing dimensions equal or 1)") from None
     o = output(out, aa, shape, _dt.promote(aa.dtype, ba.dtype))
     sizes, sa, sb, so = binary_layout(op, aa, ba, o)
     operands = Operands({"a": aa}, {"a": view(aa, sizes, sa), "b": view(ba, sizes, sb), "out": view(o, sizes, so)})

@@ -192,7 +192,9 @@ EXTRA_SIGNATURES = [
 
 def _eps_scalar(eps):
     """eps as the launch scalar: a value a launch plan fills in per call (`_plan.planned`)."""
-    if not isinstance(eps, (int, float, np.floating, np.integer)) or isinstance(eps, bool) or not eps >= 0:
+    if not isinstance(eps, (int, float, np.floating, np.integer)) or isinstance(eps, bool):
+        raise TypeError(f"eps must be a non-negative number, got a {type(eps).__name__}: {eps!r}")
+    if not eps >= 0:
         raise ValueError(f"eps must be a non-negative number, got {eps!r}")
     return (np.float32(eps),)
 

@@ -8,6 +8,7 @@ import inspect
 from .. import language as lang
 from ..definition import KernelDef
 from . import semantic as S
+from ..errors import CompilationError
 from .context import FunctionSource, Undefined
 from .expressions import eval_expr, require_constexpr
 from .values import BoundMethod, TensorValue, ViewShape, ViewValue, is_constexpr
@@ -117,6 +118,7 @@ def inline_func(ctx, node, func, args, kwargs):
     bound.apply_defaults()
     arguments = dict(bound.arguments)
     from .statements import lower_function_body
+    call_loc = ctx.source.loc(node) if hasattr(node, "lineno") else ctx.loc
     saved = (ctx.scope, ctx.source, ctx.loops, ctx.in_func, ctx.loc)
     ctx.scope, ctx.source, ctx.loops, ctx.in_func = arguments, src, [], True
     ctx.call_stack.append(func)
@@ -125,6 +127,9 @@ def inline_func(ctx, node, func, args, kwargs):
         result = ctx.scope.get("__return__")
         if isinstance(result, Undefined):
             raise ctx.error(f"not every path through @tc.func '{func.name}' returns a value", src.tree)
+    except CompilationError as e:
+        e.add_call_site(call_loc, func.name)  # which call of the helper led here
+        raise
     finally:
         ctx.call_stack.pop()
         ctx.scope, ctx.source, ctx.loops, ctx.in_func, ctx.loc = saved
