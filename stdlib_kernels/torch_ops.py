@@ -45,12 +45,14 @@ from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
 from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
+from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
-           "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul"]
+           "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
+           "linear_cross_entropy"]
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,44 @@ def _matmul_impl(a, b):
     return _sk_matmul(a, b)
 
 
+# linear_cross_entropy: the forward computes the loss and the three gradients chunk by chunk
+# (stdlib_kernels/linear_cross_entropy.py); the backward scales them by the upstream gradient
+_LCE_ARGS = "Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk"
+
+
+def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    loss, dh, dw, db = _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction,
+                            chunk=chunk)
+    return loss, dh, dw, (db if db is not None else _empty0(dh))
+
+
+def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    loss = hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
+    return (loss, hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
+            bias.new_empty(bias.shape) if bias is not None else _empty0(hidden))
+
+
+def _lce_setup(ctx, inputs, output):
+    ctx.save_for_backward(*output[1:])
+    ctx.has_b = inputs[3] is not None
+
+
+def _lce_backward(ctx, dloss, *_unused):
+    dh, dw, db = ctx.saved_tensors
+    # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
+    db = db * dloss.to(db.dtype) if ctx.has_b else None
+    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None
+
+
+def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    return _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction, chunk=chunk,
+                return_grad=False)
+
+
+def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    return hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
+
+
 OPS: Dict[str, OpSpec] = {
     "attention": OpSpec(f"(Tensor q, Tensor k, Tensor v, {_ATTN_ARGS}) -> (Tensor, Tensor)",
                         _attention_impl, _attention_fake, _attention_backward, _attention_setup),
@@ -388,6 +428,9 @@ OPS: Dict[str, OpSpec] = {
                                       _ce_grad_impl, _ce_grad_fake, _ce_grad_backward, _ce_grad_setup),
     "matmul": OpSpec("(Tensor a, Tensor b) -> Tensor", _matmul_impl, _matmul_fake, _matmul_backward,
                      _matmul_setup),
+    "linear_cross_entropy": OpSpec(f"({_LCE_ARGS}) -> (Tensor, Tensor, Tensor, Tensor)", _lce_impl, _lce_fake,
+                                   _lce_backward, _lce_setup),
+    "linear_cross_entropy_loss": OpSpec(f"({_LCE_ARGS}) -> Tensor", _lce_loss_impl, _lce_loss_fake),
 }
 
 
@@ -548,3 +591,26 @@ def matmul(a, b):
     register()
     check_cuda(a=a, b=b)
     return torch.ops.tilec.matmul(a, b)
+
+
+def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
+                         chunk: Optional[int] = None):
+    """`cross_entropy(hidden @ weight.T + bias, target)` without the logits
+    (`tilec.stdlib_kernels.linear_cross_entropy`), differentiable in hidden, weight and bias:
+    where one of them requires grad the forward computes the gradients too
+    (`tilec::linear_cross_entropy`) and the backward scales them by the upstream gradient;
+    otherwise the loss alone (`tilec::linear_cross_entropy_loss`). reduction="none" has no
+    gradient (the weight's would need each token's upstream gradient in the forward)."""
+    register()
+    check_cuda(hidden=hidden, weight=weight, target=target, bias=bias)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    chunk = None if chunk is None else int(chunk)
+    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk)
+    wants = [n for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias)) if t is not None and t.requires_grad]
+    if wants and torch.is_grad_enabled():
+        if reduction == "none":
+            raise ValueError(f"linear_cross_entropy: reduction='none' gives no gradient, and {', '.join(wants)} "
+                             "requires grad: use 'mean' or 'sum', or detach")
+        return torch.ops.tilec.linear_cross_entropy(*args)[0]
+    return torch.ops.tilec.linear_cross_entropy_loss(*args)

@@ -83,6 +83,12 @@ def test_row_op_fake_shapes():
         q = torch.empty(2, 5, 3, 8, device="cuda", dtype=torch.float16)
         cs = torch.empty(5, 4, device="cuda", dtype=torch.float32)
         assert T.rope(q, cs, cs).shape == q.shape
+        h, w = torch.empty(2, 5, 16, device="cuda", dtype=torch.bfloat16), torch.empty(40, 16, device="cuda",
+                                                                                      dtype=torch.bfloat16)
+        t2 = torch.empty(2, 5, device="cuda", dtype=torch.int64)
+        loss, dh, dw, db = torch.ops.tilec.linear_cross_entropy(h, w, t2, None, -100, "sum", 64)
+        assert tuple(loss.shape) == () and dh.shape == h.shape and dw.shape == w.shape and tuple(db.shape) == (0,)
+        assert tuple(T.linear_cross_entropy(h, w, t2, reduction="none").shape) == (2, 5)
         a, b = torch.empty(7, 10, device="cuda"), torch.empty(3, 10, 5, device="cuda")
         assert tuple(T.matmul(a, b).shape) == (3, 7, 5) and tuple(T.matmul(b.transpose(1, 2), a.T).shape) == (3, 5, 7)
 
@@ -119,6 +125,9 @@ _GRAPHS = [
      ["matmul"] * 3),
     ("matmul a shared", lambda a, b: torch.ops.tilec.matmul(a, b), lambda: (_bf16(7, 10), _bf16(3, 10, 5)),
      ["matmul"] * 3),
+    ("linear_cross_entropy", lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None)[0],
+     lambda: (_bf16(2, 5, 16), _bf16(40, 16), torch.empty(2, 5, dtype=torch.int64), _bf16(40)),
+     ["linear_cross_entropy"]),
 ]
 
 
@@ -162,6 +171,12 @@ def test_inputs_the_op_cannot_differentiate_are_named():
             T.rope(q, cs, cs.detach())
         with torch.no_grad():
             T.rope(q, cs, cs)   # no gradient asked for: fine
+        h = torch.empty(3, 8, device="cuda", requires_grad=True)
+        w = torch.empty(5, 8, device="cuda")
+        t = torch.empty(3, device="cuda", dtype=torch.int64)
+        with pytest.raises(ValueError, match="reduction='none' gives no gradient, and hidden requires grad"):
+            T.linear_cross_entropy(h, w, t, reduction="none")
+        assert tuple(T.linear_cross_entropy(h.detach(), w, t, reduction="none").shape) == (3,)
 
 
 def test_arguments_must_be_cuda_tensors_named():
@@ -317,6 +332,45 @@ def test_cross_entropy_gradient_matches_float64_autograd(reduction):
     assert _rel_err(loss, ref) < 1e-5 and _rel_err(x.grad, x64.grad) < 1e-4
     with torch.no_grad():   # no gradient wanted: the forward-only op
         assert _rel_err(T.cross_entropy(x, t, reduction=reduction), ref) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,chunk,with_bias", [("float32", None, True), ("float32", 64, False),
+                                                   ("bfloat16", 128, True)])
+def test_linear_cross_entropy_matches_float64_autograd(dtype, chunk, with_bias):
+    T.register()
+    torch.manual_seed(6)
+    tdt = getattr(torch, dtype)
+    h = torch.randn(3, 101, 136, device="cuda", dtype=tdt, requires_grad=True)    # 303 tokens: 5 chunks of 64
+    w = (torch.randn(5003, 136, device="cuda", dtype=torch.float64) / 136 ** 0.5 * 3).to(tdt).requires_grad_(True)
+    b = torch.randn(5003, device="cuda", dtype=tdt, requires_grad=True) if with_bias else None
+    t = torch.randint(0, 5003, (3, 101), device="cuda")
+    t[0, :7] = -100
+    loss = T.linear_cross_entropy(h, w, t, b, chunk=chunk)
+    (loss * 2.5).backward()
+    h64, w64 = _f64(h, w)
+    b64 = _f64(b)[0] if with_bias else None
+    ref = F.cross_entropy(F.linear(h64, w64, b64).reshape(-1, 5003), t.reshape(-1))
+    (ref * 2.5).backward()
+    tol = 1e-4 if dtype == "float32" else 3e-2
+    assert _rel_err(loss, ref) < tol
+    for got, want in ((h.grad, h64.grad), (w.grad, w64.grad)) + (((b.grad, b64.grad),) if with_bias else ()):
+        assert got.dtype == tdt and _rel_err(got, want) < tol * 3
+    with torch.no_grad():   # the loss alone (the forward-only kernels)
+        assert _rel_err(T.linear_cross_entropy(h, w, t, b, chunk=chunk), ref) < tol
+
+
+@pytest.mark.gpu
+def test_opcheck_linear_cross_entropy():
+    T.register()
+    torch.manual_seed(7)
+    h = torch.randn(300, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1000, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1000, device="cuda", dtype=torch.float32)
+    t = torch.randint(0, 1000, (300,), device="cuda")
+    for args in ((h, w, t, b, -100, "mean", 128), (h, w, t, None, -100, "sum", None)):
+        torch.library.opcheck(torch.ops.tilec.linear_cross_entropy.default, args)
+    torch.library.opcheck(torch.ops.tilec.linear_cross_entropy_loss.default, (h, w, t, None, -100, "none", 128))
 
 
 @pytest.mark.gpu
