@@ -1,4 +1,4 @@
-"""tilec.nn (stdlib_kernels/nn.py) and tilec.integrations.transformers.
+"""tilec.nn (dsl/nn.py) and tilec.integrations.transformers.
 
 On the CPU: `import tilec` without torch, the modules' parameter names (torch's and Hugging
 Face's), a decoder layer of tilec.nn modules traced forward and backward with fake tensors
