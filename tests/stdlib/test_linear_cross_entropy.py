@@ -177,3 +177,22 @@ def test_bad_arguments_are_named():
         kw.update(change)
         with pytest.raises(exc, match=msg):
             sk.linear_cross_entropy(kw.pop("hidden"), kw.pop("weight"), kw.pop("target"), **kw)
+
+
+# ----------------------------------------------------------------------------- PTX
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("sig", [L.SIGNATURES["lce_accumulate_kernel"]] + [s for _, s in L.EXTRA_SIGNATURES])
+def test_accumulate_kernel_assembles(sig, arch):
+    # every specialization the entry point launches (f32 sums of each dtype's parts), through ptxas
+    from tilec.compiler import compile_kernel
+    from tilec.lowering.ptxas import find_ptxas
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+    if not find_ptxas():
+        pytest.skip("no ptxas")
+    k = L.lce_accumulate_kernel
+    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, **L.OPTIONS[k.name]),
+                              use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and not report["warnings"], report
+    assert "ld.global.v4" in compiled.asm["ptx"]   # 16-byte accesses of the flat views
