@@ -148,6 +148,27 @@ def test_decoder_layer_traced_forward_and_backward(cpu_fake):
                         "attention_backward": 1, "swiglu": 1, "swiglu_backward": 1, "linear_cross_entropy": 1}
 
 
+def test_decoder_layer_exports_as_one_graph(cpu_fake):
+    # torch.export traces with fake tensors through dynamo, which a graph break would stop:
+    # what torch.compile(fullgraph=True) needs of the modules' Python
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = DecoderLayer(dim=64, heads=4, kv_heads=2, ffn=96)
+            self.head = torch.nn.Linear(64, 97, bias=False)
+            self.loss = tnn.LinearCrossEntropyLoss()
+
+        def forward(self, x, target):
+            return self.loss(self.layer(x), self.head.weight, target)
+
+    model = WithLoss().to(torch.bfloat16)
+    x, target = torch.randn(2, 33, 64, dtype=torch.bfloat16), torch.randint(0, 97, (2, 33))
+    ep = torch.export.export(model, (x, target))
+    ops = Counter(str(n.target) for n in ep.graph.nodes if "tilec" in str(n.target))
+    assert ops == {"tilec.rms_norm.default": 2, "tilec.rope.default": 2, "tilec.attention.default": 1,
+                   "tilec.swiglu.default": 1, "tilec.linear_cross_entropy.default": 1}
+
+
 @pytest.fixture
 def hf_llama():
     transformers = pytest.importorskip("transformers")
