@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 try:
     import torch
@@ -63,6 +63,7 @@ class OpSpec:
     fake: Callable
     backward: Optional[Callable] = None        # (ctx, *grads) -> a gradient (or None) per input
     setup_context: Optional[Callable] = None   # (ctx, inputs, output): what the backward keeps
+    mutates: Tuple[str, ...] = ()              # arguments written in place (the `*_out` ops: "out")
 
 
 # ----------------------------------------------------------------------------- attention
@@ -434,6 +435,32 @@ OPS: Dict[str, OpSpec] = {
 }
 
 
+# `out=` variants: the op written into a given tensor, declared as mutating it (torch.compile
+# functionalizes them); no autograd (as torch's out= ops). `out` may be the input itself where
+# the stdlib op allows it (the elementwise-shaped ops).
+def _out_op(args: str, run: Callable) -> OpSpec:
+    def impl(*a):
+        run(*a)
+    return OpSpec(f"({args}, Tensor(a!) out) -> ()", impl, lambda *a: None, mutates=("out",))
+
+
+OPS.update({
+    "rms_norm_out": _out_op("Tensor x, Tensor? weight, float eps",
+                            lambda x, w, eps, out: _norms.rms_norm(x, w, eps, out=out)),
+    "layer_norm_out": _out_op("Tensor x, Tensor? weight, Tensor? bias, float eps",
+                              lambda x, w, b, eps, out: _norms.layer_norm(x, w, b, eps, out=out)),
+    "softmax_out": _out_op("Tensor x, int dim", lambda x, dim, out: _softmax(x, dim, out=out)),
+    "log_softmax_out": _out_op("Tensor x, int dim", lambda x, dim, out: _log_softmax(x, dim, out=out)),
+    "gelu_out": _out_op("Tensor x, str approximate", lambda x, approximate, out: _ew.gelu(x, approximate, out=out)),
+    "silu_and_mul_out": _out_op("Tensor x", lambda x, out: _ew.silu_and_mul(x, out=out)),
+    "swiglu_out": _out_op("Tensor gate, Tensor up", lambda g, u, out: _ew.swiglu(g, u, out=out)),
+    "rope_out": _out_op("Tensor x, Tensor cos, Tensor sin, bool interleaved, int? seq_dim",
+                        lambda x, c, s, interleaved, seq_dim, out: _ew.rope(x, c, s, interleaved=interleaved,
+                                                                             seq_dim=seq_dim, out=out)),
+    "dropout_out": _out_op("Tensor x, float p, int seed", lambda x, p, seed, out: _dropout(x, p, seed, out=out)),
+    "matmul_out": _out_op("Tensor a, Tensor b", lambda a, b, out: _sk_matmul(a, b, out=out)),
+})
+
 # ----------------------------------------------------------------------------- registration
 _lock = threading.Lock()
 _registered = False
@@ -469,9 +496,11 @@ def register() -> None:
         for name, spec in OPS.items():
             if hasattr(torch.ops.tilec, name):   # defined by an earlier import of this module
                 continue
-            op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=(), schema=spec.schema)
+            op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=spec.mutates, schema=spec.schema)
             op.register_fake(spec.fake)
-            op.register_autograd(spec.backward or _no_backward(name, spec.schema), setup_context=spec.setup_context)
+            if not spec.mutates:   # the `*_out` ops are not differentiable (the functions refuse grads)
+                op.register_autograd(spec.backward or _no_backward(name, spec.schema),
+                                     setup_context=spec.setup_context)
         _registered = True
 
 
@@ -514,63 +543,94 @@ def _no_grad_needed(**tensors) -> None:
             raise ValueError(f"{name} requires grad, but tilec gives no gradient for it: pass {name}.detach()")
 
 
-def rms_norm(x, weight=None, eps: float = 1e-6):
+def _into(out, write, inputs):
+    """`write(out)` (an `*_out` op) and out: not differentiable, so an input that requires grad
+    (with grad mode on) is a ValueError naming it; out must be a CUDA tensor on the inputs' device."""
+    check_cuda(**inputs, out=out)
+    if torch.is_grad_enabled():
+        wants = [n for n, t in inputs.items() if t is not None and t.requires_grad]
+        if wants:
+            raise ValueError(f"out= is not differentiable, and {', '.join(wants)} requires grad: call without out=, "
+                             "or under torch.no_grad()")
+    write(out)
+    return out
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, out=None):
     """`tilec.stdlib_kernels.rms_norm` as a differentiable op (gradients to x and weight)."""
     register()
     check_cuda(x=x, weight=weight)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.rms_norm_out(x, weight, float(eps), o), dict(x=x, weight=weight))
     return torch.ops.tilec.rms_norm(x, weight, float(eps))[0]
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
     """`tilec.stdlib_kernels.layer_norm` as a differentiable op (gradients to x, weight, bias)."""
     register()
     check_cuda(x=x, weight=weight, bias=bias)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.layer_norm_out(x, weight, bias, float(eps), o), dict(x=x, weight=weight, bias=bias))
     return torch.ops.tilec.layer_norm(x, weight, bias, float(eps))[0]
 
 
-def softmax(x, dim: int = -1):
+def softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.softmax_out(x, int(dim), o), dict(x=x))
     return torch.ops.tilec.softmax(x, int(dim))
 
 
-def log_softmax(x, dim: int = -1):
+def log_softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.log_softmax_out(x, int(dim), o), dict(x=x))
     return torch.ops.tilec.log_softmax(x, int(dim))
 
 
-def silu_and_mul(x):
+def silu_and_mul(x, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.silu_and_mul_out(x, o), dict(x=x))
     return torch.ops.tilec.silu_and_mul(x)
 
 
-def swiglu(gate, up):
+def swiglu(gate, up, out=None):
     register()
     check_cuda(gate=gate, up=up)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.swiglu_out(gate, up, o), dict(gate=gate, up=up))
     return torch.ops.tilec.swiglu(gate, up)
 
 
-def gelu(x, approximate: str = "none"):
+def gelu(x, approximate: str = "none", out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.gelu_out(x, approximate, o), dict(x=x))
     return torch.ops.tilec.gelu(x, approximate)
 
 
-def rope(x, cos, sin, *, interleaved: bool = False, seq_dim: Optional[int] = None):
+def rope(x, cos, sin, *, interleaved: bool = False, seq_dim: Optional[int] = None, out=None):
     """`tilec.stdlib_kernels.rope` as a differentiable op: the gradient flows to x (cos and
     sin are tables: one that requires grad is a ValueError)."""
     register()
     check_cuda(x=x, cos=cos, sin=sin)
     _no_grad_needed(cos=cos, sin=sin)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.rope_out(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim), o), dict(x=x))
     return torch.ops.tilec.rope(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim))
 
 
-def dropout(x, p: float, seed: int):
+def dropout(x, p: float, seed: int, out=None):
     """`tilec.stdlib_kernels.dropout` as a differentiable op; the backward regenerates the mask."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.dropout_out(x, float(p), int(seed), o), dict(x=x))
     return torch.ops.tilec.dropout(x, float(p), int(seed))
 
 
@@ -585,11 +645,13 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction)
 
 
-def matmul(a, b):
+def matmul(a, b, out=None):
     """`tilec.stdlib_kernels.matmul(a, b)` as a differentiable op (2-D or batched 3-D operands,
     one dtype; the result in it). The backward runs the same GEMM on transposed views."""
     register()
     check_cuda(a=a, b=b)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.matmul_out(a, b, o), dict(a=a, b=b))
     return torch.ops.tilec.matmul(a, b)
 
 

@@ -152,6 +152,39 @@ def test_forward_and_backward_traced_with_fake_tensors(name, fn, inputs, expecte
         assert [o.meta["val"].dtype for o in outs] == [a.dtype for a in wrt]
 
 
+def test_out_variants_are_declared_mutating():
+    T.register()
+    for name in ("rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu_and_mul", "swiglu", "rope",
+                 "dropout", "matmul"):
+        schema = getattr(torch.ops.tilec, name + "_out").default._schema
+        assert str(schema).endswith("Tensor(a!) out) -> ()"), schema
+        assert [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write] == ["out"]
+    with FakeTensorMode():
+        x = torch.empty(6, 10, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty_like(x)
+        assert T.softmax(x, out=o) is o and T.rms_norm(x, None, out=x) is x   # in place too
+        assert T.matmul(x, x.T, out=torch.empty(6, 6, device="cuda", dtype=torch.bfloat16)).shape == (6, 6)
+        g = torch.empty(6, 10, device="cuda", requires_grad=True)
+        with pytest.raises(ValueError, match="out= is not differentiable, and x requires grad"):
+            T.gelu(g, out=torch.empty(6, 10, device="cuda"))
+        with torch.no_grad():
+            T.gelu(g, out=torch.empty(6, 10, device="cuda"))
+        with pytest.raises(TypeError, match="out: tilec ops take CUDA tensors"):
+            T.gelu(x, out=torch.empty(6, 10))
+
+    def step(x, o):   # traced: the mutation is the op's, on its out argument
+        T.swiglu(x, x, out=o)
+        return o
+    args = (torch.empty(6, 10), torch.empty(6, 10))
+    T_check = T.check_cuda
+    try:
+        T.check_cuda = lambda **kw: None   # CPU fake tensors stand for CUDA ones here
+        g = make_fx(step, tracing_mode="fake")(*args)
+    finally:
+        T.check_cuda = T_check
+    assert [n.target for n in g.graph.nodes if n.op == "call_function"] == [torch.ops.tilec.swiglu_out.default]
+
+
 def test_backward_of_a_backward_op_says_so():
     T.register()
     with FakeTensorMode():
@@ -252,6 +285,17 @@ def test_opcheck_row_ops_and_their_backwards():
              ("matmul", (a, b)), ("matmul", (a.unsqueeze(0).expand(3, -1, -1).contiguous(), b))]
     for name, args in cases:
         torch.library.opcheck(getattr(torch.ops.tilec, name).default, args)
+    # the out= variants: opcheck checks that out is the only argument written
+    outs = [("rms_norm_out", (x, w, 1e-6, torch.empty_like(x))), ("layer_norm_out", (x, w, w, 1e-5, torch.empty_like(x))),
+            ("softmax_out", (x, -1, torch.empty_like(x))), ("log_softmax_out", (x, 0, torch.empty_like(x))),
+            ("gelu_out", (x, "tanh", torch.empty_like(x))), ("silu_and_mul_out", (x, torch.empty_like(x[:, :500]))),
+            ("swiglu_out", (x, dy, torch.empty_like(x))), ("rope_out", (q, cs, cs, False, None, torch.empty_like(q))),
+            ("dropout_out", (x, 0.3, 7, torch.empty_like(x))), ("matmul_out", (a, b, a.new_empty(45, 29)))]
+    for name, args in outs:
+        torch.library.opcheck(getattr(torch.ops.tilec, name).default, args)
+        op = name[:-4]
+        ref = getattr(T, op)(*args[:-1]) if op not in ("rope",) else T.rope(q, cs, cs)
+        assert torch.equal(args[-1], ref), name   # the same kernels as the functional op
 
 
 def _f64(*ts):
