@@ -285,9 +285,11 @@ def test_decoder_layer_cuda_graph_capture_and_replay():
         xe = x.detach().clone().requires_grad_(True)
         ye = layer(xe)
         want = torch.autograd.grad(ye, [xe] + params, dy)
-        assert torch.equal(out, ye)   # the same kernels on the same data: bit for bit
+        # the same kernels on the same data (cuBLAS may pick another algorithm inside a graph, so
+        # not asserted bit for bit; a replay on stale inputs would be off by O(1))
+        assert _rel(out, ye) < 1e-2
         for got, w in zip(captured, want):
-            assert torch.equal(got, w)
+            assert _rel(got, w) < 1e-2
 
 
 @pytest.mark.gpu
