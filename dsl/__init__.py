@@ -41,3 +41,11 @@ from .runtime import (  # noqa: F401,E402
     DeviceArray, Event, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
     set_device, synchronize,
 )
+
+
+def __getattr__(name):
+    # tilec.nn and tilec.integrations need PyTorch: imported on first use, never by `import tilec`
+    if name in ("nn", "integrations"):
+        import importlib  # noqa: PLC0415
+        return importlib.import_module(f"tilec.{name}")
+    raise AttributeError(f"module 'tilec' has no attribute {name!r}")

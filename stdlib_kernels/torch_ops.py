@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 try:
     import torch
@@ -36,17 +36,23 @@ except ImportError:   # the functions below say so when called
     torch = None
 
 # (the package's names `attention`, `softmax`, ... are the functions, not their modules)
+from . import backward as _bwd
 from . import elementwise as _ew
+from . import elementwise_backward as _ewb
 from . import norms as _norms
 from .attention import _window, check_layout
 from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
 from .cross_entropy import cross_entropy as _cross_entropy
+from .dropout import dropout as _dropout
+from .linear_cross_entropy import linear_cross_entropy as _lce
+from .matmul import matmul as _sk_matmul
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
-           "silu_and_mul", "gelu", "cross_entropy"]
+           "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
+           "linear_cross_entropy"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class OpSpec:
     fake: Callable
     backward: Optional[Callable] = None        # (ctx, *grads) -> a gradient (or None) per input
     setup_context: Optional[Callable] = None   # (ctx, inputs, output): what the backward keeps
+    mutates: Tuple[str, ...] = ()              # arguments written in place (the `*_out` ops: "out")
 
 
 # ----------------------------------------------------------------------------- attention
@@ -111,17 +118,261 @@ def _attention_backward_fake(dout, q, k, v, out, lse, dlse, *rest):
 _ATTN_ARGS = "bool causal, float? scale, int window_left, int window_right, float? softcap, str layout"
 
 
-# ----------------------------------------------------------------------------- forward-only ops
+# ----------------------------------------------------------------------------- row and elementwise ops
+# Each forward op returns what its backward needs besides its inputs (the norms' statistics,
+# cross_entropy's gradient); the user-facing functions return the value alone. A backward calls
+# the `*_backward` op, so torch.compile traces both as opaque calls.
 def _like(x, *rest):
     return x.new_empty(x.shape)
+
+
+def _rows_ok(t):
+    """dy as the backward kernels take it: last stride 1 and rows that flatten (o.sum()'s
+    gradient is a stride-0 broadcast)."""
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _empty0(x):
+    # the gradient of an absent weight/bias: ops return tensors, so a 0-element placeholder
+    return x.new_empty((0,))
+
+
+def _grad_or_none(g, present):
+    return g if present else None
+
+
+# rms_norm / layer_norm: the forward keeps rstd (and mean), f32 of x.shape[:-1]
+def _rms_norm_impl(x, weight, eps):
+    return _norms.rms_norm(x, weight, eps, return_stats=True)
+
+
+def _stats_fake(x, *rest):
+    return x.new_empty(tuple(x.shape[:-1]), dtype=torch.float32)
+
+
+def _rms_norm_fake(x, weight, eps):
+    return x.new_empty(x.shape), _stats_fake(x)
+
+
+def _rms_norm_setup(ctx, inputs, output):
+    x, weight, _eps = inputs
+    ctx.save_for_backward(x, weight, output[1])
+    ctx.has_w = weight is not None
+
+
+def _rms_norm_backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = torch.ops.tilec.rms_norm_backward(_rows_ok(dy), x, weight if ctx.has_w else None, rstd)
+    return dx, _grad_or_none(dw, ctx.has_w), None
+
+
+def _rms_norm_backward_impl(dy, x, weight, rstd):
+    dx, dw = _bwd.rms_norm_backward(dy, x, weight, rstd)
+    return dx, (dw if dw is not None else _empty0(dy))
+
+
+def _rms_norm_backward_fake(dy, x, weight, rstd):
+    return dy.new_empty(x.shape), (weight.new_empty(weight.shape) if weight is not None else _empty0(dy))
+
+
+def _layer_norm_impl(x, weight, bias, eps):
+    return _norms.layer_norm(x, weight, bias, eps, return_stats=True)
+
+
+def _layer_norm_fake(x, weight, bias, eps):
+    return x.new_empty(x.shape), _stats_fake(x), _stats_fake(x)
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    x, weight, bias, _eps = inputs
+    ctx.save_for_backward(x, weight, bias, output[1], output[2])
+    ctx.has_w, ctx.has_b = weight is not None, bias is not None
+
+
+def _layer_norm_backward(ctx, dy, _dmean, _drstd):
+    x, weight, bias, mean, rstd = ctx.saved_tensors
+    dx, dw, db = torch.ops.tilec.layer_norm_backward(_rows_ok(dy), x, weight if ctx.has_w else None,
+                                                     bias if ctx.has_b else None, mean, rstd)
+    return dx, _grad_or_none(dw, ctx.has_w), _grad_or_none(db, ctx.has_b), None
+
+
+def _layer_norm_backward_impl(dy, x, weight, bias, mean, rstd):
+    dx, dw, db = _bwd.layer_norm_backward(dy, x, weight, mean, rstd, bias=bias)
+    return dx, (dw if dw is not None else _empty0(dy)), (db if db is not None else _empty0(dy))
+
+
+def _layer_norm_backward_fake(dy, x, weight, bias, mean, rstd):
+    return (dy.new_empty(x.shape), weight.new_empty(weight.shape) if weight is not None else _empty0(dy),
+            bias.new_empty(bias.shape) if bias is not None else _empty0(dy))
+
+
+# softmax / log_softmax: the backward kernels take the last dimension; another dim is moved last
+def _softmax_setup(ctx, inputs, output):
+    ctx.save_for_backward(output)
+    ctx.dim = inputs[1]
+
+
+def _softmax_like_backward(op_name):
+    def backward(ctx, dy):
+        y, = ctx.saved_tensors
+        dim = ctx.dim % y.dim()
+        op = getattr(torch.ops.tilec, op_name)
+        if dim == y.dim() - 1:
+            return op(_rows_ok(dy), y), None
+        dx = op(dy.movedim(dim, -1).contiguous(), y.movedim(dim, -1).contiguous())
+        return dx.movedim(-1, dim), None
+    return backward
+
+
+def _softmax_backward_fake(dy, y):
+    return dy.new_empty(y.shape)
+
+
+# gelu, silu_and_mul, swiglu, rope, dropout
+def _gelu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.approximate = inputs[1]
+
+
+def _gelu_backward(ctx, dy):
+    x, = ctx.saved_tensors
+    return torch.ops.tilec.gelu_backward(_rows_ok(dy), x, ctx.approximate), None
 
 
 def _silu_and_mul_fake(x):
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
+def _save_inputs(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _silu_and_mul_backward(ctx, dy):
+    x, = ctx.saved_tensors
+    return torch.ops.tilec.silu_and_mul_backward(_rows_ok(dy), x)
+
+
+def _swiglu_backward(ctx, dy):
+    gate, up = ctx.saved_tensors
+    dg, du = torch.ops.tilec.swiglu_backward(_rows_ok(dy), gate, up)
+    return dg, du
+
+
+def _rope_setup(ctx, inputs, output):
+    _x, cos, sin, interleaved, seq_dim = inputs
+    ctx.save_for_backward(cos, sin)
+    ctx.rest = (interleaved, seq_dim)
+
+
+def _rope_backward(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    return torch.ops.tilec.rope_backward(_rows_ok(dy), cos, sin, *ctx.rest), None, None, None, None
+
+
+def _dropout_setup(ctx, inputs, output):
+    ctx.p, ctx.seed = inputs[1], inputs[2]
+
+
+def _dropout_backward(ctx, dy):
+    # the forward's mask, regenerated from (seed, element index): dropout of dy itself
+    return torch.ops.tilec.dropout(_rows_ok(dy), ctx.p, ctx.seed), None, None
+
+
+# cross_entropy: the differentiable form writes dlogits in the forward (no logits-sized tensor kept)
 def _cross_entropy_fake(logits, target, ignore_index, reduction):
     return logits.new_empty(tuple(logits.shape[:-1]) if reduction == "none" else ())
+
+
+def _ce_grad_impl(logits, target, ignore_index, reduction):
+    return _cross_entropy(logits, target, ignore_index, reduction, return_grad=True)
+
+
+def _ce_grad_fake(logits, target, ignore_index, reduction):
+    return _cross_entropy_fake(logits, target, ignore_index, reduction), logits.new_empty(logits.shape)
+
+
+def _ce_grad_setup(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+    ctx.reduction = inputs[3]
+
+
+def _ce_grad_backward(ctx, dloss, _ddlogits):
+    dlogits, = ctx.saved_tensors
+    # dlogits is the gradient for an upstream 1 ("none": of the sum of the row losses)
+    scale = dloss.unsqueeze(-1) if ctx.reduction == "none" else dloss
+    return (dlogits * scale.to(dlogits.dtype)), None, None, None
+
+
+# matmul: dA = dC Bᵀ, dB = Aᵀ dC through the GEMM with transposed views (it takes any strides)
+def _matmul_fake(a, b):
+    m, n = a.shape[-2], b.shape[-1]
+    lead = a.shape[:-2] if a.dim() == 3 else b.shape[:-2]
+    return a.new_empty((*lead, m, n))
+
+
+def _matmul_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _matmul_backward(ctx, dc):
+    a, b = ctx.saved_tensors
+    dc = _rows_ok(dc)
+    mm = torch.ops.tilec.matmul
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        da = mm(dc, b.transpose(-1, -2))
+        if a.dim() == 2 and da.dim() == 3:   # a shared by every batch entry
+            da = da.sum(0)
+    if ctx.needs_input_grad[1]:
+        if b.dim() == 2 and a.dim() == 3:    # b shared: sum over the batch as one product of its rows
+            db = mm(a.reshape(-1, a.shape[-1]).transpose(0, 1), dc.reshape(-1, dc.shape[-1]))
+        elif b.dim() == 3 and a.dim() == 2:
+            db = mm(a.transpose(0, 1).expand(b.shape[0], -1, -1), dc)
+        else:
+            db = mm(a.transpose(-1, -2), dc)
+    return da, db
+
+
+def _matmul_impl(a, b):
+    return _sk_matmul(a, b)
+
+
+# linear_cross_entropy: the forward computes the loss and the three gradients chunk by chunk
+# (stdlib_kernels/linear_cross_entropy.py); the backward scales them by the upstream gradient
+_LCE_ARGS = "Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk"
+
+
+def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    loss, dh, dw, db = _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction,
+                            chunk=chunk)
+    return loss, dh, dw, (db if db is not None else _empty0(dh))
+
+
+def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    loss = hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
+    return (loss, hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
+            bias.new_empty(bias.shape) if bias is not None else _empty0(hidden))
+
+
+def _lce_setup(ctx, inputs, output):
+    ctx.save_for_backward(*output[1:])
+    ctx.has_b = inputs[3] is not None
+
+
+def _lce_backward(ctx, dloss, *_unused):
+    dh, dw, db = ctx.saved_tensors
+    # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
+    db = db * dloss.to(db.dtype) if ctx.has_b else None
+    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None
+
+
+def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    return _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction, chunk=chunk,
+                return_grad=False)
+
+
+def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+    return hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
 
 
 OPS: Dict[str, OpSpec] = {
@@ -130,19 +381,85 @@ OPS: Dict[str, OpSpec] = {
     "attention_backward": OpSpec(f"(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? dlse, "
                                  f"{_ATTN_ARGS}) -> (Tensor, Tensor, Tensor)",
                                  _attention_backward_impl, _attention_backward_fake),
-    "rms_norm": OpSpec("(Tensor x, Tensor? weight, float eps) -> Tensor",
-                       lambda x, w, eps: _norms.rms_norm(x, w, eps), _like),
-    "layer_norm": OpSpec("(Tensor x, Tensor? weight, Tensor? bias, float eps) -> Tensor",
-                         lambda x, w, b, eps: _norms.layer_norm(x, w, b, eps), _like),
-    "softmax": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _softmax(x, dim), _like),
-    "log_softmax": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _log_softmax(x, dim), _like),
-    "silu_and_mul": OpSpec("(Tensor x) -> Tensor", lambda x: _ew.silu_and_mul(x), _silu_and_mul_fake),
-    "gelu": OpSpec("(Tensor x, str approximate) -> Tensor", lambda x, approximate: _ew.gelu(x, approximate), _like),
+    "rms_norm": OpSpec("(Tensor x, Tensor? weight, float eps) -> (Tensor, Tensor)",
+                       _rms_norm_impl, _rms_norm_fake, _rms_norm_backward, _rms_norm_setup),
+    "rms_norm_backward": OpSpec("(Tensor dy, Tensor x, Tensor? weight, Tensor rstd) -> (Tensor, Tensor)",
+                                _rms_norm_backward_impl, _rms_norm_backward_fake),
+    "layer_norm": OpSpec("(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor, Tensor)",
+                         _layer_norm_impl, _layer_norm_fake, _layer_norm_backward, _layer_norm_setup),
+    "layer_norm_backward": OpSpec("(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd) "
+                                  "-> (Tensor, Tensor, Tensor)",
+                                  _layer_norm_backward_impl, _layer_norm_backward_fake),
+    "softmax": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _softmax(x, dim), _like,
+                      _softmax_like_backward("softmax_backward"), _softmax_setup),
+    "softmax_backward": OpSpec("(Tensor dy, Tensor y) -> Tensor", lambda dy, y: _bwd.softmax_backward(dy, y),
+                               _softmax_backward_fake),
+    "log_softmax": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _log_softmax(x, dim), _like,
+                          _softmax_like_backward("log_softmax_backward"), _softmax_setup),
+    "log_softmax_backward": OpSpec("(Tensor dy, Tensor y) -> Tensor",
+                                   lambda dy, y: _bwd.log_softmax_backward(dy, y), _softmax_backward_fake),
+    "silu_and_mul": OpSpec("(Tensor x) -> Tensor", lambda x: _ew.silu_and_mul(x), _silu_and_mul_fake,
+                           _silu_and_mul_backward, _save_inputs),
+    "silu_and_mul_backward": OpSpec("(Tensor dy, Tensor x) -> Tensor",
+                                    lambda dy, x: _ewb.silu_and_mul_backward(dy, x),
+                                    lambda dy, x: dy.new_empty(x.shape)),
+    "swiglu": OpSpec("(Tensor gate, Tensor up) -> Tensor", lambda g, u: _ew.swiglu(g, u), _like,
+                     _swiglu_backward, _save_inputs),
+    "swiglu_backward": OpSpec("(Tensor dy, Tensor gate, Tensor up) -> (Tensor, Tensor)",
+                              lambda dy, g, u: _ewb.swiglu_backward(dy, g, u),
+                              lambda dy, g, u: (dy.new_empty(g.shape), dy.new_empty(u.shape))),
+    "gelu": OpSpec("(Tensor x, str approximate) -> Tensor", lambda x, approximate: _ew.gelu(x, approximate), _like,
+                   _gelu_backward, _gelu_setup),
+    "gelu_backward": OpSpec("(Tensor dy, Tensor x, str approximate) -> Tensor",
+                            lambda dy, x, approximate: _ewb.gelu_backward(dy, x, approximate),
+                            lambda dy, x, approximate: dy.new_empty(x.shape)),
+    "rope": OpSpec("(Tensor x, Tensor cos, Tensor sin, bool interleaved, int? seq_dim) -> Tensor",
+                   lambda x, c, s, interleaved, seq_dim: _ew.rope(x, c, s, interleaved=interleaved, seq_dim=seq_dim),
+                   _like, _rope_backward, _rope_setup),
+    "rope_backward": OpSpec("(Tensor dy, Tensor cos, Tensor sin, bool interleaved, int? seq_dim) -> Tensor",
+                            lambda dy, c, s, interleaved, seq_dim: _ewb.rope_backward(
+                                dy, c, s, interleaved=interleaved, seq_dim=seq_dim), _like),
+    "dropout": OpSpec("(Tensor x, float p, int seed) -> Tensor", lambda x, p, seed: _dropout(x, p, seed), _like,
+                      _dropout_backward, _dropout_setup),
     "cross_entropy": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) -> Tensor",
                             lambda x, t, ignore_index, reduction: _cross_entropy(x, t, ignore_index, reduction),
                             _cross_entropy_fake),
+    "cross_entropy_with_grad": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) "
+                                      "-> (Tensor, Tensor)",
+                                      _ce_grad_impl, _ce_grad_fake, _ce_grad_backward, _ce_grad_setup),
+    "matmul": OpSpec("(Tensor a, Tensor b) -> Tensor", _matmul_impl, _matmul_fake, _matmul_backward,
+                     _matmul_setup),
+    "linear_cross_entropy": OpSpec(f"({_LCE_ARGS}) -> (Tensor, Tensor, Tensor, Tensor)", _lce_impl, _lce_fake,
+                                   _lce_backward, _lce_setup),
+    "linear_cross_entropy_loss": OpSpec(f"({_LCE_ARGS}) -> Tensor", _lce_loss_impl, _lce_loss_fake),
 }
 
+
+# `out=` variants: the op written into a given tensor, declared as mutating it (torch.compile
+# functionalizes them); no autograd (as torch's out= ops). `out` may be the input itself where
+# the stdlib op allows it (the elementwise-shaped ops).
+def _out_op(args: str, run: Callable) -> OpSpec:
+    def impl(*a):
+        run(*a)
+    return OpSpec(f"({args}, Tensor(a!) out) -> ()", impl, lambda *a: None, mutates=("out",))
+
+
+OPS.update({
+    "rms_norm_out": _out_op("Tensor x, Tensor? weight, float eps",
+                            lambda x, w, eps, out: _norms.rms_norm(x, w, eps, out=out)),
+    "layer_norm_out": _out_op("Tensor x, Tensor? weight, Tensor? bias, float eps",
+                              lambda x, w, b, eps, out: _norms.layer_norm(x, w, b, eps, out=out)),
+    "softmax_out": _out_op("Tensor x, int dim", lambda x, dim, out: _softmax(x, dim, out=out)),
+    "log_softmax_out": _out_op("Tensor x, int dim", lambda x, dim, out: _log_softmax(x, dim, out=out)),
+    "gelu_out": _out_op("Tensor x, str approximate", lambda x, approximate, out: _ew.gelu(x, approximate, out=out)),
+    "silu_and_mul_out": _out_op("Tensor x", lambda x, out: _ew.silu_and_mul(x, out=out)),
+    "swiglu_out": _out_op("Tensor gate, Tensor up", lambda g, u, out: _ew.swiglu(g, u, out=out)),
+    "rope_out": _out_op("Tensor x, Tensor cos, Tensor sin, bool interleaved, int? seq_dim",
+                        lambda x, c, s, interleaved, seq_dim, out: _ew.rope(x, c, s, interleaved=interleaved,
+                                                                             seq_dim=seq_dim, out=out)),
+    "dropout_out": _out_op("Tensor x, float p, int seed", lambda x, p, seed, out: _dropout(x, p, seed, out=out)),
+    "matmul_out": _out_op("Tensor a, Tensor b", lambda a, b, out: _sk_matmul(a, b, out=out)),
+})
 
 # ----------------------------------------------------------------------------- registration
 _lock = threading.Lock()
@@ -179,9 +496,11 @@ def register() -> None:
         for name, spec in OPS.items():
             if hasattr(torch.ops.tilec, name):   # defined by an earlier import of this module
                 continue
-            op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=(), schema=spec.schema)
+            op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=spec.mutates, schema=spec.schema)
             op.register_fake(spec.fake)
-            op.register_autograd(spec.backward or _no_backward(name, spec.schema), setup_context=spec.setup_context)
+            if not spec.mutates:   # the `*_out` ops are not differentiable (the functions refuse grads)
+                op.register_autograd(spec.backward or _no_backward(name, spec.schema),
+                                     setup_context=spec.setup_context)
         _registered = True
 
 
@@ -217,43 +536,143 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
     return (out, lse) if return_lse else out
 
 
-def rms_norm(x, weight=None, eps: float = 1e-6):
+def _no_grad_needed(**tensors) -> None:
+    """ValueError naming an argument that requires grad where the op gives it none."""
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad and torch.is_grad_enabled():
+            raise ValueError(f"{name} requires grad, but tilec gives no gradient for it: pass {name}.detach()")
+
+
+def _into(out, write, inputs):
+    """`write(out)` (an `*_out` op) and out: not differentiable, so an input that requires grad
+    (with grad mode on) is a ValueError naming it; out must be a CUDA tensor on the inputs' device."""
+    check_cuda(**inputs, out=out)
+    if torch.is_grad_enabled():
+        wants = [n for n, t in inputs.items() if t is not None and t.requires_grad]
+        if wants:
+            raise ValueError(f"out= is not differentiable, and {', '.join(wants)} requires grad: call without out=, "
+                             "or under torch.no_grad()")
+    write(out)
+    return out
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, out=None):
+    """`tilec.stdlib_kernels.rms_norm` as a differentiable op (gradients to x and weight)."""
     register()
     check_cuda(x=x, weight=weight)
-    return torch.ops.tilec.rms_norm(x, weight, float(eps))
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.rms_norm_out(x, weight, float(eps), o), dict(x=x, weight=weight))
+    return torch.ops.tilec.rms_norm(x, weight, float(eps))[0]
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5):
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
+    """`tilec.stdlib_kernels.layer_norm` as a differentiable op (gradients to x, weight, bias)."""
     register()
     check_cuda(x=x, weight=weight, bias=bias)
-    return torch.ops.tilec.layer_norm(x, weight, bias, float(eps))
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.layer_norm_out(x, weight, bias, float(eps), o), dict(x=x, weight=weight, bias=bias))
+    return torch.ops.tilec.layer_norm(x, weight, bias, float(eps))[0]
 
 
-def softmax(x, dim: int = -1):
+def softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.softmax_out(x, int(dim), o), dict(x=x))
     return torch.ops.tilec.softmax(x, int(dim))
 
 
-def log_softmax(x, dim: int = -1):
+def log_softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.log_softmax_out(x, int(dim), o), dict(x=x))
     return torch.ops.tilec.log_softmax(x, int(dim))
 
 
-def silu_and_mul(x):
+def silu_and_mul(x, out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.silu_and_mul_out(x, o), dict(x=x))
     return torch.ops.tilec.silu_and_mul(x)
 
 
-def gelu(x, approximate: str = "none"):
+def swiglu(gate, up, out=None):
+    register()
+    check_cuda(gate=gate, up=up)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.swiglu_out(gate, up, o), dict(gate=gate, up=up))
+    return torch.ops.tilec.swiglu(gate, up)
+
+
+def gelu(x, approximate: str = "none", out=None):
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.gelu_out(x, approximate, o), dict(x=x))
     return torch.ops.tilec.gelu(x, approximate)
 
 
+def rope(x, cos, sin, *, interleaved: bool = False, seq_dim: Optional[int] = None, out=None):
+    """`tilec.stdlib_kernels.rope` as a differentiable op: the gradient flows to x (cos and
+    sin are tables: one that requires grad is a ValueError)."""
+    register()
+    check_cuda(x=x, cos=cos, sin=sin)
+    _no_grad_needed(cos=cos, sin=sin)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.rope_out(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim), o), dict(x=x))
+    return torch.ops.tilec.rope(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim))
+
+
+def dropout(x, p: float, seed: int, out=None):
+    """`tilec.stdlib_kernels.dropout` as a differentiable op; the backward regenerates the mask."""
+    register()
+    check_cuda(x=x)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.dropout_out(x, float(p), int(seed), o), dict(x=x))
+    return torch.ops.tilec.dropout(x, float(p), int(seed))
+
+
 def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
+    """Differentiable in logits: where logits requires grad the forward also writes the
+    gradient (`tilec::cross_entropy_with_grad`), which the backward scales by the upstream
+    gradient; otherwise the loss alone (`tilec::cross_entropy`)."""
     register()
     check_cuda(logits=logits, target=target)
+    if logits.requires_grad and torch.is_grad_enabled():
+        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction)[0]
     return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction)
+
+
+def matmul(a, b, out=None):
+    """`tilec.stdlib_kernels.matmul(a, b)` as a differentiable op (2-D or batched 3-D operands,
+    one dtype; the result in it). The backward runs the same GEMM on transposed views."""
+    register()
+    check_cuda(a=a, b=b)
+    if out is not None:
+        return _into(out, lambda o: torch.ops.tilec.matmul_out(a, b, o), dict(a=a, b=b))
+    return torch.ops.tilec.matmul(a, b)
+
+
+def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
+                         chunk: Optional[int] = None):
+    """`cross_entropy(hidden @ weight.T + bias, target)` without the logits
+    (`tilec.stdlib_kernels.linear_cross_entropy`), differentiable in hidden, weight and bias:
+    where one of them requires grad the forward computes the gradients too
+    (`tilec::linear_cross_entropy`) and the backward scales them by the upstream gradient;
+    otherwise the loss alone (`tilec::linear_cross_entropy_loss`). reduction="none" has no
+    gradient (the weight's would need each token's upstream gradient in the forward)."""
+    register()
+    check_cuda(hidden=hidden, weight=weight, target=target, bias=bias)
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    chunk = None if chunk is None else int(chunk)
+    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk)
+    wants = [n for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias)) if t is not None and t.requires_grad]
+    if wants and torch.is_grad_enabled():
+        if reduction == "none":
+            raise ValueError(f"linear_cross_entropy: reduction='none' gives no gradient, and {', '.join(wants)} "
+                             "requires grad: use 'mean' or 'sum', or detach")
+        return torch.ops.tilec.linear_cross_entropy(*args)[0]
+    return torch.ops.tilec.linear_cross_entropy_loss(*args)

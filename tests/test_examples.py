@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 EXAMPLE_NAMES = ["vector_add", "fused_softmax", "layer_norm", "matmul", "histogram", "flash_attention", "flash_attention_bwd"]
+# PyTorch examples (GPU only) live in examples/pytorch/, out of the folder the kernel tools scan
+PYTORCH = EXAMPLES / "pytorch"
 
 
 def load_example(name):
@@ -34,6 +36,37 @@ def load_example(name):
 def test_every_example_is_tested():
     on_disk = sorted(p.stem for p in EXAMPLES.glob("*.py") if not p.stem.startswith("_"))
     assert on_disk == sorted(EXAMPLE_NAMES)
+
+
+def test_llama_train_traced_on_the_cpu(monkeypatch):
+    # the eager model runs on the CPU; the tilec one is traced with fake tensors (no CUDA here),
+    # forward and backward through tilec's ops
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from tilec.stdlib_kernels import torch_ops as T
+    spec = importlib.util.spec_from_file_location("example_llama_train", PYTORCH / "llama_train.py")
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    c = ex.Config(layers=2, hidden=64, heads=4, kv_heads=2, ffn=96, vocab=101, seq=17, batch=2)
+    ids = torch.randint(0, c.vocab, (c.batch, c.seq))
+    loss = ex.Llama(c)(ids, ids)
+    assert loss.shape == () and abs(loss.item() - np.log(c.vocab)) < 1.0   # near uniform at init
+    monkeypatch.setattr(T, "check_cuda", lambda **kw: None)
+    model = ex.Llama(c, tilec=True).to(torch.bfloat16)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        params = {n: torch.empty_like(p).requires_grad_(True) for n, p in model.named_parameters()}
+        out = torch.func.functional_call(model, params, (ids, ids))
+        grads = torch.autograd.grad(out, list(params.values()))
+    assert out.shape == () and [g.shape for g in grads] == [p.shape for p in params.values()]
+
+
+@pytest.mark.gpu
+def test_llama_train_matches_eager_on_the_gpu():
+    proc = subprocess.run([sys.executable, str(PYTORCH / "llama_train.py"), "--layers", "2", "--hidden", "256",
+                           "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--vocab", "1000", "--seq", "300",
+                           "--batch", "2", "--steps", "3"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "matches eager" in proc.stdout, out
 
 
 @pytest.mark.slow
