@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from ..errors import CompilationError
 
-__all__ = ["find_ptxas", "find_tool", "assemble", "has_line_info", "PtxasResult", "parse_report", "PtxasError"]
+__all__ = ["find_ptxas", "find_tool", "assemble", "has_line_info", "strip_line_info", "PtxasResult", "parse_report", "PtxasError"]
 
 
 class PtxasError(CompilationError):
@@ -107,6 +107,18 @@ _LOC = re.compile(r"^\s*\.loc\s", re.M)
 def has_line_info(ptx: str) -> bool:
     """Whether `ptx` carries `.loc` directives (the compile's lineinfo option)."""
     return _LOC.search(ptx) is not None
+
+
+# what line information adds to PTX: .loc/.file directives, an empty debug section, and the
+# labels that delimit the function and its scopes for the line table
+_LINE_INFO_LINES = re.compile(r"^(\s*\.(loc|file)\s.*|\s*\.section\s+\.debug\w*.*|\$L__(tmp|func_begin|func_end)\d+:)\n",
+                              re.M)
+
+
+def strip_line_info(ptx: str) -> str:
+    """`ptx` without its line information: the instructions alone (equal for a kernel
+    compiled with and without `lineinfo`)."""
+    return _LINE_INFO_LINES.sub("", ptx)
 
 
 def assemble(ptx: str, arch: str, ptxas: Optional[str] = None, opt_level: int = 3,
