@@ -199,3 +199,19 @@ def test_line_information_llvm_drops_as_invalid_is_an_error_not_a_silent_loss():
         optimize_and_emit(_BAD_DEBUG_INFO, "sm_80", kernel="k")
     fixed = _BAD_DEBUG_INFO.replace("scope: !8)", "scope: !5)")
     assert has_line_info(optimize_and_emit(fixed, "sm_80", kernel="k").ptx)
+
+
+def test_cli_ptx_with_and_without_line_information(capsys, monkeypatch):
+    from tilec.cli import main
+    monkeypatch.setenv("TILEC_SKIP_PTXAS", "1")
+    target = f"{EXAMPLES / 'vector_add.py'}:add_kernel"
+    assert main(["ptx", target, "--arch", "sm_80"]) == 0
+    on = capsys.readouterr().out
+    assert main(["ptx", target, "--arch", "sm_80", "--no-lineinfo"]) == 0
+    off = capsys.readouterr().out
+    assert has_line_info(on) and not has_line_info(off) and strip_line_info(on) == off
+    monkeypatch.setenv("TILEC_LINEINFO", "0")   # the environment's default, which --lineinfo overrides
+    assert main(["ptx", target, "--arch", "sm_80"]) == 0
+    assert capsys.readouterr().out == off
+    assert main(["ptx", target, "--arch", "sm_80", "--lineinfo"]) == 0
+    assert capsys.readouterr().out == on
