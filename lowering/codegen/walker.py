@@ -49,8 +49,13 @@ def _find_rule(op: Op):
 
 
 def lower_op(ctx: CodegenContext, op: Op) -> None:
-    if ctx.lines is not None:  # an op without a location keeps the one before it
-        ctx.builder.debug_metadata = ctx.lines.location(op.loc) or ctx.builder.debug_metadata
+    # the op's source line on every instruction it emits (an op without one keeps the line
+    # before it); an op with regions gets its own back after its inner ops (a loop's branches)
+    outer_line = ctx.builder.debug_metadata
+    if ctx.lines is not None:
+        here = ctx.lines.location(op.loc)
+        if here is not None:
+            ctx.builder.debug_metadata = here
     outer, ctx.builder.op = ctx.builder.op, op  # ops with regions lower their inner ops here
     try:
         _find_rule(op)(ctx, op)
@@ -61,6 +66,7 @@ def lower_op(ctx: CodegenContext, op: Op) -> None:
                                kernel=ctx.kernel_name, stage=f"codegen of {op.name}") from e
     finally:
         ctx.builder.op = outer
+        ctx.builder.debug_metadata = outer_line
 
 
 def origin_of(llmod: ir.Module, message: str) -> Optional[Op]:
