@@ -2,9 +2,9 @@
 `.file`/`.loc` and profilers, compute-sanitizer and SASS listings name the user's lines.
 
 Emission kind DebugDirectivesOnly, not LineTablesOnly: NVPTX then writes only the
-`.file`/`.loc` directives (what `nvcc -lineinfo` gives), no DWARF `.debug_info` sections,
-which ptxas would take as a request for device debug information (`-g`, optimizations
-off). One DICompileUnit and one DISubprogram (the kernel); a DIFile per Python file, and
+`.file`/`.loc` directives (what `nvcc -lineinfo` gives). With LineTablesOnly it also writes
+DWARF `.debug_info`/`.debug_abbrev` sections, and ptxas changes the code it makes for them
+(vector_add's kernel: 40 registers instead of 31 on sm_90a, ptxas 13.0). One DICompileUnit and one DISubprogram (the kernel); a DIFile per Python file, and
 ops from another file (an @tc.func imported from elsewhere) are scoped by a
 DILexicalBlockFile of the kernel's subprogram naming that file, so their lines are
 not attributed to the kernel's file. Debug info does not change the instructions LLVM
