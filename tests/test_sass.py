@@ -89,3 +89,22 @@ def test_a_failing_disassembler_is_a_compilation_error(tmp_path, monkeypatch):
     monkeypatch.setattr(sass, "find_tool", lambda tool: str(fake) if tool == "nvdisasm" else None)
     with pytest.raises(CompilationError, match="nvdisasm failed on the cubin:\nnvdisasm fatal: not a cubin"):
         sass.disassemble(b"not a cubin")
+
+
+@pytest.mark.skipif(find_ptxas() is None or sass.find_tool("nvdisasm") is None,
+                    reason="needs ptxas and nvdisasm (pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm)")
+def test_line_information_leaves_the_sass_unchanged(tmp_path):
+    import subprocess
+    from tilec.cli import load_kernel
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    kernel = load_kernel(f"{ROOT / 'examples' / 'fused_softmax.py'}:softmax_kernel")
+    spec = kernel.specialization(kernel.fn.__globals__["SIGNATURES"]["softmax_kernel"])
+    listings = []
+    for lineinfo in (True, False):
+        compiled = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a", lineinfo=lineinfo), use_cache=False)
+        cubin = tmp_path / f"k{int(lineinfo)}.cubin"
+        cubin.write_bytes(compiled.asm["cubin"])
+        listings.append(subprocess.run([sass.find_tool("nvdisasm"), "-c", str(cubin)], capture_output=True,
+                                       text=True, check=True).stdout)
+    assert "LDG" in listings[0] and listings[0] == listings[1]
