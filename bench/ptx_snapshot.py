@@ -2,7 +2,7 @@
 leaves the generated code byte for byte as it was.
 
     python bench/ptx_snapshot.py OUT_DIR [-k SUBSTRING] [-j JOBS]
-    python bench/ptx_snapshot.py OUT_DIR --compare BASE_DIR
+    python bench/ptx_snapshot.py OUT_DIR --compare BASE_DIR [--strip-lines]
 
 Compiles every `SIGNATURES` entry of every examples/*.py file and of every
 tilec.stdlib_kernels module (private ones included) for sm_80 and sm_90a with the
@@ -12,7 +12,9 @@ warps) for sm_90a only, with the options the cluster entry points use (num_warps
 fast_math, cluster=C). ptxas runs as in a normal compile (it can change the PTX kept:
 compiler._assemble). Each kernel writes `<module>.<kernel>.<n>.<arch>.ptx`, or `.err`
 with the CompilationError's text when it fails. `--compare BASE_DIR` then lists every
-file that differs from, or is missing in, BASE_DIR and exits 1 if there is any.
+file that differs from, or is missing in, BASE_DIR and exits 1 if there is any;
+`--strip-lines` compares the instructions alone (line information, `.loc`/`.file`, taken out
+of both sides: a snapshot with lineinfo on against one with it off, TILEC_LINEINFO=0).
 """
 from __future__ import annotations
 
@@ -97,13 +99,19 @@ def snapshot(out: Path, only: str = "", jobs: int = 1) -> int:
     return len(todo)
 
 
-def compare(out: Path, base: Path) -> List[str]:
-    """Files of `out` that differ from or are missing in `base`, and files of `base` missing in `out`."""
+def compare(out: Path, base: Path, strip_lines: bool = False) -> List[str]:
+    """Files of `out` that differ from or are missing in `base`, and files of `base` missing in `out`
+    (`strip_lines`: the PTX compared without its line information)."""
+    from tilec.lowering.ptxas import strip_line_info
     mine = {p.name: p for p in out.iterdir()}
     theirs = {p.name: p for p in base.iterdir()}
+
+    def text(p: Path) -> bytes:
+        data = p.read_bytes()
+        return strip_line_info(data.decode()).encode() if strip_lines and p.suffix == ".ptx" else data
     diff = [f"only in {out}: {n}" for n in sorted(set(mine) - set(theirs))]
     diff += [f"only in {base}: {n}" for n in sorted(set(theirs) - set(mine))]
-    diff += [f"differs: {n}" for n in sorted(set(mine) & set(theirs)) if mine[n].read_bytes() != theirs[n].read_bytes()]
+    diff += [f"differs: {n}" for n in sorted(set(mine) & set(theirs)) if text(mine[n]) != text(theirs[n])]
     return diff
 
 
@@ -111,11 +119,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="folder for the PTX files")
     p.add_argument("--compare", type=Path, metavar="BASE_DIR", help="only compare OUT with BASE_DIR")
+    p.add_argument("--strip-lines", action="store_true",
+                   help="with --compare: compare the instructions alone (no .loc/.file line information)")
     p.add_argument("-k", default="", help="only kernels whose file name contains this")
     p.add_argument("-j", type=int, default=1, help="compile in this many processes")
     args = p.parse_args(argv)
     if args.compare is not None:
-        diff = compare(args.out, args.compare)
+        diff = compare(args.out, args.compare, args.strip_lines)
         print("\n".join(diff) if diff else f"identical: {len(list(args.out.iterdir()))} files")
         return 1 if diff else 0
     print(f"{snapshot(args.out, args.k, args.j)} kernels written to {args.out}")

@@ -5,6 +5,7 @@
     tilec llvm FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] ...
     tilec ptx  FILE:KERNEL [--sig SIG] [--arch sm_90a] [--num-warps 4] [--ptxas] ...
     tilec ptx  matmul --dtype bf16 --shape 4096,4096,4096 [--arch sm_90a]
+    tilec sass FILE:KERNEL [--sig SIG] [--arch sm_90a] ...   SASS with the Python lines (nvdisasm)
     tilec ir|ptx ... --remarks     also print the compiler's remarks (stderr)
     tilec info                     devices, driver, CUDA tools, llvmlite, the cache
     tilec cache [info|clear]       the compile cache's location and size; clear it
@@ -141,7 +142,7 @@ def _options(args, kernel=None):
     OPTIONS entry when the signature came from its SIGNATURES (the launch they describe)."""
     from .options import CompileOptions
     fields = {"num_warps": args.num_warps, "num_stages": args.num_stages, "arch": args.arch,
-              "fast_math": args.fast_math, "debug": args.debug}
+              "fast_math": args.fast_math, "debug": args.debug, "lineinfo": args.lineinfo}
     given = {k: v for k, v in fields.items() if v is not None}
     if kernel is not None and getattr(args, "sig", None) is None:
         given = {**_module_table(kernel, "OPTIONS").get(kernel.name, {}), **given}
@@ -248,6 +249,28 @@ def _cmd_ptx(args) -> int:
     return 0
 
 
+def _cmd_sass(args) -> int:
+    """The kernel's SASS: PTX with line information, ptxas -lineinfo, then nvdisasm."""
+    from tilec.lowering.ptxas import assemble, find_ptxas
+    from tilec.lowering.sass import MISSING_TOOL, disassemble, find_disassembler
+    if find_ptxas() is None:
+        raise CompilationError("tilec sass needs ptxas: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`",
+                               stage="ptxas")
+    if find_disassembler() is None:
+        raise CompilationError(f"tilec sass: {MISSING_TOOL}", stage="nvdisasm")
+    if args.lineinfo is None:
+        args.lineinfo = True  # the point of the listing: the Python line of each instruction
+    compiled = _compile(args)
+    arch = compiled.metadata["arch"]
+    # the cubin the compile kept is for this PTX; assemble again only when ptxas was skipped
+    cubin = compiled.asm.get("cubin") or assemble(compiled.asm["ptx"], arch).cubin
+    try:
+        sys.stdout.write(disassemble(bytes(cubin)))
+    except FileNotFoundError as e:
+        raise CompilationError(str(e), stage="nvdisasm") from e
+    return 0
+
+
 def _cmd_info(args) -> int:
     from .info import info_lines
     print("\n".join(info_lines()))
@@ -306,7 +329,9 @@ def _add_option_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fast-math", action="store_true", default=None, dest="fast_math",
                    help="allow approximate math functions")
     p.add_argument("--debug", action="store_true", default=None,
-                   help="verify the IR after every pass, line info in PTX")
+                   help="verify the IR after every pass")
+    p.add_argument("--lineinfo", action=argparse.BooleanOptionalAction, default=None,
+                   help="Python line information (.file/.loc) in the PTX (default: on unless TILEC_LINEINFO=0)")
 
 
 def _add_remarks_arg(p: argparse.ArgumentParser) -> None:
@@ -343,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ptxas", action="store_true", help="also assemble it and print ptxas's register/spill report")
     _add_remarks_arg(p)
     p.set_defaults(func=_cmd_ptx)
+
+    p = sub.add_parser("sass", help="print a kernel's SASS annotated with its Python lines (needs ptxas and nvdisasm)",
+                       epilog=_signature_help(), formatter_class=fmt)
+    _add_kernel_args(p)
+    _add_stdlib_args(p)
+    _add_option_args(p)
+    p.set_defaults(func=_cmd_sass)
 
     p = sub.add_parser("info", help="devices, driver, CUDA tools found, llvmlite, the compile cache")
     p.set_defaults(func=_cmd_info)

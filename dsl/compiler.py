@@ -89,8 +89,10 @@ def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
     src = getattr(kernel, "source_hash", None)
     if src is None:
         return None
+    # where the source is: the line numbers of the PTX's line information
+    where = getattr(kernel, "source_positions", None)
     text = "\n".join([src() if callable(src) else str(src), _spec_text(spec), repr(options), __version__,
-                      compiler_source_hash()])
+                      compiler_source_hash(), where() if callable(where) and options.lineinfo else ""])
     return hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
@@ -197,6 +199,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "cluster": options.cluster,
         # the runtime launches it with programmatic stream serialization (sm_90+ only)
         "dependent_launch": options.dependent_launch and tgt.has_dependent_launch,
+        # .file/.loc in the PTX: ptxas and the driver's JIT keep them (-lineinfo)
+        "lineinfo": options.lineinfo or options.debug,
         "timings": timings,
     }
     if run_ptxas is None:

@@ -80,6 +80,7 @@ class KernelDef:
             dns.append(d)
         self.do_not_specialize = frozenset(dns)
         self._source_hash = None
+        self._source_positions = None
 
     def __repr__(self) -> str:
         return f"<tilec kernel {self.name}>"
@@ -111,6 +112,17 @@ class KernelDef:
                 h.update(f"{k}={consts[k]}\n".encode())
             self._source_hash = h.hexdigest()
         return self._source_hash
+
+    def source_positions(self) -> str:
+        """File and first line of this kernel and of every @tc.func it calls: the line
+        numbers the PTX's line information holds (a compile-cache key, apart from
+        source_hash, which a kernel moved within or between files keeps)."""
+        if self._source_positions is None:
+            seen: Dict[int, Any] = {}
+            _collect_dependencies(self.fn, seen, {})
+            self._source_positions = "\n".join(sorted(
+                f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}" for fn in seen.values()))
+        return self._source_positions
 
 
 def _source_text(fn) -> str:

@@ -9,12 +9,12 @@ from typing import Optional
 from .target import SUPPORTED_ARCHS, Target, parse_arch
 
 __all__ = ["unknown_keyword", "CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", "OPTION_FIELDS", "RESERVED_KWARGS", "SUPPORTED_ARCHS",
-           "check_cluster_arch", "check_cluster_size", "check_grid_limits", "check_min_programs", "parse_arch",
+           "check_cluster_arch", "check_cluster_size", "check_grid_limits", "check_min_programs", "lineinfo_default", "parse_arch",
            "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
 OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
-                 "cluster", "min_programs_per_sm", "dependent_launch", "initcheck", "allow_large_tiles")
+                 "cluster", "min_programs_per_sm", "dependent_launch", "initcheck", "allow_large_tiles", "lineinfo")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
 GRID_LIMITS = (2 ** 31 - 1, 65535, 65535)  # programs a CUDA grid holds along axes 0, 1 and 2
@@ -41,6 +41,10 @@ class CompileOptions:
     # compile a tile taking far more registers per thread than a thread has (tilec.remarks:
     # refused by default, before LLVM spends minutes on it)
     allow_large_tiles: bool = False
+    # .file/.loc line information in the PTX (and cubin), mapping instructions to the Python
+    # lines: for compute-sanitizer, Nsight Compute, `tilec sass`; the instructions are the same
+    # either way. Default: on, TILEC_LINEINFO=0 turns it off
+    lineinfo: bool = field(default_factory=lambda: lineinfo_default())
     target: Optional[Target] = None  # set by validated(): the arch's features and the device's facts
     # the compile's remark collector (tilec.remarks.Remarks), set by the compiler for one compile:
     # not an option, and not part of the cache key or of equality
@@ -59,7 +63,8 @@ class CompileOptions:
         check_min_programs(self.min_programs_per_sm, self.num_warps, target)
         return replace(self, arch=target.arch, target=target, fast_math=bool(self.fast_math), debug=bool(self.debug),
                        tma=bool(self.tma), warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
-                       dependent_launch=bool(self.dependent_launch), allow_large_tiles=bool(self.allow_large_tiles))
+                       dependent_launch=bool(self.dependent_launch), allow_large_tiles=bool(self.allow_large_tiles),
+                       lineinfo=bool(self.lineinfo))
 
     def _target(self, default: Optional[Target]) -> Target:
         if self.target is not None:
@@ -69,6 +74,11 @@ class CompileOptions:
         if self.arch is not None:
             return Target.from_arch(self.arch)
         return default if default is not None else Target.current()
+
+
+def lineinfo_default() -> bool:
+    """Line information is on unless TILEC_LINEINFO is 0 (or false, off, no)."""
+    return os.environ.get("TILEC_LINEINFO", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def check_cluster_size(cluster) -> int:

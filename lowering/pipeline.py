@@ -162,13 +162,15 @@ def get_pass(name: str) -> Pass:
 def stamp(module: Module, options: CompileOptions) -> Module:
     """Write on the module what codegen needs besides the IR (validated `options`): the
     target's arch, the user's num_warps, the CTA's num_threads (warp_specialize set it when
-    it added a producer), cluster, the register floor, fast_math, debug and initcheck."""
+    it added a producer), cluster, the register floor, fast_math, debug, initcheck and lineinfo."""
     module.attrs.update(target=options.target.arch, num_warps=options.num_warps,
                         num_threads=int(module.attrs.get("num_threads", 32 * options.num_warps)),
                         cluster=options.cluster, min_programs_per_sm=options.min_programs_per_sm,
                         fast_math=options.fast_math, debug=options.debug)
     if options.initcheck:  # only when set: the IR of every other compile reads as before
         module.attrs["initcheck"] = True
+    if not options.lineinfo:  # only when off (codegen's default is on): the IR reads as before
+        module.attrs["lineinfo"] = False
     return module
 
 

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 from ..errors import CompilationError
 
-__all__ = ["find_ptxas", "find_tool", "assemble", "PtxasResult", "parse_report", "PtxasError"]
+__all__ = ["find_ptxas", "find_tool", "assemble", "has_line_info", "strip_line_info", "PtxasResult", "parse_report", "PtxasError"]
 
 
 class PtxasError(CompilationError):
@@ -101,17 +101,42 @@ def parse_report(log: str) -> Dict[str, object]:
     return out
 
 
+_LOC = re.compile(r"^\s*\.loc\s", re.M)
+
+
+def has_line_info(ptx: str) -> bool:
+    """Whether `ptx` carries `.loc` directives (the compile's lineinfo option)."""
+    return _LOC.search(ptx) is not None
+
+
+# what line information adds to PTX: .loc/.file directives, an empty debug section, and the
+# labels that delimit the function and its scopes for the line table
+_LINE_INFO_LINES = re.compile(r"^(\s*\.(loc|file)\s.*|\s*\.section\s+\.debug\w*.*|\$L__(tmp|func_begin|func_end)\d+:)\n",
+                              re.M)
+
+
+def strip_line_info(ptx: str) -> str:
+    """`ptx` without its line information: the instructions alone (equal for a kernel
+    compiled with and without `lineinfo`)."""
+    return _LINE_INFO_LINES.sub("", ptx)
+
+
 def assemble(ptx: str, arch: str, ptxas: Optional[str] = None, opt_level: int = 3,
-             extra: Optional[List[str]] = None, timeout: float = 300.0) -> PtxasResult:
+             extra: Optional[List[str]] = None, timeout: float = 300.0,
+             lineinfo: Optional[bool] = None) -> PtxasResult:
     """Assemble `ptx` for `arch` (e.g. "sm_90a") with `ptxas -v`. Raises PtxasError when ptxas
-    fails, FileNotFoundError when there is none."""
+    fails, FileNotFoundError when there is none. `lineinfo` (default: when the PTX has `.loc`
+    directives) keeps them in the cubin (`-lineinfo`; the code is the same)."""
     exe = ptxas or find_ptxas()
     if exe is None:
         raise FileNotFoundError("ptxas not found: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`")
     with tempfile.TemporaryDirectory(prefix="tilec-ptxas-") as d:
         src, dst = Path(d) / "kernel.ptx", Path(d) / "kernel.cubin"
         src.write_text(ptx)
-        cmd = [exe, f"-arch={arch}", "-v", f"-O{opt_level}", *(extra or []), str(src), "-o", str(dst)]
+        if lineinfo is None:
+            lineinfo = has_line_info(ptx)
+        lines = ["-lineinfo"] if lineinfo else []
+        cmd = [exe, f"-arch={arch}", "-v", f"-O{opt_level}", *lines, *(extra or []), str(src), "-o", str(dst)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as e:

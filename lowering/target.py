@@ -5,7 +5,7 @@ PTX version below the target's minimum or an intrinsic the target cannot
 select. So (1) the arch and PTX version are validated here before LLVM sees
 them, (2) the module's NVVM intrinsics are checked against the arch, (3) the
 module is parsed and verified first (those failures are ordinary exceptions,
-turned into CompilationError), and (4) with `isolate=True` (or
+turned into CompilationError; debug metadata the parser drops as invalid is one too), and (4) with `isolate=True` (or
 TILEC_LLVM_ISOLATE=1) optimization and emission run in a forked child, so that
 even an LLVM abort only fails the compile. Isolation is off by default because
 every rule emits only intrinsics checked for every supported arch, and a fork
@@ -23,7 +23,7 @@ from typing import Dict, Optional, Tuple, Union
 
 from ..errors import CompilationError
 from ..target import Target
-from .ptxas import find_ptxas  # noqa: F401  (the CLI looks it up here)
+from .ptxas import find_ptxas, has_line_info  # noqa: F401  (the CLI looks find_ptxas up here)
 
 __all__ = ["TRIPLE", "check_intrinsics", "ptx_version_for", "driver_ptx_cap", "target_machine", "data_layout",
            "optimize_and_emit", "LLVMResult", "MAX_LLVM_PTX", "find_ptxas"]
@@ -233,4 +233,10 @@ def optimize_and_emit(ir_text: str, target: TargetLike, ptx: Optional[int] = Non
     except RuntimeError as e:
         raise CompilationError(f"LLVM rejected the generated module: {e}", kernel=kernel,
                                stage="LLVM") from e
+    if "!DILocation(" in ir_text and not has_line_info(ptx_text):
+        # LLVM's parser drops debug metadata it finds invalid (with a warning on stderr, not an
+        # error): the kernel would run, silently without the line information asked for
+        raise CompilationError("LLVM dropped the line information of the generated module as invalid "
+                               "(a compiler bug; lineinfo=False or TILEC_LINEINFO=0 compiles without it)",
+                               kernel=kernel, stage="LLVM")
     return LLVMResult(llvm_text, ptx_text, timings)

@@ -178,6 +178,9 @@ def _jit_ptx(compiled: CompiledKernel, dev):
                opt.CU_JIT_ERROR_LOG_BUFFER, opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
                opt.CU_JIT_LOG_VERBOSE]
     values = [info, _LOG_BYTES, err, _LOG_BYTES, 1]
+    if compiled.metadata.get("lineinfo"):  # keep the PTX's .loc lines in the JIT's code (ptxas -lineinfo)
+        options.append(opt.CU_JIT_GENERATE_LINE_INFO)
+        values.append(1)
     image = (ptx.encode() if isinstance(ptx, str) else bytes(ptx)) + b"\0"
     res, module = d.cuModuleLoadDataEx(image, len(options), options, values)
     info_log, err_log = _cstr(info), _cstr(err)

@@ -127,6 +127,23 @@ class _Builder:
     def __init__(self):
         self.values = {}
         self.attrs = _Attrs()
+        self.locs = {}  # `#locN` -> Location, from the aliases above the module
+
+    def loc_alias(self, tree) -> None:
+        tok, f, line, col = tree.children
+        if str(tok) in self.locs:
+            raise IRParseError(f"line {tok.line}: location alias {tok} defined twice")
+        self.locs[str(tok)] = Location(json.loads(f), int(line), int(col))
+
+    def loc(self, tree) -> Location:
+        if len(tree.children) == 1:  # loc(#locN)
+            tok = tree.children[0]
+            try:
+                return self.locs[str(tok)]
+            except KeyError:
+                raise IRParseError(f"line {tok.line}: use of undefined location alias {tok}") from None
+        f, line, col = tree.children
+        return Location(json.loads(f), int(line), int(col))
 
     def value(self, tok: Token):
         try:
@@ -173,8 +190,7 @@ class _Builder:
             elif c.data == "type_list":
                 types = [self.attrs.transform(t) for t in c.children]
             elif c.data == "loc":
-                f, line, col = c.children
-                loc = Location(json.loads(f), int(line), int(col))
+                loc = self.loc(c)
         try:
             cls = lookup_op(str(name))
         except VerifyError as e:
@@ -219,7 +235,10 @@ def parse(text: str) -> Module:
     """Parse IR text (as printed by `print_module`) into a Module."""
     try:
         tree = _parser().parse(text)
-        return _Builder().module(tree.children[0])
+        builder = _Builder()
+        for alias in tree.children[:-1]:
+            builder.loc_alias(alias)
+        return builder.module(tree.children[-1])
     except VisitError as e:  # an attribute class rejected its fields
         raise IRParseError(f"invalid IR: {e.orig_exc}") from None
     except LarkError as e:

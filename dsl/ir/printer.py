@@ -1,6 +1,13 @@
 """The generic textual form of the IR, derived from op definitions (no per-op code).
 
-    %r = dialect.op %a, %b {attr = value} ({ ^bb0(%x: f32): ... }) : type loc("f.py":3:7)
+    #loc0 = "f.py":3:7
+    module {
+      %r = dialect.op %a, %b {attr = value} ({ ^bb0(%x: f32): ... }) : type loc(#loc0)
+    }
+
+A module prints each source location once, as an alias above it, so that an op's line
+does not repeat the file's path; `print_op` (one op, no module) writes it in place,
+`loc("f.py":3:7)`. The parser reads both.
 """
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from ..dtypes import DType
 from .core import Block, Module, Op, Value
 from .types import Type
 
-__all__ = ["print_module", "print_op", "format_attr", "Namer"]
+__all__ = ["print_module", "print_op", "format_attr", "Namer", "LocAliases"]
 
 
 def format_attr(v) -> str:
@@ -84,15 +91,36 @@ class Namer:
         return "%" + cand
 
 
-def _print_block(b: Block, namer: Namer, indent: int, label: str, out: list) -> None:
+def _loc_text(loc) -> str:
+    return f"{json.dumps(loc.file)}:{loc.line}:{loc.col}"
+
+
+class LocAliases:
+    """Numbers the source locations of a module in order of first use: `#loc0`, `#loc1`, ..."""
+
+    def __init__(self):
+        self.names: Dict[tuple, str] = {}
+
+    def name(self, loc) -> str:
+        key = (loc.file, loc.line, loc.col)
+        n = self.names.get(key)
+        if n is None:
+            n = self.names[key] = f"#loc{len(self.names)}"
+        return n
+
+    def header(self) -> list:
+        return [f"{n} = {json.dumps(f)}:{line}:{col}" for (f, line, col), n in self.names.items()]
+
+
+def _print_block(b: Block, namer: Namer, indent: int, label: str, out: list, locs=None) -> None:
     pad = "  " * indent
     args = ", ".join(f"{namer.name(a)}: {a.type}" for a in b.args)
     out.append(f"{pad}^{label}({args}):")
     for o in b.ops:
-        _print_op(o, namer, indent + 1, out)
+        _print_op(o, namer, indent + 1, out, locs)
 
 
-def _print_op(op: Op, namer: Namer, indent: int, out: list) -> None:
+def _print_op(op: Op, namer: Namer, indent: int, out: list, locs: "LocAliases" = None) -> None:
     pad = "  " * indent
     head = ""
     if op.results:
@@ -106,13 +134,13 @@ def _print_op(op: Op, namer: Namer, indent: int, out: list) -> None:
         for ri, r in enumerate(op.regions):
             out.append(pad + "  {")
             for bi, b in enumerate(r.blocks):
-                _print_block(b, namer, indent + 2, f"bb{bi}", out)
+                _print_block(b, namer, indent + 2, f"bb{bi}", out, locs)
             out.append(pad + "  }" + ("," if ri + 1 < len(op.regions) else ""))
         text = pad + ")"
     if op.results:
         text += " : " + ", ".join(str(r.type) for r in op.results)
     if op.loc.known:
-        text += f" loc({json.dumps(op.loc.file)}:{op.loc.line}:{op.loc.col})"
+        text += f" loc({locs.name(op.loc) if locs is not None else _loc_text(op.loc)})"
     out.append(text)
 
 
@@ -123,9 +151,9 @@ def print_op(op: Op, namer: Namer = None) -> str:
 
 
 def print_module(m: Module) -> str:
-    namer = Namer()
+    namer, locs = Namer(), LocAliases()
     out = ["module" + (" attributes" + format_attrs(m.attrs) if m.attrs else "") + " {"]
     for o in m.ops:
-        _print_op(o, namer, 1, out)
+        _print_op(o, namer, 1, out, locs)
     out.append("}")
-    return "\n".join(out) + "\n"
+    return "\n".join(locs.header() + out) + "\n"

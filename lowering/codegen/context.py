@@ -56,7 +56,7 @@ class CodegenContext:
         self._decl_cache: Dict[str, ir.Function] = {}
         self._strings: Dict[str, ir.GlobalVariable] = {}
         self.memo: Dict[str, dict] = {}  # per-kernel caches of rules (e.g. register maps)
-        self.debug_scope = None  # the DISubprogram when line tables are on (options.debug)
+        self.lines = None  # codegen/lineinfo.LineTables when line tables are on (options.lineinfo)
         self.narrow_invariants = False  # generate(narrow_invariants=): see rules_arith._invariant_widening
         self.initcheck = False  # options.initcheck: loads stop at their view's end (codegen/bounded.py)
         # Inside gpu.warp_specialize: the thread that issues single-thread ops (TMA, expect),

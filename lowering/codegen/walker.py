@@ -21,6 +21,7 @@ from ...ir.core import Block, Module, Op
 from ...ir.types import ViewType
 from ...target import Target
 from .context import CodegenContext, ViewValue
+from .lineinfo import LineTables
 from .types import global_ptr, llvm_scalar
 
 __all__ = ["rule", "RULES", "lower_block", "lower_region", "generate", "flatten", "unflatten", "origin_of"]
@@ -48,9 +49,13 @@ def _find_rule(op: Op):
 
 
 def lower_op(ctx: CodegenContext, op: Op) -> None:
-    if ctx.debug_scope is not None and op.loc.known:
-        ctx.builder.debug_metadata = ctx.module.add_debug_info(
-            "DILocation", {"line": op.loc.line, "column": op.loc.col, "scope": ctx.debug_scope})
+    # the op's source line on every instruction it emits (an op without one keeps the line
+    # before it); an op with regions gets its own back after its inner ops (a loop's branches)
+    outer_line = ctx.builder.debug_metadata
+    if ctx.lines is not None:
+        here = ctx.lines.location(op.loc)
+        if here is not None:
+            ctx.builder.debug_metadata = here
     outer, ctx.builder.op = ctx.builder.op, op  # ops with regions lower their inner ops here
     try:
         _find_rule(op)(ctx, op)
@@ -61,6 +66,7 @@ def lower_op(ctx: CodegenContext, op: Op) -> None:
                                kernel=ctx.kernel_name, stage=f"codegen of {op.name}") from e
     finally:
         ctx.builder.op = outer
+        ctx.builder.debug_metadata = outer_line
 
 
 def origin_of(llmod: ir.Module, message: str) -> Optional[Op]:
@@ -177,33 +183,12 @@ def _annotate(module: ir.Module, fn: ir.Function, threads: int, slots=(), setmax
         ann.add(module.add_metadata([fn, "grid_constant", module.add_metadata(tmaps)]))
 
 
-def _debug_info(module: ir.Module, fn: ir.Function, func: Op):
-    """Line tables (`.loc` in the PTX) pointing at the user's source; returns the scope."""
-    import os
-    path = func.loc.file if func.loc.known else "<unknown>"
-    di_file = module.add_debug_info("DIFile", {"filename": os.path.basename(path),
-                                               "directory": os.path.dirname(path)})
-    cu = module.add_debug_info("DICompileUnit", {
-        "language": ir.DIToken("DW_LANG_Python"), "file": di_file, "producer": "tilec",
-        "isOptimized": True, "runtimeVersion": 0, "emissionKind": ir.DIToken("DebugDirectivesOnly"),
-    }, is_distinct=True)
-    module.add_named_metadata("llvm.dbg.cu").add(cu)
-    sub_type = module.add_debug_info("DISubroutineType", {"types": module.add_metadata([])})
-    sp = module.add_debug_info("DISubprogram", {
-        "name": fn.name, "file": di_file, "line": max(func.loc.line, 1), "type": sub_type,
-        "scopeLine": max(func.loc.line, 1), "spFlags": ir.DIToken("DISPFlagDefinition"), "unit": cu,
-    }, is_distinct=True)
-    fn.set_metadata("dbg", sp)
-    module.add_named_metadata("llvm.module.flags", [ir.Constant(ir.IntType(32), 2), "Debug Info Version",
-                                                    ir.Constant(ir.IntType(32), 3)])
-    return sp
-
-
 def generate(module: Module, triple: str = "nvptx64-nvidia-cuda", data_layout: str = "",
              narrow_invariants: bool = False) -> ir.Module:
     """Lower a gpu-IR module holding one kernel to an llvmlite module. Everything besides the
     IR comes from the module's attributes, which `pipeline.stamp` wrote (target, num_warps,
-    num_threads, cluster, min_programs_per_sm, fast_math, debug). `narrow_invariants`:
+    num_threads, cluster, min_programs_per_sm, fast_math, debug, lineinfo: line tables
+    unless it is False). `narrow_invariants`:
     16-bit floats a loop widens but does not define stay 16-bit through the loop
     (rules_arith._invariant_widening; compiler._assemble tries it under a floor that spills)."""
     from . import rules  # noqa: F401  (registers every rule)
@@ -232,8 +217,8 @@ def generate(module: Module, triple: str = "nvptx64-nvidia-cuda", data_layout: s
                          cluster=int(attrs["cluster"]), fast_math=bool(attrs["fast_math"]))
     ctx.narrow_invariants = narrow_invariants
     ctx.initcheck = bool(attrs.get("initcheck"))
-    if attrs["debug"]:
-        ctx.debug_scope = _debug_info(llmod, fn, func)
+    if attrs.get("lineinfo", True) or attrs["debug"]:  # pipeline.stamp writes lineinfo=False only when off
+        ctx.lines = LineTables(llmod, fn, func)
     _bind_params(ctx, entry, slots)
     term = lower_block(ctx, entry)
     if term is not None and term.operands:
