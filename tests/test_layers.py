@@ -21,7 +21,8 @@ FOLDERS = {"dsl": "tilec", "lowering": "tilec.lowering", "runtime": "tilec.runti
 LAYERS: List[Dict[str, List[str]]] = [
     {"base": ["tilec.version", "tilec.dtypes", "tilec.errors", "tilec.target", "tilec.options", "tilec.grid",
               "tilec.limits"]},
-    {"ir": ["tilec.ir", "tilec.abi", "tilec.compiled", "tilec.remarks", "tilec.workcount"]},
+    {"ir": ["tilec.ir", "tilec.abi", "tilec.compiled", "tilec.remarks", "tilec.workcount",
+            "tilec.roofline"]},
     {"language": ["tilec.language", "tilec.definition", "tilec.random", "tilec.specialize"]},
     {"runtime": ["tilec.runtime"], "frontend": ["tilec.frontend"], "interpreter": ["tilec.interpreter"]},
     {"lowering": ["tilec.lowering"]},
