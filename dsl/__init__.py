@@ -41,3 +41,4 @@ from .runtime import (  # noqa: F401,E402
     DeviceArray, Event, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
     set_device, synchronize,
 )
+from .runtime.profile import profile  # noqa: F401,E402
