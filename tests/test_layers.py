@@ -30,7 +30,7 @@ LAYERS: List[Dict[str, List[str]]] = [
     {"kernel": ["tilec.kernel", "tilec.autotune"]},
     {"api": ["tilec"]},
     {"stdlib": ["tilec.stdlib_kernels"]},
-    {"cli": ["tilec.cli", "tilec.info"]},
+    {"cli": ["tilec.cli", "tilec.info", "tilec.explain"]},
 ]
 
 
