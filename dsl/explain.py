@@ -80,7 +80,7 @@ def environment(spec, shapes: Dict[str, Tuple[int, ...]]) -> Tuple[Dict[Any, int
 
 def infer_grid(work: Dict[str, Any], env: Dict[Any, int]) -> Optional[Tuple[int, int, int]]:
     """The grid of one program per tile of the first view store whose indices are program
-    ids or constants (index mode); None when no store is that plain."""
+    ids, constants or loop variables (index mode); None when no store is that plain."""
     for t in work["terms"]:
         if t["kind"] != "store" or "axes" not in t or t["mode"] != "index":
             continue
@@ -89,7 +89,7 @@ def infer_grid(work: Dict[str, Any], env: Dict[Any, int]) -> Optional[Tuple[int,
             idx = ax["idx"]
             if idx is not None and idx[0] == "pid" and ("shape", t["view"], d) in env:
                 grid[idx[1]] = max(1, -(-env[("shape", t["view"], d)] // ax["T"]))
-            elif idx is None or idx[0] != "c":
+            elif idx is None or idx[0] not in ("c", "loop"):   # a loop walks the tiles of one program
                 ok = False
         if ok:
             return tuple(grid)
