@@ -101,7 +101,8 @@ class Profile:
             elif type(v) is int:
                 env[name] = v
         label = f"{self._labels[-1]}:{prepared.name}" if self._labels else prepared.name
-        self.launches.append(_Launch(label, prepared.compiled, env, tuple(grid), prepared.device, start, end))
+        grid = (int(grid[0]), int(grid[1]), int(grid[2]))
+        self.launches.append(_Launch(label, prepared.compiled, env, grid, prepared.device, start, end))
         return res
 
     # ----------------------------------------------------------------- reading
@@ -187,7 +188,8 @@ class Profile:
         plt.close(fig)
 
     def __del__(self):
-        handles = [h for ln in self.launches for h in (ln.start, ln.end)] + self._events
+        handles = [h for ln in getattr(self, "launches", ()) for h in (ln.start, ln.end)]
+        handles += getattr(self, "_events", [])
         if handles and driver._initialized:  # noqa: SLF001
             for h in handles:
                 try:
