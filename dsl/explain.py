@@ -227,7 +227,7 @@ def bench_lines(kernel, spec, options: Dict[str, Any], shapes, g, baseline: Opti
     (row, *_) = prof.rows()
     rep: Report = row.report
     out = [f"{row.name}: grid {'x'.join(map(str, g))}, {row.calls} runs, median {row.seconds * 1e6:.2f} us, "
-           f"{format_count(rep.bytes, 'B')} at {row.gbps:.0f} GB/s, {format_count(rep.flops, 'FLOP')} at "
+           f"{format_count(rep.dram_bytes, 'B')} at {row.gbps:.0f} GB/s, {format_count(rep.flops, 'FLOP')} at "
            f"{row.tflops:.2f} TFLOP/s"]
     b = rep.bound
     if b is not None:

@@ -63,6 +63,8 @@ class Report:
     bytes_read: int
     bytes_written: int
     bytes_upper: int              # every tile whole: no clipping to the views' extents
+    unique_read: int              # each view's bytes at most once per direction: the DRAM traffic
+    unique_written: int           # a perfect cache would leave (the roofline's bytes)
     tc_flops: Dict[str, int]      # tensor-core FLOPs by operand dtype
     cuda_flops: int
     exact: bool                   # False: some counts are upper bounds (see notes)
@@ -83,20 +85,27 @@ class Report:
         return self.bytes_read + self.bytes_written
 
     @property
+    def dram_bytes(self) -> int:
+        """The compulsory traffic: what the roofline, GB/s and the intensity count."""
+        return self.unique_read + self.unique_written
+
+    @property
     def flops(self) -> int:
         return sum(self.tc_flops.values()) + self.cuda_flops
 
     @property
     def intensity(self) -> float:
-        """FLOPs per byte moved."""
-        return self.flops / self.bytes if self.bytes else float("inf")
+        """FLOPs per byte of compulsory traffic."""
+        return self.flops / self.dram_bytes if self.dram_bytes else float("inf")
 
     def __str__(self) -> str:
         g = "x".join(str(x) for x in self.grid)
         lines = [f"kernel {self.kernel} on grid {g} ({self.grid[0] * self.grid[1] * self.grid[2]} programs), {self.arch}"]
         exact = "" if self.exact else " (upper bound)"
-        lines.append(f"  bytes:      {format_count(self.bytes, 'B')}{exact}: read {format_count(self.bytes_read, 'B')}, "
+        lines.append(f"  bytes:      {format_count(self.bytes, 'B')}{exact} in tiles: read {format_count(self.bytes_read, 'B')}, "
                      f"written {format_count(self.bytes_written, 'B')}; whole tiles {format_count(self.bytes_upper, 'B')}")
+        lines.append(f"  DRAM:       {format_count(self.dram_bytes, 'B')} at least (each array once): read "
+                     f"{format_count(self.unique_read, 'B')}, written {format_count(self.unique_written, 'B')}")
         tc = ", ".join(f"{format_count(n, 'FLOP')} {d}" for d, n in sorted(self.tc_flops.items())) or "none"
         lines.append(f"  FLOPs:      tensor cores {tc}; CUDA cores {format_count(self.cuda_flops, 'FLOP')}")
         lines.append(f"  intensity:  {self.intensity:.2f} FLOP/B")
@@ -221,11 +230,12 @@ def _build(compiled, grid3, totals, limits_target, bandwidth=None) -> Report:
     threads = int(meta.get("num_threads", 32 * meta.get("num_warps", 4)))
     shared = int(meta.get("shared", 0))
     per_sm, why = (occupancy(regs, threads, shared, tgt) if regs is not None else (None, None))
-    nbytes = totals["bytes_read"] + totals["bytes_written"]
+    nbytes = totals["unique_read"] + totals["unique_written"]
     bound = (Bound.of(nbytes, totals["tc_flops"], totals["cuda_flops"], limits, bandwidth)
              if limits is not None else None)
     return Report(kernel=compiled.name, grid=grid3, bytes_read=totals["bytes_read"],
                   bytes_written=totals["bytes_written"], bytes_upper=totals["bytes_upper"],
+                  unique_read=totals["unique_read"], unique_written=totals["unique_written"],
                   tc_flops=dict(totals["tc_flops"]), cuda_flops=totals["cuda_flops"], exact=totals["exact"],
                   notes=tuple(totals["notes"]), registers=regs, spills=spills, shared=shared,
                   num_stages=int(meta.get("num_stages", 1)), threads=threads, programs_per_sm=per_sm,

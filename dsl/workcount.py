@@ -164,9 +164,26 @@ class _Counter:
         numel = t.numel if isinstance(t, TileType) else 1
         kind = {"tile.load": "load", "tile.load_masked": "load", "tile.store": "store",
                 "tile.store_masked": "store"}.get(op.name, "atomic")
-        self.terms.append({"kind": kind, "dtype": elem.pointee.name, "size": elem.pointee.itemsize,
-                           "numel": numel, "loops": list(loops), "exact": op.name in ("tile.load", "tile.store"),
-                           "where": _where(op)})
+        term = {"kind": kind, "dtype": elem.pointee.name, "size": elem.pointee.itemsize,
+                "numel": numel, "loops": list(loops), "exact": op.name in ("tile.load", "tile.store"),
+                "where": _where(op)}
+        view = self.base_view(op.operands[0])
+        if view is not None:
+            term["base"] = view
+        self.terms.append(term)
+
+    def base_view(self, value, depth: int = 0):
+        """The view whose `.ptr` a pointer tile is computed from (through addptr, splat and
+        shape ops), or None."""
+        op = getattr(value, "op", None)
+        if op is None or depth > 32:
+            return None
+        if op.name == "tile.view_ptr":
+            return self.views.get(op.operands[0])
+        if op.name in ("tile.addptr", "tile.splat", "tile.broadcast", "tile.expand_dims", "tile.reshape",
+                       "tile.permute"):
+            return self.base_view(op.operands[0], depth + 1)
+        return None
 
     def dot(self, op, loops) -> None:
         a, b, acc = (v.type for v in op.operands)
@@ -229,8 +246,10 @@ def _mentions(expr, tag: str) -> bool:
 
 # ----------------------------------------------------------------------------- evaluation
 class Totals(dict):
-    """Evaluated totals over a grid: bytes_read, bytes_written, bytes_upper, tc_flops (by
-    dtype), cuda_flops, exact, notes."""
+    """Evaluated totals over a grid: bytes_read, bytes_written (every tile access, clipped to
+    the views), bytes_upper (every tile whole), unique_read, unique_written (each view's bytes
+    once per direction at most: the DRAM traffic a perfect cache leaves), tc_flops (by dtype),
+    cuda_flops, exact, notes."""
 
 
 class _Unknown(Exception):
@@ -310,7 +329,9 @@ def evaluate(work: Dict[str, Any], env: Dict[Any, Any], grid: Tuple[int, int, in
         except _Unknown:
             trips.append(1)
             exact = False
-    out = Totals(bytes_read=0, bytes_written=0, bytes_upper=0, tc_flops={}, cuda_flops=0, exact=exact, notes=notes)
+    out = Totals(bytes_read=0, bytes_written=0, bytes_upper=0, tc_flops={}, cuda_flops=0, exact=exact, notes=notes,
+                 unique_read=0, unique_written=0)
+    per_view: Dict[Tuple[str, str], int] = {}   # (view, "r"/"w") -> counted bytes
     for t in work["terms"]:
         mult = 1
         for lid in t["loops"]:
@@ -328,12 +349,33 @@ def evaluate(work: Dict[str, Any], env: Dict[Any, Any], grid: Tuple[int, int, in
         else:
             n, ok = upper, t.get("exact", False)
         out["exact"] = out["exact"] and ok
-        if t["kind"] in ("load", "atomic"):
-            out["bytes_read"] += n
-        if t["kind"] in ("store", "atomic"):
-            out["bytes_written"] += n
+        view = t.get("view") or t.get("base")
+        for rw, kinds in (("r", ("load", "atomic")), ("w", ("store", "atomic"))):
+            if t["kind"] in kinds:
+                out["bytes_read" if rw == "r" else "bytes_written"] += n
+                per_view[(view, rw)] = per_view.get((view, rw), 0) + n
         out["bytes_upper"] += upper * (2 if t["kind"] == "atomic" else 1)
+    # compulsory traffic: a view's bytes reach DRAM at most once per direction, however often
+    # its tiles are read (the rest hits L2 or shared memory at best): the roofline's bytes
+    for (view, rw), n in per_view.items():
+        size = _view_bytes_total(view, env, work) if view is not None else None
+        key = "unique_read" if rw == "r" else "unique_written"
+        out[key] += n if size is None else min(n, size)
     return out
+
+
+def _view_bytes_total(view: str, env, work) -> Optional[int]:
+    """Bytes of the elements of view `view` (its extents' product), None when unknown."""
+    size = None
+    for t in work["terms"]:
+        if t.get("view") == view or t.get("base") == view:
+            size = t["size"]
+            break
+    n, d = 1, 0
+    while ("shape", view, d) in env:
+        n *= int(env[("shape", view, d)])
+        d += 1
+    return None if size is None or d == 0 else n * size
 
 
 def _view_bytes(t, env, pids, grid, loops, trips) -> Tuple[int, bool]:

@@ -43,7 +43,7 @@ class ProfileRow:
 
     @property
     def gbps(self) -> float:
-        return self.report.bytes / self.seconds / 1e9
+        return self.report.dram_bytes / self.seconds / 1e9
 
     @property
     def tflops(self) -> float:
@@ -134,13 +134,13 @@ class Profile:
 
     def table(self, file=None) -> str:
         """The rows as a text table (printed to `file` too when given)."""
-        head = ("kernel", "calls", "time", "bytes", "FLOPs", "GB/s", "TFLOP/s", "FLOP/B", "bound", "% of bound")
+        head = ("kernel", "calls", "time", "DRAM bytes", "FLOPs", "GB/s", "TFLOP/s", "FLOP/B", "bound", "% of bound")
         lines = []
         for r in self.rows():
             rep, b = r.report, r.report.bound
             bound = "?" if b is None else f"{b.limit} {b.seconds * 1e6:.1f} us"
             pct = "?" if r.percent_of_bound is None else f"{r.percent_of_bound:.1f}"
-            lines.append((r.name, str(r.calls), f"{r.seconds * 1e6:.1f} us", format_count(rep.bytes, "B"),
+            lines.append((r.name, str(r.calls), f"{r.seconds * 1e6:.1f} us", format_count(rep.dram_bytes, "B"),
                           format_count(rep.flops, ""), f"{r.gbps:.0f}", f"{r.tflops:.1f}",
                           f"{rep.intensity:.2f}", bound, pct))
         widths = [max(len(x[i]) for x in [head] + lines) for i in range(len(head))]
@@ -175,7 +175,7 @@ class Profile:
                     if p:
                         ax.plot(xs, [min(p, x * b.bandwidth) / 1e12 for x in xs], lw=1,
                                 label=f"{b.device} {name}")
-            x = r.report.intensity if r.report.bytes else 1.0
+            x = r.report.intensity if r.report.dram_bytes else 1.0
             ax.scatter([x], [max(r.tflops, 1e-6)], zorder=3)
             ax.annotate(r.name, (x, max(r.tflops, 1e-6)), fontsize=8)
         ax.set_xscale("log", base=2)

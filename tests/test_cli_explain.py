@@ -27,7 +27,8 @@ def test_explain_with_shapes_prints_totals_and_the_bound(capsys):
     assert main(["explain", VADD, "--shape", "x=5000", "--shape", "y=5000", "--shape", "out=5000"]) == 0
     out = capsys.readouterr().out
     assert "grid 5x1x1 (inferred" in out
-    assert "60 kB: read 40 kB, written 20 kB" in out            # 12 bytes per element
+    assert "60 kB in tiles: read 40 kB, written 20 kB" in out            # 12 bytes per element
+    assert "DRAM:       60 kB at least" in out
     assert "memory-bound on H100 SXM5 80GB" in out
 
 

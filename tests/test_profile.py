@@ -101,7 +101,7 @@ def test_table_from_events_counts_and_bound(monkeypatch):
     assert len(launched) == 3
     (row,) = p.rows()
     assert row.calls == 3 and row.seconds == pytest.approx(20e-6)
-    assert row.report.bytes == 12 * n
+    assert row.report.bytes == row.report.dram_bytes == 12 * n
     assert row.gbps == pytest.approx(12 * n / 20e-6 / 1e9)
     assert row.report.bound.bandwidth == 4.0e12 and row.report.bound.bandwidth_source == "measured"
     assert row.percent_of_bound == pytest.approx(100 * (12 * n / 4.0e12) / 20e-6)

@@ -37,6 +37,7 @@ def test_vector_add_moves_12_bytes_per_f32_element(n):
     x = np.zeros(n, np.float32)
     r = c.report(x, x, x, grid=cdiv(n, 1024))
     assert r.bytes == 12 * n                       # clipped to the views' extent: the tail is masked
+    assert r.dram_bytes == 12 * n
     assert (r.bytes_read, r.bytes_written) == (8 * n, 4 * n)
     assert r.bytes_upper == 12 * 1024 * cdiv(n, 1024)   # every tile whole
     assert r.exact
@@ -69,6 +70,9 @@ def test_gemm_flops_and_tile_bytes(mnk):
     assert r.exact
     assert r.bytes_upper == 2 * 64 * 64 * (2 * tm * tn * tk + tm * tn)
     assert r.cuda_flops == 0
+    # the roofline's bytes: each operand once (re-reads of a tile are L2's business)
+    assert (r.unique_read, r.unique_written) == (2 * (m * k + k * n), 2 * m * n)
+    assert r.dram_bytes == 2 * (m * k + k * n + m * n)
 
 
 def test_gemm_f32_without_tf32_counts_cuda_core_flops():
@@ -94,6 +98,7 @@ def test_softmax_row_kernel(rows, cols):
     # the source reads each row twice (statistics, then normalize) and writes it once
     assert r.bytes_read == rows * 2 * cols * 4
     assert r.bytes_written == rows * cols * 4
+    assert r.dram_bytes == rows * cols * 4 * 2     # the second read of a row is no compulsory traffic
     assert r.exact
     t = cdiv(cols, 1024)
     # per row, by the source: first tile max, sub, exp, sum (4 per element); each further tile
@@ -117,6 +122,7 @@ def test_masked_pointer_tail_is_an_upper_bound():
     x = np.zeros(n, np.float32)
     r = c.report(x, x, n, grid=cdiv(n, 256))
     assert r.bytes == 8 * 256 * 4               # whole tiles: the mask is not the view's bounds
+    assert r.dram_bytes == 8 * n                # x.ptr and out.ptr: at most each view once
     assert not r.exact
     assert "upper bound" in str(r)
     assert r.cuda_flops == 256 * 4
@@ -136,6 +142,7 @@ def test_trip_count_that_depends_on_program_id_is_summed_over_programs():
     x = np.zeros(128 * 8, np.float32)
     r = c.report(x, x, grid=8)
     assert r.bytes_read == 4 * 128 * sum(p + 1 for p in range(8))
+    assert r.unique_read == 4 * 128 * 8
     assert r.bytes_written == 4 * 128 * 8
     assert r.cuda_flops == 128 * sum(p + 1 for p in range(8))
 
@@ -187,7 +194,7 @@ def test_report_str_and_roofline_on_the_compiled_arch_part():
     r200 = c.report(x, x, x, grid=n // 1024, target="NVIDIA H200")
     assert r200.bound.memory_s == pytest.approx(12 * n / 4.8e12)
     text = str(r)
-    assert "12.6 MB" in text and "memory-bound" in text and "add_kernel" in text
+    assert "12.6 MB in tiles" in text and "memory-bound" in text and "add_kernel" in text
     assert r.intensity == pytest.approx(n / (12 * n))
 
 
