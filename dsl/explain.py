@@ -209,6 +209,8 @@ def bench_lines(kernel, spec, options: Dict[str, Any], shapes, g, baseline: Opti
                 t = torch.randint(0, 64, ext, device="cuda", dtype=dt)
             tensors[p.name] = t
             args.append(t)
+        elif getattr(p.type, "dtype", None) is not None and p.type.dtype.is_float:
+            args.append(1.0)          # a float scalar (a scale): its value does not change the work
         else:
             args.append(env.get(p.name, 0))
     names = [p.name for p in spec.runtime_params]
