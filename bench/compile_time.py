@@ -28,7 +28,7 @@ CASES = [
     ("fused_softmax.py", "softmax_kernel", None, {"num_warps": 4}, 150.0),
     ("layer_norm.py", "layer_norm_kernel", None, {"num_warps": 4}, 250.0),
 ]
-STAGES = ["frontend", "passes", "codegen", "llvm_parse", "llvm_opt", "emit"]
+STAGES = ["frontend", "work count", "passes", "codegen", "llvm_parse", "llvm_opt", "emit"]
 
 
 def _load_example(name):

@@ -41,6 +41,7 @@ from .runtime import (  # noqa: F401,E402
     DeviceArray, Event, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
     set_device, synchronize,
 )
+from .runtime.profile import profile  # noqa: F401,E402
 
 
 def __getattr__(name):

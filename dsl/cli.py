@@ -9,6 +9,8 @@
     tilec ir|ptx ... --remarks     also print the compiler's remarks (stderr)
     tilec info                     devices, driver, CUDA tools, llvmlite, the cache
     tilec cache [info|clear]       the compile cache's location and size; clear it
+    tilec explain FILE:KERNEL [--sig SIG] [--shape x=AxB ...] [--grid G]   counted work, roofline bound
+    tilec bench   FILE:KERNEL [--sig SIG] --shape ... [--baseline EXPR]     time it on the GPU
 
 Without --sig, the signature is the file's SIGNATURES entry for the kernel, compiled
 with its OPTIONS entry (what the command line does not set), as tests/test_ptxas.py does.
@@ -291,6 +293,78 @@ def _cmd_cache(args) -> int:
     return 0
 
 
+def _cmd_explain(args) -> int:
+    """The counted work, resources and (with --shape) roofline bound of a kernel."""
+    from .explain import explain_text, parse_grid, parse_shapes
+    kernel = load_kernel(args.target)
+    spec = _parse_sig(kernel, args.sig)
+    try:
+        shapes, grid = parse_shapes(args.shape), parse_grid(args.grid)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    options = _options(args, kernel)
+    from .compiler import compile_kernel
+    compiled = compile_kernel(kernel, spec, options)
+    try:
+        print(explain_text(compiled, spec, shapes, grid, options.target))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    """Time a kernel on random inputs on the GPU; its roofline line (and a torch baseline's time)."""
+    from .explain import bench_grid, bench_lines, no_gpu_reason, parse_grid, parse_shapes, write
+    if args.iters < 1:
+        raise UsageError(f"--iters must be at least 1, got {args.iters}")
+    kernel = load_kernel(args.target)
+    spec = _parse_sig(kernel, args.sig)
+    try:
+        shapes = parse_shapes(args.shape)
+        grid = bench_grid(kernel, spec, shapes, parse_grid(args.grid))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    why = no_gpu_reason()
+    if why is not None:
+        print(f"tilec bench: skipped: {why}", file=sys.stderr)
+        return 0
+    fields = {"num_warps": args.num_warps, "num_stages": args.num_stages}
+    given = {k: v for k, v in fields.items() if v is not None}
+    if args.sig is None:
+        given = {**_module_table(kernel, "OPTIONS").get(kernel.name, {}), **given}
+    try:
+        write(bench_lines(kernel, spec, given, shapes, grid, args.baseline, args.iters))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def _add_roofline_commands(sub, fmt) -> None:
+    """The `explain` and `bench` subcommands."""
+    shape_help = "an argument's extents, name=AxB (contiguous), or an int argument's value, name=N (repeatable)"
+    p = sub.add_parser("explain", help="what a kernel moves and computes per program, its resources, and with "
+                                       "--shape the totals and roofline bound", epilog=_signature_help(),
+                       formatter_class=fmt)
+    _add_kernel_args(p)
+    p.add_argument("--shape", action="append", metavar="NAME=AxB", help=shape_help)
+    p.add_argument("--grid", metavar="G", help="the launch grid, e.g. 128 or 64,8 (default: one program per "
+                                               "tile of the first store indexed by program ids)")
+    _add_option_args(p)
+    p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("bench", help="time a kernel on random inputs on the GPU and print its roofline line",
+                       epilog=_signature_help(), formatter_class=fmt)
+    _add_kernel_args(p)
+    p.add_argument("--shape", action="append", metavar="NAME=AxB", help=shape_help)
+    p.add_argument("--grid", metavar="G", help="the launch grid (default: as tilec explain infers it)")
+    p.add_argument("--baseline", metavar="EXPR", help="a torch expression to time beside it, over the same "
+                                                      "tensors by argument name, e.g. 'x + y'")
+    p.add_argument("--iters", type=int, default=50, help="timed launches (default 50)")
+    p.add_argument("--num-warps", type=int, dest="num_warps", help="warps per program")
+    p.add_argument("--num-stages", type=int, dest="num_stages", help="software-pipelining stages")
+    p.set_defaults(func=_cmd_bench)
+
+
 def _size(n: int) -> str:
     for unit in ("bytes", "KiB", "MiB"):
         if n < 1024 or unit == "MiB":
@@ -383,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", nargs="?", choices=("info", "clear"), default="info",
                    help="info (default): location and size; clear: delete the cached kernels and autotune results")
     p.set_defaults(func=_cmd_cache)
+    _add_roofline_commands(sub, fmt)
     return parser
 
 

@@ -40,3 +40,10 @@ class CompiledKernel:
     @property
     def shared(self) -> int:
         return self.metadata.get("shared", 0)
+
+    def report(self, *args, grid, target=None, **kwargs):
+        """What one launch on `grid` with run-time arguments `args` (in `arg_names` order, or
+        by name) moves and computes, counted by the compiler, with the resources and the
+        roofline bound on `target` (default: this arch's nominal part): a tilec.roofline.Report."""
+        from .roofline import report
+        return report(self, *args, grid=grid, target=target, **kwargs)

@@ -35,6 +35,7 @@ from .remarks import Remarks, check_tile_sizes, from_metadata, occupancy, print_
 from .runtime import cache
 from .target import Target
 from .version import __version__
+from .workcount import count_work
 
 __all__ = ["compile_kernel", "compile_module", "cache_key", "compiler_source_hash"]
 
@@ -157,6 +158,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     name = kernel_name or symbol
     tgt: Target = options.target
     asm: Dict[str, object] = {"tile": str(module)}
+    # counted on the IR as written: the passes add staging copies the count must not see twice
+    work = _stage("work count", name, timings, lambda: count_work(module))
     arg_types = [a.type for a in func.regions[0].block.args]
     arg_names = list(func.attrs.get("arg_names", []))
     params = _stage("abi", name, timings, lambda: param_slots(arg_types))
@@ -202,6 +205,7 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         # .file/.loc in the PTX: ptxas and the driver's JIT keep them (-lineinfo)
         "lineinfo": options.lineinfo or options.debug,
         "timings": timings,
+        "work": work,
     }
     if run_ptxas is None:
         run_ptxas = _want_ptxas()

@@ -321,14 +321,19 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
         packer = prepared.take_packer()
     try:
         if prepared.persistent:
+            asked = (gx, gy, gz)
             gx, gy, gz = _persistent_grid(prepared, packer[0], vals, infos, gx, gy, gz)
         else:
             packer[0](vals, infos)
-        if prepared.dependent is None:
-            res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
-                                  prepared.shared, s, packer[1], 0)[0]
+        if _profile is None:  # the one test a launch pays for tc.profile
+            if prepared.dependent is None:
+                res = _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1,
+                                      prepared.shared, s, packer[1], 0)[0]
+            else:
+                res = prepared.dependent.launch(gx, gy, gz, s, packer[1])
         else:
-            res = prepared.dependent.launch(gx, gy, gz, s, packer[1])
+            res = _profiled(prepared, vals, infos, asked if prepared.persistent else (gx, gy, gz),
+                            s, packer[1], (gx, gy, gz))
         pool.append(packer)
     except (TypeError, OverflowError):
         g = normalize_grid(grid if not callable(grid) else (gx, gy, gz), None, state.name)  # says what is wrong
@@ -340,6 +345,24 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
         _launch_failed(prepared, res, gx, gy, gz, infos)
     driver.last_launch = (prepared, gx, gy, gz, infos)  # what a later fault report names
     return None
+
+
+# The tc.profile collecting launches (runtime/profile.py sets it), None outside one.
+_profile = None
+
+
+def _profiled(prepared: PreparedLaunch, vals, infos, asked, s, params, launched):
+    """One launch bracketed by the active profile's events (`asked`: the grid the kernel's
+    program ids cover; `launched`: the one the driver gets, fewer for a persistent kernel)."""
+    gx, gy, gz = launched
+    if prepared.dependent is None:
+        def go():
+            return _cuLaunchKernel(prepared.function, gx, gy, gz, prepared.threads, 1, 1, prepared.shared, s,
+                                   params, 0)[0]
+    else:
+        def go():
+            return prepared.dependent.launch(gx, gy, gz, s, params)
+    return _profile.launch(prepared, prepared.param_names, vals, infos, asked, s, go)
 
 
 def _one_device(state: KernelState, device: int, other: int) -> int:
@@ -419,10 +442,13 @@ def _cu_launch(p: PreparedLaunch, gx, gy, gz, h, vals, infos):
         _cluster_mismatch(p, gx)
     packer = p.take_packer()
     if p.persistent:  # launch_compiled launches no empty grid
+        asked = (gx, gy, gz)
         gx, gy, gz = _persistent_grid(p, packer[0], vals, infos, gx, gy, gz)
     else:
         packer[0](vals, infos)
-    if p.dependent is None:
+    if _profile is not None:
+        res = _profiled(p, vals, infos, asked if p.persistent else (gx, gy, gz), s, packer[1], (gx, gy, gz))
+    elif p.dependent is None:
         res = _cuLaunchKernel(p.function, gx, gy, gz, p.threads, 1, 1, p.shared, s, packer[1], 0)[0]
     else:
         res = p.dependent.launch(gx, gy, gz, s, packer[1])

@@ -34,6 +34,8 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from tilec.options import OPTION_FIELDS as _OPTION_NAMES
+from tilec.runtime import launcher as _launcher
+from tilec.runtime.profile import labelled
 from tilec.specialize import signature_of
 
 __all__ = ["planned", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
@@ -204,8 +206,14 @@ def planned(fn=None, *, per_call=None):
     from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
     read_per_call = _per_call_reader(fn, per_call) if per_call is not None else None
 
+    op = fn.__name__
+
     @functools.wraps(fn)
     def entry(*args, **kwargs):
+        prof = _launcher._profile
+        if prof is not None and (not prof._labels or prof._labels[-1] != op):  # noqa: SLF001
+            with labelled(op):   # tc.profile names this op's launches
+                return entry(*args, **kwargs)
         tensor_cls = _torch_cls()
         key = [tuple(kwargs) if kwargs else ()]
         values = list(args) + list(kwargs.values()) if kwargs else args

@@ -19,8 +19,10 @@ FOLDERS = {"dsl": "tilec", "lowering": "tilec.lowering", "runtime": "tilec.runti
 
 # Lowest first. Each layer maps component names to the module prefixes they hold.
 LAYERS: List[Dict[str, List[str]]] = [
-    {"base": ["tilec.version", "tilec.dtypes", "tilec.errors", "tilec.target", "tilec.options", "tilec.grid"]},
-    {"ir": ["tilec.ir", "tilec.abi", "tilec.compiled", "tilec.remarks"]},
+    {"base": ["tilec.version", "tilec.dtypes", "tilec.errors", "tilec.target", "tilec.options", "tilec.grid",
+              "tilec.limits"]},
+    {"ir": ["tilec.ir", "tilec.abi", "tilec.compiled", "tilec.remarks", "tilec.workcount",
+            "tilec.roofline"]},
     {"language": ["tilec.language", "tilec.definition", "tilec.random", "tilec.specialize"]},
     {"runtime": ["tilec.runtime"], "frontend": ["tilec.frontend"], "interpreter": ["tilec.interpreter"]},
     {"lowering": ["tilec.lowering"]},
@@ -28,7 +30,7 @@ LAYERS: List[Dict[str, List[str]]] = [
     {"kernel": ["tilec.kernel", "tilec.autotune"]},
     {"api": ["tilec"]},
     {"stdlib": ["tilec.stdlib_kernels"]},
-    {"cli": ["tilec.cli", "tilec.info"], "torch": ["tilec.nn", "tilec.integrations"]},
+    {"cli": ["tilec.cli", "tilec.info", "tilec.explain"], "torch": ["tilec.nn", "tilec.integrations"]},
 ]
 
 
