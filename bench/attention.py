@@ -28,6 +28,11 @@ import tilec as tc
 from tilec.stdlib_kernels import attention as sk_attention
 from tilec.stdlib_kernels import attention_backward as sk_attention_backward
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import flash_attention as example  # noqa: E402
 import flash_attention_bwd as bwd  # noqa: E402
@@ -459,6 +464,7 @@ def main(argv=None):
     p.add_argument("--check", action="store_true", help="check every implementation against float64 first")
     p.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     args = p.parse_args(argv)
     dtypes = args.dtypes.split(",")
     dims = [int(x) for x in args.dims.split(",")]
@@ -481,6 +487,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     print(json.dumps(out))
+    convert.save(args.results, convert.attention_rows(rows), out["device"])
 
 
 if __name__ == "__main__":

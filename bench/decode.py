@@ -26,6 +26,11 @@ import triton
 from tilec.stdlib_kernels import attention as sk_attention
 from tilec.stdlib_kernels import attention_decode
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 DIM = 128
 HEADS = [(32, 8), (32, 32)]
 # (batch, context): from one long sequence to many short ones; bytes capped by --max-gb
@@ -129,6 +134,7 @@ def main(argv=None):
     p.add_argument("--max-gb", type=float, default=8.0, help="skip shapes whose KV cache is larger (GiB)")
     p.add_argument("--sdpa-max-gb", type=float, default=16.0, help="SDPA's repeated K/V at most this (GiB)")
     p.add_argument("--json", default=None)
+    p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     args = p.parse_args(argv)
     pages = [int(x) for x in args.pages.split(",")]
     dev = torch.cuda.get_device_name()
@@ -142,6 +148,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             f.write(line + "\n")
+    convert.save(args.results, convert.decode_rows(rows), dev)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,11 @@ from tilec.target import Target
 from tilec.stdlib_kernels import matmul
 from tilec.stdlib_kernels.matmul import MatmulConfig, config_for, signature
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 SPLIT_SHAPES = [(m, n, k) for m in (1, 16, 128) for (k, n) in [(4096, 4096), (4096, 14336), (14336, 4096)]] + [
     (1024, 1024, 1024)]   # the shapes with few output tiles, where split-K applies
 
@@ -279,6 +284,7 @@ def main(argv=None):
     p.add_argument("--dtypes", default="bf16,f16,tf32")
     p.add_argument("--quick", action="store_true", help="4096 and 8192 squares only")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     p.add_argument("--variants", action="store_true",
                    help="time config_for's choice against alternative configurations (bf16)")
     p.add_argument("--compare-cp-async", action="store_true", help="also time tilec with tma=False")
@@ -306,6 +312,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
     print(json.dumps(out))
+    convert.save(args.results, convert.gemm_rows(rows), dev)
     return 0
 
 

@@ -24,6 +24,11 @@ import statistics
 import sys
 import time
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "runtime"))
 
@@ -96,6 +101,7 @@ def _tilec_kernel(out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", default=None)
+    ap.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     ap.add_argument("--launches", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=40)
     opt = ap.parse_args()
@@ -162,6 +168,7 @@ def main():
            "command": " ".join([os.path.basename(sys.executable)] + sys.argv), "tilec_kernel": how,
            "results": results}
     text = json.dumps(doc, indent=2)
+    convert.save(opt.results, convert.launch_rows(results), dev.name)
     print(text)
     if opt.json:
         with open(opt.json, "w") as f:

@@ -29,6 +29,11 @@ from typing import Callable, List, Tuple
 
 import tilec.stdlib_kernels as sk
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 Case = Tuple[Tuple[int, ...], str]   # (shape, torch dtype name)
 
 
@@ -349,6 +354,7 @@ def main(argv=None) -> int:
                    + ",".join(o.name for o in OPS))
     p.add_argument("--shapes", default="", help="comma-separated shapes to keep, as 1024x65536 (default: all)")
     p.add_argument("--json", default="membound.json", help="where to write the results")
+    p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     p.add_argument("--plot", default="membound.png", help="where to save the plot (needs matplotlib)")
     p.add_argument("--no-clusters", action="store_true",
                    help="long rows without thread-block clusters (the looped and split kernels), to compare")
@@ -390,6 +396,7 @@ def main(argv=None) -> int:
             "torch": torch.__version__, "python": platform.python_version()}
     with open(args.json, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    convert.save(args.results, convert.membound_rows(rows), meta["device"])
     print(f"wrote {args.json}" + (f" and {args.plot}" if save_plot(rows, args.plot) else " (no matplotlib: no plot)"))
     return 0
 

@@ -30,6 +30,11 @@ from tilec.stdlib_kernels import mla_decode
 from tilec.stdlib_kernels.mla_decode import plan
 from tilec.stdlib_kernels._common import target_of, as_array
 
+try:  # as a package module (tests) or as a script (bench/ first on sys.path)
+    from bench import convert
+except ImportError:
+    import convert  # type: ignore[no-redef]
+
 D, DV, PAGE = 576, 512, 64
 SHAPES = [(h, b, ctx) for h in (16, 64, 128) for b in (64, 128) for ctx in (1024, 4096, 8192)]
 QUICK = [(16, 64, 4096), (128, 64, 4096), (128, 128, 8192)]
@@ -98,11 +103,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="three shapes only")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     args = ap.parse_args()
     rows = run_mla(shapes=QUICK if args.quick else SHAPES)
     print(f"{torch.cuda.get_device_name()}: copy {rows[0]['copy_gbps']:.0f} GB/s (read + write)")
     print(table(rows))
     print(json.dumps(rows))
+    convert.save(args.results, convert.mla_decode_rows(rows), torch.cuda.get_device_name())
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f)
