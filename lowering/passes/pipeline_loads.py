@@ -66,7 +66,7 @@ from tilec.ir.types import ScalarType, TileType
 from ..gpu.layouts import SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
-from ..gpu.tma_ops import TmaOriginOp
+from ..gpu.tma_ops import TmaOriginOp, TmaStoreOp
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .axis_info import copy_vec, uniform_vec
 from .dce import dce
@@ -121,9 +121,46 @@ def _candidate_why(store: LocalStoreOp, loop: T.ForOp):
         # a copy's elements must stay consecutive in the buffer (K-major wgmma B)
         return None, "its contiguous dimension is not the buffer's"
     ops = loop_slice(body, list(load.operands[:2]), body.args[0])
+    if ops is None and not _writes_global(loop):
+        # addresses read from memory the loop does not write (a paged cache's block table):
+        # the look-ups are repeated for the iteration being prefetched (clone_guarded)
+        ops = loop_slice(body, list(load.operands[:2]), body.args[0], pointer_loads=True)
     if ops is None:
         return None, "its addresses or mask depend on values the loop computes besides its induction variable"
     return _Candidate(store, load, alloc, ops), ""
+
+
+def _writes_global(loop: Op) -> bool:
+    """Whether anything in `loop` may write global memory (then a value loaded in one iteration
+    may differ when loaded ahead of time for a later one): a tile-dialect op that writes
+    (stores, atomics, and conservatively fences, prints, asserts) or a TMA store."""
+    return any((o.has_trait("writes") and o.name.startswith("tile.")) or isinstance(o, TmaStoreOp)
+               for o in loop.walk() if o is not loop)
+
+
+def clone_guarded(ops: List[Op], at: Builder, mapping: Dict[int, Value], live: Value) -> None:
+    """clone_ops, but each tile.load / tile.load_masked among `ops` reads only where `live` (the
+    iteration the copies are for exists; 0 elsewhere): a look-up for an iteration past the
+    loop's end must not read past its table."""
+    for op in ops:
+        if not isinstance(op, (T.LoadOp, T.LoadMaskedOp)):
+            clone_ops([op], at, mapping)
+            continue
+        ptrs = mapping.get(id(op.operands[0]), op.operands[0])
+        rt = op.results[0].type
+        if isinstance(ptrs.type, TileType):
+            guard = at.value(T.SplatOp, live, shape=list(ptrs.type.shape),
+                             result_types=[TileType(ptrs.type.shape, ScalarType(dt.bool_), ptrs.type.encoding)])
+        else:
+            guard = live
+        if isinstance(op, T.LoadMaskedOp):
+            guard = at.value(T.AndOp, mapping.get(id(op.operands[1]), op.operands[1]), guard)
+            other = mapping.get(id(op.operands[2]), op.operands[2])
+        else:
+            other = build_constant(at, rt, 0)
+        new = T.LoadMaskedOp([ptrs, guard, other], [rt], dict(op.attrs), (), op.loc)
+        at.insert(new)
+        mapping[id(op.results[0])] = new.results[0]
 
 
 def _ancestors(op: Op) -> List[Op]:
@@ -140,14 +177,16 @@ def _ancestors(op: Op) -> List[Op]:
 def issue_copy(at: Builder, ops: List[Op], load: Op, iv: Value, iv_value: Value, buf: Value, slot: Value,
                live) -> None:
     """cp.async copies of `load` for the iteration whose induction variable is `iv_value`:
-    `ops` (from _slice) recompute its pointers and mask from it, and `live(at)`, built after
-    them, is the i1 scalar "that iteration exists" (copies of others fill zeros)."""
+    `ops` (from _slice) recompute its pointers and mask from it, and `live(at)` is the i1
+    scalar "that iteration exists" (copies of others fill zeros, and their look-ups read
+    nothing)."""
     mapping: Dict[int, Value] = {id(iv): iv_value}
-    clone_ops(ops, at, mapping)
+    exists = live(at)
+    clone_guarded(ops, at, mapping, exists)
     ptrs = mapping.get(id(load.operands[0]), load.operands[0])
     pt = ptrs.type
     mask_t = TileType(pt.shape, ScalarType(dt.bool_), pt.encoding)
-    mask = at.value(T.SplatOp, live(at), shape=list(pt.shape), result_types=[mask_t])
+    mask = at.value(T.SplatOp, exists, shape=list(pt.shape), result_types=[mask_t])
     if isinstance(load, T.LoadMaskedOp):
         mask = at.value(T.AndOp, mapping.get(id(load.operands[1]), load.operands[1]), mask)
     vec = copy_vec(load)

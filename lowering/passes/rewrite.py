@@ -126,11 +126,14 @@ def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -
 
 
 
-def loop_slice(body, roots: Sequence[Value], iv: Value, view_loads: bool = False) -> Optional[List[Op]]:
+def loop_slice(body, roots: Sequence[Value], iv: Value, view_loads: bool = False,
+               pointer_loads: bool = False) -> Optional[List[Op]]:
     """The ops of the loop body `body` that compute `roots` from its induction variable `iv`
     and loop invariants, in body order: pure and elementwise ops (and `tile.load_view`s with
-    `view_loads`: they read padding outside their view, so any index is safe). None if one of
-    them depends on a carried value, has regions or other effects."""
+    `view_loads`: they read padding outside their view, so any index is safe; and tile.load /
+    tile.load_masked with `pointer_loads`: the caller must make a copy for another iteration
+    safe, see pipeline_loads' `clone_guarded`). None if one of them depends on a carried
+    value, has regions or other effects."""
     need: Dict[int, Op] = {}
     todo = list(roots)
     while todo:
@@ -143,7 +146,8 @@ def loop_slice(body, roots: Sequence[Value], iv: Value, view_loads: bool = False
         if op is None or op.parent is not body or id(op) in need:
             continue  # defined outside the loop (invariant), or seen
         if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")
-                              or (view_loads and isinstance(op, T.LoadViewOp))):
+                              or (view_loads and isinstance(op, T.LoadViewOp))
+                              or (pointer_loads and isinstance(op, (T.LoadOp, T.LoadMaskedOp)))):
             return None
         need[id(op)] = op
         todo.extend(op.operands)
