@@ -201,7 +201,13 @@ class _Assigner:
         self.members = self.groups.members()
 
     def of(self, v: Value) -> Optional[DistributedLayout]:
-        return self.layout.get(self.groups.find(v)) if isinstance(v.type, TileType) else None
+        if not isinstance(v.type, TileType):
+            return None
+        if id(v) not in self.groups.parent:
+            # a conversion `apply` inserted (a reduce's or a cat's result converted to its
+            # group's layout, which its users now read): its type carries its layout
+            return v.type.encoding
+        return self.layout.get(self.groups.find(v))
 
     def _shapes(self, gid) -> set:
         return {tuple(v.type.shape) for v in self.members[gid]}
@@ -311,10 +317,12 @@ class _Assigner:
             lay = self.layout[self.groups.find(k)]
             v.type = TileType(v.type.shape, v.type.element, lay)
         for op in list(self.func.walk()):
-            for idx, want in self.required(op):
-                self._convert_operand(op, idx, want)
+            # the layout an op produces follows from its operands' layouts before `required`
+            # converts them (a cat that takes converted halves produces cat_layouts' layout)
             rule = _RULES.get(type(op))
             want = rule.result(self, op) if rule is not None and rule.result is not None else None
+            for idx, need in self.required(op):
+                self._convert_operand(op, idx, need)
             if want is not None:
                 r = op.results[0]
                 if not equivalent(want, r.type.encoding, r.type.shape):
