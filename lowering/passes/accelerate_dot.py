@@ -370,7 +370,10 @@ def accelerate_dot(module: Module, *, wgmma: bool, num_warps: int, remarks) -> M
 
 
 def _why_not_wgmma(op: T.DotOp, num_warps: int) -> str:
-    """wgmma_plan's reason for the tile of `op`, the condition dot_acc_layout tested."""
+    """wgmma_plan's reason for the tile of `op`, the condition dot_acc_layout tested; for a
+    tile wgmma takes, assign_layouts' reason (its accumulator is one value with another
+    dot's, whose tile wgmma does not take)."""
     m, n = op.operands[2].type.shape
     a = op.operands[0].type
-    return wgmma_plan(m, n, a.shape[1], a.dtype.itemsize, num_warps)[1]
+    return (wgmma_plan(m, n, a.shape[1], a.dtype.itemsize, num_warps)[1]
+            or "its accumulator shares one layout with another dot's, whose tile wgmma does not take")

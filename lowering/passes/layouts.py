@@ -201,7 +201,13 @@ class _Assigner:
         self.members = self.groups.members()
 
     def of(self, v: Value) -> Optional[DistributedLayout]:
-        return self.layout.get(self.groups.find(v)) if isinstance(v.type, TileType) else None
+        if not isinstance(v.type, TileType):
+            return None
+        if id(v) not in self.groups.parent:
+            # a conversion `apply` inserted (a reduce's or a cat's result converted to its
+            # group's layout, which its users now read): its type carries its layout
+            return v.type.encoding
+        return self.layout.get(self.groups.find(v))
 
     def _shapes(self, gid) -> set:
         return {tuple(v.type.shape) for v in self.members[gid]}
@@ -241,11 +247,12 @@ class _Assigner:
         # a dot whose result reaches another dot's A through elementwise ops (one group)
         a_groups = {self.groups.find(op.operands[0]) for op in dots}
         acc_groups = {self.groups.find(op.results[0]) for op in dots}
+        by_group: Dict[int, List[Tuple[Op, bool]]] = {}
         for op in dots:
             chained = self.groups.find(op.results[0]) in a_groups or self.groups.find(op.operands[0]) in acc_groups
-            self.layout[self.groups.find(op.results[0])] = (
-                dot_acc_layout(op, self.num_warps, self.wgmma, chained)
-                or fma_acc_layout(op.results[0].type.shape, self.num_warps))
+            by_group.setdefault(self.groups.find(op.results[0]), []).append((op, chained))
+        for gid, ops in by_group.items():
+            self.layout[gid] = self._acc_layout(ops)
         # Row statistics of a tensor-core accumulator that a loop carries (attention's running
         # max and sum) stay in the slice of its layout, where the row reduction leaves them: an
         # access anchor (the lse store after the loop) would make them blocked and convert them
@@ -257,6 +264,22 @@ class _Assigner:
                 gid = self.groups.find(op.results[0])
                 if isinstance(src, MmaLayout) and gid in carried:
                     self.layout[gid] = SliceLayout(op.attrs["axis"], src)
+
+    def _acc_layout(self, ops: List[Tuple[Op, bool]]) -> DistributedLayout:
+        """The accumulator layout of a group holding the accumulators of the dots `ops`
+        ((dot, chained) pairs, in program order). Several dots share one group when their
+        accumulators meet in one value (a zeros tile that CSE made one, a bias two dots add
+        to): the layout must be one that every one of them computes in. Of the layouts they
+        ask `dot_acc_layout` for, the last one's that all can compute in (a wgmma layout only
+        the dots whose tile takes the same wgmma shape, an mma.sync one every tensor-core dot);
+        else the FMA layout, which every dot computes in."""
+        asked = [dot_acc_layout(op, self.num_warps, self.wgmma, chained) for op, chained in ops]
+        for lay in reversed(asked):
+            if lay is not None and all(_computes_in(op, lay, own) for (op, _), own in zip(ops, asked)):
+                return lay
+        if all(lay is not None for lay in asked):   # wgmma for some, not others: all on mma.sync
+            return dot_acc_layout(ops[-1][0], self.num_warps, False, any(chained for _, chained in ops))
+        return fma_acc_layout(ops[0][0].results[0].type.shape, self.num_warps)
 
     def _loop_carried(self) -> set:
         """The groups of values that a loop carries (its body's arguments after the index)."""
@@ -311,10 +334,12 @@ class _Assigner:
             lay = self.layout[self.groups.find(k)]
             v.type = TileType(v.type.shape, v.type.element, lay)
         for op in list(self.func.walk()):
-            for idx, want in self.required(op):
-                self._convert_operand(op, idx, want)
+            # the layout an op produces follows from its operands' layouts before `required`
+            # converts them (a cat that takes converted halves produces cat_layouts' layout)
             rule = _RULES.get(type(op))
             want = rule.result(self, op) if rule is not None and rule.result is not None else None
+            for idx, need in self.required(op):
+                self._convert_operand(op, idx, need)
             if want is not None:
                 r = op.results[0]
                 if not equivalent(want, r.type.encoding, r.type.shape):
@@ -508,6 +533,14 @@ def _permute_layout(out_layout, out_shape, order):
     src_shape = tuple(out_shape[inv[d]] for d in range(len(order)))
     return _renumber(out_layout.bases(out_shape), out_shape, src_shape,
                      lambda b: tuple(b[inv[d]] for d in range(len(order))))
+
+
+def _computes_in(op: Op, lay: MmaLayout, own: Optional[MmaLayout]) -> bool:
+    """Whether tensor-core dot `op`, whose own accumulator layout would be `own`, can compute
+    in `lay`: mma.sync (version 2) in any, wgmma (version 3) only in its own shape."""
+    if own is None:
+        return False
+    return lay.version == 2 or lay == own
 
 
 def _numel(s) -> int:

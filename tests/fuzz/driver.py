@@ -4,7 +4,10 @@ kind of failure to a small program and save it under regressions/.
 `hunt(n, seed, ...)` runs n programs and returns a `Report`. Hypothesis stops a run at its
 first failure (after shrinking it), so the loop runs passes: each pass draws the programs
 still due, ignores failures of a kind already found (`Finding.key`), and shrinks the first
-new one; the next pass continues with the next seed.
+new one; the next pass continues with the next seed. With `gpu`, a failure that lost the
+CUDA context (`Finding.context_lost`: a fault) ends the hunt, since every later launch of
+the process would fail; any other failure (a compile error at the first launch, a launch
+the driver refused) is a finding like the rest and the hunt goes on.
 """
 from __future__ import annotations
 
@@ -98,9 +101,10 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
             if f is None:
                 return
             k = f.key()
-            if gpu and f.stage == "gpu":
-                # a launch that raised may have lost the CUDA context (a fault): every later
-                # launch of this process would fail too, so save this one as it is and stop
+            if f.context_lost:
+                # the launch lost the CUDA context (a fault): every later launch of this
+                # process would fail too, so save this one as it is and stop. Any other
+                # failure (a compile error, a refused launch) is a finding like the rest.
                 state["fatal"] = (p, f)
                 raise _Found(k)
             if searching and (k in report.findings or k in known):
@@ -120,19 +124,24 @@ def hunt(n: int, seed: int = 0, archs: Sequence[str] = ARCHS, gpu: bool = False,
         except BaseException as e:  # noqa: BLE001 - _Found, or hypothesis' wrapper of it
             if state["last"] is None and state["fatal"] is None:
                 raise
-            p, f = state["fatal"] or state["last"]
-            path = save(p, f, save_dir) if save_dir else None
-            report.findings[f.key()] = {"finding": str(f), "program": p.to_json(), "count": 1,
-                                        "path": str(path) if path else None}
-            if log:
-                log(f"shrunk to:\n{p.source}\n{f}" + (f"\nsaved {path}" if path else ""))
+            # the shrunk failure (if any) and the fault that stopped the pass (if any): a fault
+            # met while shrinking another failure must not lose that one
+            for what, found in (("shrunk to", state["last"]), ("lost the GPU context", state["fatal"])):
+                if found is None:
+                    continue
+                p, f = found
+                path = save(p, f, save_dir) if save_dir else None
+                report.findings[f.key()] = {"finding": str(f), "program": p.to_json(), "count": 1,
+                                            "path": str(path) if path else None}
+                if log:
+                    log(f"{what}:\n{p.source}\n{f}" + (f"\nsaved {path}" if path else ""))
             del e
         report.programs += state["count"]
         remaining -= max(state["count"], 1)
         pass_seed += 1
         if state["fatal"]:
             if log:
-                log("stopping: the GPU context may be lost after a failed launch")
+                log("stopping: a failed launch lost the GPU context")
             break
     report.seconds = time.monotonic() - start
     return report

@@ -7,7 +7,8 @@ the GPU, and the comparison.
 - "compile": the frontend, a pass, the verifier (TILEC_VERIFY=1), codegen or LLVM failed
   (LLVM runs in a forked child, TILEC_LLVM_ISOLATE=1, so that an LLVM abort fails the
   compile rather than the process), or ptxas rejected the PTX;
-- "gpu": the launch raised;
+- "gpu": the launch raised (a CompilationError there, the kernel compiled for the device's
+  arch at its first launch, is a "compile" finding: no launch happened);
 - "mismatch": an output differs from the interpreter's by more than its bound.
 
 Comparison: each output carries an absolute error bound per element computed by the
@@ -45,6 +46,9 @@ class Finding:
     stage: str      # "interpret", "compile", "gpu", "mismatch"
     detail: str     # the exception's message or the mismatching elements
     arch: str = ""
+    # the GPU run failed in a way that may have lost this process' CUDA context (a fault):
+    # every later launch would fail too, so the fuzzer stops drawing (`loses_context`)
+    context_lost: bool = False
 
     def key(self) -> str:
         """What shrinking keeps fixed: the stage and the first line of the message."""
@@ -94,6 +98,20 @@ def run_gpu(p: Program) -> Dict[str, np.ndarray]:
     return {n: d.to_numpy() for (n, _), d in zip(p.args, dev) if n in p.outputs}
 
 
+def loses_context(e: BaseException) -> bool:
+    """Whether a failed GPU run may have lost the CUDA context. A DriverError says so itself
+    (`context_lost`: a sticky error, a fault); anything else (an argument the launch refused,
+    a launch the driver turned down for its resources) leaves the context usable unless the
+    driver has seen a fault meanwhile. When the driver cannot answer, assume it was lost."""
+    if isinstance(e, tc.DriverError):
+        return bool(e.context_lost)
+    try:
+        from tilec.runtime.driver import context_lost
+        return context_lost()
+    except Exception:  # noqa: BLE001 - no driver to ask
+        return True
+
+
 def compare(p: Program, want: Dict[str, np.ndarray], got: Dict[str, np.ndarray]) -> Optional[str]:
     for name, bound in p.outputs.items():
         w, g = want[name], got[name]
@@ -135,8 +153,10 @@ def check(p: Program, archs: Sequence[str] = ARCHS, gpu: bool = False) -> Option
     if gpu:
         try:
             got = run_gpu(p)
+        except tc.CompilationError as e:   # the compile at the first launch: nothing ran
+            return Finding("compile", _error(e), "device")
         except Exception as e:  # noqa: BLE001
-            return Finding("gpu", _error(e))
+            return Finding("gpu", _error(e), context_lost=loses_context(e))
         bad = compare(p, want, got)
         if bad:
             return Finding("mismatch", bad)

@@ -139,3 +139,68 @@ def test_cli_runs_and_reports(tmp_path):
     report = json.loads(out.read_text())
     assert report["programs"] == 3 and not report["findings"]
     assert "3 programs" in proc.stdout
+
+
+class _FakeGpu:
+    """`run_gpu` stand-in: raises `error(call number)` when it returns one, else runs the
+    program on the interpreter (so that the comparison passes)."""
+
+    def __init__(self, error):
+        self.error, self.calls = error, 0
+
+    def __call__(self, p):
+        from tests.fuzz.run import interpret
+        self.calls += 1
+        e = self.error(self.calls)
+        if e is not None:
+            raise e
+        return interpret(p)
+
+
+def _lost(msg):
+    import tilec as tc
+    e = tc.DriverError(msg)
+    e.context_lost = True
+    return e
+
+
+@pytest.mark.parametrize("error, programs, stage", [
+    # a compile error at the first launch: no launch happened, the hunt goes on
+    (lambda i: __import__("tilec").CompilationError("in kernel 'fuzz_kernel': boom"), 5, "compile"),
+    # a launch the driver refused without a fault (its context is fine): the hunt goes on
+    (lambda i: __import__("tilec").DriverError("cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"),
+     5, "gpu"),
+    # a fault on the second program: the context is lost, the hunt stops there
+    (lambda i: _lost("cuCtxSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS") if i == 2 else None, 2, "gpu"),
+], ids=["compile_error", "refused_launch", "fault"])
+def test_gpu_hunt_stops_only_when_the_context_is_lost(monkeypatch, tmp_path, error, programs, stage):
+    import tests.fuzz.run as run
+    monkeypatch.setattr(run, "run_gpu", _FakeGpu(error))
+    report = hunt(5, 3, archs=(), gpu=True, kinds=["elementwise"], shrink=False, save_dir=tmp_path)
+    assert report.programs == programs
+    (found,) = report.findings.values()
+    assert found["finding"].startswith(f"[{stage}"), found["finding"]
+    assert Path(found["path"]).exists()
+
+
+def test_loses_context_asks_the_error_then_the_driver(monkeypatch):
+    import tilec as tc
+    import tilec.runtime.driver as driver
+    from tests.fuzz.run import loses_context
+    assert loses_context(_lost("fault")) and not loses_context(tc.DriverError("out of resources"))
+    monkeypatch.setattr(driver, "context_lost", lambda dev=None: False)
+    assert not loses_context(ValueError("argument 'x': expected an array"))
+    monkeypatch.setattr(driver, "context_lost", lambda dev=None: True)
+    assert loses_context(RuntimeError("after a fault"))
+
+
+def test_a_fault_while_shrinking_keeps_the_failure_being_shrunk(monkeypatch, tmp_path):
+    import tilec as tc
+    import tests.fuzz.run as run
+    # the first program fails to compile; the first replay while shrinking it faults
+    monkeypatch.setattr(run, "run_gpu", _FakeGpu(lambda i: tc.CompilationError("in kernel 'fuzz_kernel': boom")
+                                                 if i == 1 else _lost("CUDA_ERROR_ILLEGAL_ADDRESS")))
+    report = hunt(5, 3, archs=(), gpu=True, kinds=["elementwise"], shrink=True, save_dir=tmp_path)
+    assert report.programs == 1
+    assert sorted(f["finding"].split("]")[0] for f in report.findings.values()) == ["[compile device", "[gpu"]
+    assert len(list(tmp_path.glob("*.json"))) == 2
