@@ -62,8 +62,9 @@ for tool in ${tools//,/ }; do
   api=$(grep -c "Program hit" "$logs/$tool.log")
   # per-process API errors beyond the baseline's (the tool counts them among its errors)
   ours=$((api > baseline ? api - baseline : 0))
-  kernels=$(grep -oE "(in|kernel) [a-z_0-9]+_kernel" "$logs/$tool.log" | awk '{print $2}' | sort | uniq -c |
-            awk '{printf "%s:%s ", $2, $1}')
+  # "at KERNEL+0x1f0 in FILE.py:LINE" (with line info) or "in KERNEL" / "kernel KERNEL"
+  kernels=$(grep -oE "(at [A-Za-z_0-9]+\+0x|(in|kernel) [a-z_0-9]+_kernel)" "$logs/$tool.log" |
+            sed -E 's/^(at|in|kernel) //; s/\+0x$//' | sort | uniq -c | awk '{printf "%s:%s ", $2, $1}')
   real=$(( ${errors:-0} - api ))
   printf '%-10s %8s %8s %10s  %s\n' "$tool" "$real" "${hazards:-0}" "$ours" "${kernels:--}"
   if [ "$rc" -ne 0 ] && [ -z "$errors" ]; then

@@ -12,6 +12,7 @@ from llvmlite import ir
 
 from ..gpu import mma_ops as M
 from ..gpu.mma_fragments import ldmatrix_groups, ldmatrix_row_coord, ldmatrix_trans, mma_instructions
+from .rules_memory import guarded
 from .types import I32, SHARED, llvm_scalar
 from .walker import rule
 
@@ -147,21 +148,29 @@ def _async_copy(ctx, op):
     bld = ctx.builder
     # .cg (L2 only) exists for 16-byte copies; smaller ones go through L1 (.ca)
     name = f"llvm.nvvm.cp.async.{'cg' if nbytes == 16 else 'ca'}.shared.global.{nbytes}.s"
-    for r in _unique_vectors(t, vec):
-        dst = slot_pointer(ctx, alloc, slot, elem, smem.offset(shape, coords[r], ctx.ops))
-        src = ptrs[r]
-        size = ir.Constant(I32, nbytes)
-        if masks is not None and op.attrs.get("prefix"):
-            # the group's wanted elements come first: read them, fill zeros after them
-            size = bld.zext(masks[r], I32)
-            for i in range(1, vec):
-                size = bld.add(size, bld.zext(masks[r + i], I32))
-            size = bld.mul(size, ir.Constant(I32, nbytes // vec))
-        elif masks is not None:  # a masked-off access copies nothing and fills zeros
-            size = bld.select(masks[r], size, ir.Constant(I32, 0))
-        dst8 = bld.bitcast(dst, I8.as_pointer(addrspace=SHARED))
-        src8 = bld.bitcast(src, I8.as_pointer(addrspace=1))
-        ctx.intrinsic(name, ir.VoidType(), [dst8, src8, size])
+
+    def copies():
+        for r in _unique_vectors(t, vec):
+            dst = slot_pointer(ctx, alloc, slot, elem, smem.offset(shape, coords[r], ctx.ops))
+            src = ptrs[r]
+            size = ir.Constant(I32, nbytes)
+            if masks is not None and op.attrs.get("prefix"):
+                # the group's wanted elements come first: read them, fill zeros after them
+                size = bld.zext(masks[r], I32)
+                for i in range(1, vec):
+                    size = bld.add(size, bld.zext(masks[r + i], I32))
+                size = bld.mul(size, ir.Constant(I32, nbytes // vec))
+            elif masks is not None:  # a masked-off access copies nothing and fills zeros
+                size = bld.select(masks[r], size, ir.Constant(I32, 0))
+            dst8 = bld.bitcast(dst, I8.as_pointer(addrspace=SHARED))
+            src8 = bld.bitcast(src, I8.as_pointer(addrspace=1))
+            ctx.intrinsic(name, ir.VoidType(), [dst8, src8, size])
+    # A tile smaller than its layout is held by several threads: only the owner copies each
+    # element. Every copy writing the same bytes is a race between asynchronous writes
+    # (compute-sanitizer's racecheck: "invalid memcpy_async synchronization"), and a copy
+    # whose mask differs would zero-fill over another's data.
+    _, own = ctx.ownership(t)
+    guarded(ctx, own, copies)
 
 
 @rule(M.AsyncCommitOp)
