@@ -272,11 +272,18 @@ def output_shape(x: QKV, layout: str) -> Tuple[int, int, int, int]:
 
 
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
-              softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None):
+              softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """softmax(q kᵀ · scale) v per (batch, head), with optional causal / sliding-window masks,
     grouped-query heads and score capping; see the module doc. Returns `out`, or
     `(out, lse)` with `return_lse=True`. The gradients: `attention_backward`
-    (stdlib_kernels/attention_bwd.py)."""
+    (stdlib_kernels/attention_bwd.py). With `cu_seqlens_q/k`: packed variable-length
+    sequences (stdlib_kernels/attention_varlen.py)."""
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        from .attention_varlen import attention_varlen  # noqa: PLC0415
+        return attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                causal=causal, scale=scale, window=window, softcap=softcap, layout=layout,
+                                return_lse=return_lse, out=out)
     x, _ = check_qkv(q, k, v, layout)
     qa = x.q
     b_, h, n_q = x.batch, x.heads, x.n_q
