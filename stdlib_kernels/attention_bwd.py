@@ -219,11 +219,19 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
-                       softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None):
+                       softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None,
+                       cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
     """(dq, dk, dv) of `attention(q, k, v, ...)` for the upstream gradient `do` (shaped like
     out), from the forward's `o` and `lse` (`return_lse=True`); the same keyword arguments
     as the forward call. `dq`, `dk`, `dv`: arrays to write (shaped like q, k, v), else new
-    ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward."""
+    ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward.
+    With `cu_seqlens_q/k`: packed variable-length sequences, lse and dlse (heads, total_q)
+    (stdlib_kernels/attention_varlen.py)."""
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        from .attention_varlen import attention_backward_varlen  # noqa: PLC0415
+        return attention_backward_varlen(attention_backward, do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                                         max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
+                                         softcap=softcap, layout=layout, dq=dq, dk=dk, dv=dv, dlse=dlse)
     x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))
     qa = x.q
     o_shape = output_shape(x, layout)

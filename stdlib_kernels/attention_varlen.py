@@ -23,7 +23,7 @@ import tilec as tc
 
 from ._common import as_array, output
 
-__all__ = ["VarlenPlan", "varlen_plan", "attention_varlen"]
+__all__ = ["VarlenPlan", "varlen_plan", "attention_varlen", "attention_backward_varlen"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,51 @@ def attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_
         if return_lse:
             lse[:, sq:sq + nq] = r[1][0]
     return (oa, lse) if return_lse else oa
+
+
+def attention_backward_varlen(attention_backward, do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+                              max_seqlen_q, max_seqlen_k, *, causal: bool, scale, window, softcap, layout: str,
+                              dq, dk, dv, dlse):
+    """The varlen path of `attention_backward` (passed in, the dense entry point): lse and
+    dlse are `(heads, total_q)` f32, the rest packed as the forward's."""
+    if layout != "bshd":
+        raise ValueError(f"layout: varlen inputs are packed 'bshd' without the batch dim, got {layout!r}")
+    if cu_seqlens_q is None or cu_seqlens_k is None:
+        raise ValueError("cu_seqlens_q and cu_seqlens_k: pass both for variable-length sequences")
+    arrs = {n: as_array(x, n) for n, x in (("do", do), ("q", q), ("k", k), ("v", v), ("o", o))}
+    for n, a in arrs.items():
+        if a.ndim != 3:
+            raise ValueError(f"{n}: varlen expects 3 dimensions (total, heads, dim), got shape {a.shape}")
+        if a.kind not in ("numpy", "torch"):
+            raise TypeError(f"{n}: varlen attention takes numpy arrays or torch tensors, got {type(a.obj).__name__}")
+    qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
+    if ka.shape[0] != va.shape[0]:
+        raise ValueError(f"k and v must have one total length, got {ka.shape} and {va.shape}")
+    h = qa.shape[1]
+    for n, a in (("lse", lse), ("dlse", dlse)):
+        if a is not None and as_array(a, n).shape != (h, qa.shape[0]):
+            raise ValueError(f"{n}: expected (heads, total_q) = {(h, qa.shape[0])}, got {as_array(a, n).shape}")
+    plan = varlen_plan(_host_cu(cu_seqlens_q, "cu_seqlens_q", qa.shape[0], max_seqlen_q),
+                       _host_cu(cu_seqlens_k, "cu_seqlens_k", ka.shape[0], max_seqlen_k),
+                       max_seqlen_q, max_seqlen_k)
+    grads = [output(g, a, a.shape, qa.dtype, n).obj for g, a, n in ((dq, qa, "dq"), (dk, ka, "dk"), (dv, va, "dv"))]
+    dqa, dka, dva = grads
+    seq = lambda a, s, n: a[s:s + n][None]   # (1, n, heads, dim) view, no copy  # noqa: E731
+
+    def rows(a, s, n):   # (1, heads, n) of a (heads, total) array, contiguous for the kernel's view
+        r = a[None, :, s:s + n]
+        return r.contiguous() if hasattr(r, "contiguous") else np.ascontiguousarray(r)
+
+    for (sq, nq), (sk, nk) in zip(plan.q_spans, plan.k_spans):
+        if nq == 0:    # no query: these keys get no gradient
+            dka[sk:sk + nk] = 0
+            dva[sk:sk + nk] = 0
+            continue
+        if nk == 0:    # no key: the outputs were zeros, whatever q
+            dqa[sq:sq + nq] = 0
+            continue
+        attention_backward(seq(do, sq, nq), seq(q, sq, nq), seq(k, sk, nk), seq(v, sk, nk), seq(o, sq, nq),
+                           rows(lse, sq, nq), causal=causal, scale=scale, window=window, softcap=softcap,
+                           layout="bshd", dq=seq(dqa, sq, nq), dk=seq(dka, sk, nk), dv=seq(dva, sk, nk),
+                           dlse=None if dlse is None else rows(dlse, sq, nq))
+    return dqa, dka, dva

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tilec.stdlib_kernels import attention
+from tilec.stdlib_kernels import attention, attention_backward
 from tilec.stdlib_kernels.attention_varlen import varlen_plan
 
 from attention_ref import attention_ref
@@ -104,3 +104,45 @@ def _args():
 def test_varlen_argument_errors(call, exc, match):
     with pytest.raises(exc, match=match):
         call(*_args())
+
+
+def _grads_ref(q, k, v, do, lq, lk, dlse=None, **kw):
+    """float64 (dq, dk, dv) sequence by sequence; zero where a sequence has no query or no key."""
+    from attention_ref import attention_grads_ref   # noqa: PLC0415
+    cq, ck = _cu(lq), _cu(lk)
+    dq, dk, dv = (np.zeros(a.shape) for a in (q, k, v))
+    for i in range(len(lq)):
+        if lq[i] == 0 or lk[i] == 0:
+            continue
+        sq, sk = slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])
+        g = attention_grads_ref(q[sq][None], k[sk][None], v[sk][None], do[sq][None], dlse=None if dlse is None
+                                else dlse[None, :, sq], **kw)
+        dq[sq], dk[sk], dv[sk] = (x[0] for x in g)
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(softcap=5.0)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+@pytest.mark.parametrize("with_dlse", [False, True])
+def test_varlen_gradients_match_float64(kw, with_dlse):
+    rng = np.random.default_rng(11)
+    lq, lk = [0, 1, 37, 130, 64, 9], [5, 1, 37, 64, 130, 0]
+    q, k, v = _packed(rng, lq, lk, 4, 2, 64)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    dlse = rng.standard_normal((4, sum(lq))).astype(np.float32) if with_dlse else None
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    o, lse = attention(q, k, v, return_lse=True, **cu, **kw)
+    got = attention_backward(do, q, k, v, o, lse, dlse=dlse, **cu, **kw)
+    want = _grads_ref(q, k, v, do, lq, lk, dlse=dlse, **kw)
+    for name, g, w in zip(("dq", "dk", "dv"), got, want):
+        assert g.shape == w.shape, name
+        err = np.abs(g.astype(np.float64) - w).max()
+        assert err < 4e-3 * max(np.abs(w).max(), 1.0), (name, err)
+    assert np.all(got[1][:5] == 0) and np.all(got[2][:5] == 0)
+    assert np.all(got[0][-9:] == 0)   # the last sequence has no key
+
+
+def test_varlen_backward_lse_shape_error():
+    q, k, v, cq, ck = _args()
+    with pytest.raises(ValueError, match="lse"):
+        attention_backward(q, q, k, v, q, np.zeros((2, 6), np.float32), cu_seqlens_q=cq, cu_seqlens_k=ck)
