@@ -97,6 +97,11 @@ def attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_
     for (sq, nq), (sk, nk) in zip(plan.q_spans, plan.k_spans):
         if nq == 0:
             continue   # nothing to write
+        if nk == 0:    # no key: zeros and lse = -inf, as flash-attn (and no launch on an empty view)
+            oa[sq:sq + nq] = 0
+            if return_lse:
+                lse[:, sq:sq + nq] = float("-inf")
+            continue
         seq = lambda a, s, n: a[s:s + n][None]   # (1, n, heads, dim) view, no copy  # noqa: E731
         r = attention(seq(q, sq, nq), seq(k, sk, nk), seq(v, sk, nk), causal=causal, scale=scale,
                       window=window, softcap=softcap, layout="bshd", return_lse=return_lse,
