@@ -46,7 +46,9 @@ def _host_cu(cu, name: str, total: int, max_seqlen) -> np.ndarray:
         if max_seqlen is None:
             raise ValueError(f"{name} is on the device: pass max_seqlen_{name[-1]} (a host int), "
                              "as flash-attn's varlen functions")
-        host = np.asarray(cu.detach().cpu().numpy() if a.kind == "torch" else cu, dtype=np.int64)
+        if a.kind != "torch":
+            raise TypeError(f"{name}: varlen attention takes numpy arrays or torch tensors, got {type(cu).__name__}")
+        host = np.asarray(cu.detach().cpu().numpy(), dtype=np.int64)
     else:
         host = np.asarray(cu, dtype=np.int64)
     if host[0] != 0 or np.any(np.diff(host) < 0):
