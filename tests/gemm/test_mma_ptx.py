@@ -74,5 +74,7 @@ def test_epilogue_runs_on_the_accumulator_layout():
     for line in gpu.splitlines():
         if "tile.maximum" in line:
             assert "#mma{version = 2" in line
-        assert not ("gpu.convert_layout" in line and "#mma" in line.split(":")[-1]), line
+        # the accumulator never leaves #mma (the bias row may be brought into its slice layout)
+        result_type = line.split(" loc(")[0].rsplit(" : ", 1)[-1]
+        assert not ("gpu.convert_layout" in line and result_type.startswith("tile<64x64xf32")), line
     _assert_no_spills(ck)
