@@ -22,7 +22,7 @@ from typing import Tuple
 from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
-           "TransposeTuning", "ReductionTuning", "MatmulTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,15 @@ class TransposeTuning:
 
 
 @dataclass(frozen=True)
+class EmbeddingTuning:
+    """embedding's gather tiles (rows of ids, columns of the embedding): not measured yet, the
+    elementwise ops' tile size and warps ("elementwise: tiles")."""
+    tile_elems: int = 4096        # elements per program
+    max_cols: int = 1024          # widest column tile; longer rows take several programs
+    num_warps: int = 4
+
+
+@dataclass(frozen=True)
 class ReductionTuning:
     """sum, max and cumsum (reductions.py); the inner-dimension numbers also serve softmax_dim."""
     strip_columns: int = 128      # the aligned sum/max over a non-last dimension ("reductions: column strips")
@@ -160,6 +169,7 @@ class RowTuning:
     cross_entropy: CrossEntropyTuning = CrossEntropyTuning()
     elementwise: ElementwiseTuning = ElementwiseTuning()
     transpose: TransposeTuning = TransposeTuning()
+    embedding: EmbeddingTuning = EmbeddingTuning()
     reduction: ReductionTuning = ReductionTuning()
     matmul: MatmulTuning = MatmulTuning()
 
