@@ -74,25 +74,37 @@ def varlen_plan(cu_q: np.ndarray, cu_k: np.ndarray, max_seqlen_q=None, max_seqle
                       mk if max_seqlen_k is None else int(max_seqlen_k))
 
 
-def attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
-                     causal: bool, scale, window, softcap, layout: str, return_lse: bool, out):
-    """The varlen path of `attention` (passed in, the dense entry point)."""
+def _packed(named, layout: str, cu_seqlens_q, cu_seqlens_k):
+    """The packed `(total, heads, dim)` arrays by name, checked (the forward's and backward's
+    common arguments)."""
     if layout != "bshd":
         raise ValueError(f"layout: varlen inputs are packed 'bshd' without the batch dim, got {layout!r}")
     if cu_seqlens_q is None or cu_seqlens_k is None:
         raise ValueError("cu_seqlens_q and cu_seqlens_k: pass both for variable-length sequences")
-    arrs = {n: as_array(x, n) for n, x in (("q", q), ("k", k), ("v", v))}
+    arrs = {n: as_array(x, n) for n, x in named.items()}
     for n, a in arrs.items():
         if a.ndim != 3:
             raise ValueError(f"{n}: varlen expects 3 dimensions (total, heads, dim), got shape {a.shape}")
         if a.kind not in ("numpy", "torch"):
             raise TypeError(f"{n}: varlen attention takes numpy arrays or torch tensors, got {type(a.obj).__name__}")
-    qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
+    ka, va = arrs["k"], arrs["v"]
     if ka.shape[0] != va.shape[0]:
         raise ValueError(f"k and v must have one total length, got {ka.shape} and {va.shape}")
-    plan = varlen_plan(_host_cu(cu_seqlens_q, "cu_seqlens_q", qa.shape[0], max_seqlen_q),
+    return arrs
+
+
+def _plan_of(qa, ka, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    return varlen_plan(_host_cu(cu_seqlens_q, "cu_seqlens_q", qa.shape[0], max_seqlen_q),
                        _host_cu(cu_seqlens_k, "cu_seqlens_k", ka.shape[0], max_seqlen_k),
                        max_seqlen_q, max_seqlen_k)
+
+
+def attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     causal: bool, scale, window, softcap, layout: str, return_lse: bool, out):
+    """The varlen path of `attention` (passed in, the dense entry point)."""
+    arrs = _packed({"q": q, "k": k, "v": v}, layout, cu_seqlens_q, cu_seqlens_k)
+    qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
+    plan = _plan_of(qa, ka, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     h, dv = qa.shape[1], va.shape[2]
     oa = output(out, qa, (qa.shape[0], h, dv), qa.dtype).obj
     lse = output(None, qa, (h, qa.shape[0]), tc.float32, "lse").obj if return_lse else None
@@ -118,26 +130,13 @@ def attention_backward_varlen(attention_backward, do, q, k, v, o, lse, cu_seqlen
                               dq, dk, dv, dlse):
     """The varlen path of `attention_backward` (passed in, the dense entry point): lse and
     dlse are `(heads, total_q)` f32, the rest packed as the forward's."""
-    if layout != "bshd":
-        raise ValueError(f"layout: varlen inputs are packed 'bshd' without the batch dim, got {layout!r}")
-    if cu_seqlens_q is None or cu_seqlens_k is None:
-        raise ValueError("cu_seqlens_q and cu_seqlens_k: pass both for variable-length sequences")
-    arrs = {n: as_array(x, n) for n, x in (("do", do), ("q", q), ("k", k), ("v", v), ("o", o))}
-    for n, a in arrs.items():
-        if a.ndim != 3:
-            raise ValueError(f"{n}: varlen expects 3 dimensions (total, heads, dim), got shape {a.shape}")
-        if a.kind not in ("numpy", "torch"):
-            raise TypeError(f"{n}: varlen attention takes numpy arrays or torch tensors, got {type(a.obj).__name__}")
+    arrs = _packed({"do": do, "q": q, "k": k, "v": v, "o": o}, layout, cu_seqlens_q, cu_seqlens_k)
     qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
-    if ka.shape[0] != va.shape[0]:
-        raise ValueError(f"k and v must have one total length, got {ka.shape} and {va.shape}")
     h = qa.shape[1]
     for n, a in (("lse", lse), ("dlse", dlse)):
         if a is not None and as_array(a, n).shape != (h, qa.shape[0]):
             raise ValueError(f"{n}: expected (heads, total_q) = {(h, qa.shape[0])}, got {as_array(a, n).shape}")
-    plan = varlen_plan(_host_cu(cu_seqlens_q, "cu_seqlens_q", qa.shape[0], max_seqlen_q),
-                       _host_cu(cu_seqlens_k, "cu_seqlens_k", ka.shape[0], max_seqlen_k),
-                       max_seqlen_q, max_seqlen_k)
+    plan = _plan_of(qa, ka, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     grads = [output(g, a, a.shape, qa.dtype, n).obj for g, a, n in ((dq, qa, "dq"), (dk, ka, "dk"), (dv, va, "dv"))]
     dqa, dka, dva = grads
     seq = lambda a, s, n: a[s:s + n][None]   # (1, n, heads, dim) view, no copy  # noqa: E731
