@@ -123,6 +123,11 @@ class EmbeddingTuning:
     tile_elems: int = 4096        # elements per program
     max_cols: int = 1024          # widest column tile; longer rows take several programs
     num_warps: int = 4
+    # the backward's segment sums (one program per embedding row and column tile): rows of
+    # gradient gathered per step, widest column tile, warps (not measured yet)
+    bwd_tile_elems: int = 4096
+    bwd_max_cols: int = 512
+    bwd_num_warps: int = 4
 
 
 @dataclass(frozen=True)
