@@ -34,7 +34,8 @@ The other ops' plans name their launches' strategies too:
   flat row in tiles of `flat_tile_elems`, else (BR, BC) tiles of its rows
   (`_rows.tile_config`).
 - TILES (transpose): one (BM, BN) tile per program.
-- GATHER (embedding): one (rows of ids, columns) tile of gathered rows per program.
+- GATHER (embedding): one (rows of ids, columns) tile of gathered rows per program; its
+  backward, one (embedding row, column tile) per program adding that id's gradient rows.
 - ONE_TILE, LOOPED, WINDOWS (sum/max along the last dimension, cumsum): a row in one tile,
   looped over tiles, or 2-byte rows off 32-byte sectors looped over small aligned windows.
 - STRIPS (sum/max along another dimension; softmax_dim): column strips walking the
