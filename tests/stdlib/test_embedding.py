@@ -7,6 +7,8 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tilec as tc
 import tilec.stdlib_kernels as sk
@@ -194,6 +196,20 @@ def test_embedding_backward_argument_errors():
         sk.embedding_backward(g, ids, 4, out=np.empty((4, 3), np.int32))
     with pytest.raises(ValueError, match="out has shape"):
         sk.embedding_backward(g, ids, 4, out=np.empty((3, 3), np.float32))
+
+
+@settings(max_examples=15, deadline=None)
+@given(n_emb=st.integers(1, 40), dim=st.integers(1, 70), n_ids=st.integers(0, 300), spread=st.integers(1, 40),
+       id_dtype=st.sampled_from([np.int32, np.int64]), seed=st.integers(0, 2 ** 16))
+def test_forward_and_backward_on_random_shapes(n_emb, dim, n_ids, spread, id_dtype, seed):
+    # a gather and a scatter-add: embedding_backward(g, ids) == np.add.at, embedding(w, ids) == w[ids]
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, min(spread, n_emb), size=(n_ids,)).astype(id_dtype)
+    w = rng.standard_normal((n_emb, dim)).astype(np.float32)
+    np.testing.assert_array_equal(sk.embedding(w, ids), w[ids])
+    grad = rng.standard_normal((n_ids, dim)).astype(np.float32)
+    np.testing.assert_allclose(sk.embedding_backward(grad, ids, n_emb), _dweight(grad, ids, n_emb),
+                               rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- plans
