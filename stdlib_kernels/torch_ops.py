@@ -48,7 +48,7 @@ from .attention_bwd import attention_backward as _attention_backward_fn
 from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
 from .embedding import embedding as _embedding
-from .embedding import embedding_backward as _embedding_backward
+from .embedding import embedding_backward as _sk_embedding_backward
 from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
 from .softmax import log_softmax as _log_softmax
@@ -391,7 +391,7 @@ def _embedding_setup(ctx, inputs, output):
     ctx.num_weights, ctx.padding_idx = weight.shape[0], padding_idx
 
 
-def _embedding_backward(ctx, dout):
+def _embedding_grad(ctx, dout):
     indices, = ctx.saved_tensors
     dw = torch.ops.tilec.embedding_backward(_rows_ok(dout), indices, ctx.num_weights, ctx.padding_idx)
     return dw, None, None
@@ -486,10 +486,10 @@ OPS: Dict[str, OpSpec] = {
                                    _lce_backward, _lce_setup),
     "linear_cross_entropy_loss": OpSpec(f"({_LCE_ARGS}) -> Tensor", _lce_loss_impl, _lce_loss_fake),
     "embedding": OpSpec("(Tensor weight, Tensor indices, int? padding_idx) -> Tensor",
-                        lambda w, i, padding_idx: _embedding(w, i), _embedding_fake, _embedding_backward,
+                        lambda w, i, padding_idx: _embedding(w, i), _embedding_fake, _embedding_grad,
                         _embedding_setup),
     "embedding_backward": OpSpec("(Tensor grad, Tensor indices, int num_weights, int? padding_idx) -> Tensor",
-                                 lambda g, i, n, padding_idx: _embedding_backward(g, i, n, padding_idx),
+                                 lambda g, i, n, padding_idx: _sk_embedding_backward(g, i, n, padding_idx),
                                  _embedding_backward_fake),
     "add_rms_norm": OpSpec("(Tensor x, Tensor residual, Tensor? weight, float eps) -> (Tensor, Tensor, Tensor)",
                            lambda x, r, w, eps: _add_rms_norm(x, r, w, eps, return_stats=True), _add_rms_norm_fake,
