@@ -407,16 +407,19 @@ def _add_rms_norm_fake(x, residual, weight, eps):
 
 
 def _add_rms_norm_setup(ctx, inputs, output):
-    _x, _residual, weight, _eps = inputs
+    x, residual, weight, _eps = inputs
     ctx.save_for_backward(output[1], weight, output[2])
     ctx.has_w = weight is not None
+    ctx.dtypes = (x.dtype, residual.dtype)
 
 
 def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
     h, weight, rstd = ctx.saved_tensors
     dx, dw = torch.ops.tilec.add_rms_norm_backward(_rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
                                                    h, weight if ctx.has_w else None, rstd)
-    return dx, dx, _grad_or_none(dw, ctx.has_w), None
+    # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
+    dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
+    return dx_x, dx_r, _grad_or_none(dw, ctx.has_w), None
 
 
 def _add_rms_norm_backward_impl(dy, dresidual, residual_out, weight, rstd):
