@@ -208,6 +208,11 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
     timed against each other (docs/benchmarks.md)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
+    if max(dk, dv) <= 64 and target.has_wgmma:
+        # two warpgroups of 64 owned rows, steps of 64 on the other side: every product a
+        # wgmma, Pᵀ and dSᵀ from registers (on an H200 the example at these blocks ran
+        # 2-2.5x the mma.sync tiles below). At D = 128 the dK/dV kernel spills at these blocks.
+        return AttentionBwdConfig(128, 64, 128, 64, dk, dv, 8)
     if max(dk, dv) <= 64:
         return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 8)
     if max(dk, dv) <= 128:
@@ -308,4 +313,5 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
                                                     ("bf16", _CFG64, True, 2), ("bf16", _CFG256, False, 1),
                                                     ("f16", _CFG256, True, 2),
-                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]
+                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
+                                                    ("f16", bwd_config_for(64, Target.from_arch("sm_80")), False, 1))]
