@@ -200,6 +200,8 @@ def check_k(k, n_cols: int, name: str = "k") -> int:
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(k).__name__}")
     k = int(k)
+    if n_cols >= NONE:
+        raise ValueError(f"rows of {n_cols} elements are too long (indices are 32-bit: fewer than {NONE})")
     if k < 0 or k > n_cols:
         raise ValueError(f"{name}={k} is out of range for rows of {n_cols} elements (expected 0 <= {name} <= "
                          f"{n_cols})")

@@ -260,3 +260,24 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     compiled = compile_kernel(k, s, CompileOptions(arch=arch, num_warps=warps, fast_math=True), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+def test_signatures_name_every_kernel():
+    from tilec import Kernel
+    assert set(S.SIGNATURES) == {k for k, v in vars(S).items() if isinstance(v, Kernel)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel,sig", list(S.SIGNATURES.items()) + S.EXTRA_SIGNATURES)
+def test_kernel_ir_round_trips(kernel, sig):
+    from tilec.ir import parse, print_module, verify
+    k = getattr(S, kernel)
+    module = k.ir(k.specialization(sig))
+    assert verify(parse(print_module(module))) == module
+
+
+def test_options_are_the_plans_warp_counts():
+    for name, sig in S.SIGNATURES.items():
+        c = getattr(S, name).specialization(sig).constexprs
+        want = S.candidates_warps(c["KP"]) if "KP" in c else max(1, min(c["BLOCK"] // 512, 8))
+        assert S.OPTIONS[name] == {"num_warps": want, "fast_math": True}

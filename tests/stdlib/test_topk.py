@@ -178,3 +178,17 @@ def test_options_are_the_plans_warp_counts():
     for name, sig in K.SIGNATURES.items():
         block = parse_signature(getattr(K, name), sig).constexprs["BLOCK"]
         assert K.OPTIONS[name]["num_warps"] == K.warps_for(block, T)
+
+
+def test_signatures_name_every_kernel():
+    from tilec import Kernel
+    assert set(K.SIGNATURES) == {k for k, v in vars(K).items() if isinstance(v, Kernel)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel,sig", list(K.SIGNATURES.items()) + K.EXTRA_SIGNATURES)
+def test_kernel_ir_round_trips(kernel, sig):
+    from tilec.ir import parse, print_module, verify
+    k = getattr(K, kernel)
+    module = k.ir(k.specialization(sig))
+    assert verify(parse(print_module(module))) == module
