@@ -49,6 +49,7 @@ from .tuning import tuning_for
 __all__ = ["sample", "plan", "MAX_STEPS", "SIGNATURES"]
 
 NEG_INF = float("-inf")
+POS_INF = float("inf")
 MAX_STEPS = 128          # bisection steps of the nucleus at most (f32 halvings of [0, 1] reach 2**-126 first)
 _HALF_ULP23 = 2.0 ** -23
 
@@ -71,21 +72,25 @@ def first_best(best_s, best_i):
     return tc.min(tc.where(best_s == mx, best_i, NONE))
 
 
-@tc.kernel
+# The noise's words change every call (a decoder's offset every step): compiled for any value,
+# not specialized on 1 or on divisibility by 16 (each would compile another variant).
+_PER_CALL = ("seed_lo", "seed_hi", "off_lo", "off_hi")
+
+
+@tc.kernel(do_not_specialize=_PER_CALL)
 def sample_rows_kernel(x, out, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi, GREEDY: tc.constexpr,
                        NUCLEUS: tc.constexpr, BLOCK: tc.constexpr):
     # One program per row, walking it in BLOCK tiles: (NUCLEUS) the row's max and sum of
-    # exp, the bisection for the nucleus' bound lo; then the draw, lane-wise running best
+    # exp, the bisection for the nucleus' bound (`_nucleus`); then the draw, lane-wise running best
     # scores (a lane's earlier tile wins ties: lower index), reduced once at the end.
     row = tc.program_id(0)
     n = x.shape[1]
     base = x.ptr + row.astype(tc.int64) * x.stride(0)
     lane = tc.arange(0, BLOCK)
     n_tiles = tc.cdiv(n, BLOCK)
-    m = 0.0
-    lo = 0.0
+    cut = NEG_INF
     if NUCLEUS:
-        m, lo = _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK)
+        cut = _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK)
     best_s = tc.full((BLOCK,), NEG_INF, tc.float32)
     best_i = tc.full((BLOCK,), NONE, tc.int32)
     for k in range(n_tiles):
@@ -99,7 +104,7 @@ def sample_rows_kernel(x, out, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi, G
             score = z + gumbel(seed_lo, seed_hi, off_lo, off_hi, row, cols)
             score = tc.where(score != score, NEG_INF, score)
             if NUCLEUS:
-                score = tc.where(tc.exp(z - m) > lo, score, NEG_INF)
+                score = tc.where(v >= cut, score, NEG_INF)
         better = inside & ((score > best_s) | (best_i == NONE))
         best_s = tc.where(better, score, best_s)
         best_i = tc.where(better, cols, best_i)
@@ -108,8 +113,10 @@ def sample_rows_kernel(x, out, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi, G
 
 @tc.func
 def _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK: tc.constexpr):
-    """(m, lo): the row's max of z = x * inv_t, and the nucleus' bound: the nucleus is q > lo
-    for q = exp(z - m) (the module doc)."""
+    """The nucleus as a bound on the logits: it is {x >= cut} (the module doc's {q > lo} for
+    q = exp(z - max z)). Each step keeps, beside its sums, the least logit of q > lo and of
+    q > mid, so that the draw compares logits only and never recomputes a q (whose rounding
+    could differ where the compiler contracts the arithmetic otherwise)."""
     lane = tc.arange(0, BLOCK)
     m_lane = tc.full((BLOCK,), NEG_INF, tc.float32)
     for k in range(n_tiles):
@@ -118,10 +125,12 @@ def _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK: tc.constexpr):
     m = tc.max(m_lane) * inv_t   # x * inv_t is monotone (inv_t > 0): the max of z exactly
     s_lane = tc.zeros((BLOCK,), tc.float32)
     for k in range(n_tiles):
-        s_lane += _q(base, k * BLOCK + lane, n, inv_t, m)
+        v = _row_tile(base, k * BLOCK + lane, n)
+        s_lane += _q(v, inv_t, m)
     target = top_p * tc.sum(s_lane)
     lo = 0.0
     hi = 1.0
+    cut = NEG_INF
     left = 1
     steps = 0
     while (left > 0) & (steps < MAX_STEPS):
@@ -129,26 +138,38 @@ def _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK: tc.constexpr):
         mass = tc.zeros((BLOCK,), tc.float32)
         below = tc.zeros((BLOCK,), tc.int32)
         above = tc.zeros((BLOCK,), tc.int32)
+        least_lo = tc.full((BLOCK,), POS_INF, tc.float32)
+        least_mid = tc.full((BLOCK,), POS_INF, tc.float32)
         for k in range(n_tiles):
-            q = _q(base, k * BLOCK + lane, n, inv_t, m)
+            v = _row_tile(base, k * BLOCK + lane, n)
+            q = _q(v, inv_t, m)
             mass += tc.where(q > mid, q, 0.0)
             below += ((q > lo) & (q < mid)).astype(tc.int32)
             above += ((q > mid) & (q < hi)).astype(tc.int32)
+            least_lo = tc.minimum(least_lo, tc.where(q > lo, v, POS_INF))
+            least_mid = tc.minimum(least_mid, tc.where(q > mid, v, POS_INF))
         down = tc.sum(mass) < target     # the mass above mid is short of top_p: the bound is below mid
         hi = tc.where(down, mid, hi)
         lo = tc.where(down, lo, mid)
         left = tc.where(down, tc.sum(below), tc.sum(above))
+        cut = tc.where(down, tc.min(least_lo), tc.min(least_mid))
         steps += 1
-    return m, lo
+    return cut
 
 
 @tc.func
-def _q(base, cols, n, inv_t, m):
-    # exp(z - m) of the columns `cols`; 0 past the row
-    return tc.exp(tc.load(base + cols, mask=cols < n, other=NEG_INF).astype(tc.float32) * inv_t - m)
+def _row_tile(base, cols, n):
+    # the row's logits at `cols` as f32; -inf past the row (q = 0 there)
+    return tc.load(base + cols, mask=cols < n, other=NEG_INF).astype(tc.float32)
 
 
-@tc.kernel
+@tc.func
+def _q(v, inv_t, m):
+    # exp(z - m) of logits v: 0 for -inf
+    return tc.exp(v * inv_t - m)
+
+
+@tc.kernel(do_not_specialize=_PER_CALL)
 def sample_candidates_kernel(values, indices, out, k, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi,
                              NUCLEUS: tc.constexpr, KP: tc.constexpr):
     # One program per row: the draw among its k candidates (values, indices: topk's
