@@ -42,9 +42,9 @@ from . import topk as _topk
 from ._common import Arr, as_array, check_float, next_pow2, output, rows_of, target_of, view
 from ._plan import derived, planned
 from .launches import Launch, Operands, Temp, execute
-from .schedules import LOOPED, ONE_TILE
+from .schedules import LOOPED, ONE_TILE, SPLIT
 from .topk import NONE, order_key
-from .tuning import tuning_for
+from .tuning import SamplingTuning, tuning_for
 
 __all__ = ["sample", "plan", "MAX_STEPS", "SIGNATURES"]
 
@@ -81,19 +81,59 @@ _PER_CALL = ("seed_lo", "seed_hi", "off_lo", "off_hi")
 def sample_rows_kernel(x, out, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi, GREEDY: tc.constexpr,
                        NUCLEUS: tc.constexpr, BLOCK: tc.constexpr):
     # One program per row, walking it in BLOCK tiles: (NUCLEUS) the row's max and sum of
-    # exp, the bisection for the nucleus' bound (`_nucleus`); then the draw, lane-wise running best
-    # scores (a lane's earlier tile wins ties: lower index), reduced once at the end.
+    # exp, the bisection for the nucleus' bound (`_nucleus`); then the draw.
     row = tc.program_id(0)
     n = x.shape[1]
     base = x.ptr + row.astype(tc.int64) * x.stride(0)
-    lane = tc.arange(0, BLOCK)
     n_tiles = tc.cdiv(n, BLOCK)
     cut = NEG_INF
     if NUCLEUS:
         cut = _nucleus(base, n, n_tiles, inv_t, top_p, BLOCK)
+    best_s, best_i = _draw_tiles(base, n, row, 0, n_tiles, cut, inv_t, seed_lo, seed_hi, off_lo, off_hi, GREEDY,
+                                 NUCLEUS, BLOCK)
+    tc.store(out.ptr + row + tc.arange(0, 1), tc.full((1,), first_best(best_s, best_i), tc.int64))
+
+
+@tc.kernel(do_not_specialize=_PER_CALL)
+def sample_chunk_kernel(x, part_s, part_i, tiles_per_chunk, inv_t, seed_lo, seed_hi, off_lo, off_hi,
+                        GREEDY: tc.constexpr, BLOCK: tc.constexpr):
+    # Few rows (no nucleus): program (row, c) draws within tiles [c * tiles_per_chunk, ...) of
+    # the row and writes its best score and the lowest index holding it to part_s/part_i[row, c]
+    # (`sample_merge_kernel` takes the best of those: the row's draw, as one program's).
+    row = tc.program_id(0)
+    c = tc.program_id(1)
+    n = x.shape[1]
+    base = x.ptr + row.astype(tc.int64) * x.stride(0)
+    k0 = c * tiles_per_chunk
+    k1 = tc.minimum(k0 + tiles_per_chunk, tc.cdiv(n, BLOCK))
+    best_s, best_i = _draw_tiles(base, n, row, k0, k1, NEG_INF, inv_t, seed_lo, seed_hi, off_lo, off_hi, GREEDY,
+                                 False, BLOCK)
+    at = row.astype(tc.int64) * part_s.stride(0) + c + tc.arange(0, 1)
+    tc.store(part_s.ptr + at, tc.full((1,), tc.max(best_s), tc.float32))
+    tc.store(part_i.ptr + at, tc.full((1,), first_best(best_s, best_i), tc.int32))
+
+
+@tc.kernel
+def sample_merge_kernel(part_s, part_i, out, CHUNKS: tc.constexpr):
+    # The row's token: the best of its chunks' draws, the lowest index among equal scores.
+    row = tc.program_id(0)
+    lane = tc.arange(0, CHUNKS)
+    ok = lane < part_s.shape[1]
+    at = row.astype(tc.int64) * part_s.stride(0) + lane
+    s = tc.load(part_s.ptr + at, mask=ok, other=NEG_INF)
+    i = tc.load(part_i.ptr + at, mask=ok, other=NONE)
+    tc.store(out.ptr + row + tc.arange(0, 1), tc.full((1,), first_best(s, i), tc.int64))
+
+
+@tc.func
+def _draw_tiles(base, n, row, k0, k1, cut, inv_t, seed_lo, seed_hi, off_lo, off_hi, GREEDY: tc.constexpr,
+                NUCLEUS: tc.constexpr, BLOCK: tc.constexpr):
+    """Lane-wise best scores and their indices over the row tiles [k0, k1): a lane's earlier
+    tile wins ties (the lower index); lanes never filled hold (-inf, NONE)."""
+    lane = tc.arange(0, BLOCK)
     best_s = tc.full((BLOCK,), NEG_INF, tc.float32)
     best_i = tc.full((BLOCK,), NONE, tc.int32)
-    for k in range(n_tiles):
+    for k in range(k0, k1):
         cols = k * BLOCK + lane
         inside = cols < n
         v = tc.load(base + cols, mask=inside, other=NEG_INF).astype(tc.float32)
@@ -108,7 +148,7 @@ def sample_rows_kernel(x, out, inv_t, top_p, seed_lo, seed_hi, off_lo, off_hi, G
         better = inside & ((score > best_s) | (best_i == NONE))
         best_s = tc.where(better, score, best_s)
         best_i = tc.where(better, cols, best_i)
-    tc.store(out.ptr + row + tc.arange(0, 1), tc.full((1,), first_best(best_s, best_i), tc.int64))
+    return best_s, best_i
 
 
 @tc.func
@@ -211,10 +251,15 @@ SIGNATURES = {
                           "off_hi=u32, GREEDY=False, NUCLEUS=True, BLOCK=4096",
     "sample_candidates_kernel": "values=bf16[?,?], indices=i64[?,?], out=i64[?], k=i32, inv_t=f32, top_p=f32, "
                                 "seed_lo=u32, seed_hi=u32, off_lo=u32, off_hi=u32, NUCLEUS=True, KP=64",
+    "sample_chunk_kernel": "x=bf16[?,?], part_s=f32[?,?], part_i=i32[?,?], tiles_per_chunk=i32, inv_t=f32, "
+                           "seed_lo=u32, seed_hi=u32, off_lo=u32, off_hi=u32, GREEDY=False, BLOCK=4096",
+    "sample_merge_kernel": "part_s=f32[?,?], part_i=i32[?,?], out=i64[?], CHUNKS=256",
 }
 # The options the plan launches SIGNATURES with (tests/test_ptxas.py).
 OPTIONS = {"sample_rows_kernel": {"num_warps": 8, "fast_math": True},
-           "sample_candidates_kernel": {"num_warps": 1, "fast_math": True}}
+           "sample_candidates_kernel": {"num_warps": 1, "fast_math": True},
+           "sample_chunk_kernel": {"num_warps": 8, "fast_math": True},
+           "sample_merge_kernel": {"num_warps": 1, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("sample_rows_kernel", "x=f32[?,?], out=i64[?], inv_t=f32, top_p=f32, seed_lo=u32, seed_hi=u32, off_lo=u32, "
                            "off_hi=u32, GREEDY=True, NUCLEUS=False, BLOCK=4096"),
@@ -222,6 +267,9 @@ EXTRA_SIGNATURES = [
                            "off_hi=u32, GREEDY=False, NUCLEUS=False, BLOCK=128"),
     ("sample_candidates_kernel", "values=f32[?,?], indices=i64[?,?], out=i64[?], k=i32, inv_t=f32, top_p=f32, "
                                  "seed_lo=u32, seed_hi=u32, off_lo=u32, off_hi=u32, NUCLEUS=False, KP=1024"),
+    ("sample_chunk_kernel", "x=f32[?,?], part_s=f32[?,?], part_i=i32[?,?], tiles_per_chunk=i32, inv_t=f32, "
+                            "seed_lo=u32, seed_hi=u32, off_lo=u32, off_hi=u32, GREEDY=True, BLOCK=4096"),
+    ("sample_merge_kernel", "part_s=f32[?,?], part_i=i32[?,?], out=i64[?], CHUNKS=2"),
 ]
 
 
@@ -234,7 +282,8 @@ def plan(x: Arr, target: Target, *, greedy: bool, top_k: int = 0, nucleus: bool 
     """The launches of sample over `x`'s rows (operand "x", its rows as a 2-D view) into
     "out" (n_rows,), int64, with the launch scalars "inv_t", "top_p", "seed_lo", "seed_hi",
     "off_lo", "off_hi" (`_draw_scalars`). Greedy, or no top_k: LOOPED (one program per row,
-    `sample_rows_kernel`). top_k: topk's launches into Temps "cand_values" / "cand_indices"
+    `sample_rows_kernel`), or for few rows and no nucleus SPLIT (`split_chunks`: chunks'
+    draws into Temps "part_s", "part_i", then `sample_merge_kernel`). top_k: topk's launches into Temps "cand_values" / "cand_indices"
     (n_rows, top_k), then ONE_TILE (`sample_candidates_kernel`)."""
     t = tuning_for(target).sampling
     n_cols, n_rows = x.shape[-1], math.prod(x.shape[:-1])
@@ -244,8 +293,12 @@ def plan(x: Arr, target: Target, *, greedy: bool, top_k: int = 0, nucleus: bool 
     if greedy or not top_k:
         block = min(next_pow2(n_cols), t.block)
         warps = max(1, min(block // 512, t.warps))
+        nucleus = bool(nucleus) and not greedy
+        chunks, per = split_chunks(n_rows, tc.cdiv(n_cols, block), t)
+        if chunks > 1 and not nucleus:
+            return _split_plan(n_rows, chunks, per, block, warps, bool(greedy))
         return [Launch.of(sample_rows_kernel, (n_rows,), ("x", "out") + scalars, warps, schedule=LOOPED,
-                          GREEDY=bool(greedy), NUCLEUS=bool(nucleus) and not greedy, BLOCK=block)]
+                          GREEDY=bool(greedy), NUCLEUS=nucleus, BLOCK=block)]
     vals = Temp("cand_values", (n_rows, top_k), x.dtype)
     idx = Temp("cand_indices", (n_rows, top_k), tc.int64)
     first = _topk.plan(x, top_k, True, target, values=vals.name, indices=idx.name)
@@ -254,6 +307,33 @@ def plan(x: Arr, target: Target, *, greedy: bool, top_k: int = 0, nucleus: bool 
     kp = next_pow2(top_k)
     return first + [Launch.of(sample_candidates_kernel, (n_rows,), (vals.name, idx.name, "out", top_k) + scalars,
                               candidates_warps(kp), schedule=ONE_TILE, NUCLEUS=bool(nucleus), KP=kp)]
+
+
+def split_chunks(n_rows: int, n_tiles: int, t: SamplingTuning):
+    """(chunks per row, tiles per chunk) of a draw over rows of `n_tiles` tiles: fewer rows
+    than `split_rows` are split into chunks until about `split_target` programs run, each
+    chunk at least `min_chunk_tiles` tiles; 1 chunk otherwise."""
+    if n_rows >= t.split_rows:
+        return 1, n_tiles
+    chunks = max(1, min(tc.cdiv(t.split_target, n_rows), n_tiles // t.min_chunk_tiles))
+    per = tc.cdiv(n_tiles, chunks)
+    return tc.cdiv(n_tiles, per), per
+
+
+def _split_plan(n_rows: int, chunks: int, per: int, block: int, warps: int, greedy: bool) -> List[Launch]:
+    # SPLIT: chunks' draws into f32/i32 temps, then a program per row takes their best
+    part_s = Temp("part_s", (n_rows, chunks), tc.float32)
+    part_i = Temp("part_i", (n_rows, chunks), tc.int32)
+    return [Launch.of(sample_chunk_kernel, (n_rows, chunks),
+                      ("x", part_s.name, part_i.name, per, "inv_t", "seed_lo", "seed_hi", "off_lo", "off_hi"), warps,
+                      temps=(part_s, part_i), schedule=SPLIT, GREEDY=greedy, BLOCK=block),
+            Launch.of(sample_merge_kernel, (n_rows,), (part_s.name, part_i.name, "out"),
+                      merge_warps(next_pow2(chunks)), schedule=SPLIT, CHUNKS=next_pow2(chunks))]
+
+
+def merge_warps(chunks: int) -> int:
+    """Warps of the chunks' merge: one per 1024 chunks, 1..4."""
+    return max(1, min(chunks // 1024, 4))
 
 
 def _with_temps(ln: Launch, temps) -> Launch:

@@ -167,6 +167,9 @@ class SamplingTuning:
     """sample's row walk (sampling.plan; not yet measured: the looped row ops' tile)."""
     block: int = 4096             # columns per step of a row
     warps: int = 8
+    split_rows: int = 264         # fewer rows than this (no nucleus): rows split into chunks (as softmax's)
+    split_target: int = 1024      # programs wanted when splitting
+    min_chunk_tiles: int = 2      # tiles per chunk at least
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 import tilec as tc
 from tilec.stdlib_kernels import BF16Array
 from tilec.stdlib_kernels.launches import spec
-from tilec.stdlib_kernels.schedules import CANDIDATES, LOOPED, MERGE, ONE_TILE
+from tilec.stdlib_kernels.schedules import CANDIDATES, LOOPED, MERGE, ONE_TILE, SPLIT
 
 S = importlib.import_module("tilec.stdlib_kernels.sampling")   # the package attribute is the function
 sample = S.sample
@@ -205,6 +205,31 @@ def test_plans():
     assert S.plan(spec((0, 10), tc.float32), H100, greedy=False) == []
 
 
+@pytest.mark.parametrize("kw", [{"temperature": 0.0}, {"temperature": 1.3}])
+def test_split_rows_draw_the_rows_tokens(monkeypatch, kw):
+    # few long rows: chunks' draws merged (SPLIT) give the one-program-per-row draw (LOOPED)
+    from launch_spy import retune
+    rng = np.random.default_rng(8)
+    v = rng.standard_normal((3, 20000)) * 0.5
+    v[1] = 1.0   # greedy ties across chunks: the first index
+    x = BF16Array(v)
+    assert [ln.schedule for ln in S.plan(S.as_array(x, "x"), H100, greedy=not kw["temperature"])] == [SPLIT] * 2
+    split = np.asarray(sample(x, seed=21, **kw))
+    retune(monkeypatch, "sampling", split_rows=0)
+    np.testing.assert_array_equal(split, sample(x, seed=21, **kw))
+    if not kw["temperature"]:
+        assert split[1] == 0
+
+
+def test_split_chunks():
+    t = S.tuning_for(H100).sampling
+    assert S.split_chunks(1, 32, t) == (16, 2)      # a 128k vocabulary: 16 chunks of 2 tiles
+    assert S.split_chunks(8, 32, t) == (16, 2)
+    assert S.split_chunks(100, 32, t) == (11, 3)
+    assert S.split_chunks(300, 32, t) == (1, 32)    # enough rows: one program each
+    assert S.split_chunks(4, 1, t) == (1, 1)
+
+
 def test_bad_arguments():
     x = np.zeros((2, 8), np.float32)
     with pytest.raises(TypeError, match="seed must be an int"):
@@ -255,8 +280,7 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     from tilec.specialize import parse_signature
     k = getattr(S, kernel)
     s = parse_signature(k, sig)
-    c = s.constexprs
-    warps = S.candidates_warps(c["KP"]) if "KP" in c else max(1, min(c["BLOCK"] // 512, 8))
+    warps = _warps(s.constexprs)
     compiled = compile_kernel(k, s, CompileOptions(arch=arch, num_warps=warps, fast_math=True), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
@@ -276,8 +300,15 @@ def test_kernel_ir_round_trips(kernel, sig):
     assert verify(parse(print_module(module))) == module
 
 
+def _warps(c) -> int:
+    if "KP" in c:
+        return S.candidates_warps(c["KP"])
+    if "CHUNKS" in c:
+        return S.merge_warps(c["CHUNKS"])
+    return max(1, min(c["BLOCK"] // 512, 8))
+
+
 def test_options_are_the_plans_warp_counts():
     for name, sig in S.SIGNATURES.items():
         c = getattr(S, name).specialization(sig).constexprs
-        want = S.candidates_warps(c["KP"]) if "KP" in c else max(1, min(c["BLOCK"] // 512, 8))
-        assert S.OPTIONS[name] == {"num_warps": want, "fast_math": True}
+        assert S.OPTIONS[name] == {"num_warps": _warps(c), "fast_math": True}
