@@ -98,6 +98,15 @@ def test_tokens_match_the_interpreter(torch):
     assert (got == want).sum() >= 15, (got, want)
 
 
+def test_split_rows_match_the_interpreter(torch):
+    # batch 2 over a 128k vocabulary: chunks' draws merged (SPLIT), on the GPU as on the CPU
+    x = _randn(torch, (2, 128256), "float32", 1.0)
+    for kw in ({"temperature": 0.0}, {"temperature": 1.0}):
+        got = S.sample(x, seed=3, **kw).cpu().numpy()
+        want = S.sample(x.cpu().numpy(), seed=3, **kw)
+        assert (got == want).all() or not kw["temperature"] == 0.0 and (got == want).sum() >= 1, (got, want)
+
+
 @pytest.mark.parametrize("top_p", [0.1, 0.5, 0.95])
 @pytest.mark.parametrize("top_k", [None, 200])
 def test_tokens_are_in_the_float64_nucleus(torch, top_p, top_k):
