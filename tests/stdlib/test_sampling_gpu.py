@@ -99,12 +99,14 @@ def test_tokens_match_the_interpreter(torch):
 
 
 def test_split_rows_match_the_interpreter(torch):
-    # batch 2 over a 128k vocabulary: chunks' draws merged (SPLIT), on the GPU as on the CPU
-    x = _randn(torch, (2, 128256), "float32", 1.0)
-    for kw in ({"temperature": 0.0}, {"temperature": 1.0}):
-        got = S.sample(x, seed=3, **kw).cpu().numpy()
-        want = S.sample(x.cpu().numpy(), seed=3, **kw)
-        assert (got == want).all() or not kw["temperature"] == 0.0 and (got == want).sum() >= 1, (got, want)
+    # batch 8 over a 128k vocabulary: chunks' draws merged (SPLIT), on the GPU as on the CPU
+    # (greedy exactly; a draw may differ only where two scores are within f32 rounding)
+    x = _randn(torch, (8, 128256), "float32", 1.0)
+    assert torch.equal(S.sample(x, temperature=0.0, seed=3).cpu(), torch.from_numpy(
+        np.asarray(S.sample(x.cpu().numpy(), temperature=0.0, seed=3))))
+    got = S.sample(x, seed=3).cpu().numpy()
+    want = np.asarray(S.sample(x.cpu().numpy(), seed=3))
+    assert (got == want).sum() >= 7, (got, want)
 
 
 @pytest.mark.parametrize("top_p", [0.1, 0.5, 0.95])
