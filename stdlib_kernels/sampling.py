@@ -406,7 +406,8 @@ def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: in
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     _draw_scalars(temperature, top_p, seed, offset)   # seed and offset checked before anything runs
-    greedy = temperature == 0.0
+    # a temperature whose inverse overflows f32 (below ~3e-39) scales every logit to +-inf: greedy
+    greedy = temperature == 0.0 or not math.isfinite(float(np.float32(1.0 / temperature)))
     nucleus = top_p is not None and top_p < 1.0 and not greedy
     return _draw(logits, 0 if greedy else k, greedy, nucleus, temperature, top_p, seed, offset)
 

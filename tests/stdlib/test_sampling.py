@@ -99,6 +99,7 @@ def test_greedy_and_top_k_one_are_argmax(dtype):
     np.testing.assert_array_equal(sample(x, temperature=0.0, top_k=5, top_p=0.1, seed=3), want)
     np.testing.assert_array_equal(sample(x, top_k=1, seed=1), want)
     np.testing.assert_array_equal(sample(x, top_k=1, temperature=2.0, top_p=0.3, seed=1), want)
+    np.testing.assert_array_equal(sample(x, temperature=1e-300, seed=1), want)   # 1 / t past f32: greedy
 
 
 def test_greedy_ties_take_the_first_index():
