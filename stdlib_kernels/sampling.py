@@ -52,6 +52,7 @@ NEG_INF = float("-inf")
 POS_INF = float("inf")
 MAX_STEPS = 128          # bisection steps of the nucleus at most (f32 halvings of [0, 1] reach 2**-126 first)
 _HALF_ULP23 = 2.0 ** -23
+_F32_MAX = float(np.finfo(np.float32).max)
 
 
 @tc.func
@@ -360,7 +361,7 @@ def _draw_scalars(temperature, top_p, seed, offset):
     words): all that these arguments decide besides greedy-or-not and the nucleus' presence,
     so a launch plan fills them in per call (`_plan.planned(per_call=)`)."""
     t = float(temperature)
-    inv_t = np.float32(1.0 / t) if t > 0 else np.float32(1.0)
+    inv_t = np.float32(1.0 / t) if t > 0 and 1.0 / t <= _F32_MAX else np.float32(1.0)   # else greedy
     p = np.float32(1.0 if top_p is None else top_p)
     seed_lo, seed_hi = _u32_pair(_int64(seed, "seed"))
     off_lo, off_hi = _u32_pair(_int64(offset, "offset"))
@@ -407,7 +408,7 @@ def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: in
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     _draw_scalars(temperature, top_p, seed, offset)   # seed and offset checked before anything runs
     # a temperature whose inverse overflows f32 (below ~3e-39) scales every logit to +-inf: greedy
-    greedy = temperature == 0.0 or not math.isfinite(float(np.float32(1.0 / temperature)))
+    greedy = temperature == 0.0 or 1.0 / temperature > _F32_MAX
     nucleus = top_p is not None and top_p < 1.0 and not greedy
     return _draw(logits, 0 if greedy else k, greedy, nucleus, temperature, top_p, seed, offset)
 
