@@ -39,14 +39,14 @@ import tilec as tc
 from tilec.target import Target
 
 from . import topk as _topk
-from ._common import Arr, as_array, check_float, next_pow2, output, rows_of, target_of, view
+from ._common import Arr, as_array, check_float, next_pow2, normalize_dim, output, rows_of, target_of, view
 from ._plan import derived, planned
 from .launches import Launch, Operands, Temp, execute
 from .schedules import LOOPED, ONE_TILE, SPLIT
 from .topk import NONE, order_key
 from .tuning import SamplingTuning, tuning_for
 
-__all__ = ["sample", "plan", "MAX_STEPS", "SIGNATURES"]
+__all__ = ["sample", "argmax", "plan", "MAX_STEPS", "SIGNATURES"]
 
 NEG_INF = float("-inf")
 POS_INF = float("inf")
@@ -413,11 +413,29 @@ def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: in
     return _draw(logits, 0 if greedy else k, greedy, nucleus, temperature, top_p, seed, offset)
 
 
+def argmax(x, dim: int = -1, keepdim: bool = False):
+    """argmax(x, dim=-1, keepdim=False) -> int64 indices of the largest value of each row of
+    the last dimension (only dim=-1): the first one where several are equal; NaN counts as
+    +inf (torch returns the first NaN: the two differ only where a +inf comes before it).
+    `sample`'s greedy draw (one program per row, or chunks merged for few long rows)."""
+    a = as_array(x, "x")
+    check_float(a, "x")
+    if a.ndim == 0:
+        raise ValueError("argmax: x must have at least 1 dimension")
+    if normalize_dim(dim, a.ndim) != a.ndim - 1:
+        raise ValueError(f"argmax: only the last dimension is supported (dim=-1), got dim={dim} for shape {a.shape}")
+    if not isinstance(keepdim, (bool, np.bool_)):
+        raise TypeError(f"keepdim must be a bool, got {type(keepdim).__name__}")
+    if a.shape[-1] == 0:
+        raise ValueError("argmax: the last dimension is empty")
+    return _draw(x, 0, True, False, 0.0, None, 0, 0, bool(keepdim))
+
+
 @planned(per_call=_draw_scalars)
-def _draw(logits, top_k: int, greedy: bool, nucleus: bool, temperature, top_p, seed, offset):
+def _draw(logits, top_k: int, greedy: bool, nucleus: bool, temperature, top_p, seed, offset, keepdim=False):
     a = as_array(logits, "logits")
     scalars = derived(_draw_scalars, temperature, top_p, seed, offset)
-    o = output(None, a, a.shape[:-1], tc.int64)
+    o = output(None, a, a.shape[:-1] + ((1,) if keepdim else ()), tc.int64)
     xv, n_rows, _ = rows_of(a, "logits")
     ov = view(o, (n_rows,), (1,))
     values = dict(zip(("inv_t", "top_p", "seed_lo", "seed_hi", "off_lo", "off_hi"), scalars))

@@ -47,6 +47,7 @@ from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
 from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
+from .sampling import argmax as _argmax
 from .sampling import sample as _sample
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
@@ -54,7 +55,7 @@ from .topk import topk as _topk
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
            "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
-           "linear_cross_entropy", "topk", "sample"]
+           "linear_cross_entropy", "topk", "sample", "argmax"]
 
 
 @dataclass(frozen=True)
@@ -470,6 +471,9 @@ OPS.update({
     # not differentiable (an int64 result): the autograd entry is never reached
     "sample": OpSpec("(Tensor logits, float temperature, int? top_k, float? top_p, int seed, int offset) -> Tensor",
                      _sample_impl, _sample_fake),
+    "argmax": OpSpec("(Tensor x, bool keepdim) -> Tensor", lambda x, keepdim: _argmax(x, -1, keepdim),
+                     lambda x, keepdim: x.new_empty(tuple(x.shape[:-1]) + ((1,) if keepdim else ()),
+                                                    dtype=torch.int64)),
 })
 
 
@@ -748,3 +752,13 @@ def sample(logits, *, temperature: float = 1.0, top_k: Optional[int] = None, top
     check_cuda(logits=logits)
     return torch.ops.tilec.sample(logits, float(temperature), top_k, None if top_p is None else float(top_p),
                                   _signed64(seed, "seed"), _signed64(offset, "offset"))
+
+
+def argmax(x, dim: int = -1, keepdim: bool = False):
+    """`tilec.stdlib_kernels.argmax` as a torch op (last dimension only; not differentiable)."""
+    register()
+    check_cuda(x=x)
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError(f"argmax: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{tuple(x.shape)}")
+    return torch.ops.tilec.argmax(x, bool(keepdim))

@@ -102,6 +102,25 @@ def test_greedy_and_top_k_one_are_argmax(dtype):
     np.testing.assert_array_equal(sample(x, temperature=1e-300, seed=1), want)   # 1 / t past f32: greedy
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_argmax(dtype):
+    rng = np.random.default_rng(9)
+    x = _logits(rng, 5, 20000, dtype)   # few long rows: chunks merged
+    want = _f64(x).argmax(-1)
+    np.testing.assert_array_equal(S.argmax(x), want)
+    got = S.argmax(x, keepdim=True)
+    assert got.shape == (5, 1) and got.dtype == np.int64
+    np.testing.assert_array_equal(got[:, 0], want)
+    y = np.array([[1.0, np.nan, 3.0, np.nan], [-np.inf, -np.inf, -np.inf, -np.inf]], np.float32)
+    assert S.argmax(y).tolist() == [1, 0]   # the first NaN, as numpy and torch
+    with pytest.raises(ValueError, match="only the last dimension"):
+        S.argmax(np.zeros((2, 3), np.float32), dim=0)
+    with pytest.raises(TypeError, match="keepdim must be a bool"):
+        S.argmax(np.zeros((2, 3), np.float32), keepdim=1)
+    with pytest.raises(ValueError, match="empty"):
+        S.argmax(np.zeros((2, 0), np.float32))
+
+
 def test_greedy_ties_take_the_first_index():
     x = np.zeros((3, 5000), np.float32)
     x[0, [4000, 17, 4500]] = 2.0
