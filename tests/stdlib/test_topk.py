@@ -6,6 +6,7 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tilec as tc
 from tilec.stdlib_kernels import BF16Array
@@ -48,6 +49,17 @@ def _check(x, k, largest=True):
 def test_topk_matches_a_stable_sort(dtype, n, k):
     rng = np.random.default_rng(n + k)
     _check(_host(rng.standard_normal((3, n)) * 4, dtype), k)
+
+
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(1, 3), n=st.integers(1, 9000), data=st.data(), dtype=st.sampled_from(["f32", "f16", "bf16"]),
+       largest=st.booleans(), levels=st.sampled_from([3, 1000]))
+def test_topk_property(rows, n, data, dtype, largest, levels):
+    # values from `levels` distinct numbers (3: mostly ties) against a stable sort
+    k = data.draw(st.integers(0, min(n, 64)), label="k")
+    seed = data.draw(st.integers(0, 2 ** 16), label="seed")
+    rng = np.random.default_rng(seed)
+    _check(_host(rng.integers(0, levels, size=(rows, n)) / 7.0 - 2.0, dtype), k, largest)
 
 
 @pytest.mark.parametrize("largest", [True, False])
