@@ -190,6 +190,45 @@ OPS += [
 ]
 
 
+# ----------------------------------------------------------------------------- LLM ops: embedding, add_rms_norm
+def _x_res_w(torch, shape, dtype):
+    return _x(torch, shape, dtype) + _x(torch, shape, dtype) + (torch.randn(shape[-1], device="cuda", dtype=dtype),)
+
+
+def _torch_add_rms_norm(x, r, w):
+    h = x + r
+    return _torch_rms_norm(h, w), h
+
+
+def _ids_weight(torch, shape, dtype):
+    """shape (tokens, vocabulary, dim): token ids and the embedding table."""
+    tokens, vocab, dim = shape
+    return torch.randint(0, vocab, (tokens,), device="cuda"), torch.randn(vocab, dim, device="cuda", dtype=dtype)
+
+
+def _grad_ids(torch, shape, dtype):
+    tokens, vocab, dim = shape
+    return torch.randn(tokens, dim, device="cuda", dtype=dtype), torch.randint(0, vocab, (tokens,), device="cuda"), vocab
+
+
+def _torch_embedding_bwd(g, ids, vocab):
+    import torch  # noqa: PLC0415
+    return torch.ops.aten.embedding_dense_backward(g, ids, vocab, -1, False)
+
+
+EMB = [((16384, 128256, 2048), "bfloat16"), ((8192, 32000, 4096), "bfloat16"), ((4096, 50257, 768), "float32")]
+
+OPS += [
+    # x and residual read, y and h written; against torch's add then rms_norm
+    BenchOp("add_rms_norm", _x_res_w, lambda x, r, w: sk.add_rms_norm(x, r, w), _torch_add_rms_norm,
+            lambda x, r, w: 4 * _nbytes(x) + _nbytes(w), NORM_ROWS[:4]),
+    BenchOp("embedding", _ids_weight, lambda i, w: sk.embedding(w, i), lambda i, w: _F().embedding(i, w),
+            lambda i, w: 2 * i.numel() * w.shape[1] * w.element_size() + _nbytes(i), EMB),
+    # the gradient read and dweight (the whole table) written, ids sorted first (torch.sort)
+    BenchOp("embedding_bwd", _grad_ids, lambda g, i, v: sk.embedding_backward(g, i, v), _torch_embedding_bwd,
+            lambda g, i, v: _nbytes(g, i) + v * g.shape[1] * g.element_size(), EMB),
+]
+
 # ----------------------------------------------------------------------------- timing
 def _timer():
     """ms(fn) -> median milliseconds of one call."""

@@ -2,7 +2,9 @@
 tilec's differentiable torch ops (`torch_ops`), with their parameters named as torch's and
 Hugging Face Llama's are, so state dicts load unchanged.
 
-    RMSNorm(hidden_size, eps)                       weight                  (LlamaRMSNorm)
+    RMSNorm(hidden_size, eps)                       weight                  (LlamaRMSNorm; forward(x,
+                                                                            residual) adds it first)
+    Embedding(num_embeddings, embedding_dim, ...)   weight                  (torch.nn.Embedding)
     LayerNorm(normalized_shape, eps, ...)           weight, bias            (torch.nn.LayerNorm)
     RotaryEmbedding(dim, base)                      inv_freq (a buffer)     (LlamaRotaryEmbedding)
     SwiGLUMLP(hidden_size, intermediate_size)       gate_proj, up_proj, down_proj   (LlamaMLP)
@@ -22,7 +24,7 @@ from torch import nn
 
 from tilec.stdlib_kernels import torch_ops as T
 
-__all__ = ["RMSNorm", "LayerNorm", "RotaryEmbedding", "SwiGLUMLP", "Attention", "LinearCrossEntropyLoss"]
+__all__ = ["RMSNorm", "Embedding", "LayerNorm", "RotaryEmbedding", "SwiGLUMLP", "Attention", "LinearCrossEntropyLoss"]
 
 
 class RMSNorm(nn.Module):
@@ -33,11 +35,41 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
         self.variance_epsilon = eps   # Hugging Face's name
 
-    def forward(self, x):
+    def forward(self, x, residual=None):
+        """rms_norm(x); with `residual`, (rms_norm(x + residual), x + residual) in one pass
+        (tilec::add_rms_norm: the pre-norm block's residual add fused into its norm)."""
+        if residual is not None:
+            return T.add_rms_norm(x, residual, self.weight, self.variance_epsilon)
         return T.rms_norm(x, self.weight, self.variance_epsilon)
 
     def extra_repr(self) -> str:
         return f"{tuple(self.weight.shape)}, eps={self.variance_epsilon}"
+
+
+class Embedding(nn.Module):
+    """torch.nn.Embedding's lookup (tilec::embedding): weight (num_embeddings, embedding_dim),
+    initialized N(0, 1) as torch's, the row `padding_idx` zero and given no gradient."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: Optional[int] = None, device=None,
+                 dtype=None):
+        super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise ValueError(f"padding_idx must be in [-{num_embeddings}, {num_embeddings}), got {padding_idx}")
+            padding_idx %= num_embeddings
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = nn.Parameter(torch.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        nn.init.normal_(self.weight)
+        if padding_idx is not None:
+            with torch.no_grad():
+                self.weight[padding_idx].fill_(0)
+
+    def forward(self, input):
+        return T.embedding(input, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        pad = f", padding_idx={self.padding_idx}" if self.padding_idx is not None else ""
+        return f"{self.num_embeddings}, {self.embedding_dim}{pad}"
 
 
 class LayerNorm(nn.Module):

@@ -37,7 +37,7 @@ class CompileOptions:
                                     # at tc.grid_dependency_wait(), at its start when it calls none
     # masked vector loads read no byte past the end of the view they read from (compute-sanitizer
     # --tool initcheck reports none); costs registers (docs/language.md). Default: TILEC_INITCHECK=1
-    initcheck: bool = field(default_factory=lambda: os.environ.get("TILEC_INITCHECK", "") not in ("", "0"))
+    initcheck: bool = field(default_factory=lambda: initcheck_default())
     # compile a tile taking far more registers per thread than a thread has (tilec.remarks:
     # refused by default, before LLVM spends minutes on it)
     allow_large_tiles: bool = False
@@ -74,6 +74,12 @@ class CompileOptions:
         if self.arch is not None:
             return Target.from_arch(self.arch)
         return default if default is not None else Target.current()
+
+
+def initcheck_default() -> bool:
+    """Sanitizer mode (TILEC_INITCHECK set and not 0): loads stop at their view's end, and the
+    standard library zeroes the padding of its scratch buffers (launches.Operands)."""
+    return os.environ.get("TILEC_INITCHECK", "") not in ("", "0")
 
 
 def lineinfo_default() -> bool:

@@ -12,6 +12,8 @@ from .attention_decode import attention_decode
 from .backward import layer_norm_backward, log_softmax_backward, rms_norm_backward, softmax_backward
 from .cross_entropy import cross_entropy
 from .dropout import dropout
+from .add_norm import add_rms_norm, add_rms_norm_backward
+from .embedding import embedding, embedding_backward
 from .elementwise import add, gelu, mul, rope, silu_and_mul, swiglu
 from .linear_cross_entropy import linear_cross_entropy
 from .elementwise_backward import (dropout_backward, gelu_backward, rope_backward, silu_and_mul_backward,
@@ -29,5 +31,5 @@ __all__ = ["BF16Array", "F8Array", "softmax", "log_softmax", "layer_norm", "rms_
            "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose",
            "attention", "attention_backward", "attention_decode", "mla_decode", "softmax_backward",
            "log_softmax_backward", "layer_norm_backward", "rms_norm_backward", "gelu_backward", "swiglu_backward",
-           "silu_and_mul_backward", "rope_backward", "dropout_backward", "linear_cross_entropy",
-           "topk", "sample", "argmax"]
+           "silu_and_mul_backward", "rope_backward", "dropout_backward", "linear_cross_entropy", "embedding",
+           "embedding_backward", "add_rms_norm", "add_rms_norm_backward", "topk", "sample", "argmax"]

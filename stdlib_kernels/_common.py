@@ -29,6 +29,7 @@ import numpy as np
 import tilec as tc
 from tilec import dtypes as _dt
 from tilec.dtypes import DType
+from tilec.runtime import zeros as device_zeros
 from tilec.target import Target
 
 from . import _plan
@@ -335,29 +336,32 @@ _TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "
                 "i64": "int64", "i8": "int8", "u8": "uint8", "i16": "int16", "i1": "bool"}
 
 
-def empty_like(a: Arr, shape: Sequence[int], dtype: DType) -> Arr:
-    """A new contiguous array of `shape` and `dtype`, of `a`'s kind and on `a`'s device."""
+def empty_like(a: Arr, shape: Sequence[int], dtype: DType, zero: bool = False) -> Arr:
+    """A new contiguous array of `shape` and `dtype`, of `a`'s kind and on `a`'s device (of
+    zeros if `zero`)."""
     shape = tuple(int(s) for s in shape)
     if a.kind in _HOST_KINDS:
         if dtype is tc.bfloat16 and not (a.kind == "numpy" and a.dtype is tc.bfloat16):
-            return as_array(BF16Array(np.empty(shape, np.float32), _rounded=True), "out")
+            return as_array(BF16Array((np.zeros if zero else np.empty)(shape, np.float32), _rounded=True), "out")
         np_dtype = a.obj.dtype if dtype is a.dtype and a.kind == "numpy" else dtype.np
-        return as_array(np.empty(shape, np_dtype), "out")
+        return as_array((np.zeros if zero else np.empty)(shape, np_dtype), "out")
     if a.kind == "torch":
         torch = sys.modules["torch"]
         tdtype, tdevice = getattr(torch, _TORCH_NAMES[dtype.name]), a.obj.device
-        t = torch.empty(shape, dtype=tdtype, device=tdevice)
+        new = torch.zeros if zero else torch.empty
+        t = new(shape, dtype=tdtype, device=tdevice)
         if _plan.recording() is not None:
-            _plan.register_alloc(t, lambda: torch.empty(shape, dtype=tdtype, device=tdevice))
+            _plan.register_alloc(t, lambda: new(shape, dtype=tdtype, device=tdevice))
         return as_array(t, "out")
     if a.kind == "cupy":
         cupy = sys.modules["cupy"]
         with cupy.cuda.Device(a.device):
-            return as_array(cupy.empty(shape, dtype=dtype.np), "out")
-    d = tc.empty(shape, dtype, device=a.device)
+            return as_array((cupy.zeros if zero else cupy.empty)(shape, dtype=dtype.np), "out")
+    new = device_zeros if zero else tc.empty
+    d = new(shape, dtype, device=a.device)
     if _plan.recording() is not None:
         device = a.device
-        _plan.register_alloc(d, lambda: tc.empty(shape, dtype, device=device))
+        _plan.register_alloc(d, lambda: new(shape, dtype, device=device))
     return as_array(d, "out")
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from tilec.dtypes import DType
+from tilec.options import initcheck_default
 from tilec.target import Target
 
 from ._common import Arr, contiguous_strides, empty_like, launch, view
@@ -104,7 +105,9 @@ class Operands:
         if isinstance(a, Temp):
             v = self.values.get(a.name)
             if v is None:
-                t = empty_like(self.arrays[a.like], a.shape, a.dtype)
+                # a padded view's gaps are read (masked) by 16-byte groups but never written:
+                # zeroed in sanitizer mode so that initcheck reports only real reads
+                t = empty_like(self.arrays[a.like], a.shape, a.dtype, zero=a.view is not None and initcheck_default())
                 shape, strides = a.view or (a.shape, contiguous_strides(a.shape))
                 v = self.values[a.name] = view(t, shape, strides)
             return v

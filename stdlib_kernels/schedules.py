@@ -34,6 +34,8 @@ The other ops' plans name their launches' strategies too:
   flat row in tiles of `flat_tile_elems`, else (BR, BC) tiles of its rows
   (`_rows.tile_config`).
 - TILES (transpose): one (BM, BN) tile per program.
+- GATHER (embedding): one (rows of ids, columns) tile of gathered rows per program; its
+  backward, one (embedding row, column tile) per program adding that id's gradient rows.
 - ONE_TILE, LOOPED, WINDOWS (sum/max along the last dimension, cumsum): a row in one tile,
   looped over tiles, or 2-byte rows off 32-byte sectors looped over small aligned windows.
 - STRIPS (sum/max along another dimension; softmax_dim): column strips walking the
@@ -54,8 +56,8 @@ import tilec as tc
 from .tuning import CrossEntropyTuning, NormTuning, SoftmaxTuning
 
 __all__ = ["ONE_TILE", "CLUSTER", "PERSISTENT_CLUSTER", "CHUNK_TILES", "LOOPED", "SPLIT", "FLAT_TILES", "ROW_TILES",
-           "TILES", "WINDOWS", "CANDIDATES", "MERGE", "STRIPS", "WINDOW_CLASSES", "GEMM_TILES", "PERSISTENT", "SPLIT_K",
-           "most_resident",
+           "TILES", "GATHER", "WINDOWS", "CANDIDATES", "MERGE", "STRIPS", "WINDOW_CLASSES", "GEMM_TILES", "PERSISTENT",
+           "SPLIT_K", "most_resident",
            "split_chunks_count", "softmax_clusters_eligible", "softmax_persistent_candidates",
            "norm_chunk_tiles_eligible", "cross_entropy_split"]
 
@@ -68,6 +70,7 @@ SPLIT = "split"
 FLAT_TILES = "flat_tiles"
 ROW_TILES = "row_tiles"
 TILES = "tiles"
+GATHER = "gather"
 WINDOWS = "windows"
 STRIPS = "strips"
 WINDOW_CLASSES = "window_classes"

@@ -40,11 +40,15 @@ from . import backward as _bwd
 from . import elementwise as _ew
 from . import elementwise_backward as _ewb
 from . import norms as _norms
+from .add_norm import add_rms_norm as _add_rms_norm
+from .add_norm import add_rms_norm_backward as _add_rms_norm_backward
 from .attention import _window, check_layout
 from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
 from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
+from .embedding import embedding as _embedding
+from .embedding import embedding_backward as _sk_embedding_backward
 from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
 from .sampling import argmax as _argmax
@@ -55,7 +59,7 @@ from .topk import topk as _topk
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
            "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
-           "linear_cross_entropy", "topk", "sample", "argmax"]
+           "linear_cross_entropy", "embedding", "add_rms_norm", "topk", "sample", "argmax"]
 
 
 @dataclass(frozen=True)
@@ -378,6 +382,58 @@ def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk)
     return hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
 
 
+# embedding: the backward sums the gradient rows of duplicate ids (sorted with torch.sort on the
+# device, then segment sums: deterministic, no host synchronization)
+def _embedding_fake(weight, indices, padding_idx):
+    return weight.new_empty((*indices.shape, weight.shape[1]))
+
+
+def _embedding_setup(ctx, inputs, output):
+    weight, indices, padding_idx = inputs
+    ctx.save_for_backward(indices)
+    ctx.num_weights, ctx.padding_idx = weight.shape[0], padding_idx
+
+
+def _embedding_grad(ctx, dout):
+    indices, = ctx.saved_tensors
+    dw = torch.ops.tilec.embedding_backward(_rows_ok(dout), indices, ctx.num_weights, ctx.padding_idx)
+    return dw, None, None
+
+
+def _embedding_backward_fake(grad, indices, num_weights, padding_idx):
+    return grad.new_empty((num_weights, grad.shape[-1]))
+
+
+# add_rms_norm: the forward keeps new_residual and rstd; x and residual get one gradient
+def _add_rms_norm_fake(x, residual, weight, eps):
+    return x.new_empty(x.shape), residual.new_empty(x.shape), _stats_fake(x)
+
+
+def _add_rms_norm_setup(ctx, inputs, output):
+    x, residual, weight, _eps = inputs
+    ctx.save_for_backward(output[1], weight, output[2])
+    ctx.has_w = weight is not None
+    ctx.dtypes = (x.dtype, residual.dtype)
+
+
+def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
+    h, weight, rstd = ctx.saved_tensors
+    dx, dw = torch.ops.tilec.add_rms_norm_backward(_rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
+                                                   h, weight if ctx.has_w else None, rstd)
+    # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
+    dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
+    return dx_x, dx_r, _grad_or_none(dw, ctx.has_w), None
+
+
+def _add_rms_norm_backward_impl(dy, dresidual, residual_out, weight, rstd):
+    dx, dw = _add_rms_norm_backward(dy, dresidual, residual_out, weight, rstd)
+    return dx, (dw if dw is not None else _empty0(dy))
+
+
+def _add_rms_norm_backward_fake(dy, dresidual, residual_out, weight, rstd):
+    return dy.new_empty(residual_out.shape), (weight.new_empty(weight.shape) if weight is not None else _empty0(dy))
+
+
 OPS: Dict[str, OpSpec] = {
     "attention": OpSpec(f"(Tensor q, Tensor k, Tensor v, {_ATTN_ARGS}) -> (Tensor, Tensor)",
                         _attention_impl, _attention_fake, _attention_backward, _attention_setup),
@@ -435,6 +491,17 @@ OPS: Dict[str, OpSpec] = {
     "linear_cross_entropy": OpSpec(f"({_LCE_ARGS}) -> (Tensor, Tensor, Tensor, Tensor)", _lce_impl, _lce_fake,
                                    _lce_backward, _lce_setup),
     "linear_cross_entropy_loss": OpSpec(f"({_LCE_ARGS}) -> Tensor", _lce_loss_impl, _lce_loss_fake),
+    "embedding": OpSpec("(Tensor weight, Tensor indices, int? padding_idx) -> Tensor",
+                        lambda w, i, padding_idx: _embedding(w, i), _embedding_fake, _embedding_grad,
+                        _embedding_setup),
+    "embedding_backward": OpSpec("(Tensor grad, Tensor indices, int num_weights, int? padding_idx) -> Tensor",
+                                 lambda g, i, n, padding_idx: _sk_embedding_backward(g, i, n, padding_idx),
+                                 _embedding_backward_fake),
+    "add_rms_norm": OpSpec("(Tensor x, Tensor residual, Tensor? weight, float eps) -> (Tensor, Tensor, Tensor)",
+                           lambda x, r, w, eps: _add_rms_norm(x, r, w, eps, return_stats=True), _add_rms_norm_fake,
+                           _add_rms_norm_backward_op, _add_rms_norm_setup),
+    "add_rms_norm_backward": OpSpec("(Tensor dy, Tensor? dresidual, Tensor residual_out, Tensor? weight, Tensor rstd) "
+                                    "-> (Tensor, Tensor)", _add_rms_norm_backward_impl, _add_rms_norm_backward_fake),
 }
 
 
@@ -718,6 +785,34 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = 
                              "requires grad: use 'mean' or 'sum', or detach")
         return torch.ops.tilec.linear_cross_entropy(*args)[0]
     return torch.ops.tilec.linear_cross_entropy_loss(*args)
+
+
+def embedding(input, weight, padding_idx: Optional[int] = None):
+    """torch.nn.functional.embedding(input, weight, padding_idx) as a differentiable op
+    (`torch.ops.tilec.embedding`; `tilec.stdlib_kernels.embedding(weight, input)`): the gradient
+    flows to weight, duplicate ids summed deterministically, none to row `padding_idx`. input:
+    int32/int64 ids of any shape; an id out of range reads zeros (and adds no gradient)."""
+    register()
+    check_cuda(input=input, weight=weight)
+    if input.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"input: embedding takes int32 or int64 ids, got {input.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D (num_embeddings, embedding_dim), got shape {tuple(weight.shape)}")
+    if padding_idx is not None:
+        n = weight.shape[0]
+        if not isinstance(padding_idx, int) or isinstance(padding_idx, bool) or not -n <= padding_idx < n:
+            raise ValueError(f"padding_idx must be an int in [-{n}, {n}), got {padding_idx!r}")
+        padding_idx = padding_idx % n
+    return torch.ops.tilec.embedding(weight, input, padding_idx)
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
+    """`tilec.stdlib_kernels.add_rms_norm` as a differentiable op: (rms_norm(x + residual) * weight,
+    x + residual), gradients to x, residual and weight through both outputs."""
+    register()
+    check_cuda(x=x, residual=residual, weight=weight)
+    y, new_residual, _rstd = torch.ops.tilec.add_rms_norm(x, residual, weight, float(eps))
+    return y, new_residual
 
 
 def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002 - torch's name

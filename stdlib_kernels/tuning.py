@@ -22,7 +22,8 @@ from typing import Tuple
 from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
-           "TransposeTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
+           "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,20 @@ class TransposeTuning:
 
 
 @dataclass(frozen=True)
+class EmbeddingTuning:
+    """embedding's gather tiles (rows of ids, columns of the embedding): not measured yet, the
+    elementwise ops' tile size and warps ("elementwise: tiles")."""
+    tile_elems: int = 4096        # elements per program
+    max_cols: int = 1024          # widest column tile; longer rows take several programs
+    num_warps: int = 4
+    # the backward's segment sums (one program per embedding row and column tile): rows of
+    # gradient gathered per step, widest column tile, warps (not measured yet)
+    bwd_tile_elems: int = 4096
+    bwd_max_cols: int = 512
+    bwd_num_warps: int = 4
+
+
+@dataclass(frozen=True)
 class ReductionTuning:
     """sum, max and cumsum (reductions.py); the inner-dimension numbers also serve softmax_dim."""
     strip_columns: int = 128      # the aligned sum/max over a non-last dimension ("reductions: column strips")
@@ -181,6 +196,7 @@ class RowTuning:
     cross_entropy: CrossEntropyTuning = CrossEntropyTuning()
     elementwise: ElementwiseTuning = ElementwiseTuning()
     transpose: TransposeTuning = TransposeTuning()
+    embedding: EmbeddingTuning = EmbeddingTuning()
     reduction: ReductionTuning = ReductionTuning()
     matmul: MatmulTuning = MatmulTuning()
     topk: TopkTuning = TopkTuning()

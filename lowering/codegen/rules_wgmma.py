@@ -80,6 +80,8 @@ def _wgmma(ctx, op):
     wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
     wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
     kmaj = buffer_k_major(b_alloc.attrs["layout"], len(b_alloc.attrs["shape"]) == 3)   # B's transpose bit
+    if op.attrs.get("b_trans", False):   # Bᵀ's (N, K) buffer in A's layout: B K-major, bytes alike
+        b_shape, kmaj = b_shape[::-1], True
     a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj)
     if not reg_a:
         a_base = _desc_base(ctx, a.owner, slot, wg_m, a_stride)

@@ -3,6 +3,7 @@
     gpu.fence_proxy_async                                 (generic-proxy smem writes -> async proxy)
     %d = gpu.wgmma %bufA, %bufB, %acc[, %slot] : tile<128x256xf32, #mma{version = 3, ...}>
     %d = gpu.wgmma %a, %bufB, %acc[, %slot] : ...       (A a register tile: `wgmma ... {a0..a3}, b-desc`)
+    %d = gpu.wgmma %bufA, %bufT, %acc {b_trans = true}   (16-bit B read from Bᵀ's buffer: see below)
     %e = gpu.wgmma_wait %d {pending = 1}                  (at most 1 wgmma group of this thread in flight)
 
 gpu.wgmma reads B, and A unless A is a register tile, from shared memory (buffers of
@@ -10,7 +11,10 @@ gpu.alloc in the layout `wgmma_fragments.operand_layout`, slot `%slot` of each m
 (rank-3) buffer; a rank-2 buffer, such as a loop-invariant operand stored once, has no
 slots). A register A (16-bit) is in a layout whose lanes and warps are those of
 `wgmma_fragments.register_a_layout` (its registers may be numbered otherwise: the
-codegen finds each fragment by its offset). gpu.wgmma issues
+codegen finds each fragment by its offset). With `b_trans` the B buffer holds Bᵀ, an
+(N x K) tile in A's layout (K contiguous): the bytes of a K-major B, so one buffer of a
+loaded tile x serves both `dot(.., x)` (N-major) and `dot(.., x.T)` (attention's backward
+reads Q and dO both ways). gpu.wgmma issues
 `wgmma.fence`, the instructions and `wgmma.commit_group`; its result is the
 accumulator as the hardware will have written it. gpu.wgmma_wait is where the
 registers become readable: every use of the accumulator other than the next
@@ -51,6 +55,7 @@ class WgmmaOp(Op):
     register tile, the accumulator in an #mma version 3 layout."""
     name = "gpu.wgmma"
     operands_spec = ("a", "b", "acc", "slot?")
+    attributes = {"b_trans": A("bool", True)}
     traits = frozenset({"reads"})
 
     def infer_types(self):
@@ -86,8 +91,14 @@ class WgmmaOp(Op):
                 raise self.error(f"wgmma multiplies f16, bf16, f32 (as tf32), f8e4m3 or f8e5m2 operands, "
                                  f"got {elem}")
             inner = tuple(d - (1 if slotted else 0) for d in lay.order[:2])  # slots are outermost
+            b_trans = idx == 1 and self.attrs.get("b_trans", False)
+            if b_trans:
+                if elem.bits != 16:
+                    raise self.error(f"b_trans reads a 16-bit Bᵀ buffer, got {elem}")
+                shape = shape[::-1]   # Bᵀ's (N, K) buffer, in A's layout: B is (K, N)
             # a 16-bit B may be N-major or K-major (the transpose bit); others have one form
-            want_lay = operand_layout(elem.itemsize, idx, inner == (0, 1) if idx == 1 and elem.bits == 16 else None)
+            want_lay = operand_layout(elem.itemsize, 0 if b_trans else idx,
+                                      inner == (0, 1) if idx == 1 and elem.bits == 16 and not b_trans else None)
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
                 raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with "
                                  f"{'K' if want_lay.order[0] == 0 or idx == 0 else 'N'} contiguous, "

@@ -295,6 +295,22 @@ def _register_a(op: T.DotOp, a: Value) -> Optional[DotOperandLayout]:
     return want
 
 
+def _transpose_source(b: Value) -> Optional[Value]:
+    """y where the B operand `b` is y.T (a 2-D permute, through a layout conversion) of a
+    16-bit tile whose registers run along its rows' contiguous dimension: B is then read from
+    y stored in A's layout (gpu.wgmma b_trans, the bytes of a K-major B) with no register
+    transpose, and a dot(.., y) of the same y shares that buffer (share_staged_operands).
+    A y that runs along dimension 0 keeps the K-major store of y.T as it is (k_major)."""
+    op = b.owner
+    if not isinstance(op, T.PermuteOp) or list(op.attrs["order"]) != [1, 0] or b.type.dtype.bits != 16:
+        return None
+    y = op.operands[0]
+    cv = y.owner
+    if isinstance(cv, ConvertLayoutOp) and isinstance(cv.operands[0].type.encoding, DistributedLayout):
+        y = cv.operands[0]
+    return y if _register_run_dim(y) == 1 else None
+
+
 def _dot_text(op: T.DotOp) -> str:
     a, c = op.operands[0].type, op.results[0].type
     return f"tc.dot {c.shape[0]}x{c.shape[1]}x{a.shape[1]} {a.dtype.name}"
@@ -312,6 +328,12 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
         srcs.append(v)
     a_lay = _register_a(op, srcs[0])
     staged = [1] if a_lay is not None else [0, 1]
+    y = _transpose_source(srcs[1])
+    if y is not None:   # B = y.T: y's own buffer, which a dot(.., y) of the same y shares
+        dead.append(srcs[1].owner)
+        if y is not srcs[1].owner.operands[0]:
+            dead.append(srcs[1].owner.operands[0].owner)
+        srcs[1] = y
     if remarks is not None:
         acc = op.results[0].type.encoding
         size = srcs[1].type.dtype.itemsize
@@ -321,7 +343,7 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
     # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is
     k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
     bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
-                             layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, idx,
+                             layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, 0 if y is not None else idx,
                                                          k_major if idx else None),
                              result_types=[PointerType(srcs[idx].type.dtype, SHARED)], loc=op.loc).result
             for idx in staged}
@@ -341,7 +363,8 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
     a = bufs.get(0)
     if a is None:  # a renumbering of registers (no code): the fragments wgmma reads
         a = at.value(ConvertLayoutOp, srcs[0], result_types=[TileType(srcs[0].type.shape, srcs[0].type.element, a_lay)])
-    d = at.value(WgmmaOp, a, bufs[1], op.operands[2], result_types=[op.results[0].type])
+    d = at.value(WgmmaOp, a, bufs[1], op.operands[2], result_types=[op.results[0].type],
+                 **({"b_trans": True} if y is not None else {}))
     done = at.create(WgmmaWaitOp, d, pending=0, result_types=[op.results[0].type])
     done.result.name_hint = op.results[0].name_hint
     op.results[0].replace_all_uses_with(done.result)

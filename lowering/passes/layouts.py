@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from tilec.ir import Builder, Module, Op, Value
+from tilec.ir import Builder, Module, Op, Value, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import TileType
 
@@ -199,6 +199,7 @@ class _Assigner:
         self.groups = _build_groups(func)
         self.layout: Dict[int, DistributedLayout] = {}
         self.members = self.groups.members()
+        self._hoisted: Dict[Tuple[int, int, str], Value] = {}   # (value, loop, layout) -> its conversion
 
     def of(self, v: Value) -> Optional[DistributedLayout]:
         if not isinstance(v.type, TileType):
@@ -370,6 +371,19 @@ class _Assigner:
         v = op.operands[idx]
         if want is None or equivalent(v.type.encoding, want, v.type.shape):
             return
+        # A value the loops around `op` do not define is converted once, before the outermost
+        # of them, not every iteration (attention's row statistics: a trip through shared
+        # memory, with barriers, per key block); the ops of one loop needing one layout share it.
+        loop = _invariant_loop(op, v)
+        if loop is not None:
+            key = (id(v), id(loop), repr(want))
+            cv = self._hoisted.get(key)
+            if cv is None:
+                b = Builder().before(loop)
+                cv = self._hoisted[key] = b.create(ConvertLayoutOp, v, result_types=[TileType(
+                    v.type.shape, v.type.element, want)], loc=op.loc).result
+            op.set_operand(idx, cv)
+            return
         b = Builder().before(op)
         cv = b.create(ConvertLayoutOp, v, result_types=[TileType(v.type.shape, v.type.element, want)],
                       loc=op.loc).result
@@ -533,6 +547,14 @@ def _permute_layout(out_layout, out_shape, order):
     src_shape = tuple(out_shape[inv[d]] for d in range(len(order)))
     return _renumber(out_layout.bases(out_shape), out_shape, src_shape,
                      lambda b: tuple(b[inv[d]] for d in range(len(order))))
+
+
+def _invariant_loop(op: Op, v: Value) -> Optional[Op]:
+    """The outermost of the loops around `op` (through loops only) that do not define `v`."""
+    best, p = None, op.parent_op()
+    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
+        best, p = p, p.parent_op()
+    return best
 
 
 def _computes_in(op: Op, lay: MmaLayout, own: Optional[MmaLayout]) -> bool:

@@ -325,7 +325,7 @@ def _reslot_wgmma(user: WgmmaOp, bufs, read_slot: Value) -> None:
     a, b, acc = user.operands[:3]
     nb = Builder().before(user)
     new = nb.create(WgmmaOp, bufs.get(id(a.owner), a), bufs.get(id(b.owner), b), acc, read_slot,
-                    result_types=[user.results[0].type], loc=user.loc)
+                    result_types=[user.results[0].type], loc=user.loc, **user.attrs)
     user.results[0].replace_all_uses_with(new.result)
     user.erase()
 

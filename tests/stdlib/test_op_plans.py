@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 
+import numpy as np
 import pytest
 
 import tilec as tc
@@ -281,3 +282,21 @@ def test_empty_shapes_plan_nothing_or_empty_grids():
                    allow_tf32=False, scaled=False, tma=True, config=None, target=t) == []
     (ln,) = E.plan_gelu(spec((0, 7), tc.float32), spec((0, 7), tc.float32), "none", t)
     assert math.prod(ln.grid) == 0    # (`execute` launches no empty grid)
+
+
+
+def test_padded_scratch_is_zeroed_in_sanitizer_mode(monkeypatch):
+    # sum over dim 0 of a 2-byte (3, 1001) splits R into f32 partials whose rows are padded
+    # to 32 bytes: the merge's 16-byte groups read the gaps (masked), which initcheck would
+    # report as uninitialized unless the sanitizer mode zeroes them
+    from tilec.stdlib_kernels._common import as_array
+    from tilec.stdlib_kernels.launches import Operands
+    monkeypatch.setenv("TILEC_INITCHECK", "1")
+    x = np.ones((3, 1001), np.float16)
+    launches = RD.plan(spec(x.shape, tc.float16), spec((1001,), tc.float16), 0, is_max=False,
+                       target=TARGETS["sm_90a"])
+    temp = next(t for ln in launches for t in ln.temps)
+    assert temp.view is not None and temp.view[0][-1] < temp.shape[-1], temp
+    v = Operands({"x": as_array(x, "x")}, {}).get(temp)
+    whole = np.lib.stride_tricks.as_strided(v, shape=temp.shape, strides=v.strides)   # the gaps included
+    assert np.all(whole == 0), whole

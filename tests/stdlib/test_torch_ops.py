@@ -93,6 +93,22 @@ def test_row_op_fake_shapes():
         assert tuple(T.matmul(a, b).shape) == (3, 7, 5) and tuple(T.matmul(b.transpose(1, 2), a.T).shape) == (3, 5, 7)
 
 
+def test_embedding_and_add_rms_norm_fake_shapes():
+    T.register()
+    with FakeTensorMode():
+        w = torch.empty(40, 16, device="cuda", dtype=torch.bfloat16)
+        ids = torch.empty(2, 5, device="cuda", dtype=torch.int32)
+        y = T.embedding(ids, w, padding_idx=-1)
+        assert tuple(y.shape) == (2, 5, 16) and y.dtype == torch.bfloat16
+        assert tuple(torch.ops.tilec.embedding_backward(y, ids, 40, 39).shape) == (40, 16)
+        x = torch.empty(6, 10, device="cuda", dtype=torch.bfloat16)
+        r = torch.empty(6, 10, device="cuda", dtype=torch.float32)
+        y, h = T.add_rms_norm(x, r)
+        assert y.shape == h.shape == x.shape and y.dtype == torch.bfloat16 and h.dtype == torch.float32
+        dx, dw = torch.ops.tilec.add_rms_norm_backward(y, None, h, None, torch.empty(6, device="cuda"))
+        assert dx.shape == x.shape and tuple(dw.shape) == (0,)
+
+
 def _bf16(*shape, grad=True):
     return torch.empty(*shape, dtype=torch.bfloat16, requires_grad=grad)
 
@@ -128,6 +144,10 @@ _GRAPHS = [
     ("linear_cross_entropy", lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None)[0],
      lambda: (_bf16(2, 5, 16), _bf16(40, 16), torch.empty(2, 5, dtype=torch.int64), _bf16(40)),
      ["linear_cross_entropy"]),
+    ("embedding", lambda w, i: torch.ops.tilec.embedding(w, i, None),
+     lambda: (_bf16(40, 16), torch.empty(2, 5, dtype=torch.int64)), ["embedding", "embedding_backward"]),
+    ("add_rms_norm", lambda x, r, w: torch.ops.tilec.add_rms_norm(x, r, w, 1e-6)[0],
+     lambda: (_bf16(6, 10), _bf16(6, 10), _bf16(10)), ["add_rms_norm", "add_rms_norm_backward"]),
 ]
 
 
