@@ -332,3 +332,17 @@ def test_options_are_the_plans_warp_counts():
     for name, sig in S.SIGNATURES.items():
         c = getattr(S, name).specialization(sig).constexprs
         assert S.OPTIONS[name] == {"num_warps": _warps(c), "fast_math": True}
+
+
+def test_torch_op_impls_on_host_arrays():
+    # the custom ops' implementations are the entry points (torch_ops imports without torch)
+    from tilec.stdlib_kernels import torch_ops as T
+    rng = np.random.default_rng(10)
+    x = _logits(rng, 4, 300)
+    np.testing.assert_array_equal(T.OPS["sample"].impl(x, 0.8, 5, 0.9, 3, 1),
+                                  sample(x, temperature=0.8, top_k=5, top_p=0.9, seed=3, offset=1))
+    np.testing.assert_array_equal(T.OPS["sample"].impl(x, 1.0, None, None, -1, 0), sample(x, seed=2 ** 64 - 1))
+    np.testing.assert_array_equal(T.OPS["argmax"].impl(x, True)[:, 0], x.argmax(-1))
+    vals, idx = T.OPS["topk"].impl(x, 7, False)
+    np.testing.assert_array_equal(idx, np.argsort(x, -1, kind="stable")[:, :7])
+    np.testing.assert_array_equal(vals, np.take_along_axis(x, idx, -1))
