@@ -28,6 +28,8 @@ def test_topk_against_torch(torch, dtype, shape, k):
     assert torch.equal(torch.gather(x, -1, idx), vals)
     ordered = idx.sort(-1).values
     assert (ordered[..., 1:] != ordered[..., :-1]).all()   # distinct indices per row
+    if dtype != "float32":   # (the smallest once: each flavour compiles its own kernels)
+        return
     small_v, small_i = S.topk(x, k, largest=False)
     assert torch.equal(small_v, torch.topk(x, k, dim=-1, largest=False, sorted=True)[0])
     assert torch.equal(torch.gather(x, -1, small_i), small_v)
