@@ -42,6 +42,8 @@ The other ops' plans name their launches' strategies too:
   reduced dimension; SPLIT there is strips whose rows are split among programs (f32
   partials merged by a dependent STRIPS launch); WINDOW_CLASSES: reduced rows off sectors
   read by classes of rows through aligned windows (`reductions.inner_window`).
+- CANDIDATES, MERGE (topk, and sample's top-k): each chunk of a row selects its k best
+  candidates, then levels of merges select among them until one program per row is left.
 - GEMM_TILES, PERSISTENT, SPLIT_K (matmul): one output tile per program; at most one
   program per SM walking the tiles; K split into slices summed by a dependent reduction.
 """
@@ -54,7 +56,8 @@ import tilec as tc
 from .tuning import CrossEntropyTuning, NormTuning, SoftmaxTuning
 
 __all__ = ["ONE_TILE", "CLUSTER", "PERSISTENT_CLUSTER", "CHUNK_TILES", "LOOPED", "SPLIT", "FLAT_TILES", "ROW_TILES",
-           "TILES", "GATHER", "WINDOWS", "STRIPS", "WINDOW_CLASSES", "GEMM_TILES", "PERSISTENT", "SPLIT_K", "most_resident",
+           "TILES", "GATHER", "WINDOWS", "CANDIDATES", "MERGE", "STRIPS", "WINDOW_CLASSES", "GEMM_TILES", "PERSISTENT",
+           "SPLIT_K", "most_resident",
            "split_chunks_count", "softmax_clusters_eligible", "softmax_persistent_candidates",
            "norm_chunk_tiles_eligible", "cross_entropy_split"]
 
@@ -74,6 +77,8 @@ WINDOW_CLASSES = "window_classes"
 GEMM_TILES = "gemm_tiles"
 PERSISTENT = "persistent"
 SPLIT_K = "split_k"
+CANDIDATES = "candidates"
+MERGE = "merge"
 
 
 def most_resident(candidates: Sequence, grid_of: Callable) -> Optional[Tuple]:

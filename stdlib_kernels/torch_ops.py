@@ -51,12 +51,15 @@ from .embedding import embedding as _embedding
 from .embedding import embedding_backward as _sk_embedding_backward
 from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
+from .sampling import argmax as _argmax
+from .sampling import sample as _sample
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
+from .topk import topk as _topk
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
            "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
-           "linear_cross_entropy", "embedding", "add_rms_norm"]
+           "linear_cross_entropy", "embedding", "add_rms_norm", "topk", "sample", "argmax"]
 
 
 @dataclass(frozen=True)
@@ -502,6 +505,45 @@ OPS: Dict[str, OpSpec] = {
 }
 
 
+# ----------------------------------------------------------------------------- topk, sample
+def _topk_fake(x, k, largest):
+    shape = tuple(x.shape[:-1]) + (k,)
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int64)
+
+
+def _topk_setup(ctx, inputs, output):
+    x = inputs[0]
+    ctx.save_for_backward(output[1])
+    ctx.x_shape, ctx.x_dtype = tuple(x.shape), x.dtype
+
+
+def _topk_backward(ctx, dvalues, dindices):
+    # each selected value's gradient goes back where it came from (indices are distinct per row)
+    (indices,) = ctx.saved_tensors
+    dx = dvalues.new_zeros(ctx.x_shape).scatter(-1, indices, dvalues.to(ctx.x_dtype))
+    return dx, None, None
+
+
+def _sample_impl(logits, temperature, top_k, top_p, seed, offset):
+    return _sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, offset=offset)
+
+
+def _sample_fake(logits, temperature, top_k, top_p, seed, offset):
+    return logits.new_empty(tuple(logits.shape[:-1]), dtype=torch.int64)
+
+
+OPS.update({
+    "topk": OpSpec("(Tensor x, int k, bool largest) -> (Tensor, Tensor)",
+                   lambda x, k, largest: _topk(x, k, -1, largest), _topk_fake, _topk_backward, _topk_setup),
+    # not differentiable (an int64 result): the autograd entry is never reached
+    "sample": OpSpec("(Tensor logits, float temperature, int? top_k, float? top_p, int seed, int offset) -> Tensor",
+                     _sample_impl, _sample_fake),
+    "argmax": OpSpec("(Tensor x, bool keepdim) -> Tensor", lambda x, keepdim: _argmax(x, -1, keepdim),
+                     lambda x, keepdim: x.new_empty(tuple(x.shape[:-1]) + ((1,) if keepdim else ()),
+                                                    dtype=torch.int64)),
+})
+
+
 # `out=` variants: the op written into a given tensor, declared as mutating it (torch.compile
 # functionalizes them); no autograd (as torch's out= ops). `out` may be the input itself where
 # the stdlib op allows it (the elementwise-shaped ops).
@@ -771,3 +813,47 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
     check_cuda(x=x, residual=residual, weight=weight)
     y, new_residual, _rstd = torch.ops.tilec.add_rms_norm(x, residual, weight, float(eps))
     return y, new_residual
+
+
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002 - torch's name
+    """`tilec.stdlib_kernels.topk` as a torch op: (values, int64 indices) over the last
+    dimension, best first (`sorted` is accepted; the order is always sorted).
+    Differentiable in x: the values' gradient is scattered back to their indices."""
+    register()
+    check_cuda(x=x)
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError(f"topk: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{tuple(x.shape)}")
+    if not isinstance(sorted, bool):
+        raise TypeError(f"sorted must be a bool, got {type(sorted).__name__}")
+    return torch.ops.tilec.topk(x, k, largest)
+
+
+def _signed64(v, name: str) -> int:
+    # torch's `int` is a signed 64-bit value: seeds and offsets of 2**63 and up wrap to negatives
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+    if not -2 ** 63 <= v < 2 ** 64:
+        raise ValueError(f"{name} must fit in 64 bits, got {v}")
+    return v - 2 ** 64 if v >= 2 ** 63 else v
+
+
+def sample(logits, *, temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
+           seed: int, offset: int = 0):
+    """`tilec.stdlib_kernels.sample` as a torch op: one int64 token per row of logits (not
+    differentiable). The same arguments give the same tokens (the Philox stream of
+    sampling.py's module doc)."""
+    register()
+    check_cuda(logits=logits)
+    return torch.ops.tilec.sample(logits, float(temperature), top_k, None if top_p is None else float(top_p),
+                                  _signed64(seed, "seed"), _signed64(offset, "offset"))
+
+
+def argmax(x, dim: int = -1, keepdim: bool = False):
+    """`tilec.stdlib_kernels.argmax` as a torch op (last dimension only; not differentiable)."""
+    register()
+    check_cuda(x=x)
+    if dim not in (-1, x.dim() - 1):
+        raise ValueError(f"argmax: only the last dimension is supported (dim=-1), got dim={dim} for shape "
+                         f"{tuple(x.shape)}")
+    return torch.ops.tilec.argmax(x, bool(keepdim))

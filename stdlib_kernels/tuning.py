@@ -22,7 +22,8 @@ from typing import Tuple
 from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
-           "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
+           "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,27 @@ class MatmulTuning:
 
 
 @dataclass(frozen=True)
+class TopkTuning:
+    """topk's selection levels (topk.levels; not yet measured: one warp per 512 entries as
+    the row ops' tiles, chunks of the looped row tile)."""
+    chunk: int = 4096             # columns per program of the first level
+    merge_block: int = 4096       # candidates per program of a merge level
+    per_thread: int = 16          # entries per thread of a selection tile
+    max_warps: int = 8
+    max_k: int = 1024             # the largest k (a KP-lane candidate tile per program)
+
+
+@dataclass(frozen=True)
+class SamplingTuning:
+    """sample's row walk (sampling.plan; not yet measured: the looped row ops' tile)."""
+    block: int = 4096             # columns per step of a row
+    warps: int = 8
+    split_rows: int = 264         # fewer rows than this (no nucleus): rows split into chunks (as softmax's)
+    split_target: int = 1024      # programs wanted when splitting
+    min_chunk_tiles: int = 2      # tiles per chunk at least
+
+
+@dataclass(frozen=True)
 class RowTuning:
     family: str
     cluster: ClusterTuning = ClusterTuning()
@@ -177,6 +199,8 @@ class RowTuning:
     embedding: EmbeddingTuning = EmbeddingTuning()
     reduction: ReductionTuning = ReductionTuning()
     matmul: MatmulTuning = MatmulTuning()
+    topk: TopkTuning = TopkTuning()
+    sampling: SamplingTuning = SamplingTuning()
 
 
 TABLES = {
