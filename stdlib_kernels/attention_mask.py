@@ -21,7 +21,7 @@ The indices mask_mod gets are i32 tiles broadcast to the block's shape (b, h: i3
 scalars), clamped to [0, Q_LEN) and [0, KV_LEN): a mod that reads a tensor at them
 (a document id per position) never reads past its end. Tensors such a mod reads come
 through `mod_args` (up to two arrays), passed to it after the indices:
-`mask_mod(b, h, q_idx, kv_idx, *mod_args)`.
+`mask_mod(b, h, q_idx, kv_idx, *mod_args[:n])`, n its parameters past kv_idx.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import tilec as tc
 from ._common import Arr, as_array, check_same_place, empty_like, launch, next_pow2, output, view
 
 __all__ = ["BlockMask", "block_mask", "block_mask_kernel", "block_lists_kernel", "call_mask_mod", "call_score_mod",
-           "check_mod", "mod_arrays", "MAX_MOD_ARGS", "NONE", "PARTIAL", "FULL"]
+           "check_mod", "mod_arrays", "mod_aux", "MAX_MOD_ARGS", "NONE", "PARTIAL", "FULL"]
 
 NONE, PARTIAL, FULL = 0, 1, 2
 MAX_MOD_ARGS = 2
@@ -57,14 +57,15 @@ def call_mask_mod(MASK_MOD: tc.constexpr, b, h, q_idx, kv_idx, aux0, aux1, N_AUX
 
 @tc.func
 def call_score_mod(SCORE_MOD: tc.constexpr, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX: tc.constexpr):
-    """SCORE_MOD(score, b, h, q_idx, kv_idx, *the N_AUX mod arguments), as f32."""
+    """SCORE_MOD(score, b, h, q_idx, kv_idx, *the N_AUX mod arguments) (a tile, or a constant:
+    a derivative of 1.0)."""
     if N_AUX == 0:
         s = SCORE_MOD(score, b, h, q_idx, kv_idx)
     elif N_AUX == 1:
         s = SCORE_MOD(score, b, h, q_idx, kv_idx, aux0)
     else:
         s = SCORE_MOD(score, b, h, q_idx, kv_idx, aux0, aux1)
-    return s.astype(tc.float32)
+    return s
 
 
 @tc.kernel
@@ -182,6 +183,21 @@ def mod_arrays(mod_args, like: Optional[Arr] = None):
     return arrs, len(arrs)
 
 
+def mod_aux(fn, fixed: int, given: int, name: str) -> int:
+    """How many of the call's `given` mod arrays `fn` takes: its parameters past the `fixed`
+    ones (score, b, h, q_idx, kv_idx: 5; a mask_mod's: 4); ValueError when it wants more
+    or fewer than the mods allow."""
+    if fn is None:
+        return 0
+    params = list(fn.signature.parameters.values())
+    extra = len(params) - fixed
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params) or extra < 0 or extra > given:
+        args = "score, b, h, q_idx, kv_idx" if fixed == 5 else "b, h, q_idx, kv_idx"
+        raise ValueError(f"{name}: expected the parameters ({args}) and then up to len(mod_args) = {given} arrays, "
+                         f"got {fn.fn.__name__}{fn.signature}")
+    return extra
+
+
 def aux_views(arrs, like: Arr):
     """The two aux kernel arguments: the mod arrays as they are (n-D views), a 1-element
     dummy of `like`'s place for each one missing (the kernel never reads it)."""
@@ -229,7 +245,8 @@ def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod
             raise ValueError(f"{name}: expected a non-negative int, got {n!r}")
     B, H, Q_LEN, KV_LEN = int(B), int(H), int(Q_LEN), int(KV_LEN)
     qb, kb = _block_sizes(BLOCK)
-    arrs, n_aux = mod_arrays(mod_args)
+    arrs, _ = mod_arrays(mod_args)
+    n_aux = mod_aux(mask_mod, 4, len(arrs), "mask_mod")
     if arrs:
         check_same_place({f"mod_args[{i}]": a for i, a in enumerate(arrs)})
     like = _place(device, arrs)

@@ -6,7 +6,9 @@ the key is not seen). Both are user `@tc.func`s passed to the kernels as constex
 inlined where the scores are formed: q_idx and kv_idx are i32 tiles broadcast to the
 score tile's shape (the query position from 0 to seq_q - 1 and the key position from 0
 to seq_k - 1, clamped at the ends, no bottom-right offset), b and h i32 scalars (h the
-query head). Arrays a mod reads come as `mod_args` (up to two), passed after kv_idx.
+query head). Arrays a mod reads come as `mod_args` (up to two); each mod gets, after
+kv_idx, as many of them as it has further parameters (N_AUX: per score_mod, mask_mod and
+score_mod_grad).
 
 The kernels walk FlexAttention's lists (attention_mask.py): per query tile, the key
 blocks of its mask row that are full (no mask_mod called, no bounds) and those that are
@@ -30,7 +32,7 @@ import tilec as tc
 from ._common import Arr, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax
 from .attention_bwd import DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for
-from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays
+from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
 __all__ = ["attention_mods", "attention_backward_mods", "attention_mods_fwd_kernel", "attention_mods_dkdv_kernel",
            "attention_mods_dq_kernel"]
@@ -50,13 +52,13 @@ def _scores(x, rows, cols, b, h, sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD: tc.
     g = x
     if SCORE_MOD is not None:
         if GRAD is not None:
-            g = call_score_mod(GRAD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX)
-        score = call_score_mod(SCORE_MOD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX)
+            g = call_score_mod(GRAD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[2])
+        score = call_score_mod(SCORE_MOD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[0])
     s = score * LOG2E
     if PARTIAL:
         keep = tc.broadcast_to(cols < n_kv, x.shape)
         if MASK_MOD is not None:
-            keep = keep & call_mask_mod(MASK_MOD, b, h, q_idx, kv_idx, aux0, aux1, N_AUX)
+            keep = keep & call_mask_mod(MASK_MOD, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[1])
         s = tc.where(keep, s, float("-inf"))
     return s, g
 
@@ -300,7 +302,8 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
     from .attention import output_shape  # noqa: PLC0415
     bm = check_mod_call(x, mask_mod, block_mask_, mod_args, causal, window, softcap)
     mask_mod, mod_args = _from_mask(bm, mod_args)
-    aux, n_aux = mod_arrays(mod_args, x.q)
+    aux, _ = mod_arrays(mod_args, x.q)
+    n_aux = (mod_aux(score_mod, 5, len(aux), "score_mod"), mod_aux(mask_mod, 4, len(aux), "mask_mod"), 0)
     qa = x.q
     b_, h, n_q = x.batch, x.heads, x.n_q
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
@@ -337,7 +340,9 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     qa = x.q
     bm = check_mod_call(x, mask_mod, block_mask_, mod_args, causal, window, softcap)
     mask_mod, mod_args = _from_mask(bm, mod_args)
-    aux, n_aux = mod_arrays(mod_args, qa)
+    aux, _ = mod_arrays(mod_args, qa)
+    n_aux = (mod_aux(score_mod, 5, len(aux), "score_mod"), mod_aux(mask_mod, 4, len(aux), "mask_mod"),
+             mod_aux(score_mod_grad, 5, len(aux), "score_mod_grad"))
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
