@@ -10,89 +10,16 @@ import zlib
 import numpy as np
 import pytest
 
-import tilec as tc
 from tilec.stdlib_kernels import attention, attention_backward, block_mask
 
+from attention_mods_funcs import (H, PREFIX, REL_OFFSET, alibi, alibi_doc, bias_grad, bias_grad_1, causal, document,
+                                  document_causal, keep_nothing, late_rows, prefix_lm, rel_bias, table_bias, tanh_cap,
+                                  tanh_cap_grad)
 from attention_ref import attention_mods_ref, attention_ref
 
 M = importlib.import_module("tilec.stdlib_kernels.attention_mask")
 
-B, H, HK, D = 2, 4, 2, 64
-REL_OFFSET = 255          # the relative-position table's index of distance 0
-PREFIX = 37
-
-
-# ---------------------------------------------------------------------------- the mods, in tilec and numpy
-@tc.func
-def rel_bias(score, b, h, q_idx, kv_idx):
-    return score + 0.03 * (q_idx - kv_idx).astype(tc.float32)
-
-
-@tc.func
-def alibi(score, b, h, q_idx, kv_idx):
-    slope = tc.exp2(-8.0 * (h + 1).astype(tc.float32) / H)   # H: a module constant
-    return score + slope * (kv_idx - q_idx).astype(tc.float32)
-
-
-@tc.func
-def table_bias(score, b, h, q_idx, kv_idx, table):
-    # a learned bias per head and distance, read from a (heads, distances) tensor
-    return score + tc.load(table.ptr + h * table.stride(0) + (q_idx - kv_idx + REL_OFFSET))
-
-
-@tc.func
-def bias_grad(score, b, h, q_idx, kv_idx):
-    return 1.0
-
-
-@tc.func
-def bias_grad_1(score, b, h, q_idx, kv_idx, table):
-    return 1.0
-
-
-@tc.func
-def tanh_cap(score, b, h, q_idx, kv_idx):
-    return 4.0 * tc.tanh(score / 4.0)
-
-
-@tc.func
-def tanh_cap_grad(score, b, h, q_idx, kv_idx):
-    t = tc.tanh(score / 4.0)
-    return 1.0 - t * t
-
-
-@tc.func
-def causal(b, h, q_idx, kv_idx):
-    return q_idx >= kv_idx
-
-
-@tc.func
-def prefix_lm(b, h, q_idx, kv_idx):
-    return (kv_idx < PREFIX) | (q_idx >= kv_idx)
-
-
-@tc.func
-def document(b, h, q_idx, kv_idx, doc):
-    # doc: (batch, seq) document id of each position
-    row = doc.ptr + b * doc.stride(0)
-    return tc.load(row + q_idx) == tc.load(row + kv_idx)
-
-
-@tc.func
-def document_causal(b, h, q_idx, kv_idx, doc):
-    row = doc.ptr + b * doc.stride(0)
-    return (tc.load(row + q_idx) == tc.load(row + kv_idx)) & (q_idx >= kv_idx)
-
-
-@tc.func
-def keep_nothing(b, h, q_idx, kv_idx):
-    return q_idx < 0
-
-
-@tc.func
-def late_rows(b, h, q_idx, kv_idx):
-    # rows < 10 see no key at all; the others a band
-    return (q_idx >= 10) & (kv_idx <= q_idx) & (kv_idx > q_idx - 40)
+B, HK, D = 2, 2, 64
 
 
 def _docs(rng, n):
@@ -324,3 +251,53 @@ def test_backward_of_a_score_mod_needs_its_derivative():
         attention_backward(do, q, k, v, o, lse, score_mod=rel_bias)
     with pytest.raises(ValueError, match="score_mod_grad"):
         attention_backward(do, q, k, v, o, lse, score_mod_grad=bias_grad)
+
+
+# ---------------------------------------------------------------------------- ptxas
+_V4 = "[?,?,?,?]:stride_div=16x16x16x1"
+_R3, _I4 = "i32[?,?,?]:stride_div=16x16x1", "i32[?,?,?,?]:stride_div=16x16x16x1"
+_ROWS = "f32[?,?,?]:stride_div=16x16x1"
+
+
+def _mods_signatures(d: int):
+    """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
+    mask (one mod array) on a 128 x 128 block mask, bf16, at the entry points' tiles and warps."""
+    from tilec.target import Target
+    from tilec.stdlib_kernels.attention import config_for
+    from tilec.stdlib_kernels.attention_bwd import bwd_config_for
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    h100 = Target.from_arch("sm_90a")
+    f, c = config_for(d, d, h100), bwd_config_for(d, h100)
+    lists = f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], "
+    tail = "sm_scale=f32, DENSE=False, GROUP=2, "
+    dims = f"DK={d}, DV={d}"
+    ins = f"q=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, do=bf16{_V4}, lse={_ROWS}, delta={_ROWS}, "
+    mods = dict(SCORE_MOD=alibi_doc, MASK_MOD=document, N_AUX=(1, 1, 1))
+    return [
+        (A.attention_mods_fwd_kernel,
+         f"q=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, o=bf16{_V4}, lse={_ROWS}, " + lists.format("kv_", "kv_") + tail
+         + f"LSE=True, SUB_Q={128 // f.bm}, SUB_K={128 // f.bn}, BM={f.bm}, BN={f.bn}, " + dims,
+         mods, dict(num_warps=f.num_warps)),
+        (A.attention_mods_dkdv_kernel,
+         ins + f"dk=bf16{_V4}, dv=bf16{_V4}, " + lists.format("q_", "q_") + tail
+         + f"SUB_Q={128 // c.q_step}, SUB_K={128 // c.kv_block}, BM={c.q_step}, BN={c.kv_block}, " + dims,
+         dict(mods, GRAD=bias_grad_1), dict(num_warps=c.num_warps, num_stages=c.num_stages)),
+        (A.attention_mods_dq_kernel,
+         ins + f"dq=bf16{_V4}, " + lists.format("kv_", "kv_") + tail
+         + f"SUB_Q={128 // c.q_block}, SUB_K={128 // c.kv_step}, BM={c.q_block}, BN={c.kv_step}, " + dims,
+         dict(mods, GRAD=bias_grad_1), dict(num_warps=c.num_warps, num_stages=c.num_stages)),
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("which", [0, 1, 2], ids=["fwd", "dkdv", "dq"])
+def test_mods_assemble_without_spills(d, which):
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    kernel, sig, constexprs, options = _mods_signatures(d)[which]
+    spec = kernel.specialization(sig, **constexprs)
+    compiled = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a", fast_math=True, **options), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert not report["warnings"], report["warnings"]
