@@ -78,9 +78,8 @@ def _fwd_block(qt, k, v, b, h, hk, j, m_i, l_i, acc, sm_scale, q0, n_q, n_kv, au
 
 @tc.func
 def _list_row(num, b, h, r):
-    # a block list's row: (count, pointer to its first index)
-    n = tc.load(num.ptr + b.astype(tc.int64) * num.stride(0) + h * num.stride(1) + r * num.stride(2))
-    return n
+    # how many blocks row r of a list holds
+    return tc.load(num.ptr + b.astype(tc.int64) * num.stride(0) + h * num.stride(1) + r * num.stride(2))
 
 
 @tc.func
@@ -115,16 +114,15 @@ def attention_mods_fwd_kernel(q, k, v, o, lse, kv_num, kv_idx, full_num, full_id
                                        SCORE_MOD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     else:
         mb = mblk // SUB_Q
-        for t in range(0, _list_row(full_num, b, h, mb)):
-            jb = _list_at(full_idx, b, h, mb, t) * SUB_K
-            for r in range(0, SUB_K):
-                m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, jb + r, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
-                                           aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
-        for t in range(0, _list_row(kv_num, b, h, mb)):
-            jb = _list_at(kv_idx, b, h, mb, t) * SUB_K
-            for r in range(0, SUB_K):
-                m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, jb + r, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
-                                           aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
+        # one flat loop per list (SUB_K tiles per listed block), so the loop is a plain one to pipeline
+        for t in range(0, _list_row(full_num, b, h, mb) * SUB_K):
+            j = _list_at(full_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
+            m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, j, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
+                                       aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
+        for t in range(0, _list_row(kv_num, b, h, mb) * SUB_K):
+            j = _list_at(kv_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
+            m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, j, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
+                                       aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
     tc.store(o, index=(b, h, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, 1, BM, DV)))
@@ -178,18 +176,16 @@ def attention_mods_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, q_num, q_idx, fu
                                              n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False,
                                              BM, BN, DK, DV)
         else:
-            for t in range(0, _list_row(full_num, b, h, kb)):
-                ib = _list_at(full_idx, b, h, kb, t) * SUB_Q
-                for r in range(0, SUB_Q):
-                    dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, ib + r, dk_acc, dv_acc, n0,
-                                                 sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
-                                                 False, BM, BN, DK, DV)
-            for t in range(0, _list_row(q_num, b, h, kb)):
-                ib = _list_at(q_idx, b, h, kb, t) * SUB_Q
-                for r in range(0, SUB_Q):
-                    dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, ib + r, dk_acc, dv_acc, n0,
-                                                 sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
-                                                 True, BM, BN, DK, DV)
+            for t in range(0, _list_row(full_num, b, h, kb) * SUB_Q):
+                i = _list_at(full_idx, b, h, kb, t // SUB_Q) * SUB_Q + t % SUB_Q
+                dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0,
+                                             sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
+                                             False, BM, BN, DK, DV)
+            for t in range(0, _list_row(q_num, b, h, kb) * SUB_Q):
+                i = _list_at(q_idx, b, h, kb, t // SUB_Q) * SUB_Q + t % SUB_Q
+                dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0,
+                                             sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
+                                             True, BM, BN, DK, DV)
     tc.store(dk, index=(b, hk, nblk, 0), tile=tc.reshape((dk_acc * sm_scale).astype(dk.dtype), (1, 1, BN, DK)))
     tc.store(dv, index=(b, hk, nblk, 0), tile=tc.reshape(dv_acc.astype(dv.dtype), (1, 1, BN, DV)))
 
@@ -237,16 +233,14 @@ def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_n
                                SCORE_MOD, GRAD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     else:
         mb = mblk // SUB_Q
-        for t in range(0, _list_row(full_num, b, h, mb)):
-            jb = _list_at(full_idx, b, h, mb, t) * SUB_K
-            for r in range(0, SUB_K):
-                dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, jb + r, dq_acc, q0, sm_scale, n_q, n_kv,
-                                   aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
-        for t in range(0, _list_row(kv_num, b, h, mb)):
-            jb = _list_at(kv_idx, b, h, mb, t) * SUB_K
-            for r in range(0, SUB_K):
-                dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, jb + r, dq_acc, q0, sm_scale, n_q, n_kv,
-                                   aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
+        for t in range(0, _list_row(full_num, b, h, mb) * SUB_K):
+            j = _list_at(full_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
+            dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, j, dq_acc, q0, sm_scale, n_q, n_kv,
+                               aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
+        for t in range(0, _list_row(kv_num, b, h, mb) * SUB_K):
+            j = _list_at(kv_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
+            dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, j, dq_acc, q0, sm_scale, n_q, n_kv,
+                               aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     tc.store(dq, index=(b, h, mblk, 0), tile=tc.reshape((dq_acc * sm_scale).astype(dq.dtype), (1, 1, BM, DK)))
 
 
