@@ -121,8 +121,8 @@ class BlockMask:
     first kv_num of each row are meaningful) and the full ones full_kv_num, full_kv_idx;
     per key block the query blocks, q_num, q_idx, full_q_num, full_q_idx."""
     mask_mod: Any
-    B: int
-    H: int
+    B: Optional[int]    # None: the mask does not depend on b (one row of blocks serves every batch)
+    H: Optional[int]    # None: nor on h
     Q_LEN: int
     KV_LEN: int
     Q_BLOCK: int
@@ -149,7 +149,9 @@ class BlockMask:
 
     def check(self, mask_mod, batch: int, heads: int, n_q: int, n_kv: int) -> None:
         """ValueError unless this mask serves a call of these shapes (and this mask_mod, when given)."""
-        if (self.B, self.H, self.Q_LEN, self.KV_LEN) != (batch, heads, n_q, n_kv):
+        b_ = batch if self.B is None else self.B
+        h_ = heads if self.H is None else self.H
+        if (b_, h_, self.Q_LEN, self.KV_LEN) != (batch, heads, n_q, n_kv):
             raise ValueError(f"block_mask: computed for (B, H, Q_LEN, KV_LEN) = {self.shape}, but the call has "
                              f"{(batch, heads, n_q, n_kv)}")
         if mask_mod is not None and mask_mod is not self.mask_mod:
@@ -234,16 +236,20 @@ def _place(device, arrs) -> Arr:
 
 def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod_args=(), device=None) -> BlockMask:
     """The BlockMask of `mask_mod` (a @tc.func) for B batches, H query heads and Q_LEN x
-    KV_LEN scores, in blocks of BLOCK (an int, or (q, kv); powers of two >= 64). Computed
+    KV_LEN scores (B or H None, as FlexAttention's: the mask does not depend on it, is
+    computed at 0 and serves any batch / head count), in blocks of BLOCK (an int, or (q, kv); powers of two >= 64). Computed
     where the arrays live: on `device` (a torch device), else where mod_args are, else on
     the host (the interpreter: keep host masks small)."""
     if mask_mod is None:
         raise TypeError("mask_mod: expected a @tc.func, got None")
     check_mod(mask_mod, "mask_mod")
     for name, n in (("B", B), ("H", H), ("Q_LEN", Q_LEN), ("KV_LEN", KV_LEN)):
+        if n is None and name in ("B", "H"):
+            continue
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
-            raise ValueError(f"{name}: expected a non-negative int, got {n!r}")
-    B, H, Q_LEN, KV_LEN = int(B), int(H), int(Q_LEN), int(KV_LEN)
+            raise ValueError(f"{name}: expected a non-negative int{' or None' if name in 'BH' else ''}, got {n!r}")
+    given_b, given_h = (None if n is None else int(n) for n in (B, H))
+    B, H, Q_LEN, KV_LEN = (1 if n is None else int(n) for n in (B, H, Q_LEN, KV_LEN))
     qb, kb = _block_sizes(BLOCK)
     arrs, _ = mod_arrays(mod_args)
     n_aux = mod_aux(mask_mod, 4, len(arrs), "mask_mod")
@@ -276,4 +282,4 @@ def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod
                    [arg(cls, transposed), arg(num), arg(idx), arg(full_num), arg(full_idx)],
                    num_warps=4, NC=max(next_pow2(cols), 16))
         lists[key] = (num.obj, idx.obj, full_num.obj, full_idx.obj)
-    return BlockMask(mask_mod, B, H, Q_LEN, KV_LEN, qb, kb, tuple(mod_args), cls.obj, *lists["kv"], *lists["q"])
+    return BlockMask(mask_mod, given_b, given_h, Q_LEN, KV_LEN, qb, kb, tuple(mod_args), cls.obj, *lists["kv"], *lists["q"])

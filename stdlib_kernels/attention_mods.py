@@ -274,9 +274,10 @@ def _from_mask(bm: Optional[BlockMask], mod_args):
     return bm.mask_mod, tuple(mod_args) or tuple(bm.mod_args)
 
 
-def _lists(bm: Optional[BlockMask], like: Arr, orientation: str):
+def _lists(bm: Optional[BlockMask], like: Arr, orientation: str, batch: int = 1, heads: int = 1):
     """The 4 list arguments of the kernels: bm's kv (per query block) or q (per key block)
-    lists, or 1-element dummies (DENSE)."""
+    lists, or 1-element dummies (DENSE). A mask made with B or H None is seen with stride 0
+    along that dimension, for the call's batch and heads."""
     if bm is None:
         d = output(None, like, (1, 1, 1, 1), tc.int32, "lists")
         n = output(None, like, (1, 1, 1), tc.int32, "lists")
@@ -286,7 +287,11 @@ def _lists(bm: Optional[BlockMask], like: Arr, orientation: str):
     from ._common import as_array, check_same_place  # noqa: PLC0415
     arrs = {n: as_array(getattr(bm, n), f"block_mask.{n}") for n in names}
     check_same_place({"q": like, **arrs})
-    return [view(a, a.shape, a.strides) for a in arrs.values()]
+    def spread(a: Arr):
+        shape = (batch if bm.B is None else a.shape[0], heads if bm.H is None else a.shape[1]) + a.shape[2:]
+        strides = (0 if bm.B is None else a.strides[0], 0 if bm.H is None else a.strides[1]) + a.strides[2:]
+        return view(a, shape, strides)
+    return [spread(a) for a in arrs.values()]
 
 
 def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask_mod, block_mask_, mod_args,
@@ -312,7 +317,7 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
         lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
         launch(attention_mods_fwd_kernel, (-(-n_q // bm_), h, b_),
                [*x.views(), view(oa, o_bhsd, os_), view(lse_arr, lse_arr.shape, lse_arr.strides),
-                *_lists(bm, qa, "kv"), *aux_views(aux, qa), sm_scale],
+                *_lists(bm, qa, "kv", b_, h), *aux_views(aux, qa), sm_scale],
                num_warps=warps, SCORE_MOD=score_mod, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
                GROUP=h // x.kv_heads, LSE=lse is not None,
                SUB_Q=1 if bm is None else bm.Q_BLOCK // bm_, SUB_K=1 if bm is None else bm.KV_BLOCK // bn,
@@ -363,12 +368,12 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     auxv = aux_views(aux, qa)
     qb, kb = (bm.Q_BLOCK, bm.KV_BLOCK) if bm is not None else (cfg.q_step, cfg.kv_block)
     launch(attention_mods_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk, b_),
-           ins + [bhsd(dka, x.d), bhsd(dva, x.dv), *_lists(bm, qa, "q"), *auxv, sm_scale],
+           ins + [bhsd(dka, x.d), bhsd(dva, x.dv), *_lists(bm, qa, "q", b_, h), *auxv, sm_scale],
            num_warps=cfg.num_warps, options=opts, SUB_Q=qb // cfg.q_step, SUB_K=kb // cfg.kv_block,
            BM=cfg.q_step, BN=cfg.kv_block, **common)
     qb, kb = (bm.Q_BLOCK, bm.KV_BLOCK) if bm is not None else (cfg.q_block, cfg.kv_step)
     launch(attention_mods_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
-           ins + [bhsd(dqa, x.d), *_lists(bm, qa, "kv"), *auxv, sm_scale],
+           ins + [bhsd(dqa, x.d), *_lists(bm, qa, "kv", b_, h), *auxv, sm_scale],
            num_warps=cfg.num_warps, options=opts, SUB_Q=qb // cfg.q_block, SUB_K=kb // cfg.kv_step,
            BM=cfg.q_block, BN=cfg.kv_step, **common)
     return tuple(g.obj for g in grads)

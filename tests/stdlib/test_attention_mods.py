@@ -168,6 +168,23 @@ def test_block_mask_is_reused_across_calls_and_layouts():
     _close(np.asarray(o2).transpose(0, 2, 1, 3), want, 3e-3)
 
 
+def test_a_mask_without_batch_and_heads_serves_any():
+    # B = H = None (FlexAttention's broadcast): one row of blocks for every (b, h), forward and backward
+    rng = np.random.default_rng(11)
+    q, k, v, do = _inputs(rng, 140, 140)
+    bm = block_mask(prefix_lm, None, None, 140, 140, BLOCK=64)
+    assert bm.classes.shape == (1, 1, 3, 3) and bm.shape == (None, None, 140, 140)
+    o, lse = attention(q, k, v, score_mod=alibi, block_mask=bm, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, score_mod=alibi, score_mod_grad=bias_grad, block_mask=bm)
+    want = attention_mods_ref(q, k, v, _np_mods()["alibi"], _np_mods()["prefix_lm"], do=do,
+                              grad_fn=GRADS["alibi"])
+    _close(o, want[0], 3e-3)
+    for got, w in zip(grads, want[2:]):
+        _close(got, w, 1e-2)
+    with pytest.raises(ValueError, match="Q_LEN"):
+        attention(q[:, :100], k, v, block_mask=bm)
+
+
 def _brute_classes(keep, qb, kb):
     """(B, H, q blocks, kv blocks) classes of a boolean (B, H, n_q, n_k) mask, by definition."""
     b_, h, n_q, n_k = keep.shape

@@ -81,7 +81,9 @@ def test_forward_and_backward_match_float64_autograd(torch, layout, heads, n, d,
     table = torch.randn(h, 2 * REL_OFFSET + 1, device="cuda", dtype=torch.float32) * 0.5
     doc = _docs(torch, b, n)
     args = (table,) if score == "table_bias" else (doc,) if mask == "document_causal" else ()
-    bm = block_mask(TC[mask], b, h, n, n, mod_args=args, device="cuda") if mask else None
+    # prefix-LM depends on neither b nor h: its mask is made once for all (B = H = None, stride-0 lists)
+    bb, bh = (None, None) if mask == "prefix_lm" else (b, h)
+    bm = block_mask(TC[mask], bb, bh, n, n, mod_args=args, device="cuda") if mask else None
     kw = dict(score_mod=TC.get(score), block_mask=bm, mod_args=args, layout=layout)
     o, lse = attention(q, k, v, return_lse=True, **kw)
     got = attention_backward(do, q, k, v, o, lse, score_mod_grad=TC_GRAD.get(score), **kw)
