@@ -40,6 +40,7 @@ __all__ = ["BlockMask", "block_mask", "block_mask_kernel", "block_lists_kernel",
 
 NONE, PARTIAL, FULL = 0, 1, 2
 MAX_MOD_ARGS = 2
+MASK_SUB = 32     # keys block_mask_kernel evaluates at once
 MIN_BLOCK = 64    # the attention kernels' query and key tiles (<= 64 but for the forward's 128 rows) divide it
 
 
@@ -70,20 +71,23 @@ def call_score_mod(SCORE_MOD: tc.constexpr, score, b, h, q_idx, kv_idx, aux0, au
 
 @tc.kernel
 def block_mask_kernel(cls, aux0, aux1, n_q, n_kv, MASK_MOD: tc.constexpr, N_AUX: tc.constexpr,
-                      QB: tc.constexpr, KB: tc.constexpr):
-    """cls[b, h, qb, j]: the class of key block j for query block qb (program (qb, h, b))."""
+                      QB: tc.constexpr, KB: tc.constexpr, SUB: tc.constexpr):
+    """cls[b, h, qb, j]: the class of key block j for query block qb (program (qb, h, b)),
+    each block counted SUB keys at a time (a whole 128 x 128 block of i32 indices spills)."""
     qb = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)
     rows = qb * QB + tc.arange(0, QB)
-    q_idx = tc.broadcast_to(tc.minimum(rows, n_q - 1)[:, None], (QB, KB))
+    q_idx = tc.broadcast_to(tc.minimum(rows, n_q - 1)[:, None], (QB, SUB))
     n_rows = tc.minimum(n_q - qb * QB, QB)
     for j in range(0, tc.cdiv(n_kv, KB)):
-        cols = j * KB + tc.arange(0, KB)
-        kv_idx = tc.broadcast_to(tc.minimum(cols, n_kv - 1)[None, :], (QB, KB))
-        keep = (call_mask_mod(MASK_MOD, b, h, q_idx, kv_idx, aux0, aux1, N_AUX)
-                & (rows < n_q)[:, None] & (cols < n_kv)[None, :])
-        count = tc.sum(tc.sum(keep.astype(tc.int32), axis=1), axis=0)
+        count = 0
+        for r in range(0, KB // SUB):
+            cols = j * KB + r * SUB + tc.arange(0, SUB)
+            kv_idx = tc.broadcast_to(tc.minimum(cols, n_kv - 1)[None, :], (QB, SUB))
+            keep = (call_mask_mod(MASK_MOD, b, h, q_idx, kv_idx, aux0, aux1, N_AUX)
+                    & (rows < n_q)[:, None] & (cols < n_kv)[None, :])
+            count += tc.sum(tc.sum(keep.astype(tc.int32), axis=1), axis=0)
         # a block of keys past n_kv keeps fewer than n_rows * KB: never full
         c = (count > 0).astype(tc.int32) + (count == n_rows * KB).astype(tc.int32)
         tc.store(cls, index=(b, h, qb, j), tile=tc.full((1, 1, 1, 1), c, tc.int32))
@@ -273,7 +277,7 @@ def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod
     lists = {}
     if B * H * nqb * nkb:
         launch(block_mask_kernel, (nqb, H, B), [arg(cls), *aux_views(arrs, like), Q_LEN, KV_LEN],
-               num_warps=8, MASK_MOD=mask_mod, N_AUX=n_aux, QB=qb, KB=kb)
+               num_warps=8, MASK_MOD=mask_mod, N_AUX=n_aux, QB=qb, KB=kb, SUB=min(kb, MASK_SUB))
     for key, rows, cols, transposed in (("kv", nqb, nkb, False), ("q", nkb, nqb, True)):
         num, idx, full_num, full_idx = new((B, H, rows)), new((B, H, rows, cols)), new((B, H, rows)), \
             new((B, H, rows, cols))

@@ -278,7 +278,8 @@ _ROWS = "f32[?,?,?]:stride_div=16x16x1"
 
 def _mods_signatures(d: int):
     """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
-    mask (one mod array) on a 128 x 128 block mask, bf16, at the entry points' tiles and warps."""
+    mask (one mod array) on a 128 x 128 block mask, bf16, at the entry points' tiles and
+    warps; then the block mask's two kernels (head dim aside)."""
     from tilec.target import Target
     from tilec.stdlib_kernels.attention import config_for
     from tilec.stdlib_kernels.attention_bwd import bwd_config_for
@@ -303,12 +304,16 @@ def _mods_signatures(d: int):
          ins + f"dq=bf16{_V4}, " + lists.format("kv_", "kv_") + tail
          + f"SUB_Q={128 // c.q_block}, SUB_K={128 // c.kv_step}, BM={c.q_block}, BN={c.kv_step}, " + dims,
          dict(mods, GRAD=bias_grad_1), dict(num_warps=c.num_warps, num_stages=c.num_stages)),
+        (M.block_mask_kernel, f"cls={_I4}, aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], n_q=i32, n_kv=i32, N_AUX=1, "
+         f"QB=128, KB=128, SUB={M.MASK_SUB}", dict(MASK_MOD=document), dict(num_warps=8)),
+        (M.block_lists_kernel, f"cls={_I4}, num={_R3}, idx={_I4}, full_num={_R3}, full_idx={_I4}, NC=256", {},
+         dict(num_warps=4)),
     ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("d", [64, 128])
-@pytest.mark.parametrize("which", [0, 1, 2], ids=["fwd", "dkdv", "dq"])
+@pytest.mark.parametrize("which", [0, 1, 2, 3, 4], ids=["fwd", "dkdv", "dq", "block_mask", "block_lists"])
 def test_mods_assemble_without_spills(d, which):
     from tilec.compiler import compile_kernel
     from tilec.options import CompileOptions
