@@ -9,6 +9,8 @@ import zlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tilec.stdlib_kernels import attention, attention_backward, block_mask
 
@@ -107,6 +109,27 @@ def test_backward_matches_float64(score, mask):
     _, _, wdq, wdk, wdv = attention_mods_ref(q, k, v, sf, mf, layout="bhsd", do=do, grad_fn=GRADS.get(score))
     for got, want in ((dq, wdq), (dk, wdk), (dv, wdv)):
         _close(got, want, 1e-2)
+
+
+@settings(max_examples=10, deadline=None)
+@given(n_q=st.integers(1, 160), n_k=st.integers(1, 160), hk=st.sampled_from([1, 2, 4]),
+       score=st.sampled_from([None, "alibi", "rel_bias"]), mask=st.sampled_from([None, "causal", "prefix_lm"]),
+       block=st.sampled_from([64, 128]))
+def test_forward_and_backward_for_any_lengths(n_q, n_k, hk, score, mask, block):
+    rng = np.random.default_rng(n_q * 1000 + n_k)
+    q, do = (rng.standard_normal((1, n_q, H, D)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((1, n_k, hk, D)).astype(np.float16) for _ in range(2))
+    tc_mods = {"alibi": alibi, "rel_bias": rel_bias, "causal": causal, "prefix_lm": prefix_lm}
+    bm = block_mask(tc_mods[mask], 1, H, n_q, n_k, BLOCK=block) if mask else None
+    kw = dict(score_mod=tc_mods.get(score), block_mask=bm)
+    o, lse = attention(q, k, v, return_lse=True, **kw)
+    grads = attention_backward(do, q, k, v, o, lse, score_mod_grad=bias_grad if score else None, **kw)
+    np_mods = _np_mods()
+    want = attention_mods_ref(q, k, v, np_mods.get(score), np_mods.get(mask), do=do, grad_fn=GRADS.get(score))
+    _close(o, want[0], 3e-3)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want[1]))
+    for got, w in zip(grads, want[2:]):   # dk, dv sum many rows when keys are few: relative to their size
+        _close(got, w, 1e-2 * max(1.0, np.abs(w).max()))
 
 
 def test_causal_mask_mod_matches_causal_flag():
@@ -222,6 +245,20 @@ def test_block_mask_classes_match_brute_force(mask, n_q, n_k, block):
     _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx)
     _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx)
     assert bm.sparsity() == pytest.approx((want == M.NONE).mean())
+
+
+@settings(max_examples=12, deadline=None)
+@given(n_q=st.integers(1, 300), n_k=st.integers(1, 300), qb=st.sampled_from([64, 128]),
+       kb=st.sampled_from([64, 128, 256]), mask=st.sampled_from(["causal", "prefix_lm", "late_rows"]))
+def test_block_mask_lists_match_brute_force_for_any_shape(n_q, n_k, qb, kb, mask):
+    tc_mods = {"causal": causal, "prefix_lm": prefix_lm, "late_rows": late_rows}
+    bm = block_mask(tc_mods[mask], 1, 1, n_q, n_k, BLOCK=(qb, kb))
+    qi, ki = np.arange(n_q)[None, None, :, None], np.arange(n_k)[None, None, None, :]
+    keep = np.broadcast_to(_np_mods()[mask](0, 0, qi, ki), (1, 1, n_q, n_k))
+    want = _brute_classes(keep, qb, kb)
+    assert np.array_equal(bm.classes, want)
+    _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx)
+    _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx)
 
 
 def test_empty_block_mask():
