@@ -26,6 +26,8 @@ softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
 `(batch, heads, seq_q)`.
 
 The gradients are `attention_backward` (attention_bwd.py), from the forward's out and lse.
+User `score_mod` / `mask_mod` functions and block masks (FlexAttention's semantics) take
+their own kernels: attention_mods.py, attention_mask.py.
 """
 from __future__ import annotations
 

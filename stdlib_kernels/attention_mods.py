@@ -48,13 +48,14 @@ def _scores(x, rows, cols, b, h, sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD: tc.
     if uses_idx:
         q_idx = tc.broadcast_to(tc.minimum(rows, n_q - 1), x.shape)
         kv_idx = tc.broadcast_to(tc.minimum(cols, n_kv - 1), x.shape)
-    score = x * sm_scale
     g = x
     if SCORE_MOD is not None:
+        score = x * sm_scale
         if GRAD is not None:
             g = call_score_mod(GRAD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[2])
-        score = call_score_mod(SCORE_MOD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[0])
-    s = score * LOG2E
+        s = call_score_mod(SCORE_MOD, score, b, h, q_idx, kv_idx, aux0, aux1, N_AUX[0]) * LOG2E
+    else:   # one multiply per score, as the dense kernels
+        s = x * (sm_scale * LOG2E)
     if PARTIAL:
         keep = tc.broadcast_to(cols < n_kv, x.shape)
         if MASK_MOD is not None:
