@@ -238,12 +238,13 @@ def _place(device, arrs) -> Arr:
     return as_array(np.empty(1, np.int32), "device")
 
 
-def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod_args=(), device=None) -> BlockMask:
+def block_mask(mask_mod, B: Optional[int], H: Optional[int], Q_LEN: int, KV_LEN: int, BLOCK=128, mod_args=(),
+               device=None) -> BlockMask:
     """The BlockMask of `mask_mod` (a @tc.func) for B batches, H query heads and Q_LEN x
     KV_LEN scores (B or H None, as FlexAttention's: the mask does not depend on it, is
-    computed at 0 and serves any batch / head count), in blocks of BLOCK (an int, or (q, kv); powers of two >= 64). Computed
-    where the arrays live: on `device` (a torch device), else where mod_args are, else on
-    the host (the interpreter: keep host masks small)."""
+    computed at 0 and serves any batch / head count), in blocks of BLOCK (an int, or (q, kv);
+    powers of two >= 64). Computed where the arrays live: on `device` (a torch device),
+    else where mod_args are, else on the host (the interpreter: keep host masks small)."""
     if mask_mod is None:
         raise TypeError("mask_mod: expected a @tc.func, got None")
     check_mod(mask_mod, "mask_mod")
@@ -286,4 +287,5 @@ def block_mask(mask_mod, B: int, H: int, Q_LEN: int, KV_LEN: int, BLOCK=128, mod
                    [arg(cls, transposed), arg(num), arg(idx), arg(full_num), arg(full_idx)],
                    num_warps=4, NC=max(next_pow2(cols), 16))
         lists[key] = (num.obj, idx.obj, full_num.obj, full_idx.obj)
-    return BlockMask(mask_mod, given_b, given_h, Q_LEN, KV_LEN, qb, kb, tuple(mod_args), cls.obj, *lists["kv"], *lists["q"])
+    return BlockMask(mask_mod, given_b, given_h, Q_LEN, KV_LEN, qb, kb, tuple(mod_args), cls.obj,
+                     *lists["kv"], *lists["q"])

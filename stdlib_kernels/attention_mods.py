@@ -25,12 +25,13 @@ multiplied by the derivative before the products, as softcap's is in attention_b
 """
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import tilec as tc
 
-from ._common import Arr, launch, output, target_of, view
-from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax
+from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
+from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
 from .attention_bwd import DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
@@ -285,9 +286,9 @@ def _lists(bm: Optional[BlockMask], like: Arr, orientation: str, batch: int = 1,
         return [view(n, n.shape, n.strides), view(d, d.shape, d.strides)] * 2
     names = ("kv_num", "kv_idx", "full_kv_num", "full_kv_idx") if orientation == "kv" else \
         ("q_num", "q_idx", "full_q_num", "full_q_idx")
-    from ._common import as_array, check_same_place  # noqa: PLC0415
     arrs = {n: as_array(getattr(bm, n), f"block_mask.{n}") for n in names}
     check_same_place({"q": like, **arrs})
+
     def spread(a: Arr):
         shape = (batch if bm.B is None else a.shape[0], heads if bm.H is None else a.shape[1]) + a.shape[2:]
         strides = (0 if bm.B is None else a.strides[0], 0 if bm.H is None else a.strides[1]) + a.strides[2:]
@@ -298,8 +299,6 @@ def _lists(bm: Optional[BlockMask], like: Arr, orientation: str, batch: int = 1,
 def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask_mod, block_mask_, mod_args,
                    causal=False, window=None, softcap=None):
     """The forward with mods of `attention` (x: attention.check_qkv's QKV)."""
-    import math  # noqa: PLC0415
-    from .attention import output_shape  # noqa: PLC0415
     bm = check_mod_call(x, mask_mod, block_mask_, mod_args, causal, window, softcap)
     mask_mod, mod_args = _from_mask(bm, mod_args)
     aux, _ = mod_arrays(mod_args, x.q)
@@ -330,7 +329,6 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
 def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score_mod_grad, mask_mod, block_mask_,
                             mod_args, causal=False, window=None, softcap=None):
     """The backward with mods of `attention_backward` (checked arguments from there)."""
-    import math  # noqa: PLC0415
     if score_mod is not None and score_mod_grad is None:
         raise ValueError("score_mod_grad: the backward of a score_mod needs its derivative d score_mod / d score "
                          "as a @tc.func of the same arguments (tilec has no automatic differentiation; "

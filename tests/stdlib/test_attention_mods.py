@@ -323,7 +323,8 @@ def _mods_signatures(d: int):
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
     f, c = config_for(d, d, h100), bwd_config_for(d, h100)
-    lists = f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], "
+    lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, "
+             "aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], ")
     tail = "sm_scale=f32, DENSE=False, GROUP=2, "
     dims = f"DK={d}, DV={d}"
     ins = f"q=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, do=bf16{_V4}, lse={_ROWS}, delta={_ROWS}, "
