@@ -106,7 +106,7 @@ def run_mods(dtypes, dims, seqs, passes=("fwd", "bwd")):
 
 def _one(row, flex, dt, b, s, d, sm, smg, mm, args, fsm, fmm, passes):
     q, k, v, do = (torch.randn(b, HEADS, s, d, device="cuda", dtype=dt) for _ in range(4))
-    bm = sk.block_mask(mm, b, HEADS, s, s, mod_args=args)
+    bm = sk.block_mask(mm, b, HEADS, s, s, mod_args=args, device="cuda")
     fbm = create_block_mask(fmm, b, HEADS, s, s, device="cuda")
     kw = dict(score_mod=sm, block_mask=bm, mod_args=args, layout="bhsd")
     o, lse = sk.attention(q, k, v, return_lse=True, **kw)

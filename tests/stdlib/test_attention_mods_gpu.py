@@ -109,10 +109,17 @@ def test_block_mask_on_the_device_matches_brute_force(torch):
     assert bm.classes.is_cuda and bm.kv_idx.is_cuda
     d = doc.long().cpu()
     qi, ki = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+    classes = bm.classes.cpu().numpy()
     for bb in range(b):
         keep = ((d[bb, qi] == d[bb, ki]) & (qi >= ki)).numpy()
         for i in range(-(-n_q // 128)):
             for j in range(-(-n_k // 64)):
                 blk = keep[i * 128:(i + 1) * 128, j * 64:(j + 1) * 64]
                 want = 2 if blk.all() and blk.shape[1] == 64 else 1 if blk.any() else 0
-                assert np.all(bm.classes[bb, :, i, j].cpu().numpy() == want), (bb, i, j)
+                assert np.all(classes[bb, :, i, j] == want), (bb, i, j)
+    # the lists the kernels walk: per query block, its partial then its full key blocks, in order
+    num, idx = bm.kv_num.cpu().numpy(), bm.kv_idx.cpu().numpy()
+    fnum, fidx = bm.full_kv_num.cpu().numpy(), bm.full_kv_idx.cpu().numpy()
+    for pos in np.ndindex(classes.shape[:3]):
+        assert list(idx[pos][:num[pos]]) == list(np.flatnonzero(classes[pos] == 1))
+        assert list(fidx[pos][:fnum[pos]]) == list(np.flatnonzero(classes[pos] == 2))
