@@ -123,3 +123,26 @@ def test_block_mask_on_the_device_matches_brute_force(torch):
     for pos in np.ndindex(classes.shape[:3]):
         assert list(idx[pos][:num[pos]]) == list(np.flatnonzero(classes[pos] == 1))
         assert list(fidx[pos][:fnum[pos]]) == list(np.flatnonzero(classes[pos] == 2))
+
+
+def test_torch_ops_attention_mods_is_differentiable(torch):
+    from tilec.stdlib_kernels import torch_ops
+    torch.manual_seed(3)
+    b, h, hk, n, d = 2, H, 2, 600, 64
+    q = torch.randn(b, n, h, d, device="cuda", dtype=torch.float16, requires_grad=True)
+    k, v = (torch.randn(b, n, hk, d, device="cuda", dtype=torch.float16, requires_grad=True) for _ in range(2))
+    doc = _docs(torch, b, n)
+    bm = block_mask(document_causal, b, h, n, n, mod_args=(doc,))
+    o = torch_ops.attention_mods(q, k, v, score_mod=alibi, score_mod_grad=bias_grad, block_mask=bm, mod_args=(doc,))
+    o.float().square().sum().backward()   # an upstream gradient that is not all ones
+
+    fns = _torch_mods(torch, doc=doc.long())
+    leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    want = reference(torch, *leaves, fns["alibi"], fns["document_causal"], "bshd")
+    want.square().sum().backward()
+    assert (o.double() - want).abs().max().item() < 5e-3
+    for name, g, w in zip(("dq", "dk", "dv"), (q.grad, k.grad, v.grad), (t.grad for t in leaves)):
+        err = (g.double() - w).abs().max().item()
+        assert err < 1e-2 * max(w.abs().max().item(), 1.0), (name, err)
+    with pytest.raises(ValueError, match="score_mod_grad"):
+        torch_ops.attention_mods(q, k, v, score_mod=alibi, block_mask=bm, mod_args=(doc,))
