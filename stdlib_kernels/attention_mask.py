@@ -105,15 +105,25 @@ def _compact(c, num, idx, b, h, r, WANT: tc.constexpr, NC: tc.constexpr):
 
 
 @tc.kernel
-def block_lists_kernel(cls, num, idx, full_num, full_idx, NC: tc.constexpr):
-    """Row r of cls (b, h, rows, cols) as lists: its partial columns (num, idx) and its
-    full ones (full_num, full_idx). Program (r, h, b)."""
+def block_lists_kernel(cls, num, idx, full_num, full_idx, full_run, NC: tc.constexpr):
+    """Row r of cls (b, h, rows, cols) as lists: its partial columns (num, idx), its full
+    ones (full_num, full_idx) and how many of those lead as consecutive columns (full_run:
+    the attention kernels walk that run with affine indices, which the compiler pipelines
+    and rotates like the dense kernels' loops). Program (r, h, b)."""
     r = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)
     c = tc.reshape(tc.load(cls, index=(b, h, r, 0), shape=(1, 1, 1, NC), padding=0), (NC,))
     _compact(c, num, idx, b, h, r, PARTIAL, NC)
     _compact(c, full_num, full_idx, b, h, r, FULL, NC)
+    # full column k is in the leading run when as many full columns precede it as columns
+    # lie between the first full one and it
+    cols = tc.arange(0, NC)
+    hit = (c == FULL).astype(tc.int32)
+    first = tc.min(tc.where(hit > 0, cols, NC), axis=0)
+    before = tc.cumsum(hit, axis=0) - hit
+    run = tc.sum(tc.where((hit > 0) & (cols - first == before), 1, 0), axis=0)
+    tc.store(full_run, index=(b, h, r), tile=tc.full((1, 1, 1), run, tc.int32))
 
 
 @dataclass(frozen=True)
@@ -122,8 +132,9 @@ class BlockMask:
     the place the mask was computed on (numpy on the host, else the device's kind):
     classes (B, H, q blocks, kv blocks) i32 of NONE / PARTIAL / FULL; per query block the
     partial key blocks kv_num (B, H, q blocks), kv_idx (B, H, q blocks, kv blocks) (the
-    first kv_num of each row are meaningful) and the full ones full_kv_num, full_kv_idx;
-    per key block the query blocks, q_num, q_idx, full_q_num, full_q_idx."""
+    first kv_num of each row are meaningful) and the full ones full_kv_num, full_kv_idx,
+    of which the first full_kv_run are consecutive blocks; per key block the query
+    blocks, q_num, q_idx, full_q_num, full_q_idx, full_q_run."""
     mask_mod: Any
     B: Optional[int]    # None: the mask does not depend on b (one row of blocks serves every batch)
     H: Optional[int]    # None: nor on h
@@ -137,10 +148,12 @@ class BlockMask:
     kv_idx: Any
     full_kv_num: Any
     full_kv_idx: Any
+    full_kv_run: Any
     q_num: Any
     q_idx: Any
     full_q_num: Any
     full_q_idx: Any
+    full_q_run: Any
 
     @property
     def shape(self) -> Tuple[int, int, int, int]:
@@ -280,12 +293,12 @@ def block_mask(mask_mod, B: Optional[int], H: Optional[int], Q_LEN: int, KV_LEN:
         launch(block_mask_kernel, (nqb, H, B), [arg(cls), *aux_views(arrs, like), Q_LEN, KV_LEN],
                num_warps=8, MASK_MOD=mask_mod, N_AUX=n_aux, QB=qb, KB=kb, SUB=min(kb, MASK_SUB))
     for key, rows, cols, transposed in (("kv", nqb, nkb, False), ("q", nkb, nqb, True)):
-        num, idx, full_num, full_idx = new((B, H, rows)), new((B, H, rows, cols)), new((B, H, rows)), \
-            new((B, H, rows, cols))
+        num, idx, full_num, full_idx, full_run = (new((B, H, rows)), new((B, H, rows, cols)), new((B, H, rows)),
+                                                  new((B, H, rows, cols)), new((B, H, rows)))
         if B * H * rows * cols:
             launch(block_lists_kernel, (rows, H, B),
-                   [arg(cls, transposed), arg(num), arg(idx), arg(full_num), arg(full_idx)],
+                   [arg(cls, transposed), arg(num), arg(idx), arg(full_num), arg(full_idx), arg(full_run)],
                    num_warps=4, NC=max(next_pow2(cols), 16))
-        lists[key] = (num.obj, idx.obj, full_num.obj, full_idx.obj)
+        lists[key] = (num.obj, idx.obj, full_num.obj, full_idx.obj, full_run.obj)
     return BlockMask(mask_mod, given_b, given_h, Q_LEN, KV_LEN, qb, kb, tuple(mod_args), cls.obj,
                      *lists["kv"], *lists["q"])

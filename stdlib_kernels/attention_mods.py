@@ -91,7 +91,7 @@ def _list_at(idx, b, h, r, t):
 
 
 @tc.kernel
-def attention_mods_fwd_kernel(q, k, v, o, lse, kv_num, kv_idx, full_num, full_idx, aux0, aux1, sm_scale,
+def attention_mods_fwd_kernel(q, k, v, o, lse, kv_num, kv_idx, full_num, full_idx, full_run, aux0, aux1, sm_scale,
                               SCORE_MOD: tc.constexpr, MASK_MOD: tc.constexpr, N_AUX: tc.constexpr,
                               DENSE: tc.constexpr, GROUP: tc.constexpr, LSE: tc.constexpr,
                               SUB_Q: tc.constexpr, SUB_K: tc.constexpr,
@@ -116,8 +116,14 @@ def attention_mods_fwd_kernel(q, k, v, o, lse, kv_num, kv_idx, full_num, full_id
                                        SCORE_MOD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     else:
         mb = mblk // SUB_Q
-        # one flat loop per list (SUB_K tiles per listed block), so the loop is a plain one to pipeline
-        for t in range(0, _list_row(full_num, b, h, mb) * SUB_K):
+        # the leading run of consecutive full blocks by affine indices (pipelined and rotated as
+        # the dense loops), then one flat loop per list (SUB_K tiles per listed block)
+        run = _list_row(full_run, b, h, mb)
+        lo = _list_at(full_idx, b, h, mb, 0) * SUB_K
+        for j in range(lo, lo + run * SUB_K):
+            m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, j, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
+                                       aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
+        for t in range(run * SUB_K, _list_row(full_num, b, h, mb) * SUB_K):
             j = _list_at(full_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
             m_i, l_i, acc = _fwd_block(qt, k, v, b, h, hk, j, m_i, l_i, acc, sm_scale, q0, n_q, n_kv,
                                        aux0, aux1, SCORE_MOD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
@@ -154,7 +160,7 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, sm_scale, n_q, n
 
 
 @tc.kernel
-def attention_mods_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, q_num, q_idx, full_num, full_idx, aux0, aux1,
+def attention_mods_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, q_num, q_idx, full_num, full_idx, full_run, aux0, aux1,
                                sm_scale, SCORE_MOD: tc.constexpr, GRAD: tc.constexpr, MASK_MOD: tc.constexpr,
                                N_AUX: tc.constexpr, DENSE: tc.constexpr, GROUP: tc.constexpr,
                                SUB_Q: tc.constexpr, SUB_K: tc.constexpr,
@@ -178,7 +184,13 @@ def attention_mods_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, q_num, q_idx, fu
                                              n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False,
                                              BM, BN, DK, DV)
         else:
-            for t in range(0, _list_row(full_num, b, h, kb) * SUB_Q):
+            run = _list_row(full_run, b, h, kb)
+            lo = _list_at(full_idx, b, h, kb, 0) * SUB_Q
+            for i in range(lo, lo + run * SUB_Q):
+                dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0,
+                                             sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
+                                             False, BM, BN, DK, DV)
+            for t in range(run * SUB_Q, _list_row(full_num, b, h, kb) * SUB_Q):
                 i = _list_at(full_idx, b, h, kb, t // SUB_Q) * SUB_Q + t % SUB_Q
                 dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0,
                                              sm_scale, n_q, n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX,
@@ -210,7 +222,8 @@ def _dq_block(qt, dot_, l2, d, k, v, b, h, hk, j, dq, q0, sm_scale, n_q, n_kv, a
 
 
 @tc.kernel
-def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_num, full_idx, aux0, aux1, sm_scale,
+def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_num, full_idx, full_run, aux0, aux1,
+                             sm_scale,
                              SCORE_MOD: tc.constexpr, GRAD: tc.constexpr, MASK_MOD: tc.constexpr,
                              N_AUX: tc.constexpr, DENSE: tc.constexpr, GROUP: tc.constexpr,
                              SUB_Q: tc.constexpr, SUB_K: tc.constexpr,
@@ -235,7 +248,12 @@ def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_n
                                SCORE_MOD, GRAD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     else:
         mb = mblk // SUB_Q
-        for t in range(0, _list_row(full_num, b, h, mb) * SUB_K):
+        run = _list_row(full_run, b, h, mb)
+        lo = _list_at(full_idx, b, h, mb, 0) * SUB_K
+        for j in range(lo, lo + run * SUB_K):
+            dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, j, dq_acc, q0, sm_scale, n_q, n_kv,
+                               aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
+        for t in range(run * SUB_K, _list_row(full_num, b, h, mb) * SUB_K):
             j = _list_at(full_idx, b, h, mb, t // SUB_K) * SUB_K + t % SUB_K
             dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, h, hk, j, dq_acc, q0, sm_scale, n_q, n_kv,
                                aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
@@ -277,15 +295,16 @@ def _from_mask(bm: Optional[BlockMask], mod_args):
 
 
 def _lists(bm: Optional[BlockMask], like: Arr, orientation: str, batch: int = 1, heads: int = 1):
-    """The 4 list arguments of the kernels: bm's kv (per query block) or q (per key block)
+    """The 5 list arguments of the kernels: bm's kv (per query block) or q (per key block)
     lists, or 1-element dummies (DENSE). A mask made with B or H None is seen with stride 0
     along that dimension, for the call's batch and heads."""
     if bm is None:
         d = output(None, like, (1, 1, 1, 1), tc.int32, "lists")
         n = output(None, like, (1, 1, 1), tc.int32, "lists")
-        return [view(n, n.shape, n.strides), view(d, d.shape, d.strides)] * 2
-    names = ("kv_num", "kv_idx", "full_kv_num", "full_kv_idx") if orientation == "kv" else \
-        ("q_num", "q_idx", "full_q_num", "full_q_idx")
+        nv, dv = view(n, n.shape, n.strides), view(d, d.shape, d.strides)
+        return [nv, dv, nv, dv, nv]
+    names = tuple(f"{n}{orientation}_{s}" for n, s in (("", "num"), ("", "idx"), ("full_", "num"),
+                                                        ("full_", "idx"), ("full_", "run")))
     arrs = {n: as_array(getattr(bm, n), f"block_mask.{n}") for n in names}
     check_same_place({"q": like, **arrs})
 

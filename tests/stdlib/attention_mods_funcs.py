@@ -86,3 +86,9 @@ def alibi_doc(score, b, h, q_idx, kv_idx, doc):
     # ALiBi beside a document mask that reads `doc`: the score_mod takes the mod array too
     slope = tc.exp2(-8.0 * (h + 1).astype(tc.float32) / H)
     return score + slope * (kv_idx - q_idx).astype(tc.float32)
+
+
+@tc.func
+def striped(b, h, q_idx, kv_idx):
+    # keys in every other band of 64 (full blocks that are not consecutive), and the diagonal
+    return ((kv_idx // 64) % 2 == 0) | (q_idx == kv_idx)

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from tilec.stdlib_kernels import attention, attention_backward, block_mask
 
 from attention_mods_funcs import (H, PREFIX, REL_OFFSET, alibi, alibi_doc, bias_grad, bias_grad_1, causal, document,
-                                  document_causal, keep_nothing, late_rows, prefix_lm, rel_bias, table_bias, tanh_cap,
-                                  tanh_cap_grad)
+                                  document_causal, keep_nothing, late_rows, prefix_lm, rel_bias, table_bias, striped,
+                                  tanh_cap, tanh_cap_grad)
 from attention_ref import attention_mods_ref, attention_ref
 
 M = importlib.import_module("tilec.stdlib_kernels.attention_mask")
@@ -45,6 +45,7 @@ def _np_mods(table=None, doc=None):
         "document": lambda b, h, q, k: doc[b, q] == doc[b, k],
         "document_causal": lambda b, h, q, k: (doc[b, q] == doc[b, k]) & (q >= k),
         "late_rows": lambda b, h, q, k: (q >= 10) & (k <= q) & (k > q - 40),
+        "striped": lambda b, h, q, k: ((k // 64) % 2 == 0) | (q == k),
     }
 
 
@@ -67,6 +68,7 @@ def _close(got, want, tol):
 
 # (score_mod, mask_mod, whether mod_args holds the table / the documents)
 CASES = [("rel_bias", None), ("alibi", None), ("table_bias", None), (None, "causal"), (None, "prefix_lm"),
+         ("rel_bias", "striped"),
          (None, "document"), ("alibi", "document_causal"), ("tanh_cap", "late_rows")]
 
 
@@ -75,7 +77,7 @@ def _setup(rng, score, mask, n):
     doc = _docs(rng, n)
     np_mods = _np_mods(table, doc)
     tc_mods = {f.fn.__name__: f for f in (rel_bias, alibi, table_bias, tanh_cap, causal, prefix_lm, document,
-                                          document_causal, late_rows)}
+                                          document_causal, late_rows, striped)}
     args = (table,) if score == "table_bias" else (doc,) if mask and mask.startswith("document") else ()
     return (tc_mods.get(score), tc_mods.get(mask), args,
             np_mods.get(score), np_mods.get(mask))
@@ -129,6 +131,21 @@ def test_forward_and_backward_for_any_lengths(n_q, n_k, hk, score, mask, block):
     _close(o, want[0], 3e-3)
     assert np.array_equal(np.isneginf(lse), np.isneginf(want[1]))
     for got, w in zip(grads, want[2:]):   # dk, dv sum many rows when keys are few: relative to their size
+        _close(got, w, 1e-2 * max(1.0, np.abs(w).max()))
+
+
+def test_full_blocks_that_are_not_consecutive():
+    # striped keys, blocks of 64: key blocks 0 and 2 are full, 1 and 3 partial or none, so a
+    # query block's full list [0, 2] has a run of 1 (walked by index) and one listed block
+    rng = np.random.default_rng(12)
+    q, k, v, do = _inputs(rng, 300, 300)
+    bm = block_mask(striped, B, H, 300, 300, BLOCK=64)
+    assert bm.full_kv_num[0, 0, 0] == 2 and bm.full_kv_run[0, 0, 0] == 1
+    o, lse = attention(q, k, v, block_mask=bm, return_lse=True)
+    grads = attention_backward(do, q, k, v, o, lse, block_mask=bm)
+    want = attention_mods_ref(q, k, v, mask_fn=_np_mods()["striped"], do=do)
+    _close(o, want[0], 3e-3)
+    for got, w in zip(grads, want[2:]):
         _close(got, w, 1e-2 * max(1.0, np.abs(w).max()))
 
 
@@ -221,19 +238,24 @@ def _brute_classes(keep, qb, kb):
     return out
 
 
-def _check_lists(classes, num, idx, full_num, full_idx):
+def _check_lists(classes, num, idx, full_num, full_idx, full_run):
     for pos in np.ndindex(classes.shape[:3]):
         row = classes[pos]
         assert list(idx[pos][:num[pos]]) == list(np.flatnonzero(row == M.PARTIAL))
-        assert list(full_idx[pos][:full_num[pos]]) == list(np.flatnonzero(row == M.FULL))
+        full = np.flatnonzero(row == M.FULL)
+        assert list(full_idx[pos][:full_num[pos]]) == list(full)
+        run = int(np.argmin(np.diff(full) == 1)) + 1 if len(full) > 1 and not np.all(np.diff(full) == 1) \
+            else len(full)
+        assert full_run[pos] == run, (pos, full, full_run[pos])
 
 
-@pytest.mark.parametrize("mask", ["causal", "prefix_lm", "document", "late_rows"])
+@pytest.mark.parametrize("mask", ["causal", "prefix_lm", "document", "late_rows", "striped"])
 @pytest.mark.parametrize("n_q,n_k,block", [(150, 150, 64), (100, 260, (64, 128)), (200, 70, 128), (64, 64, 64)])
 def test_block_mask_classes_match_brute_force(mask, n_q, n_k, block):
     rng = np.random.default_rng(10)
     doc = _docs(rng, max(n_q, n_k))
-    tc_mods = {"causal": causal, "prefix_lm": prefix_lm, "document": document, "late_rows": late_rows}
+    tc_mods = {"causal": causal, "prefix_lm": prefix_lm, "document": document, "late_rows": late_rows,
+               "striped": striped}
     args = (doc,) if mask == "document" else ()
     bm = block_mask(tc_mods[mask], B, H, n_q, n_k, BLOCK=block, mod_args=args)
     bi, hi = np.arange(B)[:, None, None, None], np.arange(H)[None, :, None, None]
@@ -242,23 +264,23 @@ def test_block_mask_classes_match_brute_force(mask, n_q, n_k, block):
     qb, kb = (block, block) if isinstance(block, int) else block
     want = _brute_classes(keep, qb, kb)
     assert np.array_equal(bm.classes, want)
-    _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx)
-    _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx)
+    _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx, bm.full_kv_run)
+    _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx, bm.full_q_run)
     assert bm.sparsity() == pytest.approx((want == M.NONE).mean())
 
 
 @settings(max_examples=12, deadline=None)
 @given(n_q=st.integers(1, 300), n_k=st.integers(1, 300), qb=st.sampled_from([64, 128]),
-       kb=st.sampled_from([64, 128, 256]), mask=st.sampled_from(["causal", "prefix_lm", "late_rows"]))
+       kb=st.sampled_from([64, 128, 256]), mask=st.sampled_from(["causal", "prefix_lm", "late_rows", "striped"]))
 def test_block_mask_lists_match_brute_force_for_any_shape(n_q, n_k, qb, kb, mask):
-    tc_mods = {"causal": causal, "prefix_lm": prefix_lm, "late_rows": late_rows}
+    tc_mods = {"causal": causal, "prefix_lm": prefix_lm, "late_rows": late_rows, "striped": striped}
     bm = block_mask(tc_mods[mask], 1, 1, n_q, n_k, BLOCK=(qb, kb))
     qi, ki = np.arange(n_q)[None, None, :, None], np.arange(n_k)[None, None, None, :]
     keep = np.broadcast_to(_np_mods()[mask](0, 0, qi, ki), (1, 1, n_q, n_k))
     want = _brute_classes(keep, qb, kb)
     assert np.array_equal(bm.classes, want)
-    _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx)
-    _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx)
+    _check_lists(want, bm.kv_num, bm.kv_idx, bm.full_kv_num, bm.full_kv_idx, bm.full_kv_run)
+    _check_lists(want.transpose(0, 1, 3, 2), bm.q_num, bm.q_idx, bm.full_q_num, bm.full_q_idx, bm.full_q_run)
 
 
 def test_empty_block_mask():
@@ -323,7 +345,7 @@ def _mods_signatures(d: int):
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
     f, c = config_for(d, d, h100), bwd_config_for(d, h100)
-    lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, "
+    lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
              "aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], ")
     tail = "sm_scale=f32, DENSE=False, GROUP=2, "
     dims = f"DK={d}, DV={d}"
@@ -344,7 +366,8 @@ def _mods_signatures(d: int):
          dict(mods, GRAD=bias_grad_1), dict(num_warps=c.num_warps, num_stages=c.num_stages)),
         (M.block_mask_kernel, f"cls={_I4}, aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], n_q=i32, n_kv=i32, N_AUX=1, "
          f"QB=128, KB=128, SUB={M.MASK_SUB}", dict(MASK_MOD=document), dict(num_warps=8)),
-        (M.block_lists_kernel, f"cls={_I4}, num={_R3}, idx={_I4}, full_num={_R3}, full_idx={_I4}, NC=256", {},
+        (M.block_lists_kernel, f"cls={_I4}, num={_R3}, idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
+         "NC=256", {},
          dict(num_warps=4)),
     ]
 
