@@ -373,14 +373,15 @@ def _mods_signatures(d: int):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("which", [0, 1, 2, 3, 4], ids=["fwd", "dkdv", "dq", "block_mask", "block_lists"])
-def test_mods_assemble_without_spills(d, which):
+def test_mods_assemble_without_spills(d, which, arch):
     from tilec.compiler import compile_kernel
     from tilec.options import CompileOptions
     kernel, sig, constexprs, options = _mods_signatures(d)[which]
     spec = kernel.specialization(sig, **constexprs)
-    compiled = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a", fast_math=True, **options), use_cache=False)
+    compiled = compile_kernel(kernel, spec, CompileOptions(arch=arch, fast_math=True, **options), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert not report["warnings"], report["warnings"]
