@@ -12,7 +12,10 @@ score_mod_grad).
 
 The kernels walk FlexAttention's lists (attention_mask.py): per query tile, the key
 blocks of its mask row that are full (no mask_mod called, no bounds) and those that are
-partial (mask_mod and the key bound); blocks of class none are never loaded. Without a
+partial (mask_mod and the key bound); blocks of class none are never loaded. The full
+list's leading run of consecutive blocks (a causal, windowed, prefix or document row's
+whole interior) is walked by an affine index, which the compiler pipelines and rotates
+as in the dense kernels; the rest by loaded indices. Without a
 mask_mod the kernels walk every key block (DENSE), masking only the ragged last one.
 A block of the mask spans whole kernel tiles (SUB_Q x SUB_K of them).
 
