@@ -270,12 +270,13 @@ def scales(scale: Optional[float], softcap: Optional[float], d: int) -> Tuple[fl
 
 def has_mods(score_mod, mask_mod, block_mask, mod_args, score_mod_grad=None) -> bool:
     """Whether a call takes the mods path; TypeError for a mod that is not a @tc.func."""
-    if score_mod is None and mask_mod is None and block_mask is None and score_mod_grad is None and not mod_args:
+    no_args = isinstance(mod_args, (tuple, list)) and len(mod_args) == 0
+    if score_mod is None and mask_mod is None and block_mask is None and score_mod_grad is None and no_args:
         return False   # the dense calls' path: nothing imported or checked
     from .attention_mask import check_mod  # noqa: PLC0415
     for fn, name in ((score_mod, "score_mod"), (mask_mod, "mask_mod"), (score_mod_grad, "score_mod_grad")):
         check_mod(fn, name)
-    if mod_args and score_mod is None and mask_mod is None and block_mask is None:
+    if not no_args and score_mod is None and mask_mod is None and block_mask is None:
         raise ValueError("mod_args: given without a score_mod, mask_mod or block_mask to read them")
     return score_mod is not None or mask_mod is not None or block_mask is not None or score_mod_grad is not None
 

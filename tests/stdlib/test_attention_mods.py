@@ -305,6 +305,7 @@ def _qkv_small():
     (lambda q, k, v: attention(q, k, v, block_mask="causal"), TypeError, "block_mask"),
     (lambda q, k, v: attention(q, k, v, mod_args=(np.zeros(3),)), ValueError, "mod_args"),
     (lambda q, k, v: attention(q, k, v, mask_mod=document, mod_args=(np.zeros(3),) * 3), ValueError, "at most"),
+    (lambda q, k, v: attention(q, k, v, mask_mod=document, mod_args=np.zeros(3, np.int32)), TypeError, "tuple"),
     (lambda q, k, v: attention(q[0], k[0], v[0], mask_mod=causal, cu_seqlens_q=np.array([0, 8], np.int32),
                                cu_seqlens_k=np.array([0, 8], np.int32)), ValueError, "cu_seqlens"),
     (lambda q, k, v: attention(q, k, v, mask_mod=document), ValueError, r"mask_mod: expected the parameters"),
