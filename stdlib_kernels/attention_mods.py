@@ -270,6 +270,7 @@ def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_n
 # ----------------------------------------------------------------------------- host side
 def check_mod_call(x, mask_mod, block_mask_, mod_args, causal, window, softcap) -> Optional[BlockMask]:
     """The BlockMask a call with mods walks (None: DENSE), checked against the call."""
+    mod_arrays(mod_args, x.q)   # TypeError / ValueError for mod_args themselves first
     if causal or window is not None or softcap is not None:
         raise ValueError("score_mod / mask_mod / block_mask do not combine with causal, window or softcap: "
                          "express them as a mask_mod (q_idx >= kv_idx) or a score_mod")
