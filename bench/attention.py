@@ -1,7 +1,7 @@
 """Attention throughput, forward and backward: the tilec example kernels vs the same algorithm in Triton vs SDPA.
 
     python bench/attention.py [--quick] [--dtypes f16,bf16] [--dims 64,128] [--seqs 1024,...]
-                              [--passes fwd,bwd] [--json FILE] [--check]
+                              [--passes fwd,bwd] [--json FILE] [--check] [--mods]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
@@ -472,6 +472,9 @@ def main(argv=None):
     p.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
+    p.add_argument("--mods", action="store_true",
+                   help="only the score_mod / mask_mod section: sk.attention against FlexAttention on the same "
+                        "functions (bench/attention_mods.py; seqs default to 2048,8192)")
     args = p.parse_args(argv)
     dtypes = args.dtypes.split(",")
     dims = [int(x) for x in args.dims.split(",")]
@@ -480,6 +483,14 @@ def main(argv=None):
         dtypes, seqs = ["f16"], [1024, 4096]
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     passes = args.passes.split(",")
+    if args.mods:
+        try:
+            from bench import attention_mods
+        except ImportError:
+            import attention_mods  # type: ignore[no-redef]
+        mod_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
+        attention_mods.main(dtypes, dims, mod_seqs, passes, args.json)
+        return
     if args.check:
         worst = max(check_all(dtypes, dims) if "fwd" in passes else 0.0,
                     check_bwd(dtypes, dims) if "bwd" in passes else 0.0)

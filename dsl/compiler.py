@@ -29,7 +29,9 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .abi import param_slots
 from .compiled import CompiledKernel
+from .definition import dependency_hash
 from .errors import CompilationError, SpillWarning
+from .language import Func
 from .options import CompileOptions
 from .remarks import Remarks, check_tile_sizes, from_metadata, occupancy, print_remarks, remarks_enabled
 from .runtime import cache
@@ -45,7 +47,19 @@ def _kernel_name(kernel) -> str:
 
 
 def _spec_text(spec) -> str:
-    return repr(spec)
+    # A @tc.func passed as a constexpr reprs as its name only: its source (and what it
+    # reads) is added, so that two funcs of one name never share a cached kernel.
+    funcs = [f"{p.name}:{f.fn.__module__}.{f.fn.__qualname__}:{dependency_hash(f.fn)}"
+             for p in getattr(spec, "params", ()) if p.kind == "constexpr" for f in _funcs_in(p.value)]
+    return "\n".join([repr(spec), *funcs])
+
+
+def _funcs_in(value):
+    if isinstance(value, Func):
+        yield value
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from _funcs_in(v)
 
 
 _COMPILER_HASH: Optional[str] = None

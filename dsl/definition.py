@@ -18,7 +18,7 @@ from .language import Func, constexpr
 from .options import RESERVED_KWARGS, unknown_keyword
 from .version import __version__
 
-__all__ = ["KernelDef", "def_location", "is_constexpr_annotation"]
+__all__ = ["KernelDef", "def_location", "is_constexpr_annotation", "dependency_hash"]
 
 
 def is_constexpr_annotation(ann) -> bool:
@@ -101,16 +101,7 @@ class KernelDef:
         """sha256 of this kernel's source, every @tc.func it calls (transitively), the constant
         globals it reads and the tilec version."""
         if self._source_hash is None:
-            h = hashlib.sha256(__version__.encode())
-            seen: Dict[int, Any] = {}
-            consts: Dict[str, str] = {}
-            _collect_dependencies(self.fn, seen, consts)
-            for fn in sorted(seen.values(), key=lambda f: (f.__module__ or "", f.__qualname__)):
-                h.update(f"{fn.__module__}.{fn.__qualname__}\n".encode())
-                h.update(_source_text(fn).encode())
-            for k in sorted(consts):
-                h.update(f"{k}={consts[k]}\n".encode())
-            self._source_hash = h.hexdigest()
+            self._source_hash = dependency_hash(self.fn)
         return self._source_hash
 
     def source_positions(self) -> str:
@@ -123,6 +114,22 @@ class KernelDef:
             self._source_positions = "\n".join(sorted(
                 f"{fn.__code__.co_filename}:{fn.__code__.co_firstlineno}" for fn in seen.values()))
         return self._source_positions
+
+
+def dependency_hash(fn) -> str:
+    """sha256 of `fn`'s source, every @tc.func it calls (transitively), the constant globals
+    and closure values it reads and the tilec version: what a kernel's, or a @tc.func passed
+    as a constexpr's, generated code depends on."""
+    h = hashlib.sha256(__version__.encode())
+    seen: Dict[int, Any] = {}
+    consts: Dict[str, str] = {}
+    _collect_dependencies(fn, seen, consts)
+    for f in sorted(seen.values(), key=lambda f: (f.__module__ or "", f.__qualname__)):
+        h.update(f"{f.__module__}.{f.__qualname__}\n".encode())
+        h.update(_source_text(f).encode())
+    for k in sorted(consts):
+        h.update(f"{k}={consts[k]}\n".encode())
+    return h.hexdigest()
 
 
 def _source_text(fn) -> str:

@@ -265,6 +265,9 @@ def _check_constexpr(name, v):
         return tuple(_check_constexpr(name, x) for x in v)
     if v is None or isinstance(v, (bool, int, float, str, DType, Func)):
         return v
+    if callable(v):   # a plain function: kernels inline only @tc.funcs
+        raise TypeError(f"parameter '{name}' is a tc.constexpr and got the plain Python function "
+                        f"{getattr(v, '__name__', v)!r}: decorate it with @tc.func to pass it to a kernel")
     raise TypeError(f"parameter '{name}' is a tc.constexpr and needs a Python int, float, bool, str, tuple, "
                     f"tilec dtype or @tc.func, got a {type(v).__name__}")
 

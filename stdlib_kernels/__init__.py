@@ -8,6 +8,7 @@ any DLPack / __cuda_array_interface__ array (run on the GPU), or numpy arrays
 from ._common import BF16Array, F8Array
 from .attention import attention
 from .attention_bwd import attention_backward
+from .attention_mask import BlockMask, block_mask
 from .attention_decode import attention_decode
 from .backward import layer_norm_backward, log_softmax_backward, rms_norm_backward, softmax_backward
 from .cross_entropy import cross_entropy
@@ -29,7 +30,7 @@ from .transpose import transpose
 
 __all__ = ["BF16Array", "F8Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
            "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose",
-           "attention", "attention_backward", "attention_decode", "mla_decode", "softmax_backward",
+           "attention", "attention_backward", "block_mask", "BlockMask", "attention_decode", "mla_decode", "softmax_backward",
            "log_softmax_backward", "layer_norm_backward", "rms_norm_backward", "gelu_backward", "swiglu_backward",
            "silu_and_mul_backward", "rope_backward", "dropout_backward", "linear_cross_entropy", "embedding",
            "embedding_backward", "add_rms_norm", "add_rms_norm_backward", "topk", "sample", "argmax"]

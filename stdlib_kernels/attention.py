@@ -26,6 +26,8 @@ softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
 `(batch, heads, seq_q)`.
 
 The gradients are `attention_backward` (attention_bwd.py), from the forward's out and lse.
+User `score_mod` / `mask_mod` functions and block masks (FlexAttention's semantics) take
+their own kernels: attention_mods.py, attention_mask.py.
 """
 from __future__ import annotations
 
@@ -266,6 +268,19 @@ def scales(scale: Optional[float], softcap: Optional[float], d: int) -> Tuple[fl
     return float(softcap) * LOG2E, float(scale) / float(softcap), float(scale)
 
 
+def has_mods(score_mod, mask_mod, block_mask, mod_args, score_mod_grad=None) -> bool:
+    """Whether a call takes the mods path; TypeError for a mod that is not a @tc.func."""
+    no_args = isinstance(mod_args, (tuple, list)) and len(mod_args) == 0
+    if score_mod is None and mask_mod is None and block_mask is None and score_mod_grad is None and no_args:
+        return False   # the dense calls' path: nothing imported or checked
+    from .attention_mask import check_mod  # noqa: PLC0415
+    for fn, name in ((score_mod, "score_mod"), (mask_mod, "mask_mod"), (score_mod_grad, "score_mod_grad")):
+        check_mod(fn, name)
+    if not no_args and score_mod is None and mask_mod is None and block_mask is None:
+        raise ValueError("mod_args: given without a score_mod, mask_mod or block_mask to read them")
+    return score_mod is not None or mask_mod is not None or block_mask is not None or score_mod_grad is not None
+
+
 def output_shape(x: QKV, layout: str) -> Tuple[int, int, int, int]:
     """The shape of `out`: q's, with v's head dim."""
     return (x.batch, x.n_q, x.heads, x.dv) if layout == "bshd" else (x.batch, x.heads, x.n_q, x.dv)
@@ -273,18 +288,28 @@ def output_shape(x: QKV, layout: str) -> Tuple[int, int, int, int]:
 
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
               softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+              score_mod=None, mask_mod=None, block_mask=None, mod_args=()):
     """softmax(q kᵀ · scale) v per (batch, head), with optional causal / sliding-window masks,
     grouped-query heads and score capping; see the module doc. Returns `out`, or
     `(out, lse)` with `return_lse=True`. The gradients: `attention_backward`
     (stdlib_kernels/attention_bwd.py). With `cu_seqlens_q/k`: packed variable-length
-    sequences (stdlib_kernels/attention_varlen.py)."""
+    sequences (stdlib_kernels/attention_varlen.py). `score_mod`, `mask_mod` (@tc.funcs),
+    `block_mask` (`block_mask(...)`) and `mod_args` (arrays the mods read): FlexAttention's
+    semantics (stdlib_kernels/attention_mods.py)."""
+    mods = has_mods(score_mod, mask_mod, block_mask, mod_args)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if mods:
+            raise ValueError("score_mod / mask_mod / block_mask: not supported with cu_seqlens (variable length)")
         from .attention_varlen import attention_varlen  # noqa: PLC0415
         return attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 causal=causal, scale=scale, window=window, softcap=softcap, layout=layout,
                                 return_lse=return_lse, out=out)
     x, _ = check_qkv(q, k, v, layout)
+    if mods:
+        from .attention_mods import attention_mods  # noqa: PLC0415
+        return attention_mods(x, layout, scale, out, return_lse, score_mod, mask_mod, block_mask, mod_args,
+                              causal=causal, window=window, softcap=softcap)
     qa = x.q
     b_, h, n_q = x.batch, x.heads, x.n_q
     left, right = _window(causal, window)

@@ -34,7 +34,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
-from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, output_shape, scales
+from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
@@ -225,14 +225,19 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
                        softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None,
-                       cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None):
+                       cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
+                       score_mod=None, mask_mod=None, block_mask=None, mod_args=(), score_mod_grad=None):
     """(dq, dk, dv) of `attention(q, k, v, ...)` for the upstream gradient `do` (shaped like
     out), from the forward's `o` and `lse` (`return_lse=True`); the same keyword arguments
     as the forward call. `dq`, `dk`, `dv`: arrays to write (shaped like q, k, v), else new
     ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward.
     With `cu_seqlens_q/k`: packed variable-length sequences, lse and dlse (heads, total_q)
-    (stdlib_kernels/attention_varlen.py)."""
+    (stdlib_kernels/attention_varlen.py). With the forward's mods: `score_mod_grad`, the
+    derivative of score_mod (stdlib_kernels/attention_mods.py)."""
+    mods = has_mods(score_mod, mask_mod, block_mask, mod_args, score_mod_grad)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if mods:
+            raise ValueError("score_mod / mask_mod / block_mask: not supported with cu_seqlens (variable length)")
         from .attention_varlen import attention_backward_varlen  # noqa: PLC0415
         return attention_backward_varlen(attention_backward, do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                          max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
@@ -261,6 +266,10 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     grads = [output(g, a, a.shape, qa.dtype, name) for g, a, name in ((dq, x.q, "dq"), (dk, x.k, "dk"), (dv, x.v, "dv"))]
     for name, g in zip(("dq", "dk", "dv"), grads):
         check_4d(g, name, layout)
+    if mods:
+        from .attention_mods import attention_backward_mods  # noqa: PLC0415
+        return attention_backward_mods(x, arrs, grads, layout, scale, score_mod, score_mod_grad, mask_mod,
+                                       block_mask, mod_args, causal=causal, window=window, softcap=softcap)
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     cfg = bwd_config_for(x.d, target_of(qa), x.dv)

@@ -57,7 +57,7 @@ from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
 from .topk import topk as _topk
 
-__all__ = ["OpSpec", "OPS", "register", "attention", "rms_norm", "layer_norm", "softmax", "log_softmax",
+__all__ = ["OpSpec", "OPS", "register", "attention", "attention_mods", "rms_norm", "layer_norm", "softmax", "log_softmax",
            "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
            "linear_cross_entropy", "embedding", "add_rms_norm", "topk", "sample", "argmax"]
 
@@ -643,6 +643,52 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
     out, lse = torch.ops.tilec.attention(q, k, v, bool(causal), scale, wl, wr, softcap, layout)
     return (out, lse) if return_lse else out
+
+
+def attention_mods(q, k, v, *, score_mod=None, mask_mod=None, block_mask=None, mod_args=(), score_mod_grad=None,
+                   scale: Optional[float] = None, layout: str = "bshd", return_lse: bool = False):
+    """`tilec.stdlib_kernels.attention` with score_mod / mask_mod / block_mask (FlexAttention's
+    semantics, docs/stdlib.md), differentiable in eager mode: gradients flow to q, k and v
+    (and through lse, with return_lse=True), never into mod_args; a score_mod's backward
+    needs `score_mod_grad`. A plain torch.autograd.Function, not a custom op (the mods are
+    @tc.funcs, which an op schema cannot carry), so torch.compile graph-breaks around it."""
+    if torch is None:
+        raise ImportError("tilec.stdlib_kernels.torch_ops needs PyTorch (>= 2.4): pip install torch")
+    check_cuda(q=q, k=k, v=v)
+    if score_mod is not None and score_mod_grad is None and torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q, k, v)):
+        raise ValueError("score_mod_grad: q, k or v requires grad, and the backward of a score_mod needs its "
+                         "derivative d score_mod / d score as a @tc.func (1.0 for an additive bias)")
+    kw = dict(score_mod=score_mod, mask_mod=mask_mod, block_mask=block_mask, mod_args=tuple(mod_args),
+              scale=scale, layout=layout)
+    out, lse = _mods_function().apply(q, k, v, kw, score_mod_grad)
+    return (out, lse) if return_lse else out
+
+
+_MODS_FN = []
+
+
+def _mods_function():
+    """The torch.autograd.Function of `attention_mods` (made once: torch is optional)."""
+    if not _MODS_FN:
+        class AttentionMods(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, kw, score_mod_grad):
+                out, lse = _attention(q, k, v, return_lse=True, **kw)
+                ctx.save_for_backward(q, k, v, out, lse)
+                ctx.kw, ctx.score_mod_grad = kw, score_mod_grad
+                return out, lse
+
+            @staticmethod
+            def backward(ctx, dout, dlse):
+                q, k, v, out, lse = ctx.saved_tensors
+                if dout.stride(-1) != 1:   # a broadcast gradient (o.sum()'s)
+                    dout = dout.contiguous()
+                dq, dk, dv = _attention_backward_fn(dout, q, k, v, out, lse, dlse=dlse.contiguous(),
+                                                    score_mod_grad=ctx.score_mod_grad, **ctx.kw)
+                return dq, dk, dv, None, None
+        _MODS_FN.append(AttentionMods)
+    return _MODS_FN[0]
 
 
 def _no_grad_needed(**tensors) -> None:

@@ -111,3 +111,45 @@ def torch_attention_ref(torch, q, k, v, causal=False, scale=None, window=None, s
     s = s.masked_fill(~keep, float("-inf"))
     o = torch.softmax(s, dim=-1).nan_to_num(0.0) @ vr
     return (o.transpose(1, 2) if layout == "bshd" else o), torch.logsumexp(s, dim=-1)
+
+
+def attention_mods_ref(q, k, v, score_fn=None, mask_fn=None, scale=None, layout="bshd", do=None, grad_fn=None):
+    """FlexAttention's semantics in float64: (out, lse), and with `do` also (dq, dk, dv).
+    score_fn(score, b, h, q_idx, kv_idx) and mask_fn(b, h, q_idx, kv_idx) are numpy functions
+    of arrays broadcast as (batch, heads, seq_q, seq_k); grad_fn: score_fn's derivative in score."""
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    if layout == "bshd":
+        q, k, v = (t.transpose(0, 2, 1, 3) for t in (q, k, v))
+    b_, h, n_q, d = q.shape
+    hk, n_k = k.shape[1], k.shape[2]
+    g = h // hk
+    kr, vr = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    bi, hi = np.arange(b_)[:, None, None, None], np.arange(h)[None, :, None, None]
+    qi, ki = np.arange(n_q)[None, None, :, None], np.arange(n_k)[None, None, None, :]
+    x = np.einsum("bhqd,bhkd->bhqk", q, kr) * scale
+    s = score_fn(x, bi, hi, qi, ki) if score_fn else x
+    keep = np.broadcast_to(mask_fn(bi, hi, qi, ki), s.shape) if mask_fn else np.ones(s.shape, bool)
+    s = np.where(keep, s, -np.inf)
+    m = s.max(-1, keepdims=True) if n_k else np.full(s.shape[:-1] + (1,), -np.inf)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.exp(s - m)
+    den = e.sum(-1, keepdims=True)
+    seen = den > 0
+    p = e / np.where(seen, den, 1.0)
+    o = p @ vr
+    lse = np.where(seen[..., 0], np.log(np.where(seen, den, 1.0))[..., 0] + m[..., 0], -np.inf)
+    back = (lambda t: t.transpose(0, 2, 1, 3)) if layout == "bshd" else (lambda t: t)
+    if do is None:
+        return back(o), lse
+    do = np.asarray(do, dtype=np.float64)
+    do = do.transpose(0, 2, 1, 3) if layout == "bshd" else do
+    dv = np.einsum("bhqk,bhqd->bhkd", p, do)
+    dp = np.einsum("bhqd,bhkd->bhqk", do, vr)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    if score_fn:
+        ds = ds * grad_fn(x, bi, hi, qi, ki)
+    dq = np.einsum("bhqk,bhkd->bhqd", ds, kr) * scale
+    dk = (np.einsum("bhqk,bhqd->bhkd", ds, q) * scale).reshape(b_, hk, g, n_k, d).sum(2)
+    dv = dv.reshape(b_, hk, g, n_k, v.shape[3]).sum(2)
+    return back(o), lse, back(dq), back(dk), back(dv)
