@@ -223,6 +223,16 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
     return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
 
 
+def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
+                      kv_block: int) -> AttentionBwdConfig:
+    """bwd_config_for's tiling where its blocks divide a block mask's (q_block x kv_block)
+    blocks, else the mma.sync tiling (blocks of at most 64), which does."""
+    cfg = bwd_config_for(head_dim, target, head_dim_v)
+    if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
+        cfg = bwd_config_for(head_dim, Target.from_arch("sm_80"), head_dim_v)
+    return cfg
+
+
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
                        softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None,
                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,

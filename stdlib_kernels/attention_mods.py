@@ -35,7 +35,7 @@ import tilec as tc
 
 from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for
+from .attention_bwd import DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for, bwd_config_within
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
 __all__ = ["attention_mods", "attention_backward_mods", "attention_mods_fwd_kernel", "attention_mods_dkdv_kernel",
@@ -367,7 +367,8 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
-    cfg = bwd_config_for(x.d, target_of(qa), x.dv)
+    cfg = (bwd_config_for(x.d, target_of(qa), x.dv) if bm is None
+           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK))
     qv, kv, vv = x.views()
 
     def bhsd(a: Arr, dim: int):
