@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional
 
 try:                                    # `python -m bench.X` / tests (package) or `python bench/X.py`
-    from bench.results import row
+    from bench.results import row, write
 except ImportError:                     # pragma: no cover - bench/ is on sys.path when run as a script
-    from results import row             # type: ignore[no-redef]
+    from results import row, write      # type: ignore[no-redef]
 
-__all__ = ["attention_rows", "decode_rows", "gemm_rows", "membound_rows", "launch_rows", "mla_decode_rows"]
+__all__ = ["save", "attention_rows", "decode_rows", "gemm_rows", "membound_rows", "launch_rows", "mla_decode_rows"]
 
 
 def _rows(name: str, r: Dict[str, Any], metrics: Iterable[str], unit: str, base: Optional[str],
@@ -32,6 +32,12 @@ def _rows(name: str, r: Dict[str, Any], metrics: Iterable[str], unit: str, base:
         else:
             out.append(row(name, m, v * scale, unit))
     return out
+
+
+def save(path: Optional[str], rows: List[Dict[str, Any]], device: str) -> None:
+    """A bench's `--results FILE`: `rows` (a converter's) written there; nothing without a path."""
+    if path:
+        write(path, rows, device)
 
 
 def attention_rows(rows) -> List[Dict[str, Any]]:

@@ -74,3 +74,12 @@ def test_tables_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bench.tables", str(tmp_path / "none.json")], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "not a readable JSON file" in bad.stderr
+
+
+def test_save_writes_a_results_file_only_when_asked(tmp_path):
+    # every bench ends with convert.save(args.results, ...): without --results it must not fail
+    convert.save(None, convert.attention_rows(ATTN), "NVIDIA H200")
+    path = tmp_path / "r.json"
+    convert.save(str(path), convert.attention_rows(ATTN), "NVIDIA H200")
+    doc = results.read(path)
+    assert doc["device"] == "NVIDIA H200" and len(doc["rows"]) == len(convert.attention_rows(ATTN))
