@@ -43,17 +43,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 
 import tilec as tc
 from tilec.target import Target
 
-from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, launch, output, target_of, view
+from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, output, target_of, view
+from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
 
-__all__ = ["mla_decode", "mla_decode_kernel", "mla_combine_kernel", "MLAPlan", "plan", "split_count",
+__all__ = ["mla_decode", "mla_decode_kernel", "mla_combine_kernel", "MLAPlan", "config", "plan", "split_count",
            "SIGNATURES", "OPTIONS"]
 
 LN2 = 0.6931471805599453
@@ -258,8 +259,8 @@ def split_count(programs: int, max_keys: int, target: Target) -> int:
     return max(1, min(-(-want // programs), by_keys, MAX_SPLITS))
 
 
-def plan(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, paged: bool, page_size: int,
-         target: Target, num_splits: Optional[int] = None) -> MLAPlan:
+def config(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, paged: bool, page_size: int,
+           target: Target, num_splits: Optional[int] = None) -> MLAPlan:
     """The launches' shape for these sizes on `target` (see the module doc)."""
     mode = KV_CONTIG if not paged else KV_PAGE if page_size % BN == 0 else KV_GATHER
     m_blocks = -(-(q_len * heads) // BM)
@@ -375,40 +376,50 @@ def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int 
     lse = output(None, qa, (batch, heads, q_len), tc.float32, "lse") if return_lse else None
     rows = q_len * heads
     if batch * rows:
-        p = plan(batch, q_len, heads, head_dim_v, max_keys, ta is not None, page_size, target_of(qa), num_splits)
-        _run(p, qa, ka, la, ta, oa, lse, float(scale) * LOG2E, page_size, causal)
+        cfg = config(batch, q_len, heads, head_dim_v, max_keys, ta is not None, page_size, target_of(qa), num_splits)
+        _run(cfg, qa, ka, la, ta, oa, lse, float(scale) * LOG2E, page_size, causal)
     return (oa.obj, lse.obj) if return_lse else oa.obj
 
 
-def _run(p: MLAPlan, qa, ka, la, ta, oa, lse, qk_scale, page_size, causal) -> None:
+def plan(cfg: MLAPlan, batch: int, rows: int, head_dim_v: int, lse: bool, causal: bool) -> List[Launch]:
+    """The launches of one call tiled by `cfg` (a pure function: no array, no device). Operands
+    by name: "q", "kv", "table", "lens", "o", "lse", the scalars "qk_scale", "page_size",
+    "heads", "q_len"; with splits, the f32 partials "o_part" (batch, splits, rows, dv) and
+    "lse_part" as Temps that the combine launch reads, else "o_part"/"lse_part" are
+    placeholders the kernel compiles away."""
+    split = cfg.num_splits > 1
+    temps = (Temp("o_part", (batch, cfg.num_splits, rows, head_dim_v), tc.float32, like="q"),
+             Temp("lse_part", (batch, cfg.num_splits, rows), tc.float32, like="q")) if split else ()
+    out = [Launch.of(mla_decode_kernel, cfg.grid + (batch,),
+                     ("q", "kv", "table", "lens", "o", "lse", "o_part", "lse_part", "qk_scale", "page_size", "heads",
+                      "q_len"), cfg.num_warps, temps=temps, KV=cfg.kv_mode, CAUSAL=bool(causal), SPLIT=split,
+                     LSE=bool(lse), VB=cfg.v_blocks, BM=BM, BN=BN, DV=DV_PART, DC=DC)]
+    if split:
+        out.append(Launch.of(mla_combine_kernel, (-(-rows // COMBINE_ROWS), batch),
+                             ("o_part", "lse_part", "o", "lse", "heads"), 4, options=DEPENDENT, temps=temps,
+                             LSE=bool(lse), ROWS=COMBINE_ROWS, DV=head_dim_v))
+    return out
+
+
+def _run(cfg: MLAPlan, qa, ka, la, ta, oa, lse, qk_scale, page_size, causal) -> None:
     batch, q_len, heads, dim = qa.shape
     rows = q_len * heads
     row_stride = qa.strides[2] if heads > 1 else qa.strides[1]
-    qv = view(qa, (batch, rows, dim), (qa.strides[0], row_stride, 1))
     orow = oa.strides[2] if heads > 1 else oa.strides[1]
-    ov = view(oa, (batch, rows, oa.shape[3]), (oa.strides[0], orow, 1))
-    kvv = view(ka, (ka.shape[0], ka.shape[1], dim), (ka.strides[0], ka.strides[1], 1))
-    lens = view(la, la.shape, la.strides)
     # An unused table or lse still needs an array of its dtype (the kernel compiles its use away).
-    tbl = view(ta, ta.shape, ta.strides) if ta is not None else view(_dummy(la, (1, 1), tc.int32), (1, 1), (1, 1))
     lse_arr = lse if lse is not None else _dummy(qa, (1, 1, 1), tc.float32)
-    lsev = view(lse_arr, lse_arr.shape, lse_arr.strides)
-    split = p.num_splits > 1
-    if split:
-        o_part = empty_like(qa, (batch, p.num_splits, rows, oa.shape[3]), tc.float32)
-        lse_part = empty_like(qa, (batch, p.num_splits, rows), tc.float32)
-    else:
-        o_part = _dummy(qa, (1, 1, 1, 1), tc.float32)
-        lse_part = _dummy(qa, (1, 1, 1), tc.float32)
-    opv = view(o_part, o_part.shape, o_part.strides)
-    lpv = view(lse_part, lse_part.shape, lse_part.strides)
-    launch(mla_decode_kernel, p.grid + (batch,),
-           [qv, kvv, tbl, lens, ov, lsev, opv, lpv, qk_scale, page_size, heads, q_len],
-           num_warps=p.num_warps, KV=p.kv_mode, CAUSAL=bool(causal), SPLIT=split, LSE=lse is not None,
-           VB=p.v_blocks, BM=BM, BN=BN, DV=DV_PART, DC=DC)
-    if split:
-        launch(mla_combine_kernel, (-(-rows // COMBINE_ROWS), batch), [opv, lpv, ov, lsev, heads],
-               num_warps=4, options=DEPENDENT, LSE=lse is not None, ROWS=COMBINE_ROWS, DV=oa.shape[3])
+    values = {"q": view(qa, (batch, rows, dim), (qa.strides[0], row_stride, 1)),
+              "kv": view(ka, (ka.shape[0], ka.shape[1], dim), (ka.strides[0], ka.strides[1], 1)),
+              "table": view(ta, ta.shape, ta.strides) if ta is not None
+              else view(_dummy(la, (1, 1), tc.int32), (1, 1), (1, 1)),
+              "lens": view(la, la.shape, la.strides), "o": view(oa, (batch, rows, oa.shape[3]), (oa.strides[0], orow, 1)),
+              "lse": view(lse_arr, lse_arr.shape, lse_arr.strides),
+              "qk_scale": qk_scale, "page_size": page_size, "heads": heads, "q_len": q_len}
+    if cfg.num_splits == 1:
+        for name, shape in (("o_part", (1, 1, 1, 1)), ("lse_part", (1, 1, 1))):
+            d = _dummy(qa, shape, tc.float32)
+            values[name] = view(d, d.shape, d.strides)
+    execute(plan(cfg, batch, rows, oa.shape[3], lse is not None, causal), Operands({"q": qa}, values))
 
 
 def _dummy(like, shape, dtype):

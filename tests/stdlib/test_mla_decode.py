@@ -12,6 +12,8 @@ import pytest
 from tilec.stdlib_kernels import BF16Array, mla_decode
 from tilec.target import Target
 
+from launch_spy import spy_launches
+
 M = importlib.import_module("tilec.stdlib_kernels.mla_decode")
 D, DV = 576, 512
 H100, A100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
@@ -137,24 +139,24 @@ def test_bf16_and_scale_and_out():
 
 # ----------------------------------------------------------------------------- the plan
 def test_plan_modes_and_blocks():
-    p = M.plan(4, 1, 128, 512, 4096, True, 64, H100)
+    p = M.config(4, 1, 128, 512, 4096, True, 64, H100)
     assert (p.kv_mode, p.m_blocks, p.v_blocks) == (M.KV_PAGE, 2, 2)
-    assert M.plan(4, 1, 16, 512, 4096, True, 16, H100).kv_mode == M.KV_GATHER
-    assert M.plan(4, 1, 16, 512, 4096, True, 96, H100).kv_mode == M.KV_PAGE     # 96 = 3 steps of 32
-    assert M.plan(4, 1, 16, 512, 4096, True, 1, H100).kv_mode == M.KV_GATHER
-    assert M.plan(4, 2, 16, 512, 4096, False, 4096, H100).kv_mode == M.KV_CONTIG
-    assert M.plan(4, 2, 48, 512, 4096, False, 4096, H100).m_blocks == 2
-    assert M.plan(4, 1, 16, 512, 4096, True, 64, H100, num_splits=5).num_splits == 5
+    assert M.config(4, 1, 16, 512, 4096, True, 16, H100).kv_mode == M.KV_GATHER
+    assert M.config(4, 1, 16, 512, 4096, True, 96, H100).kv_mode == M.KV_PAGE     # 96 = 3 steps of 32
+    assert M.config(4, 1, 16, 512, 4096, True, 1, H100).kv_mode == M.KV_GATHER
+    assert M.config(4, 2, 16, 512, 4096, False, 4096, H100).kv_mode == M.KV_CONTIG
+    assert M.config(4, 2, 48, 512, 4096, False, 4096, H100).m_blocks == 2
+    assert M.config(4, 1, 16, 512, 4096, True, 64, H100, num_splits=5).num_splits == 5
 
 
 def test_split_rule():
     # few programs, long contexts: split up to about two programs per SM
-    few = M.plan(1, 1, 16, 512, 8192, True, 64, H100)
+    few = M.config(1, 1, 16, 512, 8192, True, 64, H100)
     assert few.num_splits == min(-(-2 * H100.sm_count // 2), M.MAX_SPLITS)
     # enough programs already: no split
-    assert M.plan(128, 1, 128, 512, 8192, True, 64, H100).num_splits == 1
+    assert M.config(128, 1, 128, 512, 8192, True, 64, H100).num_splits == 1
     # a short context caps the splits: each keeps MIN_BLOCKS_PER_SPLIT steps
-    short = M.plan(1, 1, 16, 512, 256, True, 64, H100)
+    short = M.config(1, 1, 16, 512, 256, True, 64, H100)
     assert short.num_splits == 256 // (M.BN * M.MIN_BLOCKS_PER_SPLIT)
     # the SM count enters: fewer SMs, fewer splits
     assert M.split_count(8, 1 << 16, A100) == -(-2 * A100.sm_count // 8)
@@ -162,27 +164,32 @@ def test_split_rule():
 
 
 def test_entry_point_launches_what_the_plan_says(monkeypatch):
-    seen = []
-
-    def spy(kernel, grid, args, num_warps=4, _real=M.launch, **kw):
-        seen.append((kernel.name, tuple(grid), num_warps, kw))
-        return _real(kernel, grid, args, num_warps, **kw)
-    monkeypatch.setattr(M, "launch", spy)
+    seen = spy_launches(monkeypatch, [M], lambda kernel, cluster, consts: (kernel.name, consts))
     rng = np.random.default_rng(4)
     lens = [300, 90]
     kv, table = _cache(rng, lens, 64, True)
     q = rng.standard_normal((2, 1, 16, D)).astype(np.float16)
     _check(q, kv, lens, table, 64, None)
-    p = M.plan(2, 1, 16, DV, table.shape[1] * 64, True, 64, H100)
-    assert p.num_splits > 1
-    (k1, g1, w1, c1), (k2, g2, w2, c2) = seen
-    assert (k1, g1, w1) == ("mla_decode_kernel", (2, p.num_splits, 2), 8)
-    assert c1["SPLIT"] and c1["KV"] == M.KV_PAGE and c1["VB"] == 2
-    assert (k2, g2) == ("mla_combine_kernel", (1, 2)) and c2["options"] == {"dependent_launch": True}
+    cfg = M.config(2, 1, 16, DV, table.shape[1] * 64, True, 64, H100)
+    assert cfg.num_splits > 1
+    (k1, c1), (k2, c2) = seen
+    assert k1 == "mla_decode_kernel" and c1["SPLIT"] and c1["KV"] == M.KV_PAGE and c1["VB"] == 2
+    assert k2 == "mla_combine_kernel" and c2["options"] == {"dependent_launch": True}
     seen.clear()
     mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1)
-    assert [(k, g) for k, g, _, _ in seen] == [("mla_decode_kernel", (2, 1, 2))]
-    assert not seen[0][3]["SPLIT"]
+    assert [k for k, _ in seen] == ["mla_decode_kernel"] and not seen[0][1]["SPLIT"]
+
+
+def test_plan_grids_warps_and_partials():
+    # the plan alone (no array): the split launch's grid, warps and the partials it shares
+    cfg = M.config(2, 1, 16, DV, 4096, True, 64, H100)
+    first, combine = M.plan(cfg, 2, 16, DV, lse=True, causal=True)
+    assert first.grid == (cfg.m_blocks * cfg.v_blocks, cfg.num_splits, 2) and first.num_warps == cfg.num_warps
+    assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == combine.temps
+    assert first.temps[0].shape == (2, cfg.num_splits, 16, DV)
+    assert combine.grid == (-(-16 // M.COMBINE_ROWS), 2) and combine.consts["LSE"]
+    (only,) = M.plan(M.config(2, 1, 16, DV, 4096, True, 64, H100, num_splits=1), 2, 16, DV, lse=False, causal=True)
+    assert not only.temps and not only.consts["SPLIT"]
 
 
 # ----------------------------------------------------------------------------- argument errors
