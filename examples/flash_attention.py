@@ -30,7 +30,7 @@ def attend_block(qt, k, v, z, j, m_i, l_i, acc, qk_scale, q0, n_kv,
                  BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
     kt = tc.reshape(tc.load(k, index=(z, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
     vt = tc.reshape(tc.load(v, index=(z, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
-    s = tc.dot(qt, kt.T) * qk_scale
+    s = tc.dot(qt, kt.T)   # unscaled: the scale goes into the max (one multiply per row) and exp2's fma
     if MASKED:
         cols = j * BN + tc.arange(0, BN)
         keep = cols[None, :] < n_kv
@@ -38,8 +38,8 @@ def attend_block(qt, k, v, z, j, m_i, l_i, acc, qk_scale, q0, n_kv,
             rows = q0 + tc.arange(0, BM)
             keep = keep & (cols[None, :] <= rows[:, None])
         s = tc.where(keep, s, float("-inf"))
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
-    p = tc.exp2(s - m_new[:, None])
+    m_new = tc.maximum(m_i, tc.max(s, axis=1) * qk_scale)   # qk_scale > 0: max(s)·c = max(s·c)
+    p = tc.exp2(s * qk_scale - m_new[:, None])
     alpha = tc.exp2(m_i - m_new)
     l_new = l_i * alpha + tc.sum(p, axis=1)
     acc = tc.dot(p.astype(v.dtype), vt, acc * alpha[:, None])

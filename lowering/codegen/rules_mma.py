@@ -156,10 +156,13 @@ def _async_copy(ctx, op):
             size = ir.Constant(I32, nbytes)
             if masks is not None and op.attrs.get("prefix"):
                 # the group's wanted elements come first: read them, fill zeros after them
-                size = bld.zext(masks[r], I32)
-                for i in range(1, vec):
-                    size = bld.add(size, bld.zext(masks[r + i], I32))
+                common, rest = _common_conjuncts(bld, [masks[r + i] for i in range(vec)])
+                size = bld.zext(rest[0], I32)
+                for v in rest[1:]:
+                    size = bld.add(size, bld.zext(v, I32))
                 size = bld.mul(size, ir.Constant(I32, nbytes // vec))
+                if common is not None:
+                    size = bld.select(common, size, ir.Constant(I32, 0))
             elif masks is not None:  # a masked-off access copies nothing and fills zeros
                 size = bld.select(masks[r], size, ir.Constant(I32, 0))
             dst8 = bld.bitcast(dst, I8.as_pointer(addrspace=SHARED))
@@ -171,6 +174,22 @@ def _async_copy(ctx, op):
     # whose mask differs would zero-fill over another's data.
     _, own = ctx.ownership(t)
     guarded(ctx, own, copies)
+
+
+def _common_conjuncts(bld, bits):
+    """(c, rest) with bits[i] == c & rest[i] for every i, c the conjunction of the `and`
+    operands all of `bits` share (None: none): a group's mask is typically the iteration's
+    liveness & its row's bound & each column's bound, and the count of its set bits is then
+    c ? (the columns' count) : 0, whose column part does not change in a loop (LLVM hoists
+    it) where the per-element form took an and per element and iteration."""
+    common = None
+    while all(isinstance(b, ir.Instruction) and b.opname == "and" for b in bits):
+        shared = next((x for x in bits[0].operands if all(any(x is y for y in b.operands) for b in bits)), None)
+        if shared is None:
+            break
+        bits = [next((y for y in b.operands if y is not shared), shared) for b in bits]
+        common = shared if common is None else bld.and_(common, shared)
+    return common, bits
 
 
 @rule(M.AsyncCommitOp)

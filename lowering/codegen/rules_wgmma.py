@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+from tilec.ir import tile_ops as T
+
 from ..gpu import wgmma_ops as W
 from ..gpu.wgmma_fragments import (b_k_major, buffer_k_major, descriptor_high_bits, k_step, warpgroup_strides,
                                    wgmma_instructions)
@@ -59,6 +61,13 @@ def _pinned(bld, v, ty, kind: str):
     return bld.asm(ir.FunctionType(ty, [ty]), "", f"={kind},0", [v], True)
 
 
+def _zero_constant(v) -> bool:
+    """`v` is a tile.constant of 0.0 (the zeros a dot accumulates from)."""
+    owner = v.owner   # (-0.0 too: A·B + -0.0 is A·B)
+    return isinstance(owner, T.ConstantOp) and isinstance(owner.attrs.get("value"), (int, float)) \
+        and owner.attrs["value"] == 0
+
+
 @rule(W.WgmmaOp)
 def _wgmma(ctx, op):
     reg_a = W.a_in_registers(op)
@@ -90,6 +99,10 @@ def _wgmma(ctx, op):
     b_hi = descriptor_high_bits(1, b_shape, eb, kmaj)
 
     acc = list(ctx.elems(op.operands[2]))
+    # A zero accumulator (S = Q Kᵀ of attention) is not materialized: each register's first
+    # instruction runs with scale-d = 0 (D = A·B), its inputs left undefined, where 0.0 took
+    # a mov per register and iteration.
+    fresh = set(range(len(acc))) if _zero_constant(op.operands[2]) else set()
     per = instr_n // 2
     n_a = 4 if reg_a else 1  # A: four .b32 fragment registers, or one descriptor
     outs = ", ".join(f"${i}" for i in range(per))
@@ -112,7 +125,7 @@ def _wgmma(ctx, op):
         a_vals = ctx.elems(a)
         a_words = [[_pinned(bld, pack_pair(ctx, a_vals[r[i]], a_vals[r[i + 1]]), I32, "r")
                     for i in range(0, 8, 2)] for r in (ins.a_regs for ins in instrs)]
-        acc = [_pinned(bld, v, F32, "f") for v in acc]
+        acc = [v if r in fresh else _pinned(bld, v, F32, "f") for r, v in enumerate(acc)]
     ctx.intrinsic("llvm.nvvm.wgmma.fence.sync.aligned", ir.VoidType(), [])
     for j, ins in enumerate(instrs):
         if reg_a:
@@ -120,7 +133,10 @@ def _wgmma(ctx, op):
         else:
             a_args = [bld.add(a_base, ir.Constant(I64, a_hi + (ins.a_offset >> 4)))]
         db = bld.add(b_base, ir.Constant(I64, b_hi + (ins.b_offset >> 4)))
-        d = bld.asm(fty, text, cons, a_args + [db, one] + [acc[r] for r in ins.regs], True)
+        first = bool(fresh) and all(r in fresh for r in ins.regs)
+        ins_acc = [ir.Constant(F32, ir.Undefined) if first else acc[r] for r in ins.regs]
+        fresh.difference_update(ins.regs)
+        d = bld.asm(fty, text, cons, a_args + [db, ir.Constant(I32, 0) if first else one] + ins_acc, True)
         for i, r in enumerate(ins.regs):
             acc[r] = bld.extract_value(d, i)
     ctx.intrinsic("llvm.nvvm.wgmma.commit_group.sync.aligned", ir.VoidType(), [])
