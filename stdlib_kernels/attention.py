@@ -32,6 +32,7 @@ their own kernels: attention_mods.py, attention_mask.py.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -49,14 +50,15 @@ HEAD_DIMS = 256       # the largest head dim a tile holds
 
 
 @tc.func
-def online_softmax(s, vt, m_i, l_i, acc):
-    """One block of base-2 scores `s` (-inf where masked) through the online softmax: the
-    running row max and sum, the accumulator rescaled and advanced by P V. Shared by the
-    attention forward and the decode kernels."""
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+def online_softmax(s, vt, m_i, l_i, acc, scale=1.0):
+    """One block of base-2 scores `s` · `scale` (-inf where masked; `scale` > 0) through the
+    online softmax: the running row max and sum, the accumulator rescaled and advanced by P V.
+    Shared by the attention forward and the decode kernels. The scale multiplies each row's
+    max and goes into exp2's argument as an fma, not a multiply per score."""
+    m_new = tc.maximum(m_i, tc.max(s, axis=1) * scale)
     # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
     m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
-    p = tc.exp2(s - m_use[:, None])
+    p = tc.exp2(s * scale - m_use[:, None])
     alpha = tc.exp2(m_i - m_use)
     l_new = l_i * alpha + tc.sum(p, axis=1)
     acc = tc.dot(p.astype(vt.dtype), vt, acc * alpha[:, None])
@@ -84,14 +86,13 @@ def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, righ
     s = tc.dot(qt, kt.T)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
-    s = s * qk_scale
     if MASKED:
         cols = j * BN + tc.arange(0, BN)
         rows = q0 + off + tc.arange(0, BM)
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= rows[:, None] - left)
                 & (cols[None, :] <= rows[:, None] + right))
         s = tc.where(keep, s, float("-inf"))
-    return online_softmax(s, vt, m_i, l_i, acc)
+    return online_softmax(s, vt, m_i, l_i, acc, qk_scale)
 
 
 @tc.kernel
@@ -260,6 +261,9 @@ def scales(scale: Optional[float], softcap: Optional[float], d: int) -> Tuple[fl
     under softcap (0 without), and the softmax scale itself (default 1 / sqrt(d))."""
     if scale is None:
         scale = 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale < math.inf:
+        # the kernels scale each row's max rather than every score (online_softmax)
+        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     if softcap is None:
         return float(scale) * LOG2E, 0.0, float(scale)
     if not softcap > 0:
