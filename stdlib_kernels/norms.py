@@ -367,12 +367,12 @@ def _is_shape(v) -> bool:
     return is_int(v) or (isinstance(v, (tuple, list)) and all(is_int(i) for i in v))
 
 
-def norm_dims(x, normalized_shape) -> int:
-    """How many trailing dimensions of x `normalized_shape` names; ValueError unless it is
-    x.shape's tail (as torch.nn.functional.layer_norm)."""
+def norm_dims(shape, normalized_shape) -> int:
+    """How many trailing dimensions of x's `shape` `normalized_shape` names; ValueError unless
+    it is that shape's tail (as torch.nn.functional.layer_norm)."""
     ns = (int(normalized_shape),) if not isinstance(normalized_shape, (tuple, list)) else tuple(
         int(i) for i in normalized_shape)
-    shape = tuple(as_array(x, "x").shape)
+    shape = tuple(shape)
     if not ns or len(ns) > len(shape) or shape[len(shape) - len(ns):] != ns:
         raise ValueError(f"layer_norm: normalized_shape {ns} must be the last dimensions of x's shape {shape} "
                          "(at least one)")
@@ -503,7 +503,7 @@ def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps: float = 1e
     programs per SM each fits (no timing).
     """
     if _is_shape(normalized_shape):
-        n_norm = norm_dims(x, normalized_shape)
+        n_norm = norm_dims(as_array(x, "x").shape, normalized_shape)
     else:   # the earlier form: (x, weight, bias, eps, ...) shifted one place along
         if bias is not None and (isinstance(bias, bool) or not isinstance(bias, (int, float, np.floating))):
             raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got "
