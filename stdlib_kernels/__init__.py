@@ -22,15 +22,16 @@ from .elementwise_backward import (dropout_backward, gelu_backward, rope_backwar
 from .matmul import matmul
 from .mla_decode import mla_decode
 from .norms import layer_norm, rms_norm
-from .reductions import cumsum, max, sum  # noqa: A004 - the ops' names
-from .sampling import argmax, sample
+from .reductions import amax, sum  # noqa: A004 - the ops' names
+from .reductions_dim import amin, argmax, argmin, cumsum, max, min  # noqa: A004
+from .sampling import sample
 from .softmax import log_softmax, softmax
 from .topk import topk
 from .transpose import transpose
 
 __all__ = ["BF16Array", "F8Array", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy", "sum", "max",
-           "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul", "rope", "dropout", "transpose",
-           "attention", "attention_backward", "block_mask", "BlockMask", "attention_decode", "mla_decode", "softmax_backward",
-           "log_softmax_backward", "layer_norm_backward", "rms_norm_backward", "gelu_backward", "swiglu_backward",
+           "amax", "min", "amin", "argmax", "argmin", "cumsum", "matmul", "gelu", "silu_and_mul", "swiglu", "add", "mul",
+           "rope", "dropout", "transpose", "attention", "attention_backward", "block_mask", "BlockMask",
+           "attention_decode", "mla_decode", "softmax_backward",           "log_softmax_backward", "layer_norm_backward", "rms_norm_backward", "gelu_backward", "swiglu_backward",
            "silu_and_mul_backward", "rope_backward", "dropout_backward", "linear_cross_entropy", "embedding",
-           "embedding_backward", "add_rms_norm", "add_rms_norm_backward", "topk", "sample", "argmax"]
+           "embedding_backward", "add_rms_norm", "add_rms_norm_backward", "topk", "sample"]

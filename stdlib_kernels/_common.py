@@ -218,8 +218,10 @@ def _view(a: Arr, shape, strides):
         v = np.lib.stride_tricks.as_strided(base, shape, tuple(s * base.itemsize for s in strides))
         return a.obj._like(v) if a.kind == "bf16host" else v
     if a.kind == "torch":
-        if shape == a.shape and strides == a.strides:
-            return a.obj  # the tensor itself: as_strided costs microseconds per call
+        # the tensor itself: as_strided costs microseconds per call (an Arr re-described with
+        # other dimensions, `reduced_layout`'s, has another rank than its tensor)
+        if shape == a.shape and strides == a.strides and a.obj.dim() == len(shape):
+            return a.obj
         return a.obj.as_strided(shape, strides)
     from tilec.runtime.interop import array_info  # noqa: PLC0415
     ptr = array_info(a.obj)[0]

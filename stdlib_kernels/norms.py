@@ -26,8 +26,8 @@ from tilec.target import Target
 
 from . import _cluster_rows, _norm_chunks  # their kernels need sm_90: not in this module's SIGNATURES
 from ._cluster_rows import affine, scale_shift
-from ._common import (DEPENDENT, MAX_SINGLE_TILE, RowConfig, as_array, check_float, check_same_place, lanewise_sum,
-                      lanewise_sum_of_squares, long_row_launch, output, row_config, row_stride, rows_of, target_of,
+from ._common import (DEPENDENT, MAX_SINGLE_TILE, Arr, RowConfig, as_array, check_float, check_same_place, lanewise_sum,
+                      flat_group, lanewise_sum_of_squares, long_row_launch, output, row_config, row_stride, rows_of, target_of,
                       split_row, store_row_stats, view)
 from ._norm_chunks import lane_params, lanes_of
 from ._plan import derived, planned
@@ -307,22 +307,37 @@ def _persistent_grid(probe, ln: Launch, cl, n_rows: int):
     return None if resident is None else (min(n_rows, resident) * cl.c,)
 
 
-def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
-    a = as_array(x, "x")
-    check_float(a, "x")
-    if a.ndim == 0:
+def _merged(a: Arr, k: int, name: str) -> Arr:
+    """`a` with its last k dimensions described as one (`flat_group`: ValueError when they do
+    not flatten without a copy); `a` itself for k = 1."""
+    if k == 1:
+        return a
+    cut = a.ndim - k
+    size, stride = flat_group(a.shape[cut:], a.strides[cut:], name)
+    return replace(a, shape=a.shape[:cut] + (size,), strides=a.strides[:cut] + (stride,))
+
+
+def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str, n_norm: int = 1):
+    # n_norm: how many trailing dimensions the statistics run over (layer_norm's normalized_shape)
+    full = as_array(x, "x")
+    check_float(full, "x")
+    if full.ndim == 0:
         raise ValueError(f"{op}: x must have at least 1 dimension")
+    a = _merged(full, n_norm, "x")
     n = a.shape[-1]
+    norm_shape = full.shape[full.ndim - n_norm:]
     named = {"x": a}
     for name, p in (("weight", weight), ("bias", bias)):
         if p is not None:
-            pa = named[name] = as_array(p, name)
+            pa = as_array(p, name)
             check_float(pa, name)
-            if pa.shape != (n,):
-                raise ValueError(f"{op}: {name} has shape {pa.shape}, expected ({n},) (the last dimension of x)")
+            if pa.shape != norm_shape:
+                what = "the last dimension of x" if n_norm == 1 else "normalized_shape"
+                raise ValueError(f"{op}: {name} has shape {pa.shape}, expected {norm_shape} ({what})")
+            named[name] = _merged(pa, n_norm, name) if pa.ndim else pa
     check_same_place(named)
     (eps32,) = derived(_eps_scalar, eps)
-    o = output(out, a, a.shape, a.dtype)
+    o = _merged(output(out, full, full.shape, full.dtype), n_norm, "out")
     stats_shape = a.shape[:-1]
     mean = output(None, a, stats_shape, tc.float32) if return_stats and not rms else None
     rstd = output(None, a, stats_shape, tc.float32) if return_stats else None
@@ -342,6 +357,26 @@ def _norm(x, weight, bias, eps, return_stats, out, rms: bool, op: str):
     if not return_stats:
         return o.obj
     return (o.obj, rstd.obj) if rms else (o.obj, mean.obj, rstd.obj)
+
+
+def _is_shape(v) -> bool:
+    """Whether `v` is a normalized_shape (an int or a sequence of ints: tuple, list,
+    torch.Size), not an array or None (the earlier form's weight)."""
+    def is_int(i):
+        return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+    return is_int(v) or (isinstance(v, (tuple, list)) and all(is_int(i) for i in v))
+
+
+def norm_dims(shape, normalized_shape) -> int:
+    """How many trailing dimensions of x's `shape` `normalized_shape` names; ValueError unless
+    it is that shape's tail (as torch.nn.functional.layer_norm)."""
+    ns = (int(normalized_shape),) if not isinstance(normalized_shape, (tuple, list)) else tuple(
+        int(i) for i in normalized_shape)
+    shape = tuple(shape)
+    if not ns or len(ns) > len(shape) or shape[len(shape) - len(ns):] != ns:
+        raise ValueError(f"layer_norm: normalized_shape {ns} must be the last dimensions of x's shape {shape} "
+                         "(at least one)")
+    return len(ns)
 
 
 def _use_shift_tables(nbytes: int, itemsize: int, rms: bool, weight, bias, t: NormTuning) -> bool:
@@ -406,16 +441,25 @@ def norm_tiles(cfg: RowConfig, n_cols: int, window: int, halve_window: bool = Fa
     return replace(cfg, block=cfg.block // tiles, tiles=tiles)
 
 
-@planned(per_call=_eps_scalar)
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False, out=None):
-    """layer_norm(x, weight, bias, eps=1e-5, return_stats=False, out=None) -> y, or (y, mean, rstd).
+def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5, return_stats: bool = False,
+               out=None):
+    """layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, return_stats=False,
+    out=None) -> y, or (y, mean, rstd); torch.nn.functional.layer_norm's signature.
 
-    y = (x - mean) * rstd * weight + bias over the last dimension, with
-    rstd = 1 / sqrt(var + eps) (biased variance, as torch). x: f16, bf16 or f32,
-    any leading batch shape (last stride 1, leading dimensions flattenable,
-    else ValueError); weight and bias: 1-D of the last dimension's length, any
-    of the three float dtypes, or None. y has x's dtype (or is written to
-    `out`); mean and rstd are f32 arrays of x.shape[:-1]. Computes in f32.
+    y = (x - mean) * rstd * weight + bias over the trailing dimensions that
+    `normalized_shape` names (an int or a tuple: x.shape's tail, else
+    ValueError), flattened into one row (they must flatten without a copy,
+    with stride 1 at the end), with rstd = 1 / sqrt(var + eps) (biased
+    variance, as torch). weight and bias: of shape normalized_shape, any of
+    the three float dtypes, or None. x: f16, bf16 or f32, any leading batch
+    shape (leading dimensions flattenable, else ValueError). y has x's dtype
+    (or is written to `out`); mean and rstd are f32 arrays of x's leading
+    shape (x.shape without normalized_shape). Computes in f32.
+
+    The earlier form layer_norm(x, weight=None, bias=None, eps=1e-5, ...),
+    over the last dimension, still works: a second argument that is an array
+    or None is the weight (then a third is the bias and a fourth, a number,
+    eps).
 
     Block size: as softmax (`_common.row_config`): rows up to 16384 elements
     are one tile (read once), longer rows loop over 4096-column tiles (read
@@ -458,7 +502,29 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, return_stats: bool 
     compile the kernel's two forms once per shape and ask the driver how many
     programs per SM each fits (no timing).
     """
-    return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm")
+    if _is_shape(normalized_shape):
+        n_norm = norm_dims(as_array(x, "x").shape, normalized_shape)
+    else:   # the earlier form: (x, weight, bias, eps, ...) shifted one place along
+        if bias is not None and (isinstance(bias, bool) or not isinstance(bias, (int, float, np.floating))):
+            raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got "
+                            f"{type(normalized_shape).__name__}; with a weight array second (the earlier form), "
+                            "the fourth argument is eps, a number")
+        if bias is not None:
+            eps = bias
+        weight, bias, n_norm = normalized_shape, weight, 1
+    return _layer_norm(x, weight, bias, eps, return_stats, out, n_norm)
+
+
+def _layer_norm(x, weight, bias, eps: float = 1e-5, return_stats: bool = False, out=None, n_norm: int = 1):
+    """layer_norm over the last `n_norm` dimensions of x (`layer_norm` checked them)."""
+    return _norm(x, weight, bias, eps, return_stats, out, False, "layer_norm", n_norm)
+
+
+# The planned entry under the op's name (what tc.profile labels its launches with); `plan_count`
+# of the public function counts its plans.
+_layer_norm.__name__ = "layer_norm"
+_layer_norm = planned(per_call=_eps_scalar)(_layer_norm)
+layer_norm.__wrapped_entry__ = _layer_norm.__wrapped_entry__
 
 
 @planned(per_call=_eps_scalar)

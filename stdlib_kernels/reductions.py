@@ -1,4 +1,4 @@
-"""sum and max along any one dimension, cumsum along the last dimension.
+"""sum and amax along any one dimension or all of them, cumsum's kernel along the last dimension.
 
 Reducing the last dimension is row-wise (one tile per row when it fits, rows
 packed when short, else a lane-wise loop). Reducing another dimension sees the
@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import builtins
 import math
+from dataclasses import replace
 from typing import List, Optional
+
+import numpy as np
 
 import tilec as tc
 from tilec import options as _options
 from tilec.target import Target
 
-from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, flat_group, last_dim_rows, next_pow2,
+from ._common import (DEPENDENT, Arr, RowConfig, as_array, check_float, flat_group, next_pow2,
                       normalize_dim, output, row_config, rows_of, slab_view, target_of, view)
 from ._plan import planned
 from ._window import (WINDOW_BYTES, row_tile, row_window, row_windows, store_row_tile, window_mask, window_span,
@@ -27,7 +30,7 @@ from .launches import Launch, Operands, Temp, execute
 from .schedules import LOOPED, ONE_TILE, SPLIT, STRIPS, WINDOW_CLASSES, WINDOWS
 from .tuning import TABLES, ReductionTuning, tuning_for
 
-__all__ = ["sum", "max", "cumsum", "plan", "plan_cumsum"]
+__all__ = ["sum", "amax", "plan", "plan_cumsum", "reduced_layout", "squeezed", "check_keepdim"]
 
 NEG_INF = float("-inf")
 # The sm_90 table's numbers under their old names (tests, docs): plans read `tuning_for(target)`.
@@ -447,26 +450,74 @@ def strip_config(outer: int, r: int, inner: int, itemsize: int, programs: Option
     return block_r, block_i, num_warps, splits
 
 
-def _reduce(x, dim, out, *, is_max: bool, op: str):
+def check_keepdim(keepdim) -> bool:
+    """keepdim as a bool; TypeError naming it otherwise."""
+    if not isinstance(keepdim, (bool, np.bool_)):
+        raise TypeError(f"keepdim must be a bool, got {type(keepdim).__name__}")
+    return bool(keepdim)
+
+
+def reduced_layout(a: Arr, dim, keepdim, *, row_major: bool):
+    """(work, d, out_shape) of a reduction of `a` over `dim` (torch's forms): `work` is `a`
+    re-described with the reduced dimension d, out_shape the result's shape.
+
+    dim=None reduces every element: work is `a` flattened into one dimension (row-major where
+    `row_major`, as an index into it needs; else in memory order, which a sum or max does not
+    mind), out_shape () or all ones with keepdim. A 0-d `a` is one element (dim 0 or -1, as
+    torch accepts). ValueError when the dimensions do not flatten without a copy."""
+    keepdim = check_keepdim(keepdim)
+    if dim is None:
+        shape, strides = a.shape, a.strides
+        if not row_major:   # largest strides first: a transposed contiguous array flattens too
+            order = sorted(range(a.ndim), key=lambda i: -strides[i])
+            shape, strides = tuple(shape[i] for i in order), tuple(strides[i] for i in order)
+        size, stride = flat_group(shape, strides, "x")
+        return replace(a, shape=(size,), strides=(stride,)), 0, (1,) * a.ndim if keepdim else ()
+    if a.ndim == 0:
+        normalize_dim(dim, 1)
+        return replace(a, shape=(1,), strides=(1,)), 0, ()
+    d = normalize_dim(dim, a.ndim)
+    return a, d, a.shape[:d] + ((1,) if keepdim else ()) + a.shape[d + 1:]
+
+
+def squeezed(o: Arr, work: Arr, d: int) -> Arr:
+    """The result `o` described as the kernels write it: work's shape without dimension d
+    (a keepdim result's 1 dropped, dim=None's ones all dropped)."""
+    shape = work.shape[:d] + work.shape[d + 1:]
+    if o.shape == shape:
+        return o
+    if not shape:
+        return replace(o, shape=(), strides=())
+    return replace(o, shape=shape, strides=o.strides[:d] + o.strides[d + 1:])
+
+
+def reduced_views(w: Arr, o: Arr, d: int, name: str = "out"):
+    """The kernel argument of the squeezed result `o` of reducing `w` over d, as the slab kernels
+    index it: (outer, 1, inner) (stride 0 for the 1: see flat_group)."""
+    _, so_outer = flat_group(o.shape[:d], o.strides[:d], name)
+    _, so_inner = flat_group(o.shape[d:], o.strides[d:], name)
+    outer, _ = flat_group(w.shape[:d], w.strides[:d], "x")
+    inner, _ = flat_group(w.shape[d + 1:], w.strides[d + 1:], "x")
+    return view(o, (outer, 1, inner), (so_outer, 0, so_inner))
+
+
+def _reduce(x, dim, keepdim, out, *, is_max: bool, op: str):
     a = as_array(x, "x")
     check_float(a, "x")
-    if a.ndim == 0:
-        raise ValueError(f"{op}: x must have at least 1 dimension")
-    d = normalize_dim(dim, a.ndim)
-    if is_max and a.shape[d] == 0:
+    w, d, out_shape = reduced_layout(a, dim, keepdim, row_major=False)
+    if is_max and w.shape[d] == 0:
         raise ValueError(f"{op}: cannot take the max over dimension {d}, which has size 0")
-    o = output(out, a, a.shape[:d] + a.shape[d + 1:], a.dtype)
+    o = output(out, a, out_shape, a.dtype)
     if o.numel == 0:
         return o.obj
-    if rows_path(a, d):
-        xv, n_rows, _ = rows_of(a, "x")
-        ov = view(o, (n_rows,), (flat_group(o.shape, o.strides, "out")[1],))
+    os_ = squeezed(o, w, d)
+    if rows_path(w, d):
+        xv, n_rows, _ = rows_of(w, "x")
+        ov = view(os_, (n_rows,), (flat_group(os_.shape, os_.strides, "out")[1],))
     else:
-        xv, (outer, _, inner), _ = slab_view(a, d, "x")
-        _, so_outer = flat_group(o.shape[:d], o.strides[:d], "out")
-        _, so_inner = flat_group(o.shape[d:], o.strides[d:], "out")
-        ov = view(o, (outer, 1, inner), (so_outer, 0, so_inner))  # stride 0: see flat_group
-    execute(plan(a, o, d, is_max=is_max, target=target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
+        xv, _, _ = slab_view(w, d, "x")
+        ov = reduced_views(w, os_, d)
+    execute(plan(w, os_, d, is_max=is_max, target=target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
     return o.obj
 
 
@@ -490,12 +541,16 @@ def plan_cumsum(x: Arr, out: Arr, target: Target) -> List[Launch]:
 
 
 @planned
-def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
-    """sum(x, dim, out=None) -> the sum over dimension `dim` (removed from the shape).
+def sum(x, dim=None, keepdim: bool = False, out=None):  # noqa: A001 - the op's name
+    """sum(x, dim=None, keepdim=False, out=None) -> the sum over dimension `dim`, as torch.sum.
 
-    x: f16, bf16 or f32, any shape; `dim` may be negative. Accumulates in f32,
-    returns x's dtype (or writes `out`). The dimensions before `dim` and those
-    after it must each flatten without a copy (else ValueError).
+    x: f16, bf16 or f32, any shape (0-d too); `dim` an int, may be negative, or
+    None for every element (a 0-d result). keepdim keeps the reduced dimension
+    with size 1 (every dimension for dim=None). Accumulates in f32, returns x's
+    dtype (or writes `out`, of the result's shape). The dimensions before `dim`
+    and those after it must each flatten without a copy (dim=None: all of them,
+    in any order; else ValueError). dim=None reduces the flattened array as one
+    row (one program: for large arrays, reducing one dimension first is faster).
 
     Block size: for the last dimension, `_common.row_config` (one tile up to
     16384 elements, short rows packed, longer rows looped in 4096-element
@@ -512,35 +567,16 @@ def sum(x, dim: int, out=None):  # noqa: A001 - the op's name
     Reduced rows that start off 32-byte sectors are read through aligned
     windows (`reduce_inner_window_kernel`, `inner_config`).
     """
-    return _reduce(x, dim, out, is_max=False, op="sum")
+    return _reduce(x, dim, keepdim, out, is_max=False, op="sum")
 
 
 @planned
-def max(x, dim: int, out=None):  # noqa: A001 - the op's name
-    """max(x, dim, out=None) -> the maximum over dimension `dim` (values only).
+def amax(x, dim=None, keepdim: bool = False, out=None):
+    """amax(x, dim=None, keepdim=False, out=None) -> the maximum over dimension `dim` (values
+    only, as torch.amax; `max(x, dim)` gives values and indices).
 
-    Unlike torch.max(x, dim) this returns the values alone, not (values,
-    indices). NaN handling follows tc.maximum. Same dtypes, layout limits and
-    block sizes as `sum`; an empty reduced dimension is a ValueError.
+    NaN propagates (a NaN in the reduced elements gives NaN, as torch). Same
+    dtypes, forms, layout limits and block sizes as `sum`; an empty reduced
+    dimension is a ValueError.
     """
-    return _reduce(x, dim, out, is_max=True, op="max")
-
-
-@planned
-def cumsum(x, dim: int = -1, out=None):
-    """cumsum(x, dim=-1, out=None) -> the inclusive running sum along the last dimension.
-
-    x: f16, bf16 or f32, any leading batch shape (last stride 1, leading
-    dimensions flattenable, else ValueError); only dim=-1 is supported (other
-    dims: ValueError). Accumulates in f32 across the whole row and returns x's
-    dtype (or writes `out`).
-
-    Block size: rows up to 4096 elements are one tile of next_pow2(n) columns,
-    short rows packed until a tile holds 2048 elements; longer rows are scanned
-    in 4096-column tiles carrying the running total. num_warps = tile
-    elements / 512, 1..16. Rows off 32-byte sectors are read and written in
-    aligned windows (`_window`; n counts up to 32 bytes before the row).
-    """
-    a, o, xv, ov, _, _ = last_dim_rows(x, dim, out, "cumsum")
-    execute(plan_cumsum(a, o, target_of(a)), Operands({"x": a}, {"x": xv, "out": ov}))
-    return o.obj
+    return _reduce(x, dim, keepdim, out, is_max=True, op="amax")

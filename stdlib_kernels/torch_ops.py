@@ -42,6 +42,9 @@ from . import elementwise_backward as _ewb
 from . import norms as _norms
 from .add_norm import add_rms_norm as _add_rms_norm
 from .add_norm import add_rms_norm_backward as _add_rms_norm_backward
+from . import reductions as _red
+from . import reductions_dim as _rdim
+from . import transpose as _tr
 from .attention import _window, check_layout
 from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
@@ -51,7 +54,6 @@ from .embedding import embedding as _embedding
 from .embedding import embedding_backward as _sk_embedding_backward
 from .linear_cross_entropy import linear_cross_entropy as _lce
 from .matmul import matmul as _sk_matmul
-from .sampling import argmax as _argmax
 from .sampling import sample as _sample
 from .softmax import log_softmax as _log_softmax
 from .softmax import softmax as _softmax
@@ -59,7 +61,8 @@ from .topk import topk as _topk
 
 __all__ = ["OpSpec", "OPS", "register", "attention", "attention_mods", "rms_norm", "layer_norm", "softmax", "log_softmax",
            "silu_and_mul", "swiglu", "gelu", "rope", "dropout", "cross_entropy", "matmul",
-           "linear_cross_entropy", "embedding", "add_rms_norm", "topk", "sample", "argmax"]
+           "linear_cross_entropy", "embedding", "add_rms_norm", "topk", "sample", "sum", "amax", "amin", "max",
+           "min", "argmax", "argmin", "cumsum", "transpose"]
 
 
 @dataclass(frozen=True)
@@ -432,6 +435,84 @@ def _add_rms_norm_backward_impl(dy, dresidual, residual_out, weight, rstd):
 
 def _add_rms_norm_backward_fake(dy, dresidual, residual_out, weight, rstd):
     return dy.new_empty(residual_out.shape), (weight.new_empty(weight.shape) if weight is not None else _empty0(dy))
+# sum / amax / amin / max / min / argmax / argmin (torch's forms: dim an int or None, keepdim),
+# cumsum over any dim, transpose of any rank
+def _reduced_shape(x, dim, keepdim):
+    if dim is None:
+        return (1,) * x.dim() if keepdim else ()
+    if x.dim() == 0:
+        return ()
+    d = dim % x.dim()
+    return tuple(x.shape[:d]) + ((1,) if keepdim else ()) + tuple(x.shape[d + 1:])
+
+
+def _reduced_fake(x, dim, keepdim):
+    return x.new_empty(_reduced_shape(x, dim, keepdim))
+
+
+def _indices_fake(x, dim, keepdim):
+    return x.new_empty(_reduced_shape(x, dim, keepdim), dtype=torch.int64)
+
+
+def _values_indices_fake(x, dim, keepdim):
+    return _reduced_fake(x, dim, keepdim), _indices_fake(x, dim, keepdim)
+
+
+def _shape_setup(ctx, inputs, output):
+    x, *rest = inputs
+    ctx.shape, ctx.rest = tuple(x.shape), tuple(rest)
+
+
+def _sum_backward(ctx, dy):
+    # every element of the reduced dimension (all of them for dim=None) gets dy
+    dim, keepdim = ctx.rest
+    if dim is None:
+        dy = dy.reshape((1,) * len(ctx.shape))
+    elif not keepdim and ctx.shape:
+        dy = dy.unsqueeze(dim % len(ctx.shape))
+    return dy.expand(ctx.shape), None, None
+
+
+def _extreme_setup(ctx, inputs, output):
+    x, dim, keepdim = inputs
+    ctx.save_for_backward(output[1])
+    ctx.shape, ctx.dim, ctx.keepdim = tuple(x.shape), dim, keepdim
+
+
+def _extreme_backward(ctx, dy, _dindices):
+    # dy to the element whose index the forward returned, zeros elsewhere (torch's max(dim))
+    indices, = ctx.saved_tensors
+    if not ctx.shape:
+        return dy.clone(), None, None
+    d = ctx.dim % len(ctx.shape)
+    if not ctx.keepdim:
+        dy, indices = dy.unsqueeze(d), indices.unsqueeze(d)
+    return dy.new_zeros(ctx.shape).scatter(d, indices, dy), None, None
+
+
+def _cumsum_backward(ctx, dy):
+    # d/dx_i of sum_j dy_j c_j = the sum of dy_j over j >= i: a reversed running sum
+    dim, = ctx.rest
+    if not ctx.shape:
+        return dy.clone(), None
+    d = dim % len(ctx.shape)
+    return torch.ops.tilec.cumsum(dy.flip(d), d).flip(d), None
+
+
+def _transpose_fake(x, dim0, dim1):
+    shape = list(x.shape)
+    if shape:
+        d0, d1 = dim0 % len(shape), dim1 % len(shape)
+        shape[d0], shape[d1] = shape[d1], shape[d0]
+    return x.new_empty(shape)
+
+
+def _transpose_backward(ctx, dy):
+    dim0, dim1 = ctx.rest
+    return torch.ops.tilec.transpose(dy, dim0, dim1), None, None
+
+
+_RED_ARGS = "Tensor x, int? dim, bool keepdim"
 
 
 OPS: Dict[str, OpSpec] = {
@@ -449,6 +530,25 @@ OPS: Dict[str, OpSpec] = {
     "layer_norm_backward": OpSpec("(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd) "
                                   "-> (Tensor, Tensor, Tensor)",
                                   _layer_norm_backward_impl, _layer_norm_backward_fake),
+    "sum": OpSpec(f"({_RED_ARGS}) -> Tensor", lambda x, dim, keepdim: _red.sum(x, dim, keepdim), _reduced_fake,
+                  _sum_backward, _shape_setup),
+    "amax": OpSpec(f"({_RED_ARGS}) -> Tensor", lambda x, dim, keepdim: _red.amax(x, dim, keepdim), _reduced_fake),
+    "amin": OpSpec(f"({_RED_ARGS}) -> Tensor", lambda x, dim, keepdim: _rdim.amin(x, dim, keepdim), _reduced_fake),
+    "max_dim": OpSpec("(Tensor x, int dim, bool keepdim) -> (Tensor, Tensor)",
+                      lambda x, dim, keepdim: tuple(_rdim.max(x, dim, keepdim)), _values_indices_fake,
+                      _extreme_backward, _extreme_setup),
+    "min_dim": OpSpec("(Tensor x, int dim, bool keepdim) -> (Tensor, Tensor)",
+                      lambda x, dim, keepdim: tuple(_rdim.min(x, dim, keepdim)), _values_indices_fake,
+                      _extreme_backward, _extreme_setup),
+    "argmax": OpSpec(f"({_RED_ARGS}) -> Tensor", lambda x, dim, keepdim: _rdim.argmax(x, dim, keepdim),
+                     _indices_fake),
+    "argmin": OpSpec(f"({_RED_ARGS}) -> Tensor", lambda x, dim, keepdim: _rdim.argmin(x, dim, keepdim),
+                     _indices_fake),
+    "cumsum": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _rdim.cumsum(x, dim), _like,
+                     _cumsum_backward, _shape_setup),
+    "transpose": OpSpec("(Tensor x, int dim0, int dim1) -> Tensor",
+                        lambda x, dim0, dim1: _tr.transpose(x, dim0, dim1), _transpose_fake,
+                        _transpose_backward, _shape_setup),
     "softmax": OpSpec("(Tensor x, int dim) -> Tensor", lambda x, dim: _softmax(x, dim), _like,
                       _softmax_like_backward("softmax_backward"), _softmax_setup),
     "softmax_backward": OpSpec("(Tensor dy, Tensor y) -> Tensor", lambda dy, y: _bwd.softmax_backward(dy, y),
@@ -538,9 +638,6 @@ OPS.update({
     # not differentiable (an int64 result): the autograd entry is never reached
     "sample": OpSpec("(Tensor logits, float temperature, int? top_k, float? top_p, int seed, int offset) -> Tensor",
                      _sample_impl, _sample_fake),
-    "argmax": OpSpec("(Tensor x, bool keepdim) -> Tensor", lambda x, keepdim: _argmax(x, -1, keepdim),
-                     lambda x, keepdim: x.new_empty(tuple(x.shape[:-1]) + ((1,) if keepdim else ()),
-                                                    dtype=torch.int64)),
 })
 
 
@@ -720,9 +817,30 @@ def rms_norm(x, weight=None, eps: float = 1e-6, out=None):
     return torch.ops.tilec.rms_norm(x, weight, float(eps))[0]
 
 
-def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, out=None):
-    """`tilec.stdlib_kernels.layer_norm` as a differentiable op (gradients to x, weight, bias)."""
+def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5, out=None):
+    """`tilec.stdlib_kernels.layer_norm` as a differentiable op (gradients to x, weight, bias):
+    torch.nn.functional.layer_norm's signature, the earlier (x, weight, bias, eps) form too.
+    Over k > 1 trailing dimensions the op runs on x, weight and bias viewed with those
+    dimensions flattened (torch views: no copy, and autograd sees through them)."""
     register()
+    if _norms._is_shape(normalized_shape):   # noqa: SLF001 - the stdlib's own test of the form
+        check_cuda(x=x, weight=weight, bias=bias)
+        k = _norms.norm_dims(x.shape, normalized_shape)   # shapes only: traceable by torch.compile
+        if k > 1:
+            def flat(t):
+                return None if t is None else t.reshape(-1)
+            rows = x.reshape(*x.shape[:x.dim() - k], -1)
+            y = layer_norm(rows, rows.shape[-1], flat(weight), flat(bias), eps,
+                           out=None if out is None else out.view(rows.shape))
+            return out if out is not None else y.view(x.shape)
+    else:   # the earlier form (x, weight, bias, eps): a fourth positional argument is eps
+        if bias is not None and (isinstance(bias, (bool, torch.Tensor)) or not isinstance(bias, (int, float))):
+            raise TypeError(f"layer_norm: normalized_shape must be an int or a tuple of ints, got "
+                            f"{type(normalized_shape).__name__}; with a weight second (the earlier form), the "
+                            "fourth argument is eps, a number")
+        if bias is not None:
+            eps = bias
+        weight, bias = normalized_shape, weight
     check_cuda(x=x, weight=weight, bias=bias)
     if out is not None:
         return _into(out, lambda o: torch.ops.tilec.layer_norm_out(x, weight, bias, float(eps), o), dict(x=x, weight=weight, bias=bias))
@@ -895,11 +1013,71 @@ def sample(logits, *, temperature: float = 1.0, top_k: Optional[int] = None, top
                                   _signed64(seed, "seed"), _signed64(offset, "offset"))
 
 
-def argmax(x, dim: int = -1, keepdim: bool = False):
-    """`tilec.stdlib_kernels.argmax` as a torch op (last dimension only; not differentiable)."""
+def _dim_arg(dim):
+    return None if dim is None else int(dim)
+
+
+def sum(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
+    """`tilec.stdlib_kernels.sum` (torch.sum's dim/keepdim forms) as a differentiable op."""
     register()
     check_cuda(x=x)
-    if dim not in (-1, x.dim() - 1):
-        raise ValueError(f"argmax: only the last dimension is supported (dim=-1), got dim={dim} for shape "
-                         f"{tuple(x.shape)}")
-    return torch.ops.tilec.argmax(x, bool(keepdim))
+    return torch.ops.tilec.sum(x, _dim_arg(dim), bool(keepdim))
+
+
+def amax(x, dim=None, keepdim: bool = False):
+    """torch.amax's dim (an int or None) and keepdim; no gradient."""
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.amax(x, _dim_arg(dim), bool(keepdim))
+
+
+def amin(x, dim=None, keepdim: bool = False):
+    """torch.amin's dim (an int or None) and keepdim; no gradient."""
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.amin(x, _dim_arg(dim), bool(keepdim))
+
+
+def max(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
+    """As torch.max: dim=None the maximum (amax, no gradient); else (values, indices) as
+    `ValuesIndices`, differentiable in x (the gradient goes to the indexed elements)."""
+    if dim is None:
+        return amax(x, None, keepdim)
+    register()
+    check_cuda(x=x)
+    return _rdim.ValuesIndices(*torch.ops.tilec.max_dim(x, int(dim), bool(keepdim)))
+
+
+def min(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
+    """As torch.min (see `max`)."""
+    if dim is None:
+        return amin(x, None, keepdim)
+    register()
+    check_cuda(x=x)
+    return _rdim.ValuesIndices(*torch.ops.tilec.min_dim(x, int(dim), bool(keepdim)))
+
+
+def argmax(x, dim=None, keepdim: bool = False):
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.argmax(x, _dim_arg(dim), bool(keepdim))
+
+
+def argmin(x, dim=None, keepdim: bool = False):
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.argmin(x, _dim_arg(dim), bool(keepdim))
+
+
+def cumsum(x, dim: int):
+    """As torch.cumsum(x, dim), differentiable (the backward is a reversed cumsum)."""
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.cumsum(x, int(dim))
+
+
+def transpose(x, dim0: int, dim1: int):
+    """As x.transpose(dim0, dim1).contiguous(), differentiable (the backward swaps back)."""
+    register()
+    check_cuda(x=x)
+    return torch.ops.tilec.transpose(x, int(dim0), int(dim1))

@@ -35,9 +35,9 @@ OPS = {
     "silu_and_mul": lambda: S.silu_and_mul(_x(), out=huge((ROWS, COLS // 2), F16)),
     "dropout": lambda: S.dropout(_x(), 0.25, seed=5, out=_x()),
     "sum over rows": lambda: S.sum(_x(), -1),
-    "max over rows": lambda: S.max(_x(), -1),
+    "max over rows": lambda: S.amax(_x(), -1),
     "sum over dim 0": lambda: S.sum(_x(), 0),
-    "max over dim 0": lambda: S.max(_x(), 0),
+    "max over dim 0": lambda: S.amax(_x(), 0),
     "cumsum": lambda: S.cumsum(_x(), out=_x()),
     "transpose": lambda: S.transpose(_x(), out=huge((COLS, ROWS), F16)),
 }

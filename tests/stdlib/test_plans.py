@@ -89,7 +89,7 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(norms, "target_of", lambda a: h100)
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
     monkeypatch.setattr(_cross_entropy, "target_of", lambda a: h100)
-    for name in ("elementwise", "elementwise_backward", "dropout", "transpose", "reductions"):
+    for name in ("elementwise", "elementwise_backward", "dropout", "transpose", "reductions", "reductions_dim"):
         monkeypatch.setattr(importlib.import_module(f"tilec.stdlib_kernels.{name}"), "target_of", lambda a: h100)
     monkeypatch.setattr(_matmul, "_target", lambda a: h100)
     monkeypatch.setattr(launches.DeviceProbe, "resident_clusters", lambda self, launch: 15)
@@ -123,8 +123,15 @@ CASES = {
     "rms_norm": lambda: sk.rms_norm(X, W),
     "cross_entropy": lambda: sk.cross_entropy(_array((64, 32000), bf16), _array((64,), tc.int64)),
     "sum_first_split": lambda: sk.sum(_array((4096, 256), f32), 0),
-    "max_last": lambda: sk.max(X, -1),
+    "max_last": lambda: sk.amax(X, -1),
+    "sum_all_keepdim": lambda: sk.sum(X, None, True),
+    "max_dim0_indices": lambda: sk.max(X, 0),
+    "argmin_keepdim": lambda: sk.argmin(_array((3, 5, 7), f32), 1, keepdim=True),
     "cumsum": lambda: sk.cumsum(X),
+    "cumsum_dim0": lambda: sk.cumsum(_array((3, 5, 7), bf16), 0),
+    "transpose_3d": lambda: sk.transpose(_array((3, 5, 7), f16), 0, 2),
+    "transpose_3d_rows": lambda: sk.transpose(_array((3, 5, 7), f16), 0, 1),
+    "layer_norm_2_dims": lambda: sk.layer_norm(_array((4, 8, 64), f16), (8, 64), _array((8, 64), f16)),
     "gelu_strided_rows": lambda: sk.gelu(_array((64, 100), bf16, (128, 1))),
     "silu_and_mul_halves": lambda: sk.silu_and_mul(X),
     "add_broadcast": lambda: sk.add(X, W),

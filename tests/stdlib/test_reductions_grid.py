@@ -95,5 +95,5 @@ def test_sum_and_max_over_slabs_of_several_strips_match_numpy(monkeypatch, rowwi
     v.reshape(-1)[-1] = 90.0                # the array's last element: read apart by the window kernel
     x = rowwise.host(v, dtype)
     x64 = rowwise.f64(x)
-    rowwise.close(sk.max(x, dim), x64.max(dim), dtype)
+    rowwise.close(sk.amax(x, dim), x64.max(dim), dtype)
     rowwise.close(sk.sum(x, dim), x64.sum(dim), dtype, scale=shape[dim] ** 0.5 * 3)

@@ -40,7 +40,7 @@ def test_cumsum_of_rows_off_sectors_matches_torch(torch, shape, dtype_name):
 def test_sum_and_max_of_rows_off_sectors_match_torch(torch, shape, dtype_name):
     x = _rows(torch, shape, getattr(torch, dtype_name))
     x64 = x.double()
-    torch.testing.assert_close(sk.max(x, -1).double(), x64.amax(-1), rtol=0, atol=0)
+    torch.testing.assert_close(sk.amax(x, -1).double(), x64.amax(-1), rtol=0, atol=0)
     rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
     torch.testing.assert_close(sk.sum(x, -1).double(), x64.sum(-1), rtol=rtol, atol=rtol * shape[1] ** 0.5 * 3)
 
@@ -67,7 +67,7 @@ def test_sum_and_max_over_leading_rows_off_sectors_match_torch(torch, shape, dim
     x = (3 * torch.randn(shape, device="cuda", dtype=torch.float64)).to(dtype)
     x.view(-1)[-1] = 90     # the tensor's last element, read after the loop
     x64 = x.double()
-    torch.testing.assert_close(sk.max(x, dim).double(), x64.amax(dim), rtol=0, atol=0)
+    torch.testing.assert_close(sk.amax(x, dim).double(), x64.amax(dim), rtol=0, atol=0)
     rtol = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1.6e-2}[dtype_name]
     torch.testing.assert_close(sk.sum(x, dim).double(), x64.sum(dim), rtol=rtol, atol=rtol * shape[dim] ** 0.5 * 3)
     xs = _rows(torch, (700, 3001), dtype)     # a view of a wider buffer: rows 3017 elements apart

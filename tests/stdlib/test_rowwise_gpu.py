@@ -111,7 +111,7 @@ def test_cross_entropy_and_reductions_match_torch(torch, shape, dtype_name):
         _close(torch, sk.cross_entropy(x, t, reduction=reduction), want, dtype_name, scale=shape[0])
     for dim in (0, 1):
         _close(torch, sk.sum(x, dim), x64.sum(dim), dtype_name, scale=shape[dim])
-        _close(torch, sk.max(x, dim), x64.max(dim).values, dtype_name)
+        _close(torch, sk.amax(x, dim), x64.max(dim).values, dtype_name)
     _close(torch, sk.cumsum(x), x64.cumsum(-1), dtype_name, scale=shape[-1] ** 0.5)
 
 
@@ -180,4 +180,4 @@ def test_rows_one_element_in(torch, dtype_name):
     _close(torch, sk.cross_entropy(x, t, reduction="none"), F.cross_entropy(x.double(), t, reduction="none"),
            dtype_name, scale=8)
     _close(torch, sk.sum(x, -1), x.double().sum(-1), dtype_name, scale=x.shape[-1] ** 0.5 * 4)
-    _close(torch, sk.max(x, -1), x.double().max(-1).values, dtype_name)
+    _close(torch, sk.amax(x, -1), x.double().max(-1).values, dtype_name)

@@ -342,7 +342,7 @@ def test_torch_op_impls_on_host_arrays():
     np.testing.assert_array_equal(T.OPS["sample"].impl(x, 0.8, 5, 0.9, 3, 1),
                                   sample(x, temperature=0.8, top_k=5, top_p=0.9, seed=3, offset=1))
     np.testing.assert_array_equal(T.OPS["sample"].impl(x, 1.0, None, None, -1, 0), sample(x, seed=2 ** 64 - 1))
-    np.testing.assert_array_equal(T.OPS["argmax"].impl(x, True)[:, 0], x.argmax(-1))
+    np.testing.assert_array_equal(T.OPS["argmax"].impl(x, -1, True)[:, 0], x.argmax(-1))
     vals, idx = T.OPS["topk"].impl(x, 7, False)
     np.testing.assert_array_equal(idx, np.argsort(x, -1, kind="stable")[:, :7])
     np.testing.assert_array_equal(vals, np.take_along_axis(x, idx, -1))

@@ -57,7 +57,7 @@ def test_topk_torch_op_and_its_gradient(torch):
     torch.testing.assert_close(x.grad.double(), x64.grad, rtol=0, atol=0)
     torch.library.opcheck(torch.ops.tilec.topk.default, (x.detach().requires_grad_(), 10, True))
     torch.library.opcheck(torch.ops.tilec.sample.default, (x.detach(), 0.8, 5, 0.9, 3, 1))
-    torch.library.opcheck(torch.ops.tilec.argmax.default, (x.detach(), True))
+    torch.library.opcheck(torch.ops.tilec.argmax.default, (x.detach(), -1, True))
 
 
 def test_fake_shapes(torch):
@@ -70,7 +70,7 @@ def test_fake_shapes(torch):
         assert tuple(v.shape) == (2, 5, 7) and v.dtype == torch.bfloat16 and i.dtype == torch.int64
         t = T.sample(x, top_k=3, top_p=0.5, seed=1)
         assert tuple(t.shape) == (2, 5) and t.dtype == torch.int64
-        assert tuple(T.argmax(x, keepdim=True).shape) == (2, 5, 1)
+        assert tuple(T.argmax(x, -1, keepdim=True).shape) == (2, 5, 1)
 
 
 # ----------------------------------------------------------------------------- sample
@@ -84,7 +84,7 @@ def test_greedy_and_top_k_one_are_argmax(torch, dtype):
     assert torch.equal(S.argmax(x), want)
     assert torch.equal(S.argmax(x, keepdim=True), torch.argmax(x, dim=-1, keepdim=True))
     from tilec.stdlib_kernels import torch_ops as T
-    assert torch.equal(T.argmax(x[:5, :1000]), torch.argmax(x[:5, :1000], dim=-1))
+    assert torch.equal(T.argmax(x[:5, :1000], -1), torch.argmax(x[:5, :1000], dim=-1))
 
 
 def test_determinism_and_offsets(torch):
