@@ -200,7 +200,8 @@ class AttentionBwdConfig:
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
-def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None) -> AttentionBwdConfig:
+def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
+                   softcap: bool = False) -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch).
     8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
     the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
@@ -208,7 +209,7 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
     timed against each other (docs/benchmarks.md)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) <= 64 and target.has_wgmma:
+    if max(dk, dv) <= 64 and target.has_wgmma and not softcap:   # (softcap's tanh terms spill there)
         # two warpgroups of 64 owned rows, steps of 64 on the other side: every product a
         # wgmma, Pᵀ and dSᵀ from registers (on an H200 the example at these blocks ran
         # 2-2.5x the mma.sync tiles below). At D = 128 the dK/dV kernel spills at these blocks.
@@ -282,7 +283,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
                                        block_mask, mod_args, causal=causal, window=window, softcap=softcap)
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
-    cfg = bwd_config_for(x.d, target_of(qa), x.dv)
+    cfg = bwd_config_for(x.d, target_of(qa), x.dv, softcap is not None)
     qv, kv, vv = x.views()
 
     def bhsd(a: Arr, dim: int):
@@ -322,6 +323,7 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 
 
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
+_CFG64_SOFTCAP = bwd_config_for(64, HOST_TARGET, softcap=True)
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
 SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
@@ -330,7 +332,7 @@ OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _C
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
                     for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
-                                                    ("bf16", _CFG64, True, 2), ("bf16", _CFG256, False, 1),
+                                                    ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2), ("bf16", _CFG256, False, 1),
                                                     ("f16", _CFG256, True, 2),
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
                                                     ("f16", bwd_config_for(64, Target.from_arch("sm_80")), False, 1))]

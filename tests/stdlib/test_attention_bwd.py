@@ -131,7 +131,8 @@ def test_config_is_a_function_of_head_dims_and_target():
 
 def _config(kernel, sig):
     spec = getattr(B, kernel).specialization(sig)
-    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"])
+    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"],
+                            spec.constexprs.get("SOFTCAP", False))
 
 
 def _warps(kernel, sig):
