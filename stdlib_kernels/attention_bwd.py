@@ -202,17 +202,32 @@ class AttentionBwdConfig:
 
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
                    softcap: bool = False) -> AttentionBwdConfig:
-    """The backward's tiling for these head dims on `target`; a pure function (no launch).
-    8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
+    """The backward's tiling for these head dims on `target`; a pure function (no launch):
+    the wgmma blocks where the target has wgmma and they fit (`_tiling`; softcap's tanh terms
+    spill there), else the mma.sync tiles."""
+    return _tiling(head_dim, head_dim_v, wgmma=target.has_wgmma and not softcap)
+
+
+def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
+                      kv_block: int) -> AttentionBwdConfig:
+    """bwd_config_for's tiling where its blocks divide a block mask's (q_block x kv_block)
+    blocks, else the mma.sync tiling (blocks of at most 64), which does."""
+    cfg = bwd_config_for(head_dim, target, head_dim_v)
+    if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
+        cfg = _tiling(head_dim, head_dim_v, wgmma=False)
+    return cfg
+
+
+def _tiling(head_dim: int, head_dim_v: Optional[int], wgmma: bool) -> AttentionBwdConfig:
+    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
     the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
-    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step. Not yet
-    timed against each other (docs/benchmarks.md)."""
+    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step. `wgmma`:
+    up to head dim 64, two warpgroups of 64 owned rows and steps of 64 on the other side,
+    every product a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md,
+    "Backward"); at 128 the dK/dV kernel spills at those blocks."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) <= 64 and target.has_wgmma and not softcap:   # (softcap's tanh terms spill there)
-        # two warpgroups of 64 owned rows, steps of 64 on the other side: every product a
-        # wgmma, Pᵀ and dSᵀ from registers (on an H200 the example at these blocks ran
-        # 2-2.5x the mma.sync tiles below). At D = 128 the dK/dV kernel spills at these blocks.
+    if max(dk, dv) <= 64 and wgmma:
         return AttentionBwdConfig(128, 64, 128, 64, dk, dv, 8)
     if max(dk, dv) <= 64:
         return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 8)
@@ -222,16 +237,6 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
     # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
     wide = max(dk, dv)
     return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
-
-
-def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
-                      kv_block: int) -> AttentionBwdConfig:
-    """bwd_config_for's tiling where its blocks divide a block mask's (q_block x kv_block)
-    blocks, else the mma.sync tiling (blocks of at most 64), which does."""
-    cfg = bwd_config_for(head_dim, target, head_dim_v)
-    if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
-        cfg = bwd_config_for(head_dim, Target.from_arch("sm_80"), head_dim_v)
-    return cfg
 
 
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,

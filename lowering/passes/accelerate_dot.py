@@ -60,7 +60,7 @@ from __future__ import annotations
 from typing import Optional
 
 from tilec import dtypes as dt
-from tilec.ir import Builder, Module, Op, Value, defined_inside
+from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType, TileType, with_element
 
@@ -70,6 +70,7 @@ from ..gpu.mma_ops import LdMatrixOp, MmaOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, LocalStoreOp
 from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, register_a_layout, wgmma_plan, wgmma_shape
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
+from .rewrite import invariant_loop
 
 __all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps",
            "tensor_core_refusal"]
@@ -193,15 +194,6 @@ def _operand_buffer(op: T.DotOp, idx: int, head: Builder) -> Op:
                        result_types=[PointerType(elem, SHARED)], loc=op.loc)
 
 
-def _invariant_loop(op: Op, v) -> Optional[Op]:
-    """The outermost loop around `op` (through loops only) that `v` is not defined in: an
-    operand that does not change in it is stored to shared memory once, before it."""
-    best, p = None, op.parent_op()
-    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
-        best, p = p, p.parent_op()
-    return best
-
-
 def _store_before(loop: Op, buf, v, fence: bool) -> None:
     """`v` into `buf` once before `loop` (q of attention): no later write, so one barrier."""
     b = Builder().before(loop)
@@ -228,7 +220,7 @@ def _accelerate(op: T.DotOp, why_not_wgmma: str, remarks) -> None:
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
     dead = []
-    hoisted = {idx: _invariant_loop(op, op.operands[idx].owner.operands[0]) for idx in staged}
+    hoisted = {idx: invariant_loop(op, op.operands[idx].owner.operands[0]) for idx in staged}
     for idx, loop in hoisted.items():
         if loop is not None:
             _store_before(loop, bufs[idx], op.operands[idx].owner.operands[0], fence=False)
@@ -349,7 +341,7 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
             for idx in staged}
     at = Builder().before(op)  # after the allocations, which may sit in the same block
     at.loc = op.loc
-    loops = {idx: _invariant_loop(op, srcs[idx]) for idx in staged}
+    loops = {idx: invariant_loop(op, srcs[idx]) for idx in staged}
     for idx in staged:
         if loops[idx] is not None:
             _store_before(loops[idx], bufs[idx], srcs[idx], fence=True)

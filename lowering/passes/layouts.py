@@ -31,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from tilec.ir import Builder, Module, Op, Value, defined_inside
+from tilec.ir import Builder, Module, Op, Value
 from tilec.ir import tile_ops as T
 from tilec.ir.types import TileType
 
@@ -40,6 +40,7 @@ from ..gpu.layouts import (Bases, BlockedLayout, DistributedLayout, LayoutError,
 from ..gpu.ops import ConvertLayoutOp
 from .accelerate_dot import dot_acc_layout, dot_operand_layout
 from .axis_info import axis_info
+from .rewrite import invariant_loop
 
 __all__ = ["assign_layouts", "fma_operand_layout", "fma_acc_layout", "cat_layouts"]
 
@@ -374,7 +375,7 @@ class _Assigner:
         # A value the loops around `op` do not define is converted once, before the outermost
         # of them, not every iteration (attention's row statistics: a trip through shared
         # memory, with barriers, per key block); the ops of one loop needing one layout share it.
-        loop = _invariant_loop(op, v)
+        loop = invariant_loop(op, v)
         if loop is not None:
             key = (id(v), id(loop), repr(want))
             cv = self._hoisted.get(key)
@@ -547,14 +548,6 @@ def _permute_layout(out_layout, out_shape, order):
     src_shape = tuple(out_shape[inv[d]] for d in range(len(order)))
     return _renumber(out_layout.bases(out_shape), out_shape, src_shape,
                      lambda b: tuple(b[inv[d]] for d in range(len(order))))
-
-
-def _invariant_loop(op: Op, v: Value) -> Optional[Op]:
-    """The outermost of the loops around `op` (through loops only) that do not define `v`."""
-    best, p = None, op.parent_op()
-    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
-        best, p = p, p.parent_op()
-    return best
 
 
 def _computes_in(op: Op, lay: MmaLayout, own: Optional[MmaLayout]) -> bool:

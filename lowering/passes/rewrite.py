@@ -12,7 +12,7 @@ import math
 from typing import Callable, Dict, List, Optional, Sequence
 
 from tilec import dtypes as dt
-from tilec.ir import Block, BlockArgument, Builder, Module, Op, Value
+from tilec.ir import Block, BlockArgument, Builder, Module, Op, Value, defined_inside
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, element_type
 
@@ -20,6 +20,7 @@ __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
     "normalize_constant", "iteration_count", "iteration_at", "iteration_live", "loop_slice", "clone_ops",
+    "invariant_loop",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -124,6 +125,15 @@ def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -
     down = at.value(T.AndOp, at.value(T.CmpOp, step, zero, pred="lt"), at.value(T.CmpOp, value, ub, pred="gt"))
     return at.value(T.OrOp, up, down)
 
+
+
+def invariant_loop(op: Op, v: Value) -> Optional[Op]:
+    """The outermost of the loops around `op` (through loops only) that do not define `v`:
+    where work on `v` alone can be done once, before it; None when the innermost defines it."""
+    best, p = None, op.parent_op()
+    while isinstance(p, (T.ForOp, T.WhileOp)) and not defined_inside(v, p):
+        best, p = p, p.parent_op()
+    return best
 
 
 def loop_slice(body, roots: Sequence[Value], iv: Value, view_loads: bool = False,
