@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+import tilec as tc
 import tilec.stdlib_kernels as sk
 
 SHAPES = [(1, 1), (1, 7), (3, 1000), (5, 4097), (2, 16385), (7, 33), (4, 65), (9, 257), (3, 70001)]
@@ -242,6 +243,107 @@ def _backward(shape, dtype):
     close("dropout_backward", kept, fwd.double(), dtype)
 
 
+def _llm(shape, dtype):
+    """embedding (+ its gradient), add_rms_norm (+ backward), topk, sample, the torch-signature
+    reductions (values and indices over either dim), cumsum and softmax over dim 0, transposes
+    of a 3-D tensor, linear_cross_entropy."""
+    F = torch.nn.functional
+    rows, cols = shape
+    w = rand((max(rows, 3) * 5, cols), dtype)
+    ids = torch.randint(0, w.shape[0], (rows, 3), device="cuda")
+    close("embedding", sk.embedding(w, ids), w.double()[ids], dtype)
+    dy = rand((rows, 3, cols), dtype)
+    wd = w.double().requires_grad_()
+    F.embedding(ids, wd).backward(dy.double())
+    close("embedding_backward", sk.embedding_backward(dy, ids, w.shape[0]), wd.grad, dtype)
+    x, r, g = rand(shape, dtype), rand(shape, dtype), rand(shape[1:], dtype)
+    xd, rd, gd = (t.double().requires_grad_() for t in (x, r, g))
+    hd = xd + rd
+    yd = F.rms_norm(hd, shape[1:], gd, 1e-6)
+    y, h, rstd = sk.add_rms_norm(x, r, g, return_stats=True)
+    close("add_rms_norm", y, yd.detach(), dtype)
+    close("add_rms_norm residual", h, hd.detach(), dtype)
+    dy, dh = rand(shape, dtype), rand(shape, dtype)
+    torch.autograd.backward((yd, hd), (dy.double(), dh.double()))
+    grads = sk.add_rms_norm_backward(dy, dh, h, g, rstd)
+    close("add_rms_norm_backward dx", grads[0], xd.grad, dtype)
+    close("add_rms_norm_backward dw", grads[-1], gd.grad, dtype)
+    k = min(cols, 5)
+    vals, idx = sk.topk(x, k)
+    close("topk", vals, torch.topk(x.double(), k).values, dtype)
+    close("topk indices", torch.gather(x, -1, idx), vals, dtype)
+    tok = sk.sample(x, temperature=0.8, top_k=k, top_p=0.9, seed=3)
+    if not ((tok >= 0) & (tok < cols)).all():
+        FAILURES.append(f"sample {shape} {dtype}: a token outside the vocabulary")
+    for dim in (0, 1):
+        for name, ours, ref in (("max", sk.max, torch.max), ("min", sk.min, torch.min)):
+            v, i = ours(x, dim)
+            close(f"{name} dim {dim}", v, ref(x.double(), dim).values, dtype)
+            close(f"{name} dim {dim} indices", torch.gather(x, dim, i.unsqueeze(dim)).squeeze(dim), v, dtype)
+        close(f"argmax dim {dim}", torch.gather(x, dim, sk.argmax(x, dim, keepdim=True)),
+              x.double().amax(dim, keepdim=True), dtype)
+    close("cumsum dim 0", sk.cumsum(x, 0), x.double().cumsum(0), dtype)
+    close("softmax dim 0", sk.softmax(x, 0), torch.softmax(x.double(), 0), dtype)
+    t3 = rand((rows, 3, cols), dtype)
+    for d0, d1 in ((0, 1), (0, 2), (1, 2)):
+        close(f"transpose {d0},{d1}", sk.transpose(t3, d0, d1), t3.double().transpose(d0, d1), dtype)
+    if dtype != torch.float32:
+        hid, lw = rand((rows * 3, 64), dtype), rand((cols, 64), dtype, 0.2)
+        tgt = torch.randint(0, cols, (rows * 3,), device="cuda")
+        hd, lwd = hid.double().requires_grad_(), lw.double().requires_grad_()
+        ref = F.cross_entropy(hd @ lwd.T, tgt)
+        ref.backward()
+        loss, dh, dw = sk.linear_cross_entropy(hid, lw, tgt)[:3]
+        close("linear_cross_entropy", loss, ref.detach(), dtype)
+        close("linear_cross_entropy dhidden", dh, hd.grad, dtype)
+        close("linear_cross_entropy dweight", dw, lwd.grad, dtype)
+
+
+@tc.func
+def _alibi(score, b, h, q_idx, kv_idx, doc):
+    return score + tc.exp2(-(h + 1).astype(tc.float32)) * (kv_idx - q_idx).astype(tc.float32)
+
+
+@tc.func
+def _alibi_grad(score, b, h, q_idx, kv_idx, doc):
+    return 1.0
+
+
+@tc.func
+def _document_causal(b, h, q_idx, kv_idx, doc):
+    row = doc.ptr + b * doc.stride(0)
+    return (tc.load(row + q_idx) == tc.load(row + kv_idx)) & (q_idx >= kv_idx)
+
+
+def _mods(dtype):
+    """score_mod (ALiBi) and mask_mod (documents, causal) through a block mask, forward and
+    backward, on lengths off the block."""
+    if dtype == torch.float32:
+        return
+    for b, n, h, hk, d in ((2, 300, 4, 2, 64), (1, 777, 2, 1, 128)):
+        cuts = torch.sort(torch.randperm(n - 1)[:3] + 1).values
+        doc = torch.searchsorted(cuts, torch.arange(n), right=True).to(torch.int32)[None].repeat(b, 1).cuda()
+        q, k, v = rand((b, n, h, d), dtype), rand((b, n, hk, d), dtype), rand((b, n, hk, d), dtype)
+        bm = sk.block_mask(_document_causal, b, h, n, n, mod_args=(doc,), device="cuda")
+        kw = dict(score_mod=_alibi, block_mask=bm, mod_args=(doc,))
+        o, lse = sk.attention(q, k, v, return_lse=True, **kw)
+        leaves = [t.double().transpose(1, 2).requires_grad_() for t in (q, k, v)]
+        qd, kd, vd = leaves
+        kd, vd = kd.repeat_interleave(h // hk, 1), vd.repeat_interleave(h // hk, 1)
+        i = torch.arange(n, device="cuda")
+        hi = torch.arange(h, device="cuda")[:, None, None]
+        s = qd @ kd.transpose(-1, -2) / d ** 0.5 + 2.0 ** -(hi + 1.0) * (i[None, :] - i[:, None])
+        dl = doc.long()
+        keep = (dl[:, None, :, None] == dl[:, None, None, :]) & (i[:, None] >= i[None, :])
+        ref = (torch.softmax(s.masked_fill(~keep, float("-inf")), -1) @ vd).transpose(1, 2)
+        close(f"attention mods d{d}", o, ref.detach(), dtype)
+        do = rand(o.shape, dtype)
+        ref.backward(do.double())
+        got = sk.attention_backward(do, q, k, v, o, lse, score_mod_grad=_alibi_grad, **kw)
+        for nm, g, leaf in zip(("dq", "dk", "dv"), got, leaves):
+            close(f"attention mods d{d} {nm}", g, leaf.grad.transpose(1, 2), dtype, floor=1.0)
+
+
 OPS = {
     "rowwise": lambda shapes: [_rowwise(s, d) for s in shapes for d in DTYPES],
     "cross_entropy": lambda shapes: [_cross_entropy(s, d) for s in shapes for d in DTYPES],
@@ -251,6 +353,8 @@ OPS = {
     "attention": lambda shapes: [_attention(d) for d in DTYPES],
     "decode": lambda shapes: [_decode(d) for d in DTYPES],
     "backward": lambda shapes: [_backward(s, d) for s in shapes for d in DTYPES],
+    "llm": lambda shapes: [_llm(s, d) for s in shapes for d in DTYPES],
+    "mods": lambda shapes: [_mods(d) for d in DTYPES],
 }
 
 
