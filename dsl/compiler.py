@@ -10,7 +10,8 @@ arch, PTX version, the time of each stage, ptxas's report, and the compile's rem
 and the Target resolved, before LLVM runs, and any failure is a CompilationError naming
 the kernel, the stage and (when known) the source line.
 
-TILEC_DUMP=<dir> writes `<kernel>.<spec-hash8>.<NN>-<stage>.ir` after the
+TILEC_DUMP=<dir> writes `<kernel>.<hash8>.<NN>-<stage>.ir` (hash8: of the specialization
+and the options) after the
 frontend and after every pass, then `...-llvm.ll` and `...-ptx.ptx`; the compile
 cache is bypassed while it is set, so that every compile writes them.
 TILEC_SKIP_PTXAS=1 skips ptxas (PTX only; the driver JIT-compiles it at load);
@@ -114,10 +115,12 @@ def cache_key(kernel, spec, options: CompileOptions) -> Optional[str]:
 class _Dumper:
     """Writes one file per stage under TILEC_DUMP."""
 
-    def __init__(self, directory: str, kernel: str, spec):
+    def __init__(self, directory: str, kernel: str, spec, options: CompileOptions):
         self.root = Path(directory)
         self.root.mkdir(parents=True, exist_ok=True)
-        h = hashlib.sha256(_spec_text(spec).encode()).hexdigest()[:8]
+        # options too: two compiles of one specialization (sm_80 and sm_90a, tma on and off)
+        # must not write their stages over each other
+        h = hashlib.sha256((_spec_text(spec) + repr(options)).encode()).hexdigest()[:8]
         self.stem = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{kernel}.{h}")
         self.n = 0
 
@@ -384,7 +387,7 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
             if remarks_enabled():
                 print_remarks(from_metadata(hit.metadata))
             return hit
-    dump = _Dumper(dump_dir, name, spec) if dump_dir else None
+    dump = _Dumper(dump_dir, name, spec, options) if dump_dir else None
     timings: Dict[str, float] = {}
     module = _stage("frontend", name, timings, lambda: _fresh_ir(kernel, spec))
     if dump:

@@ -59,6 +59,19 @@ def test_dump_writes_every_stage(tmp_path, monkeypatch):
     assert numbers == list(range(len(names)))
 
 
+def test_dump_keeps_each_options_stages_apart(tmp_path, monkeypatch):
+    """One specialization compiled for two archs writes two sets of stage files."""
+    monkeypatch.setenv("TILEC_DUMP", str(tmp_path))
+    kernel, spec = _spec("arith")
+    for arch in ("sm_80", "sm_90a"):
+        compile_kernel(kernel, spec, CompileOptions(arch=arch), use_cache=False)
+    stems = {p.name.rsplit(".", 2)[0] for p in tmp_path.iterdir()}
+    assert len(stems) == 2
+    targets = {(tmp_path / f"{s}.{n:02d}-ptx.ptx").read_text().count(".target sm_90a")
+               for s in stems for n in range(40) if (tmp_path / f"{s}.{n:02d}-ptx.ptx").exists()}
+    assert targets == {0, 1}
+
+
 @pytest.mark.slow
 def test_cache_is_used(tmp_path, monkeypatch):
     from tilec.runtime import cache
