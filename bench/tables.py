@@ -9,7 +9,10 @@ metric's ratio to its baseline where the row has one (the numbers the targets ar
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
+from pathlib import Path
 from typing import Dict, List, Optional
 
 try:
@@ -17,7 +20,9 @@ try:
 except ImportError:                     # pragma: no cover - run as `python bench/tables.py`
     from results import read            # type: ignore[no-redef]
 
-__all__ = ["markdown"]
+__all__ = ["markdown", "update"]
+
+_BLOCK = re.compile(r"(<!-- table: (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
 def _num(v: float) -> str:
@@ -67,13 +72,59 @@ def _ratio_cols(cells, names, cols):
     return seen
 
 
-def main(argv=None) -> int:
+def _table_args(argv: List[str]):
     ap = argparse.ArgumentParser(prog="python -m bench.tables", description=__doc__.splitlines()[0])
-    ap.add_argument("file")
+    ap.add_argument("file", nargs="?")
     ap.add_argument("--metrics", help="comma-separated columns, in this order (default: every metric)")
     ap.add_argument("--ratio", action="store_true", help="add each metric's ratio to its baseline")
+    return ap
+
+
+def _generated(args: str, base: Path) -> str:
+    try:
+        a = _table_args([]).parse_args(shlex.split(args))
+    except SystemExit:
+        raise ValueError(f"bad table arguments {args!r}") from None
+    if not a.file:
+        raise ValueError(f"table arguments {args!r} name no results file")
+    return markdown(read(base / a.file), a.metrics.split(",") if a.metrics else None, a.ratio) + "\n"
+
+
+def update(doc: Path, write: bool = True) -> List[str]:
+    """Regenerate every generated table of the Markdown file `doc` (written back when `write`);
+    returns the arguments of the tables whose text differed. ValueError naming the document
+    for a table whose results file is missing or bad."""
+    doc = Path(doc)
+    text = doc.read_text()
+    stale: List[str] = []
+
+    def one(m):
+        try:
+            body = _generated(m.group("args"), doc.parent)
+        except ValueError as e:
+            raise ValueError(f"{doc}: {e}") from None
+        if body != m.group("body"):
+            stale.append(m.group("args"))
+        return m.group(1) + body + m.group(4)
+    new = _BLOCK.sub(one, text)
+    if write and new != text:
+        doc.write_text(new)
+    return stale
+
+
+def main(argv=None) -> int:
+    ap = _table_args(argv)
+    ap.add_argument("--update", nargs="+", metavar="DOC", help="regenerate the tables of these Markdown files")
+    ap.add_argument("--check", nargs="+", metavar="DOC", help="exit 1 if a table of these files is stale")
     a = ap.parse_args(argv)
     try:
+        if a.update or a.check:
+            stale = [(d, t) for d in (a.update or a.check) for t in update(Path(d), write=bool(a.update))]
+            for d, t in stale:
+                print(f"{d}: {'updated' if a.update else 'stale'}: {t}")
+            return 1 if stale and a.check else 0
+        if not a.file:
+            ap.error("give a results file, --update or --check")
         print(markdown(read(a.file), a.metrics.split(",") if a.metrics else None, a.ratio))
     except ValueError as e:
         print(f"bench.tables: {e}", file=sys.stderr)

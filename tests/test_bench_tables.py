@@ -83,3 +83,38 @@ def test_save_writes_a_results_file_only_when_asked(tmp_path):
     convert.save(str(path), convert.attention_rows(ATTN), "NVIDIA H200")
     doc = results.read(path)
     assert doc["device"] == "NVIDIA H200" and len(doc["rows"]) == len(convert.attention_rows(ATTN))
+
+
+def _doc_with_table(tmp_path, body="stale text\n"):
+    results.write(tmp_path / "r.json", convert.attention_rows(ATTN), "NVIDIA H200", commit="abc1234",
+                  date="2026-11-28T00:00:00+00:00", command="python3 bench/attention.py")
+    doc = tmp_path / "page.md"
+    doc.write_text("# Results\n\n<!-- table: r.json --metrics tilec,triton --ratio -->\n" + body +
+                   "<!-- /table -->\n\ntext after\n")
+    return doc
+
+
+def test_update_regenerates_a_table_between_its_markers(tmp_path):
+    doc = _doc_with_table(tmp_path)
+    assert tables.update(doc, write=False) == ["r.json --metrics tilec,triton --ratio"]
+    assert "stale text" in doc.read_text()                       # a check writes nothing
+    tables.update(doc)
+    text = doc.read_text()
+    assert "stale text" not in text and text.endswith("<!-- /table -->\n\ntext after\n")
+    assert "| attention fwd f16 D128 full S4096 | 401 | 459 | 0.87 |" in text
+    assert tables.update(doc, write=False) == []                 # now in sync
+
+
+def test_check_cli_fails_on_a_stale_table_and_names_a_missing_file(tmp_path):
+    doc = _doc_with_table(tmp_path)
+    assert tables.main(["--check", str(doc)]) == 1
+    assert tables.main(["--update", str(doc)]) == 0
+    assert tables.main(["--check", str(doc)]) == 0
+    doc.write_text("<!-- table: missing.json -->\n<!-- /table -->\n")
+    assert tables.main(["--check", str(doc)]) == 2
+
+
+def test_the_docs_tables_match_their_results_files():
+    docs = sorted((ROOT / "docs").glob("*.md"))
+    stale = [(d.name, t) for d in docs for t in tables.update(d, write=False)]
+    assert stale == [], "run: python -m bench.tables --update docs/*.md"
