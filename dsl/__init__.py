@@ -38,7 +38,7 @@ from .autotune import Config, autotune  # noqa: F401,E402
 # Host-side runtime (importing it does not load the CUDA driver). `tc.zeros` stays the
 # in-kernel tile op; device arrays of zeros are `tilec.runtime.zeros`.
 from .runtime import (  # noqa: F401,E402
-    DeviceArray, Event, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
+    DeviceArray, Event, Graph, OutOfMemoryError, Stream, current_device, empty, from_dlpack, from_numpy,
     set_device, synchronize,
 )
 from .runtime.profile import profile  # noqa: F401,E402

@@ -9,10 +9,11 @@ from .memory import DeviceArray, OutOfMemoryError, empty, from_numpy, zeros
 from .dlpack import from_dlpack
 from .replay import LaunchPlan, launch_plan
 from .stream import Event, Stream, synchronize
+from .graph import Graph
 
 __all__ = ["DriverError", "OutOfMemoryError", "DeviceArray", "empty", "zeros", "from_numpy", "from_dlpack",
            "Stream", "Event", "synchronize", "set_device", "current_device", "device_count", "get_device",
-           "gpu_available", "device_name", "is_available", "LaunchPlan", "launch_plan"]
+           "gpu_available", "device_name", "is_available", "LaunchPlan", "launch_plan", "Graph"]
 
 
 def gpu_available() -> bool:

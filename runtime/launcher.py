@@ -203,6 +203,9 @@ def _signature(state: KernelState, vals):
 
 
 def _default_stream(vals, device: int) -> int:
+    h = getattr(driver._tls, "stream", 0)  # noqa: SLF001 - a tc.Graph capture's stream
+    if h:
+        return h
     torch = sys.modules.get("torch")
     if torch is not None:
         tensor = torch.Tensor
@@ -305,10 +308,10 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
         gx, gy, gz = grid[0], 1, 1
     if stream is not None:
         h = stream_handle(stream)
-    elif has_torch:
-        h = _torch_current_stream(device)
     else:
-        h = 0
+        h = getattr(driver._tls, "stream", 0)  # noqa: SLF001 - a tc.Graph capture's stream
+        if not h and has_torch:
+            h = _torch_current_stream(device)
     s = _streams.get(h)
     if s is None:
         s = _streams[h] = driver.cu().CUstream(h)

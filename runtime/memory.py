@@ -72,6 +72,9 @@ class _Allocation:
             check((res, ptr), "cuMemAlloc")
         self.ptr = int(ptr)
         weakref.finalize(self, _free, self.ptr, device)
+        keep = getattr(driver._tls, "graph_keep", None)  # noqa: SLF001
+        if keep is not None:   # made while a tc.Graph captures: its launches hold the address
+            keep.append(self)
 
 
 def _free(ptr: int, device: int) -> None:
@@ -254,7 +257,12 @@ def zeros(shape, dtype=_dt.float32, device: Optional[int] = None) -> DeviceArray
     """A contiguous DeviceArray of zeros."""
     arr = empty(shape, dtype, device)
     if arr.nbytes:
-        check(cu().cuMemsetD8(arr.ptr, 0, arr.nbytes), "cuMemsetD8")
+        h = getattr(driver._tls, "stream", 0)  # noqa: SLF001
+        if h:   # a tc.Graph capture's stream: the clearing is recorded with the launches
+            d = cu()
+            check(d.cuMemsetD8Async(arr.ptr, 0, arr.nbytes, d.CUstream(h)), "cuMemsetD8Async")
+        else:
+            check(cu().cuMemsetD8(arr.ptr, 0, arr.nbytes), "cuMemsetD8")
     return arr
 
 

@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tilec.options import OPTION_FIELDS as _OPTION_NAMES
 from tilec.runtime import launcher as _launcher
+from tilec.runtime.graph import current_stream
 from tilec.runtime.profile import labelled
 from tilec.specialize import signature_of
 
@@ -319,8 +320,10 @@ def _replay(plan, values, tensor_cls, derived_now):
             scalars = list(scalars)
             for k, d in subs:
                 scalars[k] = derived_now[d]
-        # the stream the launcher would pick: torch's current one when a torch tensor is an argument
-        h = sys.modules["torch"]._C._cuda_getCurrentRawStream(lp.device) if torch_stream else 0  # noqa: SLF001
+        # the stream the launcher would pick: a tc.Graph capture's, else torch's current one when
+        # a torch tensor is an argument
+        h = current_stream() or (
+            sys.modules["torch"]._C._cuda_getCurrentRawStream(lp.device) if torch_stream else 0)  # noqa: SLF001
         lp.launch([ptrs[j] + offset for j, offset in recipe], scalars, h)
     if is_tuple:
         return tuple(None if j is None else objs[j] for j in returns)
