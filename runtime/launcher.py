@@ -220,6 +220,7 @@ _cuLaunchKernel = None
 _torch_tensor = None          # torch.Tensor once torch is imported
 _torch_current_stream = None  # torch._C._cuda_getCurrentRawStream: an int, no Stream object
 _streams: Dict[int, Any] = {}
+_tls = driver._tls  # noqa: SLF001 - the runtime's thread state (current context, a capture's stream)
 
 
 def launch(state: KernelState, grid, args: tuple, kwargs: dict):
@@ -309,7 +310,7 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
     if stream is not None:
         h = stream_handle(stream)
     else:
-        h = getattr(driver._tls, "stream", 0)  # noqa: SLF001 - a tc.Graph capture's stream
+        h = getattr(_tls, "stream", 0)  # a tc.Graph capture's stream
         if not h and has_torch:
             h = _torch_current_stream(device)
     s = _streams.get(h)
