@@ -41,10 +41,12 @@ baseline=$(grep -c "Program hit" "$logs/baseline.log")
 # compile every kernel once outside the sanitizer, so that the tools time launches, not LLVM
 # (a wrong result fails the run at the end, but the tools still run: their findings may explain it)
 status=0
-python3 bench/sanitize_ops.py "${args[@]}" >"$logs/warm.log" 2>&1 || { grep -E "FAILED|Error" "$logs/warm.log"; status=1; }
+jobs=$(nproc 2>/dev/null || echo 4)
+python3 bench/sanitize_ops.py "${args[@]}" --jobs "$jobs" >"$logs/warm.log" 2>&1 ||
+  { grep -E "FAILED|Error" "$logs/warm.log"; status=1; }
 initcheck_mode=${TILEC_INITCHECK:-1}
 if [[ ",$tools," == *,initcheck,* ]] && [ "$initcheck_mode" != 0 ]; then
-  TILEC_INITCHECK=$initcheck_mode python3 bench/sanitize_ops.py "${args[@]}" >>"$logs/warm.log" 2>&1 ||
+  TILEC_INITCHECK=$initcheck_mode python3 bench/sanitize_ops.py "${args[@]}" --jobs "$jobs" >>"$logs/warm.log" 2>&1 ||
     { grep -E "FAILED|Error" "$logs/warm.log"; status=1; }
 fi
 
