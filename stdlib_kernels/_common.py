@@ -30,17 +30,42 @@ import tilec as tc
 from tilec import dtypes as _dt
 from tilec.dtypes import DType
 from tilec.runtime import zeros as device_zeros
+from tilec.runtime.graph import current_stream
 from tilec.target import Target
 
 from . import _plan
 
 __all__ = ["DEPENDENT", "FLOAT_DTYPES", "BF16Array", "F8Array", "Arr", "as_array", "check_float", "check_same_place",
            "view", "rows_of", "flat_view", "normalize_dim", "empty_like", "output", "RowConfig", "row_config", "split_row",
-           "lanewise_max", "lanewise_sum", "lanewise_sum_of_squares", "store_row_stats", "next_pow2", "launch", "contiguous_strides"]
+           "lanewise_max", "lanewise_sum", "lanewise_sum_of_squares", "store_row_stats", "next_pow2", "launch", "contiguous_strides",
+           "capturing", "refuse_read_back"]
 
 FLOAT_DTYPES = (tc.float16, tc.bfloat16, tc.float32)
 
 _HOST_KINDS = ("numpy", "bf16host")
+
+
+# ----------------------------------------------------------------------------- CUDA graph captures
+def capturing(obj=None) -> bool:
+    """True while a CUDA graph capture would record this thread's launches: a tc.Graph
+    capture, or (for a CUDA torch tensor `obj`) torch's capture on its current stream.
+    An op then must not read device memory back to the host (a synchronization)."""
+    if current_stream():
+        return True
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and obj.is_cuda:
+        return bool(torch.cuda.is_current_stream_capturing())
+    return False
+
+
+def refuse_read_back(obj, name: str, op: str, instead: str) -> None:
+    """RuntimeError naming `name` when `op` would read `obj` back to the host during a CUDA
+    graph capture (the capture would fail with the driver's less helpful error), before
+    anything is launched or written."""
+    on_device = hasattr(obj, "__cuda_array_interface__") or getattr(obj, "is_cuda", False)
+    if on_device and capturing(obj):
+        raise RuntimeError(f"{op}: {name} would be read back to the host (a synchronization), which a CUDA "
+                           f"graph capture cannot record; {instead}")
 
 
 # ----------------------------------------------------------------------------- bf16 on the host

@@ -31,7 +31,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import (Arr, as_array, check_float, check_same_place, contiguous_strides, flat_view, next_pow2, output,
-                      row_stride, target_of, view)
+                      refuse_read_back, row_stride, target_of, view)
 from ._plan import planned
 from ._rows import wide
 from .launches import Launch, Operands, execute
@@ -259,6 +259,9 @@ def embedding_backward(grad_out, indices, num_embeddings, padding_idx=None, out=
                          f"{i.shape + ('D',)}")
     pad = _padding_idx(padding_idx, n_emb)
     _check_ids(i, n_emb, "indices")
+    if i.kind != "torch":   # DeviceArray ids are sorted through the host (`_segments`)
+        refuse_read_back(i.obj, "indices", "embedding_backward",
+                         "pass torch tensors (sorted on the device) or call it outside the capture")
     if out is not None:
         o = as_array(out, "out")
         check_float(o, "out")

@@ -27,7 +27,7 @@ from tilec import dtypes as _dt
 from tilec.specialize import stride_divisibility
 from tilec.target import Target
 
-from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, output, view
+from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, output, refuse_read_back, view
 from ._plan import derived, planned
 from .launches import Launch, Operands, Temp, execute
 from .matmul_config import HOST_GEMM_TARGET, MatmulConfig, config_for
@@ -297,6 +297,7 @@ def _scale(x, name: str) -> float:
     if numel != 1:
         raise TypeError(f"{name} must be a number or a one-element array, got {type(x).__name__}"
                         + (f" of {numel} elements" if numel is not None else ""))
+    refuse_read_back(x, name, "matmul", "pass the scale as a Python float")
     try:
         return float(x.item() if hasattr(x, "item") else x)
     except (TypeError, ValueError) as e:

@@ -50,7 +50,7 @@ import numpy as np
 import tilec as tc
 from tilec.target import Target
 
-from ._common import DEPENDENT, as_array, check_float, check_same_place, empty_like, output, target_of, view
+from ._common import DEPENDENT, as_array, capturing, check_float, check_same_place, empty_like, output, target_of, view
 from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
 
@@ -282,10 +282,11 @@ def _int_array(x, name: str, ndim: int):
 
 def _host_values(a) -> Optional[np.ndarray]:
     """The values of an int array, to check them: host arrays as they are, torch tensors
-    copied back (one synchronization); None for other device arrays (not checked)."""
+    copied back (one synchronization); None for other device arrays, and for any array
+    while a CUDA graph captures (decode steps are what graphs are for: not checked)."""
     if a.host:
         return np.asarray(a.obj)
-    if a.kind == "torch":
+    if a.kind == "torch" and not capturing(a.obj):
         return a.obj.cpu().numpy()
     return None
 

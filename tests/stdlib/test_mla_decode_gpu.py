@@ -98,3 +98,22 @@ def test_mla_decode_scale_and_no_causal(torch):
     out = mla_decode(q, kv, seqlens, block_table=table, scale=scale, causal=False)
     want, _ = _reference(torch, q, kv, lens, table, 64, scale, False)
     torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
+
+
+def test_a_decode_step_captured_in_a_cuda_graph_replays_on_new_queries(torch):
+    """Decode steps are what CUDA graphs are for: the lengths are not read back while capturing."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    lens = [300, 77, 1]
+    kv, table = _cache(torch, lens, 64, torch.bfloat16, True, gen)
+    seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    q = torch.randn((len(lens), 1, 16, D), device="cuda", dtype=torch.bfloat16, generator=gen)
+    mla_decode(q, kv, seqlens, block_table=table)             # compile and load before capturing
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = mla_decode(q, kv, seqlens, block_table=table)
+    q.copy_(torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen))
+    g.replay()
+    torch.cuda.synchronize()
+    want, _ = _reference(torch, q, kv, lens, table, 64, 1 / math.sqrt(D), True)
+    assert (out.double() - want).abs().max().item() < 3e-2
