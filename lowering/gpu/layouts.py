@@ -580,13 +580,25 @@ class LinearLayout(DistributedLayout):
 
     def _raw_bases(self, shape):
         for b in self.reg + self.lane + self.warp:
-            if any(x >= s for x, s in zip(b, shape)):
+            if any(x >= s != 1 for x, s in zip(b, shape)):
                 raise LayoutError(f"linear layout basis {list(b)} lies outside a tile of shape {list(shape)}")
+        if any(s == 1 for s in shape):   # a broadcast's source: bits along its unit dimensions are copies
+            r = self.restricted(shape)
+            return Bases(r.reg, r.lane, r.warp)
         return Bases(self.reg, self.lane, self.warp)
 
     @classmethod
     def of(cls, bases: Bases) -> "LinearLayout":
         return cls(bases.reg, bases.lane, bases.warp)
+
+    def restricted(self, shape) -> "LinearLayout":
+        """This layout for a smaller tile of `shape` that broadcasts to the tiles it was made
+        for (extent 1 where they have more; one layout serves a broadcast's source and result):
+        each basis' coordinate past the smaller extent becomes 0, a copy, as a blocked
+        layout's bits along a broadcast dimension wrap."""
+        def cut(b):
+            return tuple(x if x < s else 0 for x, s in zip(b, shape))
+        return LinearLayout([cut(b) for b in self.reg], [cut(b) for b in self.lane], [cut(b) for b in self.warp])
 
     def fields(self):
         return {k: [list(b) for b in getattr(self, k)] for k in ("reg", "lane", "warp")}

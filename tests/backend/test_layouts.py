@@ -200,3 +200,30 @@ def test_layout_round_trips_in_ir_text(layout):
     if not isinstance(layout, SharedLayout):
         t = TileType((16, 16) if layout.rank == 2 else (16,), ScalarType(float32), layout)
         assert f"{layout}" in str(t)
+
+
+def test_explicit_bases_serve_a_broadcast_source_of_unit_extent():
+    """One layout serves a broadcast's source and result (assign_layouts' groups): at a unit
+    extent a linear layout's bits along that dimension are copies, as a blocked layout's wrap;
+    an extent that is not 1 and too small is still an error. (The fuzzer found argmax over
+    the rows of a reshaped tile failing here: its index tile is an arange expanded to 2x1.)"""
+    lay = LinearLayout([], [[0, 1], [0, 2], [0, 4], [1, 0], [0, 0]], [])      # a 2x8 tile on a warp
+    narrow = lay.bases((2, 1))
+    assert [list(b) for b in narrow.lane] == [[0, 0], [0, 0], [0, 0], [1, 0], [0, 0]]
+    assert [list(b) for b in lay.bases((1, 8)).lane] == [[0, 1], [0, 2], [0, 4], [0, 0], [0, 0]]
+    ops = NumpyOps()
+    for lane in range(32):   # every thread of the 2x8 tile finds its row's element of the 2x1 source
+        (row, _), = lay.coords((2, 8), lane, 0, ops)
+        assert lay.coords((2, 1), lane, 0, ops) == [(row, 0)]
+    with pytest.raises(LayoutError, match="lies outside a tile of shape"):
+        lay.bases((2, 4))
+
+
+def test_argmax_across_the_rows_of_a_reshape_compiles():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from layout_kernels import argmax_rows_of_reshape
+    for arch in ("sm_80", "sm_90a"):
+        ptx = argmax_rows_of_reshape.compile("a=f32[?,?], out=i32[?,?]", arch=arch, num_warps=1).asm["ptx"]
+        assert ".entry argmax_rows_of_reshape" in ptx
