@@ -48,6 +48,7 @@ from . import transpose as _tr
 from .attention import _window, check_layout
 from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
+from .cross_entropy import check_label_smoothing as _check_ls
 from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
 from .embedding import embedding as _embedding
@@ -289,15 +290,15 @@ def _dropout_backward(ctx, dy):
 
 
 # cross_entropy: the differentiable form writes dlogits in the forward (no logits-sized tensor kept)
-def _cross_entropy_fake(logits, target, ignore_index, reduction):
+def _cross_entropy_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
     return logits.new_empty(tuple(logits.shape[:-1]) if reduction == "none" else ())
 
 
-def _ce_grad_impl(logits, target, ignore_index, reduction):
-    return _cross_entropy(logits, target, ignore_index, reduction, return_grad=True)
+def _ce_grad_impl(logits, target, ignore_index, reduction, label_smoothing=0.0):
+    return _cross_entropy(logits, target, ignore_index, reduction, return_grad=True, label_smoothing=label_smoothing)
 
 
-def _ce_grad_fake(logits, target, ignore_index, reduction):
+def _ce_grad_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
     return _cross_entropy_fake(logits, target, ignore_index, reduction), logits.new_empty(logits.shape)
 
 
@@ -310,7 +311,7 @@ def _ce_grad_backward(ctx, dloss, _ddlogits):
     dlogits, = ctx.saved_tensors
     # dlogits is the gradient for an upstream 1 ("none": of the sum of the row losses)
     scale = dloss.unsqueeze(-1) if ctx.reduction == "none" else dloss
-    return (dlogits * scale.to(dlogits.dtype)), None, None, None
+    return (dlogits * scale.to(dlogits.dtype)), None, None, None, None
 
 
 # matmul: dA = dC Bᵀ, dB = Aᵀ dC through the GEMM with transposed views (it takes any strides)
@@ -349,16 +350,17 @@ def _matmul_impl(a, b):
 
 # linear_cross_entropy: the forward computes the loss and the three gradients chunk by chunk
 # (stdlib_kernels/linear_cross_entropy.py); the backward scales them by the upstream gradient
-_LCE_ARGS = "Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk"
+_LCE_ARGS = ("Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk, "
+             "float label_smoothing")
 
 
-def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     loss, dh, dw, db = _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction,
-                            chunk=chunk)
+                            chunk=chunk, label_smoothing=label_smoothing)
     return loss, dh, dw, (db if db is not None else _empty0(dh))
 
 
-def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     loss = hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
     return (loss, hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
             bias.new_empty(bias.shape) if bias is not None else _empty0(hidden))
@@ -373,15 +375,15 @@ def _lce_backward(ctx, dloss, *_unused):
     dh, dw, db = ctx.saved_tensors
     # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
     db = db * dloss.to(db.dtype) if ctx.has_b else None
-    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None
+    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None, None
 
 
-def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     return _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction, chunk=chunk,
-                return_grad=False)
+                return_grad=False, label_smoothing=label_smoothing)
 
 
-def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     return hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
 
 
@@ -513,6 +515,7 @@ def _transpose_backward(ctx, dy):
 
 
 _RED_ARGS = "Tensor x, int? dim, bool keepdim"
+_CE_ARGS = "Tensor logits, Tensor target, int ignore_index, str reduction, float label_smoothing"
 
 
 OPS: Dict[str, OpSpec] = {
@@ -580,11 +583,11 @@ OPS: Dict[str, OpSpec] = {
                                 dy, c, s, interleaved=interleaved, seq_dim=seq_dim), _like),
     "dropout": OpSpec("(Tensor x, float p, int seed) -> Tensor", lambda x, p, seed: _dropout(x, p, seed), _like,
                       _dropout_backward, _dropout_setup),
-    "cross_entropy": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) -> Tensor",
-                            lambda x, t, ignore_index, reduction: _cross_entropy(x, t, ignore_index, reduction),
+    "cross_entropy": OpSpec(f"({_CE_ARGS}) -> Tensor",
+                            lambda x, t, ignore_index, reduction, label_smoothing=0.0: _cross_entropy(
+                                x, t, ignore_index, reduction, label_smoothing=label_smoothing),
                             _cross_entropy_fake),
-    "cross_entropy_with_grad": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) "
-                                      "-> (Tensor, Tensor)",
+    "cross_entropy_with_grad": OpSpec(f"({_CE_ARGS}) -> (Tensor, Tensor)",
                                       _ce_grad_impl, _ce_grad_fake, _ce_grad_backward, _ce_grad_setup),
     "matmul": OpSpec("(Tensor a, Tensor b) -> Tensor", _matmul_impl, _matmul_fake, _matmul_backward,
                      _matmul_setup),
@@ -675,7 +678,7 @@ _registered = False
 def _arg_names(schema: str):
     # "(Tensor x, Tensor? weight, float eps) -> Tensor" -> ["x", "weight", "eps"]
     args = schema[schema.index("(") + 1:schema.index(")")]
-    return [a.split()[-1] for a in args.split(",") if a.strip()]
+    return [a.split("=")[0].split()[-1] for a in args.split(",") if a.strip()]
 
 
 def _no_backward(name: str, schema: str):
@@ -907,15 +910,16 @@ def dropout(x, p: float, seed: int, out=None):
     return torch.ops.tilec.dropout(x, float(p), int(seed))
 
 
-def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
+def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0):
     """Differentiable in logits: where logits requires grad the forward also writes the
     gradient (`tilec::cross_entropy_with_grad`), which the backward scales by the upstream
-    gradient; otherwise the loss alone (`tilec::cross_entropy`)."""
+    gradient; otherwise the loss alone (`tilec::cross_entropy`). label_smoothing: torch's."""
     register()
     check_cuda(logits=logits, target=target)
+    ls = _check_ls(label_smoothing, "cross_entropy")
     if logits.requires_grad and torch.is_grad_enabled():
-        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction)[0]
-    return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction)
+        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction, ls)[0]
+    return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction, ls)
 
 
 def matmul(a, b, out=None):
@@ -929,19 +933,21 @@ def matmul(a, b, out=None):
 
 
 def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
-                         chunk: Optional[int] = None):
+                         chunk: Optional[int] = None, label_smoothing: float = 0.0):
     """`cross_entropy(hidden @ weight.T + bias, target)` without the logits
     (`tilec.stdlib_kernels.linear_cross_entropy`), differentiable in hidden, weight and bias:
     where one of them requires grad the forward computes the gradients too
     (`tilec::linear_cross_entropy`) and the backward scales them by the upstream gradient;
     otherwise the loss alone (`tilec::linear_cross_entropy_loss`). reduction="none" has no
-    gradient (the weight's would need each token's upstream gradient in the forward)."""
+    gradient (the weight's would need each token's upstream gradient in the forward).
+    label_smoothing: torch's (cross_entropy's)."""
     register()
     check_cuda(hidden=hidden, weight=weight, target=target, bias=bias)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    ls = _check_ls(label_smoothing, "linear_cross_entropy")
     chunk = None if chunk is None else int(chunk)
-    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk)
+    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk, ls)
     wants = [n for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias)) if t is not None and t.requires_grad]
     if wants and torch.is_grad_enabled():
         if reduction == "none":
