@@ -348,13 +348,6 @@ OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_smooth_kernel": {"num_warps": 4, "fast_math": True},
            "ce_smooth_add_kernel": {"num_warps": 4, "fast_math": True}}
 EXTRA_SIGNATURES = [
-    # label smoothing's gradients (EPS a constexpr: one compile per smoothing value)
-    ("ce_grad_tile_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
-                            "ignore_index=i32, ROWS=1, BLOCK=16384, EPS=0.1"),
-    ("ce_grad_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
-                            "ignore_index=i32, BLOCK=4096, EPS=0.1"),
-    ("ce_grad_chunk_kernel", "logits=f32[?,?], target=i32[?], grad=f32[?,?], part_m=f32[?,?], part_s=f32[?,?], "
-                             "scale=f32[?], ignore_index=i32, tiles_per_chunk=i32, CHUNKS=64, BLOCK=2048, EPS=0.1"),
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
                        "ignore_index=i32, steps_per_chunk=i32, BLOCK=4096, SPLIT=False"),
@@ -374,6 +367,13 @@ EXTRA_SIGNATURES = [
     ("ce_reduce_kernel", "loss=f32[?], target=i64[?], out=bf16[?], ignore_index=i32, MEAN=True, BLOCK=8192"),
     ("ce_reduce_kernel", "loss=f32[?]:div=16, target=i64[?]:div=16, out=f32[?], ignore_index=i32, MEAN=True, "
                          "BLOCK=4096"),
+    # label smoothing's gradients (EPS a constexpr: one compile per smoothing value)
+    ("ce_grad_tile_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                            "ignore_index=i32, ROWS=1, BLOCK=16384, EPS=0.1"),
+    ("ce_grad_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                            "ignore_index=i32, BLOCK=4096, EPS=0.1"),
+    ("ce_grad_chunk_kernel", "logits=f32[?,?], target=i32[?], grad=f32[?,?], part_m=f32[?,?], part_s=f32[?,?], "
+                             "scale=f32[?], ignore_index=i32, tiles_per_chunk=i32, CHUNKS=64, BLOCK=2048, EPS=0.1"),
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
