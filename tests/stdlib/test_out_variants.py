@@ -214,3 +214,23 @@ def test_gpu_bad_out_is_named_and_nothing_written(torch):
     idx = torch.empty(6, device="cuda", dtype=torch.int64)
     T.argmax(g, 1, out=idx)   # an index result: no gradient either way, as torch.argmax(out=)
     torch.testing.assert_close(idx, g.detach().argmax(1), rtol=0, atol=0)
+
+
+def test_registered_schemas_alias_their_outs():
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: PLC0415
+    T.register()
+    for name, outs in NEW_OUT_OPS.items():
+        schema = getattr(torch.ops.tilec, name).default._schema
+        assert [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write] == list(outs), name
+        assert len(schema.returns) == 0
+    with FakeTensorMode():   # the functions' checks read shapes and dtypes only
+        x = torch.empty(6, 10, device="cuda")
+        v, i = torch.empty(6, 3, device="cuda"), torch.empty(6, 3, device="cuda", dtype=torch.int64)
+        assert T.topk(x, 3, out=(v, i)) == (v, i)
+        with pytest.raises(ValueError, match=r"out\[0\] \(values\) has shape"):
+            T.topk(x, 2, out=(v, i))
+        with pytest.raises(TypeError, match="out has dtype"):
+            T.argmax(x, 1, out=torch.empty(6, device="cuda"))
+        assert T.max(x, 0, keepdim=True, out=(torch.empty(1, 10, device="cuda"),
+                                              torch.empty(1, 10, device="cuda", dtype=torch.int64))).values.shape == (1, 10)
