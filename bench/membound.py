@@ -147,6 +147,12 @@ OPS += [
             lambda x: 2 * _nbytes(x), EW),
     BenchOp("transpose", _x, lambda x: sk.transpose(x), lambda x: x.t().contiguous(), lambda x: 2 * _nbytes(x),
             [((8192, 8192), "float16"), ((8192, 8192), "float32")]),
+    # any rank: (B, S, H, D) -> (B, H, S, D) moves rows of D whole (swap_copy_kernel); the last two
+    # dimensions of (B, H, S, D) swapped transposes tiles per (B, H) (transpose_batched_kernel)
+    BenchOp("transpose_heads", _x, lambda x: sk.transpose(x, 1, 2), lambda x: x.transpose(1, 2).contiguous(),
+            lambda x: 2 * _nbytes(x), [((8, 4096, 32, 128), "bfloat16"), ((4, 2048, 32, 128), "float16")]),
+    BenchOp("transpose_last2", _x, lambda x: sk.transpose(x, -1, -2), lambda x: x.transpose(-1, -2).contiguous(),
+            lambda x: 2 * _nbytes(x), [((8, 32, 4096, 128), "bfloat16"), ((16, 2048, 1000), "float32")]),
 ]
 
 
