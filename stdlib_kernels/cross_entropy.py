@@ -306,7 +306,8 @@ def ce_smooth_kernel(logits, target, smooth, ignore_index, EPS: tc.constexpr, BL
         total += tc.load(logits, index=(row, k), shape=(1, BLOCK), padding=0.0).astype(tc.float32)
     tgt = tc.load(target, index=(row,), shape=(1,))
     ok = (tgt >= 0) & (tgt < n_cls) & (tgt != ignore_index)
-    picked = tc.load(logits.ptr + row * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok, other=0.0)
+    picked = tc.load(logits.ptr + row.astype(tc.int64) * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok,
+                     other=0.0)
     term = EPS * (picked.astype(tc.float32) - tc.sum(total) / n_cls)
     tc.store(smooth, index=(row,), tile=tc.where(ok, term, 0.0))
 
