@@ -297,8 +297,8 @@ def ce_grad_chunk_kernel(logits, target, grad, part_m, part_s, scale, ignore_ind
 # launch adds it to their f32 losses.
 @tc.kernel
 def ce_smooth_kernel(logits, target, smooth, ignore_index, EPS: tc.constexpr, BLOCK: tc.constexpr):
-    # One program per row: EPS * (x[t] - mean(x)) in f32; 0 on ignored rows and on rows whose
-    # target is out of range (their loss is NaN already).
+    # One program per row, tiles of BLOCK columns: EPS * (x[t] - mean(x)) in f32; 0 on ignored
+    # rows and on rows whose target is out of range (their loss is NaN already).
     row = tc.program_id(0)
     n_cls = logits.shape[1]
     total = tc.zeros((1, BLOCK), tc.float32)
@@ -346,8 +346,8 @@ OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_grad_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_grad_loop_kernel": {"num_warps": 8, "fast_math": True},
            "ce_grad_chunk_kernel": {"num_warps": GRAD_CHUNK_WARPS, "fast_math": True},
-           "ce_smooth_kernel": {"num_warps": 4, "fast_math": True},
-           "ce_smooth_add_kernel": {"num_warps": 4, "fast_math": True}}
+           "ce_smooth_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_smooth_add_kernel": {"num_warps": 2, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
@@ -446,7 +446,7 @@ def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = 
     return launches
 
 
-SMOOTH_BLOCK, SMOOTH_WARPS, SMOOTH_ADD_BLOCK = 4096, 4, 1024
+SMOOTH_BLOCK, SMOOTH_ADD_BLOCK = 4096, 1024   # (warps by the row rule: tile elements / 512, 1..16)
 
 
 def check_label_smoothing(value, op: str) -> float:
@@ -465,8 +465,9 @@ def _smoothed(rows: List[Launch], n_rows: int, n_cls: int, eps: float) -> List[L
     "loss" = raw + smooth (one rounding to loss's dtype)."""
     smooth = Temp("smooth", (n_rows,), tc.float32, like="logits")
     raw = Temp("raw", (n_rows,), tc.float32, like="logits")
-    first = Launch.of(ce_smooth_kernel, (n_rows,), ("logits", "target", "smooth", "ignore_index"), SMOOTH_WARPS,
-                      temps=(smooth,), schedule="smooth", EPS=eps, BLOCK=min(next_pow2(n_cls), SMOOTH_BLOCK))
+    block = min(next_pow2(n_cls), SMOOTH_BLOCK)
+    first = Launch.of(ce_smooth_kernel, (n_rows,), ("logits", "target", "smooth", "ignore_index"),
+                      max(block // 512, 1), temps=(smooth,), schedule="smooth", EPS=eps, BLOCK=block)
     renamed = []
     for ln in rows:
         if "loss" in ln.args:   # the row kernels' losses (the first one to name it allocates "raw")
@@ -475,7 +476,8 @@ def _smoothed(rows: List[Launch], n_rows: int, n_cls: int, eps: float) -> List[L
                          temps=ln.temps + (() if named else (raw,)))
         renamed.append(ln)
     return [first] + renamed + [
-        Launch.of(ce_smooth_add_kernel, (tc.cdiv(n_rows, SMOOTH_ADD_BLOCK),), ("raw", "smooth", "loss"), 4,
+        Launch.of(ce_smooth_add_kernel, (tc.cdiv(n_rows, SMOOTH_ADD_BLOCK),), ("raw", "smooth", "loss"),
+                  SMOOTH_ADD_BLOCK // 512,
                   schedule="smooth", BLOCK=SMOOTH_ADD_BLOCK)]
 
 
