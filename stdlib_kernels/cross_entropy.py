@@ -314,7 +314,9 @@ def ce_smooth_kernel(logits, target, smooth, ignore_index, EPS: tc.constexpr, BL
 
 @tc.kernel
 def ce_smooth_add_kernel(raw, smooth, loss, BLOCK: tc.constexpr):
-    # loss = raw + smooth (f32 sums, stored in loss's dtype); 1-D, loss may be raw
+    # loss = raw + smooth (f32 sums, stored in loss's dtype); 1-D, loss may be raw. The mean/sum
+    # (a dependent launch) may count the targets meanwhile: it waits before reading the losses.
+    tc.launch_dependents()
     pid = tc.program_id(0)
     t = tc.load(raw, index=(pid,), shape=(BLOCK,)).astype(tc.float32) + tc.load(smooth, index=(pid,), shape=(BLOCK,))
     tc.store(loss, index=(pid,), tile=t.astype(loss.dtype))
