@@ -177,10 +177,10 @@ def _torch_ln_bwd(dy, x, w, b, mean, rstd):
     return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True])
 
 
-def _torch_ce_grad(x, t):
+def _torch_ce_grad(x, t, label_smoothing=0.0):
     import torch  # noqa: PLC0415
     xr = x.detach().requires_grad_()
-    loss = torch.nn.functional.cross_entropy(xr.float(), t)
+    loss = torch.nn.functional.cross_entropy(xr.float(), t, label_smoothing=label_smoothing)
     return torch.autograd.grad(loss, xr)[0]
 
 
@@ -193,6 +193,11 @@ OPS += [
     # the loss and dlogits in one pass (return_grad) against torch's forward and backward
     BenchOp("ce_grad", _logits_target, lambda x, t: sk.cross_entropy(x, t, return_grad=True), _torch_ce_grad,
             lambda x, t: 2 * _nbytes(x) + _nbytes(t), [((4096, 32000), "bfloat16"), ((4096, 128256), "bfloat16")]),
+    # with label smoothing: one more read of the logits (the row sums) before the loss and gradient;
+    # the bytes counted are those without it, so the % of copy shows what the extra read costs
+    BenchOp("ce_grad_ls", _logits_target, lambda x, t: sk.cross_entropy(x, t, return_grad=True, label_smoothing=0.1),
+            lambda x, t: _torch_ce_grad(x, t, 0.1), lambda x, t: 2 * _nbytes(x) + _nbytes(t),
+            [((4096, 32000), "bfloat16"), ((4096, 128256), "bfloat16")]),
 ]
 
 
