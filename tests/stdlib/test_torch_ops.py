@@ -141,7 +141,8 @@ _GRAPHS = [
      ["matmul"] * 3),
     ("matmul a shared", lambda a, b: torch.ops.tilec.matmul(a, b), lambda: (_bf16(7, 10), _bf16(3, 10, 5)),
      ["matmul"] * 3),
-    ("linear_cross_entropy", lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None, 0.0)[0],
+    ("linear_cross_entropy",
+     lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None, 0.0)[0],
      lambda: (_bf16(2, 5, 16), _bf16(40, 16), torch.empty(2, 5, dtype=torch.int64), _bf16(40)),
      ["linear_cross_entropy"]),
     ("embedding", lambda w, i: torch.ops.tilec.embedding(w, i, None),
@@ -301,7 +302,8 @@ def test_opcheck_row_ops_and_their_backwards():
              ("rope", (q, cs, cs, False, None)), ("rope_backward", (q, cs, cs, True, -3)),
              ("dropout", (x, 0.3, 12345)),
              ("cross_entropy", (x, t, -100, "mean", 0.0)), ("cross_entropy", (x, t, -100, "none", 0.1)),
-             ("cross_entropy_with_grad", (x, t, -100, "mean", 0.0)), ("cross_entropy_with_grad", (x, t, 5, "none", 0.2)),
+             ("cross_entropy_with_grad", (x, t, -100, "mean", 0.0)),
+             ("cross_entropy_with_grad", (x, t, 5, "none", 0.2)),
              ("matmul", (a, b)), ("matmul", (a.unsqueeze(0).expand(3, -1, -1).contiguous(), b))]
     for name, args in cases:
         torch.library.opcheck(getattr(torch.ops.tilec, name).default, args)
