@@ -857,7 +857,11 @@ def _outs_into(outs: Dict[str, tuple], write, inputs: dict, differentiable: bool
         if wants:
             raise ValueError(f"out= is not differentiable, and {', '.join(wants)} requires grad: call without out=, "
                              "or under torch.no_grad()")
-    write()
+    if differentiable:
+        write()
+    else:
+        with torch.no_grad():   # an index result: nothing to record, whatever requires grad
+            write()
 
 
 def _pair_of(out, op: str):
