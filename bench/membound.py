@@ -147,6 +147,12 @@ OPS += [
             lambda x: 2 * _nbytes(x), EW),
     BenchOp("transpose", _x, lambda x: sk.transpose(x), lambda x: x.t().contiguous(), lambda x: 2 * _nbytes(x),
             [((8192, 8192), "float16"), ((8192, 8192), "float32")]),
+    # any rank: (B, S, H, D) -> (B, H, S, D) moves rows of D whole (swap_copy_kernel); the last two
+    # dimensions of (B, H, S, D) swapped transposes tiles per (B, H) (transpose_batched_kernel)
+    BenchOp("transpose_heads", _x, lambda x: sk.transpose(x, 1, 2), lambda x: x.transpose(1, 2).contiguous(),
+            lambda x: 2 * _nbytes(x), [((8, 4096, 32, 128), "bfloat16"), ((4, 2048, 32, 128), "float16")]),
+    BenchOp("transpose_last2", _x, lambda x: sk.transpose(x, -1, -2), lambda x: x.transpose(-1, -2).contiguous(),
+            lambda x: 2 * _nbytes(x), [((8, 32, 4096, 128), "bfloat16"), ((16, 2048, 1000), "float32")]),
 ]
 
 
@@ -171,10 +177,10 @@ def _torch_ln_bwd(dy, x, w, b, mean, rstd):
     return torch.ops.aten.native_layer_norm_backward(dy, x, [x.shape[-1]], mean, rstd, w, b, [True, True, True])
 
 
-def _torch_ce_grad(x, t):
+def _torch_ce_grad(x, t, label_smoothing=0.0):
     import torch  # noqa: PLC0415
     xr = x.detach().requires_grad_()
-    loss = torch.nn.functional.cross_entropy(xr.float(), t)
+    loss = torch.nn.functional.cross_entropy(xr.float(), t, label_smoothing=label_smoothing)
     return torch.autograd.grad(loss, xr)[0]
 
 
@@ -187,6 +193,11 @@ OPS += [
     # the loss and dlogits in one pass (return_grad) against torch's forward and backward
     BenchOp("ce_grad", _logits_target, lambda x, t: sk.cross_entropy(x, t, return_grad=True), _torch_ce_grad,
             lambda x, t: 2 * _nbytes(x) + _nbytes(t), [((4096, 32000), "bfloat16"), ((4096, 128256), "bfloat16")]),
+    # with label smoothing: one more read of the logits (the row sums) before the loss and gradient;
+    # the bytes counted are those without it, so the % of copy shows what the extra read costs
+    BenchOp("ce_grad_ls", _logits_target, lambda x, t: sk.cross_entropy(x, t, return_grad=True, label_smoothing=0.1),
+            lambda x, t: _torch_ce_grad(x, t, 0.1), lambda x, t: 2 * _nbytes(x) + _nbytes(t),
+            [((4096, 32000), "bfloat16"), ((4096, 128256), "bfloat16")]),
 ]
 
 

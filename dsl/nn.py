@@ -9,6 +9,7 @@ Hugging Face Llama's are, so state dicts load unchanged.
     RotaryEmbedding(dim, base)                      inv_freq (a buffer)     (LlamaRotaryEmbedding)
     SwiGLUMLP(hidden_size, intermediate_size)       gate_proj, up_proj, down_proj   (LlamaMLP)
     Attention(hidden_size, num_heads, ...)          q_proj, k_proj, v_proj, o_proj  (LlamaAttention)
+    CrossEntropyLoss(ignore_index, ...)             (none)                  (torch.nn.CrossEntropyLoss)
     LinearCrossEntropyLoss(ignore_index, ...)       (none: it takes the head's weight)
 
 The projections are torch.nn.Linear (cuBLAS). Importing this module imports torch; `import
@@ -24,7 +25,8 @@ from torch import nn
 
 from tilec.stdlib_kernels import torch_ops as T
 
-__all__ = ["RMSNorm", "Embedding", "LayerNorm", "RotaryEmbedding", "SwiGLUMLP", "Attention", "LinearCrossEntropyLoss"]
+__all__ = ["RMSNorm", "Embedding", "LayerNorm", "RotaryEmbedding", "SwiGLUMLP", "Attention", "CrossEntropyLoss",
+           "LinearCrossEntropyLoss"]
 
 
 class RMSNorm(nn.Module):
@@ -169,16 +171,36 @@ class Attention(nn.Module):
         return self.o_proj(o.reshape(b, s, self.num_heads * self.head_dim))
 
 
-class LinearCrossEntropyLoss(nn.Module):
-    """cross_entropy(hidden @ weight.T + bias, target) without the logits
-    (tilec::linear_cross_entropy): forward(hidden, weight, target, bias=None), hidden
-    (..., H), weight (V, H) (an lm_head's), target of hidden.shape[:-1]."""
+class CrossEntropyLoss(nn.Module):
+    """torch.nn.CrossEntropyLoss over class indices (tilec::cross_entropy, the gradient written
+    in the forward): forward(logits, target), logits (..., C) with the classes last (torch's
+    (N, C, d1, ...) layout is not taken), target of logits.shape[:-1]. No class weights."""
 
-    def __init__(self, ignore_index: int = -100, reduction: str = "mean", chunk: Optional[int] = None):
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0):
         super().__init__()
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        self.label_smoothing = T._check_ls(label_smoothing, "CrossEntropyLoss")  # noqa: SLF001
+        self.ignore_index, self.reduction = ignore_index, reduction
+
+    def forward(self, logits, target):
+        return T.cross_entropy(logits, target, self.ignore_index, self.reduction, self.label_smoothing)
+
+
+class LinearCrossEntropyLoss(nn.Module):
+    """cross_entropy(hidden @ weight.T + bias, target) without the logits
+    (tilec::linear_cross_entropy): forward(hidden, weight, target, bias=None), hidden
+    (..., H), weight (V, H) (an lm_head's), target of hidden.shape[:-1]; label_smoothing as
+    torch.nn.CrossEntropyLoss's."""
+
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", chunk: Optional[int] = None,
+                 label_smoothing: float = 0.0):
+        super().__init__()
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        self.label_smoothing = T._check_ls(label_smoothing, "LinearCrossEntropyLoss")  # noqa: SLF001
         self.ignore_index, self.reduction, self.chunk = ignore_index, reduction, chunk
 
     def forward(self, hidden, weight, target, bias=None):
-        return T.linear_cross_entropy(hidden, weight, target, bias, self.ignore_index, self.reduction, self.chunk)
+        return T.linear_cross_entropy(hidden, weight, target, bias, self.ignore_index, self.reduction, self.chunk,
+                                      self.label_smoothing)

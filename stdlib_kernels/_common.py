@@ -407,6 +407,16 @@ def output(out, like: Arr, shape: Sequence[int], dtype: DType, name: str = "out"
     return o
 
 
+def out_pair(out, op: str):
+    """(values, indices) of an `out=` that torch takes as a pair (topk, max(dim)): None, or a
+    tuple/list of two arrays; anything else a TypeError naming out."""
+    if out is None:
+        return None, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{op}: out must be a (values, indices) pair of arrays, got {type(out).__name__}")
+    return out[0], out[1]
+
+
 # ----------------------------------------------------------------------------- tile sizes
 MAX_SINGLE_TILE = 16384   # longest row held in registers at once (32 f32 values per thread at 16 warps)
 LOOP_TILE = 4096          # tile of the looped path for longer rows

@@ -105,15 +105,17 @@ def _same_shape(a: Arr, name: str, x: Arr, op: str) -> None:
 
 
 @planned(per_call=_eps_scalar)
-def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, return_stats: bool = False, out=None):
-    """add_rms_norm(x, residual, weight=None, eps=1e-6, return_stats=False, out=None)
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, return_stats: bool = False, out=None,
+                 residual_out=None):
+    """add_rms_norm(x, residual, weight=None, eps=1e-6, return_stats=False, out=None, residual_out=None)
     -> (y, new_residual), or (y, new_residual, rstd).
 
     new_residual = x + residual (in residual's dtype), y = rms_norm(new_residual, weight, eps)
     (in x's dtype, or written to `out`), in one pass over the rows of the last dimension (module
     doc). x and residual: same shape, f16, bf16 or f32 each (last stride 1, leading dimensions
     flattenable); weight: 1-D of the last dimension's length or None. rstd: f32 of
-    x.shape[:-1] (what `add_rms_norm_backward` takes). Math in f32.
+    x.shape[:-1] (what `add_rms_norm_backward` takes). Math in f32. `residual_out`: where
+    new_residual is written (x's shape, residual's dtype; not residual itself), else a new array.
     """
     op = "add_rms_norm"
     a, ra = as_array(x, "x"), as_array(residual, "residual")
@@ -127,7 +129,7 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, return_stats: bool
     check_same_place({"x": a, "residual": ra, **({"weight": wa} if wa is not None else {})})
     (eps32,) = derived(_eps_scalar, eps)
     o = output(out, a, a.shape, a.dtype)
-    h = output(None, a, a.shape, ra.dtype)
+    h = output(residual_out, a, a.shape, ra.dtype, "residual_out")
     rstd = output(None, a, a.shape[:-1], tc.float32) if return_stats else None
     xv, n_rows, _ = rows_of(a, "x")
     values = {"x": xv, "r": rows_of(ra, "residual")[0], "y": rows_of(o, "out")[0], "h": rows_of(h, "out")[0],

@@ -11,6 +11,7 @@ fixed order, so "mean" and "sum" are deterministic.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import List, Optional
 
 import tilec as tc
@@ -25,7 +26,7 @@ from .tuning import TABLES, CrossEntropyTuning, row_tuning
 from ._window import row_window, single_row_window, window_start, window_steps, window_tile
 from .softmax import _lane_stats
 
-__all__ = ["cross_entropy", "plan"]
+__all__ = ["cross_entropy", "plan", "check_label_smoothing"]
 
 NEG_INF = float("-inf")
 NAN = float("nan")
@@ -208,15 +209,20 @@ def ce_scale_kernel(target, scale, ignore_index, MEAN: tc.constexpr, BLOCK: tc.c
 
 
 @tc.func
-def _grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index):
-    # the gradient of logits t (f32, -inf padding) at columns `cols` of rows (lse, tgt)
+def _grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index, EPS: tc.constexpr):
+    # the gradient of logits t (f32, -inf padding) at columns `cols` of rows (lse, tgt); with
+    # label smoothing EPS the target distribution is (1 - EPS) onehot + EPS / C
     f = tc.where((tgt >= 0) & (tgt < n_cls), tc.sum(tc.load(scale, index=(0,), shape=(1,))), NAN)
-    d = (tc.exp(t - lse) - tc.where(cols == tgt, 1.0, 0.0)) * f
+    if EPS:
+        d = (tc.exp(t - lse) - tc.where(cols == tgt, 1.0 - EPS, 0.0) - EPS / n_cls) * f
+    else:
+        d = (tc.exp(t - lse) - tc.where(cols == tgt, 1.0, 0.0)) * f
     return tc.where(tgt == ignore_index, 0.0, d)
 
 
 @tc.kernel
-def ce_grad_tile_kernel(logits, target, loss, grad, scale, ignore_index, ROWS: tc.constexpr, BLOCK: tc.constexpr):
+def ce_grad_tile_kernel(logits, target, loss, grad, scale, ignore_index, ROWS: tc.constexpr, BLOCK: tc.constexpr,
+                        EPS: tc.constexpr = 0.0):
     # ce_tile_kernel (no windows) that also writes the rows' gradient from the held tile; grad
     # may be logits itself (the tile is read before it is written).
     tc.launch_dependents()
@@ -230,22 +236,25 @@ def ce_grad_tile_kernel(logits, target, loss, grad, scale, ignore_index, ROWS: t
     picked = tc.sum(tc.where(cols == tgt, t, 0.0), axis=1, keep_dims=True)
     tc.store(loss, index=(pid,), tile=tc.reshape(_row_loss(lse, picked, tgt, n_cls, ignore_index),
                                                  (ROWS,)).astype(loss.dtype))
-    tc.store(grad, index=(pid, 0), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index).astype(grad.dtype))
+    tc.store(grad, index=(pid, 0), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index, EPS).astype(grad.dtype))
 
 
 @tc.func
-def _write_grad(logits, target, grad, scale, row, k0, n_k, lse, ignore_index, BLOCK: tc.constexpr):
+def _write_grad(logits, target, grad, scale, row, k0, n_k, lse, ignore_index, BLOCK: tc.constexpr,
+                EPS: tc.constexpr):
     # the gradient of row `row`'s tiles [k0, k0 + n_k), each read before it is written
     n_cls = logits.shape[1]
     tgt = tc.reshape(tc.load(target, index=(row,), shape=(1,)), (1, 1))
     for k in range(k0, k0 + n_k):
         t = tc.load(logits, index=(row, k), shape=(1, BLOCK), padding=NEG_INF).astype(tc.float32)
         cols = k * BLOCK + tc.arange(0, BLOCK)[None, :]
-        tc.store(grad, index=(row, k), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index).astype(grad.dtype))
+        tc.store(grad, index=(row, k), tile=_grad_of(t, cols, lse, tgt, scale, n_cls, ignore_index,
+                                                     EPS).astype(grad.dtype))
 
 
 @tc.kernel
-def ce_grad_loop_kernel(logits, target, loss, grad, scale, ignore_index, BLOCK: tc.constexpr):
+def ce_grad_loop_kernel(logits, target, loss, grad, scale, ignore_index, BLOCK: tc.constexpr,
+                        EPS: tc.constexpr = 0.0):
     # One program per long row: the online logsumexp, the loss, then the gradient (the row
     # read twice). grad may be logits: the target's logit is loaded first, and the
     # logsumexp's cross-thread reductions (barriers) order that load before every store of
@@ -261,12 +270,12 @@ def ce_grad_loop_kernel(logits, target, loss, grad, scale, ignore_index, BLOCK: 
     lse = m + tc.log(s)
     row_loss = _row_loss(lse, picked.astype(tc.float32), tgt, n_cls, ignore_index)
     tc.store(loss, index=(row,), tile=row_loss.astype(loss.dtype))
-    _write_grad(logits, target, grad, scale, row, 0, n_k, lse, ignore_index, BLOCK)
+    _write_grad(logits, target, grad, scale, row, 0, n_k, lse, ignore_index, BLOCK, EPS)
 
 
 @tc.kernel
 def ce_grad_chunk_kernel(logits, target, grad, part_m, part_s, scale, ignore_index, tiles_per_chunk,
-                         CHUNKS: tc.constexpr, BLOCK: tc.constexpr):
+                         CHUNKS: tc.constexpr, BLOCK: tc.constexpr, EPS: tc.constexpr = 0.0):
     # Split rows, after ce_combine_kernel wrote the losses: program (row, c) merges its row's
     # partials into the logsumexp (as the merge did) and writes its chunk's gradient.
     tc.launch_dependents()
@@ -276,7 +285,41 @@ def ce_grad_chunk_kernel(logits, target, grad, part_m, part_s, scale, ignore_ind
     s = tc.load(part_s, index=(row, 0), shape=(1, CHUNKS), padding=0.0)
     top = tc.max(m)
     lse = top + tc.log(tc.sum(s * tc.exp(m - top)))
-    _write_grad(logits, target, grad, scale, row, c * tiles_per_chunk, tiles_per_chunk, lse, ignore_index, BLOCK)
+    _write_grad(logits, target, grad, scale, row, c * tiles_per_chunk, tiles_per_chunk, lse, ignore_index, BLOCK,
+                EPS)
+
+
+# ----------------------------------------------------------------------------- label smoothing
+# torch's loss with label smoothing e over C classes: (1 - e) nll + (e / C) sum_c -log_softmax(x)_c
+# = (lse - x[t]) + e (x[t] - mean(x)) per row, 0 on ignored rows (the mean divides by the same
+# count). The second term needs no logsumexp: one pass over the row before the loss kernels
+# (which may overwrite the logits with their gradient) writes it, and a last elementwise
+# launch adds it to their f32 losses.
+@tc.kernel
+def ce_smooth_kernel(logits, target, smooth, ignore_index, EPS: tc.constexpr, BLOCK: tc.constexpr):
+    # One program per row, tiles of BLOCK columns: EPS * (x[t] - mean(x)) in f32; 0 on ignored
+    # rows and on rows whose target is out of range (their loss is NaN already).
+    row = tc.program_id(0)
+    n_cls = logits.shape[1]
+    total = tc.zeros((1, BLOCK), tc.float32)
+    for k in range(tc.cdiv(n_cls, BLOCK)):
+        total += tc.load(logits, index=(row, k), shape=(1, BLOCK), padding=0.0).astype(tc.float32)
+    tgt = tc.load(target, index=(row,), shape=(1,))
+    ok = (tgt >= 0) & (tgt < n_cls) & (tgt != ignore_index)
+    picked = tc.load(logits.ptr + row.astype(tc.int64) * logits.stride(0) + tc.where(ok, tgt, 0), mask=ok,
+                     other=0.0)
+    term = EPS * (picked.astype(tc.float32) - tc.sum(total) / n_cls)
+    tc.store(smooth, index=(row,), tile=tc.where(ok, term, 0.0))
+
+
+@tc.kernel
+def ce_smooth_add_kernel(raw, smooth, loss, BLOCK: tc.constexpr):
+    # loss = raw + smooth (f32 sums, stored in loss's dtype); 1-D, loss may be raw. The mean/sum
+    # (a dependent launch) may count the targets meanwhile: it waits before reading the losses.
+    tc.launch_dependents()
+    pid = tc.program_id(0)
+    t = tc.load(raw, index=(pid,), shape=(BLOCK,)).astype(tc.float32) + tc.load(smooth, index=(pid,), shape=(BLOCK,))
+    tc.store(loss, index=(pid,), tile=t.astype(loss.dtype))
 
 
 SIGNATURES = {
@@ -293,6 +336,8 @@ SIGNATURES = {
                            "ignore_index=i32, BLOCK=4096",
     "ce_grad_chunk_kernel": "logits=f32[?,?], target=i32[?], grad=f32[?,?], part_m=f32[?,?], part_s=f32[?,?], "
                             "scale=f32[?], ignore_index=i32, tiles_per_chunk=i32, CHUNKS=64, BLOCK=2048",
+    "ce_smooth_kernel": "logits=bf16[?,?], target=i64[?], smooth=f32[?], ignore_index=i32, EPS=0.1, BLOCK=4096",
+    "ce_smooth_add_kernel": "raw=f32[?], smooth=f32[?], loss=bf16[?], BLOCK=1024",
 }
 # The options the entry points launch SIGNATURES with (tile elements / 512 warps; tests/test_ptxas.py).
 OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
@@ -302,7 +347,9 @@ OPTIONS = {"ce_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_scale_kernel": {"num_warps": 8, "fast_math": True},
            "ce_grad_tile_kernel": {"num_warps": 16, "fast_math": True},
            "ce_grad_loop_kernel": {"num_warps": 8, "fast_math": True},
-           "ce_grad_chunk_kernel": {"num_warps": GRAD_CHUNK_WARPS, "fast_math": True}}
+           "ce_grad_chunk_kernel": {"num_warps": GRAD_CHUNK_WARPS, "fast_math": True},
+           "ce_smooth_kernel": {"num_warps": 8, "fast_math": True},
+           "ce_smooth_add_kernel": {"num_warps": 2, "fast_math": True}}
 EXTRA_SIGNATURES = [
     ("ce_tile_kernel", "logits=f32[?,?], target=i32[?], loss=f32[?], ignore_index=i32, ROWS=64, BLOCK=32"),
     ("ce_loop_kernel", "logits=bf16[?,?], target=i32[?], loss=bf16[?], part_m=bf16[?], part_s=bf16[?], "
@@ -323,6 +370,13 @@ EXTRA_SIGNATURES = [
     ("ce_reduce_kernel", "loss=f32[?], target=i64[?], out=bf16[?], ignore_index=i32, MEAN=True, BLOCK=8192"),
     ("ce_reduce_kernel", "loss=f32[?]:div=16, target=i64[?]:div=16, out=f32[?], ignore_index=i32, MEAN=True, "
                          "BLOCK=4096"),
+    # label smoothing's gradients (EPS a constexpr: one compile per smoothing value)
+    ("ce_grad_tile_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                            "ignore_index=i32, ROWS=1, BLOCK=16384, EPS=0.1"),
+    ("ce_grad_loop_kernel", "logits=bf16[?,?], target=i64[?], loss=f32[?], grad=bf16[?,?], scale=f32[?], "
+                            "ignore_index=i32, BLOCK=4096, EPS=0.1"),
+    ("ce_grad_chunk_kernel", "logits=f32[?,?], target=i32[?], grad=f32[?,?], part_m=f32[?,?], part_s=f32[?,?], "
+                             "scale=f32[?], ignore_index=i32, tiles_per_chunk=i32, CHUNKS=64, BLOCK=2048, EPS=0.1"),
 ]
 
 _REDUCTIONS = ("mean", "sum", "none")
@@ -360,19 +414,21 @@ def reduce_config(n_rows: int, t: Optional[CrossEntropyTuning] = None):
     return block, max(1, block // (32 * t.reduce_per_thread))
 
 
-def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = False) -> List[Launch]:
+def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = False,
+         smoothing: float = 0.0) -> List[Launch]:
     """The launches of cross_entropy over `logits`' rows (descriptions) with class indices
     `labels`, on `target`. Operands: "logits" (rows as a 2-D view), "target" (the indices, 1-D),
     "loss" (the per-row losses, 1-D), "result" (the 1-element mean or sum; not for "none"),
     "ignore_index" (the int); with `grad`, "grad" (rows as a 2-D view). The schedules: ONE_TILE,
     else LOOPED or SPLIT (schedules.py), then for "mean"/"sum" one program reducing the losses.
-    With `grad` the row kernels also write the gradient (`_grad_rows`)."""
+    With `grad` the row kernels also write the gradient (`_grad_rows`). With label `smoothing`
+    > 0 the rows are read once more first (`_smoothed`)."""
     t = row_tuning(target).cross_entropy
     n_cls, n_rows = logits.shape[-1], math.prod(logits.shape[:-1])
     cfg = row_config(n_cls, n_rows)
     launches = []
     if grad:
-        launches += _grad_rows(logits, reduction, n_rows, n_cls, cfg, t)
+        launches += _grad_rows(logits, reduction, n_rows, n_cls, cfg, t, smoothing)
     else:
         window = row_window(logits, "logits")
         # A single row off 32-byte sectors through its aligned window; packed rows keep column tiles.
@@ -383,6 +439,8 @@ def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = 
                                       WINDOW=window))
         elif n_rows:   # (no rows: the mean of nothing is NaN, the sum 0, as torch)
             launches += _looped_rows(logits, n_rows, n_cls, t)
+    if smoothing and n_rows:
+        launches = _smoothed(launches, n_rows, n_cls, smoothing)
     if reduction != "none":
         block, warps = reduce_config(n_rows, t)
         launches.append(Launch.of(ce_reduce_kernel, (1,), ("loss", "target", "result", "ignore_index"), warps,
@@ -390,7 +448,43 @@ def plan(logits: Arr, labels: Arr, reduction: str, target: Target, grad: bool = 
     return launches
 
 
-def _grad_rows(a: Arr, reduction: str, n_rows: int, n_cls: int, cfg, t: CrossEntropyTuning) -> List[Launch]:
+SMOOTH_BLOCK, SMOOTH_ADD_BLOCK = 4096, 1024   # (warps by the row rule: tile elements / 512, 1..16)
+
+
+def check_label_smoothing(value, op: str) -> float:
+    """`value` as a float in [0, 1] (torch's range), else TypeError/ValueError naming label_smoothing."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{op}: label_smoothing must be a float in [0, 1], got {value!r}")
+    if not 0.0 <= float(value) <= 1.0:   # (NaN fails too)
+        raise ValueError(f"{op}: label_smoothing must be in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _smoothed(rows: List[Launch], n_rows: int, n_cls: int, eps: float) -> List[Launch]:
+    """The row launches `rows` with label smoothing `eps`: `ce_smooth_kernel` first (the term
+    eps (x[t] - mean(x)) of each row, into Temp "smooth", read before any gradient overwrites
+    the logits), the rows' losses into Temp "raw" (f32), then `ce_smooth_add_kernel` writes
+    "loss" = raw + smooth (one rounding to loss's dtype)."""
+    smooth = Temp("smooth", (n_rows,), tc.float32, like="logits")
+    raw = Temp("raw", (n_rows,), tc.float32, like="logits")
+    block = min(next_pow2(n_cls), SMOOTH_BLOCK)
+    first = Launch.of(ce_smooth_kernel, (n_rows,), ("logits", "target", "smooth", "ignore_index"),
+                      max(block // 512, 1), temps=(smooth,), schedule="smooth", EPS=eps, BLOCK=block)
+    renamed = []
+    for ln in rows:
+        if "loss" in ln.args:   # the row kernels' losses (the first one to name it allocates "raw")
+            named = any("raw" in r.args for r in renamed)
+            ln = replace(ln, args=tuple("raw" if x == "loss" else x for x in ln.args),
+                         temps=ln.temps + (() if named else (raw,)))
+        renamed.append(ln)
+    return [first] + renamed + [
+        Launch.of(ce_smooth_add_kernel, (tc.cdiv(n_rows, SMOOTH_ADD_BLOCK),), ("raw", "smooth", "loss"),
+                  SMOOTH_ADD_BLOCK // 512,
+                  schedule="smooth", BLOCK=SMOOTH_ADD_BLOCK)]
+
+
+def _grad_rows(a: Arr, reduction: str, n_rows: int, n_cls: int, cfg, t: CrossEntropyTuning,
+               smoothing: float = 0.0) -> List[Launch]:
     """The row launches of cross_entropy with its gradient: the factor f first (one program,
     `ce_scale_kernel`), then ONE_TILE (`ce_grad_tile_kernel`), LOOPED (`ce_grad_loop_kernel`,
     from `split_rows` rows) or SPLIT (the forward's chunk partials and merge, then
@@ -403,14 +497,15 @@ def _grad_rows(a: Arr, reduction: str, n_rows: int, n_cls: int, cfg, t: CrossEnt
     launches = [Launch.of(ce_scale_kernel, (1,), ("target", "scale", "ignore_index"), warps, temps=(scale,),
                           schedule="scale", MEAN=reduction == "mean", BLOCK=block)]
     args = ("logits", "target", "loss", "grad", "scale", "ignore_index")
+    eps = {"EPS": smoothing} if smoothing else {}   # (without: the kernels' default, the same PTX as before)
     if cfg.single:
         return launches + [Launch.of(ce_grad_tile_kernel, cfg.grid(n_rows), args, cfg.num_warps, schedule=ONE_TILE,
-                                     ROWS=cfg.rows, BLOCK=cfg.block)]
+                                     ROWS=cfg.rows, BLOCK=cfg.block, **eps)]
     block, warps = loop_config(n_rows, n_cls, 0, a.dtype.itemsize, t)
     chunks, per = chunk_count(n_rows, n_cls, 0, block, t)
     if chunks == 1:
         return launches + [Launch.of(ce_grad_loop_kernel, (n_rows,), args, GRAD_LOOP_WARPS, schedule=LOOPED,
-                                     BLOCK=GRAD_LOOP_BLOCK)]
+                                     BLOCK=GRAD_LOOP_BLOCK, **eps)]
     parts = tuple(Temp(name, (n_rows, chunks), tc.float32, like="logits") for name in ("part_m", "part_s"))
     return launches + [
         Launch.of(ce_loop_kernel, (n_rows, chunks), ("logits", "target", "loss", "part_m", "part_s", "ignore_index",
@@ -421,7 +516,7 @@ def _grad_rows(a: Arr, reduction: str, n_rows: int, n_cls: int, cfg, t: CrossEnt
         # after the merge (not a dependent launch): the merge reads each row's target logit first
         Launch.of(ce_grad_chunk_kernel, (n_rows, chunks), ("logits", "target", "grad", "part_m", "part_s", "scale",
                                                            "ignore_index", 4 * per), warps, schedule=SPLIT,
-                  CHUNKS=next_pow2(chunks), BLOCK=block)]
+                  CHUNKS=next_pow2(chunks), BLOCK=block, **eps)]
 
 
 def _looped_rows(a: Arr, n_rows: int, n_cls: int, t: CrossEntropyTuning) -> List[Launch]:
@@ -443,9 +538,9 @@ def _looped_rows(a: Arr, n_rows: int, n_cls: int, t: CrossEntropyTuning) -> List
 
 @planned
 def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean", return_grad: bool = False,
-                  grad=None):
-    """cross_entropy(logits, target, ignore_index=-100, reduction="mean", return_grad=False, grad=None)
-    -> loss, or (loss, dlogits) with return_grad.
+                  grad=None, label_smoothing: float = 0.0):
+    """cross_entropy(logits, target, ignore_index=-100, reduction="mean", return_grad=False, grad=None,
+    label_smoothing=0.0) -> loss, or (loss, dlogits) with return_grad.
 
     logits: (..., C) of f16, bf16 or f32 (last stride 1, leading dimensions
     flattenable into rows, else ValueError); target: integer class indices
@@ -481,7 +576,16 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     multiplies it by the (scalar) upstream gradient where that is not 1. The
     rows are then read in column tiles (never through windows), long rows
     twice (an online logsumexp, then the gradient).
+
+    label_smoothing=e in [0, 1] (torch's): the target distribution is
+    (1 - e) onehot(target) + e / C, so a row's loss is
+    (1 - e) (lse - x[target]) + e (lse - mean(x)), 0 on ignored rows, and the
+    mean divides by the same count; the gradient is
+    (softmax - (1 - e) onehot - e / C) times the factor above. Each distinct
+    e compiles its own kernels (a constexpr); e > 0 reads the rows once
+    more before the loss kernels (a row sum) and adds one elementwise launch.
     """
+    label_smoothing = check_label_smoothing(label_smoothing, "cross_entropy")
     if not isinstance(return_grad, bool):
         raise TypeError(f"cross_entropy: return_grad must be a bool, got {return_grad!r}")
     if grad is not None and not return_grad:
@@ -516,6 +620,7 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     if return_grad:
         g = output(grad, a, a.shape, a.dtype, "grad")
         values["grad"] = rows_of(g, "grad")[0]
-    execute(plan(a, t, reduction, target_of(a), grad=return_grad), Operands({"logits": a}, values))
+    execute(plan(a, t, reduction, target_of(a), grad=return_grad, smoothing=label_smoothing),
+            Operands({"logits": a}, values))
     loss = per_row.obj if result is None else result.obj
     return (loss, g.obj) if return_grad else loss

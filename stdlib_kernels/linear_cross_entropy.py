@@ -34,7 +34,7 @@ from ._common import (BF16Array, Arr, as_array, check_float, check_same_place, e
                       target_of, view)
 from ._common import row_stride as _row_stride
 from ._plan import planned
-from .cross_entropy import _REDUCTIONS, ce_reduce_kernel, ce_scale_kernel, reduce_config
+from .cross_entropy import _REDUCTIONS, ce_reduce_kernel, ce_scale_kernel, check_label_smoothing, reduce_config
 from .cross_entropy import plan as cross_entropy_plan
 from .launches import Launch, Operands, execute
 from .matmul import matmul
@@ -192,9 +192,10 @@ def _check(hidden, weight, target, bias, ignore_index, reduction, return_grad):
 
 @planned
 def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index: int = -100, reduction: str = "mean",
-                         chunk: Optional[int] = None, budget: Optional[int] = None, return_grad: bool = True):
+                         chunk: Optional[int] = None, budget: Optional[int] = None, return_grad: bool = True,
+                         label_smoothing: float = 0.0):
     """linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index=-100,
-    reduction="mean", chunk=None, budget=None, return_grad=True)
+    reduction="mean", chunk=None, budget=None, return_grad=True, label_smoothing=0.0)
     -> (loss, dhidden, dweight, dbias), or loss alone with return_grad=False.
 
     The loss of `cross_entropy(hidden @ weight.T + bias, target, ignore_index, reduction)`
@@ -206,8 +207,9 @@ def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index: int
     loss and gradients as cross_entropy's (module doc). The gradients are those of the
     returned loss for an upstream gradient of 1 ("none": of the sum of the per-token
     losses), in hidden's, weight's and bias's dtypes (dbias None without a bias); dweight
-    and dbias are summed over chunks in f32.
+    and dbias are summed over chunks in f32. label_smoothing: torch's (cross_entropy's doc).
     """
+    label_smoothing = check_label_smoothing(label_smoothing, "linear_cross_entropy")
     ha, wa, ta, ba = _check(hidden, weight, target, bias, ignore_index, reduction, return_grad)
     n_vocab, n_hidden = wa.shape
     n_tok = math.prod(ha.shape[:-1])
@@ -247,7 +249,7 @@ def linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index: int
                             target=flat_view(as_array(_first_rows(t_flat, c0, c1, t_stride), "target"), "target"),
                             loss=flat_view(as_array(_first_rows(per_row.obj, c0, c1, 1), "loss"), "loss"))
         ce = cross_entropy_plan(la, as_array(_first_rows(t_flat, c0, c1, t_stride), "target"), "none", target_t,
-                                grad=return_grad)
+                                grad=return_grad, smoothing=label_smoothing)
         if return_grad:
             chunk_values["grad"] = chunk_values["logits"]   # the logits become their gradient
             ce = [ln for ln in ce if ln.kernel is not ce_scale_kernel]   # the factor of every token, above

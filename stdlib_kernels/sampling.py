@@ -377,15 +377,17 @@ def _number(v, name: str) -> float:
     return v
 
 
-def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: int, offset: int = 0):
-    """sample(logits, *, temperature=1.0, top_k=None, top_p=None, seed, offset=0) -> int64 tokens.
+def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: int, offset: int = 0, out=None):
+    """sample(logits, *, temperature=1.0, top_k=None, top_p=None, seed, offset=0, out=None) -> int64 tokens.
 
     logits: f16, bf16 or f32 of shape (..., vocab) (last stride 1, leading dimensions
     flattenable); returns one token per row, shape logits.shape[:-1]. temperature >= 0 (0:
     greedy, the first index of the largest logit); top_k: None or 1 <= top_k <= min(vocab,
     1024); top_p: None or 0 < top_p <= 1 (1: no nucleus). seed, offset: 64-bit ints picking
     the noise (the module doc gives the stream; equal arguments give equal tokens). Logits
-    are finite or -inf; a row of only -inf gives token 0.
+    are finite or -inf; a row of only -inf gives token 0. out: None or an int64 array of
+    shape logits.shape[:-1] to write the tokens into (torch.multinomial's out=; checked
+    before anything runs: ValueError/TypeError naming out).
     """
     a = as_array(logits, "logits")
     check_float(a, "logits")
@@ -410,7 +412,9 @@ def sample(logits, *, temperature: float = 1.0, top_k=None, top_p=None, seed: in
     # a temperature whose inverse overflows f32 (below ~3e-39) scales every logit to +-inf: greedy
     greedy = temperature == 0.0 or 1.0 / temperature > _F32_MAX
     nucleus = top_p is not None and top_p < 1.0 and not greedy
-    return _draw(logits, 0 if greedy else k, greedy, nucleus, temperature, top_p, seed, offset)
+    if out is not None:   # checked here too: a bad out never reaches a launch
+        output(out, a, a.shape[:-1], tc.int64, "out")
+    return _draw(logits, 0 if greedy else k, greedy, nucleus, temperature, top_p, seed, offset, False, out)
 
 
 def argmax(x, dim: int = -1, keepdim: bool = False):
@@ -432,10 +436,11 @@ def argmax(x, dim: int = -1, keepdim: bool = False):
 
 
 @planned(per_call=_draw_scalars)
-def _draw(logits, top_k: int, greedy: bool, nucleus: bool, temperature, top_p, seed, offset, keepdim=False):
+def _draw(logits, top_k: int, greedy: bool, nucleus: bool, temperature, top_p, seed, offset, keepdim=False,
+          out=None):
     a = as_array(logits, "logits")
     scalars = derived(_draw_scalars, temperature, top_p, seed, offset)
-    o = output(None, a, a.shape[:-1] + ((1,) if keepdim else ()), tc.int64)
+    o = output(out, a, a.shape[:-1] + ((1,) if keepdim else ()), tc.int64)
     xv, n_rows, _ = rows_of(a, "logits")
     ov = view(o, (n_rows,), (1,))
     values = dict(zip(("inv_t", "top_p", "seed_lo", "seed_hi", "off_lo", "off_hi"), scalars))

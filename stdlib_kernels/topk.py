@@ -26,7 +26,7 @@ import numpy as np
 import tilec as tc
 from tilec.target import Target
 
-from ._common import Arr, as_array, check_float, next_pow2, normalize_dim, output, rows_of, target_of
+from ._common import Arr, as_array, check_float, next_pow2, normalize_dim, out_pair, output, rows_of, target_of
 from ._plan import planned
 from .launches import Launch, Operands, Temp, execute
 from .schedules import CANDIDATES, MERGE
@@ -217,8 +217,9 @@ def _check_flag(v, name: str) -> bool:
 
 
 @planned
-def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002 - torch's name
-    """topk(x, k, dim=-1, largest=True, sorted=True) -> (values, indices) over the last dimension.
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, out=None):  # noqa: A002
+    """topk(x, k, dim=-1, largest=True, sorted=True, *, out=None) -> (values, indices) over the last
+    dimension (torch's names).
 
     x: f16, bf16 or f32, any leading shape (last stride 1, leading dimensions
     flattenable); only the last dimension (dim=-1) is supported. 0 <= k <= the row
@@ -226,7 +227,11 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  
     int64. Order: the module doc (best first, equal values by increasing index; NaN as
     +inf); sorted=False gives the same order. Rows of any length: chunks of 4096 (at
     least 4 * next_pow2(k)) columns, then merges of their candidates (`levels`).
+    out: None or a (values, indices) pair of arrays of those shapes and dtypes (as
+    torch.topk's out=), written and returned; a wrong one is a ValueError/TypeError
+    naming out, before anything is written.
     """
+    values_out, indices_out = out_pair(out, "topk")
     a = as_array(x, "x")
     check_float(a, "x")
     if a.ndim == 0:
@@ -236,8 +241,8 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  
     largest = _check_flag(largest, "largest")
     _check_flag(sorted, "sorted")
     k = check_k(k, a.shape[-1])
-    vals = output(None, a, a.shape[:-1] + (k,), a.dtype, "values")
-    idx = output(None, a, a.shape[:-1] + (k,), tc.int64, "indices")
+    vals = output(values_out, a, a.shape[:-1] + (k,), a.dtype, "out[0] (values)")
+    idx = output(indices_out, a, a.shape[:-1] + (k,), tc.int64, "out[1] (indices)")
     if vals.numel == 0:
         return vals.obj, idx.obj
     xv, _, _ = rows_of(a, "x")

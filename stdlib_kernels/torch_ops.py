@@ -48,6 +48,7 @@ from . import transpose as _tr
 from .attention import _window, check_layout
 from .attention import attention as _attention
 from .attention_bwd import attention_backward as _attention_backward_fn
+from .cross_entropy import check_label_smoothing as _check_ls
 from .cross_entropy import cross_entropy as _cross_entropy
 from .dropout import dropout as _dropout
 from .embedding import embedding as _embedding
@@ -289,15 +290,15 @@ def _dropout_backward(ctx, dy):
 
 
 # cross_entropy: the differentiable form writes dlogits in the forward (no logits-sized tensor kept)
-def _cross_entropy_fake(logits, target, ignore_index, reduction):
+def _cross_entropy_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
     return logits.new_empty(tuple(logits.shape[:-1]) if reduction == "none" else ())
 
 
-def _ce_grad_impl(logits, target, ignore_index, reduction):
-    return _cross_entropy(logits, target, ignore_index, reduction, return_grad=True)
+def _ce_grad_impl(logits, target, ignore_index, reduction, label_smoothing=0.0):
+    return _cross_entropy(logits, target, ignore_index, reduction, return_grad=True, label_smoothing=label_smoothing)
 
 
-def _ce_grad_fake(logits, target, ignore_index, reduction):
+def _ce_grad_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
     return _cross_entropy_fake(logits, target, ignore_index, reduction), logits.new_empty(logits.shape)
 
 
@@ -310,7 +311,7 @@ def _ce_grad_backward(ctx, dloss, _ddlogits):
     dlogits, = ctx.saved_tensors
     # dlogits is the gradient for an upstream 1 ("none": of the sum of the row losses)
     scale = dloss.unsqueeze(-1) if ctx.reduction == "none" else dloss
-    return (dlogits * scale.to(dlogits.dtype)), None, None, None
+    return (dlogits * scale.to(dlogits.dtype)), None, None, None, None
 
 
 # matmul: dA = dC Bᵀ, dB = Aᵀ dC through the GEMM with transposed views (it takes any strides)
@@ -349,16 +350,17 @@ def _matmul_impl(a, b):
 
 # linear_cross_entropy: the forward computes the loss and the three gradients chunk by chunk
 # (stdlib_kernels/linear_cross_entropy.py); the backward scales them by the upstream gradient
-_LCE_ARGS = "Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk"
+_LCE_ARGS = ("Tensor hidden, Tensor weight, Tensor target, Tensor? bias, int ignore_index, str reduction, int? chunk, "
+             "float label_smoothing")
 
 
-def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_impl(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     loss, dh, dw, db = _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction,
-                            chunk=chunk)
+                            chunk=chunk, label_smoothing=label_smoothing)
     return loss, dh, dw, (db if db is not None else _empty0(dh))
 
 
-def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     loss = hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
     return (loss, hidden.new_empty(hidden.shape), weight.new_empty(weight.shape),
             bias.new_empty(bias.shape) if bias is not None else _empty0(hidden))
@@ -373,15 +375,15 @@ def _lce_backward(ctx, dloss, *_unused):
     dh, dw, db = ctx.saved_tensors
     # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
     db = db * dloss.to(db.dtype) if ctx.has_b else None
-    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None
+    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None, None
 
 
-def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     return _lce(hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction=reduction, chunk=chunk,
-                return_grad=False)
+                return_grad=False, label_smoothing=label_smoothing)
 
 
-def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk):
+def _lce_loss_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
     return hidden.new_empty(tuple(hidden.shape[:-1]) if reduction == "none" else ())
 
 
@@ -513,6 +515,7 @@ def _transpose_backward(ctx, dy):
 
 
 _RED_ARGS = "Tensor x, int? dim, bool keepdim"
+_CE_ARGS = "Tensor logits, Tensor target, int ignore_index, str reduction, float label_smoothing"
 
 
 OPS: Dict[str, OpSpec] = {
@@ -580,11 +583,11 @@ OPS: Dict[str, OpSpec] = {
                                 dy, c, s, interleaved=interleaved, seq_dim=seq_dim), _like),
     "dropout": OpSpec("(Tensor x, float p, int seed) -> Tensor", lambda x, p, seed: _dropout(x, p, seed), _like,
                       _dropout_backward, _dropout_setup),
-    "cross_entropy": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) -> Tensor",
-                            lambda x, t, ignore_index, reduction: _cross_entropy(x, t, ignore_index, reduction),
+    "cross_entropy": OpSpec(f"({_CE_ARGS}) -> Tensor",
+                            lambda x, t, ignore_index, reduction, label_smoothing=0.0: _cross_entropy(
+                                x, t, ignore_index, reduction, label_smoothing=label_smoothing),
                             _cross_entropy_fake),
-    "cross_entropy_with_grad": OpSpec("(Tensor logits, Tensor target, int ignore_index, str reduction) "
-                                      "-> (Tensor, Tensor)",
+    "cross_entropy_with_grad": OpSpec(f"({_CE_ARGS}) -> (Tensor, Tensor)",
                                       _ce_grad_impl, _ce_grad_fake, _ce_grad_backward, _ce_grad_setup),
     "matmul": OpSpec("(Tensor a, Tensor b) -> Tensor", _matmul_impl, _matmul_fake, _matmul_backward,
                      _matmul_setup),
@@ -644,10 +647,11 @@ OPS.update({
 # `out=` variants: the op written into a given tensor, declared as mutating it (torch.compile
 # functionalizes them); no autograd (as torch's out= ops). `out` may be the input itself where
 # the stdlib op allows it (the elementwise-shaped ops).
-def _out_op(args: str, run: Callable) -> OpSpec:
+def _out_op(args: str, run: Callable, outs: Tuple[str, ...] = ("out",)) -> OpSpec:
     def impl(*a):
         run(*a)
-    return OpSpec(f"({args}, Tensor(a!) out) -> ()", impl, lambda *a: None, mutates=("out",))
+    marks = ", ".join(f"Tensor({chr(ord('a') + i)}!) {name}" for i, name in enumerate(outs))
+    return OpSpec(f"({args}, {marks}) -> ()", impl, lambda *a: None, mutates=tuple(outs))
 
 
 OPS.update({
@@ -665,6 +669,34 @@ OPS.update({
                                                                              seq_dim=seq_dim, out=out)),
     "dropout_out": _out_op("Tensor x, float p, int seed", lambda x, p, seed, out: _dropout(x, p, seed, out=out)),
     "matmul_out": _out_op("Tensor a, Tensor b", lambda a, b, out: _sk_matmul(a, b, out=out)),
+    # the ops whose torch counterparts take out= (torch.topk, max(dim), multinomial, ...)
+    "topk_out": _out_op("Tensor x, int k, bool largest",
+                        lambda x, k, largest, values, indices: _topk(x, k, -1, largest, out=(values, indices)),
+                        ("values", "indices")),
+    "sample_out": _out_op("Tensor logits, float temperature, int? top_k, float? top_p, int seed, int offset",
+                          lambda x, temperature, top_k, top_p, seed, offset, out: _sample(
+                              x, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, offset=offset,
+                              out=out)),
+    "sum_out": _out_op(_RED_ARGS, lambda x, dim, keepdim, out: _red.sum(x, dim, keepdim, out=out)),
+    "amax_out": _out_op(_RED_ARGS, lambda x, dim, keepdim, out: _red.amax(x, dim, keepdim, out=out)),
+    "amin_out": _out_op(_RED_ARGS, lambda x, dim, keepdim, out: _rdim.amin(x, dim, keepdim, out=out)),
+    "argmax_out": _out_op(_RED_ARGS, lambda x, dim, keepdim, out: _rdim.argmax(x, dim, keepdim, out=out)),
+    "argmin_out": _out_op(_RED_ARGS, lambda x, dim, keepdim, out: _rdim.argmin(x, dim, keepdim, out=out)),
+    "max_dim_out": _out_op("Tensor x, int dim, bool keepdim",
+                           lambda x, dim, keepdim, values, indices: _rdim.max(x, dim, keepdim,
+                                                                               out=(values, indices)),
+                           ("values", "indices")),
+    "min_dim_out": _out_op("Tensor x, int dim, bool keepdim",
+                           lambda x, dim, keepdim, values, indices: _rdim.min(x, dim, keepdim,
+                                                                               out=(values, indices)),
+                           ("values", "indices")),
+    "cumsum_out": _out_op("Tensor x, int dim", lambda x, dim, out: _rdim.cumsum(x, dim, out=out)),
+    "add_rms_norm_out": _out_op("Tensor x, Tensor residual, Tensor? weight, float eps",
+                                lambda x, r, w, eps, out, residual_out: _add_rms_norm(
+                                    x, r, w, eps, out=out, residual_out=residual_out), ("out", "residual_out")),
+    "embedding_backward_out": _out_op("Tensor grad, Tensor indices, int num_weights, int? padding_idx",
+                                      lambda g, i, n, padding_idx, out: _sk_embedding_backward(
+                                          g, i, n, padding_idx, out=out)),
 })
 
 # ----------------------------------------------------------------------------- registration
@@ -674,8 +706,8 @@ _registered = False
 
 def _arg_names(schema: str):
     # "(Tensor x, Tensor? weight, float eps) -> Tensor" -> ["x", "weight", "eps"]
-    args = schema[schema.index("(") + 1:schema.index(")")]
-    return [a.split()[-1] for a in args.split(",") if a.strip()]
+    args = schema[schema.index("(") + 1:schema.rindex(") ->")]   # (not the ")" of "Tensor(a!)")
+    return [a.split("=")[0].split()[-1] for a in args.split(",") if a.strip()]
 
 
 def _no_backward(name: str, schema: str):
@@ -808,6 +840,36 @@ def _into(out, write, inputs):
     return out
 
 
+def _outs_into(outs: Dict[str, tuple], write, inputs: dict, differentiable: bool = True):
+    """`write()` (an `*_out` op) after checking each out = (tensor, expected shape, expected
+    dtype): a CUDA tensor on the inputs' device of that shape and dtype, else a
+    TypeError/ValueError naming it (nothing is written). `differentiable`: the op's torch
+    counterpart has a gradient, so an input that requires grad (grad mode on) is refused as
+    by `_into`; index results (argmax, sampled tokens) have none, and need no such check."""
+    check_cuda(**inputs, **{name: t for name, (t, _, _) in outs.items()})
+    for name, (t, shape, dtype) in outs.items():
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+        if t.dtype != dtype:
+            raise TypeError(f"{name} has dtype {t.dtype}, expected {dtype}")
+    if differentiable and torch.is_grad_enabled():
+        wants = [n for n, t in inputs.items() if t is not None and t.requires_grad]
+        if wants:
+            raise ValueError(f"out= is not differentiable, and {', '.join(wants)} requires grad: call without out=, "
+                             "or under torch.no_grad()")
+    if differentiable:
+        write()
+    else:
+        with torch.no_grad():   # an index result: nothing to record, whatever requires grad
+            write()
+
+
+def _pair_of(out, op: str):
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(f"{op}: out must be a (values, indices) pair of tensors, got {type(out).__name__}")
+    return out[0], out[1]
+
+
 def rms_norm(x, weight=None, eps: float = 1e-6, out=None):
     """`tilec.stdlib_kernels.rms_norm` as a differentiable op (gradients to x and weight)."""
     register()
@@ -907,15 +969,16 @@ def dropout(x, p: float, seed: int, out=None):
     return torch.ops.tilec.dropout(x, float(p), int(seed))
 
 
-def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean"):
+def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0):
     """Differentiable in logits: where logits requires grad the forward also writes the
     gradient (`tilec::cross_entropy_with_grad`), which the backward scales by the upstream
-    gradient; otherwise the loss alone (`tilec::cross_entropy`)."""
+    gradient; otherwise the loss alone (`tilec::cross_entropy`). label_smoothing: torch's."""
     register()
     check_cuda(logits=logits, target=target)
+    ls = _check_ls(label_smoothing, "cross_entropy")
     if logits.requires_grad and torch.is_grad_enabled():
-        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction)[0]
-    return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction)
+        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction, ls)[0]
+    return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction, ls)
 
 
 def matmul(a, b, out=None):
@@ -929,19 +992,21 @@ def matmul(a, b, out=None):
 
 
 def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
-                         chunk: Optional[int] = None):
+                         chunk: Optional[int] = None, label_smoothing: float = 0.0):
     """`cross_entropy(hidden @ weight.T + bias, target)` without the logits
     (`tilec.stdlib_kernels.linear_cross_entropy`), differentiable in hidden, weight and bias:
     where one of them requires grad the forward computes the gradients too
     (`tilec::linear_cross_entropy`) and the backward scales them by the upstream gradient;
     otherwise the loss alone (`tilec::linear_cross_entropy_loss`). reduction="none" has no
-    gradient (the weight's would need each token's upstream gradient in the forward)."""
+    gradient (the weight's would need each token's upstream gradient in the forward).
+    label_smoothing: torch's (cross_entropy's)."""
     register()
     check_cuda(hidden=hidden, weight=weight, target=target, bias=bias)
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    ls = _check_ls(label_smoothing, "linear_cross_entropy")
     chunk = None if chunk is None else int(chunk)
-    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk)
+    args = (hidden, weight, target, bias, int(ignore_index), reduction, chunk, ls)
     wants = [n for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias)) if t is not None and t.requires_grad]
     if wants and torch.is_grad_enabled():
         if reduction == "none":
@@ -970,19 +1035,29 @@ def embedding(input, weight, padding_idx: Optional[int] = None):
     return torch.ops.tilec.embedding(weight, input, padding_idx)
 
 
-def add_rms_norm(x, residual, weight=None, eps: float = 1e-6):
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, *, out=None, residual_out=None):
     """`tilec.stdlib_kernels.add_rms_norm` as a differentiable op: (rms_norm(x + residual) * weight,
-    x + residual), gradients to x, residual and weight through both outputs."""
+    x + residual), gradients to x, residual and weight through both outputs. out / residual_out
+    (either or both; not differentiable): where y (x's shape and dtype) and x + residual
+    (residual's dtype) are written (`tilec::add_rms_norm_out`)."""
     register()
     check_cuda(x=x, residual=residual, weight=weight)
+    if out is not None or residual_out is not None:
+        y = out if out is not None else torch.empty_like(x)
+        h = residual_out if residual_out is not None else x.new_empty(x.shape, dtype=residual.dtype)
+        _outs_into({"out": (y, x.shape, x.dtype), "residual_out": (h, x.shape, residual.dtype)},
+                   lambda: torch.ops.tilec.add_rms_norm_out(x, residual, weight, float(eps), y, h),
+                   dict(x=x, residual=residual, weight=weight))
+        return y, h
     y, new_residual, _rstd = torch.ops.tilec.add_rms_norm(x, residual, weight, float(eps))
     return y, new_residual
 
 
-def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  # noqa: A002 - torch's name
+def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, out=None):  # noqa: A002
     """`tilec.stdlib_kernels.topk` as a torch op: (values, int64 indices) over the last
     dimension, best first (`sorted` is accepted; the order is always sorted).
-    Differentiable in x: the values' gradient is scattered back to their indices."""
+    Differentiable in x: the values' gradient is scattered back to their indices.
+    out: a (values, indices) pair written in place (`tilec::topk_out`; not differentiable)."""
     register()
     check_cuda(x=x)
     if dim not in (-1, x.dim() - 1):
@@ -990,6 +1065,14 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):  
                          f"{tuple(x.shape)}")
     if not isinstance(sorted, bool):
         raise TypeError(f"sorted must be a bool, got {type(sorted).__name__}")
+    if out is not None:
+        values, indices = _pair_of(out, "topk")
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= x.shape[-1]:
+            raise ValueError(f"k must be an int in [0, {x.shape[-1]}], got {k!r}")
+        shape = tuple(x.shape[:-1]) + (k,)
+        _outs_into({"out[0] (values)": (values, shape, x.dtype), "out[1] (indices)": (indices, shape, torch.int64)},
+                   lambda: torch.ops.tilec.topk_out(x, k, bool(largest), values, indices), dict(x=x))
+        return values, indices
     return torch.ops.tilec.topk(x, k, largest)
 
 
@@ -1003,76 +1086,120 @@ def _signed64(v, name: str) -> int:
 
 
 def sample(logits, *, temperature: float = 1.0, top_k: Optional[int] = None, top_p: Optional[float] = None,
-           seed: int, offset: int = 0):
+           seed: int, offset: int = 0, out=None):
     """`tilec.stdlib_kernels.sample` as a torch op: one int64 token per row of logits (not
     differentiable). The same arguments give the same tokens (the Philox stream of
-    sampling.py's module doc)."""
+    sampling.py's module doc). out: an int64 tensor of logits.shape[:-1] (`tilec::sample_out`)."""
     register()
     check_cuda(logits=logits)
-    return torch.ops.tilec.sample(logits, float(temperature), top_k, None if top_p is None else float(top_p),
-                                  _signed64(seed, "seed"), _signed64(offset, "offset"))
+    args = (logits, float(temperature), top_k, None if top_p is None else float(top_p), _signed64(seed, "seed"),
+            _signed64(offset, "offset"))
+    if out is not None:
+        _outs_into({"out": (out, tuple(logits.shape[:-1]), torch.int64)},
+                   lambda: torch.ops.tilec.sample_out(*args, out), dict(logits=logits), differentiable=False)
+        return out
+    return torch.ops.tilec.sample(*args)
 
 
 def _dim_arg(dim):
     return None if dim is None else int(dim)
 
 
-def sum(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
-    """`tilec.stdlib_kernels.sum` (torch.sum's dim/keepdim forms) as a differentiable op."""
+def _reduce_out(name, x, dim, keepdim, out, dtype=None, differentiable=True):
+    """The `<name>_out` op of a reduction writing `out` (torch's shape of the result)."""
+    shape = _reduced_shape(x, dim, keepdim)
+    _outs_into({"out": (out, shape, dtype or x.dtype)},
+               lambda: getattr(torch.ops.tilec, name + "_out")(x, dim, keepdim, out), dict(x=x), differentiable)
+    return out
+
+
+def sum(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch's name
+    """`tilec.stdlib_kernels.sum` (torch.sum's dim/keepdim forms) as a differentiable op;
+    out= (not differentiable) writes the result into a tensor of its shape and dtype."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _reduce_out("sum", x, _dim_arg(dim), bool(keepdim), out)
     return torch.ops.tilec.sum(x, _dim_arg(dim), bool(keepdim))
 
 
-def amax(x, dim=None, keepdim: bool = False):
-    """torch.amax's dim (an int or None) and keepdim; no gradient."""
+def amax(x, dim=None, keepdim: bool = False, *, out=None):
+    """torch.amax's dim (an int or None), keepdim and out; no gradient."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _reduce_out("amax", x, _dim_arg(dim), bool(keepdim), out)
     return torch.ops.tilec.amax(x, _dim_arg(dim), bool(keepdim))
 
 
-def amin(x, dim=None, keepdim: bool = False):
-    """torch.amin's dim (an int or None) and keepdim; no gradient."""
+def amin(x, dim=None, keepdim: bool = False, *, out=None):
+    """torch.amin's dim (an int or None), keepdim and out; no gradient."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _reduce_out("amin", x, _dim_arg(dim), bool(keepdim), out)
     return torch.ops.tilec.amin(x, _dim_arg(dim), bool(keepdim))
 
 
-def max(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
+def _extreme_out(name, x, dim, keepdim, out):
+    values, indices = _pair_of(out, name)
+    shape = _reduced_shape(x, dim, keepdim)
+    _outs_into({"out[0] (values)": (values, shape, x.dtype), "out[1] (indices)": (indices, shape, torch.int64)},
+               lambda: getattr(torch.ops.tilec, name + "_dim_out")(x, dim, keepdim, values, indices), dict(x=x))
+    return _rdim.ValuesIndices(values, indices)
+
+
+def max(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch's name
     """As torch.max: dim=None the maximum (amax, no gradient); else (values, indices) as
-    `ValuesIndices`, differentiable in x (the gradient goes to the indexed elements)."""
+    `ValuesIndices`, differentiable in x (the gradient goes to the indexed elements).
+    out: as torch's, the result tensor (dim=None) or a (values, indices) pair."""
     if dim is None:
-        return amax(x, None, keepdim)
+        return amax(x, None, keepdim, out=out)
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _extreme_out("max", x, int(dim), bool(keepdim), out)
     return _rdim.ValuesIndices(*torch.ops.tilec.max_dim(x, int(dim), bool(keepdim)))
 
 
-def min(x, dim=None, keepdim: bool = False):  # noqa: A001 - torch's name
+def min(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch's name
     """As torch.min (see `max`)."""
     if dim is None:
-        return amin(x, None, keepdim)
+        return amin(x, None, keepdim, out=out)
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _extreme_out("min", x, int(dim), bool(keepdim), out)
     return _rdim.ValuesIndices(*torch.ops.tilec.min_dim(x, int(dim), bool(keepdim)))
 
 
-def argmax(x, dim=None, keepdim: bool = False):
+def argmax(x, dim=None, keepdim: bool = False, *, out=None):
+    """As torch.argmax (int64 indices; out: an int64 tensor of the result's shape)."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _reduce_out("argmax", x, _dim_arg(dim), bool(keepdim), out, torch.int64, differentiable=False)
     return torch.ops.tilec.argmax(x, _dim_arg(dim), bool(keepdim))
 
 
-def argmin(x, dim=None, keepdim: bool = False):
+def argmin(x, dim=None, keepdim: bool = False, *, out=None):
+    """As torch.argmin (see `argmax`)."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        return _reduce_out("argmin", x, _dim_arg(dim), bool(keepdim), out, torch.int64, differentiable=False)
     return torch.ops.tilec.argmin(x, _dim_arg(dim), bool(keepdim))
 
 
-def cumsum(x, dim: int):
-    """As torch.cumsum(x, dim), differentiable (the backward is a reversed cumsum)."""
+def cumsum(x, dim: int, *, out=None):
+    """As torch.cumsum(x, dim), differentiable (the backward is a reversed cumsum); out= (not
+    differentiable) a tensor of x's shape and dtype."""
     register()
     check_cuda(x=x)
+    if out is not None:
+        _outs_into({"out": (out, tuple(x.shape), x.dtype)}, lambda: torch.ops.tilec.cumsum_out(x, int(dim), out),
+                   dict(x=x))
+        return out
     return torch.ops.tilec.cumsum(x, int(dim))
 
 

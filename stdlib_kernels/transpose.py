@@ -106,7 +106,14 @@ SIGNATURES = {
 # The options the entry point launches SIGNATURES with (tests/test_ptxas.py).
 OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in SIGNATURES}
 EXTRA_SIGNATURES = [("transpose_batched_kernel", "x=bf16[?,?,?,?], out=bf16[?,?,?,?], BM=128, BN=128"),
-                    ("swap_copy_kernel", "x=i64[?,?,?,?,?], out=i64[?,?,?,?,?], BP=64, BC=64")]
+                    ("swap_copy_kernel", "x=i64[?,?,?,?,?], out=i64[?,?,?,?,?], BP=64, BC=64"),
+                    # as a launch specializes contiguous f16 arrays with rows 16-byte aligned (strides
+                    # divisible by 16 elements): 16-byte vectors on both sides (the signatures above,
+                    # with no stride divisibility, give scalar accesses)
+                    ("transpose_batched_kernel", "x=f16[?,?,?,?]:stride_div=16x16x16x1, "
+                                                 "out=f16[?,?,?,?]:stride_div=16x16x16x1, BM=64, BN=128"),
+                    ("swap_copy_kernel", "x=f16[?,?,?,?,?]:stride_div=16x16x16x16x1, "
+                                         "out=f16[?,?,?,?,?]:stride_div=16x16x16x16x1, BP=32, BC=128")]
 COPY_TILE = 4096    # swap_copy_kernel's tile elements
 COPY_COLUMNS = 256  # its widest row of C elements
 # The sm_90 table's tiles (rows, cols) by element size under their old name (tests, docs).

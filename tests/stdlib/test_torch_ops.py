@@ -78,7 +78,7 @@ def test_row_op_fake_shapes():
         assert tuple(mean.shape) == tuple(rstd.shape) == (6,)
         dx, dw = torch.ops.tilec.rms_norm_backward(x, x, None, rstd)
         assert dx.shape == x.shape and tuple(dw.shape) == (0,)   # no weight: a 0-element placeholder
-        loss, dlogits = torch.ops.tilec.cross_entropy_with_grad(x, t, -100, "sum")
+        loss, dlogits = torch.ops.tilec.cross_entropy_with_grad(x, t, -100, "sum", 0.0)
         assert tuple(loss.shape) == () and dlogits.shape == x.shape
         q = torch.empty(2, 5, 3, 8, device="cuda", dtype=torch.float16)
         cs = torch.empty(5, 4, device="cuda", dtype=torch.float32)
@@ -86,7 +86,7 @@ def test_row_op_fake_shapes():
         h, w = torch.empty(2, 5, 16, device="cuda", dtype=torch.bfloat16), torch.empty(40, 16, device="cuda",
                                                                                       dtype=torch.bfloat16)
         t2 = torch.empty(2, 5, device="cuda", dtype=torch.int64)
-        loss, dh, dw, db = torch.ops.tilec.linear_cross_entropy(h, w, t2, None, -100, "sum", 64)
+        loss, dh, dw, db = torch.ops.tilec.linear_cross_entropy(h, w, t2, None, -100, "sum", 64, 0.0)
         assert tuple(loss.shape) == () and dh.shape == h.shape and dw.shape == w.shape and tuple(db.shape) == (0,)
         assert tuple(T.linear_cross_entropy(h, w, t2, reduction="none").shape) == (2, 5)
         a, b = torch.empty(7, 10, device="cuda"), torch.empty(3, 10, 5, device="cuda")
@@ -133,7 +133,7 @@ _GRAPHS = [
     ("rope", lambda q, c: torch.ops.tilec.rope(q, c, c, False, None), lambda: (_bf16(2, 5, 3, 8), _bf16(5, 4, grad=False)),
      ["rope", "rope_backward"]),
     ("dropout", lambda x: torch.ops.tilec.dropout(x, 0.25, 11), lambda: (_bf16(6, 10),), ["dropout", "dropout"]),
-    ("cross_entropy", lambda x, t: torch.ops.tilec.cross_entropy_with_grad(x, t, -100, "none")[0],
+    ("cross_entropy", lambda x, t: torch.ops.tilec.cross_entropy_with_grad(x, t, -100, "none", 0.0)[0],
      lambda: (_bf16(6, 10), torch.empty(6, dtype=torch.int64)), ["cross_entropy_with_grad"]),
     ("matmul", lambda a, b: torch.ops.tilec.matmul(a, b), lambda: (_bf16(7, 10), _bf16(10, 5)),
      ["matmul"] * 3),
@@ -141,7 +141,8 @@ _GRAPHS = [
      ["matmul"] * 3),
     ("matmul a shared", lambda a, b: torch.ops.tilec.matmul(a, b), lambda: (_bf16(7, 10), _bf16(3, 10, 5)),
      ["matmul"] * 3),
-    ("linear_cross_entropy", lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None)[0],
+    ("linear_cross_entropy",
+     lambda h, w, t, b: torch.ops.tilec.linear_cross_entropy(h, w, t, b, -100, "mean", None, 0.0)[0],
      lambda: (_bf16(2, 5, 16), _bf16(40, 16), torch.empty(2, 5, dtype=torch.int64), _bf16(40)),
      ["linear_cross_entropy"]),
     ("embedding", lambda w, i: torch.ops.tilec.embedding(w, i, None),
@@ -300,8 +301,9 @@ def test_opcheck_row_ops_and_their_backwards():
              ("gelu", (x, "none")), ("gelu_backward", (dy, x, "tanh")),
              ("rope", (q, cs, cs, False, None)), ("rope_backward", (q, cs, cs, True, -3)),
              ("dropout", (x, 0.3, 12345)),
-             ("cross_entropy", (x, t, -100, "mean")), ("cross_entropy", (x, t, -100, "none")),
-             ("cross_entropy_with_grad", (x, t, -100, "mean")), ("cross_entropy_with_grad", (x, t, 5, "none")),
+             ("cross_entropy", (x, t, -100, "mean", 0.0)), ("cross_entropy", (x, t, -100, "none", 0.1)),
+             ("cross_entropy_with_grad", (x, t, -100, "mean", 0.0)),
+             ("cross_entropy_with_grad", (x, t, 5, "none", 0.2)),
              ("matmul", (a, b)), ("matmul", (a.unsqueeze(0).expand(3, -1, -1).contiguous(), b))]
     for name, args in cases:
         torch.library.opcheck(getattr(torch.ops.tilec, name).default, args)
@@ -434,9 +436,9 @@ def test_opcheck_linear_cross_entropy():
     w = torch.randn(1000, 64, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(1000, device="cuda", dtype=torch.float32)
     t = torch.randint(0, 1000, (300,), device="cuda")
-    for args in ((h, w, t, b, -100, "mean", 128), (h, w, t, None, -100, "sum", None)):
+    for args in ((h, w, t, b, -100, "mean", 128, 0.0), (h, w, t, None, -100, "sum", None, 0.1)):
         torch.library.opcheck(torch.ops.tilec.linear_cross_entropy.default, args)
-    torch.library.opcheck(torch.ops.tilec.linear_cross_entropy_loss.default, (h, w, t, None, -100, "none", 128))
+    torch.library.opcheck(torch.ops.tilec.linear_cross_entropy_loss.default, (h, w, t, None, -100, "none", 128, 0.1))
 
 
 @pytest.mark.gpu

@@ -39,5 +39,5 @@ def test_transpose_kernel_assembles():
         for arch in ("sm_80", "sm_90a"):
             c = getattr(T, name).compile(sig, arch=arch, **T.OPTIONS[name])
             assert c.metadata["ptxas"]["spill_stores"] == 0
-            if name.startswith("transpose_kernel"):   # the 2-D tiles; the any-rank kernels store scalars
+            if name.startswith("transpose_kernel"):   # the 2-D tiles (the any-rank kernels: test_transpose_vectors.py)
                 assert "st.global.v4" in c.asm["ptx"]
