@@ -29,7 +29,7 @@ import numpy as np
 import tilec as tc
 from tilec.target import Target
 
-from ._common import HOST_TARGET, Arr, as_array, check_float, check_same_place, output, refuse_read_back, \
+from ._common import Arr, as_array, check_float, check_same_place, output, refuse_read_back, \
     target_of, view
 from .attention import HEAD_DIMS, _window, attention_varlen_fwd_kernel, config_for, scales
 from .attention_bwd import DELTA_ROWS, attention_bwd_delta_kernel, attention_varlen_bwd_dkdv_kernel, \
@@ -111,9 +111,6 @@ def seqlens(cu_q, cu_k, total_q: int, total_k: int, max_seqlen_q=None, max_seqle
             raise TypeError(f"{name}: expected int32 prefix sums, got {a.dtype.name}")
         if a.ndim != 1 or a.shape[0] < 1:
             raise ValueError(f"{name}: expected shape (batch + 1,), got {a.shape}")
-    nq, nk = arrs["cu_seqlens_q"].shape[0], arrs["cu_seqlens_k"].shape[0]
-    if nq != nk:
-        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one batch, got {nq - 1} and {nk - 1} sequences")
     maxima = []
     for (name, a), cu, total, given in zip(arrs.items(), (cu_q, cu_k), (total_q, total_k),
                                            (max_seqlen_q, max_seqlen_k)):
@@ -132,6 +129,9 @@ def seqlens(cu_q, cu_k, total_q: int, total_k: int, max_seqlen_q=None, max_seqle
         if given is not None and given < longest:
             raise ValueError(f"{mname}: expected a host int >= the longest sequence ({longest}), got {given!r}")
         maxima.append(longest if given is None else int(given))
+    nq, nk = arrs["cu_seqlens_q"].shape[0], arrs["cu_seqlens_k"].shape[0]
+    if nq != nk:
+        raise ValueError(f"cu_seqlens_q and cu_seqlens_k must have one batch, got {nq - 1} and {nk - 1} sequences")
     return nq - 1, maxima[0], maxima[1]
 
 
@@ -254,7 +254,41 @@ def attention_backward_varlen(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, m
     return tuple(g.obj for g in grads)
 
 
-# What a launch on contiguous packed tensors specializes to (tests/test_ptxas.py, bench/ptx_snapshot.py)
+# ----------------------------------------------------------------------------- PTX checks
+# What a launch on contiguous packed tensors of odd total lengths specializes to, by operand
 _V4 = "[?,?,?,?]:stride_div=16x16x16x1"
-_ROWS = "f32[?,?,?]:stride_div=16x16x1"
-_CU = "cu_q=i32[?], cu_k=i32[?]"
+_ARG_TYPES = {"lse": "f32[?,?,?]:stride_div=16x1x1", "dlse": "f32[?,?,?]:stride_div=16x1x1",
+              "delta": "f32[?,?,?]:stride_div=16x1x1", "cu_q": "i32[?]", "cu_k": "i32[?]", "qk_scale": "f32",
+              "cap": "f32", "scale": "f32", "left": "i32", "right": "i32"}
+
+
+def signature(launch: Launch, dtype: str = "f16") -> str:
+    """The signature text of one of the plans' launches (positional: operand names differ
+    from the kernels' parameter names), for tests/test_ptxas-style compiles."""
+    types = [_ARG_TYPES.get(a, dtype + _V4) for a in launch.args]
+    return ", ".join(types + [f"{k}={v}" for k, v in launch.constexprs])
+
+
+def _shipped() -> List[Tuple[str, Launch, str]]:
+    """(arch, launch, dtype) of the plans at the head dims and features the dense PTX checks cover
+    (the forward at 64: at 128 the dense forward spills too, docs/benchmarks.md)."""
+    from .launches import spec  # noqa: PLC0415
+    out = []
+    for arch in ("sm_80", "sm_90a"):
+        target = Target.from_arch(arch)
+        for d, dv, h, hk, dtype, softcap in ((64, 64, 4, 2, "f16", False), (64, 64, 2, 2, "bf16", True),
+                                             (128, 128, 8, 2, "bf16", False), (256, 256, 2, 1, "f16", True),
+                                             (192, 128, 2, 2, "bf16", False)):
+            q, k, v = (spec((1001, n, x), tc.float16) for n, x in ((h, d), (hk, d), (hk, dv)))
+            if max(d, dv) <= 64:
+                out += [(arch, ln, dtype) for ln in plan_forward(q, k, v, 3, 500, target, softcap=softcap, lse=True)]
+            out += [(arch, ln, dtype) for ln in plan_backward(q, k, v, 3, 500, 400, target, softcap=softcap)]
+    return out
+
+
+SHIPPED = _shipped()
+EXTRA_SIGNATURES = list(dict.fromkeys((ln.name, signature(ln, dt)) for _, ln, dt in SHIPPED))
+OPTIONS = {"attention_varlen_fwd_kernel": {"num_warps": 8, "fast_math": True},
+           "attention_varlen_bwd_dkdv_kernel": {"num_warps": 8, "fast_math": True},
+           "attention_varlen_bwd_dq_kernel": {"num_warps": 8, "fast_math": True},
+           "attention_bwd_delta_kernel": {"num_warps": 4, "fast_math": True}}
