@@ -41,7 +41,8 @@ from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
 
-__all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for", "SIGNATURES"]
+__all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
+           "SIGNATURES"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453

@@ -61,6 +61,11 @@ def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: 
                       BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
 
 
+def delta_warps(dv: int) -> int:
+    """Warps of the δ kernel: at 4, 256-wide rows spill on sm_90a (12-16 bytes per thread)."""
+    return 4 if dv <= 128 else 8
+
+
 def plan_backward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, max_seqlen_k: int, target: Target, *,
                   softcap: bool = False, dlse: bool = False) -> List[Launch]:
     """The backward's launches (δ over the packed rows, dK/dV per key block of each sequence,
@@ -75,8 +80,8 @@ def plan_backward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, max_seq
     stages = {"num_stages": cfg.num_stages}
     plan = [
         Launch.of(attention_bwd_delta_kernel, (_cdiv(total_q, DELTA_ROWS), h, 1),
-                  ("o", "do", "dlse" if dlse else "delta", "delta"), 4, temps=(delta,), schedule=VARLEN,
-                  DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv),
+                  ("o", "do", "dlse" if dlse else "delta", "delta"), delta_warps(cfg.dv), temps=(delta,),
+                  schedule=VARLEN, DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv),
         Launch.of(attention_varlen_bwd_dkdv_kernel, (_cdiv(max_seqlen_k, cfg.kv_block), hk, batch),
                   ins + ("dk", "dv") + scalars, cfg.num_warps, options=stages, temps=(delta,), schedule=VARLEN,
                   BM=cfg.q_step, BN=cfg.kv_block, **common),
