@@ -212,6 +212,23 @@ def test_entry_points_launch_one_and_three_kernels(monkeypatch, batch):
         assert np.abs(g.astype(np.float64) - w).max() < 4e-3 * max(np.abs(w).max(), 1.0)
 
 
+def test_seqlens_of_host_prefix_sums():
+    # (batch, max_seqlen_q, max_seqlen_k): from the prefix sums, or the given (larger) maxima
+    assert V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5) == (3, 3, 4)
+    assert V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5, 10, 4) == (3, 10, 4)
+    assert V.seqlens(_cu([]), _cu([]), 0, 0) == (0, 0, 0)
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5, None, 3)
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        V.seqlens(_cu([1]), _cu([1]), 1, 1, True)
+
+
+def test_varlen_backward_needs_lse():
+    q, k, v, cq, ck = _args()
+    with pytest.raises(ValueError, match="lse"):
+        attention_backward(q, q, k, v, q, None, cu_seqlens_q=cq, cu_seqlens_k=ck)
+
+
 # ----------------------------------------------------------------------------- numerics
 def test_rows_that_see_no_key_give_zeros_and_minus_inf_and_no_nan_gradients():
     # causal bottom-right with seq_q > seq_k: the first rows of a sequence see no key
