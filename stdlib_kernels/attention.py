@@ -26,6 +26,8 @@ softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
 `(batch, heads, seq_q)`.
 
 The gradients are `attention_backward` (attention_bwd.py), from the forward's out and lse.
+Packed variable-length sequences (cu_seqlens, attention_varlen.py) run the same program body,
+`_fwd_tile` with VARLEN set, in `attention_varlen_fwd_kernel`.
 User `score_mod` / `mask_mod` functions and block masks (FlexAttention's semantics) take
 their own kernels: attention_mods.py, attention_mask.py.
 """

@@ -20,6 +20,10 @@ masking the blocks on its edges. Padding makes the ragged ends free: padded quer
 load lse = +inf (P = 0) and dO = 0, padded keys K = V = 0 (their dS meets K = 0 in dQ,
 their own dK/dV rows are never stored). A row that saw no key (lse = -inf) gets P = 0.
 
+Packed variable-length sequences (attention_varlen.py) run the same program bodies
+(`_dkdv_tile`, `_dq_tile` with VARLEN set) in `attention_varlen_bwd_dkdv_kernel` and
+`attention_varlen_bwd_dq_kernel`, and δ with the dense kernel over the packed rows.
+
 softcap: the score is c · tanh(x / c) of x = q·k · scale, whose derivative is
 1 - tanh², so dS is multiplied by it before the products. `dlse` (a gradient flowing
 into the forward's lse, as when chunks of attention are merged) enters as δ - dlse:
