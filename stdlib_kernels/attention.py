@@ -87,6 +87,8 @@ def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, righ
     if VARLEN:   # keys of the packed sequence from k_start; those past its end are masked below
         kt = tc.reshape(tc.load(k, offset=(b, hk, k_start + j * BN, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
         vt = tc.reshape(tc.load(v, offset=(b, hk, k_start + j * BN, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+        if MASKED:   # values past the sequence are another's: zeros, as padding (0 · inf would be NaN)
+            vt = tc.where((j * BN + tc.arange(0, BN) < n_kv)[:, None], vt, 0.0)
     else:
         kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
         vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))

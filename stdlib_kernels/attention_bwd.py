@@ -96,10 +96,20 @@ def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.const
 
 @tc.func
 def _qrows(a, b, h, i, q_start, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.constexpr):
-    """Query block i of q or dO (BM, D): batch b's, or (VARLEN) the packed rows from q_start."""
+    """Block i of rows (BM, D) of q, dO, k or v: batch b's, or (VARLEN) the packed rows from q_start."""
     if VARLEN:
         return tc.reshape(tc.load(a, offset=(b, h, q_start + i * BM, 0), shape=(1, 1, BM, D), padding=0.0), (BM, D))
     return tc.reshape(tc.load(a, index=(b, h, i, 0), shape=(1, 1, BM, D), padding=0.0), (BM, D))
+
+
+@tc.func
+def _own_rows(t, i, n, BM: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
+    """`t`, block i of rows, with the rows from n on zeroed where they are another packed
+    sequence's (VARLEN, in a masked block): P = 0 there, and 0 · inf would be NaN."""
+    if VARLEN:
+        if MASKED:
+            return tc.where((i * BM + tc.arange(0, BM) < n)[:, None], t, 0.0)
+    return t
 
 
 @tc.func
@@ -120,9 +130,14 @@ def _store_rows(x, a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARL
 def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv, q_start,
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
-    dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
+    qt = _own_rows(_qrows(q, b, h, i, q_start, BM, DK, VARLEN), i, n_kv - off, BM, VARLEN, MASKED)
+    dot_ = _own_rows(_qrows(do, b, h, i, q_start, BM, DV, VARLEN), i, n_kv - off, BM, VARLEN, MASKED)
     l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
+    if VARLEN:
+        if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
+            mine = i * BM + tc.arange(0, BM) < n_kv - off
+            l2 = tc.where(mine, l2, float("inf"))
+            d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
     pt, tt = _probs(tc.dot(kt, qt.T), l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right, n_kv,
@@ -202,8 +217,8 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
 def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv, k_start,
               MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    kt = _qrows(k, b, hk, j, k_start, BN, DK, VARLEN)
-    vt = _qrows(v, b, hk, j, k_start, BN, DV, VARLEN)
+    kt = _own_rows(_qrows(k, b, hk, j, k_start, BN, DK, VARLEN), j, n_kv, BN, VARLEN, MASKED)
+    vt = _own_rows(_qrows(v, b, hk, j, k_start, BN, DV, VARLEN), j, n_kv, BN, VARLEN, MASKED)
     rows = q0 + off + tc.arange(0, BM)
     cols = j * BN + tc.arange(0, BN)
     # (rows past the sequence are not stored: no VARLEN row mask needed here)

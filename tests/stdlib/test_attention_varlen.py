@@ -260,6 +260,30 @@ def test_larger_max_seqlen_and_out_rows_of_other_sequences_untouched():
     np.testing.assert_allclose(out.astype(np.float64), _ref(q, k, v, lq, lk, window=(6, 2))[0], atol=2e-2)
 
 
+def test_non_finite_rows_stay_in_their_sequence():
+    # a block that ends one sequence reads the next one's rows: they must not reach it as 0 · inf
+    rng = np.random.default_rng(23)
+    lq, lk = [37, 20, 30], [37, 20, 30]
+    q, k, v = _packed(rng, lq, lk, 2, 1, 16)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    for a in (q, k, v, do):
+        a[37:57] = np.inf                     # the middle sequence is all inf
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk), causal=True)
+    out, lse = attention(q, k, v, return_lse=True, **cu)
+    keep = np.r_[0:37, 57:87]
+    assert np.all(np.isfinite(out[keep].astype(np.float64))) and np.all(np.isfinite(lse[:, keep]))
+    grads = attention_backward(do, q, k, v, out, lse, **cu)
+    assert all(np.all(np.isfinite(g[keep].astype(np.float64))) for g in grads)
+    ref = [0, 37, 57, 87]
+    for s0, s1 in ((ref[0], ref[1]), (ref[2], ref[3])):   # the other sequences as alone
+        one = dict(cu_seqlens_q=_cu([s1 - s0]), cu_seqlens_k=_cu([s1 - s0]), causal=True)
+        o1, l1 = attention(q[s0:s1], k[s0:s1], v[s0:s1], return_lse=True, **one)
+        np.testing.assert_array_equal(out[s0:s1], o1)
+        g1 = attention_backward(do[s0:s1], q[s0:s1], k[s0:s1], v[s0:s1], o1, l1, **one)
+        for g, w in zip(grads, g1):
+            np.testing.assert_array_equal(g[s0:s1], w)
+
+
 @settings(max_examples=12, deadline=None)
 @given(lens=st.lists(st.tuples(st.integers(0, 70), st.integers(0, 70)), min_size=1, max_size=4),
        hk=st.sampled_from([1, 2]), mask=st.sampled_from(["none", "causal", "window", "softcap"]))
