@@ -130,8 +130,10 @@ def _store_rows(x, a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARL
 def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv, q_start,
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    qt = _own_rows(_qrows(q, b, h, i, q_start, BM, DK, VARLEN), i, n_kv - off, BM, VARLEN, MASKED)
-    dot_ = _own_rows(_qrows(do, b, h, i, q_start, BM, DV, VARLEN), i, n_kv - off, BM, VARLEN, MASKED)
+    # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
+    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and δ are zeroed below)
+    qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
+    dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
     l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
     if VARLEN:
         if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
