@@ -1,7 +1,7 @@
 """Attention throughput, forward and backward: the tilec example kernels vs the same algorithm in Triton vs SDPA.
 
     python bench/attention.py [--quick] [--dtypes f16,bf16] [--dims 64,128] [--seqs 1024,...]
-                              [--passes fwd,bwd] [--json FILE] [--check] [--mods]
+                              [--passes fwd,bwd] [--json FILE] [--check] [--mods] [--varlen]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
@@ -475,6 +475,10 @@ def main(argv=None):
     p.add_argument("--mods", action="store_true",
                    help="only the score_mod / mask_mod section: sk.attention against FlexAttention on the same "
                         "functions (bench/attention_mods.py; seqs default to 2048,8192)")
+    p.add_argument("--varlen", action="store_true",
+                   help="only the variable-length section: sk.attention on packed sequences (equal and mixed "
+                        "lengths) against dense at the same token count (bench/attention_varlen.py; seqs default "
+                        "to 2048,8192)")
     args = p.parse_args(argv)
     dtypes = args.dtypes.split(",")
     dims = [int(x) for x in args.dims.split(",")]
@@ -490,6 +494,14 @@ def main(argv=None):
             import attention_mods  # type: ignore[no-redef]
         mod_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
         attention_mods.main(dtypes, dims, mod_seqs, passes, args.json)
+        return
+    if args.varlen:
+        try:
+            from bench import attention_varlen
+        except ImportError:
+            import attention_varlen  # type: ignore[no-redef]
+        varlen_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
+        attention_varlen.main(dtypes, dims, varlen_seqs, passes, args.json)
         return
     if args.check:
         worst = max(check_all(dtypes, dims) if "fwd" in passes else 0.0,

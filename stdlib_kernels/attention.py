@@ -26,6 +26,8 @@ softmax. `return_lse=True` also returns the natural log-sum-exp per row, f32,
 `(batch, heads, seq_q)`.
 
 The gradients are `attention_backward` (attention_bwd.py), from the forward's out and lse.
+Packed variable-length sequences (cu_seqlens, attention_varlen.py) run the same program body,
+`_fwd_tile` with VARLEN set, in `attention_varlen_fwd_kernel`.
 User `score_mod` / `mask_mod` functions and block masks (FlexAttention's semantics) take
 their own kernels: attention_mods.py, attention_mask.py.
 """
@@ -41,7 +43,8 @@ from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
 
-__all__ = ["attention", "attention_fwd_kernel", "AttentionConfig", "config_for", "SIGNATURES"]
+__all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
+           "SIGNATURES"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -78,11 +81,17 @@ def band_blocks(lo, hi, whole_lo, whole_hi, B: tc.constexpr):
 
 
 @tc.func
-def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
-           MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv, k_start,
+           MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
-    vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    if VARLEN:   # keys of the packed sequence from k_start; those past its end are masked below
+        kt = tc.reshape(tc.load(k, offset=(b, hk, k_start + j * BN, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
+        vt = tc.reshape(tc.load(v, offset=(b, hk, k_start + j * BN, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+        if MASKED:   # values past the sequence are another's: zeros, as padding (0 · inf would be NaN)
+            vt = tc.where((j * BN + tc.arange(0, BN) < n_kv)[:, None], vt, 0.0)
+    else:
+        kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
+        vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
     s = tc.dot(qt, kt.T)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
@@ -95,19 +104,20 @@ def _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, righ
     return online_softmax(s, vt, m_i, l_i, acc, qk_scale)
 
 
-@tc.kernel
-def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
-                         GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
-                         BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    mblk = tc.program_id(0)
-    h = tc.program_id(1)
-    b = tc.program_id(2)
+@tc.func
+def _fwd_tile(q, k, v, o, lse, b, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, left, right,
+              GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr, VARLEN: tc.constexpr,
+              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """Query rows [mblk·BM, mblk·BM + BM) of head h of one sequence of n_q queries and n_kv
+    keys: batch b of the dense views, or (VARLEN) the packed rows from q_start and k_start of
+    (1, heads, total, dim) views, b = 0, whose rows past the sequence are masked or not stored."""
     hk = h // GROUP
-    n_q = q.shape[2]
-    n_kv = k.shape[2]
     q0 = mblk * BM
     off = n_kv - n_q          # bottom-right alignment
-    qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
+    if VARLEN:
+        qt = tc.reshape(tc.load(q, offset=(b, h, q_start + q0, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
+    else:
+        qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
 
     m_i = tc.full((BM,), float("-inf"), tc.float32)
     l_i = tc.zeros((BM,), tc.float32)
@@ -121,20 +131,62 @@ def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
     first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BN)
     for j in range(first, inner_lo):
         m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
-                               True, SOFTCAP, BM, BN, DK, DV)
+                               k_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
     for j in range(inner_lo, inner_hi):
         m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
-                               False, SOFTCAP, BM, BN, DK, DV)
+                               k_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
     for j in range(inner_hi, last):
         m_i, l_i, acc = _block(qt, k, v, b, hk, j, m_i, l_i, acc, qk_scale, cap, q0, off, left, right, n_kv,
-                               True, SOFTCAP, BM, BN, DK, DV)
+                               k_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
 
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
-    tc.store(o, index=(b, h, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, 1, BM, DV)))
-    if LSE:
-        row_lse = tc.where(seen, (m_i + tc.log2(l_i)) * LN2, float("-inf"))
-        tc.store(lse, index=(b, h, mblk), tile=tc.reshape(row_lse, (1, 1, BM)))
+    if VARLEN:   # the tile's rows past the sequence belong to the next one: not stored
+        rows = tc.arange(0, BM)
+        ok = q0 + rows < n_q
+        packed = (q_start + q0 + rows).astype(tc.int64)
+        cols = tc.arange(0, DV)
+        tc.store(o.ptr + h * o.stride(1) + packed[:, None] * o.stride(2) + cols[None, :], out.astype(o.dtype),
+                 mask=ok[:, None] & (cols < o.shape[3])[None, :])
+        if LSE:
+            row_lse = tc.where(seen, (m_i + tc.log2(l_i)) * LN2, float("-inf"))
+            tc.store(lse.ptr + h * lse.stride(1) + packed * lse.stride(2), row_lse, mask=ok)
+    else:
+        tc.store(o, index=(b, h, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, 1, BM, DV)))
+        if LSE:
+            row_lse = tc.where(seen, (m_i + tc.log2(l_i)) * LN2, float("-inf"))
+            tc.store(lse, index=(b, h, mblk), tile=tc.reshape(row_lse, (1, 1, BM)))
+
+
+@tc.kernel
+def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
+                         GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
+                         BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    _fwd_tile(q, k, v, o, lse, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, left, right,
+              GROUP, SOFTCAP, LSE, False, BM, BN, DK, DV)
+
+
+@tc.kernel
+def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left, right,
+                                GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
+                                BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """The forward over packed sequences (attention_varlen.py): program (mblk, h, b) reads
+    sequence b's bounds from the int32 prefix sums cu_q, cu_k on the device; q, k, v, o are
+    (1, heads, total, dim) views, lse (1, heads, total_q)."""
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
+    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    if mblk * BM >= n_q:   # the grid covers the longest sequence: this one ends before the tile
+        return
+    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
+    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    _fwd_tile(q, k, v, o, lse, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, left, right,
+              GROUP, SOFTCAP, LSE, True, BM, BN, DK, DV)
 
 
 _V4 = "[?,?,?,?]:stride_div=16x16x16x1"   # what a launch on (b, s, h, d) tensors specializes to
@@ -306,7 +358,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
         if mods:
             raise ValueError("score_mod / mask_mod / block_mask: not supported with cu_seqlens (variable length)")
         from .attention_varlen import attention_varlen  # noqa: PLC0415
-        return attention_varlen(attention, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+        return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 causal=causal, scale=scale, window=window, softcap=softcap, layout=layout,
                                 return_lse=return_lse, out=out)
     x, _ = check_qkv(q, k, v, layout)

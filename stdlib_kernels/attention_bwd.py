@@ -20,6 +20,10 @@ masking the blocks on its edges. Padding makes the ragged ends free: padded quer
 load lse = +inf (P = 0) and dO = 0, padded keys K = V = 0 (their dS meets K = 0 in dQ,
 their own dK/dV rows are never stored). A row that saw no key (lse = -inf) gets P = 0.
 
+Packed variable-length sequences (attention_varlen.py) run the same program bodies
+(`_dkdv_tile`, `_dq_tile` with VARLEN set) in `attention_varlen_bwd_dkdv_kernel` and
+`attention_varlen_bwd_dq_kernel`, and δ with the dense kernel over the packed rows.
+
 softcap: the score is c · tanh(x / c) of x = q·k · scale, whose derivative is
 1 - tanh², so dS is multiplied by it before the products. `dlse` (a gradient flowing
 into the forward's lse, as when chunks of attention are merged) enters as δ - dlse:
@@ -37,6 +41,7 @@ from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, vie
 from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
+           "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
@@ -56,39 +61,89 @@ def attention_bwd_delta_kernel(o, do, dlse, delta, DLSE: tc.constexpr, BM: tc.co
 
 
 @tc.func
-def _row_stats(lse, delta, b, h, i, BM: tc.constexpr):
+def _row_stats(lse, delta, b, h, i, q_start, BM: tc.constexpr, VARLEN: tc.constexpr):
     # (lse in base 2, δ) of query block i; padded rows and rows that saw no key get +inf: P = 0
-    lse_i = tc.reshape(tc.load(lse, index=(b, h, i), shape=(1, 1, BM), padding=float("inf")), (BM,))
+    if VARLEN:   # rows of the packed sequence from q_start (those past its end are masked by _probs)
+        lse_i = tc.reshape(tc.load(lse, offset=(b, h, q_start + i * BM), shape=(1, 1, BM), padding=float("inf")),
+                           (BM,))
+    else:
+        lse_i = tc.reshape(tc.load(lse, index=(b, h, i), shape=(1, 1, BM), padding=float("inf")), (BM,))
     l2 = tc.where(lse_i == float("-inf"), float("inf"), lse_i * LOG2E)
-    d = tc.reshape(tc.load(delta, index=(b, h, i), shape=(1, 1, BM), padding=0.0), (BM,))
+    if VARLEN:
+        d = tc.reshape(tc.load(delta, offset=(b, h, q_start + i * BM), shape=(1, 1, BM), padding=0.0), (BM,))
+    else:
+        d = tc.reshape(tc.load(delta, index=(b, h, i), shape=(1, 1, BM), padding=0.0), (BM,))
     return l2, d
 
 
 @tc.func
-def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr):
+def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+           VARLEN: tc.constexpr):
     """(P, tanh) of raw scores x = q·k, with l2, rows (query index + off) and cols (key index)
-    broadcast to x's orientation; tanh(x · cap) under SOFTCAP (else x, unused)."""
+    broadcast to x's orientation; tanh(x · cap) under SOFTCAP (else x, unused). VARLEN: rows
+    past the sequence (query index >= n_q, i.e. rows >= n_kv) are the next sequence's, not padding."""
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
+        if VARLEN:
+            keep = keep & (rows < n_kv)
         s = tc.where(keep, s, float("-inf"))
     return tc.exp2(s - l2), t
 
 
 @tc.func
-def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv,
-                MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+def _qrows(a, b, h, i, q_start, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.constexpr):
+    """Block i of rows (BM, D) of q, dO, k or v: batch b's, or (VARLEN) the packed rows from q_start."""
+    if VARLEN:
+        return tc.reshape(tc.load(a, offset=(b, h, q_start + i * BM, 0), shape=(1, 1, BM, D), padding=0.0), (BM, D))
+    return tc.reshape(tc.load(a, index=(b, h, i, 0), shape=(1, 1, BM, D), padding=0.0), (BM, D))
+
+
+@tc.func
+def _own_rows(t, i, n, BM: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
+    """`t`, block i of rows, with the rows from n on zeroed where they are another packed
+    sequence's (VARLEN, in a masked block): P = 0 there, and 0 · inf would be NaN."""
+    if VARLEN:
+        if MASKED:
+            return tc.where((i * BM + tc.arange(0, BM) < n)[:, None], t, 0.0)
+    return t
+
+
+@tc.func
+def _store_rows(x, a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.constexpr):
+    """Block i of rows (BM, D) of head h into `a`: batch b's, or (VARLEN) the packed rows from
+    `start`, only those of the sequence's n (the next rows are another sequence's)."""
+    if VARLEN:
+        rows = tc.arange(0, BM)
+        packed = (start + i * BM + rows).astype(tc.int64)
+        cols = tc.arange(0, D)
+        tc.store(a.ptr + h * a.stride(1) + packed[:, None] * a.stride(2) + cols[None, :], x.astype(a.dtype),
+                 mask=(i * BM + rows < n)[:, None] & (cols < a.shape[3])[None, :])
+    else:
+        tc.store(a, index=(b, h, i, 0), tile=tc.reshape(x.astype(a.dtype), (1, 1, BM, D)))
+
+
+@tc.func
+def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv, q_start,
+                MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    qt = tc.reshape(tc.load(q, index=(b, h, i, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
-    dot_ = tc.reshape(tc.load(do, index=(b, h, i, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
-    l2, d = _row_stats(lse, delta, b, h, i, BM)
+    # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
+    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and δ are zeroed below)
+    qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
+    dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
+    l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
+    if VARLEN:
+        if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
+            mine = i * BM + tc.arange(0, BM) < n_kv - off
+            l2 = tc.where(mine, l2, float("inf"))
+            d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
     pt, tt = _probs(tc.dot(kt, qt.T), l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right, n_kv,
-                    MASKED, SOFTCAP)                                  # Pᵀ: (BN, BM)
+                    MASKED, SOFTCAP, VARLEN)                          # Pᵀ: (BN, BM)
     dv = tc.dot(pt.astype(do.dtype), dot_, dv)
     dst = pt * (tc.dot(vt, dot_.T) - d[None, :])                     # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     if SOFTCAP:
@@ -97,19 +152,15 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
     return dk, dv
 
 
-@tc.kernel
-def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, scale, left, right,
-                              GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
-                              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    nblk = tc.program_id(0)
-    hk = tc.program_id(1)
-    b = tc.program_id(2)
-    n_q = q.shape[2]
-    n_kv = k.shape[2]
+@tc.func
+def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_start, n_kv,
+               qk_scale, cap, scale, left, right, GROUP: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
+               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """dK, dV of keys [nblk·BN, nblk·BN + BN) of kv head hk of one sequence (see _fwd_tile)."""
     off = n_kv - n_q
     n0 = nblk * BN
-    kt = tc.reshape(tc.load(k, index=(b, hk, nblk, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
-    vt = tc.reshape(tc.load(v, index=(b, hk, nblk, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    kt = _qrows(k, b, hk, nblk, k_start, BN, DK, VARLEN)
+    vt = _qrows(v, b, hk, nblk, k_start, BN, DV, VARLEN)
     dk_acc = tc.zeros((BN, DK), tc.float32)
     dv_acc = tc.zeros((BN, DV), tc.float32)
 
@@ -123,48 +174,75 @@ def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, sc
         h = hk * GROUP + g
         for i in range(first, inner_lo):
             dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, True, SOFTCAP, BM, BN, DK, DV)
+                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
         for i in range(inner_lo, inner_hi):
             dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, False, SOFTCAP, BM, BN, DK, DV)
+                                         left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
         for i in range(inner_hi, last):
             dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, True, SOFTCAP, BM, BN, DK, DV)
-    tc.store(dk, index=(b, hk, nblk, 0), tile=tc.reshape((dk_acc * scale).astype(dk.dtype), (1, 1, BN, DK)))
-    tc.store(dv, index=(b, hk, nblk, 0), tile=tc.reshape(dv_acc.astype(dv.dtype), (1, 1, BN, DV)))
+                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    _store_rows(dk_acc * scale, dk, b, hk, nblk, k_start, n_kv, BN, DK, VARLEN)
+    _store_rows(dv_acc, dv, b, hk, nblk, k_start, n_kv, BN, DV, VARLEN)
+
+
+@tc.kernel
+def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, scale, left, right,
+                              GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    nblk = tc.program_id(0)
+    hk = tc.program_id(1)
+    b = tc.program_id(2)
+    _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
+               left, right, GROUP, SOFTCAP, False, BM, BN, DK, DV)
+
+
+@tc.kernel
+def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k, qk_scale, cap, scale, left, right,
+                                     GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                                     BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """attention_bwd_dkdv_kernel over packed sequences (as attention_varlen_fwd_kernel):
+    program (nblk, hk, b) owns key block nblk of sequence b, whose bounds it reads from cu_k."""
+    nblk = tc.program_id(0)
+    hk = tc.program_id(1)
+    b = tc.program_id(2)
+    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
+    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    if nblk * BN >= n_kv:
+        return
+    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
+    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    _dkdv_tile(q, k, v, do, lse, delta, dk, dv, 0, hk, nblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale,
+               left, right, GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
 
 @tc.func
-def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv,
-              MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv, k_start,
+              MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    kt = tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, DK), padding=0.0), (BN, DK))
-    vt = tc.reshape(tc.load(v, index=(b, hk, j, 0), shape=(1, 1, BN, DV), padding=0.0), (BN, DV))
+    kt = _own_rows(_qrows(k, b, hk, j, k_start, BN, DK, VARLEN), j, n_kv, BN, VARLEN, MASKED)
+    vt = _own_rows(_qrows(v, b, hk, j, k_start, BN, DV, VARLEN), j, n_kv, BN, VARLEN, MASKED)
     rows = q0 + off + tc.arange(0, BM)
     cols = j * BN + tc.arange(0, BN)
+    # (rows past the sequence are not stored: no VARLEN row mask needed here)
     p, t = _probs(tc.dot(qt, kt.T), l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
-                  MASKED, SOFTCAP)                                    # P: (BM, BN)
+                  MASKED, SOFTCAP, False)                             # P: (BM, BN)
     ds = p * (tc.dot(dot_, vt.T) - d[:, None])
     if SOFTCAP:
         ds = ds * (1.0 - t * t)
     return tc.dot(ds.astype(k.dtype), kt, dq)
 
 
-@tc.kernel
-def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, left, right,
-                            GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
-                            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    mblk = tc.program_id(0)
-    h = tc.program_id(1)
-    b = tc.program_id(2)
+@tc.func
+def _dq_tile(q, k, v, do, lse, delta, dq, b, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
+             GROUP: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
+             BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """dQ of query rows [mblk·BM, mblk·BM + BM) of head h of one sequence (see _fwd_tile)."""
     hk = h // GROUP
-    n_q = q.shape[2]
-    n_kv = k.shape[2]
     q0 = mblk * BM
     off = n_kv - n_q
-    qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
-    dot_ = tc.reshape(tc.load(do, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
-    l2, d = _row_stats(lse, delta, b, h, mblk, BM)
+    qt = _qrows(q, b, h, mblk, q_start, BM, DK, VARLEN)
+    dot_ = _qrows(do, b, h, mblk, q_start, BM, DV, VARLEN)
+    l2, d = _row_stats(lse, delta, b, h, mblk, q_start, BM, VARLEN)
     dq_acc = tc.zeros((BM, DK), tc.float32)
 
     # The forward's key ranges: keys some row sees [lo, hi), every row sees [whole_lo, whole_hi).
@@ -175,14 +253,43 @@ def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, l
     first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BN)
     for j in range(first, inner_lo):
         dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
-                           True, SOFTCAP, BM, BN, DK, DV)
+                           k_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
     for j in range(inner_lo, inner_hi):
         dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
-                           False, SOFTCAP, BM, BN, DK, DV)
+                           k_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
     for j in range(inner_hi, last):
         dq_acc = _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq_acc, q0, off, qk_scale, cap, left, right, n_kv,
-                           True, SOFTCAP, BM, BN, DK, DV)
-    tc.store(dq, index=(b, h, mblk, 0), tile=tc.reshape((dq_acc * scale).astype(dq.dtype), (1, 1, BM, DK)))
+                           k_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    _store_rows(dq_acc * scale, dq, b, h, mblk, q_start, n_q, BM, DK, VARLEN)
+
+
+@tc.kernel
+def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, left, right,
+                            GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    _dq_tile(q, k, v, do, lse, delta, dq, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale, left, right,
+             GROUP, SOFTCAP, False, BM, BN, DK, DV)
+
+
+@tc.kernel
+def attention_varlen_bwd_dq_kernel(q, k, v, do, lse, delta, dq, cu_q, cu_k, qk_scale, cap, scale, left, right,
+                                   GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                                   BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+    """attention_bwd_dq_kernel over packed sequences (as attention_varlen_fwd_kernel)."""
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
+    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    if mblk * BM >= n_q:
+        return
+    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
+    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    _dq_tile(q, k, v, do, lse, delta, dq, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
+             GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
 
 @dataclass(frozen=True)
@@ -255,7 +362,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
         if mods:
             raise ValueError("score_mod / mask_mod / block_mask: not supported with cu_seqlens (variable length)")
         from .attention_varlen import attention_backward_varlen  # noqa: PLC0415
-        return attention_backward_varlen(attention_backward, do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
+        return attention_backward_varlen(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                          max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
                                          softcap=softcap, layout=layout, dq=dq, dk=dk, dv=dv, dlse=dlse)
     x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))

@@ -148,7 +148,7 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, sm_scale, n_q, n
                 PARTIAL: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
     qt = tc.reshape(tc.load(q, index=(b, h, i, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
     dot_ = tc.reshape(tc.load(do, index=(b, h, i, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
-    l2, d = _row_stats(lse, delta, b, h, i, BM)
+    l2, d = _row_stats(lse, delta, b, h, i, 0, BM, False)
     rows = i * BM + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
     st, gt = _scores(tc.dot(kt, qt.T), rows[None, :], cols[:, None], b, h, sm_scale, n_q, n_kv, aux0, aux1,
@@ -240,7 +240,7 @@ def attention_mods_dq_kernel(q, k, v, do, lse, delta, dq, kv_num, kv_idx, full_n
     q0 = mblk * BM
     qt = tc.reshape(tc.load(q, index=(b, h, mblk, 0), shape=(1, 1, BM, DK), padding=0.0), (BM, DK))
     dot_ = tc.reshape(tc.load(do, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
-    l2, d = _row_stats(lse, delta, b, h, mblk, BM)
+    l2, d = _row_stats(lse, delta, b, h, mblk, 0, BM, False)
     dq_acc = tc.zeros((BM, DK), tc.float32)
     if DENSE:
         for j in range(0, n_kv // BN):

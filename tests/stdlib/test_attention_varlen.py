@@ -1,14 +1,28 @@
 """stdlib attention with packed variable-length sequences (cu_seqlens) on the interpreter:
-against a float64 reference looping over sequences; its plan; its argument errors."""
+against a float64 reference looping over sequences; its plans (launches whatever the
+batch); its argument errors; ptxas on the kernels the plans launch."""
 from __future__ import annotations
+
+import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
+import tilec as tc
+from tilec.compiler import compile_kernel
+from tilec.options import CompileOptions
+from tilec.specialize import parse_signature
 from tilec.stdlib_kernels import attention, attention_backward
-from tilec.stdlib_kernels.attention_varlen import varlen_plan
+from tilec.stdlib_kernels.attention import config_for
+from tilec.stdlib_kernels.attention_bwd import bwd_config_for
+from tilec.stdlib_kernels.launches import spec
+from tilec.target import Target
 
 from attention_ref import attention_ref
+
+V = importlib.import_module("tilec.stdlib_kernels.attention_varlen")
+L = importlib.import_module("tilec.stdlib_kernels.launches")
 
 LQ = [0, 1, 37, 130, 64]
 LK = [5, 1, 37, 64, 130]
@@ -72,12 +86,6 @@ def test_varlen_head_dim_256_and_given_max_seqlen():
     out = attention(q, k, v, cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk), max_seqlen_q=40, max_seqlen_k=17,
                     causal=True)
     np.testing.assert_allclose(out.astype(np.float64), _ref(q, k, v, lq, lk, causal=True)[0], atol=2e-2)
-
-
-def test_varlen_plan_is_pure():
-    p = varlen_plan(_cu([0, 3, 2]).astype(np.int64), _cu([4, 0, 1]).astype(np.int64))
-    assert p.q_spans == ((0, 0), (0, 3), (3, 2)) and p.k_spans == ((0, 4), (4, 0), (4, 1))
-    assert (p.max_seqlen_q, p.max_seqlen_k) == (3, 4)
 
 
 def _args():
@@ -146,3 +154,169 @@ def test_varlen_backward_lse_shape_error():
     q, k, v, cq, ck = _args()
     with pytest.raises(ValueError, match="lse"):
         attention_backward(q, q, k, v, q, np.zeros((2, 6), np.float32), cu_seqlens_q=cq, cu_seqlens_k=ck)
+
+
+# ----------------------------------------------------------------------------- plans
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (192, 128)])
+def test_plans_launch_counts_do_not_depend_on_batch(arch, d, dv):
+    target = Target.from_arch(arch)
+    q, k, v = spec((301, 8, d), tc.bfloat16), spec((413, 2, d), tc.bfloat16), spec((413, 2, dv), tc.bfloat16)
+    fcfg, bcfg = config_for(d, dv, target), bwd_config_for(d, target, dv)
+    for batch in (1, 2, 17, 4096):
+        fwd = V.plan_forward(q, k, v, batch, 130, target, lse=True)
+        bwd = V.plan_backward(q, k, v, batch, 130, 77, target)
+        assert [ln.name for ln in fwd] == ["attention_varlen_fwd_kernel"]
+        assert [ln.name for ln in bwd] == ["attention_bwd_delta_kernel", "attention_varlen_bwd_dkdv_kernel",
+                                           "attention_varlen_bwd_dq_kernel"]
+        assert fwd[0].grid == (_cdiv(130, fcfg.bm), 8, batch)
+        assert fwd[0].consts["GROUP"] == 4 and fwd[0].consts["LSE"] is True
+        assert bwd[0].grid == (_cdiv(301, 64), 8, 1)            # δ over the packed rows, not per sequence
+        assert bwd[1].grid == (_cdiv(77, bcfg.kv_block), 2, batch)
+        assert bwd[2].grid == (_cdiv(130, bcfg.q_block), 8, batch)
+        assert all(ln.schedule == "varlen" for ln in fwd + bwd)
+
+
+def test_plans_without_rows_launch_nothing():
+    target = Target.from_arch("sm_90a")
+    q, k, v = spec((0, 2, 64), tc.float16), spec((9, 2, 64), tc.float16), spec((9, 2, 64), tc.float16)
+    assert V.plan_forward(q, k, v, 3, 0, target) == []
+    assert V.plan_forward(q, k, v, 0, 5, target) == []
+    # no query row: the dK/dV launch still writes the keys' zeros; no δ, no dQ
+    assert [ln.name for ln in V.plan_backward(q, k, v, 3, 0, 9, target)] == ["attention_varlen_bwd_dkdv_kernel"]
+
+
+@pytest.mark.parametrize("batch", [2, 9])
+def test_entry_points_launch_one_and_three_kernels(monkeypatch, batch):
+    seen = []
+    real = L.launch
+    monkeypatch.setattr(L, "launch", lambda kernel, grid, *a, **kw: (seen.append((kernel.name, grid)),
+                                                                    real(kernel, grid, *a, **kw)))
+    rng = np.random.default_rng(batch)
+    lq, lk = [int(x) for x in rng.integers(0, 20, batch)], [int(x) for x in rng.integers(1, 20, batch)]
+    lq[0] = 19
+    q, k, v = _packed(rng, lq, lk, 2, 1, 16)
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    o, lse = attention(q, k, v, return_lse=True, causal=True, **cu)
+    assert [n for n, _ in seen] == ["attention_varlen_fwd_kernel"] and seen[0][1][2] == batch
+    seen.clear()
+    grads = attention_backward(q, q, k, v, o, lse, causal=True, **cu)
+    assert [n for n, _ in seen] == ["attention_bwd_delta_kernel", "attention_varlen_bwd_dkdv_kernel",
+                                    "attention_varlen_bwd_dq_kernel"]
+    want = _grads_ref(q, k, v, q, lq, lk, causal=True)
+    for g, w in zip(grads, want):
+        assert np.abs(g.astype(np.float64) - w).max() < 4e-3 * max(np.abs(w).max(), 1.0)
+
+
+def test_seqlens_of_host_prefix_sums():
+    # (batch, max_seqlen_q, max_seqlen_k): from the prefix sums, or the given (larger) maxima
+    assert V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5) == (3, 3, 4)
+    assert V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5, 10, 4) == (3, 10, 4)
+    assert V.seqlens(_cu([]), _cu([]), 0, 0) == (0, 0, 0)
+    with pytest.raises(ValueError, match="max_seqlen_k"):
+        V.seqlens(_cu([0, 3, 2]), _cu([4, 0, 1]), 5, 5, None, 3)
+    with pytest.raises(ValueError, match="max_seqlen_q"):
+        V.seqlens(_cu([1]), _cu([1]), 1, 1, True)
+
+
+def test_varlen_backward_needs_lse():
+    q, k, v, cq, ck = _args()
+    with pytest.raises(ValueError, match="lse"):
+        attention_backward(q, q, k, v, q, None, cu_seqlens_q=cq, cu_seqlens_k=ck)
+
+
+# ----------------------------------------------------------------------------- numerics
+def test_rows_that_see_no_key_give_zeros_and_minus_inf_and_no_nan_gradients():
+    # causal bottom-right with seq_q > seq_k: the first rows of a sequence see no key
+    rng = np.random.default_rng(21)
+    lq, lk = [7, 40, 1], [3, 20, 1]
+    q, k, v = _packed(rng, lq, lk, 2, 2, 32)
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    out, lse = attention(q, k, v, causal=True, return_lse=True, **cu)
+    assert np.all(out[:4] == 0) and np.all(lse[:, :4] == -np.inf) and np.all(np.isfinite(lse[:, 4:7]))
+    assert np.all(out[7:27] == 0) and np.all(lse[:, 7:27] == -np.inf)
+    want, want_lse = _ref(q, k, v, lq, lk, causal=True)
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=2e-2)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    dq, dk, dv = attention_backward(do, q, k, v, out, lse, causal=True, **cu)
+    assert all(np.all(np.isfinite(g.astype(np.float64))) for g in (dq, dk, dv))
+    assert np.all(dq[:4] == 0) and np.all(dq[7:27] == 0)
+    for g, w in zip((dq, dk, dv), _grads_ref(q, k, v, do, lq, lk, causal=True)):
+        assert np.abs(g.astype(np.float64) - w).max() < 4e-3 * max(np.abs(w).max(), 1.0)
+
+
+def test_larger_max_seqlen_and_out_rows_of_other_sequences_untouched():
+    # a grid sized for longer sequences than there are: the extra programs end at once
+    rng = np.random.default_rng(22)
+    lq, lk = [5, 0, 33], [9, 4, 30]
+    q, k, v = _packed(rng, lq, lk, 2, 1, 16)
+    out = np.full(q.shape, 7.0, np.float16)
+    attention(q, k, v, window=(6, 2), out=out, max_seqlen_q=300, max_seqlen_k=100,
+              cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    np.testing.assert_allclose(out.astype(np.float64), _ref(q, k, v, lq, lk, window=(6, 2))[0], atol=2e-2)
+
+
+def test_non_finite_rows_stay_in_their_sequence():
+    # a block that ends one sequence reads the next one's rows: they must not reach it as 0 · inf
+    # (except dK/dV of the sequence before, whose last query block reads q and dO rows unzeroed:
+    # docs/stdlib.md)
+    rng = np.random.default_rng(23)
+    lq, lk = [37, 20, 30], [37, 20, 30]
+    q, k, v = _packed(rng, lq, lk, 2, 1, 16)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    for a in (q, k, v, do):
+        a[37:57] = np.inf                     # the middle sequence is all inf
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk), causal=True)
+    out, lse = attention(q, k, v, return_lse=True, **cu)
+    keep = np.r_[0:37, 57:87]
+    assert np.all(np.isfinite(out[keep].astype(np.float64))) and np.all(np.isfinite(lse[:, keep]))
+    grads = attention_backward(do, q, k, v, out, lse, **cu)
+    for s0, s1 in ((0, 37), (57, 87)):   # the other sequences as alone
+        one = dict(cu_seqlens_q=_cu([s1 - s0]), cu_seqlens_k=_cu([s1 - s0]), causal=True)
+        o1, l1 = attention(q[s0:s1], k[s0:s1], v[s0:s1], return_lse=True, **one)
+        np.testing.assert_array_equal(out[s0:s1], o1)
+        g1 = attention_backward(do[s0:s1], q[s0:s1], k[s0:s1], v[s0:s1], o1, l1, **one)
+        for name, g, w in zip(("dq", "dk", "dv"), grads, g1):
+            if name == "dq" or s0 == 57:
+                assert np.all(np.isfinite(w.astype(np.float64)))
+                np.testing.assert_array_equal(g[s0:s1], w)
+
+
+@settings(max_examples=12, deadline=None)
+@given(lens=st.lists(st.tuples(st.integers(0, 70), st.integers(0, 70)), min_size=1, max_size=4),
+       hk=st.sampled_from([1, 2]), mask=st.sampled_from(["none", "causal", "window", "softcap"]))
+def test_forward_and_backward_for_any_length_split(lens, hk, mask):
+    lq, lk = [a for a, _ in lens], [b for _, b in lens]
+    kw = {"none": {}, "causal": dict(causal=True), "window": dict(window=(9, 3)), "softcap": dict(softcap=4.0)}[mask]
+    rng = np.random.default_rng(sum(lq) * 131 + sum(lk))
+    q, k, v = _packed(rng, lq, lk, 2, hk, 16)
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    out, lse = attention(q, k, v, return_lse=True, **cu, **kw)
+    want, want_lse = _ref(q, k, v, lq, lk, **kw)
+    np.testing.assert_allclose(out.astype(np.float64), want, atol=2e-2)
+    assert np.array_equal(np.isinf(lse), np.isinf(want_lse))
+    fin = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[fin], want_lse[fin], atol=1e-2)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    got = attention_backward(do, q, k, v, out, lse, **cu, **kw)
+    for name, g, w in zip(("dq", "dk", "dv"), got, _grads_ref(q, k, v, do, lq, lk, **kw)):
+        err = np.abs(g.astype(np.float64) - w).max(initial=0.0)
+        assert err < 4e-3 * max(np.abs(w).max(initial=0.0), 1.0), (name, err)
+
+
+# ----------------------------------------------------------------------------- PTX
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(len(V.SHIPPED)))
+def test_planned_launches_assemble_without_spills(case):
+    # each launch the plans make (sm_80 and sm_90a targets), compiled with the plan's own warps and stages
+    arch, ln, dtype = V.SHIPPED[case]
+    compiled = compile_kernel(ln.kernel, parse_signature(ln.kernel, V.signature(ln, dtype)),
+                              CompileOptions(arch=arch, num_warps=ln.num_warps, fast_math=True, **dict(ln.options)),
+                              use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert not report["warnings"], report["warnings"]
