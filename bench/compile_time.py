@@ -1,6 +1,7 @@
 """Cold compile time per stage: frontend, passes, codegen, LLVM O3, PTX emission, ptxas.
 
     python bench/compile_time.py [--repeat 5] [--json out.json] [--results out.json] [--no-ptxas]
+    python bench/compile_time.py --llvm-passes 12     # also: LLVM's slowest passes per kernel
 
 "Cold" means no compile cache (memory or disk) and a kernel never compiled in this
 process; llvmlite is imported and the NVPTX target initialized before timing, as the
@@ -8,7 +9,9 @@ targets of issue 3 specify (fused softmax < 150 ms to PTX, 4-warp layer norm
 < 250 ms). Each kernel is compiled `--repeat` times; the table shows the median per
 stage, and "to PTX" sums every stage before ptxas. `--results` writes the medians in
 bench/results.py's schema (rows "KERNEL ARCH" / to_ptx and total, in ms, the goal as
-baseline), which `python -m bench.compare OLD.json NEW.json` gates.
+baseline), which `python -m bench.compare OLD.json NEW.json` gates. `--llvm-passes N` prints,
+per kernel, the N passes of LLVM's O3 pipeline and of its NVPTX code generation that took the
+most CPU time (LLVM's own pass timers), to see where llvm_opt and emit go.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import datetime
 import importlib.util
 import json
 import platform
+import re
 import statistics
 import sys
 import time
@@ -28,7 +32,7 @@ CASES = [
     ("fused_softmax.py", "softmax_kernel", None, {"num_warps": 4}, 150.0),
     ("layer_norm.py", "layer_norm_kernel", None, {"num_warps": 4}, 250.0),
 ]
-STAGES = ["frontend", "work count", "passes", "codegen", "llvm_parse", "llvm_opt", "emit"]
+STAGES = ["frontend", "work count", "passes", "codegen", "llvm_print", "llvm_parse", "llvm_opt", "emit"]
 
 
 def _load_example(name):
@@ -84,6 +88,65 @@ def _compile_without_ptxas(kernel, spec, options):
     return compile_module(module, options, timings=timings, run_ptxas=False)
 
 
+_TIMER_ROW = re.compile(r"^\s*((?:[\d.]+ \(\s*[\d.]+%\)\s+)+)(\S.*?)\s*$")
+
+
+def parse_pass_report(report: str):
+    """LLVM's pass timing report as [(pass name, CPU seconds)], slowest first (user+system
+    time, the column that machine load inflates least; a pass reported twice counted once)."""
+    best = {}
+    for line in report.splitlines():
+        m = _TIMER_ROW.match(line)
+        if not m or m.group(2).startswith("Total"):
+            continue
+        values = [float(v) for v in re.findall(r"([\d.]+) \(", m.group(1))]
+        cpu = values[2] if len(values) == 4 else values[0]  # user, system, user+system, wall
+        best[m.group(2)] = max(best.get(m.group(2), 0.0), cpu)
+    return sorted(best.items(), key=lambda kv: -kv[1])
+
+
+def llvm_pass_times(kernel, spec, options):
+    """([(O3 pass, s)], [(NVPTX codegen pass, s)]) for one compile of `kernel`, measured by
+    LLVM's pass timers on the module codegen writes (the same IR a compile hands to LLVM)."""
+    import llvmlite.binding as llvm
+    from tilec.compiler import _fresh_ir, _ptx_needed
+    from tilec.lowering import target
+    from tilec.lowering.codegen import generate
+    from tilec.lowering.pipeline import run_pipeline
+    options = options.validated()
+    tgt = options.target
+    gpu = run_pipeline(_fresh_ir(kernel, spec), options)
+    ptx = target.ptx_version_for(tgt, _ptx_needed(gpu))
+    tm = target.target_machine(tgt, ptx)
+    mod = llvm.parse_assembly(str(generate(gpu, data_layout=target.data_layout(tgt))))
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+    pb.start_pass_timing()
+    pb.getModulePassManager().run(mod, pb)
+    opt = parse_pass_report(pb.finish_pass_timing())
+    llvm.set_time_passes(True)
+    try:
+        tm.emit_assembly(mod)
+        emit = parse_pass_report(llvm.report_and_reset_timings())
+    finally:
+        llvm.set_time_passes(False)
+    return opt, emit
+
+
+def print_pass_times(arch: str, top: int):
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+    _warm_up()
+    for file, kname, sig, opts, _ in CASES:
+        mod = _load_example(file)
+        kernel = getattr(mod, kname)
+        spec = parse_signature(kernel, sig or mod.SIGNATURES[kname])
+        opt, emit = llvm_pass_times(kernel, spec, CompileOptions(arch=arch, **opts))
+        for what, rows in (("llvm_opt", opt), ("emit", emit)):
+            print(f"{file}:{kname} {what}: {sum(s for _, s in rows) * 1000:.1f} ms CPU in all passes; slowest:")
+            for name, s in rows[:top]:
+                print(f"    {s * 1000:8.1f} ms  {name}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5)
@@ -91,7 +154,11 @@ def main(argv=None):
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--results", help="also write the results here in bench/results.py's schema")
     p.add_argument("--no-ptxas", action="store_true", help="stop at PTX")
+    p.add_argument("--llvm-passes", type=int, default=0, metavar="N",
+                   help="also print the N slowest LLVM passes (O3 and NVPTX codegen) per kernel")
     args = p.parse_args(argv)
+    if args.llvm_passes < 0:
+        p.error(f"--llvm-passes must be 0 or more, got {args.llvm_passes}")
     rows = run(args.repeat, args.arch, not args.no_ptxas)
     cols = STAGES + ["to_ptx", "ptxas", "total"]
     print(f"{'kernel':40s} " + " ".join(f"{c:>10s}" for c in cols) + "   goal (to PTX)")
@@ -106,6 +173,8 @@ def main(argv=None):
         Path(args.json).write_text(json.dumps(info, indent=2))
     if args.results:
         write_results(args.results, rows)
+    if args.llvm_passes:
+        print_pass_times(args.arch, args.llvm_passes)
 
 
 def write_results(path, rows):

@@ -193,13 +193,16 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         params = param_slots(arg_types, tmaps, grid=persistent)
     layout = target.data_layout(tgt)
 
-    def emit(llmod):
+    def emit(llmod, ir_text=None):
         try:
-            return target.optimize_and_emit(str(llmod), tgt, ptx_version, kernel=name)
+            return target.optimize_and_emit(str(llmod) if ir_text is None else ir_text, tgt, ptx_version,
+                                            kernel=name)
         except CompilationError as e:
             raise _located(e, llmod) from e
 
-    res = emit(_stage("codegen", name, timings, lambda: generate(gpu, data_layout=layout)))
+    llmod = _stage("codegen", name, timings, lambda: generate(gpu, data_layout=layout))
+    # llvmlite's IR printer: on the way to PTX like any stage, so timed as one (it was counted nowhere)
+    res = emit(llmod, _stage("llvm_print", name, timings, lambda: str(llmod)))
 
     def narrow():  # the kernel with its 16-bit loop invariants kept narrow: fewer registers
         return emit(generate(gpu, data_layout=layout, narrow_invariants=True))

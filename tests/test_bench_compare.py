@@ -131,3 +131,58 @@ def test_compare_subprocess(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "0.500" in proc.stdout and "REGRESSION" in proc.stdout
+
+
+def test_slower_compile_time_is_a_regression(tmp_path, capsys):
+    """compile_time.py --results files enter the same gate: ms rows, lower is better."""
+    from bench import compile_time
+
+    def rows(to_ptx):
+        return [{"kernel": "fused_softmax.py:softmax_kernel", "arch": "sm_90a", "goal_ms": 150.0,
+                 "ms": {"to_ptx": to_ptx, "total": to_ptx + 100.0}}]
+    old, faster, slower = tmp_path / "old.json", tmp_path / "faster.json", tmp_path / "slower.json"
+    for path, ms in ((old, 120.0), (faster, 100.0), (slower, 130.0)):
+        compile_time.write_results(path, rows(ms))
+    assert compare.main([str(old), str(faster), "--tolerance", "3%"]) == 0
+    assert "better" in capsys.readouterr().out
+    assert compare.main([str(old), str(slower), "--tolerance", "3%"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "fused_softmax.py:softmax_kernel sm_90a" in out
+
+
+REPORT = """===-------------------------------------------------------------------------===
+                          Pass execution timing report
+===-------------------------------------------------------------------------===
+  Total Execution Time: 0.1072 seconds (0.3137 wall clock)
+
+   ---User Time---   --System Time--   --User+System--   ---Wall Time---  --- Name ---
+   0.0201 ( 18.8%)   0.0000 (  0.0%)   0.0201 ( 18.7%)   0.0521 ( 16.6%)  InstCombinePass
+   0.0201 ( 18.8%)   0.0000 (  0.0%)   0.0201 ( 18.7%)   0.0521 ( 16.6%)  InstCombinePass
+   0.0030 (  3.2%)   0.0004 (  0.0%)   0.0034 (  3.2%)   0.0140 (  4.4%)  GVNPass
+   0.1072 (100.0%)   0.0000 (  0.0%)   0.1072 (100.0%)   0.3137 (100.0%)  Total
+"""
+
+
+def test_parse_pass_report():
+    from bench.compile_time import parse_pass_report
+    # user+system, not wall; a row LLVM repeats counted once; the Total row left out
+    assert parse_pass_report(REPORT) == [("InstCombinePass", 0.0201), ("GVNPass", 0.0034)]
+    # a report with one time column (LLVM leaves out the columns that are all zero)
+    assert parse_pass_report("   0.5000 (100.0%)  Straight line strength reduction\n") == \
+        [("Straight line strength reduction", 0.5)]
+    assert parse_pass_report("") == []
+
+
+def test_llvm_pass_times_of_an_example():
+    """LLVM's timers on a real kernel: the O3 pipeline's and the NVPTX backend's passes."""
+    from bench import compile_time
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+    mod = compile_time._load_example("fused_softmax.py")
+    kernel = mod.softmax_kernel
+    opt, emit = compile_time.llvm_pass_times(kernel, parse_signature(kernel, mod.SIGNATURES["softmax_kernel"]),
+                                            CompileOptions(arch="sm_80", num_warps=4))
+    assert "InstCombinePass" in dict(opt)
+    assert any(name.startswith("NVPTX DAG->DAG Pattern Instruction Selection") for name, _ in emit)
+    for rows in (opt, emit):
+        assert all(s >= 0 for _, s in rows) and [s for _, s in rows] == sorted((s for _, s in rows), reverse=True)

@@ -39,7 +39,8 @@ def test_artifacts_and_metadata():
     assert ".entry control_flow" in ck.asm["ptx"] and ".maxntid 64" in ck.asm["ptx"]
     md = ck.metadata
     assert (md["num_warps"], md["arch"], md["ptx_version"], md["name"]) == (2, "sm_80", "7.0", "control_flow")
-    assert {"frontend", "passes", "codegen", "llvm_opt", "emit"} <= set(md["timings"])
+    assert {"frontend", "passes", "codegen", "llvm_print", "llvm_parse", "llvm_opt", "emit"} <= set(md["timings"])
+    assert all(v >= 0 for v in md["timings"].values()) and md["timings"]["llvm_print"] > 0
     func = parse(ck.asm["tile"]).func()
     assert ck.params == param_slots([a.type for a in func.regions[0].block.args])
     assert ck.arg_names == ["x", "out", "n"]
