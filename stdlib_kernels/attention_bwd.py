@@ -409,7 +409,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     delta_v = view(delta, rows, delta.strides)
     dlse_v = view(arrs["dlse"], rows, arrs["dlse"].strides) if dlse is not None else delta_v
     launch(attention_bwd_delta_kernel, (-(-n_q // DELTA_ROWS), h, b_), [ov, dov, dlse_v, delta_v],
-           num_warps=4, DLSE=dlse is not None, BM=DELTA_ROWS, DV=cfg.dv)
+           num_warps=delta_warps(cfg.dv), DLSE=dlse is not None, BM=DELTA_ROWS, DV=cfg.dv)
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
     common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
     ins = [qv, kv, vv, dov, lse_v, delta_v]
@@ -420,6 +420,11 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
            options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common)
     return tuple(g.obj for g in grads)
+
+
+def delta_warps(dv: int) -> int:
+    """Warps of the δ kernel: at 4, 256-wide rows spill on sm_90a (12-16 bytes per thread)."""
+    return 4 if dv <= 128 else 8
 
 
 def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool = False, group: int = 1) -> str:
@@ -448,3 +453,5 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                                                     ("f16", _CFG256, True, 2),
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
                                                     ("f16", bwd_config_for(64, Target.from_arch("sm_80")), False, 1))]
+# the δ kernel of 256-wide value rows (launched at delta_warps' 8)
+EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))

@@ -35,7 +35,8 @@ import tilec as tc
 
 from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for, bwd_config_within
+from .attention_bwd import (DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for, bwd_config_within,
+                            delta_warps)
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
 __all__ = ["attention_mods", "attention_backward_mods", "attention_mods_fwd_kernel", "attention_mods_dkdv_kernel",
@@ -383,7 +384,7 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     delta_v = view(delta, rows, delta.strides)
     dlse_v = view(arrs["dlse"], rows, arrs["dlse"].strides) if arrs.get("dlse") is not None else delta_v
     launch(attention_bwd_delta_kernel, (-(-n_q // DELTA_ROWS), h, b_), [ov, dov, dlse_v, delta_v],
-           num_warps=4, DLSE=arrs.get("dlse") is not None, BM=DELTA_ROWS, DV=cfg.dv)
+           num_warps=delta_warps(cfg.dv), DLSE=arrs.get("dlse") is not None, BM=DELTA_ROWS, DV=cfg.dv)
     common = dict(SCORE_MOD=score_mod, GRAD=score_mod_grad, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
                   GROUP=h // hk, DK=cfg.dk, DV=cfg.dv)
     opts = {"num_stages": cfg.num_stages}

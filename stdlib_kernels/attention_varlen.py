@@ -22,7 +22,7 @@ a Target; the entry points check the arguments and `execute` them.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Tuple
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from ._common import Arr, as_array, check_float, check_same_place, output, refus
     target_of, view
 from .attention import HEAD_DIMS, _window, attention_varlen_fwd_kernel, config_for, scales
 from .attention_bwd import DELTA_ROWS, attention_bwd_delta_kernel, attention_varlen_bwd_dkdv_kernel, \
-    attention_varlen_bwd_dq_kernel, bwd_config_for
+    attention_varlen_bwd_dq_kernel, bwd_config_for, delta_warps
 from .launches import Launch, Operands, Temp, execute
 
 __all__ = ["plan_forward", "plan_backward", "attention_varlen", "attention_backward_varlen", "seqlens"]
@@ -59,11 +59,6 @@ def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: 
                       ("q", "k", "v", "o", "lse", "cu_q", "cu_k", "qk_scale", "cap", "left", "right"),
                       cfg.num_warps, schedule=VARLEN, GROUP=q.shape[1] // k.shape[1], SOFTCAP=softcap, LSE=lse,
                       BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
-
-
-def delta_warps(dv: int) -> int:
-    """Warps of the δ kernel: at 4, 256-wide rows spill on sm_90a (12-16 bytes per thread)."""
-    return 4 if dv <= 128 else 8
 
 
 def plan_backward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, max_seqlen_k: int, target: Target, *,

@@ -136,12 +136,19 @@ def _config(kernel, sig):
 
 
 def _warps(kernel, sig):
-    return 4 if kernel == "attention_bwd_delta_kernel" else _config(kernel, sig).num_warps
+    if kernel == "attention_bwd_delta_kernel":
+        return B.delta_warps(getattr(B, kernel).specialization(sig).constexprs["DV"])
+    return _config(kernel, sig).num_warps
+
+
+def _stages(kernel, sig):
+    return 3 if kernel == "attention_bwd_delta_kernel" else _config(kernel, sig).num_stages
 
 
 def test_options_are_the_entry_points_warp_counts():
     for kernel, sig in B.SIGNATURES.items():
         assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, sig)
+    assert (B.delta_warps(64), B.delta_warps(128), B.delta_warps(256)) == (4, 4, 8)
 
 
 @pytest.mark.slow
@@ -151,7 +158,7 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     # SIGNATURES go through tests/test_ptxas.py; these at the warps the entry point launches them with
     k = getattr(B, kernel)
     compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, num_warps=_warps(kernel, sig),
-                                                                        num_stages=_config(kernel, sig).num_stages,
+                                                                        num_stages=_stages(kernel, sig),
                                                                         fast_math=True), use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
