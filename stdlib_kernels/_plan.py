@@ -39,7 +39,7 @@ from tilec.runtime.graph import current_stream
 from tilec.runtime.profile import labelled
 from tilec.specialize import signature_of
 
-__all__ = ["planned", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
+__all__ = ["planned", "named", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
            "plan_count"]
 
 _tls = threading.local()
@@ -195,7 +195,22 @@ def _per_call_reader(fn, per_call):
     return read
 
 
-# ----------------------------------------------------------------------------- the decorator
+# ----------------------------------------------------------------------------- the decorators
+def named(fn):
+    """Name the launches of an entry point that is not `planned` after it inside a tc.profile
+    (a planned one names its own): `prof.table()` shows `attention: attention_fwd_kernel`."""
+    op = fn.__name__
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        prof = _launcher._profile
+        if prof is None or (prof._labels and prof._labels[-1] == op):  # noqa: SLF001
+            return fn(*args, **kwargs)
+        with labelled(op):
+            return fn(*args, **kwargs)
+    return entry
+
+
 def planned(fn=None, *, per_call=None):
     """Wrap an entry point so that repeated calls of one key replay the first call's launches.
     `per_call`: see the module doc; the entry point must then read those arguments only

@@ -42,6 +42,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
+from ._plan import named
 
 __all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
            "SIGNATURES"]
@@ -342,6 +343,7 @@ def output_shape(x: QKV, layout: str) -> Tuple[int, int, int, int]:
     return (x.batch, x.n_q, x.heads, x.dv) if layout == "bshd" else (x.batch, x.heads, x.n_q, x.dv)
 
 
+@named
 def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, window=None,
               softcap: Optional[float] = None, layout: str = "bshd", return_lse: bool = False, out=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,

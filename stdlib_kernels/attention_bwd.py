@@ -38,6 +38,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
+from ._plan import named
 from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
@@ -346,6 +347,7 @@ def _tiling(head_dim: int, head_dim_v: Optional[int], wgmma: bool) -> AttentionB
     return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
 
 
+@named
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
                        softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None,
                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,

@@ -133,3 +133,25 @@ def test_rows_split_by_label_and_shape(monkeypatch):
 def _label(p, name):
     import contextlib
     return prof_mod._Label(p, name) if name else contextlib.nullcontext()
+
+
+def test_named_entry_points_label_their_launches_once():
+    from tilec.stdlib_kernels._plan import named
+    seen = []
+
+    @named
+    def attention(depth=0):
+        seen.append(list(launcher._profile._labels) if launcher._profile is not None else None)
+        if depth == 0:
+            attention(depth=1)          # an entry point calling itself is not labelled twice
+        return "out"
+
+    assert attention() == "out" and seen == [None, None]     # outside a profile: no label
+    seen.clear()
+    with tc.profile() as p:
+        attention()
+        assert p._labels == []
+    assert seen == [["attention"], ["attention"]]
+    import tilec.stdlib_kernels as sk
+    assert sk.attention.__wrapped__.__name__ == "attention"   # the stdlib's unplanned ops are named
+    assert sk.attention_backward.__wrapped__ and sk.mla_decode.__wrapped__

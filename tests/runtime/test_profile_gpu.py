@@ -89,6 +89,19 @@ def test_profile_matmul_matches_a_direct_timing(torch):
     assert any(r.report.bound.limit == "compute" for r in rows)
 
 
+def test_profile_attention_matches_a_direct_timing(torch):
+    b, h, n, d = 2, 16, 2000, 128                # n: not a multiple of the tiles
+    q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    got = sk.attention(q, k, v)
+    qd, kd, vd = (t.double().transpose(1, 2) for t in (q, k, v))
+    want = (torch.softmax(qd @ kd.transpose(-1, -2) / d ** 0.5, -1) @ vd).transpose(1, 2)
+    assert (got.double() - want).abs().max().item() < 2e-2
+    rows = _check_consistent(torch, lambda: sk.attention(q, k, v), "attention")
+    flops = sum(r.report.tc_flops.get("f16", 0) for r in rows)
+    assert 4 * b * h * n * n * d <= flops <= 1.1 * 4 * b * h * n * n * d   # whole tiles: a little more
+    assert any(r.report.bound.limit == "compute" for r in rows)
+
+
 def test_copy_bandwidth_is_near_the_datasheet(torch):
     dev = torch.cuda.current_device()
     bw = copy_bandwidth(dev)
