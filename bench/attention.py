@@ -15,6 +15,7 @@ printed. Prints a table, then one JSON line (also written to --json).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -30,8 +31,10 @@ from tilec.stdlib_kernels import attention_backward as sk_attention_backward
 
 try:  # as a package module (tests) or as a script (bench/ first on sys.path)
     from bench import convert
+    from bench.tables import cell as _fmt, ratio_cell as _ratio
 except ImportError:
     import convert  # type: ignore[no-redef]
+    from tables import cell as _fmt, ratio_cell as _ratio  # type: ignore[no-redef]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import flash_attention as example  # noqa: E402
@@ -446,14 +449,6 @@ def run_bwd(dtypes, dims, seqs):
     return rows
 
 
-def _fmt(x):
-    return "-" if x is None else f"{x:.0f}"
-
-
-def _ratio(a, b):
-    return "-" if a is None or not b else f"{a / b:.2f}"
-
-
 def _print_row(r):
     print(f"| {r.get('pass', 'fwd')} | {r['dtype']} | {r['d']} | {'yes' if r['causal'] else 'no'} | {r['seq']} | "
           f"{r['z']} | {_fmt(r['tilec'])} | {_fmt(r.get('stdlib'))} | {_fmt(r['triton'])} | "
@@ -487,22 +482,15 @@ def main(argv=None):
         dtypes, seqs = ["f16"], [1024, 4096]
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     passes = args.passes.split(",")
-    if args.mods:
-        try:
-            from bench import attention_mods
-        except ImportError:
-            import attention_mods  # type: ignore[no-redef]
-        mod_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
-        attention_mods.main(dtypes, dims, mod_seqs, passes, args.json)
-        return
-    if args.varlen:
-        try:
-            from bench import attention_varlen
-        except ImportError:
-            import attention_varlen  # type: ignore[no-redef]
-        varlen_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
-        attention_varlen.main(dtypes, dims, varlen_seqs, passes, args.json)
-        return
+    for flag, name in ((args.mods, "attention_mods"), (args.varlen, "attention_varlen")):
+        if flag:   # its own table, at 2048 and 8192 unless --seqs says otherwise
+            try:
+                sub = importlib.import_module(f"bench.{name}")
+            except ImportError:
+                sub = importlib.import_module(name)
+            sub_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
+            sub.main(dtypes, dims, sub_seqs, passes, args.json)
+            return
     if args.check:
         worst = max(check_all(dtypes, dims) if "fwd" in passes else 0.0,
                     check_bwd(dtypes, dims) if "bwd" in passes else 0.0)

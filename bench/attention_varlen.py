@@ -25,6 +25,11 @@ import triton
 
 from tilec import stdlib_kernels as sk
 
+try:  # as a package module or as a script (bench/ first on sys.path)
+    from bench.tables import cell as _fmt, ratio_cell as _ratio
+except ImportError:
+    from tables import cell as _fmt, ratio_cell as _ratio  # type: ignore[no-redef]
+
 HEADS = 16
 TOKENS = 32768
 DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -101,14 +106,6 @@ def run_varlen(dtypes, dims, seqs, passes):
                         rows.append(row)
                         _print(row)
     return rows
-
-
-def _fmt(x):
-    return "-" if x is None else f"{x:.0f}"
-
-
-def _ratio(a, b):
-    return "-" if a is None or not b else f"{a / b:.2f}"
 
 
 def _print(r):

@@ -20,9 +20,19 @@ try:
 except ImportError:                     # pragma: no cover - run as `python bench/tables.py`
     from results import read            # type: ignore[no-redef]
 
-__all__ = ["markdown", "update"]
+__all__ = ["markdown", "update", "cell", "ratio_cell"]
 
 _BLOCK = re.compile(r"(<!-- table: (?P<args>[^\n]*?) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def cell(x) -> str:
+    """A bench's printed throughput: whole numbers, "-" for a failed measurement."""
+    return "-" if x is None else f"{x:.0f}"
+
+
+def ratio_cell(a, b) -> str:
+    """a / b to two decimals, "-" where either is missing."""
+    return "-" if a is None or not b else f"{a / b:.2f}"
 
 
 def _num(v: float) -> str:

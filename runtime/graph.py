@@ -81,16 +81,16 @@ class Graph:
         try:
             yield self
         except BaseException:
-            tls.stream, tls.graph_keep = before, None
             res = d.cuStreamEndCapture(s)
             if res[0].value == 0 and res[1] is not None:
                 d.cuGraphDestroy(res[1])
             self._keep.clear()
             raise
-        tls.stream, tls.graph_keep = before, None
+        finally:
+            tls.stream, tls.graph_keep = before, None
         self._graph = check(d.cuStreamEndCapture(s), "cuStreamEndCapture")
         self._exec = check(d.cuGraphInstantiate(self._graph, 0), "cuGraphInstantiate")
-        self._stream = stream if isinstance(stream, Stream) else None
+        self._stream = stream if isinstance(stream, Stream) else None   # kept alive: replays launch on it
         self._handle = h
 
     def replay(self, stream=None) -> None:

@@ -43,6 +43,7 @@ from ..target import Target
 from . import driver, interop, module
 from .memory import DeviceArray
 from .packing import build_packer
+from .graph import current_stream
 from .stream import stream_handle
 
 __all__ = ["launch", "launch_compiled", "preload", "KernelState", "PreparedLaunch", "DependentLaunch",
@@ -203,7 +204,7 @@ def _signature(state: KernelState, vals):
 
 
 def _default_stream(vals, device: int) -> int:
-    h = getattr(driver._tls, "stream", 0)  # noqa: SLF001 - a tc.Graph capture's stream
+    h = current_stream()   # a tc.Graph capture's
     if h:
         return h
     torch = sys.modules.get("torch")

@@ -18,6 +18,7 @@ from ..dtypes import DType
 from ..specialize import ArrayInfo
 from . import driver
 from .driver import DriverError, check, cu
+from .graph import current_stream
 
 __all__ = ["DeviceArray", "OutOfMemoryError", "empty", "zeros", "from_numpy", "typestr"]
 
@@ -257,7 +258,7 @@ def zeros(shape, dtype=_dt.float32, device: Optional[int] = None) -> DeviceArray
     """A contiguous DeviceArray of zeros."""
     arr = empty(shape, dtype, device)
     if arr.nbytes:
-        h = getattr(driver._tls, "stream", 0)  # noqa: SLF001
+        h = current_stream()
         if h:   # a tc.Graph capture's stream: the clearing is recorded with the launches
             d = cu()
             check(d.cuMemsetD8Async(arr.ptr, 0, arr.nbytes, d.CUstream(h)), "cuMemsetD8Async")

@@ -170,6 +170,13 @@ def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, False, BM, BN, DK, DV)
 
 
+@tc.func
+def seq_bounds(cu, b):
+    """(start, length) of sequence b from the int32 prefix sums `cu` (varlen's cu_seqlens)."""
+    start = tc.load(cu.ptr + b * cu.stride(0))
+    return start, tc.load(cu.ptr + (b + 1) * cu.stride(0)) - start
+
+
 @tc.kernel
 def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left, right,
                                 GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
@@ -180,12 +187,10 @@ def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left
     mblk = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)
-    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
-    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    q_start, n_q = seq_bounds(cu_q, b)
     if mblk * BM >= n_q:   # the grid covers the longest sequence: this one ends before the tile
         return
-    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
-    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    k_start, n_kv = seq_bounds(cu_k, b)
     _fwd_tile(q, k, v, o, lse, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, True, BM, BN, DK, DV)
 

@@ -39,7 +39,8 @@ from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
 from ._plan import named
-from .attention import LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales
+from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales,
+                        seq_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
@@ -206,12 +207,10 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
     nblk = tc.program_id(0)
     hk = tc.program_id(1)
     b = tc.program_id(2)
-    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
-    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    k_start, n_kv = seq_bounds(cu_k, b)
     if nblk * BN >= n_kv:
         return
-    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
-    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    q_start, n_q = seq_bounds(cu_q, b)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, 0, hk, nblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale,
                left, right, GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -283,12 +282,10 @@ def attention_varlen_bwd_dq_kernel(q, k, v, do, lse, delta, dq, cu_q, cu_k, qk_s
     mblk = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)
-    q_start = tc.load(cu_q.ptr + b * cu_q.stride(0))
-    n_q = tc.load(cu_q.ptr + (b + 1) * cu_q.stride(0)) - q_start
+    q_start, n_q = seq_bounds(cu_q, b)
     if mblk * BM >= n_q:
         return
-    k_start = tc.load(cu_k.ptr + b * cu_k.stride(0))
-    n_kv = tc.load(cu_k.ptr + (b + 1) * cu_k.stride(0)) - k_start
+    k_start, n_kv = seq_bounds(cu_k, b)
     _dq_tile(q, k, v, do, lse, delta, dq, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, True, BM, BN, DK, DV)
 

@@ -1113,32 +1113,26 @@ def _reduce_out(name, x, dim, keepdim, out, dtype=None, differentiable=True):
     return out
 
 
-def sum(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch's name
-    """`tilec.stdlib_kernels.sum` (torch.sum's dim/keepdim forms) as a differentiable op;
-    out= (not differentiable) writes the result into a tensor of its shape and dtype."""
-    register()
-    check_cuda(x=x)
-    if out is not None:
-        return _reduce_out("sum", x, _dim_arg(dim), bool(keepdim), out)
-    return torch.ops.tilec.sum(x, _dim_arg(dim), bool(keepdim))
+def _reduction(name: str, doc: str, index: bool = False):
+    """A torch-signature reduction `name(x, dim=None, keepdim=False, *, out=None)`: the op
+    tilec::<name>, or with out= (not differentiable) tilec::<name>_out into a tensor of the
+    result's shape (int64 for the `index` ones)."""
+    def op(x, dim=None, keepdim: bool = False, *, out=None):
+        register()
+        check_cuda(x=x)
+        d, keep = _dim_arg(dim), bool(keepdim)
+        if out is not None:
+            return _reduce_out(name, x, d, keep, out, torch.int64 if index else None, differentiable=not index)
+        return getattr(torch.ops.tilec, name)(x, d, keep)
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = doc
+    return op
 
 
-def amax(x, dim=None, keepdim: bool = False, *, out=None):
-    """torch.amax's dim (an int or None), keepdim and out; no gradient."""
-    register()
-    check_cuda(x=x)
-    if out is not None:
-        return _reduce_out("amax", x, _dim_arg(dim), bool(keepdim), out)
-    return torch.ops.tilec.amax(x, _dim_arg(dim), bool(keepdim))
-
-
-def amin(x, dim=None, keepdim: bool = False, *, out=None):
-    """torch.amin's dim (an int or None), keepdim and out; no gradient."""
-    register()
-    check_cuda(x=x)
-    if out is not None:
-        return _reduce_out("amin", x, _dim_arg(dim), bool(keepdim), out)
-    return torch.ops.tilec.amin(x, _dim_arg(dim), bool(keepdim))
+sum = _reduction("sum", """`tilec.stdlib_kernels.sum` (torch.sum's dim/keepdim forms) as a differentiable op;
+    out= (not differentiable) writes the result into a tensor of its shape and dtype.""")  # noqa: A001
+amax = _reduction("amax", "torch.amax's dim (an int or None), keepdim and out; no gradient.")
+amin = _reduction("amin", "torch.amin's dim (an int or None), keepdim and out; no gradient.")
 
 
 def _extreme_out(name, x, dim, keepdim, out):
@@ -1173,22 +1167,9 @@ def min(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch'
     return _rdim.ValuesIndices(*torch.ops.tilec.min_dim(x, int(dim), bool(keepdim)))
 
 
-def argmax(x, dim=None, keepdim: bool = False, *, out=None):
-    """As torch.argmax (int64 indices; out: an int64 tensor of the result's shape)."""
-    register()
-    check_cuda(x=x)
-    if out is not None:
-        return _reduce_out("argmax", x, _dim_arg(dim), bool(keepdim), out, torch.int64, differentiable=False)
-    return torch.ops.tilec.argmax(x, _dim_arg(dim), bool(keepdim))
-
-
-def argmin(x, dim=None, keepdim: bool = False, *, out=None):
-    """As torch.argmin (see `argmax`)."""
-    register()
-    check_cuda(x=x)
-    if out is not None:
-        return _reduce_out("argmin", x, _dim_arg(dim), bool(keepdim), out, torch.int64, differentiable=False)
-    return torch.ops.tilec.argmin(x, _dim_arg(dim), bool(keepdim))
+argmax = _reduction("argmax", "As torch.argmax (int64 indices; out: an int64 tensor of the result's shape).",
+                    index=True)
+argmin = _reduction("argmin", "As torch.argmin (see `argmax`).", index=True)
 
 
 def cumsum(x, dim: int, *, out=None):

@@ -118,3 +118,9 @@ def test_the_docs_tables_match_their_results_files():
     docs = sorted((ROOT / "docs").glob("*.md"))
     stale = [(d.name, t) for d in docs for t in tables.update(d, write=False)]
     assert stale == [], "run: python -m bench.tables --update docs/*.md"
+
+
+def test_bench_cells_print_failures_as_a_dash():
+    assert (tables.cell(397.76), tables.cell(None)) == ("398", "-")
+    assert (tables.ratio_cell(245.0, 316.0), tables.ratio_cell(None, 1.0), tables.ratio_cell(1.0, None)) == \
+        ("0.78", "-", "-")
