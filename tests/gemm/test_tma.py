@@ -264,9 +264,9 @@ def test_tma_store_scratch_is_what_the_boxes_read(dtype, shape):
 
 
 @pytest.mark.slow
-def test_persistent_or_tma_off_keeps_plain_epilogue_stores():
+def test_persistent_tma_off_or_sanitizer_mode_keeps_plain_epilogue_stores():
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a")
-    for opts in ({"persistent": True}, {"tma": False}):
+    for opts in ({"persistent": True}, {"tma": False}, {"initcheck": True}):
         ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **opts)
         ptx = ck.asm["ptx"]
         assert "bulk_group" not in ptx and "st.global" in ptx, opts

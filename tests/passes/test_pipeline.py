@@ -75,6 +75,9 @@ def test_options_add_and_remove_passes():
     assert not {"tma_loads", "tma_stores", "drop_multicast"} & set(passes_for(t90a, _options("sm_90a", tma=False)))
     two = passes_for(t90a, _options("sm_90a", num_stages=2))
     assert "tma_loads" not in two and "tma_stores" in two
+    # sanitizer mode: TMA loads stay, the epilogue keeps plain stores (initcheck sees those)
+    san = passes_for(t90a, _options("sm_90a", initcheck=True))
+    assert "tma_loads" in san and "tma_stores" not in san
 
 
 def test_phases_partition_the_passes_in_pipeline_order():
