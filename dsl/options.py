@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -77,9 +78,27 @@ class CompileOptions:
 
 
 def initcheck_default() -> bool:
-    """Sanitizer mode (TILEC_INITCHECK set and not 0): loads stop at their view's end, and the
-    standard library zeroes the padding of its scratch buffers (launches.Operands)."""
-    return os.environ.get("TILEC_INITCHECK", "") not in ("", "0")
+    """Sanitizer mode (TILEC_INITCHECK set and not 0): loads stop at their view's end, GEMM
+    epilogues store without TMA, and the standard library zeroes the padding of its scratch
+    buffers (launches.Operands). Under compute-sanitizer with TILEC_INITCHECK unset, a warning
+    (once) says how to run its initcheck tool cleanly: the tool is not visible from here."""
+    value = os.environ.get("TILEC_INITCHECK")
+    if value is None and SANITIZER_ENV in os.environ:
+        _warn_sanitizer_once()
+    return (value or "") not in ("", "0")
+
+
+SANITIZER_ENV = "NV_SANITIZER_INJECTION_PORT_BASE"   # set by compute-sanitizer in the processes it runs
+_warned = []
+
+
+def _warn_sanitizer_once() -> None:
+    if not _warned:
+        _warned.append(True)
+        warnings.warn("tilec runs under compute-sanitizer with TILEC_INITCHECK unset: for --tool initcheck set "
+                      "TILEC_INITCHECK=1 (masked tails and TMA stores otherwise read as uninitialized; "
+                      "docs/runtime.md), for the other tools set TILEC_INITCHECK=0 to silence this", RuntimeWarning,
+                      stacklevel=3)
 
 
 def lineinfo_default() -> bool:

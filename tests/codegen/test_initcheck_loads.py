@@ -7,6 +7,7 @@ and sm_90a; TILEC_INITCHECK=1 sets the default."""
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 
@@ -117,3 +118,18 @@ def test_the_environment_sets_the_default(monkeypatch):
     assert CompileOptions().initcheck is True
     monkeypatch.setenv("TILEC_INITCHECK", "0")
     assert CompileOptions().initcheck is False
+
+
+def test_under_compute_sanitizer_an_unset_mode_warns_once(monkeypatch):
+    from tilec import options as O
+    monkeypatch.setattr(O, "_warned", [])
+    monkeypatch.delenv("TILEC_INITCHECK", raising=False)
+    monkeypatch.setenv(O.SANITIZER_ENV, "49152")
+    with pytest.warns(RuntimeWarning, match="TILEC_INITCHECK=1"):
+        assert CompileOptions().initcheck is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CompileOptions()                                   # once per process
+        monkeypatch.setattr(O, "_warned", [])
+        monkeypatch.setenv("TILEC_INITCHECK", "1")         # the mode chosen: no warning
+        assert CompileOptions().initcheck is True
