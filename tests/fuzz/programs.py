@@ -486,6 +486,8 @@ def as_tile(g: Gen, v: V, like: V) -> V:
     """A full tile: a scalar expression is combined with a tile of the right shape."""
     if v.shape == like.shape:
         return v
+    if not broadcastable(v.shape, like.shape):   # a reduced tile against a full one: its max (exact)
+        v = V(f"tc.max({v.text})", v.dtype, (), v.mag, v.err)
     if not v.shape and g.chance(0.7):
         w = binary(g, like, v)
         if math.isfinite(w.err):
@@ -493,6 +495,11 @@ def as_tile(g: Gen, v: V, like: V) -> V:
     g.feature("broadcast")
     return V(f"tc.broadcast_to({v.text}, {like.shape})" if v.shape else f"tc.full({like.shape}, {v.text}, {TC[v.dtype]})",
              v.dtype, like.shape, v.mag, v.err)
+
+
+def broadcastable(shape, to) -> bool:
+    """numpy's rule, as tc.broadcast_to applies it: each of `shape`'s dims is 1 or `to`'s."""
+    return len(shape) <= len(to) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(to)))
 
 
 def storable(g: Gen, v: V) -> V:

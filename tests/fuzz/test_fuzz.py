@@ -204,3 +204,20 @@ def test_a_fault_while_shrinking_keeps_the_failure_being_shrunk(monkeypatch, tmp
     assert report.programs == 1
     assert sorted(f["finding"].split("]")[0] for f in report.findings.values()) == ["[compile device", "[gpu"]
     assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+def test_a_reduced_tile_joins_a_full_one_through_its_max():
+    # found on the GPU (seed 2649757): cat of a (1, 16) row sum with a (2, 16) leaf wrote
+    # tc.broadcast_to(leaf, (1, 16)), a program the frontend rightly refuses
+    from hypothesis import given, settings, strategies as st
+    from tests.fuzz.programs import F32, Gen, V, as_tile, broadcastable
+
+    @settings(max_examples=10, derandomize=True, database=None)
+    @given(st.data())
+    def check_as_tile(data):
+        out = as_tile(Gen(data.draw), V("x2", F32, (2, 16), 1.0), V("t4", F32, (1, 16), 1.0))
+        assert out.shape == (1, 16) and "tc.max(x2)" in out.text and "broadcast_to(x2" not in out.text
+        assert as_tile(Gen(data.draw), V("r", F32, (1, 16), 1.0), V("x", F32, (2, 16), 1.0)).shape == (2, 16)
+
+    check_as_tile()
+    assert broadcastable((1, 16), (2, 16)) and broadcastable((), (2, 16)) and not broadcastable((2, 16), (1, 16))
