@@ -239,21 +239,27 @@ class AttentionConfig:
     num_stages: int = 3
 
 
-def config_for(head_dim: int, head_dim_v: int, target: Target) -> AttentionConfig:
-    """The tiling for these head dims on `target`; a pure function (no launch). Each sm_90a
-    configuration assembles with no spills (tests/stdlib/test_attention_configs.py); the
-    candidates per head dim and their timings: bench/attention_configs.py, docs/benchmarks.md."""
+def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False) -> AttentionConfig:
+    """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
+    pure function (no launch). Each sm_90a configuration assembles with no spills
+    (tests/stdlib/test_attention_configs.py); the dense forward's candidates per head dim and
+    their timings: bench/attention_configs.py, docs/benchmarks.md."""
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) > 128:
-        if not target.has_wgmma:   # mma.sync: 64 x 32 blocks over 8 warps (64 x 64 spill on sm_80)
-            return AttentionConfig(64, 32, dk, dv, 8)
-        if dv > 128:
-            # a 64 x 256 f32 accumulator over 8 warps: 64 registers a thread. BM 128 (wgmma for both
-            # dots) and BM 64 over 4 warps (128 a thread) spill; here QKᵀ is mma.sync (64 x 64 does
-            # not split over 2 wgmma warp columns) and P V a wgmma over 4 x 2 warps
-            return AttentionConfig(64, 64, dk, dv, 8)
-        # 192 / 128 (MLA prefill): both dots wgmma over two warpgroups, M = 64 each
+    if max(dk, dv) <= 128:
         return AttentionConfig(128, 64, dk, dv, 8)
+    if not target.has_wgmma:   # mma.sync: 64 x 32 blocks over 8 warps (64 x 64 spill on sm_80)
+        return AttentionConfig(64, 32, dk, dv, 8)
+    if varlen:
+        # the packed kernel's row offsets are not tile-aligned (no TMA) and it needs more shared
+        # memory: 64 x 64 at DV 256 asks 320 KiB and 128 x 64 at 192/128 304 KiB; these
+        # mma.sync blocks fit, with no spills
+        return AttentionConfig(64, 16 if dv > 128 else 32, dk, dv, 8)
+    if dv > 128:
+        # a 64 x 256 f32 accumulator over 8 warps: 64 registers a thread. BM 128 (wgmma for both
+        # dots) and BM 64 over 4 warps (128 a thread) spill; here QKᵀ is mma.sync (64 x 64 does
+        # not split over 2 wgmma warp columns) and P V a wgmma over 4 x 2 warps
+        return AttentionConfig(64, 64, dk, dv, 8)
+    # 192 / 128 (MLA prefill): both dots wgmma over two warpgroups, M = 64 each
     return AttentionConfig(128, 64, dk, dv, 8)
 
 

@@ -53,7 +53,7 @@ def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: 
     of `batch` sequences, the longest query sequence `max_seqlen_q` long: one launch (none
     when there is no query row); a pure function (no launch). `config` replaces config_for's
     tiling, as attention.plan's."""
-    cfg = (config_for(q.shape[2], v.shape[2], target) if config is None
+    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True) if config is None
            else check_config(config, q.shape[2], v.shape[2]))
     grid = (_cdiv(max_seqlen_q, cfg.bm), q.shape[1], batch)
     if 0 in grid:

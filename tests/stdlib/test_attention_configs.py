@@ -141,3 +141,19 @@ def test_candidates_assemble_without_spills(d, dv, cfg):
     report = bench.compile_report(d, dv, cfg, "sm_90a")
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert not report["warnings"], report["warnings"]
+
+
+@pytest.mark.parametrize("d,dv", [(256, 256), (192, 128)])
+def test_varlen_at_wide_heads_matches_float64(d, dv):
+    # the packed kernel at config_for(varlen=True)'s tiling: each sequence as a dense call of its own
+    rng = np.random.default_rng(d * 3 + dv)
+    lq, lk = [37, 70], [50, 21]
+    q = rng.standard_normal((sum(lq), 4, d)).astype(np.float16)
+    k = rng.standard_normal((sum(lk), 2, d)).astype(np.float16)
+    v = rng.standard_normal((sum(lk), 2, dv)).astype(np.float16)
+    cu_q, cu_k = (np.cumsum([0] + n).astype(np.int32) for n in (lq, lk))
+    out = attention(q, k, v, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    for i in range(2):
+        sq, sk = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        want = attention_ref(q[None, sq], k[None, sk], v[None, sk], causal=True)[0][0]
+        assert np.abs(out[sq].astype(np.float64) - want).max() < 3e-3
