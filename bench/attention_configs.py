@@ -14,9 +14,9 @@ On a GPU each candidate runs through the stdlib's own plan with a config overrid
 and not, against SDPA's flash and cuDNN backends on the same tensors. TFLOP/s = 4 · Z·H ·
 S² · (d + dv) / 2 (halved for causal) / median time of `--reps` runs after one warm-up. Each
 candidate's output is checked against a float64 reference on one (batch, head) first (the
-"err" column). Prints a table (the fastest tilec candidate per row marked *), then writes
-bench/results.py rows to --json. `--ptxas` compiles each candidate for `--arch` and prints
-registers, spills and shared memory, with no GPU.
+"err" column). Prints a table (config_for's choice marked ^, then the fastest candidate of
+each head dim and mask), then writes bench/results.py rows to --json. `--ptxas` compiles
+each candidate for `--arch` and prints registers, spills and shared memory, with no GPU.
 """
 from __future__ import annotations
 

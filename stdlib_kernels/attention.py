@@ -41,7 +41,7 @@ from typing import List, Optional, Tuple
 import tilec as tc
 from tilec.target import Target
 
-from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
+from ._common import Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
 from ._plan import named
 from .launches import Launch, Operands, execute
 

@@ -157,3 +157,16 @@ def test_varlen_at_wide_heads_matches_float64(d, dv):
         sq, sk = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
         want = attention_ref(q[None, sq], k[None, sk], v[None, sk], causal=True)[0][0]
         assert np.abs(out[sq].astype(np.float64) - want).max() < 3e-3
+
+
+@pytest.mark.parametrize("d,dv", [(256, 256), (192, 128)])
+def test_mods_at_wide_heads_match_float64(d, dv):
+    from attention_mods_funcs import rel_bias
+    from attention_ref import attention_mods_ref
+    rng = np.random.default_rng(d * 5 + dv)
+    q = rng.standard_normal((2, 70, 4, d)).astype(np.float16)
+    k = rng.standard_normal((2, 81, 2, d)).astype(np.float16)
+    v = rng.standard_normal((2, 81, 2, dv)).astype(np.float16)
+    o = attention(q, k, v, score_mod=rel_bias)
+    want, _ = attention_mods_ref(q, k, v, lambda s, b, h, qi, ki: s + 0.03 * (qi - ki))
+    assert np.abs(o.astype(np.float64) - want).max() < 3e-3
