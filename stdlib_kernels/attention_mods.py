@@ -337,7 +337,8 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
         cfg = config_for(x.d, x.dv, target_of(qa))
         bm_rows = bm.Q_BLOCK if bm is not None else cfg.bm
         bm_, bn = min(cfg.bm, bm_rows), cfg.bn
-        warps = cfg.num_warps if bm_ == cfg.bm else 4
+        # fewer rows than the plan's (a finer block mask): 4 warps, but 8 for 256-wide tiles (4 spill)
+        warps = cfg.num_warps if bm_ == cfg.bm or max(cfg.dk, cfg.dv) > 128 else 4
         lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
         launch(attention_mods_fwd_kernel, (-(-n_q // bm_), h, b_),
                [*x.views(), view(oa, o_bhsd, os_), view(lse_arr, lse_arr.shape, lse_arr.strides),
