@@ -218,7 +218,7 @@ def describe(batch: int, heads: int, kv_heads: int, n_q: int, n_kv: int, d: int,
     return QKV(q, k, v, batch, heads, kv_heads, n_q, n_kv, d, dv, q.strides, k.strides, v.strides)
 
 
-# D = 64: at D = 128 the kernel spills (about 420 bytes per thread on sm_90a: docs/benchmarks.md)
+# D = 64 (tests/test_ptxas.py: sm_80 and sm_90a); the wider tiles: EXTRA_SIGNATURES below
 SIGNATURES = {
     "attention_fwd_kernel": f"q=f16{_V4}, k=f16{_V4}, v=f16{_V4}, o=f16{_V4}, lse=f32[?,?,?]:stride_div=16x16x1, "
                             "qk_scale=f32, cap=f32, left=i32, right=i32, GROUP=1, SOFTCAP=False, LSE=True, "
@@ -470,3 +470,11 @@ def forward_operands(x: QKV, layout: str, oa: Arr, lse: Optional[Arr], *, causal
     return Operands({"q": x.q}, {"q": qv, "k": kv, "v": vv, "o": view(oa, o_bhsd, os_),
                                  "lse": view(lse_arr, lse_arr.shape, lse_arr.strides), "qk_scale": qk_scale,
                                  "cap": cap, "left": left, "right": right})
+
+
+# bench/ptx_snapshot.py (sm_80 and sm_90a, at OPTIONS' 8 warps): the sm_90a plans of the wider tiles,
+# bf16, softcap, grouped heads; tests/stdlib/test_attention_configs.py assembles each without spills
+EXTRA_SIGNATURES = [("attention_fwd_kernel", signature(ln, "bf16"))
+                    for d, dv in ((128, 128), (256, 256), (192, 128))
+                    for ln in plan(describe(2, 4, 2, 1000, 1000, d, dv), Target.from_arch("sm_90a"), softcap=True,
+                                   lse=True)]

@@ -50,6 +50,14 @@ def test_the_varlen_plan_takes_a_config_too():
         V.plan_forward(q, k, v, 3, 300, H100, config=A.AttentionConfig(64, 16, 128, 256, 4))
 
 
+def test_extra_signatures_are_the_wide_plans_at_the_snapshot_warps():
+    assert len(A.EXTRA_SIGNATURES) == 3
+    for d, dv in ((128, 128), (256, 256), (192, 128)):
+        (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=True, lse=True)
+        assert ("attention_fwd_kernel", A.signature(ln, "bf16")) in A.EXTRA_SIGNATURES
+        assert ln.num_warps == A.OPTIONS["attention_fwd_kernel"]["num_warps"] and dict(ln.options)["num_stages"] == 3
+
+
 @pytest.mark.parametrize("config,err,match", [
     ((64, 64, 256, 256, 8), TypeError, "AttentionConfig"),
     (A.AttentionConfig(64, 64, 128, 256, 8), ValueError, "hold"),
