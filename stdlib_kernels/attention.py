@@ -36,16 +36,17 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import tilec as tc
 from tilec.target import Target
 
-from ._common import Arr, as_array, check_float, check_same_place, launch, next_pow2, output, target_of, view
+from ._common import Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
 from ._plan import named
+from .launches import Launch, Operands, execute
 
 __all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
-           "SIGNATURES"]
+           "check_config", "plan", "forward_outputs", "forward_operands", "SIGNATURES"]
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -196,7 +197,28 @@ def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left
 
 
 _V4 = "[?,?,?,?]:stride_div=16x16x16x1"   # what a launch on (b, s, h, d) tensors specializes to
-# D = 64: at D = 128 the kernel spills (about 420 bytes per thread on sm_90a: docs/benchmarks.md)
+_ARG_TYPES = {"lse": "f32[?,?,?]:stride_div=16x16x1", "qk_scale": "f32", "cap": "f32", "left": "i32", "right": "i32"}
+
+
+def signature(launch: Launch, dtype: str = "f16") -> str:
+    """The signature text of `plan`'s launch (q, k, v, o of `dtype` as a launch on contiguous
+    (b, s, h, d) tensors specializes them), for ptxas checks of the configurations it ships."""
+    return ", ".join([_ARG_TYPES.get(a, dtype + _V4) for a in launch.args]
+                     + [f"{k}={v}" for k, v in launch.constexprs])
+
+
+def describe(batch: int, heads: int, kv_heads: int, n_q: int, n_kv: int, d: int, dv: int,
+             dtype=tc.float16) -> QKV:
+    """The QKV `plan` takes, of contiguous (batch, heads, seq, dim) GPU arrays that do not exist
+    (descriptions: plan tests, ptxas checks)."""
+    from .launches import spec  # noqa: PLC0415
+
+    q, k, v = (spec((batch, h_, n, dd), dtype) for h_, n, dd in ((heads, n_q, d), (kv_heads, n_kv, d),
+                                                                 (kv_heads, n_kv, dv)))
+    return QKV(q, k, v, batch, heads, kv_heads, n_q, n_kv, d, dv, q.strides, k.strides, v.strides)
+
+
+# D = 64 (tests/test_ptxas.py: sm_80 and sm_90a); the wider tiles: EXTRA_SIGNATURES below
 SIGNATURES = {
     "attention_fwd_kernel": f"q=f16{_V4}, k=f16{_V4}, v=f16{_V4}, o=f16{_V4}, lse=f32[?,?,?]:stride_div=16x16x1, "
                             "qk_scale=f32, cap=f32, left=i32, right=i32, GROUP=1, SOFTCAP=False, LSE=True, "
@@ -207,20 +229,70 @@ OPTIONS = {"attention_fwd_kernel": {"num_warps": 8, "fast_math": True}}
 
 @dataclass(frozen=True)
 class AttentionConfig:
-    """How one attention call is tiled: query rows and keys per step, tile head dims, warps."""
+    """How one attention call is tiled: query rows and keys per step, tile head dims, warps,
+    and the stages of the key/value ring (compile option num_stages)."""
     bm: int
     bn: int
     dk: int       # q/k head dim of the tile (a power of two >= the tensors')
     dv: int
     num_warps: int
+    num_stages: int = 3
 
 
-def config_for(head_dim: int, head_dim_v: int, target: Target) -> AttentionConfig:
-    """The tiling for these head dims on `target`; a pure function (no launch)."""
+def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False) -> AttentionConfig:
+    """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
+    pure function (no launch). Each sm_90a configuration assembles with no spills
+    (tests/stdlib/test_attention_configs.py); the dense forward's candidates per head dim and
+    their timings: bench/attention_configs.py, docs/benchmarks.md."""
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) > 128:   # 256-wide rows: half the query rows keep the accumulator in registers
-        return AttentionConfig(64, 64, dk, dv, 4)
+    if max(dk, dv) <= 128:
+        return AttentionConfig(128, 64, dk, dv, 8)
+    if not target.has_wgmma:   # mma.sync: 64 x 32 blocks over 8 warps (64 x 64 spill on sm_80)
+        return AttentionConfig(64, 32, dk, dv, 8)
+    if varlen:
+        # the packed kernel's row offsets are not tile-aligned (no TMA) and it needs more shared
+        # memory: 64 x 64 at DV 256 asks 320 KiB and 128 x 64 at 192/128 304 KiB; these
+        # mma.sync blocks fit, with no spills
+        return AttentionConfig(64, 16 if dv > 128 else 32, dk, dv, 8)
+    if dv > 128:
+        # a 64 x 256 f32 accumulator over 8 warps: 64 registers a thread. BM 128 (wgmma for both
+        # dots) and BM 64 over 4 warps (128 a thread) spill; here QKᵀ is mma.sync (64 x 64 does
+        # not split over 2 wgmma warp columns) and P V a wgmma over 4 x 2 warps
+        return AttentionConfig(64, 64, dk, dv, 8)
+    # 192 / 128 (MLA prefill): both dots wgmma over two warpgroups, M = 64 each
     return AttentionConfig(128, 64, dk, dv, 8)
+
+
+def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:
+    """`config` (a `plan(config=)` override) checked against the call's head dims."""
+    if not isinstance(config, AttentionConfig):
+        raise TypeError(f"config: expected an AttentionConfig, got {type(config).__name__}")
+    for name in ("bm", "bn", "dk", "dv"):
+        n = getattr(config, name)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 16 or n & (n - 1):
+            raise ValueError(f"config.{name}: expected a power of two >= 16, got {n!r}")
+    if config.dk < head_dim or config.dv < head_dim_v:
+        raise ValueError(f"config: tile head dims (dk={config.dk}, dv={config.dv}) must hold the tensors' "
+                         f"({head_dim}, {head_dim_v})")
+    if config.num_warps not in (1, 2, 4, 8, 16, 32) or config.num_stages not in range(1, 9):
+        raise ValueError(f"config: expected num_warps a power of two from 1 to 32 and num_stages from 1 to 8, "
+                         f"got {config.num_warps}, {config.num_stages}")
+    return config
+
+
+def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False,
+         config: Optional[AttentionConfig] = None) -> List[Launch]:
+    """The dense forward's launch for the checked q, k, v `x` (check_qkv): one launch, none when
+    there is no query row; a pure function (no launch). `config` replaces config_for's tiling
+    (bench/attention_configs.py times candidates through it); it must hold the head dims."""
+    cfg = config_for(x.d, x.dv, target) if config is None else check_config(config, x.d, x.dv)
+    grid = (-(-x.n_q // cfg.bm), x.heads, x.batch)
+    if 0 in grid:
+        return []
+    return [Launch.of(attention_fwd_kernel, grid, ("q", "k", "v", "o", "lse", "qk_scale", "cap", "left", "right"),
+                      cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule="dense",
+                      GROUP=x.heads // x.kv_heads, SOFTCAP=softcap, LSE=lse,
+                      BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
 
 
 def _window(causal: bool, window) -> Tuple[int, int]:
@@ -373,22 +445,36 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
         from .attention_mods import attention_mods  # noqa: PLC0415
         return attention_mods(x, layout, scale, out, return_lse, score_mod, mask_mod, block_mask, mod_args,
                               causal=causal, window=window, softcap=softcap)
-    qa = x.q
-    b_, h, n_q = x.batch, x.heads, x.n_q
+    oa, lse = forward_outputs(x, layout, out, return_lse)
+    execute(plan(x, target_of(x.q), softcap=softcap is not None, lse=lse is not None),
+            forward_operands(x, layout, oa, lse, causal=causal, window=window, scale=scale, softcap=softcap))
+    return (oa.obj, lse.obj) if return_lse else oa.obj
+
+
+def forward_outputs(x: QKV, layout: str, out=None, return_lse: bool = False):
+    """(out, lse or None) of a dense forward, allocated where q lives (`out` checked when given)."""
+    oa = output(out, x.q, output_shape(x, layout), x.q.dtype)
+    lse = output(None, x.q, (x.batch, x.heads, x.n_q), tc.float32, "lse") if return_lse else None
+    return oa, lse
+
+
+def forward_operands(x: QKV, layout: str, oa: Arr, lse: Optional[Arr], *, causal: bool = False, window=None,
+                     scale: Optional[float] = None, softcap: Optional[float] = None) -> Operands:
+    """What `plan`'s launch names: (batch, heads, seq, dim) views of q, k, v and `oa`, lse's (an
+    f32 stand-in when None: LSE=False compiles its store away) and the launch scalars."""
     left, right = _window(causal, window)
     qk_scale, cap, _ = scales(scale, softcap, x.d)
-    oa = output(out, qa, output_shape(x, layout), qa.dtype)
     o_bhsd, os_ = _as_bhsd(oa, layout)
-    lse = output(None, qa, (b_, h, n_q), tc.float32, "lse") if return_lse else None
-    if b_ * h * n_q:
-        cfg = config_for(x.d, x.dv, target_of(qa))
-        # LSE=False compiles the store away; the kernel still takes an f32 view there
-        lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
-        lse_arg = view(lse_arr, lse_arr.shape, lse_arr.strides)
-        grid = (-(-n_q // cfg.bm), h, b_)
-        launch(attention_fwd_kernel, grid,
-               [*x.views(), view(oa, o_bhsd, os_), lse_arg, qk_scale, cap, left, right],
-               num_warps=cfg.num_warps, GROUP=h // x.kv_heads, SOFTCAP=softcap is not None, LSE=lse is not None,
-               BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)
-    result = oa.obj
-    return (result, lse.obj) if return_lse else result
+    lse_arr = lse if lse is not None else output(None, x.q, (1, 1, 1), tc.float32, "lse")
+    qv, kv, vv = x.views()
+    return Operands({"q": x.q}, {"q": qv, "k": kv, "v": vv, "o": view(oa, o_bhsd, os_),
+                                 "lse": view(lse_arr, lse_arr.shape, lse_arr.strides), "qk_scale": qk_scale,
+                                 "cap": cap, "left": left, "right": right})
+
+
+# bench/ptx_snapshot.py (sm_80 and sm_90a, at OPTIONS' 8 warps): the sm_90a plans of the wider tiles,
+# bf16, softcap, grouped heads; tests/stdlib/test_attention_configs.py assembles each without spills
+EXTRA_SIGNATURES = [("attention_fwd_kernel", signature(ln, "bf16"))
+                    for d, dv in ((128, 128), (256, 256), (192, 128))
+                    for ln in plan(describe(2, 4, 2, 1000, 1000, d, dv), Target.from_arch("sm_90a"), softcap=True,
+                                   lse=True)]

@@ -337,12 +337,13 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
         cfg = config_for(x.d, x.dv, target_of(qa))
         bm_rows = bm.Q_BLOCK if bm is not None else cfg.bm
         bm_, bn = min(cfg.bm, bm_rows), cfg.bn
-        warps = cfg.num_warps if bm_ == cfg.bm else 4
+        # fewer rows than the plan's (a finer block mask): 4 warps, but 8 for 256-wide tiles (4 spill)
+        warps = cfg.num_warps if bm_ == cfg.bm or max(cfg.dk, cfg.dv) > 128 else 4
         lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
         launch(attention_mods_fwd_kernel, (-(-n_q // bm_), h, b_),
                [*x.views(), view(oa, o_bhsd, os_), view(lse_arr, lse_arr.shape, lse_arr.strides),
                 *_lists(bm, qa, "kv", b_, h), *aux_views(aux, qa), sm_scale],
-               num_warps=warps, SCORE_MOD=score_mod, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
+               num_warps=warps, options={"num_stages": cfg.num_stages}, SCORE_MOD=score_mod, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
                GROUP=h // x.kv_heads, LSE=lse is not None,
                SUB_Q=1 if bm is None else bm.Q_BLOCK // bm_, SUB_K=1 if bm is None else bm.KV_BLOCK // bn,
                BM=bm_, BN=bn, DK=cfg.dk, DV=cfg.dv)

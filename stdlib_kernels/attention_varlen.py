@@ -22,7 +22,7 @@ a Target; the entry points check the arguments and `execute` them.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -31,7 +31,8 @@ from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, output, refuse_read_back, \
     target_of, view
-from .attention import HEAD_DIMS, _window, attention_varlen_fwd_kernel, config_for, scales
+from .attention import HEAD_DIMS, AttentionConfig, _window, attention_varlen_fwd_kernel, check_config, config_for, \
+    scales
 from .attention_bwd import DELTA_ROWS, attention_bwd_delta_kernel, attention_varlen_bwd_dkdv_kernel, \
     attention_varlen_bwd_dq_kernel, bwd_config_for, delta_warps
 from .launches import Launch, Operands, Temp, execute
@@ -47,17 +48,20 @@ def _cdiv(a: int, b: int) -> int:
 
 # ----------------------------------------------------------------------------- plans
 def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: Target, *,
-                 softcap: bool = False, lse: bool = False) -> List[Launch]:
+                 softcap: bool = False, lse: bool = False, config: Optional[AttentionConfig] = None) -> List[Launch]:
     """The forward's launches for packed q `(total_q, heads, d)`, k, v `(total_k, kv_heads, d)`
     of `batch` sequences, the longest query sequence `max_seqlen_q` long: one launch (none
-    when there is no query row); a pure function (no launch)."""
-    cfg = config_for(q.shape[2], v.shape[2], target)
+    when there is no query row); a pure function (no launch). `config` replaces config_for's
+    tiling, as attention.plan's."""
+    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True) if config is None
+           else check_config(config, q.shape[2], v.shape[2]))
     grid = (_cdiv(max_seqlen_q, cfg.bm), q.shape[1], batch)
     if 0 in grid:
         return []
     return [Launch.of(attention_varlen_fwd_kernel, grid,
                       ("q", "k", "v", "o", "lse", "cu_q", "cu_k", "qk_scale", "cap", "left", "right"),
-                      cfg.num_warps, schedule=VARLEN, GROUP=q.shape[1] // k.shape[1], SOFTCAP=softcap, LSE=lse,
+                      cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule=VARLEN,
+                      GROUP=q.shape[1] // k.shape[1], SOFTCAP=softcap, LSE=lse,
                       BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
 
 

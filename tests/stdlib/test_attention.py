@@ -83,10 +83,16 @@ def test_empty_and_single_sequences(n_q, n_k):
 
 
 def test_config_is_a_function_of_head_dims_and_target():
-    h100 = Target.from_arch("sm_90a")
-    assert A.config_for(128, 128, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
+    h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+    assert A.config_for(128, 128, h100) == A.AttentionConfig(128, 64, 128, 128, 8, 3)
     assert A.config_for(96, 96, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
-    assert A.config_for(192, 128, h100) == A.AttentionConfig(64, 64, 256, 128, 4)
+    assert A.config_for(192, 128, h100) == A.AttentionConfig(128, 64, 256, 128, 8)   # wgmma, two warpgroups
+    assert A.config_for(256, 256, h100) == A.AttentionConfig(64, 64, 256, 256, 8)    # 64 accumulators a thread
+    assert A.config_for(192, 192, a100) == A.AttentionConfig(64, 32, 256, 256, 8)    # mma.sync
+    # the packed kernel: smaller mma.sync blocks (64 x 64 and 128 x 64 overflow shared memory)
+    assert A.config_for(256, 256, h100, varlen=True) == A.AttentionConfig(64, 16, 256, 256, 8)
+    assert A.config_for(192, 128, h100, varlen=True) == A.AttentionConfig(64, 32, 256, 128, 8)
+    assert A.config_for(128, 128, h100, varlen=True) == A.config_for(128, 128, h100)
     assert A.config_for(8, 8, h100).dk == 16   # the smallest tile a dot takes
 
 

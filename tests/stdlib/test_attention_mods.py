@@ -336,16 +336,20 @@ _R3, _I4 = "i32[?,?,?]:stride_div=16x16x1", "i32[?,?,?,?]:stride_div=16x16x16x1"
 _ROWS = "f32[?,?,?]:stride_div=16x16x1"
 
 
-def _mods_signatures(d: int):
+def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
     """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
-    mask (one mod array) on a 128 x 128 block mask, bf16, at the entry points' tiles and
-    warps; then the block mask's two kernels (head dim aside)."""
+    mask (one mod array) on a q_block x 128 block mask (the forward's; the backward's 128 x
+    128), bf16, at the entry points' tiles and warps; then the block mask's two kernels (head
+    dim aside)."""
     from tilec.target import Target
     from tilec.stdlib_kernels.attention import config_for
     from tilec.stdlib_kernels.attention_bwd import bwd_config_for
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
-    f, c = config_for(d, d, h100), bwd_config_for(d, h100)
+    dv = d if dv is None else dv
+    f, c = config_for(d, dv, h100), bwd_config_for(d, h100)
+    bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
+    warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
              "aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], ")
     tail = "sm_scale=f32, DENSE=False, GROUP=2, "
@@ -355,8 +359,8 @@ def _mods_signatures(d: int):
     return [
         (A.attention_mods_fwd_kernel,
          f"q=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, o=bf16{_V4}, lse={_ROWS}, " + lists.format("kv_", "kv_") + tail
-         + f"LSE=True, SUB_Q={128 // f.bm}, SUB_K={128 // f.bn}, BM={f.bm}, BN={f.bn}, " + dims,
-         mods, dict(num_warps=f.num_warps)),
+         + f"LSE=True, SUB_Q={q_block // bm}, SUB_K={128 // f.bn}, BM={bm}, BN={f.bn}, DK={f.dk}, DV={f.dv}",
+         mods, dict(num_warps=warps, num_stages=f.num_stages)),
         (A.attention_mods_dkdv_kernel,
          ins + f"dk=bf16{_V4}, dv=bf16{_V4}, " + lists.format("q_", "q_") + tail
          + f"SUB_Q={128 // c.q_step}, SUB_K={128 // c.kv_block}, BM={c.q_step}, BN={c.kv_block}, " + dims,
@@ -371,6 +375,20 @@ def _mods_signatures(d: int):
          "NC=256", {},
          dict(num_warps=4)),
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d,dv,q_block", [(256, 256, 128), (192, 128, 128), (192, 128, 64)])
+def test_mods_forward_assembles_without_spills_at_wide_heads(d, dv, q_block):
+    # sm_90a, at config_for's tiling for head dims above 128 (the backward's spills there: attention_bwd.py)
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    kernel, sig, constexprs, options = _mods_signatures(d, dv, q_block)[0]
+    compiled = compile_kernel(kernel, kernel.specialization(sig, **constexprs),
+                              CompileOptions(arch="sm_90a", fast_math=True, **options), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert not report["warnings"], report["warnings"]
 
 
 @pytest.mark.slow
