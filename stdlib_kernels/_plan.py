@@ -180,16 +180,25 @@ def _read_args(key: list, values, skip, tensor_cls, device_array_cls):
     return ptrs
 
 
-_FLOATS = (float, np.float16, np.float32, np.float64)
+_BY_TYPE = (float, bool, np.float16, np.float32, np.float64)   # signature_of: the type itself
+_NP_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
 
 
 def _derived_key(derived_now) -> tuple:
     """Per launch scalar of the per-call function: its type and `signature_of` (what the launcher
-    keys on), read inline for Python and numpy floats and Python ints."""
+    keys on), read inline for Python and numpy scalars (tests check it against signature_of)."""
     out = []
     for d in derived_now:
         t = type(d)
-        out.append((t, t if t in _FLOATS else int_signature(d) if t is int else signature_of(d)[0]))
+        if t in _BY_TYPE:
+            sig = t
+        elif t is int:
+            sig = int_signature(d)
+        elif t in _NP_INTS:
+            sig = (t, int_signature(int(d)))
+        else:
+            sig = signature_of(d)[0]
+        out.append((t, sig))
     return tuple(out)
 
 

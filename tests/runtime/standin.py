@@ -64,6 +64,8 @@ class FakeDriver:
         self.launches = []
         self.count = 0
         self.param_sizes = {}   # function -> the size of each kernel parameter (for decoding)
+        self.param_kinds = {}   # function -> each parameter's slot kind ("ptr", "shape", "scalar", ...)
+        self.calls = []         # the graph calls, in order
         self._ptrs = itertools.count(1)
 
     def CUstream(self, h=0):
@@ -82,6 +84,30 @@ class FakeDriver:
             return ()
         addrs = (ctypes.c_void_p * len(sizes)).from_address(params)
         return tuple(ctypes.string_at(a, n) for a, n in zip(addrs, sizes))
+
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_RELAXED = "relaxed"
+
+    def cuStreamBeginCapture(self, s, mode):
+        self.calls.append(("begin", s))
+        return (SUCCESS,)
+
+    def cuStreamEndCapture(self, s):
+        self.calls.append(("end", s))
+        return SUCCESS, "graph"
+
+    def cuGraphInstantiate(self, g, flags):
+        return SUCCESS, "exec"
+
+    def cuGraphLaunch(self, e, s):
+        self.calls.append(("launch", s))
+        return (SUCCESS,)
+
+    def cuGraphDestroy(self, g):
+        return (SUCCESS,)
+
+    def cuGraphExecDestroy(self, e):
+        return (SUCCESS,)
 
     def cuMemAlloc(self, n):
         return SUCCESS, next(self._ptrs) << 32   # addresses 2**32 apart: one per allocation
@@ -282,6 +308,7 @@ def standin(record: bool = True, arch: str = "sm_90a", torch=None):
     def load(compiled, dev):
         f = f"fn{next(functions)}:{compiled.name}"
         fake.param_sizes[f] = tuple(ctypes.sizeof(_field(s)) for s in compiled.params)
+        fake.param_kinds[f] = tuple(s.kind for s in compiled.params)
         persistent = 132 if compiled.metadata.get("persistent") else 0
         return LoadedKernel(f, None, dev, int(compiled.metadata.get("shared", 0)), compiled.num_threads, "",
                             Resources(32, 0, 0, 0, 0, compiled.num_threads, 8, arch), persistent, 15)
