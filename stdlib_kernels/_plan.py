@@ -44,7 +44,13 @@ from tilec.specialize import int_signature, signature_of
 __all__ = ["planned", "named", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
            "plan_count"]
 
-_tls = threading.local()
+
+
+class _Recorder(threading.local):
+    rec = None   # the recording this thread is making (a class default: read on every call)
+
+
+_tls = _Recorder()
 _MAX_PLANS = 256          # per entry point; the oldest plan goes first
 _UNPLANNABLE = object()   # a key whose recording failed: always the entry's own path
 _plans: Dict[str, Dict] = {}
