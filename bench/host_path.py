@@ -10,8 +10,7 @@ checks) down to the driver call, which the stand-in answers at once. So what thi
 the Python part of `bench/membound.py --host` on a GPU, without the driver's own time
 (cuLaunchKernel in the driver: about 2 us on an H200) and with a stand-in torch whose
 tensor reads and `empty` are Python functions rather than torch's C++ ones (torch.empty: about
-2 us). Each op is timed with torch tensors (the stand-in's, or torch's where torch is installed:
-then it needs no GPU either, the tensors are never read) and with tc.DeviceArrays.
+2 us). Each op is timed with the stand-in's torch tensors and with tc.DeviceArrays.
 
 Per op: the best of `rounds` rounds of `calls` back-to-back calls, in microseconds per call.
 `--json` writes the numbers; `--compare FILE` prints them beside those of an earlier run (of
@@ -117,8 +116,7 @@ def main(argv=None) -> int:
     if opt.json:
         with open(opt.json, "w") as f:
             json.dump({"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-                       "date": time.strftime("%Y-%m-%d"), "torch": "stand-in" if getattr(sys.modules.get("torch"), "__stand_in__", False) else "installed",
-                       "driver_call_us": floor, "ops": rows}, f, indent=1)
+                       "date": time.strftime("%Y-%m-%d"), "driver_call_us": floor, "ops": rows}, f, indent=1)
     return 0
 
 

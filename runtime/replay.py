@@ -89,7 +89,10 @@ class LaunchPlan:
             entry = _new_buffer(self)
         buf, addr = entry[0], entry[1]
         try:
-            self._write(buf, pointers, self._scalar_values if scalars is None else scalars)
+            try:
+                self._write(buf, pointers, self._scalar_values if scalars is None else scalars)
+            except IndexError:
+                raise self._count_error(pointers, scalars) from None
             p = self.prepared
             s = launcher._streams.get(stream)  # noqa: SLF001
             if s is None:
@@ -101,6 +104,13 @@ class LaunchPlan:
         if res is not launcher._SUCCESS:  # noqa: SLF001
             launcher._launch_failed(p, res, g[0], g[1], g[2], self._described[4])  # noqa: SLF001
         driver.last_launch = self._described
+
+    def _count_error(self, pointers, scalars) -> TypeError:
+        if len(pointers) != len(self.arrays):
+            return TypeError(f"plan of kernel '{self.name}': launch takes {len(self.arrays)} address(es) "
+                             f"({', '.join(self.arrays)}), got {len(pointers)}")
+        return TypeError(f"plan of kernel '{self.name}': launch takes {len(self.scalars)} scalar(s) "
+                         f"({', '.join(self.scalars)}), got {len(scalars)}")
 
     def _launch_packed(self, pointers, scalars, stream) -> None:
         """The general path: the prepared launch's own packer (all slots), its checks and tc.profile."""
@@ -131,13 +141,15 @@ def _replay_buffers(plan: LaunchPlan):
         return None, None
     try:
         write = build_address_writer(p.compiled, p.param_names, plan.array_positions, plan.scalar_positions)
-    except (KeyError, TypeError, ValueError):   # a slot it cannot place: the general path
+        buffers = [_new_buffer(plan)] if write is not None else None
+    except (KeyError, TypeError, ValueError, OverflowError):
+        # a slot it cannot place, or values the packer refuses: the general path (which says why at launch)
         return None, None
-    if write is None:
+    if buffers is None:
         return None, None
     if launcher._cuLaunchKernel is None:  # noqa: SLF001 - the launcher binds the driver's entry points
         launcher._bind_driver()  # noqa: SLF001
-    return [_new_buffer(plan)], write
+    return buffers, write
 
 
 def _new_buffer(plan: LaunchPlan):

@@ -6,7 +6,8 @@ compiled (llvmlite, ptxas), but "loading" a module, allocating and launching are
 here, and every cuLaunchKernel is recorded with the bytes its parameter buffer holds. It
 is what `bench/host_path.py` times and what the CPU tests of the replay path use.
 
-The `torch` module installed in sys.modules (only when torch is not importable) has what
+The `torch` module it puts in sys.modules for the duration (a real torch stays imported
+elsewhere: tilec reads `sys.modules["torch"]` at each call) has what
 tilec reads from a CUDA tensor: `data_ptr()`, `shape`, `stride()`, `dtype`, `is_cuda`,
 `get_device()`, `device`, `dim()`, `as_strided`, `torch.empty/zeros`, the current raw
 stream and `cuda.is_current_stream_capturing`.
@@ -283,9 +284,9 @@ class _Patches:
 
 @contextlib.contextmanager
 def standin(record: bool = True, arch: str = "sm_90a", torch=None):
-    """Run the GPU path against the stand-in driver (and the stand-in torch where torch is not
-    installed; `torch` given: that module). Yields (FakeDriver, torch module). Launch plans and the
-    launcher's bound names are reset on entry and on exit."""
+    """Run the GPU path against the stand-in driver and torch (`torch` given: that module, in
+    sys.modules for the duration). Yields (FakeDriver, torch module). Launch plans, the stdlib
+    kernels' prepared launches and the launcher's bound names are reset on entry and on exit."""
     from tilec import target as target_mod
     from tilec.runtime import driver, graph, launcher, memory, module
     from tilec.runtime import interop
@@ -295,13 +296,8 @@ def standin(record: bool = True, arch: str = "sm_90a", torch=None):
     fake = FakeDriver(record)
     p = _Patches()
     if torch is None:
-        try:
-            import torch as real_torch  # noqa: F401
-            raise RuntimeError("standin: torch is installed; pass torch= to use it (the stand-in "
-                               "torch is for machines without it)")
-        except ImportError:
-            torch = fake_torch()
-        p.set_item(sys.modules, "torch", torch)
+        torch = fake_torch()
+    p.set_item(sys.modules, "torch", torch)
     the_target = target_mod.Target.from_arch(arch)
     functions = itertools.count()
 
@@ -347,14 +343,18 @@ def _field(slot):
 
 
 def _reset_launch_state():
-    """Forget every kernel's prepared launches (they hold the stand-in's functions)."""
-    import gc
+    """Forget the stdlib kernels' prepared launches: those made before (on a GPU machine, real
+    ones) must not serve the stand-in, and the stand-in's must not outlive it."""
     from tilec.runtime.launcher import KernelState
-    for obj in gc.get_objects():
-        if type(obj) is KernelState:
-            obj.table.clear()
-            obj.last = (None, None)
-            obj.torch_memo = [None] * obj.nparams
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("tilec.stdlib_kernels") or mod is None:
+            continue
+        for v in list(vars(mod).values()):
+            state = getattr(v, "launch_state", None)
+            if type(state) is KernelState:
+                state.table.clear()
+                state.last = (None, None)
+                state.torch_memo = [None] * state.nparams
 
 
 __all__ = ["standin", "fake_torch", "tensor", "FakeDriver", "Launch", "DType"]
