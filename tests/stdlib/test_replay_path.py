@@ -264,3 +264,16 @@ VALUES = [0.5, 1e-5, np.float32(1e-6), np.float64(2.0), np.float16(1.0), 1, 16, 
 
 def test_the_per_call_scalar_key_is_signature_of():
     assert _plan._derived_key(tuple(VALUES)) == tuple((type(v), specialize.signature_of(v)[0]) for v in VALUES)
+
+
+def test_empty_maker_makes_what_empty_makes(gpu):
+    from tilec.runtime import memory
+    make = memory.empty_maker((3, 5), tc.float16)
+    a, b, c = make(), make(), tc.empty((3, 5), tc.float16)
+    assert a.ptr != b.ptr and a._owner is not b._owner
+    for x in (a, b):
+        assert (x.shape, x.strides, x.dtype, x.device, x._info[1:]) == (c.shape, c.strides, c.dtype, c.device,
+                                                                         c._info[1:])
+        assert x._info[0] == x.ptr and x.is_contiguous
+    with pytest.raises(ValueError, match="negative dimension"):
+        memory.empty_maker((3, -1), tc.float16)
