@@ -75,7 +75,7 @@ class LaunchPlan:
         `arrays` order) and, if given, the scalar arguments `scalars` (`scalars` order)."""
         if type(stream) is not int:
             stream = stream_handle(stream)
-        if getattr(driver._tls, "ctx_device", None) != self.device:  # noqa: SLF001 - the runtime's own state
+        if driver._tls.ctx_device != self.device:  # noqa: SLF001 - the runtime's own state
             driver.ensure_context(self.device)
         buffers = self._buffers
         if buffers is None or launcher._profile is not None:  # noqa: SLF001 - tc.profile wraps the general path

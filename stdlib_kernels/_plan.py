@@ -76,7 +76,7 @@ class _Recording:
 def derived(fn, *args) -> Tuple:
     """`fn(*args)`: the launch scalars of an entry point's per-call arguments. While that
     entry point records, the very objects its plan substitutes at replay."""
-    rec = getattr(_tls, "rec", None)
+    rec = _tls.rec
     if rec is not None and rec.per_call is fn:
         rec.derived_used = True
         return rec.derived
@@ -84,7 +84,7 @@ def derived(fn, *args) -> Tuple:
 
 
 def recording() -> Optional[_Recording]:
-    return getattr(_tls, "rec", None)
+    return _tls.rec
 
 
 def register_root(obj, root: Tuple, offset: int = 0) -> None:
@@ -286,7 +286,7 @@ def planned(fn=None, *, per_call=None):
         if read_per_call is not None:
             pc_values, skip = read_per_call(args, kwargs)
         ptrs = _read_args(key, values, skip, torch.Tensor if torch is not None else None, DeviceArray)
-        if ptrs is None or getattr(_tls, "rec", None) is not None:
+        if ptrs is None or _tls.rec is not None:
             return fn(*args, **kwargs)
         derived_now = ()
         if read_per_call is not None:
@@ -380,7 +380,7 @@ def _replay(plan, values, ptrs, derived_now):
             ptrs.append(o.data_ptr() if is_torch else o.ptr)
     # the stream the launcher would pick: a tc.Graph capture's, else torch's current one when a
     # torch tensor is an argument, else the legacy default stream
-    captured = getattr(_driver_tls, "stream", 0)
+    captured = _driver_tls.stream
     for lp, recipe, scalars, subs, raw_stream in launches:
         if subs:
             scalars = list(scalars)
