@@ -403,6 +403,26 @@ def host_overhead(torch, wanted, calls: int = 2000) -> List[dict]:
     return rows
 
 
+def allocation_overhead(torch, calls: int = 2000) -> dict:
+    """Host us per call of the ways to allocate a planned op's 64x64 f16 output from Python (a
+    replay's `torch.empty(shape, dtype=, device=)` is part of every tilec time above)."""
+    x = torch.empty((64, 64), dtype=torch.float16, device="cuda")
+    dev, dt, shape = x.device, x.dtype, (64, 64)
+    ways = {"torch.empty(shape, dtype=, device=)": lambda: torch.empty(shape, dtype=dt, device=dev),
+            "x.new_empty(shape)": lambda: x.new_empty(shape),
+            "torch.empty_like(x)": lambda: torch.empty_like(x)}
+    out = {}
+    for name, fn in ways.items():
+        for _ in range(50):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out[name] = (time.perf_counter() - t0) / calls * 1e6
+        print(f"  host allocation {name}: {out[name]:.2f} us per call", file=sys.stderr)
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one case per op")
@@ -429,8 +449,9 @@ def main(argv=None) -> int:
         p.error(f"unknown ops: {', '.join(sorted(unknown))}")
     if args.host:
         host = host_overhead(torch, wanted)
+        alloc = allocation_overhead(torch)
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "host": host}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "host": host, "allocation_us": alloc}, f, indent=1)
         return 0
     ms = _timer()
     _warm_up(torch)
