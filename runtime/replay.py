@@ -98,7 +98,10 @@ class LaunchPlan:
             if s is None:
                 s = launcher._streams[stream] = driver.cu().CUstream(stream)  # noqa: SLF001
             g = self.grid
-            res = launcher._cuLaunchKernel(p.function, g[0], g[1], g[2], p.threads, 1, 1, p.shared, s, addr, 0)[0]  # noqa: SLF001
+            if p.dependent is None:
+                res = launcher._cuLaunchKernel(p.function, g[0], g[1], g[2], p.threads, 1, 1, p.shared, s, addr, 0)[0]  # noqa: SLF001
+            else:   # cuLaunchKernelEx, with programmatic stream serialization
+                res = p.dependent.launch(g[0], g[1], g[2], s, addr)
         finally:
             buffers.append(entry)
         if res is not launcher._SUCCESS:  # noqa: SLF001
@@ -129,15 +132,15 @@ class LaunchPlan:
 
 def _replay_buffers(plan: LaunchPlan):
     """(pool of (parameter buffer, kernelParams address), writer of the address and scalar
-    slots) of `plan`, or (None, None): the plan then packs every slot at each launch. Only
-    a plain launch is replayed from its buffer: not an empty grid, a cluster grid it does not
-    divide (the general path says why), a persistent or dependent kernel, a kernel taking a
-    TMA descriptor, or a prepared launch without a compiled kernel (a test's stand-in)."""
+    slots) of `plan`, or (None, None): the plan then packs every slot at each launch. Not
+    replayed from a buffer: an empty grid, a cluster grid it does not divide (the general
+    path says why), a persistent kernel (its launched grid), a kernel taking a TMA
+    descriptor, or a prepared launch without a compiled kernel (a test's stand-in)."""
     p = plan.prepared
     g = plan.grid
     if not (g[0] and g[1] and g[2]) or getattr(p, "compiled", None) is None:
         return None, None
-    if p.persistent or p.dependent is not None or (p.cluster != 1 and g[0] % p.cluster):
+    if p.persistent or (p.cluster != 1 and g[0] % p.cluster):
         return None, None
     try:
         write = build_address_writer(p.compiled, p.param_names, plan.array_positions, plan.scalar_positions)

@@ -40,17 +40,18 @@ SUCCESS = _Result(0, "CUDA_SUCCESS")
 
 
 class Launch:
-    """One recorded launch: function, grid, block, shared bytes, stream handle, and the
-    parameter buffer's bytes (`params`: one bytes object per kernel parameter)."""
+    """One recorded launch: function, grid, block, shared bytes, stream handle, the parameter
+    buffer's bytes (`params`: one bytes object per kernel parameter), and whether it was a
+    dependent launch (cuLaunchKernelEx)."""
 
-    __slots__ = ("function", "grid", "block", "shared", "stream", "params")
+    __slots__ = ("function", "grid", "block", "shared", "stream", "params", "dependent")
 
-    def __init__(self, function, grid, block, shared, stream, params):
+    def __init__(self, function, grid, block, shared, stream, params, dependent=False):
         self.function, self.grid, self.block, self.shared, self.stream = function, grid, block, shared, stream
-        self.params = params
+        self.params, self.dependent = params, dependent
 
     def as_tuple(self):
-        return (self.function, self.grid, self.block, self.shared, self.stream, self.params)
+        return (self.function, self.grid, self.block, self.shared, self.stream, self.params, self.dependent)
 
 
 class FakeDriver:
@@ -77,6 +78,26 @@ class FakeDriver:
         if self.record:
             h = stream[1] if isinstance(stream, tuple) else int(stream)
             self.launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), shared, h, self._params(f, params)))
+        return (SUCCESS,)
+
+    # cuLaunchKernelEx (dependent launches): a config object, recorded as a launch
+    class CUlaunchAttributeID:
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = "programmatic"
+
+    def CUlaunchConfig(self):
+        return types.SimpleNamespace()
+
+    def CUlaunchAttribute(self):
+        return types.SimpleNamespace(id=None, value=types.SimpleNamespace())
+
+    def cuLaunchKernelEx(self, config, f, params, extra):
+        self.count += 1
+        if self.record:
+            s = config.hStream
+            h = s[1] if isinstance(s, tuple) else int(s)
+            self.launches.append(Launch(f, (config.gridDimX, config.gridDimY, config.gridDimZ),
+                                        (config.blockDimX, config.blockDimY, config.blockDimZ),
+                                        config.sharedMemBytes, h, self._params(f, params), True))
         return (SUCCESS,)
 
     def _params(self, f, params):

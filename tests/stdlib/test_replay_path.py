@@ -42,7 +42,7 @@ def _normalized(fake, launches):
                 (a,) = struct.unpack("<Q", b)
                 b = (seen.setdefault(a >> 32, len(seen)), a & 0xFFFFFFFF)
             params.append(b)
-        out.append((ln.function, ln.grid, ln.block, ln.shared, ln.stream, tuple(params)))
+        out.append((ln.function, ln.grid, ln.block, ln.shared, ln.stream, tuple(params), ln.dependent))
     return out
 
 
@@ -70,6 +70,9 @@ OPS = {
     "cumsum": lambda m: sk.cumsum(m((37, 100), "float32")),
     "dropout": lambda m: sk.dropout(m((33, 70)), 0.25, 7),
     "silu_and_mul": lambda m: sk.silu_and_mul(m((33, 140))),
+    # two launches, the second a dependent launch (cuLaunchKernelEx) on sm_90a
+    "sum_first_split": lambda m: sk.sum(m((5000, 70), "float32"), 0),
+    "cross_entropy": lambda m: sk.cross_entropy(m((64, 3000), "bfloat16"), m((64,), "int64")),
 }
 
 
