@@ -125,26 +125,32 @@ def build_packer(compiled: CompiledKernel, params: List[str]):
     return pack, (ctypes.addressof(addrs) if slots else 0)
 
 
-def build_address_writer(compiled: CompiledKernel, params: List[str], array_positions, scalar_positions):
+def build_address_writer(compiled: CompiledKernel, params: List[str], array_positions, scalar_positions,
+                         array_rest):
     """For a parameter buffer that `build_packer`'s pack has filled once (a launch plan's, whose
-    shapes, strides and grid never change): write(buf, pointers, scalars) stores only the
-    pointer slots (`pointers` in `array_positions` order) and the scalar slots (`scalars` in
-    `scalar_positions` order). None when a slot depends on the address otherwise (a TMA
-    descriptor is encoded from it)."""
+    shapes, strides and grid never change): write(buf, pointers, scalars) stores only what
+    depends on the addresses and scalars: the pointer slots (`pointers` in `array_positions`
+    order), the TMA descriptors (encoded from the address and the array's fixed (shape,
+    strides, dtype, device) in `array_rest`, cached as the packer's are) and the scalar slots
+    (`scalars` in `scalar_positions` order)."""
     slots = compiled.params
     pidx = _param_index(compiled, params)
     arrays = {p: j for j, p in enumerate(array_positions)}
     scalars = {p: j for j, p in enumerate(scalar_positions)}
+    # the buffers' layout (every packer's Structure has these fields): where each slot lies
+    layout = type("Layout", (ctypes.Structure,), {"_fields_": [(f"f{k}", field_type(s)) for k, s in enumerate(slots)]})
     lines = ["def write(buf, p, s):"]
-    env = {}
+    env = {"addressof": ctypes.addressof}
     for k, s in enumerate(slots):
-        if s.kind == "tmap":
-            return None
         if s.kind in ("shape", "stride", "grid"):
             continue
         i = pidx[s.arg]
         if s.kind == "ptr":
             lines.append(f"    buf.f{k} = p[{arrays[i]}]")
+        elif s.kind == "tmap":
+            j = arrays[i]
+            env[f"tmap{k}"], env[f"rest{k}"] = tensor_map_writer(s), tuple(array_rest[j])
+            lines.append(f"    tmap{k}((p[{j}],) + rest{k}, addressof(buf) + {getattr(layout, f'f{k}').offset})")
         elif s.dtype is not None and s.dtype.name in _CONVERT:
             env[f"conv{k}"] = _CONVERT[s.dtype.name]
             lines.append(f"    buf.f{k} = conv{k}(s[{scalars[i]}])")

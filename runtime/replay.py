@@ -134,8 +134,8 @@ def _replay_buffers(plan: LaunchPlan):
     """(pool of (parameter buffer, kernelParams address), writer of the address and scalar
     slots) of `plan`, or (None, None): the plan then packs every slot at each launch. Not
     replayed from a buffer: an empty grid, a cluster grid it does not divide (the general
-    path says why), a persistent kernel (its launched grid), a kernel taking a TMA
-    descriptor, or a prepared launch without a compiled kernel (a test's stand-in)."""
+    path says why), a persistent kernel (its launched grid), or a prepared launch without a
+    compiled kernel (a test's stand-in)."""
     p = plan.prepared
     g = plan.grid
     if not (g[0] and g[1] and g[2]) or getattr(p, "compiled", None) is None:
@@ -143,12 +143,11 @@ def _replay_buffers(plan: LaunchPlan):
     if p.persistent or (p.cluster != 1 and g[0] % p.cluster):
         return None, None
     try:
-        write = build_address_writer(p.compiled, p.param_names, plan.array_positions, plan.scalar_positions)
-        buffers = [_new_buffer(plan)] if write is not None else None
+        write = build_address_writer(p.compiled, p.param_names, plan.array_positions, plan.scalar_positions,
+                                     plan._rest)  # noqa: SLF001
+        buffers = [_new_buffer(plan)]
     except (KeyError, TypeError, ValueError, OverflowError):
         # a slot it cannot place, or values the packer refuses: the general path (which says why at launch)
-        return None, None
-    if buffers is None:
         return None, None
     if launcher._cuLaunchKernel is None:  # noqa: SLF001 - the launcher binds the driver's entry points
         launcher._bind_driver()  # noqa: SLF001

@@ -38,9 +38,9 @@ def _normalized(fake, launches):
     for ln in launches:
         params = []
         for kind, b in zip(fake.param_kinds[ln.function], ln.params):
-            if kind == "ptr":
-                (a,) = struct.unpack("<Q", b)
-                b = (seen.setdefault(a >> 32, len(seen)), a & 0xFFFFFFFF)
+            if kind in ("ptr", "tmap"):   # a TMA descriptor: the stand-in's encoding starts with the address
+                (a,) = struct.unpack("<Q", b[:8])
+                b = (seen.setdefault(a >> 32, len(seen)), a & 0xFFFFFFFF, b[8:])
             params.append(b)
         out.append((ln.function, ln.grid, ln.block, ln.shared, ln.stream, tuple(params), ln.dependent))
     return out
@@ -280,3 +280,28 @@ def test_empty_maker_makes_what_empty_makes(gpu):
         assert x._info[0] == x.ptr and x.is_contiguous
     with pytest.raises(ValueError, match="negative dimension"):
         memory.empty_maker((3, -1), tc.float16)
+
+
+def _fake_tensor_map(ptr, shape, strides, dtype, box):
+    """The stand-in's 128-byte TMA descriptor: the address, then what else it encodes."""
+    rest = repr((tuple(shape), tuple(strides), dtype.name, tuple(box))).encode()
+    return (struct.pack("<Q", ptr) + rest).ljust(128, b"\0")[:128]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_tma_matmul_replays_its_descriptors_from_the_new_addresses(gpu, monkeypatch, bias):
+    from tilec.runtime import tensormap
+    monkeypatch.setattr(tensormap, "encode_tensor_map", _fake_tensor_map)
+    fake, torch = gpu
+    a, b = tensor(torch, (64, 128), "bfloat16"), tensor(torch, (128, 96), "bfloat16")
+    c = tensor(torch, (96,), "float32") if bias else None
+    first, second = _twice(fake, lambda: sk.matmul(a, b, bias=c))
+    assert "tmap" in fake.param_kinds[first[0].function]
+    assert _normalized(fake, first) == _normalized(fake, second)
+    (plan,) = [p for t in _plan._plans.values() for p in t.values()]
+    assert all(lp._buffers is not None for lp, *_ in plan[1])   # replayed from its buffers
+    a2 = tensor(torch, (64, 128), "bfloat16")
+    sk.matmul(a2, b, bias=c)
+    kinds = fake.param_kinds[fake.launches[-1].function]
+    maps = [p for k, p in zip(kinds, fake.launches[-1].params) if k == "tmap"]
+    assert struct.pack("<Q", a2.data_ptr()) in [m[:8] for m in maps]
