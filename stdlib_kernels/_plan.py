@@ -45,9 +45,10 @@ __all__ = ["planned", "named", "derived", "recording", "register_root", "registe
            "plan_count"]
 
 
-
 class _Recorder(threading.local):
-    rec = None   # the recording this thread is making (a class default: read on every call)
+    """Per thread: the recording it is making, None (a class default, so every call reads a
+    plain attribute: driver._ThreadState says why)."""
+    rec = None
 
 
 _tls = _Recorder()

@@ -20,7 +20,6 @@ import itertools
 import sys
 import types
 
-from tilec.dtypes import DType
 
 _SIZES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8, "int8": 1,
           "uint8": 1, "int16": 2, "bool": 1}
@@ -378,4 +377,4 @@ def _reset_launch_state():
                 state.torch_memo = [None] * state.nparams
 
 
-__all__ = ["standin", "fake_torch", "tensor", "FakeDriver", "Launch", "DType"]
+__all__ = ["standin", "fake_torch", "tensor", "FakeDriver", "Launch"]
