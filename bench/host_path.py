@@ -50,6 +50,8 @@ def _ops(make):
         "sum_last": ((x,), lambda x: sk.sum(x, -1)),
         "dropout": ((x,), lambda x: sk.dropout(x, 0.1, 1)),
         "silu_and_mul": ((x,), lambda x: sk.silu_and_mul(x)),
+        # two launches, the second a dependent launch (cuLaunchKernelEx)
+        "cross_entropy": ((x, make(SHAPE[:1], "int64")), lambda x, t: sk.cross_entropy(x, t)),
     }
 
 
