@@ -10,7 +10,9 @@ part) and the table reports the median and best per-launch time over rounds.
 - raw: cuda-python cuLaunchKernel with a prebuilt kernelParams address array
   (the floor any Python launcher can reach);
 - tilec: `kernel[grid](out)`, the full hot path (signature, table probe, packer,
-  cuLaunchKernel) with a DeviceArray and with a torch tensor argument;
+  cuLaunchKernel) with a DeviceArray and with a torch tensor argument; and
+  `LaunchPlan.launch([address])`, the stdlib's replay of a planned launch (the new address
+  written into a prebuilt parameter buffer, then cuLaunchKernel);
 - triton: an empty @triton.jit kernel; torch: `x.add_(1)`.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "runtime"))
 
 import tilec.runtime as rt  # noqa: E402
 from tilec.runtime import driver, launcher  # noqa: E402
+from tilec.runtime.replay import launch_plan  # noqa: E402
 
 EMPTY_PTX = r"""
 .version 7.8
@@ -133,6 +136,10 @@ def main():
         opt.launches, opt.rounds, sync)
     grid = (1,)
     results["tilec kernel[grid](DeviceArray)"] = _time(lambda: k[grid](out), opt.launches, opt.rounds, sync)
+    # the stdlib's replay path: a LaunchPlan writes the address into its prebuilt parameter buffer
+    plan = launch_plan(k.launch_state, grid, (out,))
+    ptrs = [out.ptr]
+    results["tilec LaunchPlan.launch (replay)"] = _time(lambda: plan.launch(ptrs), opt.launches, opt.rounds, sync)
 
     try:
         import torch

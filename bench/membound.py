@@ -370,6 +370,11 @@ def save_plot(rows, path: str) -> bool:
     return True
 
 
+# the tiny shape of an op's --host timing, by the rank of its cases ((tokens, vocabulary, dim) for
+# the embeddings, (B, S, H, D) for rope and the head transposes)
+_TINY = {2: (64, 64), 3: (64, 64, 64), 4: (2, 64, 4, 64)}
+
+
 def host_overhead(torch, wanted, calls: int = 2000) -> List[dict]:
     """Per-call host time of each op at a tiny shape (64x64; the GPU is never the bound):
     wall time of `calls` back-to-back calls, synchronized once at the end."""
@@ -377,7 +382,7 @@ def host_overhead(torch, wanted, calls: int = 2000) -> List[dict]:
     for op in OPS:
         if wanted and op.name not in wanted:
             continue
-        shape = (2, 64, 4, 64) if op.name == "rope" else (64, 64)
+        shape = _TINY[len(op.cases[0][0])]
         dtype = getattr(torch, op.cases[0][1])
         inputs = op.make(torch, shape, dtype)
         times = {}
@@ -392,9 +397,30 @@ def host_overhead(torch, wanted, calls: int = 2000) -> List[dict]:
             times[side] = (time.perf_counter() - t0) / calls * 1e6
         rows.append({"op": op.name, "shape": list(shape), "dtype": op.cases[0][1],
                      "tilec_us": times["tilec"], "torch_us": times["torch"]})
-        print(f"  host {op.name}: tilec {times['tilec']:.1f} us, torch eager {times['torch']:.1f} us per call",
+        print(f"  host {op.name}: tilec {times['tilec']:.1f} us, torch eager {times['torch']:.1f} us per call "
+              f"(tilec / torch {times['tilec'] / times['torch']:.2f})",
               file=sys.stderr)
     return rows
+
+
+def allocation_overhead(torch, calls: int = 2000) -> dict:
+    """Host us per call of the ways to allocate a planned op's 64x64 f16 output from Python (a
+    replay's `torch.empty(shape, dtype=, device=)` is part of every tilec time above)."""
+    x = torch.empty((64, 64), dtype=torch.float16, device="cuda")
+    dev, dt, shape = x.device, x.dtype, (64, 64)
+    ways = {"torch.empty(shape, dtype=, device=)": lambda: torch.empty(shape, dtype=dt, device=dev),
+            "x.new_empty(shape)": lambda: x.new_empty(shape),
+            "torch.empty_like(x)": lambda: torch.empty_like(x)}
+    out = {}
+    for name, fn in ways.items():
+        for _ in range(50):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        out[name] = (time.perf_counter() - t0) / calls * 1e6
+        print(f"  host allocation {name}: {out[name]:.2f} us per call", file=sys.stderr)
+    return out
 
 
 def main(argv=None) -> int:
@@ -423,8 +449,9 @@ def main(argv=None) -> int:
         p.error(f"unknown ops: {', '.join(sorted(unknown))}")
     if args.host:
         host = host_overhead(torch, wanted)
+        alloc = allocation_overhead(torch)
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "host": host}, f, indent=1)
+            json.dump({"device": torch.cuda.get_device_name(), "host": host, "allocation_us": alloc}, f, indent=1)
         return 0
     ms = _timer()
     _warm_up(torch)

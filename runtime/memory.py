@@ -20,7 +20,7 @@ from . import driver
 from .driver import DriverError, check, cu
 from .graph import current_stream
 
-__all__ = ["DeviceArray", "OutOfMemoryError", "empty", "zeros", "from_numpy", "typestr"]
+__all__ = ["DeviceArray", "OutOfMemoryError", "empty", "empty_maker", "zeros", "from_numpy", "typestr"]
 
 
 class OutOfMemoryError(DriverError, MemoryError):
@@ -252,6 +252,31 @@ def empty(shape, dtype=_dt.float32, device: Optional[int] = None) -> DeviceArray
         n *= s
     alloc = _Allocation(n * dt.itemsize, dev)
     return DeviceArray(alloc.ptr, shape, _contiguous_strides(shape, dt.itemsize), dt, dev, alloc)
+
+
+def empty_maker(shape, dtype=_dt.float32, device: Optional[int] = None):
+    """A function of no arguments making uninitialized contiguous DeviceArrays of one shape, dtype
+    and device: `empty(shape, dtype, device)` with its checks and strides done once (the stdlib's
+    launch plans allocate their outputs so, per call)."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"negative dimension in shape {shape}")
+    dt, dev = _as_dtype(dtype), _resolve_device(device)
+    isz = dt.itemsize
+    strides = _contiguous_strides(shape, isz)
+    el_strides = tuple(st // isz for st in strides)
+    nbytes = isz
+    for s in shape:
+        nbytes *= s
+    new = DeviceArray.__new__
+
+    def make() -> DeviceArray:
+        alloc = _Allocation(nbytes, dev)
+        a = new(DeviceArray)
+        a.ptr, a.shape, a.strides, a.dtype, a.device, a._owner, a._sig = alloc.ptr, shape, strides, dt, dev, alloc, None
+        a._info = ArrayInfo(alloc.ptr, shape, el_strides, dt, dev)
+        return a
+    return make
 
 
 def zeros(shape, dtype=_dt.float32, device: Optional[int] = None) -> DeviceArray:

@@ -22,7 +22,7 @@ from ..abi import ParamSlot
 from ..compiled import CompiledKernel
 from .tensormap import TMAP_BYTES, tensor_map_writer
 
-__all__ = ["build_packer", "field_type"]
+__all__ = ["build_packer", "build_address_writer", "field_type"]
 
 
 def _f16_bits(v) -> int:
@@ -123,3 +123,43 @@ def build_packer(compiled: CompiledKernel, params: List[str]):
     pack = env["pack"]
     pack.buffer, pack.addresses, pack.source = buf, addrs, code  # keep both alive with the function
     return pack, (ctypes.addressof(addrs) if slots else 0)
+
+
+def build_address_writer(compiled: CompiledKernel, params: List[str], array_positions, scalar_positions,
+                         array_rest):
+    """For a parameter buffer that `build_packer`'s pack has filled once (a launch plan's, whose
+    shapes, strides and grid never change): write(buf, pointers, scalars) stores only what
+    depends on the addresses and scalars: the pointer slots (`pointers` in `array_positions`
+    order), the TMA descriptors (encoded from the address and the array's fixed (shape,
+    strides, dtype, device) in `array_rest`, cached as the packer's are) and the scalar slots
+    (`scalars` in `scalar_positions` order)."""
+    slots = compiled.params
+    pidx = _param_index(compiled, params)
+    arrays = {p: j for j, p in enumerate(array_positions)}
+    scalars = {p: j for j, p in enumerate(scalar_positions)}
+    # the buffers' layout (every packer's Structure has these fields): where each slot lies
+    layout = type("Layout", (ctypes.Structure,), {"_fields_": [(f"f{k}", field_type(s)) for k, s in enumerate(slots)]})
+    lines = ["def write(buf, p, s):"]
+    env = {"addressof": ctypes.addressof}
+    for k, s in enumerate(slots):
+        if s.kind in ("shape", "stride", "grid"):
+            continue
+        i = pidx[s.arg]
+        if s.kind == "ptr":
+            lines.append(f"    buf.f{k} = p[{arrays[i]}]")
+        elif s.kind == "tmap":
+            j = arrays[i]
+            env[f"tmap{k}"], env[f"rest{k}"] = tensor_map_writer(s), tuple(array_rest[j])
+            lines.append(f"    tmap{k}((p[{j}],) + rest{k}, addressof(buf) + {getattr(layout, f'f{k}').offset})")
+        elif s.dtype is not None and s.dtype.name in _CONVERT:
+            env[f"conv{k}"] = _CONVERT[s.dtype.name]
+            lines.append(f"    buf.f{k} = conv{k}(s[{scalars[i]}])")
+        else:
+            lines.append(f"    buf.f{k} = s[{scalars[i]}]")
+    if len(lines) == 1:
+        lines.append("    pass")
+    code = "\n".join(lines)
+    exec(compile(code, f"<tilec address writer for {compiled.name}>", "exec"), env)  # noqa: S102 - generated above
+    write = env["write"]
+    write.source = code
+    return write

@@ -29,6 +29,7 @@ import numpy as np
 import tilec as tc
 from tilec import dtypes as _dt
 from tilec.dtypes import DType
+from tilec.runtime import memory as _memory
 from tilec.runtime import zeros as device_zeros
 from tilec.runtime.graph import current_stream
 from tilec.target import Target
@@ -388,7 +389,8 @@ def empty_like(a: Arr, shape: Sequence[int], dtype: DType, zero: bool = False) -
     d = new(shape, dtype, device=a.device)
     if _plan.recording() is not None:
         device = a.device
-        _plan.register_alloc(d, lambda: new(shape, dtype, device=device))
+        _plan.register_alloc(d, (lambda: new(shape, dtype, device=device)) if zero else
+                             _memory.empty_maker(shape, dtype, device))
     return as_array(d, "out")
 
 

@@ -33,19 +33,29 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
+
 from tilec.options import OPTION_FIELDS as _OPTION_NAMES
+from tilec.runtime import driver as _driver
 from tilec.runtime import launcher as _launcher
-from tilec.runtime.graph import current_stream
 from tilec.runtime.profile import labelled
-from tilec.specialize import signature_of
+from tilec.specialize import int_signature, signature_of
 
 __all__ = ["planned", "named", "derived", "recording", "register_root", "register_view", "record_launch", "clear_plans",
            "plan_count"]
 
-_tls = threading.local()
+
+class _Recorder(threading.local):
+    """Per thread: the recording it is making, None (a class default, so every call reads a
+    plain attribute: driver._ThreadState says why)."""
+    rec = None
+
+
+_tls = _Recorder()
 _MAX_PLANS = 256          # per entry point; the oldest plan goes first
 _UNPLANNABLE = object()   # a key whose recording failed: always the entry's own path
 _plans: Dict[str, Dict] = {}
+_driver_tls = _driver._tls  # noqa: SLF001 - its `stream`: a tc.Graph capture's (graph.current_stream), read inline
 
 
 class _Recording:
@@ -67,7 +77,7 @@ class _Recording:
 def derived(fn, *args) -> Tuple:
     """`fn(*args)`: the launch scalars of an entry point's per-call arguments. While that
     entry point records, the very objects its plan substitutes at replay."""
-    rec = getattr(_tls, "rec", None)
+    rec = _tls.rec
     if rec is not None and rec.per_call is fn:
         rec.derived_used = True
         return rec.derived
@@ -75,7 +85,7 @@ def derived(fn, *args) -> Tuple:
 
 
 def recording() -> Optional[_Recording]:
-    return getattr(_tls, "rec", None)
+    return _tls.rec
 
 
 def register_root(obj, root: Tuple, offset: int = 0) -> None:
@@ -145,18 +155,58 @@ def _torch_cls():
     return torch.Tensor if torch is not None else None
 
 
-def _key_of(v, tensor_cls, device_array_cls):
-    """The part of the key for one argument; None when the call cannot be planned."""
-    t = type(v)
-    if t is tensor_cls:
-        if not v.is_cuda:
+_PLAIN = (int, float, str, bool)
+
+
+def _read_args(key: list, values, skip, tensor_cls, device_array_cls):
+    """Append each argument's part of the key to `key`; return the arguments' addresses (0 for a
+    non-array), or None when the call cannot be planned. One loop with the common types read
+    inline: this runs on every call. An array's part is (type, dtype, shape, strides, address
+    mod 16, device); a per-call argument's (position in `skip`) only its type."""
+    ptrs = []
+    for n, v in enumerate(values):
+        t = type(v)
+        if skip and n in skip:
+            key.append(t)
+            ptrs.append(0)
+        elif t is tensor_cls:
+            if not v.is_cuda:
+                return None
+            p = v.data_ptr()
+            key.append((t, v.dtype, v.shape, v.stride(), p & 15, v.get_device()))   # shape: a tuple (torch.Size)
+            ptrs.append(p)
+        elif t is device_array_cls:
+            p = v.ptr
+            key.append((t, v.dtype, v.shape, v.strides, p & 15, v.device))
+            ptrs.append(p)
+        elif v is None or t in _PLAIN:
+            key.append((t, v))
+            ptrs.append(0)
+        else:
             return None
-        return (t, v.dtype, tuple(v.shape), v.stride(), v.data_ptr() & 15, v.get_device())
-    if t is device_array_cls:
-        return (t, v.dtype, v.shape, v.strides, v.ptr & 15, v.device)
-    if v is None or t in (int, float, str, bool):
-        return (t, v)
-    return None
+    return ptrs
+
+
+_BY_TYPE = (float, bool, np.float16, np.float32, np.float64)   # signature_of: the type itself
+_NP_INTS = (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def _derived_key(derived_now) -> tuple:
+    """Per launch scalar of the per-call function: its type and `signature_of` (what the launcher
+    keys on), read inline for Python and numpy scalars (tests check it against signature_of)."""
+    out = []
+    for d in derived_now:
+        t = type(d)
+        if t in _BY_TYPE:
+            sig = t
+        elif t is int:
+            sig = int_signature(d)
+        elif t in _NP_INTS:
+            sig = (t, int_signature(int(d)))
+        else:
+            sig = signature_of(d)[0]
+        out.append((t, sig))
+    return tuple(out)
 
 
 def _root_info(v, tensor_cls):
@@ -230,32 +280,25 @@ def planned(fn=None, *, per_call=None):
         if prof is not None and (not prof._labels or prof._labels[-1] != op):  # noqa: SLF001
             with labelled(op):   # tc.profile names this op's launches
                 return entry(*args, **kwargs)
-        tensor_cls = _torch_cls()
+        torch = sys.modules.get("torch")
         key = [tuple(kwargs) if kwargs else ()]
         values = list(args) + list(kwargs.values()) if kwargs else args
         skip = ()
         if read_per_call is not None:
             pc_values, skip = read_per_call(args, kwargs)
-        for n, v in enumerate(values):
-            if n in skip:
-                key.append(type(v))
-                continue
-            k = _key_of(v, tensor_cls, DeviceArray)
-            if k is None:
-                return fn(*args, **kwargs)
-            key.append(k)
-        if getattr(_tls, "rec", None) is not None:
+        ptrs = _read_args(key, values, skip, torch.Tensor if torch is not None else None, DeviceArray)
+        if ptrs is None or _tls.rec is not None:
             return fn(*args, **kwargs)
         derived_now = ()
         if read_per_call is not None:
             derived_now = per_call(*pc_values)  # validates; raises as the entry point would
-            key.append(tuple((type(d), signature_of(d)[0]) for d in derived_now))
+            key.append(_derived_key(derived_now))
         key = tuple(key)
         plan = table.get(key)
         if plan is _UNPLANNABLE:
             return fn(*args, **kwargs)
         if plan is not None:
-            return _replay(plan, values, tensor_cls, derived_now)
+            return _replay(plan, values, ptrs, derived_now)
         return _record(fn, args, kwargs, values, key, table, per_call, derived_now)
 
     entry.__wrapped_entry__ = fn
@@ -281,10 +324,11 @@ def _record(fn, args, kwargs, values, key, table, per_call, derived_now):
 
 
 def _finish(rec, result, values):
-    """The replayable form of a recording: roots numbered inputs first, then allocations;
-    per launch the array arguments as (position, root, byte offset, shape, strides, DType,
-    device) with everything but the root's address fixed. None when the result is not
-    one of the roots (a tuple's entries may also be None)."""
+    """The replayable form of a recording: (allocations, launches, whether the result is a
+    tuple, the roots it returns), roots numbered inputs first, then allocations; per launch its
+    LaunchPlan, its array arguments as (root, byte offset), its scalars and their per-call
+    substitutions, and torch's stream function where it runs on torch's stream. None when
+    the result is not one of the roots (a tuple's entries may also be None)."""
     n_in = len(values)
 
     def index(root):
@@ -310,11 +354,12 @@ def _finish(rec, result, values):
             _ptr, isz, _dt, _device, is_torch = _root_info(objs[j], tensor_cls)
             torch_stream = torch_stream or is_torch
             recipe.append((j, offset * isz))
-        launches.append((lp, tuple(recipe), lp.scalar_values() if subs else None, subs, torch_stream))
-    from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
-    # per root: True a torch tensor, False a DeviceArray, None not an array
-    torch_roots = tuple(True if type(o) is tensor_cls else False if type(o) is DeviceArray else None for o in objs)
-    return (tuple(rec.outs), tuple(launches), torch_roots, isinstance(result, tuple), tuple(returns))
+        # a launch with a torch tensor among its arrays goes to torch's current stream (an int, no Stream)
+        raw_stream = sys.modules["torch"]._C._cuda_getCurrentRawStream if torch_stream else None  # noqa: SLF001
+        launches.append((lp, tuple(recipe), lp.scalar_values() if subs else None, subs, raw_stream))
+    # per allocation: how to make another, and whether it is a torch tensor (else a DeviceArray)
+    outs = tuple((allocate, type(o) is tensor_cls) for allocate, o in zip(rec.outs, objs[n_in:]))
+    return (outs, tuple(launches), isinstance(result, tuple), tuple(returns))
 
 
 def _alloc_positions(rec):
@@ -324,21 +369,25 @@ def _alloc_positions(rec):
     return [pos[by_root[("out", j)]] for j in range(len(rec.outs))]
 
 
-def _replay(plan, values, tensor_cls, derived_now):
-    outs, launches, torch_roots, is_tuple, returns = plan
-    objs = list(values)
-    for allocate in outs:
-        objs.append(allocate())
-    ptrs = [0 if t is None else o.data_ptr() if t else o.ptr for o, t in zip(objs, torch_roots)]
-    for lp, recipe, scalars, subs, torch_stream in launches:
+def _replay(plan, values, ptrs, derived_now):
+    """Carry out a plan for a call whose arguments are `values` at addresses `ptrs`."""
+    outs, launches, is_tuple, returns = plan
+    objs = values
+    if outs:
+        objs = list(values)
+        for allocate, is_torch in outs:
+            o = allocate()
+            objs.append(o)
+            ptrs.append(o.data_ptr() if is_torch else o.ptr)
+    # the stream the launcher would pick: a tc.Graph capture's, else torch's current one when a
+    # torch tensor is an argument, else the legacy default stream
+    captured = _driver_tls.stream
+    for lp, recipe, scalars, subs, raw_stream in launches:
         if subs:
             scalars = list(scalars)
             for k, d in subs:
                 scalars[k] = derived_now[d]
-        # the stream the launcher would pick: a tc.Graph capture's, else torch's current one when
-        # a torch tensor is an argument
-        h = current_stream() or (
-            sys.modules["torch"]._C._cuda_getCurrentRawStream(lp.device) if torch_stream else 0)  # noqa: SLF001
+        h = captured or (raw_stream(lp.device) if raw_stream is not None else 0)
         lp.launch([ptrs[j] + offset for j, offset in recipe], scalars, h)
     if is_tuple:
         return tuple(None if j is None else objs[j] for j in returns)

@@ -119,3 +119,21 @@ def test_misuse_is_named(fake):
     with pytest.raises(TypeError, match="stream="):
         with tc.Graph().capture(stream="s"):
             pass
+
+
+def test_a_capture_is_its_threads_alone(fake):
+    """The thread state's defaults (driver._ThreadState) are per thread: a capture's stream and
+    kept allocations are not another thread's, whose launches go where they would."""
+    import threading
+    seen = {}
+
+    def other():
+        seen["stream"], seen["keep"] = graph_mod.current_stream(), driver._tls.graph_keep
+        seen["default"] = launcher._default_stream([], 0)
+    with tc.Graph().capture(stream=7):
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert graph_mod.current_stream() == 7 and driver._tls.graph_keep is not None
+    assert seen == {"stream": 0, "keep": None, "default": 0}
+    assert graph_mod.current_stream() == 0 and driver._tls.graph_keep is None

@@ -88,3 +88,28 @@ def test_a_plan_replays_on_the_gpu_with_new_arrays_and_scalars(gpu):
     plan.launch([ex.ptr, ey.ptr, eo.ptr], [-0.5], stream=s)
     s.synchronize()
     np.testing.assert_allclose(eo.to_numpy(), xs[2] - 0.5 * xs[3], rtol=1e-6)
+
+
+def test_a_launch_with_too_few_addresses_or_scalars_says_what_it_takes(run):
+    plan = launch_plan(run.state, (3,), (X(), 5))
+    with pytest.raises(TypeError, match=r"plan of kernel 'k': launch takes 1 address\(es\) \(x\), got 0"):
+        plan.launch([])
+    with pytest.raises(TypeError, match=r"launch takes 1 scalar\(s\) \(n\), got 0"):
+        plan.launch([0x20000], [])
+    plan.launch([0x20000])            # the buffer went back to the pool: the plan still launches
+    assert run.launches == [("fn0", 0x20000, 5)]
+
+
+def test_a_replay_rewrites_only_addresses_and_scalars_of_its_own_buffer(run):
+    """Shapes and strides were written once; two plans of one prepared launch keep their own
+    buffers (the launcher's packer is not theirs)."""
+    a = launch_plan(run.state, (1,), (X(0x10000, 1024), 5))
+    b = launch_plan(run.state, (1,), (X(0x50000, 1024), 6))
+    assert a.prepared is b.prepared and a._buffers[0][0] is not b._buffers[0][0]
+    a.launch([0x20000])
+    b.launch([0x60000])
+    a.launch([0x30000], [7])
+    a.launch([0x40000])
+    assert run.launches == [("fn0", 0x20000, 5), ("fn0", 0x60000, 6), ("fn0", 0x30000, 7), ("fn0", 0x40000, 5)]
+    # of the kernel's three slots (x's address, x's extent, n) a replay writes two
+    assert len(a.prepared.compiled.params) == 3 and a._write.source.count("buf.f") == 2

@@ -13,7 +13,7 @@ import pytest
 import tilec as tc
 from tilec.options import OPTION_FIELDS
 from tilec.target import Target
-from tilec.runtime import driver, interop, replay
+from tilec.runtime import driver, interop, memory, replay
 from tilec.runtime.replay import LaunchPlan
 from tilec.runtime.memory import DeviceArray
 import tilec.stdlib_kernels as sk
@@ -85,6 +85,7 @@ def gpu_log(monkeypatch):
     monkeypatch.setattr(replay, "_cu_launch", cu_launch)
     monkeypatch.setattr(driver, "ensure_context", lambda device: None)
     monkeypatch.setattr(tc, "empty", lambda shape, dtype, device=0: _array(tuple(shape), dtype))
+    monkeypatch.setattr(memory, "empty_maker", lambda shape, dtype, device=0: lambda: _array(tuple(shape), dtype))
     h100 = Target.from_arch("sm_90a")   # no device to ask
     monkeypatch.setattr(norms, "target_of", lambda a: h100)
     monkeypatch.setattr(_softmax, "target_of", lambda a: h100)
