@@ -84,46 +84,79 @@ def _rows(m0, GROUP: tc.constexpr, QLEN: tc.constexpr, BM: tc.constexpr):
 
 
 @tc.func
-def _pages(table, b, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr):
-    """Where tile j of sequence b's keys lives, looked up once for its keys and values: the
-    page holding the whole tile (PAGE a multiple of BN), or each row's page (a (BN,) tile, 0
-    past the sequence); nothing for a contiguous cache."""
-    if PAGE == 0:
+def _pages(table, b, j, PAGE: tc.constexpr, BN: tc.constexpr):
+    """The page holding tile j of sequence b's keys (PAGE a multiple of BN), looked up once
+    for its keys and values; nothing for a contiguous cache or smaller pages (_gathered)."""
+    if PAGE == 0 or PAGE % BN != 0:
         return 0
-    if PAGE % BN == 0:
-        return tc.max(tc.load(table, offset=(b, (j * BN) // PAGE), shape=(1, 1)))
-    keys = j * BN + tc.arange(0, BN)
-    return tc.load(table.ptr + b * table.stride(0) + (keys // PAGE) * table.stride(1), mask=keys < n_kv, other=0)
+    return tc.max(tc.load(table, offset=(b, (j * BN) // PAGE), shape=(1, 1)))
 
 
 @tc.func
-def _kv_tile(k, page, b, hk, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr,
-             DIM: tc.constexpr):
-    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile (`page` from
-    `_pages`); zeros past the sequence on the gather path. `k` is seen as (batch | pages,
-    kv_heads, seq | page, dim)."""
+def _kv_tile(k, page, b, hk, j, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
+    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile view load
+    (`page` from `_pages`), for a contiguous cache or pages of whole tiles. `k` is seen as
+    (batch | pages, kv_heads, seq | page, dim)."""
     if PAGE == 0:     # contiguous: a tile of batch b's rows
         return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
-    if PAGE % BN == 0:   # the tile lies in one page
-        return tc.reshape(tc.load(k, offset=(page, hk, (j * BN) % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
-                          (BN, D))
-    keys = j * BN + tc.arange(0, BN)
-    row = page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + (keys % PAGE) * k.stride(2))
-    d = tc.arange(0, D)
-    return tc.load(k.ptr + row[:, None] + d[None, :], mask=(keys < n_kv)[:, None] & (d < DIM)[None, :], other=0.0)
+    return tc.reshape(tc.load(k, offset=(page, hk, (j * BN) % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
+                      (BN, D))
 
 
 @tc.func
-def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
+def _gathered(k, table, b, hk, j, n_kv, dims, KEYS_AXIS: tc.constexpr, MASKED: tc.constexpr,
+              PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr, DIM: tc.constexpr):
+    """Keys (or values) j * BN ... of sequence b, head hk, from pages smaller than the tile (or
+    not a multiple of it): each key's page looked up, its row read as whole 16-byte groups;
+    (BN, D) with KEYS_AXIS 0 (V), (D, BN) with 1 (K transposed as the dot reads it, so that
+    the load feeds the dot's shared buffer directly and the loop stages it with cp.async).
+    `dims` is arange(D) as i64, made once outside the loops: the same expression as q's and
+    o's column offsets would be one value with them (CSE), and its layout, the
+    accumulator's, would become the load's (2-byte accesses). Only masked (edge) tiles check
+    the keys against the sequence (zeros past it): the interior's keys all exist."""
+    if KEYS_AXIS == 0:
+        r = tc.arange(0, BN)[:, None]
+        d = dims[None, :]
+    else:
+        r = tc.arange(0, BN)[None, :]
+        d = dims[:, None]
+    if BN % PAGE == 0:   # the tile starts a page: key j * BN + r is row r % PAGE of its page
+        slot = j * (BN // PAGE) + r // PAGE
+        row = r % PAGE
+    else:
+        slot = (j * BN + r) // PAGE
+        row = (j * BN + r) % PAGE
+    at = table.ptr + b * table.stride(0) + slot * table.stride(1)
+    live = r < n_kv - j * BN   # not `j * BN + r < n_kv`: _step's score mask, one value with it (CSE)
+    if MASKED:
+        page = tc.load(at, mask=live, other=0)
+    else:
+        page = tc.load(at)
+    ptrs = k.ptr + (page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + row * k.stride(2))) + d
+    if MASKED and DIM < D:
+        return tc.load(ptrs, mask=live & (d < DIM), other=0.0)
+    if MASKED:
+        return tc.load(ptrs, mask=live, other=0.0)
+    if DIM < D:
+        return tc.load(ptrs, mask=d < DIM, other=0.0)
+    return tc.load(ptrs)
+
+
+@tc.func
+def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv, dims,
           MASKED: tc.constexpr, SOFTCAP: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
           D: tc.constexpr, DIM: tc.constexpr):
     # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
-    page = _pages(table, b, j, n_kv, PAGE, BN)
-    kt = _kv_tile(k, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
-    vt = _kv_tile(v, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
-    s = tc.dot(qt, kt.T)
+    if PAGE == 0 or PAGE % BN == 0:
+        page = _pages(table, b, j, PAGE, BN)
+        k_t = _kv_tile(k, page, b, hk, j, PAGE, BN, D).T
+        vt = _kv_tile(v, page, b, hk, j, PAGE, BN, D)
+    else:
+        k_t = _gathered(k, table, b, hk, j, n_kv, dims, 1, MASKED, PAGE, BN, D, DIM)
+        vt = _gathered(v, table, b, hk, j, n_kv, dims, 0, MASKED, PAGE, BN, D, DIM)
+    s = tc.dot(qt, k_t)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
     s = s * qk_scale
@@ -132,7 +165,8 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= pos[:, None] - left)
                 & (cols[None, :] <= pos[:, None] + right))
         s = tc.where(keep, s, NEG_INF)
-        vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
+        if PAGE == 0 or PAGE % BN == 0:   # (gathered tiles are zero there already)
+            vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
     return online_softmax(s, vt, m_i, l_i, acc)
 
 
@@ -172,6 +206,7 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     t, g, ok = _rows(m0, GROUP, QLEN, BM)
     pos = off + t
     d = tc.arange(0, D)
+    dims = d.astype(tc.int64)   # the gathered K/V tiles' own column offsets (_gathered)
     q_rows = b.astype(tc.int64) * q.stride(0) + t * q.stride(1) + (hk * GROUP + g) * q.stride(2)
     qt = tc.load(q.ptr + q_rows[:, None] + d[None, :], mask=ok[:, None] & (d < DIM)[None, :], other=0.0)
 
@@ -192,17 +227,16 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
     inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
     for j in range(first, inner_lo):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              True, SOFTCAP, PAGE, BN, D, DIM)
-    # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async)
-    # where the tiles' addresses follow from j alone (the contiguous cache; a page look-up is
-    # a load, which keeps a paged cache's loads as they are).
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, dims, True, SOFTCAP, PAGE, BN, D, DIM)
+    # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async;
+    # on a paged cache the copies repeat the page look-ups of the tile they fetch).
     for j in tc.range(inner_lo, inner_hi, num_stages=3):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              False, SOFTCAP, PAGE, BN, D, DIM)
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, dims, False, SOFTCAP, PAGE, BN, D, DIM)
     for j in range(inner_hi, last):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              True, SOFTCAP, PAGE, BN, D, DIM)
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, dims, True, SOFTCAP, PAGE, BN, D, DIM)
 
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
