@@ -14,8 +14,10 @@ Caches:
 - paged `(num_blocks, page_size, kv_heads, dim)` with `block_table (batch, max_blocks)`
   int32: key j of sequence b is row j % page_size of page block_table[b, j // page_size].
   Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile, a tile
-  view load at the page); smaller or odd pages are gathered row by row (each row's page
-  looked up, pointer loads of whole 16-byte groups of the head dim).
+  view load at the page); smaller or odd pages are gathered key by key (`_gathered`: each
+  key's page looked up, its row read as whole 16-byte groups of the head dim, K already
+  transposed as the dot reads it), which the interior loop stages with cp.async as it does
+  the tile loads (its inner loop as long as the contiguous cache's in the PTX).
 
 Lengths (flash-attn's rule): sequence b has n = cache_seqlens[b] keys, plus the q_len_new
 appended from `k_new`/`v_new` (written into the cache at positions cache_seqlens[b] ...
