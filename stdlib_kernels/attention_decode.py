@@ -13,11 +13,11 @@ Caches:
 - contiguous `(batch, max_seq, kv_heads, dim)`: sequence b's key j is row j of batch b;
 - paged `(num_blocks, page_size, kv_heads, dim)` with `block_table (batch, max_blocks)`
   int32: key j of sequence b is row j % page_size of page block_table[b, j // page_size].
-  Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile, a tile
-  view load at the page); smaller or odd pages are gathered key by key (`_gathered`: each
-  key's page looked up, its row read as whole 16-byte groups of the head dim, K already
-  transposed as the dot reads it), which the interior loop stages with cp.async as it does
-  the tile loads (its inner loop as long as the contiguous cache's in the PTX).
+  Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile);
+  smaller or odd pages are gathered key by key (each key's page looked up). Either way
+  (`_paged_tile`) each key's row is read as whole 16-byte groups of the head dim, K already
+  transposed as the dot reads it, and the interior loop stages the loads with cp.async as
+  it does the contiguous cache's tile loads (its inner loop about as long in the PTX).
 
 Lengths (flash-attn's rule): sequence b has n = cache_seqlens[b] keys, plus the q_len_new
 appended from `k_new`/`v_new` (written into the cache at positions cache_seqlens[b] ...
@@ -86,54 +86,48 @@ def _rows(m0, GROUP: tc.constexpr, QLEN: tc.constexpr, BM: tc.constexpr):
 
 
 @tc.func
-def _pages(table, b, j, PAGE: tc.constexpr, BN: tc.constexpr):
-    """The page holding tile j of sequence b's keys (PAGE a multiple of BN), looked up once
-    for its keys and values; nothing for a contiguous cache or smaller pages (_gathered)."""
-    if PAGE == 0 or PAGE % BN != 0:
-        return 0
-    return tc.max(tc.load(table, offset=(b, (j * BN) // PAGE), shape=(1, 1)))
+def _kv_tile(k, b, hk, j, BN: tc.constexpr, D: tc.constexpr):
+    """Keys (or values) j * BN ... of batch b's rows of a contiguous cache, head hk, as a
+    (BN, D) tile view load (`k` seen as (batch, kv_heads, seq, dim))."""
+    return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
 
 
 @tc.func
-def _kv_tile(k, page, b, hk, j, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
-    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile view load
-    (`page` from `_pages`), for a contiguous cache or pages of whole tiles. `k` is seen as
-    (batch | pages, kv_heads, seq | page, dim)."""
-    if PAGE == 0:     # contiguous: a tile of batch b's rows
-        return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
-    return tc.reshape(tc.load(k, offset=(page, hk, (j * BN) % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
-                      (BN, D))
-
-
-@tc.func
-def _gathered(k, table, b, hk, j, n_kv, dims, KEYS_AXIS: tc.constexpr, MASKED: tc.constexpr,
-              PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr, DIM: tc.constexpr):
-    """Keys (or values) j * BN ... of sequence b, head hk, from pages smaller than the tile (or
-    not a multiple of it): each key's page looked up, its row read as whole 16-byte groups;
-    (BN, D) with KEYS_AXIS 0 (V), (D, BN) with 1 (K transposed as the dot reads it, so that
-    the load feeds the dot's shared buffer directly and the loop stages it with cp.async).
-    `dims` is arange(D) as i64, made once outside the loops: the same expression as q's and
-    o's column offsets would be one value with them (CSE), and its layout, the
-    accumulator's, would become the load's (2-byte accesses). Only masked (edge) tiles check
-    the keys against the sequence (zeros past it): the interior's keys all exist."""
+def _paged_tile(k, table, b, hk, j, n_kv, dims, KEYS_AXIS: tc.constexpr, MASKED: tc.constexpr,
+                PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr, DIM: tc.constexpr):
+    """Keys (or values) j * BN ... of sequence b, head hk, from a paged cache (`k` seen as
+    (pages, kv_heads, page, dim)): (BN, D) with KEYS_AXIS 0 (V), (D, BN) with 1 (K transposed
+    as the dot reads it, so that the load feeds the dot's shared buffer directly and the loop
+    stages it with cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up
+    once; smaller or odd pages look up each key's. Either way each key's row is read as
+    whole 16-byte groups, by pointers whose only run-time parts are the page, the key and
+    `dims`: no bounds checks, and only masked (edge) tiles check the keys against the
+    sequence (zeros past it), the interior's keys all exist. `dims` is arange(D) as i64, made
+    once outside the loops: the same expression as q's and o's column offsets would be one
+    value with them (CSE), and its layout, the accumulator's, would become the load's
+    (2-byte accesses)."""
     if KEYS_AXIS == 0:
         r = tc.arange(0, BN)[:, None]
         d = dims[None, :]
     else:
         r = tc.arange(0, BN)[None, :]
         d = dims[:, None]
-    if BN % PAGE == 0:   # the tile starts a page: key j * BN + r is row r % PAGE of its page
-        slot = j * (BN // PAGE) + r // PAGE
-        row = r % PAGE
-    else:
-        slot = (j * BN + r) // PAGE
-        row = (j * BN + r) % PAGE
-    at = table.ptr + b * table.stride(0) + slot * table.stride(1)
     live = r < n_kv - j * BN   # not `j * BN + r < n_kv`: _step's score mask, one value with it (CSE)
-    if MASKED:
-        page = tc.load(at, mask=live, other=0)
+    if PAGE % BN == 0:   # the tile lies in one page (its first key exists, even on an edge)
+        page = tc.load(table.ptr + b * table.stride(0) + (j * BN) // PAGE * table.stride(1))
+        row = (j * BN) % PAGE + r
     else:
-        page = tc.load(at)
+        if BN % PAGE == 0:   # the tile starts a page: key j * BN + r is row r % PAGE of its page
+            slot = j * (BN // PAGE) + r // PAGE
+            row = r % PAGE
+        else:
+            slot = (j * BN + r) // PAGE
+            row = (j * BN + r) % PAGE
+        at = table.ptr + b * table.stride(0) + slot * table.stride(1)
+        if MASKED:
+            page = tc.load(at, mask=live, other=0)
+        else:
+            page = tc.load(at)
     ptrs = k.ptr + (page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + row * k.stride(2))) + d
     if MASKED and DIM < D:
         return tc.load(ptrs, mask=live & (d < DIM), other=0.0)
@@ -151,13 +145,12 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
     # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
-    if PAGE == 0 or PAGE % BN == 0:
-        page = _pages(table, b, j, PAGE, BN)
-        k_t = _kv_tile(k, page, b, hk, j, PAGE, BN, D).T
-        vt = _kv_tile(v, page, b, hk, j, PAGE, BN, D)
+    if PAGE == 0:
+        k_t = _kv_tile(k, b, hk, j, BN, D).T
+        vt = _kv_tile(v, b, hk, j, BN, D)
     else:
-        k_t = _gathered(k, table, b, hk, j, n_kv, dims, 1, MASKED, PAGE, BN, D, DIM)
-        vt = _gathered(v, table, b, hk, j, n_kv, dims, 0, MASKED, PAGE, BN, D, DIM)
+        k_t = _paged_tile(k, table, b, hk, j, n_kv, dims, 1, MASKED, PAGE, BN, D, DIM)
+        vt = _paged_tile(v, table, b, hk, j, n_kv, dims, 0, MASKED, PAGE, BN, D, DIM)
     s = tc.dot(qt, k_t)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
@@ -167,7 +160,7 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= pos[:, None] - left)
                 & (cols[None, :] <= pos[:, None] + right))
         s = tc.where(keep, s, NEG_INF)
-        if PAGE == 0 or PAGE % BN == 0:   # (gathered tiles are zero there already)
+        if PAGE == 0:   # (paged tiles are zero there already)
             vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
     return online_softmax(s, vt, m_i, l_i, acc)
 
@@ -208,7 +201,7 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     t, g, ok = _rows(m0, GROUP, QLEN, BM)
     pos = off + t
     d = tc.arange(0, D)
-    dims = d.astype(tc.int64)   # the gathered K/V tiles' own column offsets (_gathered)
+    dims = d.astype(tc.int64)   # the paged K/V tiles' own column offsets (_paged_tile)
     q_rows = b.astype(tc.int64) * q.stride(0) + t * q.stride(1) + (hk * GROUP + g) * q.stride(2)
     qt = tc.load(q.ptr + q_rows[:, None] + d[None, :], mask=ok[:, None] & (d < DIM)[None, :], other=0.0)
 
