@@ -106,11 +106,12 @@ def test_unwritten_cache_rows_do_not_leak():
         check(o, decode_ref(q, kc, vc, lens, causal=True)[0], 3e-3)
 
 
-@pytest.mark.parametrize("page,dim", [(1, 32), (2, 48), (8, 32), (16, 40), (48, 32)])
-def test_gathered_pages_read_only_the_sequence(page, dim):
-    # pages smaller than the 32-key tile, or not a multiple of it, are gathered key by key: the
-    # interior tiles without a mask, the edges masked. Every pool row no sequence holds is NaN
-    # (rows past each sequence in its last page, pages no sequence uses): none may be read.
+@pytest.mark.parametrize("page,dim", [(1, 32), (2, 48), (8, 32), (16, 40), (48, 32), (32, 32), (64, 48)])
+def test_paged_tiles_read_only_the_sequence(page, dim):
+    # pages smaller than the 32-key tile, or not a multiple of it, are gathered key by key,
+    # larger ones a tile per page: the interior tiles without a mask, the edges masked. Every
+    # pool row no sequence holds is NaN (rows past each sequence in its last page, pages no
+    # sequence uses): none may be read.
     rng = np.random.default_rng(19 + page)
     batch, heads, kv_heads, q_len, capacity = 3, 4, 2, 2, 200
     lens = np.array([200, 77, 33], np.int32)

@@ -1,5 +1,5 @@
 """stdlib attention_decode on the GPU against float64 torch: random (non-monotonic) page
-tables, pages of 1, 3, 8, 16, 48, 64 and 256 (gathered pages with NaN in every pool row no
+tables, pages of 1, 3, 8, 16, 32, 48, 64 and 256 (one test with NaN in every pool row no
 sequence holds), contiguous caches, contexts up to ~5000 that are not multiples of a page or
 a tile, zero-length sequences, q_len 1, 2 and 4, GQA, head dims 64, 96 and 128, k_new/v_new
 appends."""
@@ -158,11 +158,13 @@ def test_unwritten_rows_hold_nan(torch):
         check(torch, o, lse, want_o, want_lse, tdt)
 
 
-@pytest.mark.parametrize("page,dim", [(1, 128), (3, 96), (8, 128), (16, 96), (16, 128), (48, 64)])
-def test_gathered_pages_read_only_the_sequence(torch, page, dim):
-    # pages smaller than the 32-key tile, or not a multiple of it, are gathered key by key
-    # (staged with cp.async, interior tiles unmasked); every pool row that no sequence holds
-    # is NaN, so a read past a sequence or of another page shows in the output
+@pytest.mark.parametrize("page,dim", [(1, 128), (3, 96), (8, 128), (16, 96), (16, 128), (48, 64), (32, 128),
+                                      (64, 96)])
+def test_paged_tiles_read_only_the_sequence(torch, page, dim):
+    # pages smaller than the 32-key tile, or not a multiple of it, are gathered key by key,
+    # larger ones a tile per page (staged with cp.async, interior tiles unmasked, no bounds
+    # checks); every pool row that no sequence holds is NaN, so a read past a sequence or of
+    # another page shows in the output
     torch.manual_seed(31 + page + dim)
     batch, h, hk, q_len, capacity, tdt = 4, 16, 4, 2, 1700, torch.bfloat16
     kc, vc, table = make_cache(torch, batch, capacity, page, hk, dim, tdt)
