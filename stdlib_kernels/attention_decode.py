@@ -93,25 +93,21 @@ def _kv_tile(k, b, hk, j, BN: tc.constexpr, D: tc.constexpr):
 
 
 @tc.func
-def _paged_tile(k, table, b, hk, j, n_kv, dims, KEYS_AXIS: tc.constexpr, MASKED: tc.constexpr,
-                PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr, DIM: tc.constexpr):
+def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
+                D: tc.constexpr, DIM: tc.constexpr):
     """Keys (or values) j * BN ... of sequence b, head hk, from a paged cache (`k` seen as
-    (pages, kv_heads, page, dim)): (BN, D) with KEYS_AXIS 0 (V), (D, BN) with 1 (K transposed
-    as the dot reads it, so that the load feeds the dot's shared buffer directly and the loop
-    stages it with cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up
-    once; smaller or odd pages look up each key's. Either way each key's row is read as
-    whole 16-byte groups, by pointers whose only run-time parts are the page, the key and
-    `dims`: no bounds checks, and only masked (edge) tiles check the keys against the
-    sequence (zeros past it), the interior's keys all exist. `dims` is arange(D) as i64, made
-    once outside the loops: the same expression as q's and o's column offsets would be one
-    value with them (CSE), and its layout, the accumulator's, would become the load's
-    (2-byte accesses)."""
-    if KEYS_AXIS == 0:
-        r = tc.arange(0, BN)[:, None]
-        d = dims[None, :]
-    else:
-        r = tc.arange(0, BN)[None, :]
-        d = dims[:, None]
+    (pages, kv_heads, page, dim)): (BN, D) with `r` arange(BN) as (BN, 1) and `d` arange(D) as
+    (1, D) (V), (D, BN) with them as (1, BN) and (D, 1) (K transposed as the dot reads it, so
+    that the load feeds the dot's shared buffer directly and the loop stages it with
+    cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up once; smaller
+    or odd pages look up each key's. Either way each key's row is read as whole 16-byte
+    groups, by pointers whose only run-time parts are the page, the key and `d`: no bounds
+    checks, and only masked (edge) tiles check the keys against the sequence (zeros past
+    it), the interior's keys all exist. `r` and `d` (i64) come from the kernel, made once
+    before its loops: made here they would be converted to the load's layout in each loop,
+    and made as q's and o's column offsets are (the same expression, one value after CSE)
+    they would make the accumulator's layout the load's (2-byte accesses; _step gives the
+    edges' V such offsets, the interior's its own)."""
     live = r < n_kv - j * BN   # not `j * BN + r < n_kv`: _step's score mask, one value with it (CSE)
     if PAGE % BN == 0:   # the tile lies in one page (its first key exists, even on an edge)
         page = tc.load(table.ptr + b * table.stride(0) + (j * BN) // PAGE * table.stride(1))
@@ -139,7 +135,7 @@ def _paged_tile(k, table, b, hk, j, n_kv, dims, KEYS_AXIS: tc.constexpr, MASKED:
 
 
 @tc.func
-def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv, dims,
+def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv, rk, dk, rv, dv,
           MASKED: tc.constexpr, SOFTCAP: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
           D: tc.constexpr, DIM: tc.constexpr):
     # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
@@ -149,8 +145,14 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
         k_t = _kv_tile(k, b, hk, j, BN, D).T
         vt = _kv_tile(v, b, hk, j, BN, D)
     else:
-        k_t = _paged_tile(k, table, b, hk, j, n_kv, dims, 1, MASKED, PAGE, BN, D, DIM)
-        vt = _paged_tile(v, table, b, hk, j, n_kv, dims, 0, MASKED, PAGE, BN, D, DIM)
+        k_t = _paged_tile(k, table, b, hk, j, n_kv, rk, dk, MASKED, PAGE, BN, D, DIM)
+        if MASKED:
+            # keys and columns other than the interior's (an i64 key index, q's columns): an
+            # edge's zeros are q's (one constant when BM == BN), and through a shared rv or dv
+            # the interior's V would get q's layout (2-byte accesses)
+            rv = tc.arange(0, BN).astype(tc.int64)[:, None]
+            dv = tc.arange(0, D)[None, :]
+        vt = _paged_tile(v, table, b, hk, j, n_kv, rv, dv, MASKED, PAGE, BN, D, DIM)
     s = tc.dot(qt, k_t)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
@@ -201,7 +203,11 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     t, g, ok = _rows(m0, GROUP, QLEN, BM)
     pos = off + t
     d = tc.arange(0, D)
-    dims = d.astype(tc.int64)   # the paged K/V tiles' own column offsets (_paged_tile)
+    if PAGE == 0:   # view loads
+        rk, dk, rv, dv = 0, 0, 0, 0
+    else:   # a paged cache's K (transposed) and V tiles: their keys and columns (_paged_tile)
+        dims = d.astype(tc.int64)
+        rk, dk, rv, dv = tc.arange(0, BN)[None, :], dims[:, None], tc.arange(0, BN)[:, None], dims[None, :]
     q_rows = b.astype(tc.int64) * q.stride(0) + t * q.stride(1) + (hk * GROUP + g) * q.stride(2)
     qt = tc.load(q.ptr + q_rows[:, None] + d[None, :], mask=ok[:, None] & (d < DIM)[None, :], other=0.0)
 
@@ -223,15 +229,15 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
     for j in range(first, inner_lo):
         m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
-                              n_kv, dims, True, SOFTCAP, PAGE, BN, D, DIM)
+                              n_kv, rk, dk, rv, dv, True, SOFTCAP, PAGE, BN, D, DIM)
     # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async;
     # on a paged cache the copies repeat the page look-ups of the tile they fetch).
     for j in tc.range(inner_lo, inner_hi, num_stages=3):
         m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
-                              n_kv, dims, False, SOFTCAP, PAGE, BN, D, DIM)
+                              n_kv, rk, dk, rv, dv, False, SOFTCAP, PAGE, BN, D, DIM)
     for j in range(inner_hi, last):
         m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
-                              n_kv, dims, True, SOFTCAP, PAGE, BN, D, DIM)
+                              n_kv, rk, dk, rv, dv, True, SOFTCAP, PAGE, BN, D, DIM)
 
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
