@@ -103,7 +103,7 @@ def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.c
     or odd pages look up each key's. Either way each key's row is read as whole 16-byte
     groups, by pointers whose only run-time parts are the page, the key and `d`: no bounds
     checks, and only masked (edge) tiles check the keys against the sequence (zeros past
-    it), the interior's keys all exist. `r` and `d` (as i64) come from the kernel, made once
+    it), the interior's keys all exist. `r` and `d` (d as i64) come from the kernel, made once
     before its loops: made here they would be converted to the load's layout in each loop,
     and made as q's and o's column offsets are (the same expression, one value after CSE)
     they would make the accumulator's layout the load's (2-byte accesses; _step gives the
