@@ -13,9 +13,11 @@ Caches:
 - contiguous `(batch, max_seq, kv_heads, dim)`: sequence b's key j is row j of batch b;
 - paged `(num_blocks, page_size, kv_heads, dim)` with `block_table (batch, max_blocks)`
   int32: key j of sequence b is row j % page_size of page block_table[b, j // page_size].
-  Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile, a tile
-  view load at the page); smaller or odd pages are gathered row by row (each row's page
-  looked up, pointer loads of whole 16-byte groups of the head dim).
+  Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile);
+  smaller or odd pages are gathered key by key (each key's page looked up). Either way
+  (`_paged_tile`) each key's row is read as whole 16-byte groups of the head dim, K already
+  transposed as the dot reads it, and the interior loop stages the loads with cp.async as
+  it does the contiguous cache's tile loads (its inner loop about as long in the PTX).
 
 Lengths (flash-attn's rule): sequence b has n = cache_seqlens[b] keys, plus the q_len_new
 appended from `k_new`/`v_new` (written into the cache at positions cache_seqlens[b] ...
@@ -84,46 +86,74 @@ def _rows(m0, GROUP: tc.constexpr, QLEN: tc.constexpr, BM: tc.constexpr):
 
 
 @tc.func
-def _pages(table, b, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr):
-    """Where tile j of sequence b's keys lives, looked up once for its keys and values: the
-    page holding the whole tile (PAGE a multiple of BN), or each row's page (a (BN,) tile, 0
-    past the sequence); nothing for a contiguous cache."""
-    if PAGE == 0:
-        return 0
-    if PAGE % BN == 0:
-        return tc.max(tc.load(table, offset=(b, (j * BN) // PAGE), shape=(1, 1)))
-    keys = j * BN + tc.arange(0, BN)
-    return tc.load(table.ptr + b * table.stride(0) + (keys // PAGE) * table.stride(1), mask=keys < n_kv, other=0)
+def _kv_tile(k, b, hk, j, BN: tc.constexpr, D: tc.constexpr):
+    """Keys (or values) j * BN ... of batch b's rows of a contiguous cache, head hk, as a
+    (BN, D) tile view load (`k` seen as (batch, kv_heads, seq, dim))."""
+    return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
 
 
 @tc.func
-def _kv_tile(k, page, b, hk, j, n_kv, PAGE: tc.constexpr, BN: tc.constexpr, D: tc.constexpr,
-             DIM: tc.constexpr):
-    """Keys (or values) j * BN ... of sequence b, head hk, as a (BN, D) tile (`page` from
-    `_pages`); zeros past the sequence on the gather path. `k` is seen as (batch | pages,
-    kv_heads, seq | page, dim)."""
-    if PAGE == 0:     # contiguous: a tile of batch b's rows
-        return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
-    if PAGE % BN == 0:   # the tile lies in one page
-        return tc.reshape(tc.load(k, offset=(page, hk, (j * BN) % PAGE, 0), shape=(1, 1, BN, D), padding=0.0),
-                          (BN, D))
-    keys = j * BN + tc.arange(0, BN)
-    row = page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + (keys % PAGE) * k.stride(2))
-    d = tc.arange(0, D)
-    return tc.load(k.ptr + row[:, None] + d[None, :], mask=(keys < n_kv)[:, None] & (d < DIM)[None, :], other=0.0)
+def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
+                D: tc.constexpr, DIM: tc.constexpr):
+    """Keys (or values) j * BN ... of sequence b, head hk, from a paged cache (`k` seen as
+    (pages, kv_heads, page, dim)): (BN, D) with `r` arange(BN) as (BN, 1) and `d` arange(D) as
+    (1, D) (V), (D, BN) with them as (1, BN) and (D, 1) (K transposed as the dot reads it, so
+    that the load feeds the dot's shared buffer directly and the loop stages it with
+    cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up once; smaller
+    or odd pages look up each key's. Either way each key's row is read as whole 16-byte
+    groups, by pointers whose only run-time parts are the page, the key and `d`: no bounds
+    checks, and only masked (edge) tiles check the keys against the sequence (zeros past
+    it), the interior's keys all exist. `r` and `d` (d as i64) come from the kernel, made once
+    before its loops: made here they would be converted to the load's layout in each loop,
+    and made as q's and o's column offsets are (the same expression, one value after CSE)
+    they would make the accumulator's layout the load's (2-byte accesses; _step gives the
+    edges' V such offsets, the interior's its own)."""
+    live = r < n_kv - j * BN   # not `j * BN + r < n_kv`: _step's score mask, one value with it (CSE)
+    if PAGE % BN == 0:   # the tile lies in one page (its first key exists, even on an edge)
+        page = tc.load(table.ptr + b * table.stride(0) + (j * BN) // PAGE * table.stride(1))
+        row = (j * BN) % PAGE + r
+    else:
+        if BN % PAGE == 0:   # the tile starts a page: key j * BN + r is row r % PAGE of its page
+            slot = j * (BN // PAGE) + r // PAGE
+            row = r % PAGE
+        else:
+            slot = (j * BN + r) // PAGE
+            row = (j * BN + r) % PAGE
+        at = table.ptr + b * table.stride(0) + slot * table.stride(1)
+        if MASKED:
+            page = tc.load(at, mask=live, other=0)
+        else:
+            page = tc.load(at)
+    ptrs = k.ptr + (page.astype(tc.int64) * k.stride(0) + (hk * k.stride(1) + row * k.stride(2))) + d
+    if MASKED and DIM < D:
+        return tc.load(ptrs, mask=live & (d < DIM), other=0.0)
+    if MASKED:
+        return tc.load(ptrs, mask=live, other=0.0)
+    if DIM < D:
+        return tc.load(ptrs, mask=d < DIM, other=0.0)
+    return tc.load(ptrs)
 
 
 @tc.func
-def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
+def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv, rk, dk, rv, dv,
           MASKED: tc.constexpr, SOFTCAP: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
           D: tc.constexpr, DIM: tc.constexpr):
     # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
-    page = _pages(table, b, j, n_kv, PAGE, BN)
-    kt = _kv_tile(k, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
-    vt = _kv_tile(v, page, b, hk, j, n_kv, PAGE, BN, D, DIM)
-    s = tc.dot(qt, kt.T)
+    if PAGE == 0:
+        k_t = _kv_tile(k, b, hk, j, BN, D).T
+        vt = _kv_tile(v, b, hk, j, BN, D)
+    else:
+        k_t = _paged_tile(k, table, b, hk, j, n_kv, rk, dk, MASKED, PAGE, BN, D, DIM)
+        if MASKED:
+            # keys and columns other than the interior's (an i64 key index, q's columns): an
+            # edge's zeros are q's (one constant when BM == BN), and through a shared rv or dv
+            # the interior's V would get q's layout (2-byte accesses)
+            rv = tc.arange(0, BN).astype(tc.int64)[:, None]
+            dv = tc.arange(0, D)[None, :]
+        vt = _paged_tile(v, table, b, hk, j, n_kv, rv, dv, MASKED, PAGE, BN, D, DIM)
+    s = tc.dot(qt, k_t)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
     s = s * qk_scale
@@ -132,7 +162,8 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= pos[:, None] - left)
                 & (cols[None, :] <= pos[:, None] + right))
         s = tc.where(keep, s, NEG_INF)
-        vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
+        if PAGE == 0:   # (paged tiles are zero there already)
+            vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
     return online_softmax(s, vt, m_i, l_i, acc)
 
 
@@ -172,6 +203,11 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     t, g, ok = _rows(m0, GROUP, QLEN, BM)
     pos = off + t
     d = tc.arange(0, D)
+    if PAGE == 0:   # view loads
+        rk, dk, rv, dv = 0, 0, 0, 0
+    else:   # a paged cache's K (transposed) and V tiles: their keys and columns (_paged_tile)
+        dims = d.astype(tc.int64)
+        rk, dk, rv, dv = tc.arange(0, BN)[None, :], dims[:, None], tc.arange(0, BN)[:, None], dims[None, :]
     q_rows = b.astype(tc.int64) * q.stride(0) + t * q.stride(1) + (hk * GROUP + g) * q.stride(2)
     qt = tc.load(q.ptr + q_rows[:, None] + d[None, :], mask=ok[:, None] & (d < DIM)[None, :], other=0.0)
 
@@ -192,17 +228,16 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     inner_lo = tc.minimum(tc.maximum(tc.cdiv(whole_lo, BN), first), last)
     inner_hi = tc.minimum(tc.maximum(whole_hi // BN, inner_lo), last)
     for j in range(first, inner_lo):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              True, SOFTCAP, PAGE, BN, D, DIM)
-    # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async)
-    # where the tiles' addresses follow from j alone (the contiguous cache; a page look-up is
-    # a load, which keeps a paged cache's loads as they are).
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, rk, dk, rv, dv, True, SOFTCAP, PAGE, BN, D, DIM)
+    # The interior, the bulk of the keys: staged 2 tiles ahead into shared memory (cp.async;
+    # on a paged cache the copies repeat the page look-ups of the tile they fetch).
     for j in tc.range(inner_lo, inner_hi, num_stages=3):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              False, SOFTCAP, PAGE, BN, D, DIM)
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, rk, dk, rv, dv, False, SOFTCAP, PAGE, BN, D, DIM)
     for j in range(inner_hi, last):
-        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right, n_kv,
-                              True, SOFTCAP, PAGE, BN, D, DIM)
+        m_i, l_i, acc = _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, right,
+                              n_kv, rk, dk, rv, dv, True, SOFTCAP, PAGE, BN, D, DIM)
 
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]

@@ -1,6 +1,8 @@
 """stdlib attention_decode on the GPU against float64 torch: random (non-monotonic) page
-tables, pages of 16 and 64, contiguous caches, contexts up to ~5000 that are not multiples
-of a page or a tile, zero-length sequences, q_len 1 and 4, GQA, k_new/v_new appends."""
+tables, pages of 1, 3, 8, 16, 32, 48, 64 and 256 (one test with NaN in every pool row no
+sequence holds), contiguous caches, contexts up to ~5000 that are not multiples of a page or
+a tile, zero-length sequences, q_len 1, 2 and 4, GQA, head dims 64, 96 and 128, k_new/v_new
+appends."""
 from __future__ import annotations
 
 import math
@@ -154,6 +156,31 @@ def test_unwritten_rows_hold_nan(torch):
         o, lse = attention_decode(q, kc, vc, lens, num_splits=splits, return_lse=True)
         want_o, want_lse = decode_ref(torch, q, kc, vc, lens.tolist())
         check(torch, o, lse, want_o, want_lse, tdt)
+
+
+@pytest.mark.parametrize("page,dim", [(1, 128), (3, 96), (8, 128), (16, 96), (16, 128), (48, 64), (32, 128),
+                                      (64, 96)])
+def test_paged_tiles_read_only_the_sequence(torch, page, dim):
+    # pages smaller than the 32-key tile, or not a multiple of it, are gathered key by key,
+    # larger ones a tile per page (staged with cp.async, interior tiles unmasked, no bounds
+    # checks); every pool row that no sequence holds is NaN, so a read past a sequence or of
+    # another page shows in the output
+    torch.manual_seed(31 + page + dim)
+    batch, h, hk, q_len, capacity, tdt = 4, 16, 4, 2, 1700, torch.bfloat16
+    kc, vc, table = make_cache(torch, batch, capacity, page, hk, dim, tdt)
+    lens = torch.tensor([0, 1700, 1, 1003], device="cuda", dtype=torch.int32)
+    held = torch.zeros(kc.shape[:2], dtype=torch.bool, device="cuda")
+    for b, n in enumerate(lens.tolist()):
+        j = torch.arange(n, device="cuda")
+        held[table[b].long()[j // page], j % page] = True
+    kc[~held] = float("nan")
+    vc[~held] = float("nan")
+    q = torch.randn(batch, q_len, h, dim, device="cuda", dtype=tdt)
+    for kw in ({}, {"window": (300, -1)}):
+        for splits in (None, 1, 5):
+            o, lse = attention_decode(q, kc, vc, lens, block_table=table, num_splits=splits, return_lse=True, **kw)
+            want_o, want_lse = decode_ref(torch, q, kc, vc, lens.tolist(), table, window=kw.get("window"))
+            check(torch, o, lse, want_o, want_lse, tdt)
 
 
 def test_host_and_device_arrays_do_not_mix(torch):
