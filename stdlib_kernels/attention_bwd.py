@@ -79,21 +79,24 @@ def _row_stats(lse, delta, b, h, i, q_start, BM: tc.constexpr, VARLEN: tc.conste
 
 
 @tc.func
-def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
            VARLEN: tc.constexpr):
-    """(P, tanh) of raw scores x = q·k, with l2, rows (query index + off) and cols (key index)
-    broadcast to x's orientation; tanh(x · cap) under SOFTCAP (else x, unused). VARLEN: rows
-    past the sequence (query index >= n_q, i.e. rows >= n_kv) are the next sequence's, not padding."""
+    """(P, dP'), of raw scores x = q·k and dP' = dP - δ, with l2, rows (query index + off) and
+    cols (key index) broadcast to x's orientation; under SOFTCAP dP' times tanh's derivative
+    1 - tanh²(x · cap) (applied before P is formed: tanh's values die there, not after P, which
+    at head dim 128 spills). VARLEN: rows past the sequence (query index >= n_q, i.e. rows >=
+    n_kv) are the next sequence's, not padding."""
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
+        dp = dp * (1.0 - t * t)
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
         if VARLEN:
             keep = keep & (rows < n_kv)
         s = tc.where(keep, s, float("-inf"))
-    return tc.exp2(s - l2), t
+    return tc.exp2(s - l2), dp
 
 
 @tc.func
@@ -144,14 +147,25 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
             d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
-    pt, tt = _probs(tc.dot(kt, qt.T), l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right, n_kv,
-                    MASKED, SOFTCAP, VARLEN)                          # Pᵀ: (BN, BM)
+    # dPᵀ - δ first (δ as the product's initial accumulator, no δ live beside it), then Sᵀ:
+    # Pᵀ in registers for no other product's duration (at head dim 128 that spills)
+    dpt = tc.dot(vt, dot_.T, tc.zeros((BN, BM), tc.float32) - d[None, :])
+    pt, dpt = _probs(tc.dot(kt, qt.T), dpt, l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right,
+                     n_kv, MASKED, SOFTCAP, VARLEN)                   # Pᵀ: (BN, BM)
+    dst = pt * dpt                                                    # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     dv = tc.dot(pt.astype(do.dtype), dot_, dv)
-    dst = pt * (tc.dot(vt, dot_.T) - d[None, :])                     # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
-    if SOFTCAP:
-        dst = dst * (1.0 - tt * tt)
     dk = tc.dot(dst.astype(q.dtype), qt, dk)
     return dk, dv
+
+
+@tc.func
+def _head_block(t, hk, start, end, GROUP: tc.constexpr):
+    """(query head, block) of step t of a walk over blocks [start, end) of each query head of
+    kv head hk in turn (t // blocks: the step stays affine in t, so its loads pipeline)."""
+    if GROUP == 1:
+        return hk, start + t
+    g = t // (end - start)
+    return hk * GROUP + g, start + t - g * (end - start)
 
 
 @tc.func
@@ -172,17 +186,20 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
     whole_lo = tc.maximum(n0 + BN - 1 - off - right, 0)
     whole_hi = tc.minimum(n0 - off + left + 1, n_q)
     first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BM)
-    for g in range(GROUP):   # the query heads that read this key/value head
-        h = hk * GROUP + g
-        for i in range(first, inner_lo):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
-        for i in range(inner_lo, inner_hi):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
-        for i in range(inner_hi, last):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    # The query heads of the group (GQA) walk within each loop, not around the three: an outer
+    # head loop keeps more values live across the inner loops (spills at head dim 128).
+    for t in range(GROUP * (inner_lo - first)):
+        h, i = _head_block(t, hk, first, inner_lo, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    for t in range(GROUP * (inner_hi - inner_lo)):
+        h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    for t in range(GROUP * (last - inner_hi)):
+        h, i = _head_block(t, hk, inner_hi, last, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
     _store_rows(dk_acc * scale, dk, b, hk, nblk, k_start, n_kv, BN, DK, VARLEN)
     _store_rows(dv_acc, dv, b, hk, nblk, k_start, n_kv, BN, DV, VARLEN)
 
@@ -224,11 +241,10 @@ def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left,
     rows = q0 + off + tc.arange(0, BM)
     cols = j * BN + tc.arange(0, BN)
     # (rows past the sequence are not stored: no VARLEN row mask needed here)
-    p, t = _probs(tc.dot(qt, kt.T), l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
-                  MASKED, SOFTCAP, False)                             # P: (BM, BN)
-    ds = p * (tc.dot(dot_, vt.T) - d[:, None])
-    if SOFTCAP:
-        ds = ds * (1.0 - t * t)
+    dp = tc.dot(dot_, vt.T, tc.zeros((BM, BN), tc.float32) - d[:, None])   # dP - δ (as in _dkdv_block)
+    p, dp = _probs(tc.dot(qt, kt.T), dp, l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
+                   MASKED, SOFTCAP, False)                            # P: (BM, BN)
+    ds = p * dp
     return tc.dot(ds.astype(k.dtype), kt, dq)
 
 
