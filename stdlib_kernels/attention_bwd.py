@@ -39,6 +39,7 @@ from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
 from ._plan import named
+from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales,
                         seq_bounds)
 
@@ -321,39 +322,48 @@ class AttentionBwdConfig:
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
+PATHS = ("dense", "varlen", "mods")
+
+
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
-                   softcap: bool = False) -> AttentionBwdConfig:
+                   softcap: bool = False, path: str = "dense") -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch):
-    the wgmma blocks where the target has wgmma and they fit (`_tiling`; softcap's tanh terms
-    spill there), else the mma.sync tiles."""
-    return _tiling(head_dim, head_dim_v, wgmma=target.has_wgmma and not softcap)
+    the wgmma blocks where the target has wgmma and they fit the kernels of `path` ("dense":
+    this module's; "varlen", "mods": attention_varlen.py's and attention_mods.py's) without
+    spills (`AttentionBwdTuning`; softcap's tanh terms spill there), else the mma.sync tiles."""
+    if path not in PATHS:
+        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
+    t = tuning_for(target).attention_bwd
+    widest = {"dense": t.wgmma_max_head_dim, "varlen": t.wgmma_max_head_dim_varlen,
+              "mods": t.wgmma_max_head_dim_mods}[path]
+    return _tiling(head_dim, head_dim_v, t, wgmma_up_to=widest if target.has_wgmma and not softcap else 0)
 
 
 def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
-                      kv_block: int) -> AttentionBwdConfig:
+                      kv_block: int, path: str) -> AttentionBwdConfig:
     """bwd_config_for's tiling where its blocks divide a block mask's (q_block x kv_block)
     blocks, else the mma.sync tiling (blocks of at most 64), which does."""
-    cfg = bwd_config_for(head_dim, target, head_dim_v)
+    cfg = bwd_config_for(head_dim, target, head_dim_v, path=path)
     if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
-        cfg = _tiling(head_dim, head_dim_v, wgmma=False)
+        cfg = _tiling(head_dim, head_dim_v, tuning_for(target).attention_bwd, wgmma_up_to=0)
     return cfg
 
 
-def _tiling(head_dim: int, head_dim_v: Optional[int], wgmma: bool) -> AttentionBwdConfig:
-    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
-    the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
-    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step. `wgmma`:
-    up to head dim 64, two warpgroups of 64 owned rows and steps of 64 on the other side,
-    every product a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md,
-    "Backward"); at 128 the dK/dV kernel spills at those blocks."""
+def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, wgmma_up_to: int) -> AttentionBwdConfig:
+    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The dK/dV
+    kernel holds two (keys x dim) f32 accumulators and Pᵀ and dPᵀ - δ of one step (K and V
+    stay in shared memory). The wgmma blocks (head dims up to `wgmma_up_to`; 0: none): two
+    warpgroups of 64 owned rows and steps of 64 on the other side, every product a wgmma
+    with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at head dim
+    128 they fit only with dPᵀ - δ formed before Sᵀ (_dkdv_block)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) <= 64 and wgmma:
-        return AttentionBwdConfig(128, 64, 128, 64, dk, dv, 8)
+    if max(dk, dv) <= wgmma_up_to:
+        return AttentionBwdConfig(*t.wgmma_blocks, dk, dv, 8)
     if max(dk, dv) <= 64:
-        return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 8)
+        return AttentionBwdConfig(*t.mma_blocks_64, dk, dv, 8)
     if max(dk, dv) <= 128:
-        return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
+        return AttentionBwdConfig(*t.mma_blocks_128, dk, dv, 8)
     # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
     # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
     wide = max(dk, dv)
@@ -455,18 +465,22 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 
 
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
-_CFG64_SOFTCAP = bwd_config_for(64, HOST_TARGET, softcap=True)
+_SM80 = Target.from_arch("sm_80")
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
 SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dims 128, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+# head dims 128 (the wgmma blocks; sm_80's and softcap's mma.sync tiles), 256 and 192 / 128
+# (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
-                    for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
-                                                    ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2), ("bf16", _CFG256, False, 1),
-                                                    ("f16", _CFG256, True, 2),
+                    for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, False, 1),
+                                                    ("f16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 1),
+                                                    ("bf16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 4),
+                                                    ("bf16", bwd_config_for(128, _SM80), False, 4),
+                                                    ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2),
+                                                    ("bf16", _CFG256, False, 1), ("f16", _CFG256, True, 2),
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
-                                                    ("f16", bwd_config_for(64, Target.from_arch("sm_80")), False, 1))]
+                                                    ("f16", bwd_config_for(64, _SM80), False, 1))]
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))

@@ -23,7 +23,7 @@ from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
            "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
-           "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "AttentionBwdTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,24 @@ class SamplingTuning:
 
 
 @dataclass(frozen=True)
+class AttentionBwdTuning:
+    """attention_backward's tilings (attention_bwd._tiling): (kv_block, q_step, q_block,
+    kv_step), i.e. the dK/dV kernel's keys owned and query rows per step, the dQ kernel's
+    query rows owned and keys per step; each the largest ptxas assembles without spills.
+    The wgmma blocks are sm_90's ("Attention backward on wgmma (2026-11-28)"): two
+    warpgroups of 64 owned rows, steps of 64; the head dims (padded to a power of two) they
+    take, per path: the dense kernels up to 128; the varlen kernels (64-bit packed-row
+    offsets, rows of two sequences in one block) and the mods kernels (score_mod, block
+    lists) spill at 128 and take the mma.sync tiles there; softcap takes them everywhere."""
+    wgmma_blocks: Tuple[int, int, int, int] = (128, 64, 128, 64)
+    wgmma_max_head_dim: int = 128
+    wgmma_max_head_dim_varlen: int = 64
+    wgmma_max_head_dim_mods: int = 64
+    mma_blocks_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64, mma.sync
+    mma_blocks_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
+
+
+@dataclass(frozen=True)
 class RowTuning:
     family: str
     cluster: ClusterTuning = ClusterTuning()
@@ -201,6 +219,7 @@ class RowTuning:
     matmul: MatmulTuning = MatmulTuning()
     topk: TopkTuning = TopkTuning()
     sampling: SamplingTuning = SamplingTuning()
+    attention_bwd: AttentionBwdTuning = AttentionBwdTuning()
 
 
 TABLES = {

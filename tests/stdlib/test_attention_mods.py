@@ -345,7 +345,7 @@ def _mods_signatures(d: int):
     from tilec.stdlib_kernels.attention_bwd import bwd_config_for
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
-    f, c = config_for(d, d, h100), bwd_config_for(d, h100)
+    f, c = config_for(d, d, h100), bwd_config_for(d, h100, path="mods")
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
              "aux0=i32[?,?]:stride_div=16x1, aux1=i32[?], ")
     tail = "sm_scale=f32, DENSE=False, GROUP=2, "
