@@ -72,6 +72,17 @@ def test_grouped_heads_sum_dk_dv_over_the_group(h, hk):
            4e-3)
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(70, 90)), dict(softcap=5.0, window=(100, 0))],
+                         ids=["plain", "causal", "window", "softcap"])
+def test_grouped_heads_walk_several_query_blocks_per_loop(kw):
+    # head dim 128 (the wgmma blocks: 128 keys owned, 64-row query steps): each kv head's
+    # three query loops walk the blocks of its 3 query heads in turn, several blocks per head
+    rng = np.random.default_rng(len(kw))
+    q, k, v, do = _inputs(rng, "bshd", 1, 6, 2, 300, 260, 128)
+    assert B.bwd_config_for(128, Target.from_arch("sm_90a"), softcap="softcap" in kw).q_step < 300 // 3
+    _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
+
+
 @pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (128, 64), (192, 128), (256, 256)])
 def test_head_dims_that_are_not_tiles(d, dv):
     rng = np.random.default_rng(d + dv)
