@@ -109,13 +109,20 @@ def _qrows(a, b, h, i, q_start, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.co
 
 
 @tc.func
-def _own_rows(t, i, n, BM: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
-    """`t`, block i of rows, with the rows from n on zeroed where they are another packed
-    sequence's (VARLEN, in a masked block): P = 0 there, and 0 · inf would be NaN."""
+def _own_rows(a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
+    """_qrows' block i of rows (BM, D) of head h of `a`, with the rows from n on
+    read as zeros where they are another packed sequence's (VARLEN, in a masked block): P = 0
+    there, and 0 · inf would be NaN. Those rows are masked in the load itself (64-bit packed-row
+    offsets), which still goes through the loop's cp.async ring; a `where` on the loaded tile
+    would keep it out of the ring, in registers (at head dim 128 that spills)."""
     if VARLEN:
         if MASKED:
-            return tc.where((i * BM + tc.arange(0, BM) < n)[:, None], t, 0.0)
-    return t
+            rows = tc.arange(0, BM)
+            cols = tc.arange(0, D)
+            packed = (start + i * BM + rows).astype(tc.int64)
+            return tc.load(a.ptr + h * a.stride(1) + packed[:, None] * a.stride(2) + cols[None, :],
+                           mask=(i * BM + rows < n)[:, None] & (cols < a.shape[3])[None, :], other=0.0)
+    return _qrows(a, b, h, i, start, BM, D, VARLEN)
 
 
 @tc.func
@@ -226,9 +233,11 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
     hk = tc.program_id(1)
     b = tc.program_id(2)
     k_start, n_kv = seq_bounds(cu_k, b)
-    if nblk * BN >= n_kv:
-        return
     q_start, n_q = seq_bounds(cu_q, b)
+    # a program past the sequence's keys walks no query block and stores nothing (no early
+    # return: under one, the loops' shared buffers all count as live at once, and the ring of
+    # the second and third loops no longer fits beside the first's at head dim 128)
+    n_q = tc.where(nblk * BN >= n_kv, 0, n_q)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, 0, hk, nblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale,
                left, right, GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -237,8 +246,8 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
 def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv, k_start,
               MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    kt = _own_rows(_qrows(k, b, hk, j, k_start, BN, DK, VARLEN), j, n_kv, BN, VARLEN, MASKED)
-    vt = _own_rows(_qrows(v, b, hk, j, k_start, BN, DV, VARLEN), j, n_kv, BN, VARLEN, MASKED)
+    kt = _own_rows(k, b, hk, j, k_start, n_kv, BN, DK, VARLEN, MASKED)
+    vt = _own_rows(v, b, hk, j, k_start, n_kv, BN, DV, VARLEN, MASKED)
     rows = q0 + off + tc.arange(0, BM)
     cols = j * BN + tc.arange(0, BN)
     # (rows past the sequence are not stored: no VARLEN row mask needed here)
@@ -300,9 +309,10 @@ def attention_varlen_bwd_dq_kernel(q, k, v, do, lse, delta, dq, cu_q, cu_k, qk_s
     h = tc.program_id(1)
     b = tc.program_id(2)
     q_start, n_q = seq_bounds(cu_q, b)
-    if mblk * BM >= n_q:
-        return
     k_start, n_kv = seq_bounds(cu_k, b)
+    # a program past the sequence's rows walks no key block and stores nothing (no early
+    # return, as attention_varlen_bwd_dkdv_kernel)
+    n_kv = tc.where(mblk * BM >= n_q, 0, n_kv)
     _dq_tile(q, k, v, do, lse, delta, dq, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -467,20 +477,24 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
 _SM80 = Target.from_arch("sm_80")
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
-SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
+# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles
+# (which sm_90a takes with softcap); the wgmma blocks, which sm_80 never runs (they spill
+# there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
+# the archs whose plan launches them
+SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dims 128 (the wgmma blocks; sm_80's and softcap's mma.sync tiles), 256 and 192 / 128
-# (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's and softcap's mma.sync
+# tiles, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
-                    for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, False, 1),
+                    for dt, cfg, softcap, group in (("f16", _CFG64, False, 1), ("bf16", _CFG64, False, 2),
+                                                    ("bf16", _CFG128, False, 4), ("f16", _CFG128, False, 1),
                                                     ("f16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 1),
                                                     ("bf16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 4),
                                                     ("bf16", bwd_config_for(128, _SM80), False, 4),
                                                     ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2),
                                                     ("bf16", _CFG256, False, 1), ("f16", _CFG256, True, 2),
-                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
-                                                    ("f16", bwd_config_for(64, _SM80), False, 1))]
+                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))
