@@ -151,7 +151,6 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
     if VARLEN:
         if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
             mine = i * BM + tc.arange(0, BM) < n_kv - off
-            l2 = tc.where(mine, l2, float("inf"))
             d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
@@ -338,15 +337,19 @@ PATHS = ("dense", "varlen", "mods")
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
                    softcap: bool = False, path: str = "dense") -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch):
-    the wgmma blocks where the target has wgmma and they fit the kernels of `path` ("dense":
-    this module's; "varlen", "mods": attention_varlen.py's and attention_mods.py's) without
-    spills (`AttentionBwdTuning`; softcap's tanh terms spill there), else the mma.sync tiles."""
+    per kernel, the wgmma blocks where the target has wgmma and they fit the kernels of
+    `path` ("dense": this module's; "varlen", "mods": attention_varlen.py's and
+    attention_mods.py's) without spills (`AttentionBwdTuning`; softcap's tanh terms spill
+    there), else the mma.sync tiles."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     t = tuning_for(target).attention_bwd
-    widest = {"dense": t.wgmma_max_head_dim, "varlen": t.wgmma_max_head_dim_varlen,
-              "mods": t.wgmma_max_head_dim_mods}[path]
-    return _tiling(head_dim, head_dim_v, t, wgmma_up_to=widest if target.has_wgmma and not softcap else 0)
+    dkdv, dq = {"dense": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
+                "varlen": (t.wgmma_max_head_dim_varlen_dkdv, t.wgmma_max_head_dim),
+                "mods": (t.wgmma_max_head_dim_mods, t.wgmma_max_head_dim_mods)}[path]
+    if not target.has_wgmma or softcap:
+        dkdv = dq = 0
+    return _tiling(head_dim, head_dim_v, t, dkdv, dq)
 
 
 def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
@@ -355,29 +358,31 @@ def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], 
     blocks, else the mma.sync tiling (blocks of at most 64), which does."""
     cfg = bwd_config_for(head_dim, target, head_dim_v, path=path)
     if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
-        cfg = _tiling(head_dim, head_dim_v, tuning_for(target).attention_bwd, wgmma_up_to=0)
+        cfg = _tiling(head_dim, head_dim_v, tuning_for(target).attention_bwd, 0, 0)
     return cfg
 
 
-def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, wgmma_up_to: int) -> AttentionBwdConfig:
+def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkdv_wgmma_up_to: int,
+            dq_wgmma_up_to: int) -> AttentionBwdConfig:
     """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The dK/dV
     kernel holds two (keys x dim) f32 accumulators and Pᵀ and dPᵀ - δ of one step (K and V
-    stay in shared memory). The wgmma blocks (head dims up to `wgmma_up_to`; 0: none): two
-    warpgroups of 64 owned rows and steps of 64 on the other side, every product a wgmma
-    with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at head dim
-    128 they fit only with dPᵀ - δ formed before Sᵀ (_dkdv_block)."""
+    stay in shared memory). Each kernel takes the wgmma blocks up to its head dim limit (0:
+    none): two warpgroups of 64 owned rows and steps of 64 on the other side, every product
+    a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at
+    head dim 128 the dK/dV kernel fits them only with dPᵀ - δ formed before Sᵀ (_dkdv_block)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) <= wgmma_up_to:
-        return AttentionBwdConfig(*t.wgmma_blocks, dk, dv, 8)
-    if max(dk, dv) <= 64:
-        return AttentionBwdConfig(*t.mma_blocks_64, dk, dv, 8)
-    if max(dk, dv) <= 128:
-        return AttentionBwdConfig(*t.mma_blocks_128, dk, dv, 8)
-    # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
-    # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
     wide = max(dk, dv)
-    return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
+    if wide > 128:
+        # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
+        # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
+        return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
+    kv_block, q_step, q_block, kv_step = t.mma_64 if wide <= 64 else t.mma_128
+    if wide <= dkdv_wgmma_up_to:
+        kv_block, q_step = t.wgmma_dkdv
+    if wide <= dq_wgmma_up_to:
+        q_block, kv_step = t.wgmma_dq
+    return AttentionBwdConfig(kv_block, q_step, q_block, kv_step, dk, dv, 8)
 
 
 @named

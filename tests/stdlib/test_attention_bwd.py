@@ -137,11 +137,14 @@ def test_config_is_a_function_of_head_dims_and_target():
     # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows)
     assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
     assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (128, 64, 128, 64)
-    # softcap, the varlen and mods kernels at 128, and sm_80: the mma.sync tiles (owned blocks of at most 64)
+    # softcap, the mods kernels at 128, and sm_80: the mma.sync tiles (owned blocks of at most 64)
     a100 = Target.from_arch("sm_80")
-    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="varlen"),
-                B.bwd_config_for(128, h100, path="mods"), B.bwd_config_for(128, a100)):
+    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="mods"),
+                B.bwd_config_for(128, a100)):
         assert max(cfg.kv_block, cfg.q_block) <= 64 and cfg.dk == 128
+    # varlen at 128: the dQ kernel on the wgmma blocks, the dK/dV kernel on the mma.sync tiles
+    v128 = B.bwd_config_for(128, h100, path="varlen")
+    assert (v128.q_block, v128.kv_step) == (c128.q_block, c128.kv_step) and v128.kv_block <= 64
     assert B.bwd_config_for(64, h100, path="varlen") == B.bwd_config_for(64, h100, path="mods") == c64
     with pytest.raises(ValueError, match="path"):
         B.bwd_config_for(64, h100, path="paged")
