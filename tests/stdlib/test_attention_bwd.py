@@ -154,6 +154,22 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert (c192.dk, c192.dv, c192.num_warps, c192.num_stages) == (256, 256, 8, 2) and c192.q_block < c128.q_block
 
 
+def test_config_reads_the_tuning_table():
+    from dataclasses import replace
+
+    from tilec.stdlib_kernels import tuning
+    h100 = Target.from_arch("sm_90a")
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, wgmma_max_head_dim=64,
+                                                                  wgmma_dq=(128, 32)))
+    try:
+        c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert (c64.q_block, c64.kv_step) == (128, 32) and max(c128.kv_block, c128.q_block) <= 64
+    assert B.bwd_config_for(128, h100).kv_block == saved.attention_bwd.wgmma_dkdv[0]
+
+
 def _config(kernel, sig, arch="sm_90a"):
     spec = getattr(B, kernel).specialization(sig)
     return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch(arch), spec.constexprs["DV"],
