@@ -151,6 +151,7 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
     if VARLEN:
         if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
             mine = i * BM + tc.arange(0, BM) < n_kv - off
+            l2 = tc.where(mine, l2, float("inf"))
             d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
