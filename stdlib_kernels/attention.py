@@ -189,9 +189,11 @@ def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left
     h = tc.program_id(1)
     b = tc.program_id(2)
     q_start, n_q = seq_bounds(cu_q, b)
-    if mblk * BM >= n_q:   # the grid covers the longest sequence: this one ends before the tile
-        return
     k_start, n_kv = seq_bounds(cu_k, b)
+    # The grid covers the longest sequence: a tile past this one's end walks no key block and
+    # stores nothing (no early return: under one, the key loops' shared buffers all count as
+    # live at once, and at head dim 128 the middle loop's ring no longer fits)
+    n_kv = tc.where(mblk * BM >= n_q, 0, n_kv)
     _fwd_tile(q, k, v, o, lse, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, True, BM, BN, DK, DV)
 

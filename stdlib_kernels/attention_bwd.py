@@ -39,6 +39,7 @@ from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
 from ._plan import named
+from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales,
                         seq_bounds)
 
@@ -79,21 +80,24 @@ def _row_stats(lse, delta, b, h, i, q_start, BM: tc.constexpr, VARLEN: tc.conste
 
 
 @tc.func
-def _probs(x, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
+def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.constexpr, SOFTCAP: tc.constexpr,
            VARLEN: tc.constexpr):
-    """(P, tanh) of raw scores x = q·k, with l2, rows (query index + off) and cols (key index)
-    broadcast to x's orientation; tanh(x · cap) under SOFTCAP (else x, unused). VARLEN: rows
-    past the sequence (query index >= n_q, i.e. rows >= n_kv) are the next sequence's, not padding."""
+    """(P, dP'), of raw scores x = q·k and dP' = dP - δ, with l2, rows (query index + off) and
+    cols (key index) broadcast to x's orientation; under SOFTCAP dP' times tanh's derivative
+    1 - tanh²(x · cap) (applied before P is formed: tanh's values die there, not after P, which
+    at head dim 128 spills). VARLEN: rows past the sequence (query index >= n_q, i.e. rows >=
+    n_kv) are the next sequence's, not padding."""
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
+        dp = dp * (1.0 - t * t)
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
         if VARLEN:
             keep = keep & (rows < n_kv)
         s = tc.where(keep, s, float("-inf"))
-    return tc.exp2(s - l2), t
+    return tc.exp2(s - l2), dp
 
 
 @tc.func
@@ -105,13 +109,20 @@ def _qrows(a, b, h, i, q_start, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.co
 
 
 @tc.func
-def _own_rows(t, i, n, BM: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
-    """`t`, block i of rows, with the rows from n on zeroed where they are another packed
-    sequence's (VARLEN, in a masked block): P = 0 there, and 0 · inf would be NaN."""
+def _own_rows(a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARLEN: tc.constexpr, MASKED: tc.constexpr):
+    """_qrows' block i of rows (BM, D) of head h of `a`, with the rows from n on
+    read as zeros where they are another packed sequence's (VARLEN, in a masked block): P = 0
+    there, and 0 · inf would be NaN. Those rows are masked in the load itself (64-bit packed-row
+    offsets), which still goes through the loop's cp.async ring; a `where` on the loaded tile
+    would keep it out of the ring, in registers (at head dim 128 that spills)."""
     if VARLEN:
         if MASKED:
-            return tc.where((i * BM + tc.arange(0, BM) < n)[:, None], t, 0.0)
-    return t
+            rows = tc.arange(0, BM)
+            cols = tc.arange(0, D)
+            packed = (start + i * BM + rows).astype(tc.int64)
+            return tc.load(a.ptr + h * a.stride(1) + packed[:, None] * a.stride(2) + cols[None, :],
+                           mask=(i * BM + rows < n)[:, None] & (cols < a.shape[3])[None, :], other=0.0)
+    return _qrows(a, b, h, i, start, BM, D, VARLEN)
 
 
 @tc.func
@@ -144,14 +155,25 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
             d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
-    pt, tt = _probs(tc.dot(kt, qt.T), l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right, n_kv,
-                    MASKED, SOFTCAP, VARLEN)                          # Pᵀ: (BN, BM)
+    # dPᵀ - δ first (δ as the product's initial accumulator, no δ live beside it), then Sᵀ:
+    # Pᵀ in registers for no other product's duration (at head dim 128 that spills)
+    dpt = tc.dot(vt, dot_.T, tc.zeros((BN, BM), tc.float32) - d[None, :])
+    pt, dpt = _probs(tc.dot(kt, qt.T), dpt, l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right,
+                     n_kv, MASKED, SOFTCAP, VARLEN)                   # Pᵀ: (BN, BM)
+    dst = pt * dpt                                                    # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     dv = tc.dot(pt.astype(do.dtype), dot_, dv)
-    dst = pt * (tc.dot(vt, dot_.T) - d[None, :])                     # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
-    if SOFTCAP:
-        dst = dst * (1.0 - tt * tt)
     dk = tc.dot(dst.astype(q.dtype), qt, dk)
     return dk, dv
+
+
+@tc.func
+def _head_block(t, hk, start, end, GROUP: tc.constexpr):
+    """(query head, block) of step t of a walk over blocks [start, end) of each query head of
+    kv head hk in turn (t // blocks: the step stays affine in t, so its loads pipeline)."""
+    if GROUP == 1:
+        return hk, start + t
+    g = t // (end - start)
+    return hk * GROUP + g, start + t - g * (end - start)
 
 
 @tc.func
@@ -172,17 +194,20 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
     whole_lo = tc.maximum(n0 + BN - 1 - off - right, 0)
     whole_hi = tc.minimum(n0 - off + left + 1, n_q)
     first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BM)
-    for g in range(GROUP):   # the query heads that read this key/value head
-        h = hk * GROUP + g
-        for i in range(first, inner_lo):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
-        for i in range(inner_lo, inner_hi):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
-        for i in range(inner_hi, last):
-            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                         left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    # The query heads of the group (GQA) walk within each loop, not around the three: an outer
+    # head loop keeps more values live across the inner loops (spills at head dim 128).
+    for t in range(GROUP * (inner_lo - first)):
+        h, i = _head_block(t, hk, first, inner_lo, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    for t in range(GROUP * (inner_hi - inner_lo)):
+        h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
+    for t in range(GROUP * (last - inner_hi)):
+        h, i = _head_block(t, hk, inner_hi, last, GROUP)
+        dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
     _store_rows(dk_acc * scale, dk, b, hk, nblk, k_start, n_kv, BN, DK, VARLEN)
     _store_rows(dv_acc, dv, b, hk, nblk, k_start, n_kv, BN, DV, VARLEN)
 
@@ -208,9 +233,11 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
     hk = tc.program_id(1)
     b = tc.program_id(2)
     k_start, n_kv = seq_bounds(cu_k, b)
-    if nblk * BN >= n_kv:
-        return
     q_start, n_q = seq_bounds(cu_q, b)
+    # a program past the sequence's keys walks no query block and stores nothing (no early
+    # return: under one, the loops' shared buffers all count as live at once, and the ring of
+    # the second and third loops no longer fits beside the first's at head dim 128)
+    n_q = tc.where(nblk * BN >= n_kv, 0, n_q)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, 0, hk, nblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale,
                left, right, GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -219,16 +246,15 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
 def _dq_block(qt, dot_, l2, d, k, v, b, hk, j, dq, q0, off, qk_scale, cap, left, right, n_kv, k_start,
               MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    kt = _own_rows(_qrows(k, b, hk, j, k_start, BN, DK, VARLEN), j, n_kv, BN, VARLEN, MASKED)
-    vt = _own_rows(_qrows(v, b, hk, j, k_start, BN, DV, VARLEN), j, n_kv, BN, VARLEN, MASKED)
+    kt = _own_rows(k, b, hk, j, k_start, n_kv, BN, DK, VARLEN, MASKED)
+    vt = _own_rows(v, b, hk, j, k_start, n_kv, BN, DV, VARLEN, MASKED)
     rows = q0 + off + tc.arange(0, BM)
     cols = j * BN + tc.arange(0, BN)
     # (rows past the sequence are not stored: no VARLEN row mask needed here)
-    p, t = _probs(tc.dot(qt, kt.T), l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
-                  MASKED, SOFTCAP, False)                             # P: (BM, BN)
-    ds = p * (tc.dot(dot_, vt.T) - d[:, None])
-    if SOFTCAP:
-        ds = ds * (1.0 - t * t)
+    dp = tc.dot(dot_, vt.T, tc.zeros((BM, BN), tc.float32) - d[:, None])   # dP - δ (as in _dkdv_block)
+    p, dp = _probs(tc.dot(qt, kt.T), dp, l2[:, None], rows[:, None], cols[None, :], qk_scale, cap, left, right, n_kv,
+                   MASKED, SOFTCAP, False)                            # P: (BM, BN)
+    ds = p * dp
     return tc.dot(ds.astype(k.dtype), kt, dq)
 
 
@@ -283,9 +309,10 @@ def attention_varlen_bwd_dq_kernel(q, k, v, do, lse, delta, dq, cu_q, cu_k, qk_s
     h = tc.program_id(1)
     b = tc.program_id(2)
     q_start, n_q = seq_bounds(cu_q, b)
-    if mblk * BM >= n_q:
-        return
     k_start, n_kv = seq_bounds(cu_k, b)
+    # a program past the sequence's rows walks no key block and stores nothing (no early
+    # return, as attention_varlen_bwd_dkdv_kernel)
+    n_kv = tc.where(mblk * BM >= n_q, 0, n_kv)
     _dq_tile(q, k, v, do, lse, delta, dq, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -305,43 +332,58 @@ class AttentionBwdConfig:
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
+PATHS = ("dense", "varlen", "mods")
+
+
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
-                   softcap: bool = False) -> AttentionBwdConfig:
+                   softcap: bool = False, path: str = "dense") -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch):
-    the wgmma blocks where the target has wgmma and they fit (`_tiling`; softcap's tanh terms
-    spill there), else the mma.sync tiles."""
-    return _tiling(head_dim, head_dim_v, wgmma=target.has_wgmma and not softcap)
+    per kernel, the wgmma blocks where the target has wgmma and they fit the kernels of
+    `path` ("dense": this module's; "varlen", "mods": attention_varlen.py's and
+    attention_mods.py's) without spills (`AttentionBwdTuning`; softcap's tanh terms spill
+    there), else the mma.sync tiles."""
+    if path not in PATHS:
+        raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
+    t = tuning_for(target).attention_bwd
+    dkdv, dq = {"dense": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
+                "varlen": (t.wgmma_max_head_dim_varlen_dkdv, t.wgmma_max_head_dim),
+                "mods": (t.wgmma_max_head_dim_mods, t.wgmma_max_head_dim_mods)}[path]
+    if not target.has_wgmma or softcap:
+        dkdv = dq = 0
+    return _tiling(head_dim, head_dim_v, t, dkdv, dq)
 
 
 def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
-                      kv_block: int) -> AttentionBwdConfig:
+                      kv_block: int, path: str) -> AttentionBwdConfig:
     """bwd_config_for's tiling where its blocks divide a block mask's (q_block x kv_block)
     blocks, else the mma.sync tiling (blocks of at most 64), which does."""
-    cfg = bwd_config_for(head_dim, target, head_dim_v)
+    cfg = bwd_config_for(head_dim, target, head_dim_v, path=path)
     if q_block % cfg.q_block or q_block % cfg.q_step or kv_block % cfg.kv_block or kv_block % cfg.kv_step:
-        cfg = _tiling(head_dim, head_dim_v, wgmma=False)
+        cfg = _tiling(head_dim, head_dim_v, tuning_for(target).attention_bwd, 0, 0)
     return cfg
 
 
-def _tiling(head_dim: int, head_dim_v: Optional[int], wgmma: bool) -> AttentionBwdConfig:
-    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The blocks are
-    the largest that ptxas assembles without spills (sm_80 and sm_90a): the dK/dV kernel
-    holds two (keys x dim) f32 accumulators, K and V, and Pᵀ and dSᵀ of one step. `wgmma`:
-    up to head dim 64, two warpgroups of 64 owned rows and steps of 64 on the other side,
-    every product a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md,
-    "Backward"); at 128 the dK/dV kernel spills at those blocks."""
+def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkdv_wgmma_up_to: int,
+            dq_wgmma_up_to: int) -> AttentionBwdConfig:
+    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The dK/dV
+    kernel holds two (keys x dim) f32 accumulators and Pᵀ and dPᵀ - δ of one step (K and V
+    stay in shared memory). Each kernel takes the wgmma blocks up to its head dim limit (0:
+    none): two warpgroups of 64 owned rows and steps of 64 on the other side, every product
+    a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at
+    head dim 128 the dK/dV kernel fits them only with dPᵀ - δ formed before Sᵀ (_dkdv_block)."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
-    if max(dk, dv) <= 64 and wgmma:
-        return AttentionBwdConfig(128, 64, 128, 64, dk, dv, 8)
-    if max(dk, dv) <= 64:
-        return AttentionBwdConfig(64, 16, 64, 32, dk, dv, 8)
-    if max(dk, dv) <= 128:
-        return AttentionBwdConfig(32, 32, 64, 32, dk, dv, 8)
-    # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
-    # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
     wide = max(dk, dv)
-    return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
+    if wide > 128:
+        # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
+        # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
+        return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
+    kv_block, q_step, q_block, kv_step = t.mma_64 if wide <= 64 else t.mma_128
+    if wide <= dkdv_wgmma_up_to:
+        kv_block, q_step = t.wgmma_dkdv
+    if wide <= dq_wgmma_up_to:
+        q_block, kv_step = t.wgmma_dq
+    return AttentionBwdConfig(kv_block, q_step, q_block, kv_step, dk, dv, 8)
 
 
 @named
@@ -439,18 +481,26 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 
 
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
-_CFG64_SOFTCAP = bwd_config_for(64, HOST_TARGET, softcap=True)
+_SM80 = Target.from_arch("sm_80")
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
-SIGNATURES = {name: _signature(name, "f16", _CFG64) for name in _KERNELS}
+# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles
+# (which sm_90a takes with softcap); the wgmma blocks, which sm_80 never runs (they spill
+# there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
+# the archs whose plan launches them
+SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dims 128, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's and softcap's mma.sync
+# tiles, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
-                    for dt, cfg, softcap, group in (("bf16", _CFG128, False, 4), ("f16", _CFG128, True, 1),
-                                                    ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2), ("bf16", _CFG256, False, 1),
-                                                    ("f16", _CFG256, True, 2),
-                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1),
-                                                    ("f16", bwd_config_for(64, Target.from_arch("sm_80")), False, 1))]
+                    for dt, cfg, softcap, group in (("f16", _CFG64, False, 1), ("bf16", _CFG64, False, 2),
+                                                    ("bf16", _CFG128, False, 4), ("f16", _CFG128, False, 1),
+                                                    ("f16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 1),
+                                                    ("bf16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 4),
+                                                    ("bf16", bwd_config_for(128, _SM80), False, 4),
+                                                    ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2),
+                                                    ("bf16", _CFG256, False, 1), ("f16", _CFG256, True, 2),
+                                                    ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))

@@ -369,8 +369,8 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
-    cfg = (bwd_config_for(x.d, target_of(qa), x.dv) if bm is None
-           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK))
+    cfg = (bwd_config_for(x.d, target_of(qa), x.dv, path="mods") if bm is None
+           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK, path="mods"))
     qv, kv, vv = x.views()
 
     def bhsd(a: Arr, dim: int):

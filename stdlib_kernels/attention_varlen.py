@@ -71,7 +71,7 @@ def plan_backward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, max_seq
     dQ per query block), three whatever the batch; a pure function (no launch)."""
     total_q, h, d = q.shape
     hk, dv = k.shape[1], v.shape[2]
-    cfg = bwd_config_for(d, target, dv, softcap)
+    cfg = bwd_config_for(d, target, dv, softcap, path="varlen")
     delta = Temp("delta", (1, h, total_q), tc.float32, like="q")
     common = dict(GROUP=h // hk, SOFTCAP=softcap, DK=cfg.dk, DV=cfg.dv)
     ins = ("q", "k", "v", "do", "lse", "delta")

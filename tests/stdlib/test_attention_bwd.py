@@ -72,6 +72,17 @@ def test_grouped_heads_sum_dk_dv_over_the_group(h, hk):
            4e-3)
 
 
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(70, 90)), dict(softcap=5.0, window=(100, 0))],
+                         ids=["plain", "causal", "window", "softcap"])
+def test_grouped_heads_walk_several_query_blocks_per_loop(kw):
+    # head dim 128 (the wgmma blocks: 128 keys owned, 64-row query steps): each kv head's
+    # three query loops walk the blocks of its 3 query heads in turn, several blocks per head
+    rng = np.random.default_rng(len(kw))
+    q, k, v, do = _inputs(rng, "bshd", 1, 6, 2, 300, 260, 128)
+    assert B.bwd_config_for(128, Target.from_arch("sm_90a"), softcap="softcap" in kw).q_step < 300 // 3
+    _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
+
+
 @pytest.mark.parametrize("d,dv", [(96, 96), (48, 32), (128, 64), (192, 128), (256, 256)])
 def test_head_dims_that_are_not_tiles(d, dv):
     rng = np.random.default_rng(d + dv)
@@ -123,16 +134,59 @@ def test_config_is_a_function_of_head_dims_and_target():
     c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
     assert (c64.num_warps, c64.dk, c64.dv) == (8, 64, 64)
     assert (c128.num_warps, c128.dk, c128.dv) == (8, 128, 128)
+    # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows)
+    assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
+    assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (128, 64, 128, 64)
+    # softcap, the mods kernels at 128, and sm_80: the mma.sync tiles (owned blocks of at most 64)
+    a100 = Target.from_arch("sm_80")
+    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="mods"),
+                B.bwd_config_for(128, a100)):
+        assert max(cfg.kv_block, cfg.q_block) <= 64 and cfg.dk == 128
+    # varlen at 128: the dQ kernel on the wgmma blocks, the dK/dV kernel on the mma.sync tiles
+    v128 = B.bwd_config_for(128, h100, path="varlen")
+    assert (v128.q_block, v128.kv_step) == (c128.q_block, c128.kv_step) and v128.kv_block <= 64
+    assert B.bwd_config_for(64, h100, path="varlen") == B.bwd_config_for(64, h100, path="mods") == c64
+    with pytest.raises(ValueError, match="path"):
+        B.bwd_config_for(64, h100, path="paged")
     assert B.bwd_config_for(96, h100) == c128
     assert B.bwd_config_for(40, h100, 128).num_warps == 8 and B.bwd_config_for(8, h100).dk == 16
     c192 = B.bwd_config_for(192, h100, 128)   # MLA: 256-wide tiles, v's padded too (no spills)
     assert (c192.dk, c192.dv, c192.num_warps, c192.num_stages) == (256, 256, 8, 2) and c192.q_block < c128.q_block
 
 
-def _config(kernel, sig):
+def test_config_reads_the_tuning_table():
+    from dataclasses import replace
+
+    from tilec.stdlib_kernels import tuning
+    h100 = Target.from_arch("sm_90a")
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, wgmma_max_head_dim=64,
+                                                                  wgmma_dq=(128, 32)))
+    try:
+        c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert (c64.q_block, c64.kv_step) == (128, 32) and max(c128.kv_block, c128.q_block) <= 64
+    assert B.bwd_config_for(128, h100).kv_block == saved.attention_bwd.wgmma_dkdv[0]
+
+
+def _config(kernel, sig, arch="sm_90a"):
     spec = getattr(B, kernel).specialization(sig)
-    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch("sm_90a"), spec.constexprs["DV"],
+    return B.bwd_config_for(spec.constexprs["DK"], Target.from_arch(arch), spec.constexprs["DV"],
                             spec.constexprs.get("SOFTCAP", False))
+
+
+def _planned(kernel, sig, arch):
+    """Whether the entry point on `arch` launches `kernel` at the blocks of `sig` (sm_80 never
+    runs the wgmma blocks, nor sm_90a the mma.sync tiles where the wgmma blocks fit)."""
+    if kernel == "attention_bwd_delta_kernel":
+        return True
+    c, cfg = getattr(B, kernel).specialization(sig).constexprs, _config(kernel, sig, arch)
+    blocks = (cfg.q_step, cfg.kv_block) if kernel == "attention_bwd_dkdv_kernel" else (cfg.q_block, cfg.kv_step)
+    return (c["BM"], c["BN"]) == blocks
+
+
+_EXTRA = [(k, s, arch) for arch in ("sm_80", "sm_90a") for k, s in B.EXTRA_SIGNATURES if _planned(k, s, arch)]
 
 
 def _warps(kernel, sig):
@@ -151,9 +205,18 @@ def test_options_are_the_entry_points_warp_counts():
     assert (B.delta_warps(64), B.delta_warps(128), B.delta_warps(256)) == (4, 4, 8)
 
 
+def test_extra_signatures_cover_the_planned_blocks():
+    # every signature is launched on some arch; head dim 128 at the wgmma blocks on sm_90a
+    # (grouped and not) and at the mma.sync tiles on sm_80 and with softcap
+    assert {(k, s) for k, s, _ in _EXTRA} == set(B.EXTRA_SIGNATURES)
+    wgmma128 = [s for k, s, arch in _EXTRA if arch == "sm_90a" and "DK=128" in s and "BN=128" in s]
+    assert any("GROUP=4" in s for s in wgmma128) and any("GROUP=1" in s for s in wgmma128)
+    assert any(arch == "sm_80" and "DK=128" in s for _, s, arch in _EXTRA)
+    assert any(arch == "sm_90a" and "DK=128" in s and "SOFTCAP=True" in s for _, s, arch in _EXTRA)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("kernel,sig", B.EXTRA_SIGNATURES, ids=[f"{k}-{i}" for i, (k, _) in enumerate(B.EXTRA_SIGNATURES)])
+@pytest.mark.parametrize("kernel,sig,arch", _EXTRA, ids=[f"{k}-{i}-{a}" for i, (k, _, a) in enumerate(_EXTRA)])
 def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     # SIGNATURES go through tests/test_ptxas.py; these at the warps the entry point launches them with
     k = getattr(B, kernel)

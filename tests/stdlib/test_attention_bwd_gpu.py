@@ -17,6 +17,7 @@ CASES = [
     ("bhsd", (1, 8, 2), (333, 777), (128, 128), "float16", dict(causal=True)),
     ("bhsd", (1, 8, 2), (777, 333), (64, 64), "float16", dict(causal=True)),
     ("bshd", (2, 6, 1), (513, 513), (96, 96), "bfloat16", dict(window=(100, 0))),
+    ("bshd", (2, 4, 2), (611, 450), (128, 128), "float16", dict(window=(70, 200))),   # the wgmma blocks, GQA
     ("bshd", (1, 4, 2), (200, 300), (128, 64), "float16", dict(causal=True, softcap=30.0)),
     ("bshd", (1, 2, 2), (130, 130), (32, 32), "bfloat16", dict(window=(17, 9), scale=0.2)),
     ("bshd", (3, 2, 2), (1, 77), (64, 64), "float16", dict(causal=True)),

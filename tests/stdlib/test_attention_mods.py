@@ -347,7 +347,7 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
     dv = d if dv is None else dv
-    f, c = config_for(d, dv, h100), bwd_config_for(d, h100)
+    f, c = config_for(d, dv, h100), bwd_config_for(d, h100, path="mods")
     bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
     warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
