@@ -78,11 +78,12 @@ def test_host_numpy_rejected(gpu):
 
 
 def test_disk_cache_serves_a_new_process(gpu, cache_dir):
-    code = ("import sys; sys.path.insert(0, %r); import numpy as np, tilec.runtime as rt; "
+    here = __import__("pathlib").Path(__file__).parent
+    code = ("import sys; sys.path[:0] = %r; import numpy as np, tilec.runtime as rt; "
             "from test_gpu_compiled import add_view, _grid; from tilec.runtime import cache; "
             "x = rt.from_numpy(np.arange(300, dtype=np.float32)); o = rt.empty(300); "
             "add_view[_grid](x, x, o, BLOCK=128); print(o.to_numpy()[299], len(list(cache.cache_dir().rglob('*.json'))))"
-            ) % str(__import__("pathlib").Path(__file__).parent)
+            ) % [str(here), str(here.parent)]   # the test module, and tests/ for its `needs` import
     first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == ["598.0", "1"]

@@ -25,7 +25,7 @@ def test_planned_reductions_and_elementwise_ops_replay_correctly(torch):
         torch.testing.assert_close(S.cumsum(c).double(), torch.cumsum(c.double(), -1), rtol=1e-4, atol=2e-3)
         assert torch.equal(S.transpose(d), d.t())
         torch.testing.assert_close(S.gelu(e).double(), F.gelu(e.double()), rtol=2e-5, atol=2e-5)
-    for op in (S.sum, S.max, S.cumsum, S.transpose, S.gelu):
+    for op in (S.sum, S.amax, S.cumsum, S.transpose, S.gelu):
         assert _plan.plan_count(op) == 1, op
 
 
