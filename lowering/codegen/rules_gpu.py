@@ -263,11 +263,11 @@ def _reduce_lanes(ctx, op):
     block = op.regions[0].block
     b = ctx.builder
     outs = []
-    fusable = False
     for r in range(len(inputs[0])):
         cur = [vals[r] for vals in inputs]
         for k in lane_i:
-            fusable |= any(getattr(v, "opname", None) in _PRODUCTS for v in cur)
+            for v in cur:
+                _keep_rounded(v)
             other = [shuffle(ctx, v, "xor", 1 << k) for v in cur]
             # combine in coordinate order, so that every lane of a pair computes the same value
             hi = b.icmp_unsigned("!=", b.and_(ctx.lane, ir.Constant(I32, 1 << k)), ir.Constant(I32, 0))
@@ -275,18 +275,21 @@ def _reduce_lanes(ctx, op):
             hi_vals = [b.select(hi, c, o) for c, o in zip(cur, other)]
             cur = combine(ctx, block, lo_vals, hi_vals)
         outs.append(cur)
-    if fusable and ctx.fast_math:
-        # Under fast_math a lane's own product may be fused into its combine (an fma) while
-        # its partner adds the rounded copy it was sent: the lanes' results can differ in the
-        # last bit. Everyone takes the value of the lane at the axis' origin, so the copies
-        # agree (they are written to shared memory together, and compared by later code).
-        # Sums of sums, maxima and the like need no broadcast: their lanes agree already.
-        src = b.and_(ctx.lane, ir.Constant(I32, 31 & ~sum(1 << k for k in lane_i)))
-        outs = [[shuffle(ctx, v, "idx", src) for v in cur] for cur in outs]
     _set_results(ctx, op, [[o[i] for o in outs] for i in range(len(inputs))])
 
 
 _PRODUCTS = ("fmul", "fdiv")  # float ops LLVM may contract into a following add
+
+
+def _keep_rounded(v) -> None:
+    """A product entering a butterfly step stays a rounded value: were it fused into the
+    lane's own combine (an fma, under fast_math's `contract`) while the partner adds the
+    rounded copy it was sent, the two lanes' results would differ in the last bit, and the
+    copies of a warp's partial, written to one shared-memory word together, would disagree
+    (racecheck's finding in cross_entropy). Without `contract` the product is `mul.rn`, which
+    neither LLVM nor ptxas fuses; it is computed once for the shuffle anyway."""
+    if getattr(v, "opname", None) in _PRODUCTS and "contract" in getattr(v, "flags", ()):
+        v.flags.remove("contract")
 
 
 # ----------------------------------------------------------------------------- scans

@@ -1,7 +1,7 @@
 """Cross-warp reductions on the CPU: the copies of a warp's partial agree bit for bit (under
 fast_math a lane's own product fused into its combine made them differ in the last bit, and
-racecheck reported their writes to one shared-memory word), at no cost where they agree
-already."""
+racecheck reported their writes to one shared-memory word): a product entering the butterfly
+stays rounded (`mul.rn`), so no lane needs another's result."""
 from __future__ import annotations
 
 import re
@@ -31,20 +31,29 @@ def row_sum(x, out, BLOCK: tc.constexpr):
     tc.store(out, index=(0,), tile=tc.full((1,), tc.sum(t), tc.float32))
 
 
-def test_a_fused_product_is_broadcast_from_the_axis_origin():
-    # cross_entropy's looped rows sum s * exp(m - max) of one group per thread: each lane's own
-    # product may be fused into its first combine (an fma), its partner's rounded copy not;
-    # the lanes then take lane 0's result before the warps' partials meet in shared memory
+def test_a_product_entering_the_butterfly_is_not_fused_into_a_lane_s_combine():
+    # cross_entropy's looped rows sum s * exp(m - max) of one group per thread: fused into the
+    # lane's own first combine (an fma) while its partner adds the rounded copy it was sent,
+    # the lanes' sums differed in the last bit before they met in shared memory
     import importlib
     ce = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
     sig = ("logits=f16[?,?], target=i64[?], loss=f32[?], part_m=f32[?,?], part_s=f32[?,?], ignore_index=i32, "
            "steps_per_chunk=i32, BLOCK=2048, SPLIT=True, WINDOW=16")
     ptx = ce.ce_loop_kernel.compile(sig, arch="sm_90a", num_warps=8, fast_math=True).asm["ptx"]
-    lines = ptx.splitlines()
-    stores = [i for i, ln in enumerate(lines) if "st.shared" in ln]
-    idx = [i for i, ln in enumerate(lines) if "shfl.sync.idx" in ln]
-    assert len(stores) == 2 and len(idx) == 1, (stores, idx)   # the max needs none, the sum one
-    assert stores[0] < idx[0] < stores[1]
+    _assert_butterflies_combine_rounded_values(ptx)
+    _assert_butterflies_combine_rounded_values(_ptx(True))
+
+
+def _assert_butterflies_combine_rounded_values(ptx):
+    lines = [ln.strip() for ln in ptx.splitlines() if ln.strip() and not ln.strip().startswith(".loc")]
+    firsts = [i for i, ln in enumerate(lines) if ln.startswith("shfl.sync.bfly") and ln.endswith(" 1, 31, -1;")]
+    assert firsts and "shfl.sync.idx" not in ptx
+    for i in firsts:
+        value = lines[i].split()[2].rstrip(",")                     # the lane's own value, shuffled
+        made = next(ln for ln in reversed(lines[:i]) if len(ln.split()) > 1 and ln.split()[1].rstrip(",") == value)
+        assert not made.startswith(("mul.f32", "mul.ftz.f32")), made   # rounded (mul.rn): ptxas fuses no add into it
+        combine = next(ln for ln in lines[i + 1:] if value in ln)
+        assert not combine.startswith("fma"), combine
 
 
 def test_no_broadcast_where_lanes_agree_already():
