@@ -1,7 +1,7 @@
 """The attention forward's candidate tilings per head dim: ptxas's report, and their time against SDPA.
 
     python bench/attention_configs.py [--dims 64,96,128,192,256,192/128] [--seq 4096] [--batch 32]
-                                      [--heads 16] [--reps 5] [--json FILE]
+                                      [--heads 16] [--json FILE]
     python bench/attention_configs.py --ptxas [--arch sm_90a] [--dims ...]     (no GPU needed)
 
 CANDIDATES lists, per tile head dims (q/k, v: the tensors' rounded up to powers of two), the
@@ -12,7 +12,8 @@ printed. `attention.config_for` ships one of each list (tests/stdlib/test_attent
 On a GPU each candidate runs through the stdlib's own plan with a config override,
 `attention.plan(x, target, config=cfg)`, on f16 q, k, v of (batch, heads, seq, dim), causal
 and not, against SDPA's flash and cuDNN backends on the same tensors. TFLOP/s = 4 · Z·H ·
-S² · (d + dv) / 2 (halved for causal) / median time of `--reps` runs after one warm-up. Each
+S² · (d + dv) / 2 (halved for causal) / median time of triton.testing.do_bench, as the other
+attention benches. Each
 candidate's output is checked against a float64 reference on one (batch, head) first (the
 "err" column). Prints a table (config_for's choice marked ^, then the fastest candidate of
 each head dim and mask), then writes bench/results.py rows to --json. `--ptxas` compiles
@@ -126,18 +127,10 @@ def _target(arch: str):
 
 
 # ----------------------------------------------------------------------------- GPU
-def _time(fn, torch, reps: int) -> float:
-    """Median milliseconds of `reps` runs of fn() after one warm-up."""
-    fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
+def _time(fn) -> float:
+    """Median milliseconds of fn() (triton.testing.do_bench, as bench/attention.py)."""
+    import triton  # noqa: PLC0415 - GPU only: --ptxas runs without it
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
 
 
 def _reference(torch, q, k, v, causal: bool):
@@ -161,7 +154,7 @@ def _sdpa(torch, backend, q, k, v, causal: bool):
     return run
 
 
-def gpu_table(dims: List[str], seq: int, batch: int, heads: int, reps: int) -> List[Dict]:
+def gpu_table(dims: List[str], seq: int, batch: int, heads: int) -> List[Dict]:
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -184,7 +177,7 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int, reps: int) -> L
             sdpa = {}
             for bname, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                 try:
-                    ms = _time(_sdpa(torch, backend, q, k, v, causal), torch, reps)
+                    ms = _time(_sdpa(torch, backend, q, k, v, causal))
                 except RuntimeError as e:   # the backend does not take these head dims
                     print(f"{name:>8} {str(causal):>6} {'sdpa ' + bname:>16} n/a ({str(e).splitlines()[0][:60]})")
                     continue
@@ -206,7 +199,7 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int, reps: int) -> L
 
                 def run(launches=launches, ops=ops):
                     execute(launches, ops)
-                ms = _time(run, torch, reps)
+                ms = _time(run)
                 err = (oa.obj[0, 0].double() - ref).abs().max().item()
                 tflops = flops / ms / 1e9
                 ship = A.config_for(d, dv, target) == cfg
@@ -235,7 +228,6 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--heads", type=int, default=16)
-    p.add_argument("--reps", type=int, default=5)
     p.add_argument("--json", help="write bench/results.py rows here")
     p.add_argument("--ptxas", action="store_true", help="no GPU: ptxas's registers, spills, shared per candidate")
     p.add_argument("--arch", default="sm_90a", help="with --ptxas")
@@ -244,7 +236,7 @@ def main(argv=None) -> int:
     if a.ptxas:
         ptxas_table(dims, a.arch)
         return 0
-    rows = gpu_table(dims, a.seq, a.batch, a.heads, a.reps)
+    rows = gpu_table(dims, a.seq, a.batch, a.heads)
     if a.json:
         import torch
         results.write(a.json, rows, torch.cuda.get_device_name())

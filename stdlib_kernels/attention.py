@@ -44,6 +44,7 @@ from tilec.target import Target
 from ._common import Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
 from ._plan import named
 from .launches import Launch, Operands, execute
+from .tuning import tuning_for
 
 __all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
            "check_config", "plan", "forward_outputs", "forward_operands", "SIGNATURES"]
@@ -178,6 +179,19 @@ def seq_bounds(cu, b):
     return start, tc.load(cu.ptr + (b + 1) * cu.stride(0)) - start
 
 
+@tc.func
+def tile_bounds(cu_own, cu_other, blk, B: tc.constexpr):
+    """(own start, own length, other start, other length) of sequence program_id(2), for the
+    program owning tile blk (B rows) of the own side (cu_own's: query rows, or keys for dK/dV).
+    The grid covers the longest sequence: a tile past this one's end gets an empty other side,
+    so it walks no block and stores nothing (no early return: under one, the loops' shared
+    buffers all count as live at once, and at head dim 128 the later loops' rings no longer fit)."""
+    b = tc.program_id(2)
+    own_start, n_own = seq_bounds(cu_own, b)
+    other_start, n_other = seq_bounds(cu_other, b)
+    return own_start, n_own, other_start, tc.where(blk * B >= n_own, 0, n_other)
+
+
 @tc.kernel
 def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left, right,
                                 GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
@@ -187,13 +201,7 @@ def attention_varlen_fwd_kernel(q, k, v, o, lse, cu_q, cu_k, qk_scale, cap, left
     (1, heads, total, dim) views, lse (1, heads, total_q)."""
     mblk = tc.program_id(0)
     h = tc.program_id(1)
-    b = tc.program_id(2)
-    q_start, n_q = seq_bounds(cu_q, b)
-    k_start, n_kv = seq_bounds(cu_k, b)
-    # The grid covers the longest sequence: a tile past this one's end walks no key block and
-    # stores nothing (no early return: under one, the key loops' shared buffers all count as
-    # live at once, and at head dim 128 the middle loop's ring no longer fits)
-    n_kv = tc.where(mblk * BM >= n_q, 0, n_kv)
+    q_start, n_q, k_start, n_kv = tile_bounds(cu_q, cu_k, mblk, BM)
     _fwd_tile(q, k, v, o, lse, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, True, BM, BN, DK, DV)
 
@@ -246,23 +254,18 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     pure function (no launch). Each sm_90a configuration assembles with no spills
     (tests/stdlib/test_attention_configs.py); the dense forward's candidates per head dim and
     their timings: bench/attention_configs.py, docs/benchmarks.md."""
+    t = tuning_for(target).attention_fwd
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     if max(dk, dv) <= 128:
-        return AttentionConfig(128, 64, dk, dv, 8)
-    if not target.has_wgmma:   # mma.sync: 64 x 32 blocks over 8 warps (64 x 64 spill on sm_80)
-        return AttentionConfig(64, 32, dk, dv, 8)
-    if varlen:
-        # the packed kernel's row offsets are not tile-aligned (no TMA) and it needs more shared
-        # memory: 64 x 64 at DV 256 asks 320 KiB and 128 x 64 at 192/128 304 KiB; these
-        # mma.sync blocks fit, with no spills
-        return AttentionConfig(64, 16 if dv > 128 else 32, dk, dv, 8)
-    if dv > 128:
-        # a 64 x 256 f32 accumulator over 8 warps: 64 registers a thread. BM 128 (wgmma for both
-        # dots) and BM 64 over 4 warps (128 a thread) spill; here QKᵀ is mma.sync (64 x 64 does
-        # not split over 2 wgmma warp columns) and P V a wgmma over 4 x 2 warps
-        return AttentionConfig(64, 64, dk, dv, 8)
-    # 192 / 128 (MLA prefill): both dots wgmma over two warpgroups, M = 64 each
-    return AttentionConfig(128, 64, dk, dv, 8)
+        blocks = t.narrow
+    elif not target.has_wgmma:
+        blocks = t.mma_wide
+    elif varlen:
+        blocks = t.varlen_wide_v if dv > 128 else t.varlen_wide_qk
+    else:
+        blocks = t.wide_v if dv > 128 else t.wide_qk
+    bm, bn, warps = blocks
+    return AttentionConfig(bm, bn, dk, dv, warps)
 
 
 def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:

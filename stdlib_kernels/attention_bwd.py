@@ -41,7 +41,7 @@ from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, vie
 from ._plan import named
 from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales,
-                        seq_bounds)
+                        tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
@@ -231,13 +231,7 @@ def attention_varlen_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, cu_q, cu_k
     program (nblk, hk, b) owns key block nblk of sequence b, whose bounds it reads from cu_k."""
     nblk = tc.program_id(0)
     hk = tc.program_id(1)
-    b = tc.program_id(2)
-    k_start, n_kv = seq_bounds(cu_k, b)
-    q_start, n_q = seq_bounds(cu_q, b)
-    # a program past the sequence's keys walks no query block and stores nothing (no early
-    # return: under one, the loops' shared buffers all count as live at once, and the ring of
-    # the second and third loops no longer fits beside the first's at head dim 128)
-    n_q = tc.where(nblk * BN >= n_kv, 0, n_q)
+    k_start, n_kv, q_start, n_q = tile_bounds(cu_k, cu_q, nblk, BN)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, 0, hk, nblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale,
                left, right, GROUP, SOFTCAP, True, BM, BN, DK, DV)
 
@@ -307,12 +301,7 @@ def attention_varlen_bwd_dq_kernel(q, k, v, do, lse, delta, dq, cu_q, cu_k, qk_s
     """attention_bwd_dq_kernel over packed sequences (as attention_varlen_fwd_kernel)."""
     mblk = tc.program_id(0)
     h = tc.program_id(1)
-    b = tc.program_id(2)
-    q_start, n_q = seq_bounds(cu_q, b)
-    k_start, n_kv = seq_bounds(cu_k, b)
-    # a program past the sequence's rows walks no key block and stores nothing (no early
-    # return, as attention_varlen_bwd_dkdv_kernel)
-    n_kv = tc.where(mblk * BM >= n_q, 0, n_kv)
+    q_start, n_q, k_start, n_kv = tile_bounds(cu_q, cu_k, mblk, BM)
     _dq_tile(q, k, v, do, lse, delta, dq, 0, h, mblk, q_start, n_q, k_start, n_kv, qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, True, BM, BN, DK, DV)
 

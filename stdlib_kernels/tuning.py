@@ -188,6 +188,24 @@ class SamplingTuning:
 
 
 @dataclass(frozen=True)
+class AttentionFwdTuning:
+    """attention's forward tilings (attention.config_for), each (BM query rows, BN keys per
+    step, warps); every sm_90a one assembles with no spills, and each is the fastest spill-free
+    candidate of bench/attention_configs.py where timed (docs/benchmarks.md, "Forward tilings
+    per head dim"). Tile head dims up to 128: both dots wgmma over two warpgroups. 256-wide
+    values (a 64 x 256 f32 accumulator): 64 rows over 8 warps, QKᵀ on mma.sync and P V a wgmma
+    over 4 x 2 warps (BM 128, or 64 rows over 4 warps, spill). 192/128 (MLA prefill): as up to
+    128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
+    64 x 64 at DV 256 asks 320 KiB) and targets without wgmma take mma.sync blocks."""
+    narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
+    wide_v: Tuple[int, int, int] = (64, 64, 8)         # value head dim 256
+    wide_qk: Tuple[int, int, int] = (128, 64, 8)       # q/k head dim above 128, values up to 128
+    varlen_wide_v: Tuple[int, int, int] = (64, 16, 8)
+    varlen_wide_qk: Tuple[int, int, int] = (64, 32, 8)
+    mma_wide: Tuple[int, int, int] = (64, 32, 8)       # no wgmma, above 128 (64 x 64 spill on sm_80)
+
+
+@dataclass(frozen=True)
 class AttentionBwdTuning:
     """attention_backward's tilings (attention_bwd._tiling): (kv_block, q_step) of the dK/dV
     kernel (keys owned, query rows per step) and (q_block, kv_step) of the dQ kernel (query
@@ -221,6 +239,7 @@ class RowTuning:
     matmul: MatmulTuning = MatmulTuning()
     topk: TopkTuning = TopkTuning()
     sampling: SamplingTuning = SamplingTuning()
+    attention_fwd: AttentionFwdTuning = AttentionFwdTuning()
     attention_bwd: AttentionBwdTuning = AttentionBwdTuning()
 
 

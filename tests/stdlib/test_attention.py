@@ -96,6 +96,23 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert A.config_for(8, 8, h100).dk == 16   # the smallest tile a dot takes
 
 
+def test_config_reads_the_tuning_table():
+    from dataclasses import replace
+
+    from tilec.stdlib_kernels import tuning
+    h100 = Target.from_arch("sm_90a")
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, attention_fwd=replace(saved.attention_fwd, narrow=(64, 32, 4),
+                                                                  wide_v=(32, 32, 4)))
+    try:
+        c128, c256 = A.config_for(128, 128, h100), A.config_for(256, 256, h100)
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert (c128.bm, c128.bn, c128.num_warps, c128.dk) == (64, 32, 4, 128)
+    assert (c256.bm, c256.bn, c256.num_warps, c256.dv) == (32, 32, 4, 256)
+    assert A.config_for(128, 128, h100).bm == saved.attention_fwd.narrow[0]
+
+
 @pytest.mark.parametrize("call,err,match", [
     (lambda q, k, v: attention(q, k, v, layout="sbhd"), ValueError, "layout"),
     (lambda q, k, v: attention(q[0], k, v), ValueError, "4 dimensions"),
