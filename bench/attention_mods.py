@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 import torch
+import torch._dynamo
 import triton
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
@@ -84,6 +85,14 @@ def _bench(fn) -> float:
 
 
 def run_mods(dtypes, dims, seqs, passes=("fwd", "bwd")):
+    # One compiled flex_attention serves every case: each (shape, score_mod, mask) is a recompile,
+    # and past dynamo's recompile limit it would silently run the unfused eager version
+    # (100x slower). Raise the limit, and fail the row rather than time that fallback.
+    for name, value in (("recompile_limit", 1024), ("cache_size_limit", 1024),
+                        ("accumulated_recompile_limit", 4096), ("accumulated_cache_size_limit", 4096),
+                        ("fail_on_recompile_limit_hit", True)):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, value)
     flex = torch.compile(flex_attention, dynamic=False)
     rows = []
     print("| function | dtype | D | seq | B | tilec fwd ms | Flex fwd ms | speedup | tilec bwd ms | Flex bwd ms | "

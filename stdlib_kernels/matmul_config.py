@@ -114,7 +114,10 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
       and fit two per SM), at most MAX_SPLIT_K and at most K // MIN_SLICE_K. Skinny-M tiles
       still halve N to 64 first (the tile measured best for them). The f32 partials go
       through a workspace to a second kernel that sums them and applies the epilogue ("matmul:
-      split-K": where the second launch costs more than the idle SMs). `allow_split_k=False` gives the choice without split-K (for comparison).
+      split-K": where the second launch costs more than the idle SMs). With K of at least
+      `long_k_split` and 128 x 128 tiles too few for the SMs, 128 x 256 tiles are split the same
+      way instead of being halved (a long K keeps the reduction's cost small beside the
+      products). `allow_split_k=False` gives the choice without split-K (for comparison).
     - BK: 32 elements of 16-bit types (64 bytes of a row per stage) or 16 of f32
       (tf32); true f32 (no tensor cores) uses 64 x 64 x 16 tiles.
     - Skinny M (a tile of 32 rows or fewer, 16-bit types): BK = `skinny_bk` (128), for more bytes
@@ -149,6 +152,13 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
         if allow_split_k else 1
     if split > 1:
         bn = split_bn
+    elif allow_split_k and bm == 128 and n >= 256 and k >= t.long_k_split and \
+            tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count:
+        # too few tiles to fill the SMs and a long K: K slices of wide tiles beat narrower tiles
+        # (1024 x 2048 x 128256, H200: 769 TFLOP/s at 128 x 256 in 2 slices, 430 at 128 x 64)
+        wide = _split_k(tc.cdiv(m, bm) * tc.cdiv(n, 256) * batch, k, sm_count, skinny=False, t=t)
+        if wide > 1:
+            bn, split = 256, wide
     while split == 1 and bn < 256 and tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count and max(bm, bn) > 64:
         if bn >= bm:
             bn //= 2

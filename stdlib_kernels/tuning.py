@@ -162,6 +162,7 @@ class MatmulTuning:
     min_slice_k: int = 1024              # split-K: each K slice at least this long ("matmul: split-K")
     min_split_k: int = 4096              # split-K: K at least this long, twice for skinny M ("matmul: split-K")
     max_split_k: int = 16                # split-K: at most this many slices ("matmul: split-K")
+    long_k_split: int = 16384            # split-K of 128 x 256 tiles rather than smaller tiles from this K on ("matmul: split-K")
     reduce_tile: int = 2048              # elements per program of the split-K reduction ("matmul: split-K")
     skinny_bk: int = 128                 # skinny-M 2-byte tiles' K step ("matmul: skinny M")
 

@@ -8,7 +8,7 @@ Semantics (numpy's, which the interpreter follows):
   (464 itself is a tie that rounds to even: 448).
 f8 values are i8 bit patterns. Decoding is exact: every f8 value is an f16 value,
 so an f8 is first widened to f16 (e5m2 is the high byte of an f16: a shift; e4m3
-by PTX `cvt.rn.f16x2.e4m3x2` on sm_90+ (`has_f8_cvt`), two at a time in `convert_all`,
+by PTX `cvt.rn.f16x2.e4m3x2` on sm_90+ (`Target.has_f8_convert`), two at a time in `convert_all`,
 and by integer operations before), then converted from f16 like any f16 (e4m3 to f32
 without the cvt is decoded straight to f32 instead: shorter than the f16 route).
 Encoding uses PTX `cvt.rn.satfinite.e4m3x2/e5m2x2.f32` on sm_90+ (then patches
@@ -32,7 +32,7 @@ from ...target import Target
 from .types import F16, F32, F64, I1, I8, I16, I32, I64, llvm_scalar
 
 __all__ = ["ConversionError", "convert", "convert_all", "f8_bits", "f8_decode_f16", "f8_decode_f32", "f8_encode_f32",
-           "has_f8_cvt", "tie_to"]
+           "tie_to"]
 
 # e4m3 (bias 7, no infinities, S.1111.111 is NaN, max 448); e5m2 (IEEE-like, bias 15, max 57344).
 # `over`: past this magnitude the result is the `over_code`; at it (a tie between the largest

@@ -12,6 +12,8 @@ from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 from tilec.stdlib_kernels import BF16Array, matmul
+from tilec.stdlib_kernels.tuning import tuning_for
+from tilec.target import Target
 
 mm = sys.modules["tilec.stdlib_kernels.matmul"]
 rng = np.random.default_rng()
@@ -116,6 +118,8 @@ def test_config_errors():
     (128, 4096, 14336, (128, 128, 64), 4),
     (64, 64, 4096, (64, 64, 64), 4),         # one tile: K // MIN_SLICE_K slices
     (128, 1000, 14336, (128, 128, 64), 14),
+    (1024, 2048, 128256, (128, 256, 64), 2),  # a vocabulary-long K (linear_cross_entropy's dhidden):
+    (512, 4096, 20000, (128, 256, 64), 2),    # 128 x 256 in slices, not 128 x 64 tiles
 ])
 def test_heuristic_splits_few_tiles_with_long_k(m, n, k, tile, split):
     cfg = mm.config_for(m, n, k, tc.bfloat16, target="sm_90a")
@@ -135,6 +139,15 @@ def test_heuristic_splits_few_tiles_with_long_k(m, n, k, tile, split):
 def test_heuristic_keeps_one_slice(m, n, k, batch):
     assert mm.config_for(m, n, k, tc.bfloat16, batch, target="sm_90a").split_k == 1
     assert mm.config_for(m, n, k, tc.float16, batch, target="sm_80").split_k == 1
+
+
+def test_long_k_split_starts_at_its_tuning_threshold():
+    # just below long_k_split the tile halves as before (128 tiles of 128 x 128 leave SMs idle)
+    k = tuning_for(Target.of("sm_90a")).matmul.long_k_split
+    below = mm.config_for(1024, 2048, k - 64, tc.bfloat16, target="sm_90a")
+    assert (below.bm, below.bn, below.split_k) == (128, 64, 1)
+    at = mm.config_for(1024, 2048, k, tc.bfloat16, target="sm_90a")
+    assert (at.bm, at.bn, at.split_k) == (128, 256, 2)
 
 
 def test_without_split_k_the_choice_before_it():
@@ -172,7 +185,7 @@ def test_signature_is_the_partial_kernel():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (128, 4096, 14336), (128, 1000, 14336)])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (128, 4096, 14336), (128, 1000, 14336), (1024, 2048, 128256)])
 def test_partial_and_reduce_ptx_assemble_without_spills(arch, m, n, k):
     # (128, 1000, 14336): 8 tiles in 16 slices, the reduction's 16 loads in flight at once
     # sm_80's features on 132 SMs (an A100's 108 would not split M = 1 against 4096 columns)

@@ -13,6 +13,7 @@ import pytest
 
 import tilec as tc
 
+from needs import needs
 from prefetch_kernels import ref_softmax, staged_axpy_rows, staged_column_sums, staged_softmax_rows
 
 NEAR_I32_MAX = '''
@@ -21,7 +22,6 @@ import numpy as np
 import tilec as tc
 sys.path.insert(0, {tests!r})
 from prefetch_kernels import staged_sum_near_i32_max
-from needs import needs
 ub = 2**31 - 257
 lb = ub - {n}
 x = np.random.default_rng({n}).standard_normal({n}).astype(np.float32)
