@@ -44,10 +44,12 @@ from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_q
                         tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
+           "attention_bwd_group_sum_kernel", "gqa_split",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
+GROUP_SUM_ROWS = 64   # rows per program of the GQA partials' sum
 
 
 @tc.kernel
@@ -167,24 +169,28 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
 
 
 @tc.func
-def _head_block(t, hk, start, end, GROUP: tc.constexpr):
-    """(query head, block) of step t of a walk over blocks [start, end) of each query head of
-    kv head hk in turn (t // blocks: the step stays affine in t, so its loads pipeline)."""
+def _head_block(t, hp, start, end, GROUP: tc.constexpr):
+    """(query head, block) of step t of a walk over blocks [start, end) of each of the GROUP
+    query heads hp·GROUP .. in turn (t // blocks: the step stays affine in t, so its loads
+    pipeline)."""
     if GROUP == 1:
-        return hk, start + t
+        return hp, start + t
     g = t // (end - start)
-    return hk * GROUP + g, start + t - g * (end - start)
+    return hp * GROUP + g, start + t - g * (end - start)
 
 
 @tc.func
 def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_start, n_kv,
                qk_scale, cap, scale, left, right, GROUP: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
-               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    """dK, dV of keys [nblk·BN, nblk·BN + BN) of kv head hk of one sequence (see _fwd_tile)."""
+               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr, SPLIT: tc.constexpr = 1):
+    """dK, dV of keys [nblk·BN, nblk·BN + BN) of kv head hk of one sequence (see _fwd_tile).
+    SPLIT > 1: `hk` is part hk % SPLIT of kv head hk // SPLIT, which walks GROUP (its share)
+    of the group's query heads and stores its partial sums as head hk of dk, dv."""
+    hkv = hk // SPLIT
     off = n_kv - n_q
     n0 = nblk * BN
-    kt = _qrows(k, b, hk, nblk, k_start, BN, DK, VARLEN)
-    vt = _qrows(v, b, hk, nblk, k_start, BN, DV, VARLEN)
+    kt = _qrows(k, b, hkv, nblk, k_start, BN, DK, VARLEN)
+    vt = _qrows(v, b, hkv, nblk, k_start, BN, DV, VARLEN)
     dk_acc = tc.zeros((BN, DK), tc.float32)
     dv_acc = tc.zeros((BN, DV), tc.float32)
 
@@ -215,12 +221,28 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
 @tc.kernel
 def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, scale, left, right,
                               GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
-                              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+                              BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
+                              SPLIT: tc.constexpr = 1):
+    # SPLIT > 1 (GQA with too few programs for the SMs): program (nblk, hk·SPLIT + s) walks
+    # share s of kv head hk's GROUP query heads, its dk, dv the f32 partials (b, hk·SPLIT + s)
+    # that attention_bwd_group_sum_kernel then adds up.
     nblk = tc.program_id(0)
     hk = tc.program_id(1)
     b = tc.program_id(2)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
-               left, right, GROUP, SOFTCAP, False, BM, BN, DK, DV)
+               left, right, GROUP // SPLIT, SOFTCAP, False, BM, BN, DK, DV, SPLIT)
+
+
+@tc.kernel
+def attention_bwd_group_sum_kernel(part, out, SPLIT: tc.constexpr, BM: tc.constexpr, D: tc.constexpr):
+    # out[b, hk, rows] = the sum of part[b, hk·SPLIT + s, rows] over s, in a fixed order.
+    i = tc.program_id(0)
+    hk = tc.program_id(1)
+    b = tc.program_id(2)
+    acc = tc.zeros((1, 1, BM, D), tc.float32)
+    for s in tc.static_range(SPLIT):
+        acc += tc.load(part, index=(b, hk * SPLIT + s, i, 0), shape=(1, 1, BM, D))
+    tc.store(out, index=(b, hk, i, 0), tile=acc.astype(out.dtype))
 
 
 @tc.kernel
@@ -443,13 +465,37 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
     common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
     ins = [qv, kv, vv, dov, lse_v, delta_v]
-    launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk, b_),
-           ins + [bhsd(dka, x.d), bhsd(dva, x.dv), qk_scale, cap, scale_, left, right],
-           num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block, **common)
+    split = gqa_split(-(-n_kv // cfg.kv_block) * hk * b_, h // hk, target_of(qa))
+    if split == 1:
+        dk_out, dv_out, extra = bhsd(dka, x.d), bhsd(dva, x.dv), {}
+    else:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
+        parts = [output(None, qa, (b_, hk * split, n_kv, dim), tc.float32, name)
+                 for name, dim in (("dk_part", x.d), ("dv_part", x.dv))]
+        dk_out, dv_out = (view(p_, p_.shape, p_.strides) for p_ in parts)
+        extra = {"SPLIT": split}
+    launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk * split, b_),
+           ins + [dk_out, dv_out, qk_scale, cap, scale_, left, right],
+           num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block,
+           **common, **extra)
+    if split > 1:
+        for part, grad, dim, pad in ((dk_out, dka, x.d, cfg.dk), (dv_out, dva, x.dv, cfg.dv)):
+            launch(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), [part, bhsd(grad, dim)],
+                   num_warps=4, SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
     launch(attention_bwd_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
            options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common)
     return tuple(g.obj for g in grads)
+
+
+def gqa_split(programs: int, group: int, target: Target) -> int:
+    """Into how many shares the dK/dV kernel divides each group of `group` query heads
+    sharing a kv head (1: none), given `programs` (key blocks x kv heads x batch) without a
+    split: the least divisor of the group that gives `AttentionBwdTuning.gqa_split_waves`
+    programs per SM, at most the whole group. A pure function (no launch)."""
+    want = tuning_for(target).attention_bwd.gqa_split_waves * target.sm_count
+    if group == 1 or programs >= want:
+        return 1
+    return next((d for d in range(2, group + 1) if group % d == 0 and programs * d >= want), group)
 
 
 def delta_warps(dv: int) -> int:
@@ -457,16 +503,20 @@ def delta_warps(dv: int) -> int:
     return 4 if dv <= 128 else 8
 
 
-def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool = False, group: int = 1) -> str:
+def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool = False, group: int = 1,
+               split: int = 1) -> str:
     # what a launch on (b, s, h, d) tensors specializes to, with `cfg`'s tiles
     v4, rows = f"{dtype}[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
+    part = "f32[?,?,?,?]:stride_div=16x16x16x1"
     if kernel == "attention_bwd_delta_kernel":
         return f"o={v4}, do={v4}, dlse={rows}, delta={rows}, DLSE=False, BM={DELTA_ROWS}, DV={cfg.dv}"
+    if kernel == "attention_bwd_group_sum_kernel":
+        return f"part={part}, out={v4}, SPLIT={split}, BM={GROUP_SUM_ROWS}, D={cfg.dk}"
     ins = f"q={v4}, k={v4}, v={v4}, do={v4}, lse={rows}, delta={rows}, "
-    outs, bm, bn = ((f"dk={v4}, dv={v4}, ", cfg.q_step, cfg.kv_block) if kernel == "attention_bwd_dkdv_kernel"
-                    else (f"dq={v4}, ", cfg.q_block, cfg.kv_step))
+    outs, bm, bn = ((f"dk={part if split > 1 else v4}, dv={part if split > 1 else v4}, ", cfg.q_step, cfg.kv_block)
+                    if kernel == "attention_bwd_dkdv_kernel" else (f"dq={v4}, ", cfg.q_block, cfg.kv_step))
     return (ins + outs + f"qk_scale=f32, cap=f32, scale=f32, left=i32, right=i32, GROUP={group}, SOFTCAP={softcap}, "
-            f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}")
+            f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}" + (f", SPLIT={split}" if split > 1 else ""))
 
 
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
@@ -493,3 +543,8 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))
+# GQA groups split over programs (gqa_split): the dK/dV kernel's f32 partials and their sum
+EXTRA_SIGNATURES += [("attention_bwd_dkdv_kernel", _signature("attention_bwd_dkdv_kernel", "bf16", _CFG128, False, 4, 4)),
+                     ("attention_bwd_dkdv_kernel", _signature("attention_bwd_dkdv_kernel", "f16", _CFG64, False, 4, 2)),
+                     ("attention_bwd_group_sum_kernel", _signature("attention_bwd_group_sum_kernel", "bf16", _CFG128,
+                                                                   split=4))]

@@ -224,6 +224,9 @@ class AttentionBwdTuning:
     wgmma_max_head_dim_mods: int = 64
     mma_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64: (kv_block, q_step, q_block, kv_step)
     mma_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
+    # GQA: the dK/dV kernel splits a kv head's query heads over programs (f32 partials, then
+    # summed) while it has fewer programs than this per SM (attention_bwd.gqa_split)
+    gqa_split_waves: int = 2
 
 
 @dataclass(frozen=True)

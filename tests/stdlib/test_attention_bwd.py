@@ -72,6 +72,27 @@ def test_grouped_heads_sum_dk_dv_over_the_group(h, hk):
            4e-3)
 
 
+@pytest.mark.parametrize("split", [1, 2, 3, 6])
+def test_grouped_heads_split_over_programs(split, monkeypatch):
+    # a kv head's 6 query heads walked by 1 (no split), 2, 3 or 6 programs: f32 partials per
+    # share, then summed (attention_bwd_group_sum_kernel); odd lengths, head dims not tiles
+    monkeypatch.setattr(B, "gqa_split", lambda programs, group, target: split)
+    rng = np.random.default_rng(split)
+    q, k, v, do = _inputs(rng, "bshd", 2, 6, 1, 45, 71, 24, 40)
+    for kw in (dict(causal=True), dict(window=(20, 5))):
+        _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
+
+
+def test_gqa_split_fills_the_sms_with_the_fewest_shares():
+    h200 = Target.from_arch("sm_90a")
+    want = h200.sm_count * B.tuning_for(h200).attention_bwd.gqa_split_waves   # 264 programs
+    assert B.gqa_split(128, 4, h200) == 4          # 32 key blocks x 4 kv heads: 256 is short of 264
+    assert B.gqa_split(want // 2, 4, h200) == 2
+    assert B.gqa_split(100, 6, h200) == 3          # 200 < 264 <= 300
+    assert B.gqa_split(10, 4, h200) == 4           # never more than the group
+    assert B.gqa_split(want, 4, h200) == 1 and B.gqa_split(10, 1, h200) == 1
+
+
 @pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(70, 90)), dict(softcap=5.0, window=(100, 0))],
                          ids=["plain", "causal", "window", "softcap"])
 def test_grouped_heads_walk_several_query_blocks_per_loop(kw):
@@ -179,7 +200,7 @@ def _config(kernel, sig, arch="sm_90a"):
 def _planned(kernel, sig, arch):
     """Whether the entry point on `arch` launches `kernel` at the blocks of `sig` (sm_80 never
     runs the wgmma blocks, nor sm_90a the mma.sync tiles where the wgmma blocks fit)."""
-    if kernel == "attention_bwd_delta_kernel":
+    if kernel in ("attention_bwd_delta_kernel", "attention_bwd_group_sum_kernel"):
         return True
     c, cfg = getattr(B, kernel).specialization(sig).constexprs, _config(kernel, sig, arch)
     blocks = (cfg.q_step, cfg.kv_block) if kernel == "attention_bwd_dkdv_kernel" else (cfg.q_block, cfg.kv_step)
@@ -190,13 +211,17 @@ _EXTRA = [(k, s, arch) for arch in ("sm_80", "sm_90a") for k, s in B.EXTRA_SIGNA
 
 
 def _warps(kernel, sig):
+    if kernel == "attention_bwd_group_sum_kernel":
+        return 4
     if kernel == "attention_bwd_delta_kernel":
         return B.delta_warps(getattr(B, kernel).specialization(sig).constexprs["DV"])
     return _config(kernel, sig).num_warps
 
 
 def _stages(kernel, sig):
-    return 3 if kernel == "attention_bwd_delta_kernel" else _config(kernel, sig).num_stages
+    if kernel in ("attention_bwd_delta_kernel", "attention_bwd_group_sum_kernel"):
+        return 3
+    return _config(kernel, sig).num_stages
 
 
 def test_options_are_the_entry_points_warp_counts():

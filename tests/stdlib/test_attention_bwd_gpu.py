@@ -2,6 +2,8 @@
 lengths that are not multiples of a block."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from tilec.stdlib_kernels import attention, attention_backward
@@ -36,6 +38,20 @@ def reference(torch, q, k, v, do, layout, **kw):
 
 @pytest.mark.parametrize("layout,heads,lens,dims,dtype,kw", CASES)
 def test_gradients_match_float64_autograd(torch, layout, heads, lens, dims, dtype, kw):
+    _check_case(torch, layout, heads, lens, dims, dtype, kw)
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_grouped_heads_unsplit_and_half_split(torch, split, monkeypatch):
+    # these small cases split each group over all its query heads (gqa_split); the other
+    # ways, as a large batch or a share of a group takes them
+    monkeypatch.setattr(importlib.import_module("tilec.stdlib_kernels.attention_bwd"), "gqa_split",
+                        lambda programs, group, target: split)
+    _check_case(torch, "bshd", (2, 4, 2), (611, 450), (128, 128), "float16", dict(causal=True))
+    _check_case(torch, "bhsd", (1, 8, 2), (333, 777), (64, 64), "bfloat16", dict(window=(90, 10)))
+
+
+def _check_case(torch, layout, heads, lens, dims, dtype, kw):
     torch.manual_seed(sum(lens) + sum(dims))
     (b, h, hk), (n_q, n_k), (d, dv) = heads, lens, dims
     tdt = getattr(torch, dtype)
