@@ -68,10 +68,14 @@ def chunk_plan(tokens: int, vocab: int, hidden: int, itemsize: int, budget: Opti
     """The chunking of `tokens` rows against a (vocab, hidden) weight of `itemsize`-byte
     elements: the most tokens whose (chunk, vocab) logits fit in `budget` bytes (default
     DEFAULT_BUDGET), rounded down to a multiple of ROW_MULTIPLE, at least ROW_MULTIPLE (or
-    every token, when fewer); `chunk` given: that many tokens (at most every token)."""
+    every token, when fewer); with neither `budget` nor `chunk` given, every token in one
+    chunk when all their logits take no more memory than those chunks' logits and the f32
+    accumulators that several chunks need; `chunk` given: that many tokens (at most every
+    token)."""
     for name, v in (("tokens", tokens), ("vocab", vocab), ("hidden", hidden), ("itemsize", itemsize)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    default = chunk is None and budget is None
     if chunk is not None:
         if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
             raise ValueError(f"chunk must be a positive int (tokens per chunk), got {chunk!r}")
@@ -82,11 +86,16 @@ def chunk_plan(tokens: int, vocab: int, hidden: int, itemsize: int, budget: Opti
             raise ValueError(f"budget must be a positive int (bytes), got {budget!r}")
         fit = budget // (vocab * itemsize)
         size = min(tokens, max(ROW_MULTIPLE, fit // ROW_MULTIPLE * ROW_MULTIPLE))
+    acc_bytes = (vocab * hidden + (vocab if bias else 0)) * 4
+    if default and size < tokens and tokens * vocab * itemsize <= size * vocab * itemsize + acc_bytes:
+        # Chunks need f32 accumulators of dweight (and dbias) besides their logits; where all
+        # the logits take no more, one chunk holds less and skips the accumulation passes
+        # (4096 tokens of a 128256 x 2048 bf16 head: 1.05 GB of logits against 0.26 + 1.05 GB).
+        size = tokens
     chunks = math.ceil(tokens / size)
     logits_bytes = size * vocab * itemsize
     accumulate = chunks > 1
-    acc_bytes = (vocab * hidden + (vocab if bias else 0)) * 4 if accumulate else 0
-    return ChunkPlan(size, chunks, logits_bytes, accumulate, logits_bytes + acc_bytes)
+    return ChunkPlan(size, chunks, logits_bytes, accumulate, logits_bytes + (acc_bytes if accumulate else 0))
 
 
 @tc.kernel

@@ -16,14 +16,27 @@ L = importlib.import_module("tilec.stdlib_kernels.linear_cross_entropy")
 
 # ----------------------------------------------------------------------------- the chunk plan
 def test_chunk_plan_fits_the_logits_in_the_budget():
-    # 4096 tokens of a 128256 bf16 vocabulary, hidden 2048: 1046 tokens fit 256 MiB -> 1024
-    p = L.chunk_plan(4096, 128256, 2048, 2)
-    assert (p.chunk, p.chunks) == (1024, 4) and p.logits_bytes == 1024 * 128256 * 2 <= L.DEFAULT_BUDGET
+    # 16384 tokens of a 128256 bf16 vocabulary, hidden 2048: 1046 tokens fit 256 MiB -> 1024
+    p = L.chunk_plan(16384, 128256, 2048, 2)
+    assert (p.chunk, p.chunks) == (1024, 16) and p.logits_bytes == 1024 * 128256 * 2 <= L.DEFAULT_BUDGET
     assert p.accumulate and p.workspace_bytes == p.logits_bytes + 128256 * 2048 * 4
     # f32 logits: half the tokens; a bias adds its f32 accumulator
-    p32 = L.chunk_plan(4096, 128256, 2048, 4, bias=True)
-    assert (p32.chunk, p32.chunks) == (512, 8)
+    p32 = L.chunk_plan(16384, 128256, 2048, 4, bias=True)
+    assert (p32.chunk, p32.chunks) == (512, 32)
     assert p32.workspace_bytes == 512 * 128256 * 4 + (128256 * 2048 + 128256) * 4
+
+
+@pytest.mark.parametrize("tokens,chunks", [(4096, 1), (5120, 1), (5121, 6), (4096 + 512, 1)])
+def test_one_chunk_where_the_accumulators_would_take_as_much(tokens, chunks):
+    # hidden 2048: the f32 dweight accumulator (128256 x 2048 x 4 bytes) is 4096 tokens of
+    # bf16 logits, so up to 1024 + 4096 tokens one chunk holds no more than chunks would
+    p = L.chunk_plan(tokens, 128256, 2048, 2)
+    assert p.chunks == chunks and p.accumulate == (chunks > 1)
+    if chunks == 1:
+        assert p.workspace_bytes == tokens * 128256 * 2 <= 1024 * 128256 * 2 + 128256 * 2048 * 4
+    # an explicit chunk or budget is kept
+    assert L.chunk_plan(tokens, 128256, 2048, 2, chunk=1024).chunks == -(-tokens // 1024)
+    assert L.chunk_plan(tokens, 128256, 2048, 2, budget=L.DEFAULT_BUDGET).chunk == 1024
 
 
 @pytest.mark.parametrize("tokens,budget,want", [
