@@ -191,7 +191,7 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int) -> List[Dict]:
             for cfg in candidates(d, dv):
                 oa, _ = A.forward_outputs(x, "bhsd")
                 ops = A.forward_operands(x, "bhsd", oa, None, causal=causal)
-                launches = A.plan(x, target, config=cfg)
+                launches = A.plan(x, target, config=cfg, causal=causal)
                 ln = launches[0]
                 compiled = ln.kernel.compile(*ops.args(ln), num_warps=ln.num_warps, fast_math=ln.fast_math,
                                              **dict(ln.options), **dict(ln.constexprs))

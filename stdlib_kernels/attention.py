@@ -161,13 +161,44 @@ def _fwd_tile(q, k, v, o, lse, b, h, mblk, q_start, n_q, k_start, n_kv, qk_scale
             tc.store(lse, index=(b, h, mblk), tile=tc.reshape(row_lse, (1, 1, BM)))
 
 
+@tc.func
+def program_block(HEAVY_LAST: tc.constexpr, SECTION: tc.constexpr):
+    """(block, head, batch) of this program of a (blocks, heads, batch) grid. SECTION = 0: its
+    program ids. SECTION > 0 (causal masks, whose blocks' work grows along the grid's first
+    axis): the programs in launch order take sections of SECTION (batch, head) pairs, and
+    within a section the blocks from the heaviest (the last with HEAVY_LAST, else the first)
+    to the lightest, pair after pair: the last programs to start are the shortest, so the
+    SMs finish together (longest-first scheduling), while a section's K and V stay in L2."""
+    if SECTION == 0:
+        return tc.program_id(0), tc.program_id(1), tc.program_id(2)
+    blocks = tc.num_programs(0)
+    heads = tc.num_programs(1)
+    pairs = heads * tc.num_programs(2)
+    n = tc.program_id(0) + blocks * (tc.program_id(1) + heads * tc.program_id(2))
+    sec = n // (SECTION * blocks)
+    size = tc.minimum(SECTION, pairs - sec * SECTION)
+    r = n - sec * (SECTION * blocks)
+    step = r // size
+    pair = sec * SECTION + r - step * size
+    block = blocks - 1 - step if HEAVY_LAST else step
+    return block, pair % heads, pair // heads
+
+
+def heavy_first_section(pairs: int, pair_bytes: int, target: Target) -> int:
+    """program_block's SECTION for a causal launch of `pairs` (batch, head) pairs whose
+    programs each read `pair_bytes` of K and V (the pair's share where heads share them): as
+    many pairs as fit `AttentionFwdTuning.section_l2_bytes`, at least 1, at most all. A pure
+    function."""
+    budget = tuning_for(target).attention_fwd.section_l2_bytes
+    return max(1, min(pairs, budget // max(pair_bytes, 1)))
+
+
 @tc.kernel
 def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
                          GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
-                         BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    mblk = tc.program_id(0)
-    h = tc.program_id(1)
-    b = tc.program_id(2)
+                         BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
+                         SECTION: tc.constexpr = 0):
+    mblk, h, b = program_block(True, SECTION)
     _fwd_tile(q, k, v, o, lse, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, False, BM, BN, DK, DV)
 
@@ -285,19 +316,25 @@ def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:
     return config
 
 
-def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False,
+def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, causal: bool = False,
          config: Optional[AttentionConfig] = None) -> List[Launch]:
     """The dense forward's launch for the checked q, k, v `x` (check_qkv): one launch, none when
     there is no query row; a pure function (no launch). `config` replaces config_for's tiling
-    (bench/attention_configs.py times candidates through it); it must hold the head dims."""
+    (bench/attention_configs.py times candidates through it); it must hold the head dims.
+    `causal`: the programs run heaviest first (program_block's sections)."""
     cfg = config_for(x.d, x.dv, target) if config is None else check_config(config, x.d, x.dv)
     grid = (-(-x.n_q // cfg.bm), x.heads, x.batch)
     if 0 in grid:
         return []
+    group = x.heads // x.kv_heads
+    order = {}
+    if causal and grid[0] > 1:
+        kv_bytes = x.n_kv * (x.d + x.dv) * x.q.dtype.itemsize
+        order["SECTION"] = heavy_first_section(x.heads * x.batch, -(-kv_bytes // group), target)
     return [Launch.of(attention_fwd_kernel, grid, ("q", "k", "v", "o", "lse", "qk_scale", "cap", "left", "right"),
                       cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule="dense",
-                      GROUP=x.heads // x.kv_heads, SOFTCAP=softcap, LSE=lse,
-                      BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
+                      GROUP=group, SOFTCAP=softcap, LSE=lse,
+                      BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv, **order)]
 
 
 def _window(causal: bool, window) -> Tuple[int, int]:
@@ -451,7 +488,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
         return attention_mods(x, layout, scale, out, return_lse, score_mod, mask_mod, block_mask, mod_args,
                               causal=causal, window=window, softcap=softcap)
     oa, lse = forward_outputs(x, layout, out, return_lse)
-    execute(plan(x, target_of(x.q), softcap=softcap is not None, lse=lse is not None),
+    execute(plan(x, target_of(x.q), softcap=softcap is not None, lse=lse is not None, causal=causal),
             forward_operands(x, layout, oa, lse, causal=causal, window=window, scale=scale, softcap=softcap))
     return (oa.obj, lse.obj) if return_lse else oa.obj
 
@@ -483,3 +520,8 @@ EXTRA_SIGNATURES = [("attention_fwd_kernel", signature(ln, "bf16"))
                     for d, dv in ((128, 128), (256, 256), (192, 128))
                     for ln in plan(describe(2, 4, 2, 1000, 1000, d, dv), Target.from_arch("sm_90a"), softcap=True,
                                    lse=True)]
+# causal launches at their heaviest-first order (program_block's sections)
+EXTRA_SIGNATURES += [("attention_fwd_kernel", signature(ln, "bf16"))
+                     for d in (64, 128)
+                     for ln in plan(describe(1, 16, 4, 4096, 4096, d, d), Target.from_arch("sm_90a"), lse=True,
+                                    causal=True)]

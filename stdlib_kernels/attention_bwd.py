@@ -40,8 +40,8 @@ from tilec.target import Target
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
 from ._plan import named
 from .tuning import AttentionBwdTuning, tuning_for
-from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, output_shape, scales,
-                        tile_bounds)
+from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, heavy_first_section,
+                        output_shape, program_block, scales, tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_bwd_group_sum_kernel", "gqa_split",
@@ -222,13 +222,11 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
 def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, scale, left, right,
                               GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
                               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
-                              SPLIT: tc.constexpr = 1):
+                              SPLIT: tc.constexpr = 1, SECTION: tc.constexpr = 0):
     # SPLIT > 1 (GQA with too few programs for the SMs): program (nblk, hk·SPLIT + s) walks
     # share s of kv head hk's GROUP query heads, its dk, dv the f32 partials (b, hk·SPLIT + s)
     # that attention_bwd_group_sum_kernel then adds up.
-    nblk = tc.program_id(0)
-    hk = tc.program_id(1)
-    b = tc.program_id(2)
+    nblk, hk, b = program_block(False, SECTION)   # causal: the first key blocks see the most queries
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
                left, right, GROUP // SPLIT, SOFTCAP, False, BM, BN, DK, DV, SPLIT)
 
@@ -308,10 +306,9 @@ def _dq_tile(q, k, v, do, lse, delta, dq, b, h, mblk, q_start, n_q, k_start, n_k
 @tc.kernel
 def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, left, right,
                             GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
-                            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
-    mblk = tc.program_id(0)
-    h = tc.program_id(1)
-    b = tc.program_id(2)
+                            BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
+                            SECTION: tc.constexpr = 0):
+    mblk, h, b = program_block(True, SECTION)   # causal: the last query blocks see the most keys
     _dq_tile(q, k, v, do, lse, delta, dq, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, False, BM, BN, DK, DV)
 
@@ -465,7 +462,8 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
     common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
     ins = [qv, kv, vv, dov, lse_v, delta_v]
-    split = gqa_split(-(-n_kv // cfg.kv_block) * hk * b_, h // hk, target_of(qa))
+    target = target_of(qa)
+    split = gqa_split(-(-n_kv // cfg.kv_block) * hk * b_, h // hk, target)
     if split == 1:
         dk_out, dv_out, extra = bhsd(dka, x.d), bhsd(dva, x.dv), {}
     else:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
@@ -473,6 +471,15 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
                  for name, dim in (("dk_part", x.d), ("dv_part", x.dv))]
         dk_out, dv_out = (view(p_, p_.shape, p_.strides) for p_ in parts)
         extra = {"SPLIT": split}
+    # causal: heaviest blocks first (attention.program_block), sections of pairs whose Q and
+    # dO (dK/dV: the share of the group's) or K and V (dQ) fit the L2 budget
+    itemsize = qa.dtype.itemsize
+    if causal and n_kv > cfg.kv_block:
+        extra["SECTION"] = heavy_first_section(hk * split * b_, n_q * (x.d + x.dv) * itemsize * (h // hk) // split,
+                                               target)
+    dq_order = {}
+    if causal and n_q > cfg.q_block:
+        dq_order["SECTION"] = heavy_first_section(h * b_, -(-n_kv * (x.d + x.dv) * itemsize // (h // hk)), target)
     launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk * split, b_),
            ins + [dk_out, dv_out, qk_scale, cap, scale_, left, right],
            num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block,
@@ -483,7 +490,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
                    num_warps=4, SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
     launch(attention_bwd_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
-           options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common)
+           options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order)
     return tuple(g.obj for g in grads)
 
 
@@ -504,7 +511,7 @@ def delta_warps(dv: int) -> int:
 
 
 def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool = False, group: int = 1,
-               split: int = 1) -> str:
+               split: int = 1, section: int = 0) -> str:
     # what a launch on (b, s, h, d) tensors specializes to, with `cfg`'s tiles
     v4, rows = f"{dtype}[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
     part = "f32[?,?,?,?]:stride_div=16x16x16x1"
@@ -516,7 +523,8 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
     outs, bm, bn = ((f"dk={part if split > 1 else v4}, dv={part if split > 1 else v4}, ", cfg.q_step, cfg.kv_block)
                     if kernel == "attention_bwd_dkdv_kernel" else (f"dq={v4}, ", cfg.q_block, cfg.kv_step))
     return (ins + outs + f"qk_scale=f32, cap=f32, scale=f32, left=i32, right=i32, GROUP={group}, SOFTCAP={softcap}, "
-            f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}" + (f", SPLIT={split}" if split > 1 else ""))
+            f"BM={bm}, BN={bn}, DK={cfg.dk}, DV={cfg.dv}" + (f", SPLIT={split}" if split > 1 else "")
+            + (f", SECTION={section}" if section else ""))
 
 
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
@@ -543,6 +551,9 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))
+# causal launches at their heaviest-first order (attention.program_block)
+EXTRA_SIGNATURES += [(name, _signature(name, "bf16", _CFG128, False, 4, split, 12))
+                     for name, split in (("attention_bwd_dkdv_kernel", 4), ("attention_bwd_dq_kernel", 1))]
 # GQA groups split over programs (gqa_split): the dK/dV kernel's f32 partials and their sum
 EXTRA_SIGNATURES += [("attention_bwd_dkdv_kernel", _signature("attention_bwd_dkdv_kernel", "bf16", _CFG128, False, 4, 4)),
                      ("attention_bwd_dkdv_kernel", _signature("attention_bwd_dkdv_kernel", "f16", _CFG64, False, 4, 2)),

@@ -204,6 +204,10 @@ class AttentionFwdTuning:
     varlen_wide_v: Tuple[int, int, int] = (64, 16, 8)
     varlen_wide_qk: Tuple[int, int, int] = (64, 32, 8)
     mma_wide: Tuple[int, int, int] = (64, 32, 8)       # no wgmma, above 128 (64 x 64 spill on sm_80)
+    # causal masks: programs walk sections of (batch, head) pairs heaviest block first, as many
+    # pairs per section as keep their K and V (or Q and dO) within this many bytes of L2
+    # (attention.heavy_first_section; forward and backward)
+    section_l2_bytes: int = 24 << 20
 
 
 @dataclass(frozen=True)

@@ -51,11 +51,13 @@ def test_the_varlen_plan_takes_a_config_too():
 
 
 def test_extra_signatures_are_the_wide_plans_at_the_snapshot_warps():
-    assert len(A.EXTRA_SIGNATURES) == 3
+    assert len(A.EXTRA_SIGNATURES) == 5
     for d, dv in ((128, 128), (256, 256), (192, 128)):
         (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=True, lse=True)
         assert ("attention_fwd_kernel", A.signature(ln, "bf16")) in A.EXTRA_SIGNATURES
         assert ln.num_warps == A.OPTIONS["attention_fwd_kernel"]["num_warps"] and dict(ln.options)["num_stages"] == 3
+    causal = [s for _, s in A.EXTRA_SIGNATURES if "SECTION=" in s]
+    assert len(causal) == 2 and {"DK=64" in s for s in causal} == {True, False}
 
 
 @pytest.mark.parametrize("config,err,match", [
@@ -129,6 +131,15 @@ def test_shipped_forward_assembles_without_spills(d, dv, dtype, softcap):
     report = _assemble(ln.kernel, A.signature(ln, dtype), ln)
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert not report["warnings"], report["warnings"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)])
+def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv):
+    (ln,) = A.plan(A.describe(1, 16, 4, 4096, 4096, d, dv), H100, lse=True, causal=True)
+    assert dict(ln.constexprs)["SECTION"] >= 1
+    report = _assemble(ln.kernel, A.signature(ln, "bf16"), ln)
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
 
 
 @pytest.mark.slow
