@@ -47,6 +47,7 @@ from .launches import Launch, Operands, execute
 from .tuning import tuning_for
 
 __all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
+           "program_block", "section_grid", "heavy_first_section",
            "check_config", "plan", "forward_outputs", "forward_operands", "SIGNATURES"]
 
 LOG2E = 1.4426950408889634
@@ -162,35 +163,38 @@ def _fwd_tile(q, k, v, o, lse, b, h, mblk, q_start, n_q, k_start, n_kv, qk_scale
 
 
 @tc.func
-def program_block(HEAVY_LAST: tc.constexpr, SECTION: tc.constexpr):
-    """(block, head, batch) of this program of a (blocks, heads, batch) grid. SECTION = 0: its
-    program ids. SECTION > 0 (causal masks, whose blocks' work grows along the grid's first
-    axis): the programs in launch order take sections of SECTION (batch, head) pairs, and
-    within a section the blocks from the heaviest (the last with HEAVY_LAST, else the first)
-    to the lightest, pair after pair: the last programs to start are the shortest, so the
-    SMs finish together (longest-first scheduling), while a section's K and V stay in L2."""
+def program_block(heads, HEAVY_LAST: tc.constexpr, SECTION: tc.constexpr):
+    """(block, head, batch) of this program. SECTION = 0: a (blocks, heads, batch) grid, its
+    program ids. SECTION > 0 (causal masks, whose blocks' work grows along one axis): a
+    (SECTION, blocks, sections) grid (`section_grid`) over the (batch, head) pairs of `heads`
+    heads, SECTION pairs per section (SECTION divides the pairs: no program idles, and no
+    branch around the kernel's body, which costs registers). Launched in order, the programs
+    take a section's pairs at their heaviest block (the last with HEAVY_LAST, else the
+    first), then the next lighter, and so on: the last to start are the shortest, so the SMs
+    finish together (longest-first scheduling), while a section's K and V stay in L2."""
     if SECTION == 0:
         return tc.program_id(0), tc.program_id(1), tc.program_id(2)
-    blocks = tc.num_programs(0)
-    heads = tc.num_programs(1)
-    pairs = heads * tc.num_programs(2)
-    n = tc.program_id(0) + blocks * (tc.program_id(1) + heads * tc.program_id(2))
-    sec = n // (SECTION * blocks)
-    size = tc.minimum(SECTION, pairs - sec * SECTION)
-    r = n - sec * (SECTION * blocks)
-    step = r // size
-    pair = sec * SECTION + r - step * size
-    block = blocks - 1 - step if HEAVY_LAST else step
+    pair = tc.program_id(2) * SECTION + tc.program_id(0)
+    block = tc.num_programs(1) - 1 - tc.program_id(1) if HEAVY_LAST else tc.program_id(1)
     return block, pair % heads, pair // heads
+
+
+def section_grid(blocks: int, heads: int, batch: int, section: int) -> Tuple[int, int, int]:
+    """The launch grid of program_block's order (`section` 0: the plain (blocks, heads, batch))."""
+    if section == 0:
+        return blocks, heads, batch
+    assert (heads * batch) % section == 0, (heads, batch, section)
+    return section, blocks, heads * batch // section
 
 
 def heavy_first_section(pairs: int, pair_bytes: int, target: Target) -> int:
     """program_block's SECTION for a causal launch of `pairs` (batch, head) pairs whose
-    programs each read `pair_bytes` of K and V (the pair's share where heads share them): as
-    many pairs as fit `AttentionFwdTuning.section_l2_bytes`, at least 1, at most all. A pure
-    function."""
+    programs each read `pair_bytes` of K and V (the pair's share where heads share them): the
+    most pairs that divide `pairs` and fit `AttentionFwdTuning.section_l2_bytes`, at least 1.
+    A pure function."""
     budget = tuning_for(target).attention_fwd.section_l2_bytes
-    return max(1, min(pairs, budget // max(pair_bytes, 1)))
+    cap = max(1, min(pairs, budget // max(pair_bytes, 1)))
+    return max(d for d in range(1, cap + 1) if pairs % d == 0)
 
 
 @tc.kernel
@@ -198,7 +202,7 @@ def attention_fwd_kernel(q, k, v, o, lse, qk_scale, cap, left, right,
                          GROUP: tc.constexpr, SOFTCAP: tc.constexpr, LSE: tc.constexpr,
                          BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
                          SECTION: tc.constexpr = 0):
-    mblk, h, b = program_block(True, SECTION)
+    mblk, h, b = program_block(q.shape[1], True, SECTION)
     _fwd_tile(q, k, v, o, lse, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, left, right,
               GROUP, SOFTCAP, LSE, False, BM, BN, DK, DV)
 
@@ -328,9 +332,10 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
         return []
     group = x.heads // x.kv_heads
     order = {}
-    if causal and grid[0] > 1:
+    if causal and grid[0] > 1 and (group == 1 or tuning_for(target).attention_fwd.heavy_first_gqa):
         kv_bytes = x.n_kv * (x.d + x.dv) * x.q.dtype.itemsize
         order["SECTION"] = heavy_first_section(x.heads * x.batch, -(-kv_bytes // group), target)
+        grid = section_grid(grid[0], x.heads, x.batch, order["SECTION"])
     return [Launch.of(attention_fwd_kernel, grid, ("q", "k", "v", "o", "lse", "qk_scale", "cap", "left", "right"),
                       cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule="dense",
                       GROUP=group, SOFTCAP=softcap, LSE=lse,
@@ -523,5 +528,5 @@ EXTRA_SIGNATURES = [("attention_fwd_kernel", signature(ln, "bf16"))
 # causal launches at their heaviest-first order (program_block's sections)
 EXTRA_SIGNATURES += [("attention_fwd_kernel", signature(ln, "bf16"))
                      for d in (64, 128)
-                     for ln in plan(describe(1, 16, 4, 4096, 4096, d, d), Target.from_arch("sm_90a"), lse=True,
+                     for ln in plan(describe(1, 16, 16, 4096, 4096, d, d), Target.from_arch("sm_90a"), lse=True,
                                     causal=True)]

@@ -41,7 +41,7 @@ from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, vie
 from ._plan import named
 from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, heavy_first_section,
-                        output_shape, program_block, scales, tile_bounds)
+                        output_shape, program_block, scales, section_grid, tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_bwd_group_sum_kernel", "gqa_split",
@@ -226,7 +226,8 @@ def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, sc
     # SPLIT > 1 (GQA with too few programs for the SMs): program (nblk, hk·SPLIT + s) walks
     # share s of kv head hk's GROUP query heads, its dk, dv the f32 partials (b, hk·SPLIT + s)
     # that attention_bwd_group_sum_kernel then adds up.
-    nblk, hk, b = program_block(False, SECTION)   # causal: the first key blocks see the most queries
+    # causal: the first key blocks see the most queries
+    nblk, hk, b = program_block(k.shape[1] * SPLIT, False, SECTION)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
                left, right, GROUP // SPLIT, SOFTCAP, False, BM, BN, DK, DV, SPLIT)
 
@@ -308,7 +309,8 @@ def attention_bwd_dq_kernel(q, k, v, do, lse, delta, dq, qk_scale, cap, scale, l
                             GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
                             BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
                             SECTION: tc.constexpr = 0):
-    mblk, h, b = program_block(True, SECTION)   # causal: the last query blocks see the most keys
+    # causal: the last query blocks see the most keys
+    mblk, h, b = program_block(q.shape[1], True, SECTION)
     _dq_tile(q, k, v, do, lse, delta, dq, b, h, mblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale, left, right,
              GROUP, SOFTCAP, False, BM, BN, DK, DV)
 
@@ -480,7 +482,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     dq_order = {}
     if causal and n_q > cfg.q_block:
         dq_order["SECTION"] = heavy_first_section(h * b_, -(-n_kv * (x.d + x.dv) * itemsize // (h // hk)), target)
-    launch(attention_bwd_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk * split, b_),
+    launch(attention_bwd_dkdv_kernel, section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, extra.get("SECTION", 0)),
            ins + [dk_out, dv_out, qk_scale, cap, scale_, left, right],
            num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block,
            **common, **extra)
@@ -488,7 +490,7 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
         for part, grad, dim, pad in ((dk_out, dka, x.d, cfg.dk), (dv_out, dva, x.dv, cfg.dv)):
             launch(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), [part, bhsd(grad, dim)],
                    num_warps=4, SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
-    launch(attention_bwd_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
+    launch(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, dq_order.get("SECTION", 0)),
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
            options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order)
     return tuple(g.obj for g in grads)
@@ -552,7 +554,7 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
 # the δ kernel of 256-wide value rows (launched at delta_warps' 8)
 EXTRA_SIGNATURES.append(("attention_bwd_delta_kernel", _signature("attention_bwd_delta_kernel", "bf16", _CFG256)))
 # causal launches at their heaviest-first order (attention.program_block)
-EXTRA_SIGNATURES += [(name, _signature(name, "bf16", _CFG128, False, 4, split, 12))
+EXTRA_SIGNATURES += [(name, _signature(name, "bf16", _CFG128, False, 4, split, 8))
                      for name, split in (("attention_bwd_dkdv_kernel", 4), ("attention_bwd_dq_kernel", 1))]
 # GQA groups split over programs (gqa_split): the dK/dV kernel's f32 partials and their sum
 EXTRA_SIGNATURES += [("attention_bwd_dkdv_kernel", _signature("attention_bwd_dkdv_kernel", "bf16", _CFG128, False, 4, 4)),

@@ -208,6 +208,10 @@ class AttentionFwdTuning:
     # pairs per section as keep their K and V (or Q and dO) within this many bytes of L2
     # (attention.heavy_first_section; forward and backward)
     section_l2_bytes: int = 24 << 20
+    # ... and the forward with grouped-query heads too (H200, one 4096-token sequence, 16 / 4
+    # heads, D 128: 256 TFLOP/s heaviest first against 293 in launch order; 16 / 16 heads,
+    # batch 2: 364 against 330)
+    heavy_first_gqa: bool = False
 
 
 @dataclass(frozen=True)

@@ -141,23 +141,24 @@ import tilec as tc  # noqa: E402
 
 
 @tc.kernel
-def _program_blocks(out, HEAVY_LAST: tc.constexpr, SECTION: tc.constexpr):
+def _program_blocks(out, heads, HEAVY_LAST: tc.constexpr, SECTION: tc.constexpr):
     # out[launch-order index] = (block, head, batch) of that program
     n = tc.program_id(0) + tc.num_programs(0) * (tc.program_id(1) + tc.num_programs(1) * tc.program_id(2))
-    blk, h, b = A.program_block(HEAVY_LAST, SECTION)
+    blk, h, b = A.program_block(heads, HEAVY_LAST, SECTION)
     tc.store(out.ptr + n * 3, blk)
     tc.store(out.ptr + n * 3 + 1, h)
     tc.store(out.ptr + n * 3 + 2, b)
 
 
-@pytest.mark.parametrize("section", [0, 1, 2, 4, 6, 9])
+@pytest.mark.parametrize("section", [0, 1, 2, 3, 6])
 @pytest.mark.parametrize("heavy_last", [True, False])
 def test_program_block_walks_sections_heaviest_first(section, heavy_last):
     blocks, heads, batch = 5, 3, 2
-    out = np.full((blocks * heads * batch, 3), -1, np.int32)
+    grid = A.section_grid(blocks, heads, batch, section)
+    out = np.full((int(np.prod(grid)), 3), -1, np.int32)
     with tc.interpret():
-        _program_blocks[(blocks, heads, batch)](out, HEAVY_LAST=heavy_last, SECTION=section)
-    triples = [tuple(t) for t in out]
+        _program_blocks[grid](out, heads, HEAVY_LAST=heavy_last, SECTION=section)
+    triples = [tuple(t) for t in out]   # launch order
     assert sorted(triples) == sorted((m, h, b) for m in range(blocks) for h in range(heads) for b in range(batch))
     if section == 0:
         assert triples[:3] == [(0, 0, 0), (1, 0, 0), (2, 0, 0)]
@@ -174,9 +175,16 @@ def test_program_block_walks_sections_heaviest_first(section, heavy_last):
 def test_causal_plans_walk_heaviest_first_in_l2_sized_sections():
     h200 = Target.from_arch("sm_90a")
     budget = A.tuning_for(h200).attention_fwd.section_l2_bytes
-    (ln,) = A.plan(A.describe(1, 16, 4, 4096, 4096, 128, 128), h200, causal=True)
-    # K and V of one kv head: 2 MiB, shared by 4 query heads: 0.5 MiB per (batch, head) pair
-    assert dict(ln.constexprs)["SECTION"] == min(16, budget // (4096 * 256 * 2 // 4))
-    (full,) = A.plan(A.describe(1, 16, 4, 4096, 4096, 128, 128), h200)
-    assert "SECTION" not in dict(full.constexprs)
+    (ln,) = A.plan(A.describe(2, 16, 16, 4096, 4096, 128, 128), h200, causal=True)
+    # K and V of one head: 2 MiB per (batch, head) pair
+    section = dict(ln.constexprs)["SECTION"]
+    cap = min(32, budget // (4096 * 256 * 2))
+    assert section == max(d for d in range(1, cap + 1) if 32 % d == 0) and ln.grid == (section, 32, 32 // section)
+    (full,) = A.plan(A.describe(2, 16, 16, 4096, 4096, 128, 128), h200)
+    assert "SECTION" not in dict(full.constexprs) and full.grid == (32, 16, 2)
+    # grouped-query heads keep the launch order (measured slower heaviest first: heavy_first_gqa)
+    (gqa,) = A.plan(A.describe(1, 16, 4, 4096, 4096, 128, 128), h200, causal=True)
+    assert "SECTION" not in dict(gqa.constexprs)
     assert A.heavy_first_section(1000, 1 << 30, h200) == 1 and A.heavy_first_section(3, 1, h200) == 3
+    # a divisor of the pairs: no program of the grid idles
+    assert A.heavy_first_section(36, budget // 10, h200) == 9 and A.heavy_first_section(7, budget // 5, h200) == 1

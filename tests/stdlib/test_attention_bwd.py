@@ -271,3 +271,25 @@ def test_bad_arguments_say_what_was_expected(call, err, match):
     o, lse = attention(q, k, v, return_lse=True)
     with pytest.raises(err, match=match):
         call(q, k, v, do, o, lse)
+
+
+@pytest.mark.parametrize("h,hk", [(3, 3), (4, 2)])
+def test_causal_heaviest_first_order_gives_the_same_gradients(h, hk):
+    # sections of (batch, head) pairs, heaviest block first (attention.program_block), more
+    # blocks than one on both sides
+    from dataclasses import replace
+    from tilec.stdlib_kernels import tuning
+    A = importlib.import_module("tilec.stdlib_kernels.attention")
+    rng = np.random.default_rng(h + hk)
+    q, k, v, do = _inputs(rng, "bshd", 2, h, hk, 300, 290, 32)
+    pair_bytes = 300 * 64 * 2
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, attention_fwd=replace(saved.attention_fwd, section_l2_bytes=4 * pair_bytes,
+                                                                  heavy_first_gqa=True))
+    try:
+        (ln,) = A.plan(A.check_qkv(q, k, v, "bshd")[0], Target.from_arch("sm_90a"), causal=True)
+        assert dict(ln.constexprs)["SECTION"] == {3: 3, 2: 8}[hk]   # divisors of the 6 or 8 pairs
+        got = _grads(q, k, v, do, causal=True)
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    _check(got, attention_grads_ref(q, k, v, do, causal=True), 4e-3)
