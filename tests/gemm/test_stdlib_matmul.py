@@ -27,6 +27,20 @@ def test_f16_odd_shape_column_major_bias_relu():
     assert matmul(a, b).dtype == np.float16
 
 
+@pytest.mark.parametrize("out_dtype", [None, "f32"])
+def test_column_major_a_on_the_interpreter(out_dtype):
+    """matmul(x.T, y) (the dW = dYᵀ X of a linear layer), 2-D and batched: A column-major."""
+    x = rng.standard_normal((72, 100)).astype(np.float16)
+    y = rng.standard_normal((72, 52)).astype(np.float16)
+    got = matmul(x.T, y, out_dtype=out_dtype)
+    assert got.dtype == (np.float32 if out_dtype else np.float16)
+    tol = 1e-5 if out_dtype else 2e-3
+    np.testing.assert_allclose(got, x.T.astype(np.float64) @ y, rtol=tol, atol=tol * 30)
+    xb = rng.standard_normal((2, 40, 30)).astype(np.float16)
+    got = matmul(xb.transpose(0, 2, 1), y[:40], out_dtype="f32")
+    np.testing.assert_allclose(got, xb.transpose(0, 2, 1).astype(np.float64) @ y[:40], rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_batched_f32_shared_operand(activation):
     a = rng.standard_normal((3, 20, 17)).astype(np.float32)
