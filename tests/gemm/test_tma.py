@@ -351,3 +351,16 @@ def test_misaligned_column_major_a_stays_k_major():
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     assert not any(s.kind == "tmap" and s.arg == 0 for s in ck.params)
     assert set(_WGMMA_TRANS.findall(ck.asm["ptx"])) == {("0", "1")}
+
+
+def test_a_buffer_that_does_not_lie_as_its_view_gets_no_tma(monkeypatch):
+    """tma_loads marks a column-major 16-bit A expecting accelerate_dot's M-major buffer;
+    were the buffer K-major (here forced), pipeline_loads leaves the group to plain stores
+    rather than a TMA copy that cannot transpose (gpu.tma_load's verifier would refuse it)."""
+    ad = importlib.import_module("tilec.lowering.passes.accelerate_dot")
+    monkeypatch.setattr(ad, "_a_k_major", lambda a: None)
+    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert not any(s.kind == "tmap" and s.arg in (0, 1) for s in ck.params)
+    assert "cp.async.bulk.tensor.2d.shared::cluster" not in ck.asm["ptx"]
+    assert set(_WGMMA_TRANS.findall(ck.asm["ptx"])) == {("0", "1")}
