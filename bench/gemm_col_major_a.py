@@ -25,25 +25,25 @@ def _bench(fn) -> float:
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
+def _row(dname: str, m: int, n: int, k: int) -> str:
+    dtype = DTYPES[dname]
+    x = torch.randn(k, m, device="cuda", dtype=dtype)
+    y = torch.randn(k, n, device="cuda", dtype=dtype)
+    a, a_rows = x.T, x.T.contiguous()
+    want = torch.matmul(a, y).float()
+    err = ((matmul(a, y).float() - want).abs().max() / want.abs().max()).item()
+    times = [_bench(lambda: matmul(a, y)), _bench(lambda: matmul(a, y, tma=False)),
+             _bench(lambda: torch.matmul(a, y)), _bench(lambda: matmul(a_rows, y))]
+    tflops = [2 * m * n * k / t / 1e9 for t in times]
+    return f"{dname:5} {m:>7} {n:>6} {k:>6}  " + " ".join(f"{v:7.0f}" for v in tflops) + f"  {err:.1e}"
+
+
 def run(shapes, dtypes):
     print(f"{'dtype':5} {'M':>7} {'N':>6} {'K':>6}  {'tilec':>7} {'tma=off':>7} {'torch':>7} {'rowmajA':>7}  "
           f"(TFLOP/s)  max rel err")
     for dname in dtypes:
-        dtype = DTYPES[dname]
         for m, n, k in shapes:
-            x = torch.randn(k, m, device="cuda", dtype=dtype)
-            y = torch.randn(k, n, device="cuda", dtype=dtype)
-            a, a_rows = x.T, x.T.contiguous()
-            want = torch.matmul(a, y).float()
-            got = matmul(a, y).float()
-            err = ((got - want).abs().max() / want.abs().max()).item()
-            flops = 2 * m * n * k
-            times = [_bench(lambda: matmul(a, y)), _bench(lambda: matmul(a, y, tma=False)),
-                     _bench(lambda: torch.matmul(a, y)), _bench(lambda: matmul(a_rows, y))]
-            tf = [flops / t / 1e9 for t in times]
-            print(f"{dname:5} {m:>7} {n:>6} {k:>6}  " + " ".join(f"{v:7.0f}" for v in tf) + f"  {err:.1e}",
-                  flush=True)
-            del x, y, a, a_rows, want, got
+            print(_row(dname, m, n, k), flush=True)
             torch.cuda.empty_cache()
 
 
