@@ -92,6 +92,22 @@ def test_default_config_ptx_uses_mma_and_cp_async():
     assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx
 
 
+def test_column_major_a_on_sm80_is_copied_and_read_transposed():
+    """mma.sync: a column-major A is copied as it lies (16-byte cp.async along M) into a buffer
+    with M contiguous, which ldmatrix.trans reads; ptxas clean."""
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", a_col_major=True)
+    ck = compile_kernel(mm.matmul_kernel, parse_signature(mm.matmul_kernel, sig),
+                        CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch="sm_80"),
+                        use_cache=False)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    assert "gpu.local_store" not in gpu and "cp.async.cg.shared.global" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" not in ptx   # A and B both M-/N-contiguous
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
+
+
 def test_sm90_configs():
     short = mm.config_for(1024, 1024, 1024, mm.tc.bfloat16, target="sm_90a")
     assert (short.bm, short.bn, short.bk) == (64, 64, 64)     # wgmma
