@@ -337,7 +337,7 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
         if y is not srcs[1].owner.operands[0]:
             dead.append(srcs[1].owner.operands[0].owner)
         srcs[1] = y
-    a_major = _a_k_major(srcs[0]) if a_lay is None and y is None else None
+    a_major = _a_k_major(srcs[0]) if a_lay is None else None
     if remarks is not None:
         acc = op.results[0].type.encoding
         size = srcs[1].type.dtype.itemsize
