@@ -162,7 +162,10 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
 
     A 2-D operand beside a 3-D one is shared by every batch entry (each entry is one
     launch). Operands may have any strides; a unit last stride gives 16-byte,
-    cp.async-pipelined loads, other layouts (column-major) are read element by element.
+    cp.async-pipelined loads, other layouts (column-major) are read element by element,
+    except on sm_90a where a column-major B of tf32/f8 and a column-major f16/bf16 A (x.T
+    of a row-major x, the dW = dYᵀ X of a linear layer's backward) are copied as they lie
+    (TMA or 16-byte cp.async) and wgmma reads them transposed.
     a and b share a dtype: f16, bf16, f32 (f32 multiplies in true f32 unless
     `allow_tf32=True` lets tensor cores round the operands to tf32) or f8e4m3 / f8e5m2
     (tensor cores on sm_90a; the result defaults to bf16). Accumulation is f32;
@@ -325,9 +328,10 @@ def _target(a) -> Target:
 
 def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool = False,
               activation=None, bias_dtype=None, batch: int = 1, target=HOST_GEMM_TARGET,
-              config=None, scaled: bool = False, b_col_major: bool = False):
+              config=None, scaled: bool = False, b_col_major: bool = False, a_col_major: bool = False):
     """(signature text, MatmulConfig) of the kernel `matmul` launches for contiguous row-major
-    (batch x) m x k and k x n operands of `dtype` (b column-major with `b_col_major`, per-tensor
+    (batch x) m x k and k x n operands of `dtype` (a column-major with `a_col_major`, the x.T
+    of a row-major k x m x; b column-major with `b_col_major`, per-tensor
     scales with `scaled`): what `tilec ptx matmul` and the benchmark compile (`config` in place
     of config_for's), planned for `target` (a Target or an arch; default HOST_GEMM_TARGET,
     sm_80 on 132 SMs). For a split-K configuration that is `matmul_splitk_kernel` (the
@@ -341,11 +345,14 @@ def signature(m: int, n: int, k: int, dtype, *, out_dtype=None, allow_tf32: bool
     b_sig = _mat('b', dtype.name, k, n)
     if b_col_major:
         b_sig = f"b={dtype.name}[?,?]:strides=1x?:div={_div(k)}x{_div(n)}:stride_div=1x{stride_divisibility(k)}"
+    a_sig = _mat('a', dtype.name, m, k)
+    if a_col_major:
+        a_sig = f"a={dtype.name}[?,?]:strides=1x?:div={_div(m)}x{_div(k)}:stride_div=1x{stride_divisibility(m)}"
     tiles = f"BM={cfg.bm}, BN={cfg.bn}, BK={cfg.bk}, GROUP_M={cfg.group_m}"
     if cfg.split_k > 1:
         ws = _mat("ws", "f32", cfg.splits(k) * tc.cdiv(m, cfg.bm) * cfg.bm, n)
-        return f"{_mat('a', dtype.name, m, k)}, {b_sig}, {ws}, {tiles}, TF32={bool(allow_tf32)}", cfg
-    sig = (f"{_mat('a', dtype.name, m, k)}, {b_sig}, {_mat('c', out.name, m, n)}, "
+        return f"{a_sig}, {b_sig}, {ws}, {tiles}, TF32={bool(allow_tf32)}", cfg
+    sig = (f"{a_sig}, {b_sig}, {_mat('c', out.name, m, n)}, "
            f"bias={bias}[?]:div={_div(n)}, scale=f32, {tiles}, "
            f"HAS_BIAS={bias_dtype is not None}, ACT='{activation or 'none'}', TF32={bool(allow_tf32)}, "
            f"SCALED={bool(scaled)}" + (", SHARED_B=True" if cfg.cluster > 1 else ""))

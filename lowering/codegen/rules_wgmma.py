@@ -25,8 +25,8 @@ from llvmlite import ir
 from tilec.ir import tile_ops as T
 
 from ..gpu import wgmma_ops as W
-from ..gpu.wgmma_fragments import (b_k_major, buffer_k_major, descriptor_high_bits, k_step, warpgroup_strides,
-                                   wgmma_instructions)
+from ..gpu.wgmma_fragments import (a_buffer_k_major, b_k_major, buffer_k_major, descriptor_high_bits, k_step,
+                                   warpgroup_strides, wgmma_instructions)
 from .rules_mma import pack_pair, slot_pointer
 from .types import I32
 from .walker import rule
@@ -91,10 +91,12 @@ def _wgmma(ctx, op):
     kmaj = buffer_k_major(b_alloc.attrs["layout"], len(b_alloc.attrs["shape"]) == 3)   # B's transpose bit
     if op.attrs.get("b_trans", False):   # Bᵀ's (N, K) buffer in A's layout: B K-major, bytes alike
         b_shape, kmaj = b_shape[::-1], True
-    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj)
+    # A's transpose bit: an M-major buffer (16-bit A of a column-major view) has M contiguous
+    a_kmaj = reg_a or a_buffer_k_major(a.owner.attrs["layout"], len(a.owner.attrs["shape"]) == 3)
+    a_stride, b_stride = warpgroup_strides(lay, a_shape, b_shape, eb, kmaj, a_kmaj)
     if not reg_a:
         a_base = _desc_base(ctx, a.owner, slot, wg_m, a_stride)
-        a_hi = descriptor_high_bits(0, a_shape, eb)
+        a_hi = descriptor_high_bits(0, a_shape, eb, a_kmaj)
     b_base = _desc_base(ctx, b_alloc, slot, wg_n, b_stride)
     b_hi = descriptor_high_bits(1, b_shape, eb, kmaj)
 
@@ -108,16 +110,16 @@ def _wgmma(ctx, op):
     outs = ", ".join(f"${i}" for i in range(per))
     a_text = "{" + ", ".join(f"${per + i}" for i in range(4)) + "}" if reg_a else f"${per}"
     # immediates: scale-a, scale-b, then trans-a (descriptor A only) and trans-b (16-bit only:
-    # 1 for an N-major B buffer, 0 for a K-major one such as a loaded k.T)
-    trans_b = "0" if kmaj else "1"
-    trans = "" if b_k_major(eb) else (f", {trans_b}" if reg_a else f", 0, {trans_b}")
+    # 1 for an M-major A / N-major B buffer, 0 for a K-major one such as a loaded k.T)
+    trans_a, trans_b = ("0" if kmaj_ else "1" for kmaj_ in (a_kmaj, kmaj))
+    trans = "" if b_k_major(eb) else (f", {trans_b}" if reg_a else f", {trans_a}, {trans_b}")
     text = (f"{{ .reg .pred p; setp.ne.b32 p, ${per + n_a + 1}, 0; "
             f"wgmma.mma_async.sync.aligned.m64n{instr_n}k{k_step(eb)}.f32.{_KIND[elem.name]} "
             f"{{{outs}}}, {a_text}, ${per + n_a}, p, 1, 1{trans}; }}")
     cons = ",".join(["=f"] * per + ["r" if reg_a else "l"] * n_a + ["l", "r"] + [str(i) for i in range(per)])
     fty = ir.FunctionType(ir.LiteralStructType([F32] * per), [I32 if reg_a else I64] * n_a + [I64, I32] + [F32] * per)
     one = ir.Constant(I32, 1)
-    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None, kmaj)
+    instrs = wgmma_instructions(lay, m, n, k, eb, a.type.encoding if reg_a else None, kmaj, a_kmaj)
     if reg_a:
         # every register wgmma reads is written before wgmma.fence (PTX ISA: the fence must
         # separate a register's last write from the wgmma reading it): packed A and the

@@ -213,6 +213,10 @@ class TmaLoadOp(Op):
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
+        # a 2-D copy cannot transpose: the buffer's contiguous dimension is the view's
+        if lay.order[0] - 1 != (0 if vt.strides[1] != 1 else 1):
+            raise self.error(f"the buffer's contiguous dimension (layout {lay}) must be the view's "
+                             f"unit-stride one (strides {list(vt.strides)})")
         _check_cluster(self, self.multicast, "multicast")
 
     @property

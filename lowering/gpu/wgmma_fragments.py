@@ -29,6 +29,11 @@ and only its start address changes between instructions (`operand_offset`).
 `tests/gemm/test_wgmma.py` checks these against an independent model of the
 canonical layouts and of the hardware's address-bit swizzle.
 
+A 16-bit A may be M-major too (imm-trans-a = 1), when it arrives with M contiguous (a tile
+of a column-major view, such as x.T of a row-major x): its M x K buffer keeps M contiguous
+(order (0, 1)), the bytes of an N-major B with M for N, and its descriptor is B's N-major
+one (`a_k_major` False below). tf32 and f8 A are K-major only.
+
 A from registers (16-bit operands only): `wgmma ... d, {a0, a1, a2, a3}, b-desc`. The
 fragment of one k16 step is the m16n8k16 A fragment of mma.sync, per warp of the
 warpgroup (rows 16 (w % 4) of the warpgroup's 64): with g = lane / 4, t = lane % 4,
@@ -45,7 +50,8 @@ from typing import List, Optional, Tuple
 
 from .layouts import DotOperandLayout, MmaLayout, SharedLayout
 
-__all__ = ["SWIZZLE", "wgmma_shape", "wgmma_plan", "k_step", "b_k_major", "buffer_k_major", "operand_layout", "descriptor_high_bits",
+__all__ = ["SWIZZLE", "wgmma_shape", "wgmma_plan", "k_step", "b_k_major", "buffer_k_major", "a_buffer_k_major",
+           "operand_layout", "descriptor_high_bits",
            "operand_offset", "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout",
            "REGISTER_A_BITS"]
 
@@ -107,21 +113,42 @@ def buffer_k_major(layout: SharedLayout, has_slot: bool) -> bool:
     return layout.order[0] == (1 if has_slot else 0)
 
 
+def a_buffer_k_major(layout: SharedLayout, has_slot: bool) -> bool:
+    """Whether an A buffer (M x K) of this layout is K-major (else M-major, 16-bit only)."""
+    return not buffer_k_major(layout, has_slot)
+
+
 def _k_major(k_major: Optional[bool], elem_bytes: int) -> bool:
     return b_k_major(elem_bytes) if k_major is None else k_major
 
 
+def _a_m_major(op_idx: int, k_major: Optional[bool], elem_bytes: int) -> bool:
+    """Operand `op_idx` is an M-major A (`k_major` False; None and True: K-major)."""
+    if op_idx != 0 or k_major is None or k_major:
+        return False
+    if elem_bytes != 2:
+        raise ValueError(f"an M-major wgmma A operand must have 2-byte elements, not {elem_bytes}-byte ones")
+    return True
+
+
 def operand_layout(elem_bytes: int, op_idx: int = 0, k_major: Optional[bool] = None) -> SharedLayout:
     """The shared layout of an operand: 128-byte swizzle, K contiguous for A and for a K-major
-    B (order (0, 1) of its K x N buffer), else the last dimension (N) contiguous."""
-    order = (0, 1) if op_idx == 1 and _k_major(k_major, elem_bytes) else (1, 0)
+    B (order (0, 1) of its K x N buffer), else the last dimension (N) contiguous; an M-major
+    A (`k_major` False, 16-bit) keeps M contiguous (order (0, 1) of its M x K buffer)."""
+    if op_idx == 0:
+        order = (0, 1) if _a_m_major(0, k_major, elem_bytes) else (1, 0)
+    else:
+        order = (0, 1) if _k_major(k_major, elem_bytes) else (1, 0)
     return SharedLayout.for_swizzle(SWIZZLE, elem_bytes, order)
 
 
 def descriptor_high_bits(op_idx: int, shape, elem_bytes: int, k_major: Optional[bool] = None) -> int:
     """The constant fields of an operand's descriptor (everything but the start address):
     leading byte offset (bits 16-29), stride byte offset (bits 32-45), swizzle (bits 62-63),
-    each offset encoded as bytes >> 4. `shape` is one slot of the buffer."""
+    each offset encoded as bytes >> 4. `shape` is one slot of the buffer. An M-major A
+    (`k_major` False) is described as the N-major B of its transpose."""
+    if _a_m_major(op_idx, k_major, elem_bytes):
+        return descriptor_high_bits(1, (shape[1], shape[0]), elem_bytes, False)
     sbo = 8 * SWIZZLE                      # the next 8 rows (A: of M, B: of K, K-major B: of N)
     if op_idx == 0 or _k_major(k_major, elem_bytes):
         lbo = 16                           # unused by swizzled K-major layouts ("assumed 1")
@@ -134,8 +161,11 @@ def operand_offset(op_idx: int, shape, elem_bytes: int, row: int, col: int, k_ma
     """Byte offset, in a slot of `shape`, of the instruction operand that starts at element
     (row, col): A at (m0, k0), B at (k0, n0). Within a 128-byte row the start moves by
     bytes (k0 of A); B's n0 is always a whole column block. A K-major B is laid out as A
-    is, with N for M: B^T at (n0, k0)."""
+    is, with N for M: B^T at (n0, k0); an M-major A (`k_major` False) as an N-major B, with
+    M for N: A^T at (k0, m0)."""
     width = SWIZZLE // elem_bytes
+    if _a_m_major(op_idx, k_major, elem_bytes):
+        return operand_offset(1, (shape[1], shape[0]), elem_bytes, col, row, False)
     if op_idx == 1 and _k_major(k_major, elem_bytes):
         return operand_offset(0, (shape[1], shape[0]), elem_bytes, col, row)
     block, within = divmod(col, width)
@@ -153,12 +183,13 @@ def register_a_layout(acc: MmaLayout, bits: int) -> Optional[DotOperandLayout]:
 
 
 def warpgroup_strides(acc: MmaLayout, a_shape, b_shape, elem_bytes: int,
-                      k_major: Optional[bool] = None) -> Tuple[int, int]:
+                      k_major: Optional[bool] = None, a_k_major: bool = True) -> Tuple[int, int]:
     """Bytes by which A's and B's operands move per warpgroup along M and per warp column
-    block along N (the warp id supplies those indices at run time)."""
+    block along N (the warp id supplies those indices at run time); `k_major` is B's order,
+    `a_k_major` A's."""
     wm, wn = acc.warps_per_cta
     n = acc.instr_shape[1]
-    return (operand_offset(0, a_shape, elem_bytes, 64, 0),
+    return (operand_offset(0, a_shape, elem_bytes, 64, 0, a_k_major),
             operand_offset(1, b_shape, elem_bytes, 0, n, k_major) if wn > 1 else 0)
 
 
@@ -181,10 +212,11 @@ def _a_registers(a_layout, m: int, k: int, row: int, k0: int) -> Tuple[int, ...]
 
 
 def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, a_layout=None,
-                       k_major: Optional[bool] = None) -> List[WgmmaInstr]:
+                       k_major: Optional[bool] = None, a_k_major: bool = True) -> List[WgmmaInstr]:
     """A thread's wgmma instructions in issue order (K innermost, so that consecutive
     instructions chain on one accumulator), for warpgroup 0 / warp column 0. With A in
-    registers (`a_layout`, 16-bit), each names the A element registers it reads."""
+    registers (`a_layout`, 16-bit), each names the A element registers it reads. `k_major`:
+    B's buffer order (None: the dtype's default); `a_k_major`: A's (False: M-major)."""
     wm, wn = acc.warps_per_cta
     instr_n = acc.instr_shape[1]
     reps_n = n // (instr_n * wn)
@@ -197,7 +229,7 @@ def wgmma_instructions(acc: MmaLayout, m: int, n: int, k: int, elem_bytes: int, 
             regs = tuple(range(first, first + per))
             for kk in range(0, k, k_step(elem_bytes)):
                 a_regs = () if a_layout is None else _a_registers(a_layout, m, k, 16 * wm * rm, kk)
-                out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk),
+                out.append(WgmmaInstr(operand_offset(0, (m, k), elem_bytes, 16 * wm * rm, kk, a_k_major),
                                       operand_offset(1, (k, n), elem_bytes, kk, instr_n * wn * rn, k_major), regs,
                                       a_regs))
     return out

@@ -96,12 +96,16 @@ class WgmmaOp(Op):
                 if elem.bits != 16:
                     raise self.error(f"b_trans reads a 16-bit Bᵀ buffer, got {elem}")
                 shape = shape[::-1]   # Bᵀ's (N, K) buffer, in A's layout: B is (K, N)
-            # a 16-bit B may be N-major or K-major (the transpose bit); others have one form
-            want_lay = operand_layout(elem.itemsize, 0 if b_trans else idx,
-                                      inner == (0, 1) if idx == 1 and elem.bits == 16 and not b_trans else None)
+            # a 16-bit A may be K-major or M-major, a 16-bit B N-major or K-major (the transpose
+            # bits); others have one form
+            k_major = None
+            if elem.bits == 16 and not b_trans:
+                k_major = inner == (0, 1) if idx == 1 else inner == (1, 0)
+            want_lay = operand_layout(elem.itemsize, 0 if b_trans else idx, k_major)
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
-                raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with "
-                                 f"{'K' if want_lay.order[0] == 0 or idx == 0 else 'N'} contiguous, "
+                dims = ("K or M" if elem.bits == 16 and not b_trans else "K") if idx == 0 else \
+                    ("K" if want_lay.order[0] == 0 else "N")
+                raise self.error(f"wgmma reads {SWIZZLE}-byte-swizzled buffers with {dims} contiguous, "
                                  f"operand {'ab'[idx]} has {lay}")
             shapes.append((shape, elem))
         (sa, ea), (sb, eb) = shapes

@@ -303,6 +303,17 @@ def _transpose_source(b: Value) -> Optional[Value]:
     return y if _register_run_dim(y) == 1 else None
 
 
+def _a_k_major(a: Value) -> Optional[bool]:
+    """False (an M-major buffer, wgmma's imm-trans-a) for a 16-bit A tile loaded straight from
+    memory with 16-byte runs along M (a column-major view, e.g. x.T of a row-major x): cp.async
+    or TMA then copy it as it lies. None (K-major) otherwise; a tile computed or transposed in
+    registers keeps the K-major store."""
+    load = a.owner
+    if a.type.dtype.bits != 16 or not isinstance(load, (T.LoadOp, T.LoadMaskedOp)) or _register_run_dim(a) != 0:
+        return None
+    return False
+
+
 def _dot_text(op: T.DotOp) -> str:
     a, c = op.operands[0].type, op.results[0].type
     return f"tc.dot {c.shape[0]}x{c.shape[1]}x{a.shape[1]} {a.dtype.name}"
@@ -326,17 +337,21 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
         if y is not srcs[1].owner.operands[0]:
             dead.append(srcs[1].owner.operands[0].owner)
         srcs[1] = y
+    a_major = _a_k_major(srcs[0]) if a_lay is None else None
     if remarks is not None:
         acc = op.results[0].type.encoding
         size = srcs[1].type.dtype.itemsize
+        a_from = "registers" if a_lay is not None else "shared memory" + (" (M-major)" if a_major is False else "")
         remarks.add("dot", f"{_dot_text(op)} lowered to wgmma m64n{acc.instr_shape[1]}k{32 // size} ("
                            f"{acc.warps_per_cta[0]} warps along M, {acc.warps_per_cta[1]} along N), A from "
-                           f"{'registers' if a_lay is not None else 'shared memory'}, B from shared memory", op.loc)
-    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is
+                           f"{a_from}, B from shared memory", op.loc)
+    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is;
+    # a 16-bit A loaded M-contiguous (a column-major view) M-major (`_a_k_major`)
     k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
+    majors = {0: a_major, 1: k_major}
     bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
                              layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, 0 if y is not None else idx,
-                                                         k_major if idx else None),
+                                                         majors[idx]),
                              result_types=[PointerType(srcs[idx].type.dtype, SHARED)], loc=op.loc).result
             for idx in staged}
     at = Builder().before(op)  # after the allocations, which may sit in the same block

@@ -364,12 +364,19 @@ def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
         if origin is None or load.parent is not loop.body or len(load.results[0].uses) != 1 \
                 or not isinstance(alloc, AllocOp) or loop in _ancestors(alloc) \
                 or any(not isinstance(u, (LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses) \
-                or loop_slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None:
+                or loop_slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None \
+                or not _copies_as_it_lies(alloc, origin.operands[0].type):
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
     lag = _wgmma_lag(loop, cands, stages)
     return (cands, origins, lag) if lag else None
+
+
+def _copies_as_it_lies(alloc: AllocOp, view) -> bool:
+    """The buffer's contiguous dimension is the view's unit-stride one (a 2-D copy cannot
+    transpose: tma_loads expects accelerate_dot's buffer order, this checks it)."""
+    return alloc.attrs["layout"].order[0] == (0 if view.strides[1] != 1 else 1)
 
 
 def _tma_slice(origin):

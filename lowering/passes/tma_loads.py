@@ -23,14 +23,15 @@ removes every marker. A load qualifies when
   cuTensorMapEncodeTiled requires; other views keep cp.async;
 - a 2-D copy cannot transpose, so the view's contiguous dimension must be the buffer's:
   row-major (last stride 1) for A and for the N-major B of f16/bf16; column-major (first
-  stride 1: storage N x K, K contiguous) for the K-major B of tf32/f8;
+  stride 1: storage N x K, K contiguous) for the K-major B of tf32/f8, and for a 16-bit A
+  (storage K x M: accelerate_dot stores such an A M-major, wgmma's imm-trans-a);
 - in storage order, the tile is at most 256 rows (a box's limit), a multiple of 8 rows
   and of one 128-byte swizzle row of columns (64 f16/bf16, 32 f32, 128 f8 elements), read
   in "index" mode with zero padding (TMA fills out-of-bounds elements with zeros);
 - every TMA load of that view uses the same box (one tensor map per view).
 
 The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
-bytes of K] of a column-major one. A load promised the same for the whole cluster
+bytes of K] of a column-major B, [K, 128 bytes of M] of a column-major A. A load promised the same for the whole cluster
 (`multicast`, with the `cluster` option 2, 4 or 8) gets `multicast = cluster` on its marker.
 """
 from __future__ import annotations
@@ -97,13 +98,14 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
         return None
     elem = view.type.dtype.itemsize
-    k_contiguous = op.results[0].uses[0][1] == 0 or b_k_major(elem)   # the buffer's order
+    idx = op.results[0].uses[0][1]
     rows, cols = op.attrs["shape"]
     if column_major(view.type):
-        if not k_contiguous or op.results[0].uses[0][1] != 1:
-            return None   # only B's K-major buffer is the transpose of the view
+        # the transpose of the view: B's K-major buffer (tf32, f8), a 16-bit A's M-major one
+        if not (b_k_major(elem) if idx == 1 else elem == 2):
+            return None
         rows, cols = cols, rows
-    elif op.results[0].uses[0][1] == 1 and k_contiguous:
+    elif idx == 1 and b_k_major(elem):
         return None       # a row-major B into a K-major buffer would need a transposing copy
     width = TMA_BOX_BYTES // elem
     if rows > 256 or rows % 8 or cols % width:

@@ -108,6 +108,15 @@ def test_bk64_dot_on_sm90a_is_wgmma_in_a_tma_ring(no_ptxas):
     assert loop.line == line("loop") and "TMA ring of 3 stages" in loop.message
 
 
+def test_column_major_a_on_sm90a_is_read_m_major(no_ptxas):
+    sig = "a=bf16[?,?]:strides=1x?:stride_div=1x16, b=bf16[?,?]:stride_div=16x1, c=f32[?,?], K=i32, BM=128, BN=128, BK=64"
+    compiled = gemm.compile(sig, arch="sm_90a", num_warps=4)
+    (dot,) = of_kind(compiled, "dot")
+    assert "lowered to wgmma" in dot.message and "A from shared memory (M-major)" in dot.message
+    (loop,) = of_kind(compiled, "loop")
+    assert "TMA ring of 3 stages" in loop.message
+
+
 @pytest.mark.parametrize("arch, first, second", [
     ("sm_90a", "wgmma m64n64k16 (4 warps along M, 1 along N), A from shared memory", "A from registers"),
     ("sm_80", "mma.sync m16n8k16, A and B through shared memory", "mma.sync m16n8k16, A in registers"),

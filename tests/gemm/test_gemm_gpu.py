@@ -71,3 +71,20 @@ def test_single_tile_dot_and_epilogue():
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     matmul_bias_relu[((m + 63) // 64, (n + 63) // 64)](a, b, bias, c, BM=64, BN=64, BK=32)
     _check(c, torch.relu(want + bias.double()), torch.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("arch,opts", [(None, {}), (None, {"tma": False}), ("sm_80", {})],
+                         ids=["native", "native-cp-async", "sm_80"])
+def test_matmul_column_major_a(dtype, arch, opts):
+    """A = x.T of a row-major x (M contiguous, rows 16-byte aligned at M = 1000): on a Hopper
+    an M-major wgmma A filled by TMA, or by 16-byte cp.async with tma=False; through the PTX
+    JIT for sm_80, cp.async and ldmatrix.trans."""
+    m, n, k = 1000, 520, 264
+    x = torch.randn(k, m, device="cuda", dtype=dtype)
+    b = torch.randn(k, n, device="cuda", dtype=dtype)
+    c = torch.empty(m, n, device="cuda", dtype=dtype)
+    grid = ((m + 127) // 128, (n + 127) // 128)
+    matmul[grid](x.T, b, c, BM=128, BN=128, BK=64, TF32=False, num_warps=8, num_stages=4, **opts,
+                 **({} if arch is None else {"arch": arch}))
+    _check(c, x.T.double() @ b.double(), dtype)

@@ -27,6 +27,20 @@ def test_f16_odd_shape_column_major_bias_relu():
     assert matmul(a, b).dtype == np.float16
 
 
+@pytest.mark.parametrize("out_dtype", [None, "f32"])
+def test_column_major_a_on_the_interpreter(out_dtype):
+    """matmul(x.T, y) (the dW = dYᵀ X of a linear layer), 2-D and batched: A column-major."""
+    x = rng.standard_normal((72, 100)).astype(np.float16)
+    y = rng.standard_normal((72, 52)).astype(np.float16)
+    got = matmul(x.T, y, out_dtype=out_dtype)
+    assert got.dtype == (np.float32 if out_dtype else np.float16)
+    tol = 1e-5 if out_dtype else 2e-3
+    np.testing.assert_allclose(got, x.T.astype(np.float64) @ y, rtol=tol, atol=tol * 30)
+    xb = rng.standard_normal((2, 40, 30)).astype(np.float16)
+    got = matmul(xb.transpose(0, 2, 1), y[:40], out_dtype="f32")
+    np.testing.assert_allclose(got, xb.transpose(0, 2, 1).astype(np.float64) @ y[:40], rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_batched_f32_shared_operand(activation):
     a = rng.standard_normal((3, 20, 17)).astype(np.float32)
@@ -76,6 +90,22 @@ def test_default_config_ptx_uses_mma_and_cp_async():
     ptx = ck.asm["ptx"]
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx
     assert "cp.async.cg.shared.global" in ptx and "ldmatrix" in ptx
+
+
+def test_column_major_a_on_sm80_is_copied_and_read_transposed():
+    """mma.sync: a column-major A is copied as it lies (16-byte cp.async along M) into a buffer
+    with M contiguous, which ldmatrix.trans reads; ptxas clean."""
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", a_col_major=True)
+    ck = compile_kernel(mm.matmul_kernel, parse_signature(mm.matmul_kernel, sig),
+                        CompileOptions(num_warps=cfg.num_warps, num_stages=cfg.num_stages, arch="sm_80"),
+                        use_cache=False)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    assert "gpu.local_store" not in gpu and "cp.async.cg.shared.global" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" not in ptx   # A and B both M-/N-contiguous
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
 
 
 def test_sm90_configs():

@@ -114,3 +114,27 @@ def test_tf32_on_wgmma_layouts(b_col):
     bt = torch.randn(768, 1024, device="cuda")
     b = bt.t() if b_col else bt.t().contiguous()
     _check(matmul(a, b, allow_tf32=True), a.double() @ b.double(), TOL["tf32"])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("out_dtype", [None, torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1000, 520, 264), (1001, 130, 72), (128256, 2048, 1024)])
+def test_column_major_a(dtype, out_dtype, m, n, k):
+    """matmul(x.T, y), the dW = dYᵀ X of a linear layer's backward: A column-major (on sm_90a
+    an M-major wgmma operand, copied by TMA where the rows are 16-byte aligned (M = 1000)
+    and through registers where not (M = 1001))."""
+    x = torch.randn(k, m, device="cuda", dtype=dtype)
+    y = torch.randn(k, n, device="cuda", dtype=dtype)
+    got = matmul(x.T, y, out_dtype=out_dtype)
+    assert got.dtype == (out_dtype or dtype) and tuple(got.shape) == (m, n)
+    # an f32 result holds the f32 accumulation of exact products: only its rounding differs
+    _check(got, x.T.double() @ y.double(), 1e-4 if out_dtype is torch.float32 else TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_column_major_a_batched(dtype):
+    """Each batch entry of x.transpose(1, 2) is a column-major A (one launch each)."""
+    x = torch.randn(3, 264, 1000, device="cuda", dtype=dtype)
+    y = torch.randn(3, 264, 520, device="cuda", dtype=dtype)
+    got = matmul(x.transpose(1, 2), y)
+    _check(got, x.transpose(1, 2).double() @ y.double(), TOL[dtype])

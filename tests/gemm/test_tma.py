@@ -270,3 +270,97 @@ def test_persistent_tma_off_or_sanitizer_mode_keeps_plain_epilogue_stores():
         ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **opts)
         ptx = ck.asm["ptx"]
         assert "bulk_group" not in ptx and "st.global" in ptx, opts
+
+
+@pytest.mark.parametrize("tile", [(128, 64), (64, 64), (256, 64)])
+def test_tma_boxes_of_a_column_major_a_land_where_m_major_wgmma_reads(tile):
+    """A 16-bit A of a column-major view (storage K x M, M contiguous): boxes of [BK rows, 64
+    of M] over the storage, one per 64-row block of M at block * BK * 128 bytes (rules_tma),
+    give the M-major operand layout (imm-trans-a = 1) the descriptors describe; an edge tile
+    reads zeros."""
+    rng = np.random.default_rng(2)
+    rows, cols = tile                                             # BM x BK
+    storage = rng.standard_normal((cols * 2 - 40, rows * 2 - 24)).astype(np.float16)   # K x M
+    logical = storage.T                                           # A = storage^T, M x K
+    for ti, tj in [(0, 0), (1, 1)]:
+        smem = np.zeros(rows * cols * 2, np.uint8)
+        for blk in range(rows // 64):   # tile (ti along M, tj along K): storage rows tj * BK, columns ti * BM
+            _tma_box_copy(storage, tj * cols, ti * rows + blk * 64, (cols, 64), smem, blk * cols * 128)
+        got = np.zeros(tile, np.float16)
+        for r in range(rows):
+            for c in range(cols):
+                off = operand_offset(0, tile, 2, r - r % 64, c, False) + (r % 64) * 2
+                off ^= ((off >> 7) & 7) << 4
+                got[r, c] = np.frombuffer(bytes(smem[off:off + 2]), np.float16)[0]
+        want = np.zeros(tile, np.float16)
+        part = logical[ti * rows:(ti + 1) * rows, tj * cols:(tj + 1) * cols]
+        want[:part.shape[0], :part.shape[1]] = part
+        np.testing.assert_array_equal(got, want)
+
+
+_WGMMA_TRANS = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.b?f16\.b?f16 \{[^}]*\}, \S+, \S+, "
+                          r"p, 1, 1, (\d), (\d);")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("m,n,k", [(1000, 520, 264), (128256, 2048, 1024)])
+def test_stdlib_gemm_column_major_a_is_tma_and_m_major(dtype, m, n, k):
+    """matmul(x.T, y) (A column-major, M contiguous) on sm_90a: A's tiles come by TMA over
+    the storage (boxes of [BK, 64 of M]) into an M-major buffer that wgmma reads with
+    imm-trans-a = 1; no cp.async and no element-wise loads of A; ptxas clean."""
+    sig, cfg = mm.signature(m, n, k, dtype, target="sm_90a", a_col_major=True)
+    assert sig.startswith(f"a={dtype}[?,?]:strides=1x?")
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    assert [(s.arg, s.box) for s in ck.params if s.kind == "tmap"][:2] == [(0, (cfg.bk, 64)), (1, (cfg.bk, 64))]
+    # (A's BM / 64 boxes + B's BN / 64) x (S - 1 prologue copies + the body's)
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == (cfg.bm + cfg.bn) // 64 * cfg.num_stages
+    assert "cp.async.cg" not in ptx and "gpu.local_store" not in gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
+    trans = _WGMMA_TRANS.findall(ptx)
+    assert trans and set(trans) == {("1", "1")}, set(trans)    # trans-a = 1 (M-major), trans-b = 1 (N-major)
+    assert "order = [1, 2, 0]" in gpu.split("gpu.alloc", 1)[1].split("\n")[0]   # A (first): M contiguous
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
+
+
+def test_stdlib_gemm_column_major_a_without_tma_copies_16_bytes_along_m():
+    """tma=False: the same M-major buffer is filled by 16-byte cp.async along M."""
+    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=False)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    assert "cp.async.bulk.tensor.2d.shared::cluster" not in ptx and "cp.async.cg.shared.global" in ptx
+    a_buf = gpu.split("gpu.alloc", 1)[1].split("\n")[0]     # A's buffer, allocated first
+    assert "shape = [4, 64, 64]" in a_buf and "order = [1, 2, 0]" in a_buf
+    a_copies = [ln for ln in gpu.splitlines() if "gpu.async_copy %0," in ln]
+    assert a_copies and all("vec = 8" in ln for ln in a_copies)   # 8 bf16 = 16 bytes along M
+    assert "gpu.local_store" not in gpu and set(_WGMMA_TRANS.findall(ptx)) == {("1", "1")}
+
+
+@pytest.mark.parametrize("a_col_major,trans_a", [(False, "0"), (True, "1")])
+def test_only_a_column_major_a_sets_trans_a(a_col_major, trans_a):
+    sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a", a_col_major=a_col_major)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert set(_WGMMA_TRANS.findall(ck.asm["ptx"])) == {(trans_a, "1")}
+
+
+def test_misaligned_column_major_a_stays_k_major():
+    """M = 1001: A's columns are not 16-byte aligned, so neither TMA nor 16-byte cp.async can
+    copy it as it lies; it goes through registers into the K-major buffer as before."""
+    sig, cfg = mm.signature(1001, 130, 72, "f16", target="sm_90a", a_col_major=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert not any(s.kind == "tmap" and s.arg == 0 for s in ck.params)
+    assert set(_WGMMA_TRANS.findall(ck.asm["ptx"])) == {("0", "1")}
+
+
+def test_a_buffer_that_does_not_lie_as_its_view_gets_no_tma(monkeypatch):
+    """tma_loads marks a column-major 16-bit A expecting accelerate_dot's M-major buffer;
+    were the buffer K-major (here forced), pipeline_loads leaves the group to plain stores
+    rather than a TMA copy that cannot transpose (gpu.tma_load's verifier would refuse it)."""
+    ad = importlib.import_module("tilec.lowering.passes.accelerate_dot")
+    monkeypatch.setattr(ad, "_a_k_major", lambda a: None)
+    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    assert not any(s.kind == "tmap" and s.arg in (0, 1) for s in ck.params)
+    assert "cp.async.bulk.tensor.2d.shared::cluster" not in ck.asm["ptx"]
+    assert set(_WGMMA_TRANS.findall(ck.asm["ptx"])) == {("0", "1")}

@@ -95,10 +95,13 @@ CASES = [  # (m, n, k, num_warps)
 ]
 
 
+@pytest.mark.parametrize("a_k_major", [True, False], ids=["a_k_major", "a_m_major"])
 @pytest.mark.parametrize("m,n,k,num_warps", CASES)
-def test_wgmma_simulation_matches_matmul(m, n, k, num_warps):
+def test_wgmma_simulation_matches_matmul(m, n, k, num_warps, a_k_major):
     """Every thread's wgmma instructions, fed by the descriptors codegen builds over the
-    buffers cp.async fills, leave A @ B in the registers the #mma v3 layout names."""
+    buffers cp.async fills, leave A @ B in the registers the #mma v3 layout names. An
+    M-major A (imm-trans-a = 1, a column-major view's tile) is read through the ISA's
+    MN-major canonical layout, the one of an N-major B: A^T as B."""
     wm, wn, instr_n = wgmma_shape(m, n, k, EB, num_warps)
     acc = MmaLayout(3, (wm, wn), (16, instr_n))
     rng = np.random.default_rng(0)
@@ -109,20 +112,20 @@ def test_wgmma_simulation_matches_matmul(m, n, k, num_warps):
     mem = np.full((b_base + slots * k * n * EB) // EB, -1, np.int64)
     smem = operand_layout(EB)
     ids_a, ids_b = np.arange(m * k).reshape(m, k), m * k + np.arange(k * n).reshape(k, n)
-    _store(ids_a, smem, mem, a_base + slot * m * k * EB)
+    _store(ids_a, operand_layout(EB, 0, a_k_major), mem, a_base + slot * m * k * EB)
     _store(ids_b, smem, mem, b_base + slot * k * n * EB)
     values = np.concatenate([a.ravel(), b.ravel()])
-    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), EB)
-    a_hi, b_hi = descriptor_high_bits(0, (m, k), EB), descriptor_high_bits(1, (k, n), EB)
+    a_stride, b_stride = warpgroup_strides(acc, (m, k), (k, n), EB, None, a_k_major)
+    a_hi, b_hi = descriptor_high_bits(0, (m, k), EB, a_k_major), descriptor_high_bits(1, (k, n), EB)
     c = np.full((m, n), np.nan)
     per = instr_n // 2
     for warp in range(num_warps):
         wg_m, wg_n = (warp % wm) // 4, warp // wm
         regs = {}
-        for ins in wgmma_instructions(acc, m, n, k, EB):
+        for ins in wgmma_instructions(acc, m, n, k, EB, a_k_major=a_k_major):
             da = a_hi | ((a_base + slot * m * k * EB + wg_m * a_stride + ins.a_offset) >> 4)
             db = b_hi | ((b_base + slot * k * n * EB + wg_n * b_stride + ins.b_offset) >> 4)
-            ta, tb = _read_a(mem, da), _read_b(mem, db, instr_n)
+            ta, tb = _read_a(mem, da) if a_k_major else _read_b(mem, da, 64).T, _read_b(mem, db, instr_n)
             assert (ta >= 0).all() and (ta < m * k).all() and (tb >= m * k).all()
             d = values[ta] @ values[tb]   # the warpgroup's 64 x N product
             for lane in range(32):
