@@ -49,7 +49,7 @@ __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dk
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
-GROUP_SUM_ROWS = 64   # rows per program of the GQA partials' sum
+GROUP_SUM_ROWS = 32   # rows per program of the GQA partials' sum (64 spill at 4 partials of 128)
 
 
 @tc.kernel
