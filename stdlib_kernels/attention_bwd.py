@@ -94,8 +94,9 @@ def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.c
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
-        if VARLEN:
+        if VARLEN:   # and dP' = 0 there too: another sequence's lse and δ may be NaN
             keep = keep & (rows < n_kv)
+            return tc.exp2(tc.where(keep, s - l2, float("-inf"))), tc.where(keep, dp, 0.0)
         s = tc.where(keep, s, float("-inf"))
     return tc.exp2(s - l2), dp
 
@@ -148,11 +149,6 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
     qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
     dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
     l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
-    if VARLEN:
-        if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
-            mine = i * BM + tc.arange(0, BM) < n_kv - off
-            l2 = tc.where(mine, l2, float("inf"))
-            d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
     # dPᵀ - δ first (δ as the product's initial accumulator, no δ live beside it), then Sᵀ:
@@ -335,7 +331,7 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     t = tuning_for(target).attention_bwd
     dkdv, dq = {"dense": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
-                "varlen": (t.wgmma_max_head_dim_varlen_dkdv, t.wgmma_max_head_dim),
+                "varlen": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
                 "mods": (t.wgmma_max_head_dim_mods, t.wgmma_max_head_dim_mods)}[path]
     if not target.has_wgmma or softcap:
         dkdv = dq = 0

@@ -142,9 +142,9 @@ def test_config_is_a_function_of_head_dims_and_target():
     for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="mods"),
                 B.bwd_config_for(128, a100)):
         assert max(cfg.kv_block, cfg.q_block) <= 64 and cfg.dk == 128
-    # varlen at 128: the dQ kernel on the wgmma blocks, the dK/dV kernel on the mma.sync tiles
-    v128 = B.bwd_config_for(128, h100, path="varlen")
-    assert (v128.q_block, v128.kv_step) == (c128.q_block, c128.kv_step) and v128.kv_block <= 64
+    # varlen: the dense path's blocks (the wgmma blocks at 128 too), and its mma.sync tiles with softcap
+    assert B.bwd_config_for(128, h100, path="varlen") == c128
+    assert B.bwd_config_for(128, h100, softcap=True, path="varlen") == B.bwd_config_for(128, h100, softcap=True)
     assert B.bwd_config_for(64, h100, path="varlen") == B.bwd_config_for(64, h100, path="mods") == c64
     with pytest.raises(ValueError, match="path"):
         B.bwd_config_for(64, h100, path="paged")
