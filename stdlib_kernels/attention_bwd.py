@@ -317,22 +317,22 @@ class AttentionBwdConfig:
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
-PATHS = ("dense", "varlen", "mods")
+PATHS = ("dense", "varlen", "mods", "mods_heavy")
 
 
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
                    softcap: bool = False, path: str = "dense") -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch):
     per kernel, the wgmma blocks where the target has wgmma and they fit the kernels of
-    `path` ("dense": this module's; "varlen", "mods": attention_varlen.py's and
-    attention_mods.py's) without spills (`AttentionBwdTuning`; softcap's tanh terms spill
-    there), else the mma.sync tiles."""
+    `path` ("dense": this module's; "varlen": attention_varlen.py's; "mods", "mods_heavy":
+    attention_mods.py's, the second for calls whose dK/dV program holds more, see
+    attention_mods.bwd_path) without spills (`AttentionBwdTuning`; softcap's tanh terms
+    spill there), else the mma.sync tiles."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     t = tuning_for(target).attention_bwd
-    dkdv, dq = {"dense": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
-                "varlen": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
-                "mods": (t.wgmma_max_head_dim_mods, t.wgmma_max_head_dim_mods)}[path]
+    dkdv = t.wgmma_max_head_dim_mods_heavy_dkdv if path == "mods_heavy" else t.wgmma_max_head_dim
+    dq = t.wgmma_max_head_dim
     if not target.has_wgmma or softcap:
         dkdv = dq = 0
     return _tiling(head_dim, head_dim_v, t, dkdv, dq)

@@ -215,12 +215,14 @@ class AttentionBwdTuning:
     owned rows, steps of 64. The head dims (padded to a power of two) that take them, per
     path: the dense and varlen kernels up to 128 (the varlen dK/dV kernel keeps another
     sequence's rows out in _probs' mask: a `where` on their lse and δ rows spilled 20-40
-    bytes at 128); the mods kernels (score_mod, block lists) only up to 64, the mma.sync
-    tiles above; softcap never (tanh's terms spill)."""
+    bytes at 128); the mods kernels (score_mod, block lists) up to 128, except the dK/dV
+    kernel of "mods_heavy" calls (mods that gather from mod arrays per score, or block
+    lists walked once per query head of a GQA group: 36-508 bytes spilled at 128), only up
+    to 64, the mma.sync tiles above; softcap never (tanh's terms spill)."""
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     wgmma_max_head_dim: int = 128
-    wgmma_max_head_dim_mods: int = 64
+    wgmma_max_head_dim_mods_heavy_dkdv: int = 64
     mma_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64: (kv_block, q_step, q_block, kv_step)
     mma_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
 

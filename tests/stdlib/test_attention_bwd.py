@@ -137,11 +137,16 @@ def test_config_is_a_function_of_head_dims_and_target():
     # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows)
     assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
     assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (128, 64, 128, 64)
-    # softcap, the mods kernels at 128, and sm_80: the mma.sync tiles (owned blocks of at most 64)
+    # softcap and sm_80: the mma.sync tiles (owned blocks of at most 64)
     a100 = Target.from_arch("sm_80")
-    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="mods"),
-                B.bwd_config_for(128, a100)):
+    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, a100),
+                B.bwd_config_for(128, a100, path="mods")):
         assert max(cfg.kv_block, cfg.q_block) <= 64 and cfg.dk == 128
+    # the mods kernels at 128: the wgmma blocks; "mods_heavy" calls keep the dK/dV kernel on mma.sync
+    assert B.bwd_config_for(128, h100, path="mods") == c128
+    heavy = B.bwd_config_for(128, h100, path="mods_heavy")
+    assert (heavy.q_block, heavy.kv_step) == (c128.q_block, c128.kv_step) and heavy.kv_block <= 64
+    assert B.bwd_config_for(64, h100, path="mods_heavy") == c64
     # varlen: the dense path's blocks (the wgmma blocks at 128 too), and its mma.sync tiles with softcap
     assert B.bwd_config_for(128, h100, path="varlen") == c128
     assert B.bwd_config_for(128, h100, softcap=True, path="varlen") == B.bwd_config_for(128, h100, softcap=True)
@@ -168,6 +173,13 @@ def test_config_reads_the_tuning_table():
         tuning.TABLES["sm_90"] = saved
     assert (c64.q_block, c64.kv_step) == (128, 32) and max(c128.kv_block, c128.q_block) <= 64
     assert B.bwd_config_for(128, h100).kv_block == saved.attention_bwd.wgmma_dkdv[0]
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd,
+                                                                  wgmma_max_head_dim_mods_heavy_dkdv=128))
+    try:
+        heavy = B.bwd_config_for(128, h100, path="mods_heavy")
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert heavy == B.bwd_config_for(128, h100) != B.bwd_config_for(128, h100, path="mods_heavy")
 
 
 def _config(kernel, sig, arch="sm_90a"):

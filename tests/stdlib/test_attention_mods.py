@@ -336,7 +336,7 @@ _R3, _I4 = "i32[?,?,?]:stride_div=16x16x1", "i32[?,?,?,?]:stride_div=16x16x16x1"
 _ROWS = "f32[?,?,?]:stride_div=16x16x1"
 
 
-def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
+def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = None):
     """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
     mask (one mod array) on a q_block x 128 block mask (the forward's; the backward's 128 x
     128), bf16, at the entry points' tiles and warps; then the block mask's two kernels (head
@@ -347,7 +347,8 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
     dv = d if dv is None else dv
-    f, c = config_for(d, dv, h100), bwd_config_for(d, h100, path="mods")
+    # (the backward's tiles of bwd_path's plan for this call, unless `path` is given)
+    f, c = config_for(d, dv, h100), bwd_config_for(d, h100, path=path or A.bwd_path((1, 1, 1), False, 2))
     bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
     warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
@@ -375,6 +376,45 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
          "NC=256", {},
          dict(num_warps=4)),
     ]
+
+
+def test_bwd_path_keeps_heavy_dkdv_programs_on_mma_sync():
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    assert A.bwd_path((0, 0, 0), True, 4) == A.bwd_path((0, 0, 0), False, 1) == "mods"
+    assert A.bwd_path((1, 0, 1), True, 1) == A.bwd_path((0, 1, 0), False, 1) == "mods_heavy"
+    assert A.bwd_path((0, 0, 0), False, 2) == "mods_heavy"
+
+
+def _wgmma_backward(which: int, group: int, dense: bool):
+    """(kernel, specialization, options) of the mods backward kernel `which` (1: dK/dV, 2: dQ)
+    at head dim 128 for ALiBi (no mod arrays): on a causal block mask (one query head per
+    kv head) or DENSE (any group), bf16, on the wgmma blocks its plan takes."""
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    from tilec.target import Target
+    from tilec.stdlib_kernels.attention_bwd import bwd_config_for
+    path = A.bwd_path((0, 0, 0), dense, group)
+    c = bwd_config_for(128, Target.from_arch("sm_90a"), path=path)
+    assert path == "mods" and c.kv_block == c.q_block == 128
+    kernel, sig, _, options = _mods_signatures(128, path=path)[which]
+    assert f"BN={c.kv_block}" in sig if which == 1 else f"BM={c.q_block}" in sig
+    sig = sig.replace("GROUP=2", f"GROUP={group}")
+    if dense:
+        sig = sig.replace("DENSE=False", "DENSE=True").replace("SUB_Q=2", "SUB_Q=1").replace("SUB_K=2", "SUB_K=1")
+    mods = dict(SCORE_MOD=alibi, GRAD=bias_grad, MASK_MOD=None if dense else causal, N_AUX=(0, 0, 0))
+    return kernel, kernel.specialization(sig, **mods), options
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which,group,dense", [(1, 1, False), (1, 4, True), (2, 1, False), (2, 4, True)],
+                         ids=["dkdv-causal", "dkdv-dense-gqa", "dq-causal", "dq-dense-gqa"])
+def test_mods_backward_at_head_dim_128_on_wgmma_assembles_without_spills(which, group, dense):
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    kernel, spec, options = _wgmma_backward(which, group, dense)
+    compiled = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a", fast_math=True, **options), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert not report["warnings"], report["warnings"]
 
 
 @pytest.mark.slow
