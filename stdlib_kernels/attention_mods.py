@@ -35,12 +35,12 @@ import tilec as tc
 
 from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import (DELTA_ROWS, _head_block, _row_stats, attention_bwd_delta_kernel, bwd_config_for, bwd_config_within,
-                            delta_warps)
+from .attention_bwd import (DELTA_ROWS, _head_block, _row_stats, attention_bwd_delta_kernel, bwd_config_for,
+                            bwd_config_within, delta_warps)
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
-__all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "attention_mods_fwd_kernel", "attention_mods_dkdv_kernel",
-           "attention_mods_dq_kernel"]
+__all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "attention_mods_fwd_kernel",
+           "attention_mods_dkdv_kernel", "attention_mods_dq_kernel"]
 
 
 @tc.func
