@@ -90,7 +90,7 @@ def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.c
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
-        dp = dp * (1.0 - t * t)
+        dp = dp - dp * t * t   # (dp · (1 - t²) spills 8 bytes at the head dim 128 wgmma blocks)
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
@@ -326,14 +326,16 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
     per kernel, the wgmma blocks where the target has wgmma and they fit the kernels of
     `path` ("dense": this module's; "varlen": attention_varlen.py's; "mods", "mods_heavy":
     attention_mods.py's, the second for calls whose dK/dV program holds more, see
-    attention_mods.bwd_path) without spills (`AttentionBwdTuning`; softcap's tanh terms
-    spill there), else the mma.sync tiles."""
+    attention_mods.bwd_path) without spills (`AttentionBwdTuning`; softcap's dK/dV kernels
+    up to wgmma_max_head_dim_softcap_dkdv), else the mma.sync tiles."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     t = tuning_for(target).attention_bwd
     dkdv = t.wgmma_max_head_dim_mods_heavy_dkdv if path == "mods_heavy" else t.wgmma_max_head_dim
     dq = t.wgmma_max_head_dim
-    if not target.has_wgmma or softcap:
+    if softcap:
+        dkdv = min(dkdv, t.wgmma_max_head_dim_softcap_dkdv)
+    if not target.has_wgmma:
         dkdv = dq = 0
     return _tiling(head_dim, head_dim_v, t, dkdv, dq)
 
@@ -468,15 +470,15 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
 _SM80 = Target.from_arch("sm_80")
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
-# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles
-# (which sm_90a takes with softcap); the wgmma blocks, which sm_80 never runs (they spill
+# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles;
+# the wgmma blocks, which sm_80 never runs (they spill
 # there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
 # the archs whose plan launches them
 SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's and softcap's mma.sync
-# tiles, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's mma.sync tiles (with softcap
+# too), 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
                     for dt, cfg, softcap, group in (("f16", _CFG64, False, 1), ("bf16", _CFG64, False, 2),
@@ -484,6 +486,7 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                                                     ("f16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 1),
                                                     ("bf16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 4),
                                                     ("bf16", bwd_config_for(128, _SM80), False, 4),
+                                                    ("f16", bwd_config_for(128, _SM80, softcap=True), True, 1),
                                                     ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2),
                                                     ("bf16", _CFG256, False, 1), ("f16", _CFG256, True, 2),
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]

@@ -218,11 +218,14 @@ class AttentionBwdTuning:
     bytes at 128); the mods kernels (score_mod, block lists) up to 128, except the dK/dV
     kernel of "mods_heavy" calls (mods that gather from mod arrays per score, or block
     lists walked once per query head of a GQA group: 36-508 bytes spilled at 128), only up
-    to 64, the mma.sync tiles above; softcap never (tanh's terms spill)."""
+    to 64, the mma.sync tiles above. softcap's dK/dV kernels take them up to
+    wgmma_max_head_dim_softcap_dkdv (128: with dP' = dP - dP·t² they assemble with no spill;
+    dP · (1 - t²) spilled 8 bytes at 128)."""
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     wgmma_max_head_dim: int = 128
     wgmma_max_head_dim_mods_heavy_dkdv: int = 64
+    wgmma_max_head_dim_softcap_dkdv: int = 128
     mma_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64: (kv_block, q_step, q_block, kv_step)
     mma_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
 
