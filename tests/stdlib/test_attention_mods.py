@@ -354,11 +354,11 @@ _R3, _I4 = "i32[?,?,?]:stride_div=16x16x1", "i32[?,?,?,?]:stride_div=16x16x16x1"
 _ROWS = "f32[?,?,?]:stride_div=16x16x1"
 
 
-def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = None):
+def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = None, arch: str = "sm_90a"):
     """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
     mask (one mod array) on a q_block x 128 block mask (the forward's; the backward's 128 x
-    128), bf16, at the entry points' tiles and warps; then the block mask's two kernels (head
-    dim aside)."""
+    128), bf16, at the entry points' tiles and warps (the backward's as `arch` plans them: sm_80
+    never runs the wgmma blocks); then the block mask's two kernels (head dim aside)."""
     from tilec.target import Target
     from tilec.stdlib_kernels.attention import config_for
     from tilec.stdlib_kernels.attention_bwd import bwd_config_for
@@ -366,7 +366,8 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = Non
     h100 = Target.from_arch("sm_90a")
     dv = d if dv is None else dv
     # (the backward's tiles of bwd_path's plan for this call, unless `path` is given)
-    f, c = config_for(d, dv, h100), bwd_config_for(d, h100, path=path or A.bwd_path((1, 1, 1), False, 2))
+    f, c = config_for(d, dv, h100), bwd_config_for(d, Target.from_arch(arch), path=path or A.bwd_path((1, 1, 1),
+                                                                                                   False, 2))
     bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
     warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
@@ -456,7 +457,7 @@ def test_mods_forward_assembles_without_spills_at_wide_heads(d, dv, q_block):
 def test_mods_assemble_without_spills(d, which, arch):
     from tilec.compiler import compile_kernel
     from tilec.options import CompileOptions
-    kernel, sig, constexprs, options = _mods_signatures(d)[which]
+    kernel, sig, constexprs, options = _mods_signatures(d, arch=arch)[which]
     spec = kernel.specialization(sig, **constexprs)
     compiled = compile_kernel(kernel, spec, CompileOptions(arch=arch, fast_math=True, **options), use_cache=False)
     report = compiled.metadata["ptxas"]
