@@ -86,7 +86,9 @@ def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.c
     cols (key index) broadcast to x's orientation; under SOFTCAP dP' times tanh's derivative
     1 - tanh²(x · cap) (applied before P is formed: tanh's values die there, not after P, which
     at head dim 128 spills). VARLEN: rows past the sequence (query index >= n_q, i.e. rows >=
-    n_kv) are the next sequence's, not padding."""
+    n_kv) are the next sequence's, not padding: P = 0 and dP' = 0 there whatever their lse and
+    δ (masked here, not with a `where` on the loaded rows: that spills 20-40 bytes at the
+    head dim 128 wgmma blocks)."""
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
@@ -145,7 +147,8 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
     # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
-    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and δ are zeroed below)
+    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and dP - δ are zeroed
+    # in _probs' mask)
     qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
     dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
     l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
