@@ -88,16 +88,19 @@ def _probs(x, dp, l2, rows, cols, qk_scale, cap, left, right, n_kv, MASKED: tc.c
     cols (key index) broadcast to x's orientation; under SOFTCAP dP' times tanh's derivative
     1 - tanh²(x · cap) (applied before P is formed: tanh's values die there, not after P, which
     at head dim 128 spills). VARLEN: rows past the sequence (query index >= n_q, i.e. rows >=
-    n_kv) are the next sequence's, not padding."""
+    n_kv) are the next sequence's, not padding: P = 0 and dP' = 0 there whatever their lse and
+    δ (masked here, not with a `where` on the loaded rows: that spills 20-40 bytes at the
+    head dim 128 wgmma blocks)."""
     t = x
     if SOFTCAP:
         t = tc.tanh(x * cap)
-        dp = dp * (1.0 - t * t)
+        dp = dp - dp * t * t   # (dp · (1 - t²) spills 8 bytes at the head dim 128 wgmma blocks)
     s = t * qk_scale
     if MASKED:
         keep = (cols < n_kv) & (cols >= rows - left) & (cols <= rows + right)
-        if VARLEN:
+        if VARLEN:   # and dP' = 0 there too: another sequence's lse and δ may be NaN
             keep = keep & (rows < n_kv)
+            return tc.exp2(tc.where(keep, s - l2, float("-inf"))), tc.where(keep, dp, 0.0)
         s = tc.where(keep, s, float("-inf"))
     return tc.exp2(s - l2), dp
 
@@ -146,15 +149,11 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
     # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
-    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and δ are zeroed below)
+    # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and dP - δ are zeroed
+    # in _probs' mask)
     qt = _qrows(q, b, h, i, q_start, BM, DK, VARLEN)
     dot_ = _qrows(do, b, h, i, q_start, BM, DV, VARLEN)
     l2, d = _row_stats(lse, delta, b, h, i, q_start, BM, VARLEN)
-    if VARLEN:
-        if MASKED:   # another sequence's rows: P = 0 from lse = +inf, δ = 0 (theirs may be NaN)
-            mine = i * BM + tc.arange(0, BM) < n_kv - off
-            l2 = tc.where(mine, l2, float("inf"))
-            d = tc.where(mine, d, 0.0)
     rows = i * BM + off + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
     # dPᵀ - δ first (δ as the product's initial accumulator, no δ live beside it), then Sᵀ:
@@ -342,23 +341,25 @@ class AttentionBwdConfig:
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
 
 
-PATHS = ("dense", "varlen", "mods")
+PATHS = ("dense", "varlen", "mods", "mods_heavy")
 
 
 def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = None,
                    softcap: bool = False, path: str = "dense") -> AttentionBwdConfig:
     """The backward's tiling for these head dims on `target`; a pure function (no launch):
     per kernel, the wgmma blocks where the target has wgmma and they fit the kernels of
-    `path` ("dense": this module's; "varlen", "mods": attention_varlen.py's and
-    attention_mods.py's) without spills (`AttentionBwdTuning`; softcap's tanh terms spill
-    there), else the mma.sync tiles."""
+    `path` ("dense": this module's; "varlen": attention_varlen.py's; "mods", "mods_heavy":
+    attention_mods.py's, the second for calls whose dK/dV program holds more, see
+    attention_mods.bwd_path) without spills (`AttentionBwdTuning`; softcap's dK/dV kernels
+    up to wgmma_max_head_dim_softcap_dkdv), else the mma.sync tiles."""
     if path not in PATHS:
         raise ValueError(f"path: expected one of {PATHS}, got {path!r}")
     t = tuning_for(target).attention_bwd
-    dkdv, dq = {"dense": (t.wgmma_max_head_dim, t.wgmma_max_head_dim),
-                "varlen": (t.wgmma_max_head_dim_varlen_dkdv, t.wgmma_max_head_dim),
-                "mods": (t.wgmma_max_head_dim_mods, t.wgmma_max_head_dim_mods)}[path]
-    if not target.has_wgmma or softcap:
+    dkdv = t.wgmma_max_head_dim_mods_heavy_dkdv if path == "mods_heavy" else t.wgmma_max_head_dim
+    dq = t.wgmma_max_head_dim
+    if softcap:
+        dkdv = min(dkdv, t.wgmma_max_head_dim_softcap_dkdv)
+    if not target.has_wgmma:
         dkdv = dq = 0
     return _tiling(head_dim, head_dim_v, t, dkdv, dq)
 
@@ -532,15 +533,15 @@ def _signature(kernel: str, dtype: str, cfg: AttentionBwdConfig, softcap: bool =
 _CFG64, _CFG128, _CFG256 = (bwd_config_for(d, HOST_TARGET) for d in (64, 128, 256))
 _SM80 = Target.from_arch("sm_80")
 _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel")
-# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles
-# (which sm_90a takes with softcap); the wgmma blocks, which sm_80 never runs (they spill
+# tests/test_ptxas.py (sm_80 and sm_90a): head dim 64 as an A100 plans it, the mma.sync tiles;
+# the wgmma blocks, which sm_80 never runs (they spill
 # there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
 # the archs whose plan launches them
 SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
 OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
            for name in _KERNELS}
-# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's and softcap's mma.sync
-# tiles, 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
+# head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's mma.sync tiles (with softcap
+# too), 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                     for name in _KERNELS[1:]
                     for dt, cfg, softcap, group in (("f16", _CFG64, False, 1), ("bf16", _CFG64, False, 2),
@@ -548,6 +549,7 @@ EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))
                                                     ("f16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 1),
                                                     ("bf16", bwd_config_for(128, HOST_TARGET, softcap=True), True, 4),
                                                     ("bf16", bwd_config_for(128, _SM80), False, 4),
+                                                    ("f16", bwd_config_for(128, _SM80, softcap=True), True, 1),
                                                     ("bf16", bwd_config_for(64, HOST_TARGET, softcap=True), True, 2),
                                                     ("bf16", _CFG256, False, 1), ("f16", _CFG256, True, 2),
                                                     ("bf16", bwd_config_for(192, HOST_TARGET, 128), False, 1))]

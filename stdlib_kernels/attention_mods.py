@@ -35,12 +35,12 @@ import tilec as tc
 
 from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import (DELTA_ROWS, _row_stats, attention_bwd_delta_kernel, bwd_config_for, bwd_config_within,
-                            delta_warps)
+from .attention_bwd import (DELTA_ROWS, _head_block, _row_stats, attention_bwd_delta_kernel, bwd_config_for,
+                            bwd_config_within, delta_warps)
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
 
-__all__ = ["attention_mods", "attention_backward_mods", "attention_mods_fwd_kernel", "attention_mods_dkdv_kernel",
-           "attention_mods_dq_kernel"]
+__all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "attention_mods_fwd_kernel",
+           "attention_mods_dkdv_kernel", "attention_mods_dq_kernel"]
 
 
 @tc.func
@@ -152,13 +152,17 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, sm_scale, n_q, n
     l2, d = _row_stats(lse, delta, b, h, i, 0, BM, False)
     rows = i * BM + tc.arange(0, BM)
     cols = n0 + tc.arange(0, BN)
+    # as attention_bwd._dkdv_block: dPᵀ - δ first (δ the product's initial accumulator), then
+    # Sᵀ, and score_mod's derivative applied before Pᵀ is formed (at head dim 128 the other
+    # orders spill)
+    dpt = tc.dot(vt, dot_.T, tc.zeros((BN, BM), tc.float32) - d[None, :])
     st, gt = _scores(tc.dot(kt, qt.T), rows[None, :], cols[:, None], b, h, sm_scale, n_q, n_kv, aux0, aux1,
                      SCORE_MOD, MASK_MOD, N_AUX, PARTIAL, GRAD)       # Sᵀ: (BN, BM)
-    pt = tc.exp2(st - l2[None, :])
-    dv = tc.dot(pt.astype(do.dtype), dot_, dv)
-    dst = pt * (tc.dot(vt, dot_.T) - d[None, :])                     # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     if SCORE_MOD is not None:
-        dst = dst * gt
+        dpt = dpt * gt
+    pt = tc.exp2(st - l2[None, :])
+    dst = pt * dpt                                                    # dSᵀ = Pᵀ ∘ (dPᵀ - δ) ∘ g
+    dv = tc.dot(pt.astype(do.dtype), dot_, dv)
     dk = tc.dot(dst.astype(q.dtype), qt, dk)
     return dk, dv
 
@@ -180,14 +184,16 @@ def attention_mods_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, q_num, q_idx, fu
     dk_acc = tc.zeros((BN, DK), tc.float32)
     dv_acc = tc.zeros((BN, DV), tc.float32)
     kb = nblk // SUB_K
-    for g in range(GROUP):   # the query heads that read this key/value head
-        h = hk * GROUP + g
-        if DENSE:   # padded query rows have P = 0 (lse +inf); keys past n_kv are never stored
-            for i in range(0, tc.cdiv(n_q, BM)):
-                dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, sm_scale, n_q,
-                                             n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False,
-                                             BM, BN, DK, DV)
-        else:
+    if DENSE:   # padded query rows have P = 0 (lse +inf); keys past n_kv are never stored
+        # the group's query heads walked inside the loop, as attention_bwd._dkdv_tile's (an
+        # outer head loop spills at head dim 128)
+        for t in range(GROUP * tc.cdiv(n_q, BM)):
+            h, i = _head_block(t, hk, 0, tc.cdiv(n_q, BM), GROUP)
+            dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, sm_scale, n_q,
+                                         n_kv, aux0, aux1, SCORE_MOD, GRAD, MASK_MOD, N_AUX, False, BM, BN, DK, DV)
+    else:
+        for g in range(GROUP):   # the lists are per query head: one walk each (spills at 128 for GROUP > 1)
+            h = hk * GROUP + g
             run = _list_row(full_run, b, h, kb)
             lo = _list_at(full_idx, b, h, kb, 0) * SUB_Q
             for i in range(lo, lo + run * SUB_Q):
@@ -351,6 +357,14 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
     return (result, lse.obj) if return_lse else result
 
 
+def bwd_path(n_aux, dense: bool, group: int) -> str:
+    """bwd_config_for's path of a backward call with mods: "mods_heavy" (the dK/dV kernel on
+    the mma.sync tiles at head dim 128) where a mod reads arrays (a gather per score: an
+    ALiBi + document mask spills 36 bytes on the wgmma blocks, a bias table 48) or the block
+    lists are walked once per query head of a GQA group (344-508 bytes), else "mods"."""
+    return "mods_heavy" if any(n_aux) or (not dense and group > 1) else "mods"
+
+
 def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score_mod_grad, mask_mod, block_mask_,
                             mod_args, causal=False, window=None, softcap=None):
     """The backward with mods of `attention_backward` (checked arguments from there)."""
@@ -369,8 +383,9 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     dqa, dka, dva = grads
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
-    cfg = (bwd_config_for(x.d, target_of(qa), x.dv, path="mods") if bm is None
-           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK, path="mods"))
+    path = bwd_path(n_aux, bm is None, h // hk)
+    cfg = (bwd_config_for(x.d, target_of(qa), x.dv, path=path) if bm is None
+           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK, path=path))
     qv, kv, vv = x.views()
 
     def bhsd(a: Arr, dim: int):

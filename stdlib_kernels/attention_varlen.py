@@ -281,7 +281,8 @@ def _shipped() -> List[Tuple[str, Launch, str]]:
     for arch in ("sm_80", "sm_90a"):
         target = Target.from_arch(arch)
         for d, dv, h, hk, dtype, softcap in ((64, 64, 4, 2, "f16", False), (64, 64, 2, 2, "bf16", True),
-                                             (128, 128, 8, 2, "bf16", False), (256, 256, 2, 1, "f16", True),
+                                             (128, 128, 8, 2, "bf16", False), (128, 128, 4, 4, "f16", True),
+                                             (256, 256, 2, 1, "f16", True),
                                              (192, 128, 2, 2, "bf16", False)):
             q, k, v = (spec((1001, n, x), tc.float16) for n, x in ((h, d), (hk, d), (hk, dv)))
             if max(d, dv) <= 64:

@@ -221,15 +221,19 @@ class AttentionBwdTuning:
     rows owned, keys per step); each the largest ptxas assembles without spills. The wgmma
     blocks are sm_90's ("Attention backward on wgmma (2026-11-28)"): two warpgroups of 64
     owned rows, steps of 64. The head dims (padded to a power of two) that take them, per
-    kernel and path: the dense kernels up to 128; the varlen dK/dV kernel (its masked blocks
-    keep another sequence's rows out: 20-40 bytes spilled at 128) and the mods kernels
-    (score_mod, block lists) only up to 64, the mma.sync tiles above; softcap never (tanh's
-    terms spill)."""
+    path: the dense and varlen kernels up to 128 (the varlen dK/dV kernel keeps another
+    sequence's rows out in _probs' mask: a `where` on their lse and δ rows spilled 20-40
+    bytes at 128); the mods kernels (score_mod, block lists) up to 128, except the dK/dV
+    kernel of "mods_heavy" calls (mods that gather from mod arrays per score, or block
+    lists walked once per query head of a GQA group: 36-508 bytes spilled at 128), only up
+    to 64, the mma.sync tiles above. softcap's dK/dV kernels take them up to
+    wgmma_max_head_dim_softcap_dkdv (128: with dP' = dP - dP·t² they assemble with no spill;
+    dP · (1 - t²) spilled 8 bytes at 128)."""
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     wgmma_max_head_dim: int = 128
-    wgmma_max_head_dim_varlen_dkdv: int = 64
-    wgmma_max_head_dim_mods: int = 64
+    wgmma_max_head_dim_mods_heavy_dkdv: int = 64
+    wgmma_max_head_dim_softcap_dkdv: int = 128
     mma_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64: (kv_block, q_step, q_block, kv_step)
     mma_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
     # GQA: the dK/dV kernel splits a kv head's query heads over programs (f32 partials, then

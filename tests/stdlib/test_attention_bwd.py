@@ -158,14 +158,23 @@ def test_config_is_a_function_of_head_dims_and_target():
     # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows)
     assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
     assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (128, 64, 128, 64)
-    # softcap, the mods kernels at 128, and sm_80: the mma.sync tiles (owned blocks of at most 64)
+    # sm_80: the mma.sync tiles (owned blocks of at most 64)
     a100 = Target.from_arch("sm_80")
-    for cfg in (B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(128, h100, path="mods"),
-                B.bwd_config_for(128, a100)):
+    for cfg in (B.bwd_config_for(128, a100), B.bwd_config_for(128, a100, path="mods"),
+                B.bwd_config_for(128, a100, softcap=True)):
         assert max(cfg.kv_block, cfg.q_block) <= 64 and cfg.dk == 128
-    # varlen at 128: the dQ kernel on the wgmma blocks, the dK/dV kernel on the mma.sync tiles
-    v128 = B.bwd_config_for(128, h100, path="varlen")
-    assert (v128.q_block, v128.kv_step) == (c128.q_block, c128.kv_step) and v128.kv_block <= 64
+    # softcap: the wgmma blocks too
+    assert B.bwd_config_for(64, h100, softcap=True) == c64
+    for path in ("dense", "varlen"):
+        assert B.bwd_config_for(128, h100, softcap=True, path=path) == c128
+    # the mods kernels at 128: the wgmma blocks; "mods_heavy" calls keep the dK/dV kernel on mma.sync
+    assert B.bwd_config_for(128, h100, path="mods") == c128
+    heavy = B.bwd_config_for(128, h100, path="mods_heavy")
+    assert (heavy.q_block, heavy.kv_step) == (c128.q_block, c128.kv_step) and heavy.kv_block <= 64
+    assert B.bwd_config_for(64, h100, path="mods_heavy") == c64
+    # varlen: the dense path's blocks (the wgmma blocks at 128 too), with softcap too
+    assert B.bwd_config_for(128, h100, path="varlen") == c128
+    assert B.bwd_config_for(128, h100, softcap=True, path="varlen") == B.bwd_config_for(128, h100, softcap=True)
     assert B.bwd_config_for(64, h100, path="varlen") == B.bwd_config_for(64, h100, path="mods") == c64
     with pytest.raises(ValueError, match="path"):
         B.bwd_config_for(64, h100, path="paged")
@@ -189,6 +198,20 @@ def test_config_reads_the_tuning_table():
         tuning.TABLES["sm_90"] = saved
     assert (c64.q_block, c64.kv_step) == (128, 32) and max(c128.kv_block, c128.q_block) <= 64
     assert B.bwd_config_for(128, h100).kv_block == saved.attention_bwd.wgmma_dkdv[0]
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd,
+                                                                  wgmma_max_head_dim_mods_heavy_dkdv=128))
+    try:
+        heavy = B.bwd_config_for(128, h100, path="mods_heavy")
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert heavy == B.bwd_config_for(128, h100) != B.bwd_config_for(128, h100, path="mods_heavy")
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd,
+                                                                  wgmma_max_head_dim_softcap_dkdv=64))
+    try:
+        cap128, cap64 = B.bwd_config_for(128, h100, softcap=True), B.bwd_config_for(64, h100, softcap=True)
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert cap128.kv_block <= 64 and cap128.q_block == 128 and cap64 == B.bwd_config_for(64, h100)
 
 
 def _config(kernel, sig, arch="sm_90a"):
@@ -232,12 +255,16 @@ def test_options_are_the_entry_points_warp_counts():
 
 def test_extra_signatures_cover_the_planned_blocks():
     # every signature is launched on some arch; head dim 128 at the wgmma blocks on sm_90a
-    # (grouped and not) and at the mma.sync tiles on sm_80 and with softcap
+    # (grouped and not, softcap too) and at the mma.sync tiles on sm_80
     assert {(k, s) for k, s, _ in _EXTRA} == set(B.EXTRA_SIGNATURES)
     wgmma128 = [s for k, s, arch in _EXTRA if arch == "sm_90a" and "DK=128" in s and "BN=128" in s]
     assert any("GROUP=4" in s for s in wgmma128) and any("GROUP=1" in s for s in wgmma128)
     assert any(arch == "sm_80" and "DK=128" in s for _, s, arch in _EXTRA)
     assert any(arch == "sm_90a" and "DK=128" in s and "SOFTCAP=True" in s for _, s, arch in _EXTRA)
+    # softcap at 128 on sm_90a: both kernels on the wgmma blocks
+    for kernel, blocks in (("attention_bwd_dq_kernel", "BM=128, BN=64"), ("attention_bwd_dkdv_kernel", "BM=64, BN=128")):
+        assert any(k == kernel and arch == "sm_90a" and "DK=128" in s and "SOFTCAP=True" in s and blocks in s
+                   for k, s, arch in _EXTRA)
 
 
 @pytest.mark.slow

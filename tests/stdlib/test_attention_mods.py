@@ -113,6 +113,24 @@ def test_backward_matches_float64(score, mask):
         _close(got, want, 1e-2)
 
 
+@pytest.mark.parametrize("score,mask,hk", [("alibi", None, 2), ("alibi", "causal", 4), ("table_bias", None, 4)])
+def test_backward_at_head_dim_128_matches_float64(score, mask, hk):
+    # the wgmma blocks (ALiBi alone with GQA, ALiBi + causal with one query head per kv head) and
+    # the mma.sync dK/dV tiles of a "mods_heavy" call (a bias table), on lengths off the tiles
+    rng = np.random.default_rng(zlib.crc32(f'{score}{mask}{hk}'.encode()))
+    n_q, n_k, d = 150, 133, 128
+    q, do = (rng.standard_normal((1, n_q, H, d)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((1, n_k, hk, d)).astype(np.float16) for _ in range(2))
+    sm, mm, args, sf, mf = _setup(rng, score, mask, max(n_q, n_k))
+    bm = block_mask(mm, 1, H, n_q, n_k, mod_args=args) if mm is not None else None
+    kw = dict(score_mod=sm, block_mask=bm, mod_args=args)
+    o, lse = attention(q, k, v, return_lse=True, **kw)
+    grads = attention_backward(do, q, k, v, o, lse, score_mod_grad=TC_GRADS[score], **kw)
+    want = attention_mods_ref(q, k, v, sf, mf, do=do, grad_fn=GRADS[score])
+    for got, w in zip(grads, want[2:]):
+        _close(got, w, 1e-2 * max(1.0, np.abs(w).max()))
+
+
 @settings(max_examples=10, deadline=None)
 @given(n_q=st.integers(1, 160), n_k=st.integers(1, 160), hk=st.sampled_from([1, 2, 4]),
        score=st.sampled_from([None, "alibi", "rel_bias"]), mask=st.sampled_from([None, "causal", "prefix_lm"]),
@@ -336,18 +354,20 @@ _R3, _I4 = "i32[?,?,?]:stride_div=16x16x1", "i32[?,?,?,?]:stride_div=16x16x16x1"
 _ROWS = "f32[?,?,?]:stride_div=16x16x1"
 
 
-def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
+def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = None, arch: str = "sm_90a"):
     """(kernel, signature, constexprs, options) of the three kernels for ALiBi + a document
     mask (one mod array) on a q_block x 128 block mask (the forward's; the backward's 128 x
-    128), bf16, at the entry points' tiles and warps; then the block mask's two kernels (head
-    dim aside)."""
+    128), bf16, at the entry points' tiles and warps (the backward's as `arch` plans them: sm_80
+    never runs the wgmma blocks); then the block mask's two kernels (head dim aside)."""
     from tilec.target import Target
     from tilec.stdlib_kernels.attention import config_for
     from tilec.stdlib_kernels.attention_bwd import bwd_config_for
     A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
     h100 = Target.from_arch("sm_90a")
     dv = d if dv is None else dv
-    f, c = config_for(d, dv, h100), bwd_config_for(d, h100, path="mods")
+    # (the backward's tiles of bwd_path's plan for this call, unless `path` is given)
+    f, c = config_for(d, dv, h100), bwd_config_for(d, Target.from_arch(arch), path=path or A.bwd_path((1, 1, 1),
+                                                                                                   False, 2))
     bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
     warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
     lists = (f"{{}}num={_R3}, {{}}idx={_I4}, full_num={_R3}, full_idx={_I4}, full_run={_R3}, "
@@ -377,6 +397,45 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128):
     ]
 
 
+def test_bwd_path_keeps_heavy_dkdv_programs_on_mma_sync():
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    assert A.bwd_path((0, 0, 0), True, 4) == A.bwd_path((0, 0, 0), False, 1) == "mods"
+    assert A.bwd_path((1, 0, 1), True, 1) == A.bwd_path((0, 1, 0), False, 1) == "mods_heavy"
+    assert A.bwd_path((0, 0, 0), False, 2) == "mods_heavy"
+
+
+def _wgmma_backward(which: int, group: int, dense: bool):
+    """(kernel, specialization, options) of the mods backward kernel `which` (1: dK/dV, 2: dQ)
+    at head dim 128 for ALiBi (no mod arrays): on a causal block mask (one query head per
+    kv head) or DENSE (any group), bf16, on the wgmma blocks its plan takes."""
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    from tilec.target import Target
+    from tilec.stdlib_kernels.attention_bwd import bwd_config_for
+    path = A.bwd_path((0, 0, 0), dense, group)
+    c = bwd_config_for(128, Target.from_arch("sm_90a"), path=path)
+    assert path == "mods" and c.kv_block == c.q_block == 128
+    kernel, sig, _, options = _mods_signatures(128, path=path)[which]
+    assert f"BN={c.kv_block}" in sig if which == 1 else f"BM={c.q_block}" in sig
+    sig = sig.replace("GROUP=2", f"GROUP={group}")
+    if dense:
+        sig = sig.replace("DENSE=False", "DENSE=True").replace("SUB_Q=2", "SUB_Q=1").replace("SUB_K=2", "SUB_K=1")
+    mods = dict(SCORE_MOD=alibi, GRAD=bias_grad, MASK_MOD=None if dense else causal, N_AUX=(0, 0, 0))
+    return kernel, kernel.specialization(sig, **mods), options
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which,group,dense", [(1, 1, False), (1, 4, True), (2, 1, False), (2, 4, True)],
+                         ids=["dkdv-causal", "dkdv-dense-gqa", "dq-causal", "dq-dense-gqa"])
+def test_mods_backward_at_head_dim_128_on_wgmma_assembles_without_spills(which, group, dense):
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    kernel, spec, options = _wgmma_backward(which, group, dense)
+    compiled = compile_kernel(kernel, spec, CompileOptions(arch="sm_90a", fast_math=True, **options), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+    assert not report["warnings"], report["warnings"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("d,dv,q_block", [(256, 256, 128), (192, 128, 128), (192, 128, 64)])
 def test_mods_forward_assembles_without_spills_at_wide_heads(d, dv, q_block):
@@ -398,7 +457,7 @@ def test_mods_forward_assembles_without_spills_at_wide_heads(d, dv, q_block):
 def test_mods_assemble_without_spills(d, which, arch):
     from tilec.compiler import compile_kernel
     from tilec.options import CompileOptions
-    kernel, sig, constexprs, options = _mods_signatures(d)[which]
+    kernel, sig, constexprs, options = _mods_signatures(d, arch=arch)[which]
     spec = kernel.specialization(sig, **constexprs)
     compiled = compile_kernel(kernel, spec, CompileOptions(arch=arch, fast_math=True, **options), use_cache=False)
     report = compiled.metadata["ptxas"]

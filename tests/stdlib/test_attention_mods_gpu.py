@@ -55,6 +55,10 @@ CASES = [
     ("bshd", (2, H, 2), 1000, 128, "float16", "alibi", "document_causal"),
     ("bhsd", (2, H, 2), 300, 64, "bfloat16", "tanh_cap", "document_causal"),
     ("bshd", (1, H, 2), 1234, 128, "bfloat16", None, "prefix_lm"),
+    # head dim 128 on the wgmma blocks in both kernels (sm_90a, bwd_path "mods"): block lists
+    # with one query head per kv head, and DENSE with a GQA group walked inside the loop
+    ("bhsd", (1, H, H), 999, 128, "float16", "alibi", "causal"),
+    ("bshd", (2, H, 2), 600, 128, "float16", "alibi", None),
 ]
 TC = {"alibi": alibi, "rel_bias": rel_bias, "table_bias": table_bias, "tanh_cap": tanh_cap, "causal": causal,
       "prefix_lm": prefix_lm, "document_causal": document_causal}

@@ -150,6 +150,46 @@ def test_varlen_gradients_match_float64(kw, with_dlse):
     assert np.all(got[0][-9:] == 0)   # the last sequence has no key
 
 
+@pytest.mark.parametrize("kw", [dict(causal=True), dict(window=(40, 70))],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_varlen_gradients_at_head_dim_128_on_the_wgmma_blocks(kw):
+    # the dK/dV kernel owns 128 keys and steps 64 query rows (as the dense kernel), so its
+    # masked steps read the next sequence's rows and its blocks end mid-sequence
+    assert bwd_config_for(128, Target.from_arch("sm_90a"), path="varlen").kv_block == 128
+    rng = np.random.default_rng(5)
+    lq, lk = [70, 131, 3], [150, 45, 3]
+    q, k, v = _packed(rng, lq, lk, 4, 2, 128)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    o, lse = attention(q, k, v, return_lse=True, **cu, **kw)
+    got = attention_backward(do, q, k, v, o, lse, **cu, **kw)
+    for name, g, w in zip(("dq", "dk", "dv"), got, _grads_ref(q, k, v, do, lq, lk, **kw)):
+        err = np.abs(g.astype(np.float64) - w).max()
+        assert err < 4e-3 * max(np.abs(w).max(), 1.0), (name, err)
+
+
+def test_next_sequence_non_finite_lse_and_delta_stay_out_of_dk_dv():
+    # the middle sequence's keys are inf, so its lse and δ are not finite (its q and dO are):
+    # the first sequence's last query step reads those rows, whose P and dP - δ must be 0
+    rng = np.random.default_rng(29)
+    lq, lk = [37, 20, 30], [37, 20, 30]
+    q, k, v = _packed(rng, lq, lk, 2, 1, 128)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    k[37:57] = np.inf
+    v[37:57] = np.inf
+    cu = dict(cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk))
+    out, lse = attention(q, k, v, return_lse=True, **cu)
+    assert not np.all(np.isfinite(lse[:, 37:57]))
+    grads = attention_backward(do, q, k, v, out, lse, **cu)
+    for s0, s1 in ((0, 37), (57, 87)):
+        one = dict(cu_seqlens_q=_cu([s1 - s0]), cu_seqlens_k=_cu([s1 - s0]))
+        o1, l1 = attention(q[s0:s1], k[s0:s1], v[s0:s1], return_lse=True, **one)
+        g1 = attention_backward(do[s0:s1], q[s0:s1], k[s0:s1], v[s0:s1], o1, l1, **one)
+        for name, g, w in zip(("dq", "dk", "dv"), grads, g1):
+            assert np.all(np.isfinite(w.astype(np.float64))), name
+            np.testing.assert_array_equal(g[s0:s1], w, err_msg=name)
+
+
 def test_varlen_backward_lse_shape_error():
     q, k, v, cq, ck = _args()
     with pytest.raises(ValueError, match="lse"):

@@ -90,6 +90,8 @@ BWD_CASES = [
     (([0, 1, 37, 130, 64], [5, 1, 64, 130, 200]), (4, 2), (64, 64), "float16", dict(causal=True)),
     (([0, 1, 37, 130, 64], [5, 1, 64, 130, 200]), (4, 2), (64, 64), "float16", dict(softcap=20.0, window=(40, 10))),
     (([301, 1, 77], [333, 2, 77]), (8, 2), (128, 128), "bfloat16", dict(causal=True)),
+    # head dim 128 on the wgmma blocks (sm_90a: dK/dV 128 keys x 64-row steps), f16, no GQA
+    (([70, 131, 3], [150, 45, 3]), (4, 4), (128, 128), "float16", dict()),
     (([129, 50], [129, 61]), (2, 1), (192, 128), "bfloat16", dict(window=(30, 30))),
 ]
 
