@@ -179,8 +179,8 @@ def _read_args(key: list, values, skip, tensor_cls, device_array_cls):
             p = v.ptr
             key.append((t, v.dtype, v.shape, v.strides, p & 15, v.device))
             ptrs.append(p)
-        elif v is None or t in _PLAIN:
-            key.append((t, v))
+        elif v is None or t in _PLAIN or (t is tuple and all(e is None or type(e) in _PLAIN for e in v)):
+            key.append((t, v))   # (a tuple of plain values: attention's window)
             ptrs.append(0)
         else:
             return None
@@ -310,7 +310,7 @@ def _record(fn, args, kwargs, values, key, table, per_call, derived_now):
     rec.per_call, rec.derived = per_call, derived_now
     try:
         for i, v in enumerate(values):
-            if v is not None and type(v) not in (int, float, str, bool):
+            if v is not None and type(v) not in (int, float, str, bool, tuple):
                 register_root(v, ("in", i))
         result = fn(*args, **kwargs)
     finally:

@@ -42,7 +42,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
-from ._plan import named
+from ._plan import named, planned
 from .launches import Launch, Operands, execute
 from .tuning import tuning_for
 
@@ -487,15 +487,27 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
         return attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 causal=causal, scale=scale, window=window, softcap=softcap, layout=layout,
                                 return_lse=return_lse, out=out)
+    if not mods:
+        return _attention_dense(q, k, v, causal, scale, window, softcap, layout, return_lse, out)
     x, _ = check_qkv(q, k, v, layout)
-    if mods:
-        from .attention_mods import attention_mods  # noqa: PLC0415
-        return attention_mods(x, layout, scale, out, return_lse, score_mod, mask_mod, block_mask, mod_args,
-                              causal=causal, window=window, softcap=softcap)
+    from .attention_mods import attention_mods  # noqa: PLC0415
+    return attention_mods(x, layout, scale, out, return_lse, score_mod, mask_mod, block_mask, mod_args,
+                          causal=causal, window=window, softcap=softcap)
+
+
+def _dense(q, k, v, causal, scale, window, softcap, layout, return_lse, out):
+    x, _ = check_qkv(q, k, v, layout)
     oa, lse = forward_outputs(x, layout, out, return_lse)
     execute(plan(x, target_of(x.q), softcap=softcap is not None, lse=lse is not None, causal=causal),
             forward_operands(x, layout, oa, lse, causal=causal, window=window, scale=scale, softcap=softcap))
     return (oa.obj, lse.obj) if return_lse else oa.obj
+
+
+# The dense forward is a function of the arrays' layouts and the arguments' values only: a
+# repeated call replays the first one's launch (a launch plan, _plan.py), named as the entry
+# point in a tc.profile. The varlen and mods paths read device data or functions: the general path.
+_dense.__name__ = "attention"
+_attention_dense = planned(_dense)
 
 
 def forward_outputs(x: QKV, layout: str, out=None, return_lse: bool = False):

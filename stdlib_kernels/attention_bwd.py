@@ -38,7 +38,7 @@ import tilec as tc
 from tilec.target import Target
 
 from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
-from ._plan import named
+from ._plan import named, planned
 from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, heavy_first_section,
                         output_shape, program_block, scales, section_grid, tile_bounds)
@@ -417,6 +417,14 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
         return attention_backward_varlen(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                          max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
                                          softcap=softcap, layout=layout, dq=dq, dk=dk, dv=dv, dlse=dlse)
+    if not mods:
+        return _attention_backward_dense(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse)
+    return _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse,
+                     (score_mod, mask_mod, block_mask, mod_args, score_mod_grad))
+
+
+def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse, mods=None):
+    """attention_backward's dense (`mods` None) and mods paths."""
     x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))
     qa = x.q
     o_shape = output_shape(x, layout)
@@ -441,8 +449,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     grads = [output(g, a, a.shape, qa.dtype, name) for g, a, name in ((dq, x.q, "dq"), (dk, x.k, "dk"), (dv, x.v, "dv"))]
     for name, g in zip(("dq", "dk", "dv"), grads):
         check_4d(g, name, layout)
-    if mods:
+    if mods is not None:
         from .attention_mods import attention_backward_mods  # noqa: PLC0415
+        score_mod, mask_mod, block_mask, mod_args, score_mod_grad = mods
         return attention_backward_mods(x, arrs, grads, layout, scale, score_mod, score_mod_grad, mask_mod,
                                        block_mask, mod_args, causal=causal, window=window, softcap=softcap)
     dqa, dka, dva = grads
@@ -495,6 +504,13 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
            options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order)
     return tuple(g.obj for g in grads)
+
+
+# The dense backward is a function of the arrays' layouts and the arguments' values only: a
+# repeated call replays the first one's launches (a launch plan, _plan.py), named as the entry
+# point in a tc.profile. The varlen and mods paths read device data or functions: the general path.
+_backward.__name__ = "attention_backward"
+_attention_backward_dense = planned(_backward)
 
 
 def gqa_split(programs: int, group: int, target: Target) -> int:

@@ -73,6 +73,14 @@ OPS = {
     # two launches, the second a dependent launch (cuLaunchKernelEx) on sm_90a
     "sum_first_split": lambda m: sk.sum(m((5000, 70), "float32"), 0),
     "cross_entropy": lambda m: sk.cross_entropy(m((64, 3000), "bfloat16"), m((64,), "int64")),
+    # the dense attention forward (causal: the heaviest-first grid) and backward (GQA: the split
+    # dK/dV partials, a temporary the replay allocates again, and their sum)
+    "attention_causal": lambda m: sk.attention(m((2, 300, 4, 64), "bfloat16"), m((2, 300, 2, 64), "bfloat16"),
+                                               m((2, 300, 2, 64), "bfloat16"), causal=True, return_lse=True),
+    "attention_backward_gqa": lambda m: sk.attention_backward(
+        m((2, 300, 4, 64), "bfloat16"), m((2, 300, 4, 64), "bfloat16"), m((2, 300, 2, 64), "bfloat16"),
+        m((2, 300, 2, 64), "bfloat16"), m((2, 300, 4, 64), "bfloat16"), m((2, 4, 300), "float32"),
+        causal=True, window=(200, 0), scale=0.1),
 }
 
 
