@@ -303,7 +303,7 @@ _WGMMA_TRANS = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k16\.f32\.b?
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-@pytest.mark.parametrize("m,n,k", [(1000, 520, 264), (128256, 2048, 1024)])
+@pytest.mark.parametrize("m,n,k", [(2000, 1040, 264), (128256, 2048, 1024)])
 def test_stdlib_gemm_column_major_a_is_tma_and_m_major(dtype, m, n, k):
     """matmul(x.T, y) (A column-major, M contiguous) on sm_90a: A's tiles come by TMA over
     the storage (boxes of [BK, 64 of M]) into an M-major buffer that wgmma reads with
@@ -326,15 +326,25 @@ def test_stdlib_gemm_column_major_a_is_tma_and_m_major(dtype, m, n, k):
 
 def test_stdlib_gemm_column_major_a_without_tma_copies_16_bytes_along_m():
     """tma=False: the same M-major buffer is filled by 16-byte cp.async along M."""
-    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
+    sig, cfg = mm.signature(2000, 1040, 264, "bf16", target="sm_90a", a_col_major=True)
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages, tma=False)
     gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
     assert "cp.async.bulk.tensor.2d.shared::cluster" not in ptx and "cp.async.cg.shared.global" in ptx
     a_buf = gpu.split("gpu.alloc", 1)[1].split("\n")[0]     # A's buffer, allocated first
-    assert "shape = [4, 64, 64]" in a_buf and "order = [1, 2, 0]" in a_buf
+    assert f"shape = [{cfg.num_stages}, {cfg.bm}, {cfg.bk}]" in a_buf and "order = [1, 2, 0]" in a_buf
     a_copies = [ln for ln in gpu.splitlines() if "gpu.async_copy %0," in ln]
     assert a_copies and all("vec = 8" in ln for ln in a_copies)   # 8 bf16 = 16 bytes along M
     assert "gpu.local_store" not in gpu and set(_WGMMA_TRANS.findall(ptx)) == {("1", "1")}
+
+
+def test_a_column_major_a_of_64_row_tiles_stays_k_major():
+    # 1000 x 520 x 264 plans 64 x 64 tiles: an M-major A of 64 rows gave wrong products on an
+    # H200, so it keeps the K-major store (accelerate_dot.M_MAJOR_MIN_ROWS) and trans-a = 0
+    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
+    assert cfg.bm == 64
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    trans = _WGMMA_TRANS.findall(ck.asm["ptx"])
+    assert trans and {t[0] for t in trans} == {"0"}
 
 
 @pytest.mark.parametrize("a_col_major,trans_a", [(False, "0"), (True, "1")])
