@@ -261,18 +261,19 @@ def named(fn):
     return entry
 
 
-def planned(fn=None, *, per_call=None):
+def planned(fn=None, *, per_call=None, label: Optional[str] = None):
     """Wrap an entry point so that repeated calls of one key replay the first call's launches.
     `per_call`: see the module doc; the entry point must then read those arguments only
-    through `derived(per_call, ...)` (a recording where it did not is not kept)."""
+    through `derived(per_call, ...)` (a recording where it did not is not kept). `label`: the
+    op's name in a tc.profile (default: fn's), for a planned path inside an entry point."""
     if fn is None:
-        return lambda f: planned(f, per_call=per_call)
+        return lambda f: planned(f, per_call=per_call, label=label)
     name = f"{fn.__module__}.{fn.__qualname__}"
     table = _plans.setdefault(name, {})
     from tilec.runtime.memory import DeviceArray  # noqa: PLC0415
     read_per_call = _per_call_reader(fn, per_call) if per_call is not None else None
 
-    op = fn.__name__
+    op = label or fn.__name__
 
     @functools.wraps(fn)
     def entry(*args, **kwargs):

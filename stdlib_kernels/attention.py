@@ -47,7 +47,7 @@ from .launches import Launch, Operands, execute
 from .tuning import tuning_for
 
 __all__ = ["attention", "attention_fwd_kernel", "attention_varlen_fwd_kernel", "AttentionConfig", "config_for",
-           "program_block", "section_grid", "heavy_first_section",
+           "program_block", "section_grid", "heavy_first_section", "kv_pair_bytes",
            "check_config", "plan", "forward_outputs", "forward_operands", "SIGNATURES"]
 
 LOG2E = 1.4426950408889634
@@ -185,6 +185,12 @@ def section_grid(blocks: int, heads: int, batch: int, section: int) -> Tuple[int
         return blocks, heads, batch
     assert (heads * batch) % section == 0, (heads, batch, section)
     return section, blocks, heads * batch // section
+
+
+def kv_pair_bytes(x: "QKV") -> int:
+    """The bytes of K and V one (batch, query head) pair reads (its share where the query heads
+    of a group read the same kv head): heavy_first_section's `pair_bytes` of the forward and dQ."""
+    return -(-x.n_kv * (x.d + x.dv) * x.q.dtype.itemsize // (x.heads // x.kv_heads))
 
 
 def heavy_first_section(pairs: int, pair_bytes: int, target: Target) -> int:
@@ -333,8 +339,7 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
     group = x.heads // x.kv_heads
     order = {}
     if causal and grid[0] > 1 and (group == 1 or tuning_for(target).attention_fwd.heavy_first_gqa):
-        kv_bytes = x.n_kv * (x.d + x.dv) * x.q.dtype.itemsize
-        order["SECTION"] = heavy_first_section(x.heads * x.batch, -(-kv_bytes // group), target)
+        order["SECTION"] = heavy_first_section(x.heads * x.batch, kv_pair_bytes(x), target)
         grid = section_grid(grid[0], x.heads, x.batch, order["SECTION"])
     return [Launch.of(attention_fwd_kernel, grid, ("q", "k", "v", "o", "lse", "qk_scale", "cap", "left", "right"),
                       cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule="dense",
@@ -495,19 +500,17 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
                           causal=causal, window=window, softcap=softcap)
 
 
-def _dense(q, k, v, causal, scale, window, softcap, layout, return_lse, out):
+# The dense forward is a function of the arrays' layouts and the arguments' values only: a
+# repeated call replays the first one's launch (a launch plan, _plan.py). The varlen and mods
+# paths read device data or functions: the general path.
+@planned(label="attention")
+def _attention_dense(q, k, v, causal, scale, window, softcap, layout, return_lse, out):
     x, _ = check_qkv(q, k, v, layout)
     oa, lse = forward_outputs(x, layout, out, return_lse)
     execute(plan(x, target_of(x.q), softcap=softcap is not None, lse=lse is not None, causal=causal),
             forward_operands(x, layout, oa, lse, causal=causal, window=window, scale=scale, softcap=softcap))
     return (oa.obj, lse.obj) if return_lse else oa.obj
 
-
-# The dense forward is a function of the arrays' layouts and the arguments' values only: a
-# repeated call replays the first one's launch (a launch plan, _plan.py), named as the entry
-# point in a tc.profile. The varlen and mods paths read device data or functions: the general path.
-_dense.__name__ = "attention"
-_attention_dense = planned(_dense)
 
 
 def forward_outputs(x: QKV, layout: str, out=None, return_lse: bool = False):

@@ -41,10 +41,10 @@ from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, vie
 from ._plan import named, planned
 from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, heavy_first_section,
-                        output_shape, program_block, scales, section_grid, tile_bounds)
+                        kv_pair_bytes, output_shape, program_block, scales, section_grid, tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
-           "attention_bwd_group_sum_kernel", "gqa_split",
+           "attention_bwd_group_sum_kernel", "gqa_split", "bwd_order", "BwdOrder",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
 
@@ -474,8 +474,8 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
     common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
     ins = [qv, kv, vv, dov, lse_v, delta_v]
-    target = target_of(qa)
-    split = gqa_split(-(-n_kv // cfg.kv_block) * hk * b_, h // hk, target)
+    order = bwd_order(x, cfg, target_of(qa), causal)
+    split = order.split
     if split == 1:
         dk_out, dv_out, extra = bhsd(dka, x.d), bhsd(dva, x.dv), {}
     else:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
@@ -483,16 +483,10 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
                  for name, dim in (("dk_part", x.d), ("dv_part", x.dv))]
         dk_out, dv_out = (view(p_, p_.shape, p_.strides) for p_ in parts)
         extra = {"SPLIT": split}
-    # causal: heaviest blocks first (attention.program_block), sections of pairs whose Q and
-    # dO (dK/dV: the share of the group's) or K and V (dQ) fit the L2 budget
-    itemsize = qa.dtype.itemsize
-    if causal and n_kv > cfg.kv_block:
-        extra["SECTION"] = heavy_first_section(hk * split * b_, n_q * (x.d + x.dv) * itemsize * (h // hk) // split,
-                                               target)
-    dq_order = {}
-    if causal and n_q > cfg.q_block:
-        dq_order["SECTION"] = heavy_first_section(h * b_, -(-n_kv * (x.d + x.dv) * itemsize // (h // hk)), target)
-    launch(attention_bwd_dkdv_kernel, section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, extra.get("SECTION", 0)),
+    if order.dkdv_section:
+        extra["SECTION"] = order.dkdv_section
+    dq_order = {"SECTION": order.dq_section} if order.dq_section else {}
+    launch(attention_bwd_dkdv_kernel, section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, order.dkdv_section),
            ins + [dk_out, dv_out, qk_scale, cap, scale_, left, right],
            num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block,
            **common, **extra)
@@ -500,17 +494,41 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
         for part, grad, dim, pad in ((dk_out, dka, x.d, cfg.dk), (dv_out, dva, x.dv, cfg.dv)):
             launch(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), [part, bhsd(grad, dim)],
                    num_warps=4, SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
-    launch(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, dq_order.get("SECTION", 0)),
+    launch(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, order.dq_section),
            ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
            options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order)
     return tuple(g.obj for g in grads)
 
 
 # The dense backward is a function of the arrays' layouts and the arguments' values only: a
-# repeated call replays the first one's launches (a launch plan, _plan.py), named as the entry
-# point in a tc.profile. The varlen and mods paths read device data or functions: the general path.
-_backward.__name__ = "attention_backward"
-_attention_backward_dense = planned(_backward)
+# repeated call replays the first one's launches (a launch plan, _plan.py). The varlen and mods
+# paths read device data or functions: the general path.
+_attention_backward_dense = planned(_backward, label="attention_backward")
+
+
+@dataclass(frozen=True)
+class BwdOrder:
+    """How the dense backward's programs are laid out (`bwd_order`)."""
+    split: int          # shares of a GQA group over dK/dV programs (gqa_split; 1: none)
+    dkdv_section: int   # program_block's SECTION of the dK/dV launch (0: grid order)
+    dq_section: int     # ... of the dQ launch
+
+
+def bwd_order(x, cfg: AttentionBwdConfig, target: Target, causal: bool) -> BwdOrder:
+    """The dense backward's program layout for the checked q, k, v `x` at `cfg`'s blocks; a
+    pure function (no launch). The GQA split from the dK/dV programs' count; under a causal
+    mask each launch with more than one block walks heaviest first (attention.program_block),
+    in sections of pairs whose reads fit the L2 budget: dK/dV's Q and dO (its share of the
+    group's), dQ's K and V."""
+    group = x.heads // x.kv_heads
+    split = gqa_split(-(-x.n_kv // cfg.kv_block) * x.kv_heads * x.batch, group, target)
+    dkdv = dq = 0
+    if causal and x.n_kv > cfg.kv_block:
+        dkdv = heavy_first_section(x.kv_heads * split * x.batch,
+                                   x.n_q * (x.d + x.dv) * x.q.dtype.itemsize * group // split, target)
+    if causal and x.n_q > cfg.q_block:
+        dq = heavy_first_section(x.heads * x.batch, kv_pair_bytes(x), target)
+    return BwdOrder(split, dkdv, dq)
 
 
 def gqa_split(programs: int, group: int, target: Target) -> int:

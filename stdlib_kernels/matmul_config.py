@@ -154,8 +154,8 @@ def config_for(m: int, n: int, k: int, dtype, batch: int = 1, target=HOST_GEMM_T
         bn = split_bn
     elif allow_split_k and bm == 128 and n >= 256 and k >= t.long_k_split and \
             tc.cdiv(m, bm) * tc.cdiv(n, bn) * batch < sm_count:
-        # too few tiles to fill the SMs and a long K: K slices of wide tiles beat narrower tiles
-        # (1024 x 2048 x 128256, H200: 769 TFLOP/s at 128 x 256 in 2 slices, 430 at 128 x 64)
+        # too few tiles to fill the SMs and a long K: K slices of wide tiles beat narrower
+        # tiles ("matmul: split-K")
         wide = _split_k(tc.cdiv(m, bm) * tc.cdiv(n, 256) * batch, k, sm_count, skinny=False, t=t)
         if wide > 1:
             bn, split = 256, wide

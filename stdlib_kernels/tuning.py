@@ -206,12 +206,9 @@ class AttentionFwdTuning:
     mma_wide: Tuple[int, int, int] = (64, 32, 8)       # no wgmma, above 128 (64 x 64 spill on sm_80)
     # causal masks: programs walk sections of (batch, head) pairs heaviest block first, as many
     # pairs per section as keep their K and V (or Q and dO) within this many bytes of L2
-    # (attention.heavy_first_section; forward and backward)
+    # (attention.heavy_first_section; forward and backward; "attention: heaviest-first order")
     section_l2_bytes: int = 24 << 20
-    # ... and the forward with grouped-query heads too (H200, one 4096-token sequence, 16 / 4
-    # heads, D 128: 256 TFLOP/s heaviest first against 293 in launch order; 16 / 16 heads,
-    # batch 2: 364 against 330)
-    heavy_first_gqa: bool = False
+    heavy_first_gqa: bool = False   # ... the forward with grouped-query heads too (measured slower there)
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,8 @@ class AttentionBwdTuning:
     mma_64: Tuple[int, int, int, int] = (64, 16, 64, 32)     # head dims up to 64: (kv_block, q_step, q_block, kv_step)
     mma_128: Tuple[int, int, int, int] = (32, 32, 64, 32)    # up to 128
     # GQA: the dK/dV kernel splits a kv head's query heads over programs (f32 partials, then
-    # summed) while it has fewer programs than this per SM (attention_bwd.gqa_split)
+    # summed) while it has fewer programs than this per SM (attention_bwd.gqa_split; "attention:
+    # heaviest-first order")
     gqa_split_waves: int = 2
 
 

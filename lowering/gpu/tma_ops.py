@@ -56,7 +56,7 @@ from tilec.ir.types import ScalarType, TileType, ViewType
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
-           "TmaStoreOp", "tma_params", "check_box",
+           "TmaStoreOp", "tma_params", "check_box", "copies_as_it_lies",
            "storage_tile", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -213,8 +213,7 @@ class TmaLoadOp(Op):
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
-        # a 2-D copy cannot transpose: the buffer's contiguous dimension is the view's
-        if lay.order[0] - 1 != (0 if vt.strides[1] != 1 else 1):
+        if not copies_as_it_lies(lay, vt, has_slot=True):
             raise self.error(f"the buffer's contiguous dimension (layout {lay}) must be the view's "
                              f"unit-stride one (strides {list(vt.strides)})")
         _check_cluster(self, self.multicast, "multicast")
@@ -283,6 +282,12 @@ def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:
             or not 0 < rows <= 256:
         raise op.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
                        f"{rows}x{cols} tile (storage order, at most 256 rows)")
+
+
+def copies_as_it_lies(layout, vt: ViewType, has_slot: bool) -> bool:
+    """Whether a buffer of `layout` (a leading ring-slot dimension when `has_slot`) is
+    contiguous along `vt`'s unit-stride dimension: a 2-D TMA copy cannot transpose."""
+    return layout.order[0] - (1 if has_slot else 0) == (0 if vt.strides[1] != 1 else 1)
 
 
 def storage_tile(shape, vt: ViewType) -> Tuple[int, int]:

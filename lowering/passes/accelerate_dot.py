@@ -316,10 +316,8 @@ def _a_k_major(a: Value) -> Optional[bool]:
     return False
 
 
-# An M-major A of 64 rows (one 128-byte swizzle row along M) gave wrong products on an H200
-# (sk.matmul(x.T, y) at 1000 x 520 x 264 on its 64 x 64 tiles, sixteenth session), where 128
-# rows over 4 or 8 warps (128 x 64, 128 x 128, 128 x 256 tiles) were right: until that is
-# understood, narrower A tiles keep the K-major store.
+# An M-major A of 64 rows gave wrong products on an H200 where 128-row tiles were right
+# (docs/compiler.md): until that is understood, narrower A tiles keep the K-major store.
 M_MAJOR_MIN_ROWS = 128
 
 

@@ -66,7 +66,7 @@ from tilec.ir.types import ScalarType, TileType
 from ..gpu.layouts import SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
-from ..gpu.tma_ops import TmaOriginOp, TmaStoreOp
+from ..gpu.tma_ops import TmaOriginOp, TmaStoreOp, copies_as_it_lies
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .axis_info import copy_vec, uniform_vec
 from .dce import dce
@@ -365,18 +365,12 @@ def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
                 or not isinstance(alloc, AllocOp) or loop in _ancestors(alloc) \
                 or any(not isinstance(u, (LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses) \
                 or loop_slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None \
-                or not _copies_as_it_lies(alloc, origin.operands[0].type):
+                or not copies_as_it_lies(alloc.attrs["layout"], origin.operands[0].type, has_slot=False):
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
     lag = _wgmma_lag(loop, cands, stages)
     return (cands, origins, lag) if lag else None
-
-
-def _copies_as_it_lies(alloc: AllocOp, view) -> bool:
-    """The buffer's contiguous dimension is the view's unit-stride one (a 2-D copy cannot
-    transpose: tma_loads expects accelerate_dot's buffer order, this checks it)."""
-    return alloc.attrs["layout"].order[0] == (0 if view.strides[1] != 1 else 1)
 
 
 def _tma_slice(origin):

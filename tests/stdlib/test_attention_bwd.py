@@ -83,6 +83,28 @@ def test_grouped_heads_split_over_programs(split, monkeypatch):
         _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
 
 
+def test_bwd_order_of_a_llama_sequence():
+    # one 4096-token sequence, 16 query / 4 kv heads, head dim 128 on an H200: 32 key blocks x 4
+    # kv heads = 128 dK/dV programs, so each group splits in 4; causal, both launches walk
+    # heaviest first in sections of pairs whose reads fit the L2 budget (divisors of the pairs)
+    h200 = Target.from_arch("sm_90a")
+    A = importlib.import_module("tilec.stdlib_kernels.attention")
+    x = A.describe(1, 16, 4, 4096, 4096, 128, 128, dtype=A.tc.bfloat16)
+    cfg = B.bwd_config_for(128, h200)
+    budget = A.tuning_for(h200).attention_fwd.section_l2_bytes
+
+    def section(pairs, pair_bytes):
+        return max(d for d in range(1, min(pairs, budget // pair_bytes) + 1) if pairs % d == 0)
+    order = B.bwd_order(x, cfg, h200, causal=True)
+    assert order.split == 4
+    assert order.dkdv_section == section(16, 4096 * 256 * 2)        # Q and dO of one query head each
+    assert order.dq_section == section(16, 4096 * 256 * 2 // 4)     # K and V shared by 4 query heads
+    assert B.bwd_order(x, cfg, h200, causal=False) == B.BwdOrder(4, 0, 0)
+    # many programs: no split; one block on a side: that launch keeps the grid order
+    wide = A.describe(8, 16, 16, 4096, 100, 128, 128, dtype=A.tc.bfloat16)
+    assert B.bwd_order(wide, cfg, h200, causal=True) == B.BwdOrder(1, 0, section(128, 100 * 256 * 2))
+
+
 def test_gqa_split_fills_the_sms_with_the_fewest_shares():
     h200 = Target.from_arch("sm_90a")
     want = h200.sm_count * B.tuning_for(h200).attention_bwd.gqa_split_waves   # 264 programs
