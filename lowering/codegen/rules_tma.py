@@ -147,8 +147,10 @@ def _tma_load(ctx, op):
     row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, tile_rows))
     col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, tile_cols))
     rows, cols = G.storage_tile((tile_rows, tile_cols), view_v.type)
-    if (rows, cols) != (tile_rows, tile_cols):
-        row0, col0 = col0, row0   # a column-major view: the map's rows are the view's columns
+    if G.column_major(view_v.type):
+        # the map's rows are the view's columns (asked of the view: a square tile's storage
+        # shape is its own, and comparing shapes left the coordinates unswapped)
+        row0, col0 = col0, row0
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
     n = op.multicast

@@ -57,7 +57,7 @@ from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
            "TmaStoreOp", "tma_params", "check_box", "copies_as_it_lies",
-           "storage_tile", "TMA_BOX_BYTES"]
+           "storage_tile", "column_major", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
 # Programs sharing a multicast copy (each issues a share of its rows): clusters of 1, 2, 4
@@ -290,11 +290,16 @@ def copies_as_it_lies(layout, vt: ViewType, has_slot: bool) -> bool:
     return layout.order[0] - (1 if has_slot else 0) == (0 if vt.strides[1] != 1 else 1)
 
 
+def column_major(vt: ViewType) -> bool:
+    """Whether a TMA view is stored column-major (its tensor map runs over the transpose)."""
+    return vt.strides[1] != 1
+
+
 def storage_tile(shape, vt: ViewType) -> Tuple[int, int]:
     """A tile's (rows, columns) in the view's storage order: transposed for a column-major
     view (first stride 1), whose tensor map runs over the storage."""
     rows, cols = shape
-    return (cols, rows) if vt.strides[1] != 1 else (rows, cols)
+    return (cols, rows) if column_major(vt) else (rows, cols)
 
 
 def _arg_index(view) -> int:

@@ -311,14 +311,7 @@ def _a_k_major(a: Value) -> Optional[bool]:
     load = a.owner
     if a.type.dtype.bits != 16 or not isinstance(load, (T.LoadOp, T.LoadMaskedOp)) or _register_run_dim(a) != 0:
         return None
-    if a.type.shape[0] < M_MAJOR_MIN_ROWS:
-        return None
     return False
-
-
-# An M-major A of 64 rows gave wrong products on an H200 where 128-row tiles were right
-# (docs/compiler.md): until that is understood, narrower A tiles keep the K-major store.
-M_MAJOR_MIN_ROWS = 128
 
 
 def _dot_text(op: T.DotOp) -> str:

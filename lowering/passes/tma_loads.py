@@ -44,11 +44,11 @@ from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ViewType
 
-from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp
+from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp, column_major
 from ..gpu.wgmma_fragments import b_k_major
 from .accelerate_dot import dot_acc_layout
 
-__all__ = ["tma_loads", "tma_view_ok", "column_major"]
+__all__ = ["tma_loads", "tma_view_ok"]
 
 _TMA_DTYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2)
 
@@ -63,11 +63,6 @@ def tma_view_ok(vt: ViewType) -> bool:
     stride = vt.strides[outer]
     stride_bytes_div = (stride if stride is not None else vt.stride_div[outer]) * vt.dtype.itemsize
     return stride_bytes_div % 16 == 0
-
-
-def column_major(vt: ViewType) -> bool:
-    """Whether a TMA view is stored column-major (its tensor map runs over the transpose)."""
-    return vt.strides[1] != 1
 
 
 def _dot_user(op: Op) -> Optional[T.DotOp]:

@@ -337,14 +337,27 @@ def test_stdlib_gemm_column_major_a_without_tma_copies_16_bytes_along_m():
     assert "gpu.local_store" not in gpu and set(_WGMMA_TRANS.findall(ptx)) == {("1", "1")}
 
 
-def test_a_column_major_a_of_64_row_tiles_stays_k_major():
-    # 1000 x 520 x 264 plans 64 x 64 tiles: an M-major A of 64 rows gave wrong products on an
-    # H200, so it keeps the K-major store (accelerate_dot.M_MAJOR_MIN_ROWS) and trans-a = 0
-    sig, cfg = mm.signature(1000, 520, 264, "bf16", target="sm_90a", a_col_major=True)
-    assert cfg.bm == 64
+_BULK_COPY = re.compile(r"cp\.async\.bulk\.tensor\.2d\S* \[%r\d+\], \[(%rd\d+), \{(%r\d+), (%r\d+)\}\]")
+
+
+@pytest.mark.parametrize("m,n,k", [(1000, 520, 264), (2000, 1040, 264)])
+def test_column_major_a_boxes_are_addressed_over_the_storage(m, n, k):
+    """A column-major A's map runs over the storage (K x M): its copies address (m0, k0), M
+    innermost, for square 64 x 64 tiles too (the shapes' comparison once left those at
+    (k0, m0): wrong products on an H200). The first copies of the prologue are at k0 = 0, so
+    every map's outer coordinate there is the constant 0 and A's inner one is not."""
+    sig, cfg = mm.signature(m, n, k, "bf16", target="sm_90a", a_col_major=True)
     ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    trans = _WGMMA_TRANS.findall(ck.asm["ptx"])
-    assert trans and {t[0] for t in trans} == {"0"}
+    ptx = ck.asm["ptx"]
+    trans = _WGMMA_TRANS.findall(ptx)
+    assert trans and set(trans) == {("1", "1")}
+    zeros = set(re.findall(r"mov\.b32 \t?(%r\d+), 0;", ptx))
+    first = {}
+    for tmap, inner, outer in _BULK_COPY.findall(ptx):
+        first.setdefault(tmap, (inner, outer))
+    a_map, b_map = sorted(first, key=lambda r: int(r[3:]))[:2]
+    assert first[a_map][1] in zeros and first[a_map][0] not in zeros, first
+    assert first[b_map][0] not in zeros, first    # B (K x N, row-major): (n0, k0)
 
 
 @pytest.mark.parametrize("a_col_major,trans_a", [(False, "0"), (True, "1")])
