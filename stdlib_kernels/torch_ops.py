@@ -111,7 +111,7 @@ def _attention_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
     if dout.stride(-1) != 1:   # a broadcast gradient (o.sum()'s): the kernels need a unit head-dim stride
         dout = dout.contiguous()
-    dq, dk, dv = torch.ops.tilec.attention_backward(dout, q, k, v, out, lse, dlse, *ctx.rest)
+    dq, dk, dv = _call("attention_backward", dout, q, k, v, out, lse, dlse, *ctx.rest)
     return (dq, dk, dv) + (None,) * len(ctx.rest)
 
 
@@ -173,7 +173,7 @@ def _rms_norm_setup(ctx, inputs, output):
 
 def _rms_norm_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = torch.ops.tilec.rms_norm_backward(_rows_ok(dy), x, weight if ctx.has_w else None, rstd)
+    dx, dw = _call("rms_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), None
 
 
@@ -202,7 +202,7 @@ def _layer_norm_setup(ctx, inputs, output):
 
 def _layer_norm_backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = torch.ops.tilec.layer_norm_backward(_rows_ok(dy), x, weight if ctx.has_w else None,
+    dx, dw, db = _call("layer_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None,
                                                      bias if ctx.has_b else None, mean, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), _grad_or_none(db, ctx.has_b), None
 
@@ -227,7 +227,8 @@ def _softmax_like_backward(op_name):
     def backward(ctx, dy):
         y, = ctx.saved_tensors
         dim = ctx.dim % y.dim()
-        op = getattr(torch.ops.tilec, op_name)
+        def op(*a):
+            return _call(op_name, *a)
         if dim == y.dim() - 1:
             return op(_rows_ok(dy), y), None
         dx = op(dy.movedim(dim, -1).contiguous(), y.movedim(dim, -1).contiguous())
@@ -247,7 +248,7 @@ def _gelu_setup(ctx, inputs, output):
 
 def _gelu_backward(ctx, dy):
     x, = ctx.saved_tensors
-    return torch.ops.tilec.gelu_backward(_rows_ok(dy), x, ctx.approximate), None
+    return _call("gelu_backward", _rows_ok(dy), x, ctx.approximate), None
 
 
 def _silu_and_mul_fake(x):
@@ -260,12 +261,12 @@ def _save_inputs(ctx, inputs, output):
 
 def _silu_and_mul_backward(ctx, dy):
     x, = ctx.saved_tensors
-    return torch.ops.tilec.silu_and_mul_backward(_rows_ok(dy), x)
+    return _call("silu_and_mul_backward", _rows_ok(dy), x)
 
 
 def _swiglu_backward(ctx, dy):
     gate, up = ctx.saved_tensors
-    dg, du = torch.ops.tilec.swiglu_backward(_rows_ok(dy), gate, up)
+    dg, du = _call("swiglu_backward", _rows_ok(dy), gate, up)
     return dg, du
 
 
@@ -277,7 +278,7 @@ def _rope_setup(ctx, inputs, output):
 
 def _rope_backward(ctx, dy):
     cos, sin = ctx.saved_tensors
-    return torch.ops.tilec.rope_backward(_rows_ok(dy), cos, sin, *ctx.rest), None, None, None, None
+    return _call("rope_backward", _rows_ok(dy), cos, sin, *ctx.rest), None, None, None, None
 
 
 def _dropout_setup(ctx, inputs, output):
@@ -286,7 +287,7 @@ def _dropout_setup(ctx, inputs, output):
 
 def _dropout_backward(ctx, dy):
     # the forward's mask, regenerated from (seed, element index): dropout of dy itself
-    return torch.ops.tilec.dropout(_rows_ok(dy), ctx.p, ctx.seed), None, None
+    return _call("dropout", _rows_ok(dy), ctx.p, ctx.seed), None, None
 
 
 # cross_entropy: the differentiable form writes dlogits in the forward (no logits-sized tensor kept)
@@ -328,7 +329,8 @@ def _matmul_setup(ctx, inputs, output):
 def _matmul_backward(ctx, dc):
     a, b = ctx.saved_tensors
     dc = _rows_ok(dc)
-    mm = torch.ops.tilec.matmul
+    def mm(x, y):
+        return _call("matmul", x, y)
     da = db = None
     if ctx.needs_input_grad[0]:
         da = mm(dc, b.transpose(-1, -2))
@@ -401,7 +403,7 @@ def _embedding_setup(ctx, inputs, output):
 
 def _embedding_grad(ctx, dout):
     indices, = ctx.saved_tensors
-    dw = torch.ops.tilec.embedding_backward(_rows_ok(dout), indices, ctx.num_weights, ctx.padding_idx)
+    dw = _call("embedding_backward", _rows_ok(dout), indices, ctx.num_weights, ctx.padding_idx)
     return dw, None, None
 
 
@@ -423,7 +425,7 @@ def _add_rms_norm_setup(ctx, inputs, output):
 
 def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
     h, weight, rstd = ctx.saved_tensors
-    dx, dw = torch.ops.tilec.add_rms_norm_backward(_rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
+    dx, dw = _call("add_rms_norm_backward", _rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
                                                    h, weight if ctx.has_w else None, rstd)
     # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
     dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
@@ -498,7 +500,7 @@ def _cumsum_backward(ctx, dy):
     if not ctx.shape:
         return dy.clone(), None
     d = dim % len(ctx.shape)
-    return torch.ops.tilec.cumsum(dy.flip(d), d).flip(d), None
+    return _call("cumsum", dy.flip(d), d).flip(d), None
 
 
 def _transpose_fake(x, dim0, dim1):
@@ -511,7 +513,7 @@ def _transpose_fake(x, dim0, dim1):
 
 def _transpose_backward(ctx, dy):
     dim0, dim1 = ctx.rest
-    return torch.ops.tilec.transpose(dy, dim0, dim1), None, None
+    return _call("transpose", dy, dim0, dim1), None, None
 
 
 _RED_ARGS = "Tensor x, int? dim, bool keepdim"
@@ -742,6 +744,67 @@ def register() -> None:
         _registered = True
 
 
+# ----------------------------------------------------------------------------- calling an op
+# torch.ops.tilec.<name> goes through torch's custom-op machinery in Python (autograd wrapper,
+# redispatch, alias checks): about 30 us per call on an H200 host, twice per op trained through,
+# as much as the stdlib entry itself. In plain eager mode on real tensors an op runs its
+# implementation directly, under a torch.autograd.Function made from the same OpSpec when a
+# gradient is wanted; where anything traces (torch.compile, a dispatch or function mode,
+# functorch transforms, fake tensors) it is called as the registered op.
+_EAGER: Dict[str, Callable] = {}
+_PLAIN = (torch.Tensor, torch.nn.Parameter) if torch is not None else ()   # not FakeTensor & co.
+
+
+def _tracing() -> bool:
+    """Whether a call must go through the registered op (something other than eager mode sees it)."""
+    return torch.compiler.is_compiling() or bool(
+        torch._C._len_torch_dispatch_stack() or torch._C._len_torch_function_stack()  # noqa: SLF001
+        or torch._C._are_functorch_transforms_active())  # noqa: SLF001
+
+
+def _call(name: str, *args):
+    """torch.ops.tilec.<name>(*args), or its implementation straight in plain eager mode."""
+    if EAGER_DIRECT and not _tracing():
+        for a in args:
+            if isinstance(a, torch.Tensor) and type(a) not in _PLAIN:
+                break
+        else:
+            fn = _EAGER.get(name)
+            if fn is None:
+                fn = _EAGER[name] = _eager_op(name)
+            return fn(*args)
+    return getattr(torch.ops.tilec, name)(*args)
+
+
+# False: every call goes through torch.ops.tilec (the tests compare the two paths)
+EAGER_DIRECT = True
+
+
+def _eager_op(name: str) -> Callable:
+    """The direct form of op `name`: its implementation, inside an autograd.Function built
+    from the OpSpec's setup_context and backward when an input requires grad."""
+    spec = OPS[name]
+    if spec.mutates:
+        return spec.impl
+    backward = spec.backward or _no_backward(name, spec.schema)
+
+    def forward(ctx, *args):
+        out = spec.impl(*args)
+        out = tuple(out) if isinstance(out, list) else out
+        if spec.setup_context is not None:
+            spec.setup_context(ctx, args, out)
+        return out
+
+    fn = type(f"tilec_{name}", (torch.autograd.Function,),
+              {"forward": staticmethod(forward), "backward": staticmethod(backward)})
+
+    def run(*args):
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return fn.apply(*args)
+        return spec.impl(*args)
+    return run
+
+
 def check_cuda(**tensors) -> None:
     """TypeError naming the first argument that is not a CUDA tensor on the first one's device
     (None arguments are skipped)."""
@@ -770,7 +833,7 @@ def attention(q, k, v, *, causal: bool = False, scale: Optional[float] = None, w
     check_layout(layout)
     _window(causal, window)   # validates window: TypeError / ValueError naming it
     wl, wr = (-1, -1) if window is None else (int(window[0]), int(window[1]))
-    out, lse = torch.ops.tilec.attention(q, k, v, bool(causal), scale, wl, wr, softcap, layout)
+    out, lse = _call("attention", q, k, v, bool(causal), scale, wl, wr, softcap, layout)
     return (out, lse) if return_lse else out
 
 
@@ -875,8 +938,8 @@ def rms_norm(x, weight=None, eps: float = 1e-6, out=None):
     register()
     check_cuda(x=x, weight=weight)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.rms_norm_out(x, weight, float(eps), o), dict(x=x, weight=weight))
-    return torch.ops.tilec.rms_norm(x, weight, float(eps))[0]
+        return _into(out, lambda o: _call("rms_norm_out", x, weight, float(eps), o), dict(x=x, weight=weight))
+    return _call("rms_norm", x, weight, float(eps))[0]
 
 
 def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5, out=None):
@@ -905,48 +968,48 @@ def layer_norm(x, normalized_shape=None, weight=None, bias=None, eps: float = 1e
         weight, bias = normalized_shape, weight
     check_cuda(x=x, weight=weight, bias=bias)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.layer_norm_out(x, weight, bias, float(eps), o), dict(x=x, weight=weight, bias=bias))
-    return torch.ops.tilec.layer_norm(x, weight, bias, float(eps))[0]
+        return _into(out, lambda o: _call("layer_norm_out", x, weight, bias, float(eps), o), dict(x=x, weight=weight, bias=bias))
+    return _call("layer_norm", x, weight, bias, float(eps))[0]
 
 
 def softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.softmax_out(x, int(dim), o), dict(x=x))
-    return torch.ops.tilec.softmax(x, int(dim))
+        return _into(out, lambda o: _call("softmax_out", x, int(dim), o), dict(x=x))
+    return _call("softmax", x, int(dim))
 
 
 def log_softmax(x, dim: int = -1, out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.log_softmax_out(x, int(dim), o), dict(x=x))
-    return torch.ops.tilec.log_softmax(x, int(dim))
+        return _into(out, lambda o: _call("log_softmax_out", x, int(dim), o), dict(x=x))
+    return _call("log_softmax", x, int(dim))
 
 
 def silu_and_mul(x, out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.silu_and_mul_out(x, o), dict(x=x))
-    return torch.ops.tilec.silu_and_mul(x)
+        return _into(out, lambda o: _call("silu_and_mul_out", x, o), dict(x=x))
+    return _call("silu_and_mul", x)
 
 
 def swiglu(gate, up, out=None):
     register()
     check_cuda(gate=gate, up=up)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.swiglu_out(gate, up, o), dict(gate=gate, up=up))
-    return torch.ops.tilec.swiglu(gate, up)
+        return _into(out, lambda o: _call("swiglu_out", gate, up, o), dict(gate=gate, up=up))
+    return _call("swiglu", gate, up)
 
 
 def gelu(x, approximate: str = "none", out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.gelu_out(x, approximate, o), dict(x=x))
-    return torch.ops.tilec.gelu(x, approximate)
+        return _into(out, lambda o: _call("gelu_out", x, approximate, o), dict(x=x))
+    return _call("gelu", x, approximate)
 
 
 def rope(x, cos, sin, *, interleaved: bool = False, seq_dim: Optional[int] = None, out=None):
@@ -956,8 +1019,8 @@ def rope(x, cos, sin, *, interleaved: bool = False, seq_dim: Optional[int] = Non
     check_cuda(x=x, cos=cos, sin=sin)
     _no_grad_needed(cos=cos, sin=sin)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.rope_out(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim), o), dict(x=x))
-    return torch.ops.tilec.rope(x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim))
+        return _into(out, lambda o: _call("rope_out", x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim), o), dict(x=x))
+    return _call("rope", x, cos, sin, bool(interleaved), None if seq_dim is None else int(seq_dim))
 
 
 def dropout(x, p: float, seed: int, out=None):
@@ -965,8 +1028,8 @@ def dropout(x, p: float, seed: int, out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.dropout_out(x, float(p), int(seed), o), dict(x=x))
-    return torch.ops.tilec.dropout(x, float(p), int(seed))
+        return _into(out, lambda o: _call("dropout_out", x, float(p), int(seed), o), dict(x=x))
+    return _call("dropout", x, float(p), int(seed))
 
 
 def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0):
@@ -977,8 +1040,8 @@ def cross_entropy(logits, target, ignore_index: int = -100, reduction: str = "me
     check_cuda(logits=logits, target=target)
     ls = _check_ls(label_smoothing, "cross_entropy")
     if logits.requires_grad and torch.is_grad_enabled():
-        return torch.ops.tilec.cross_entropy_with_grad(logits, target, int(ignore_index), reduction, ls)[0]
-    return torch.ops.tilec.cross_entropy(logits, target, int(ignore_index), reduction, ls)
+        return _call("cross_entropy_with_grad", logits, target, int(ignore_index), reduction, ls)[0]
+    return _call("cross_entropy", logits, target, int(ignore_index), reduction, ls)
 
 
 def matmul(a, b, out=None):
@@ -987,8 +1050,8 @@ def matmul(a, b, out=None):
     register()
     check_cuda(a=a, b=b)
     if out is not None:
-        return _into(out, lambda o: torch.ops.tilec.matmul_out(a, b, o), dict(a=a, b=b))
-    return torch.ops.tilec.matmul(a, b)
+        return _into(out, lambda o: _call("matmul_out", a, b, o), dict(a=a, b=b))
+    return _call("matmul", a, b)
 
 
 def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = -100, reduction: str = "mean",
@@ -1012,8 +1075,8 @@ def linear_cross_entropy(hidden, weight, target, bias=None, ignore_index: int = 
         if reduction == "none":
             raise ValueError(f"linear_cross_entropy: reduction='none' gives no gradient, and {', '.join(wants)} "
                              "requires grad: use 'mean' or 'sum', or detach")
-        return torch.ops.tilec.linear_cross_entropy(*args)[0]
-    return torch.ops.tilec.linear_cross_entropy_loss(*args)
+        return _call("linear_cross_entropy", *args)[0]
+    return _call("linear_cross_entropy_loss", *args)
 
 
 def embedding(input, weight, padding_idx: Optional[int] = None):
@@ -1032,7 +1095,7 @@ def embedding(input, weight, padding_idx: Optional[int] = None):
         if not isinstance(padding_idx, int) or isinstance(padding_idx, bool) or not -n <= padding_idx < n:
             raise ValueError(f"padding_idx must be an int in [-{n}, {n}), got {padding_idx!r}")
         padding_idx = padding_idx % n
-    return torch.ops.tilec.embedding(weight, input, padding_idx)
+    return _call("embedding", weight, input, padding_idx)
 
 
 def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, *, out=None, residual_out=None):
@@ -1046,10 +1109,10 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, *, out=None, resid
         y = out if out is not None else torch.empty_like(x)
         h = residual_out if residual_out is not None else x.new_empty(x.shape, dtype=residual.dtype)
         _outs_into({"out": (y, x.shape, x.dtype), "residual_out": (h, x.shape, residual.dtype)},
-                   lambda: torch.ops.tilec.add_rms_norm_out(x, residual, weight, float(eps), y, h),
+                   lambda: _call("add_rms_norm_out", x, residual, weight, float(eps), y, h),
                    dict(x=x, residual=residual, weight=weight))
         return y, h
-    y, new_residual, _rstd = torch.ops.tilec.add_rms_norm(x, residual, weight, float(eps))
+    y, new_residual, _rstd = _call("add_rms_norm", x, residual, weight, float(eps))
     return y, new_residual
 
 
@@ -1071,9 +1134,9 @@ def topk(x, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *,
             raise ValueError(f"k must be an int in [0, {x.shape[-1]}], got {k!r}")
         shape = tuple(x.shape[:-1]) + (k,)
         _outs_into({"out[0] (values)": (values, shape, x.dtype), "out[1] (indices)": (indices, shape, torch.int64)},
-                   lambda: torch.ops.tilec.topk_out(x, k, bool(largest), values, indices), dict(x=x))
+                   lambda: _call("topk_out", x, k, bool(largest), values, indices), dict(x=x))
         return values, indices
-    return torch.ops.tilec.topk(x, k, largest)
+    return _call("topk", x, k, largest)
 
 
 def _signed64(v, name: str) -> int:
@@ -1096,9 +1159,9 @@ def sample(logits, *, temperature: float = 1.0, top_k: Optional[int] = None, top
             _signed64(offset, "offset"))
     if out is not None:
         _outs_into({"out": (out, tuple(logits.shape[:-1]), torch.int64)},
-                   lambda: torch.ops.tilec.sample_out(*args, out), dict(logits=logits), differentiable=False)
+                   lambda: _call("sample_out", *args, out), dict(logits=logits), differentiable=False)
         return out
-    return torch.ops.tilec.sample(*args)
+    return _call("sample", *args)
 
 
 def _dim_arg(dim):
@@ -1109,7 +1172,7 @@ def _reduce_out(name, x, dim, keepdim, out, dtype=None, differentiable=True):
     """The `<name>_out` op of a reduction writing `out` (torch's shape of the result)."""
     shape = _reduced_shape(x, dim, keepdim)
     _outs_into({"out": (out, shape, dtype or x.dtype)},
-               lambda: getattr(torch.ops.tilec, name + "_out")(x, dim, keepdim, out), dict(x=x), differentiable)
+               lambda: _call(name + "_out", x, dim, keepdim, out), dict(x=x), differentiable)
     return out
 
 
@@ -1123,7 +1186,7 @@ def _reduction(name: str, doc: str, index: bool = False):
         d, keep = _dim_arg(dim), bool(keepdim)
         if out is not None:
             return _reduce_out(name, x, d, keep, out, torch.int64 if index else None, differentiable=not index)
-        return getattr(torch.ops.tilec, name)(x, d, keep)
+        return _call(name, x, d, keep)
     op.__name__ = op.__qualname__ = name
     op.__doc__ = doc
     return op
@@ -1139,7 +1202,7 @@ def _extreme_out(name, x, dim, keepdim, out):
     values, indices = _pair_of(out, name)
     shape = _reduced_shape(x, dim, keepdim)
     _outs_into({"out[0] (values)": (values, shape, x.dtype), "out[1] (indices)": (indices, shape, torch.int64)},
-               lambda: getattr(torch.ops.tilec, name + "_dim_out")(x, dim, keepdim, values, indices), dict(x=x))
+               lambda: _call(name + "_dim_out", x, dim, keepdim, values, indices), dict(x=x))
     return _rdim.ValuesIndices(values, indices)
 
 
@@ -1153,7 +1216,7 @@ def max(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch'
     check_cuda(x=x)
     if out is not None:
         return _extreme_out("max", x, int(dim), bool(keepdim), out)
-    return _rdim.ValuesIndices(*torch.ops.tilec.max_dim(x, int(dim), bool(keepdim)))
+    return _rdim.ValuesIndices(*_call("max_dim", x, int(dim), bool(keepdim)))
 
 
 def min(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch's name
@@ -1164,7 +1227,7 @@ def min(x, dim=None, keepdim: bool = False, *, out=None):  # noqa: A001 - torch'
     check_cuda(x=x)
     if out is not None:
         return _extreme_out("min", x, int(dim), bool(keepdim), out)
-    return _rdim.ValuesIndices(*torch.ops.tilec.min_dim(x, int(dim), bool(keepdim)))
+    return _rdim.ValuesIndices(*_call("min_dim", x, int(dim), bool(keepdim)))
 
 
 argmax = _reduction("argmax", "As torch.argmax (int64 indices; out: an int64 tensor of the result's shape).",
@@ -1178,14 +1241,14 @@ def cumsum(x, dim: int, *, out=None):
     register()
     check_cuda(x=x)
     if out is not None:
-        _outs_into({"out": (out, tuple(x.shape), x.dtype)}, lambda: torch.ops.tilec.cumsum_out(x, int(dim), out),
+        _outs_into({"out": (out, tuple(x.shape), x.dtype)}, lambda: _call("cumsum_out", x, int(dim), out),
                    dict(x=x))
         return out
-    return torch.ops.tilec.cumsum(x, int(dim))
+    return _call("cumsum", x, int(dim))
 
 
 def transpose(x, dim0: int, dim1: int):
     """As x.transpose(dim0, dim1).contiguous(), differentiable (the backward swaps back)."""
     register()
     check_cuda(x=x)
-    return torch.ops.tilec.transpose(x, int(dim0), int(dim1))
+    return _call("transpose", x, int(dim0), int(dim1))
