@@ -51,7 +51,9 @@ class LaunchPlan:
         self.arrays = tuple(params[i] for i in self.array_positions)
         self.scalars = tuple(params[i] for i in self.scalar_positions)
         self._rest = tuple(tuple(infos[i][1:]) for i in self.array_positions)   # (shape, strides, dtype, device)
-        self._vals = list(vals)
+        # the scalars only: the packers read arrays from `infos`, and holding the first call's
+        # arrays would keep them allocated for as long as the plan lives
+        self._vals = [v if info is None else None for v, info in zip(vals, infos)]
         self._infos = list(infos)
         self._scalar_values = tuple(self._vals[i] for i in self.scalar_positions)
         # what a fault report names (shapes, strides, dtypes: the addresses are not shown)

@@ -184,7 +184,7 @@ _addresses = itertools.count(1)
 class Tensor:
     """A CUDA (or CPU) tensor without memory: an address, shape, strides and dtype."""
 
-    __slots__ = ("_ptr", "shape", "_stride", "dtype", "device", "_dev", "is_cuda")
+    __slots__ = ("_ptr", "shape", "_stride", "dtype", "device", "_dev", "is_cuda", "__weakref__")
 
     def __init__(self, ptr, shape, dt, strides=None, dev=None):
         self._ptr, self.shape, self.dtype = ptr, tuple(shape), dt

@@ -313,3 +313,27 @@ def test_a_tma_matmul_replays_its_descriptors_from_the_new_addresses(gpu, monkey
     kinds = fake.param_kinds[fake.launches[-1].function]
     maps = [p for k, p in zip(kinds, fake.launches[-1].params) if k == "tmap"]
     assert struct.pack("<Q", a2.data_ptr()) in [m[:8] for m in maps]
+
+
+@pytest.mark.parametrize("kind", ["torch", "DeviceArray"])
+@pytest.mark.parametrize("name", ["rms_norm", "cross_entropy", "attention_backward_gqa"])
+def test_a_plan_keeps_no_array_of_the_call_it_was_recorded_from(gpu, kind, name):
+    # a plan lives as long as the process: holding its first call's inputs, outputs or
+    # temporaries would keep them allocated (the logits of a linear_cross_entropy: a GB)
+    import gc  # noqa: PLC0415
+    import weakref  # noqa: PLC0415
+    _fake, torch = gpu
+    _plan.clear_plans()
+    make = _make(torch, kind)
+    made = []
+
+    def tracked(*a, **k):
+        arr = make(*a, **k)
+        made.append(weakref.ref(arr))
+        return arr
+    result = OPS[name](tracked)
+    outs = [weakref.ref(r) for r in (result if isinstance(result, tuple) else (result,)) if r is not None]
+    assert any(_plan._plans.values())   # recorded (attention's plans are its inner paths')
+    del result
+    gc.collect()
+    assert [r() for r in made + outs] == [None] * len(made + outs)
