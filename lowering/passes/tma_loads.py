@@ -23,7 +23,8 @@ removes every marker. A load qualifies when
   cuTensorMapEncodeTiled requires; other views keep cp.async;
 - a 2-D copy cannot transpose, so the view's contiguous dimension must be the buffer's:
   row-major (last stride 1) for A and for the N-major B of f16/bf16; column-major (first
-  stride 1: storage N x K, K contiguous) for the K-major B of tf32/f8, and for a 16-bit A
+  stride 1: storage N x K, K contiguous) for a K-major B (tf32/f8 always; f16/bf16 loaded
+  K-contiguous, as accelerate_dot stores it: x @ w.T of a row-major w), and for a 16-bit A
   (storage K x M: accelerate_dot stores such an A M-major, wgmma's imm-trans-a);
 - in storage order, the tile is at most 256 rows (a box's limit), a multiple of 8 rows
   and of one 128-byte swizzle row of columns (64 f16/bf16, 32 f32, 128 f8 elements), read
@@ -96,8 +97,9 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     idx = op.results[0].uses[0][1]
     rows, cols = op.attrs["shape"]
     if column_major(view.type):
-        # the transpose of the view: B's K-major buffer (tf32, f8), a 16-bit A's M-major one
-        if not (b_k_major(elem) if idx == 1 else elem == 2):
+        # the transpose of the view: B's K-major buffer (tf32 and f8 have no other; a 16-bit B
+        # loaded K-contiguous is stored so too), a 16-bit A's M-major one
+        if idx == 0 and elem != 2:
             return None
         rows, cols = cols, rows
     elif idx == 1 and b_k_major(elem):

@@ -360,6 +360,26 @@ def test_column_major_a_boxes_are_addressed_over_the_storage(m, n, k):
     assert first[b_map][0] not in zeros, first    # B (K x N, row-major): (n0, k0)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "f16"])
+@pytest.mark.parametrize("m,n,k", [(4096, 128256, 2048), (1000, 520, 264)])
+def test_column_major_16_bit_b_is_tma_into_its_k_major_buffer(dtype, m, n, k):
+    """x @ w.T of a row-major w (a linear layer, the logits of linear_cross_entropy): B's
+    storage is N x K, K contiguous, which accelerate_dot keeps K-major (trans-b = 0); TMA
+    copies it as it lies, boxes of [BN, 64 of K], as it does tf32/f8's K-major B."""
+    sig, cfg = mm.signature(m, n, k, dtype, target="sm_90a", b_col_major=True)
+    ck = _compile(mm.matmul_kernel, sig, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    gpu, ptx = ck.asm["gpu"], ck.asm["ptx"]
+    assert [(s.arg, s.box) for s in ck.params if s.kind == "tmap"][:2] == [(0, (cfg.bm, 64)), (1, (cfg.bn, 64))]
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster") == 2 * cfg.num_stages and "cp.async.cg" not in ptx
+    body = gpu[gpu.index("tile.for"):gpu.index("tile.yield")]
+    assert "gpu.local_store" not in body
+    trans = _WGMMA_TRANS.findall(ptx)
+    assert trans and set(trans) == {("0", "0")}, set(trans)   # K-major A and B
+    if find_ptxas():
+        rep = ck.metadata["ptxas"]
+        assert rep["spill_stores"] == rep["spill_loads"] == 0 and not rep["warnings"], rep
+
+
 @pytest.mark.parametrize("a_col_major,trans_a", [(False, "0"), (True, "1")])
 def test_only_a_column_major_a_sets_trans_a(a_col_major, trans_a):
     sig, cfg = mm.signature(4096, 4096, 4096, "bf16", target="sm_90a", a_col_major=a_col_major)
