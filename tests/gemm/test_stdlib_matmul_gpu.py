@@ -132,6 +132,16 @@ def test_column_major_a(dtype, out_dtype, m, n, k):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(1000, 520, 264), (2000, 1040, 264), (4096, 8192, 2048), (77, 1000, 64)])
+def test_column_major_b(dtype, m, n, k):
+    """matmul(x, w.T) of a row-major w, a linear layer's forward: B column-major, on sm_90a
+    K-major and copied by TMA (square 64 x 64 tiles at 1000 x 520 x 264; 128 x 256 at 4096)."""
+    x = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype)
+    _check(matmul(x, w.T), x.double() @ w.T.double(), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_column_major_a_batched(dtype):
     """Each batch entry of x.transpose(1, 2) is a column-major A (one launch each)."""
     x = torch.randn(3, 264, 1000, device="cuda", dtype=dtype)
