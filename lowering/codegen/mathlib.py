@@ -104,11 +104,16 @@ class _E:
         b, f = self.b, self.f
         # n is clamped and integral, or NaN (which the product propagates anyway): mapping
         # NaN to 0 makes a plain conversion defined, cheaper than a saturating one
-        ni = b.fptosi(self.sel(b.fcmp_unordered("uno", n, n), self.c(0.0), n), f.ity)
-        n1 = b.ashr(ni, self.ci(1))
-        n2 = b.sub(ni, n1)
-        s1 = b.bitcast(b.shl(b.add(n1, self.ci(f.bias)), self.ci(f.mbits)), f.ty)
-        s2 = b.bitcast(b.shl(b.add(n2, self.ci(f.bias)), self.ci(f.mbits)), f.ty)
+        n = self.sel(b.fcmp_unordered("uno", n, n), self.c(0.0), n)
+        # both exponent biases added in floating point (exact: small integers), then split:
+        # q = n + 2·bias > 0 gives the biased exponents q >> 1 and q - (q >> 1), so no integer
+        # `(h << m) + (bias << m)` is left per exp, a candidate of NVPTX's straight-line strength
+        # reduction, whose search is quadratic in them (a softmax row's 25 exps: 57 of 70 ms)
+        q = b.fptosi(b.fadd(n, self.c(2 * f.bias)), f.ity)
+        e1 = b.lshr(q, self.ci(1))
+        e2 = b.sub(q, e1)
+        s1 = b.bitcast(b.shl(e1, self.ci(f.mbits)), f.ty)
+        s2 = b.bitcast(b.shl(e2, self.ci(f.mbits)), f.ty)
         return b.fmul(b.fmul(p, s1), s2)
 
     def clamp(self, x, lo, hi):
