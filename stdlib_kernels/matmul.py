@@ -163,9 +163,9 @@ def matmul(a, b, *, bias=None, activation=None, out_dtype=None, out=None, allow_
     A 2-D operand beside a 3-D one is shared by every batch entry (each entry is one
     launch). Operands may have any strides; a unit last stride gives 16-byte,
     cp.async-pipelined loads, other layouts (column-major) are read element by element,
-    except on sm_90a where a column-major B of tf32/f8 and a column-major f16/bf16 A (x.T
-    of a row-major x, the dW = dYᵀ X of a linear layer's backward) are copied as they lie
-    (TMA or 16-byte cp.async) and wgmma reads them transposed.
+    except on sm_90a where a column-major B (w.T of a row-major w, a linear layer's forward)
+    and a column-major f16/bf16 A (x.T of a row-major x, the dW = dYᵀ X of its backward) are
+    copied as they lie (TMA or 16-byte cp.async) and wgmma reads them K-major / M-major.
     a and b share a dtype: f16, bf16, f32 (f32 multiplies in true f32 unless
     `allow_tf32=True` lets tensor cores round the operands to tf32) or f8e4m3 / f8e5m2
     (tensor cores on sm_90a; the result defaults to bf16). Accumulation is f32;

@@ -26,6 +26,7 @@ tilec.stdlib_kernels` never imports this module.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Tuple
@@ -203,7 +204,7 @@ def _layer_norm_setup(ctx, inputs, output):
 def _layer_norm_backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
     dx, dw, db = _call("layer_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None,
-                                                     bias if ctx.has_b else None, mean, rstd)
+                       bias if ctx.has_b else None, mean, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), _grad_or_none(db, ctx.has_b), None
 
 
@@ -227,8 +228,7 @@ def _softmax_like_backward(op_name):
     def backward(ctx, dy):
         y, = ctx.saved_tensors
         dim = ctx.dim % y.dim()
-        def op(*a):
-            return _call(op_name, *a)
+        op = functools.partial(_call, op_name)
         if dim == y.dim() - 1:
             return op(_rows_ok(dy), y), None
         dx = op(dy.movedim(dim, -1).contiguous(), y.movedim(dim, -1).contiguous())
@@ -329,8 +329,7 @@ def _matmul_setup(ctx, inputs, output):
 def _matmul_backward(ctx, dc):
     a, b = ctx.saved_tensors
     dc = _rows_ok(dc)
-    def mm(x, y):
-        return _call("matmul", x, y)
+    mm = functools.partial(_call, "matmul")
     da = db = None
     if ctx.needs_input_grad[0]:
         da = mm(dc, b.transpose(-1, -2))
@@ -426,7 +425,7 @@ def _add_rms_norm_setup(ctx, inputs, output):
 def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
     h, weight, rstd = ctx.saved_tensors
     dx, dw = _call("add_rms_norm_backward", _rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
-                                                   h, weight if ctx.has_w else None, rstd)
+                   h, weight if ctx.has_w else None, rstd)
     # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
     dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
     return dx_x, dx_r, _grad_or_none(dw, ctx.has_w), None
