@@ -219,6 +219,7 @@ def _default_stream(vals, device: int) -> int:
 _SUCCESS = None
 _cuLaunchKernel = None
 _torch_tensor = None          # torch.Tensor once torch is imported
+_torch_param = None           # torch.nn.Parameter (a module's weight), read as a Tensor
 _torch_current_stream = None  # torch._C._cuda_getCurrentRawStream: an int, no Stream object
 _streams: Dict[int, Any] = {}
 _tls = driver._tls  # noqa: SLF001 - the runtime's thread state (current context, a capture's stream)
@@ -244,7 +245,7 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
     infos = []
     device = -1
     has_torch = False
-    tensor_cls = _torch_tensor
+    tensor_cls, param_cls = _torch_tensor, _torch_param
     torch_memo = state.torch_memo
     for v, ce in zip(vals, state.ce_mask):
         t = type(v)
@@ -265,7 +266,7 @@ def launch(state: KernelState, grid, args: tuple, kwargs: dict):
         elif t is float:
             parts.append(float)
             infos.append(None)
-        elif t is tensor_cls and (tdev := v.get_device()) >= 0:
+        elif (t is tensor_cls or t is param_cls) and (tdev := v.get_device()) >= 0:
             ptr, shape, strides = v.data_ptr(), v.shape, v.stride()
             looks = (v.dtype, shape, strides, ptr & 15, tdev)
             pos = len(infos)
@@ -428,11 +429,12 @@ def _bind_driver() -> None:
 
 def _bind_torch():
     """torch.Tensor (the exact type the hot path reads inline) once torch is imported, else None."""
-    global _torch_tensor, _torch_current_stream
+    global _torch_tensor, _torch_param, _torch_current_stream
     torch = sys.modules.get("torch")
     if torch is not None and _torch_tensor is None:
         _torch_current_stream = torch._C._cuda_getCurrentRawStream  # noqa: SLF001
         _torch_tensor = torch.Tensor
+        _torch_param = getattr(getattr(torch, "nn", None), "Parameter", None)
     return _torch_tensor
 
 

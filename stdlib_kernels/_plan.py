@@ -158,22 +158,23 @@ def _torch_cls():
 _PLAIN = (int, float, str, bool)
 
 
-def _read_args(key: list, values, skip, tensor_cls, device_array_cls):
+def _read_args(key: list, values, skip, tensor_cls, device_array_cls, param_cls=None):
     """Append each argument's part of the key to `key`; return the arguments' addresses (0 for a
     non-array), or None when the call cannot be planned. One loop with the common types read
     inline: this runs on every call. An array's part is (type, dtype, shape, strides, address
-    mod 16, device); a per-call argument's (position in `skip`) only its type."""
+    mod 16, device); a per-call argument's (position in `skip`) only its type. A Parameter
+    keys as a Tensor: both replay alike."""
     ptrs = []
     for n, v in enumerate(values):
         t = type(v)
         if skip and n in skip:
             key.append(t)
             ptrs.append(0)
-        elif t is tensor_cls:
+        elif t is tensor_cls or t is param_cls:
             if not v.is_cuda:
                 return None
             p = v.data_ptr()
-            key.append((t, v.dtype, v.shape, v.stride(), p & 15, v.get_device()))   # shape: a tuple (torch.Size)
+            key.append((tensor_cls, v.dtype, v.shape, v.stride(), p & 15, v.get_device()))   # shape: a tuple (torch.Size)
             ptrs.append(p)
         elif t is device_array_cls:
             p = v.ptr
@@ -211,7 +212,7 @@ def _derived_key(derived_now) -> tuple:
 
 def _root_info(v, tensor_cls):
     """(address, itemsize, DType, device, is torch) of an array argument."""
-    if type(v) is tensor_cls:
+    if tensor_cls is not None and isinstance(v, tensor_cls):
         from tilec.runtime.interop import torch_dtype_map  # noqa: PLC0415
         dt = torch_dtype_map(v.dtype)
         return v.data_ptr(), dt.itemsize, dt, v.get_device(), True
@@ -287,7 +288,10 @@ def planned(fn=None, *, per_call=None, label: Optional[str] = None):
         skip = ()
         if read_per_call is not None:
             pc_values, skip = read_per_call(args, kwargs)
-        ptrs = _read_args(key, values, skip, torch.Tensor if torch is not None else None, DeviceArray)
+        if torch is not None:
+            ptrs = _read_args(key, values, skip, torch.Tensor, DeviceArray, torch.nn.Parameter)
+        else:
+            ptrs = _read_args(key, values, skip, None, DeviceArray)
         if ptrs is None or _tls.rec is not None:
             return fn(*args, **kwargs)
         derived_now = ()

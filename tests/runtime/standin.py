@@ -230,6 +230,15 @@ class Tensor:
 Tensor.__module__ = "torch"
 
 
+class Parameter(Tensor):
+    """torch.nn.Parameter: a module's weight, a Tensor subclass."""
+
+    __slots__ = ()
+
+    def __init__(self, t):
+        super().__init__(t.data_ptr(), t.shape, t.dtype, t.stride(), t.device)
+
+
 def _device_of(d):
     if d is None:
         return device("cuda", 0)
@@ -253,6 +262,7 @@ def fake_torch(stream: int = 0, capturing: bool = False):
     m = types.ModuleType("torch")
     m.__stand_in__ = True
     m.Tensor, m.device = Tensor, device
+    m.nn = types.SimpleNamespace(Parameter=Parameter)
     for name in _SIZES:
         setattr(m, name, FLOAT32 if name == "float32" else dtype(name))
     m.float, m.half = m.float32, m.float16
@@ -343,7 +353,7 @@ def standin(record: bool = True, arch: str = "sm_90a", torch=None):
     p.set(target_mod.Target, "for_device", staticmethod(lambda ordinal=None: the_target))
     p.set(interop, "_readers", {})
     p.set(interop, "_torch_dtypes", {})
-    for name in ("_SUCCESS", "_cuLaunchKernel", "_torch_tensor", "_torch_current_stream", "_streams"):
+    for name in ("_SUCCESS", "_cuLaunchKernel", "_torch_tensor", "_torch_param", "_torch_current_stream", "_streams"):
         p.set(launcher, name, {} if name == "_streams" else None)
     p.set(launcher, "_compiled_launches", module.PerCompiled())
     _reset_launch_state()

@@ -159,6 +159,32 @@ def test_a_plan_is_never_replayed_for_another_layout_dtype_alignment_or_device(g
         assert driver._tls.ctx_device == 1
 
 
+def test_a_modules_parameter_replays_as_a_tensor_does(gpu, monkeypatch):
+    """A module's weight is a torch.nn.Parameter (a Tensor subclass): its calls replay, from the
+    plan a plain tensor of the same layout made, with the Parameter's address."""
+    fake, torch = gpu
+    replays = []
+    replay = _plan._replay
+    monkeypatch.setattr(_plan, "_replay", lambda *a: replays.append(1) or replay(*a))
+    dy, x, rstd = tensor(torch, (2, 33, 64), "bfloat16"), tensor(torch, (2, 33, 64), "bfloat16"), \
+        tensor(torch, (2, 33), "float32")
+    sk.rms_norm_backward(dy, x, tensor(torch, (64,), "bfloat16"), rstd)
+    n = len(fake.launches)
+    w = torch.nn.Parameter(tensor(torch, (64,), "bfloat16"))
+    sk.rms_norm_backward(dy, x, w, rstd)
+    sk.rms_norm_backward(dy, x, w, rstd)
+    assert _plan.plan_count(sk.rms_norm_backward) == 1 and len(replays) == 2
+    assert all(p is not _plan._UNPLANNABLE for p in _plan._plans[_key(sk.rms_norm_backward)].values())
+    ptrs = {struct.unpack("<Q", b)[0] for ln in fake.launches[n:]
+            for k, b in zip(fake.param_kinds[ln.function], ln.params) if k == "ptr"}
+    assert w.data_ptr() in ptrs
+
+
+def _key(entry):
+    fn = entry.__wrapped_entry__
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 def test_a_cpu_tensor_is_refused_every_time(gpu):
     fake, torch = gpu
     sk.softmax(tensor(torch, (4, 64)))
