@@ -3,7 +3,7 @@ model: forward, backward, an SGD step) in four modes, on one GPU:
 
     eager           plain PyTorch (sdpa attention, logits in bf16 then f32 for the loss)
     compile         torch.compile of the eager model
-    tilec           tilec's ops (rms_norm, rope, attention, swiglu, linear_cross_entropy)
+    tilec           tilec's ops (rms_norm, add_rms_norm, rope, attention, swiglu, linear_cross_entropy)
     tilec-compile   torch.compile of the tilec model (the ops opaque in the graph)
 
     python bench/train_step.py                            # the model: 16 x 2048, vocab 128256, seq 4096

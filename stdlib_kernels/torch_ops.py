@@ -101,15 +101,31 @@ def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, 
     return out, q.new_empty((b, h, n_q), dtype=torch.float32)
 
 
+def _unmaterialized(ctx, primary) -> None:
+    """For an op of several outputs: the gradient of an output nobody used arrives as None,
+    not as the zeros autograd would fill (linear_cross_entropy's were as large as the weight:
+    a pass over 500 MB per step). `primary`, the output whose gradient the backward reads, is
+    described so that `_primary_grad` can make its zeros in the rare call where only another
+    output's gradient flowed."""
+    ctx.set_materialize_grads(False)
+    ctx.primary = (tuple(primary.shape), primary.dtype, primary.device)
+
+
+def _primary_grad(ctx, g):
+    return g if g is not None else torch.zeros(ctx.primary[0], dtype=ctx.primary[1], device=ctx.primary[2])
+
+
 def _attention_setup(ctx, inputs, output):
     q, k, v, *rest = inputs
     out, lse = output
+    _unmaterialized(ctx, out)
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.rest = tuple(rest)   # causal, scale, window_left, window_right, softcap, layout
 
 
 def _attention_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
+    dout = _primary_grad(ctx, dout)   # dlse stays None when lse was not used
     if dout.stride(-1) != 1:   # a broadcast gradient (o.sum()'s): the kernels need a unit head-dim stride
         dout = dout.contiguous()
     dq, dk, dv = _call("attention_backward", dout, q, k, v, out, lse, dlse, *ctx.rest)
@@ -168,13 +184,14 @@ def _rms_norm_fake(x, weight, eps):
 
 def _rms_norm_setup(ctx, inputs, output):
     x, weight, _eps = inputs
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(x, weight, output[1])
     ctx.has_w = weight is not None
 
 
 def _rms_norm_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _call("rms_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None, rstd)
+    dx, dw = _call("rms_norm_backward", _rows_ok(_primary_grad(ctx, dy)), x, weight if ctx.has_w else None, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), None
 
 
@@ -197,13 +214,14 @@ def _layer_norm_fake(x, weight, bias, eps):
 
 def _layer_norm_setup(ctx, inputs, output):
     x, weight, bias, _eps = inputs
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(x, weight, bias, output[1], output[2])
     ctx.has_w, ctx.has_b = weight is not None, bias is not None
 
 
 def _layer_norm_backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _call("layer_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None,
+    dx, dw, db = _call("layer_norm_backward", _rows_ok(_primary_grad(ctx, dy)), x, weight if ctx.has_w else None,
                        bias if ctx.has_b else None, mean, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), _grad_or_none(db, ctx.has_b), None
 
@@ -304,12 +322,14 @@ def _ce_grad_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
 
 
 def _ce_grad_setup(ctx, inputs, output):
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.reduction = inputs[3]
 
 
 def _ce_grad_backward(ctx, dloss, _ddlogits):
     dlogits, = ctx.saved_tensors
+    dloss = _primary_grad(ctx, dloss)
     # dlogits is the gradient for an upstream 1 ("none": of the sum of the row losses)
     scale = dloss.unsqueeze(-1) if ctx.reduction == "none" else dloss
     return (dlogits * scale.to(dlogits.dtype)), None, None, None, None
@@ -368,15 +388,31 @@ def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, labe
 
 
 def _lce_setup(ctx, inputs, output):
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(*output[1:])
     ctx.has_b = inputs[3] is not None
+    ctx.scaled = False
 
 
 def _lce_backward(ctx, dloss, *_unused):
     dh, dw, db = ctx.saved_tensors
     # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
-    db = db * dloss.to(db.dtype) if ctx.has_b else None
-    return dh * dloss.to(dh.dtype), dw * dloss.to(dw.dtype), None, db, None, None, None, None
+    dloss = _primary_grad(ctx, dloss)
+    grads = [dh, dw] + ([db] if ctx.has_b else [])
+    if _tracing():
+        grads = [g * dloss.to(g.dtype) for g in grads]
+    else:
+        # eager: scaled where they lie, in one vectorized pass (no second weight-sized tensor,
+        # nor torch's broadcast kernel for a 0-d operand at half the bandwidth); ctx holds the
+        # only other reference, so a second backward would see them scaled: refused
+        if ctx.scaled:
+            raise RuntimeError("linear_cross_entropy: its gradients are computed in the forward and scaled in "
+                               "place by the backward, which can run once (not with retain_graph=True twice); "
+                               "compute the loss again for another backward")
+        ctx.scaled = True
+        for dt in {g.dtype for g in grads}:
+            torch._foreach_mul_([g for g in grads if g.dtype == dt], dloss.to(dt))
+    return grads[0], grads[1], None, (grads[2] if ctx.has_b else None), None, None, None, None
 
 
 def _lce_loss_impl(hidden, weight, target, bias, ignore_index, reduction, chunk, label_smoothing=0.0):
@@ -417,6 +453,7 @@ def _add_rms_norm_fake(x, residual, weight, eps):
 
 def _add_rms_norm_setup(ctx, inputs, output):
     x, residual, weight, _eps = inputs
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1], weight, output[2])
     ctx.has_w = weight is not None
     ctx.dtypes = (x.dtype, residual.dtype)
@@ -424,7 +461,7 @@ def _add_rms_norm_setup(ctx, inputs, output):
 
 def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
     h, weight, rstd = ctx.saved_tensors
-    dx, dw = _call("add_rms_norm_backward", _rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
+    dx, dw = _call("add_rms_norm_backward", _rows_ok(_primary_grad(ctx, dy)), None if dresidual is None else _rows_ok(dresidual),
                    h, weight if ctx.has_w else None, rstd)
     # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
     dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
@@ -478,6 +515,7 @@ def _sum_backward(ctx, dy):
 
 def _extreme_setup(ctx, inputs, output):
     x, dim, keepdim = inputs
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.shape, ctx.dim, ctx.keepdim = tuple(x.shape), dim, keepdim
 
@@ -485,6 +523,7 @@ def _extreme_setup(ctx, inputs, output):
 def _extreme_backward(ctx, dy, _dindices):
     # dy to the element whose index the forward returned, zeros elsewhere (torch's max(dim))
     indices, = ctx.saved_tensors
+    dy = _primary_grad(ctx, dy)
     if not ctx.shape:
         return dy.clone(), None, None
     d = ctx.dim % len(ctx.shape)
@@ -617,6 +656,7 @@ def _topk_fake(x, k, largest):
 
 def _topk_setup(ctx, inputs, output):
     x = inputs[0]
+    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.x_shape, ctx.x_dtype = tuple(x.shape), x.dtype
 
@@ -624,6 +664,7 @@ def _topk_setup(ctx, inputs, output):
 def _topk_backward(ctx, dvalues, dindices):
     # each selected value's gradient goes back where it came from (indices are distinct per row)
     (indices,) = ctx.saved_tensors
+    dvalues = _primary_grad(ctx, dvalues)
     dx = dvalues.new_zeros(ctx.x_shape).scatter(-1, indices, dvalues.to(ctx.x_dtype))
     return dx, None, None
 

@@ -7,9 +7,10 @@
 The model is plain PyTorch (random weights, no downloads): token embedding, decoder layers
 (RMSNorm, grouped-query causal attention with rotary embeddings, SwiGLU MLP), a final
 RMSNorm and an untied lm_head. `Llama(cfg, tilec=True)` runs the same parameters through
-tilec's differentiable ops (tilec.stdlib_kernels.torch_ops): rms_norm, rope, attention,
-swiglu, and linear_cross_entropy for the loss (no logits); the projections stay torch's
-GEMMs. The script builds both models with the same weights, takes --steps SGD steps on each
+tilec's differentiable ops (tilec.stdlib_kernels.torch_ops): rms_norm, add_rms_norm (each
+residual add with the norm after it, one pass over the stream in both directions), rope,
+attention, swiglu, and linear_cross_entropy for the loss (no logits); the projections stay
+torch's GEMMs. The script builds both models with the same weights, takes --steps SGD steps on each
 with the same batches, and prints per step the two losses and the largest relative
 difference of any parameter's gradient (max |g_tilec - g_eager| / max |g_eager|, per
 parameter); it exits non-zero when they differ beyond bf16 tolerance (--loss-tol,
@@ -56,9 +57,9 @@ class Layer(nn.Module):
         self.up_proj = nn.Linear(c.hidden, c.ffn, bias=False)
         self.down_proj = nn.Linear(c.ffn, c.hidden, bias=False)
 
-    def forward(self, x, cos, sin, tilec: bool):
-        b, s, _ = x.shape
-        h = rms_norm(x, self.input_layernorm, self.c.eps, tilec)
+    def attention(self, h, cos, sin, tilec: bool):
+        """The attention block's output for the normed stream h (before the residual add)."""
+        b, s, _ = h.shape
         q = self.q_proj(h).view(b, s, self.c.heads, self.hd)
         k = self.k_proj(h).view(b, s, self.c.kv_heads, self.hd)
         v = self.v_proj(h).view(b, s, self.c.kv_heads, self.hd)
@@ -68,15 +69,14 @@ class Layer(nn.Module):
             q, k = rope(q, cos, sin), rope(k, cos, sin)
             o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                is_causal=True, enable_gqa=True).transpose(1, 2)
-        x = x + self.o_proj(o.reshape(b, s, -1))
-        h = rms_norm(x, self.post_attention_layernorm, self.c.eps, tilec)
+        return self.o_proj(o.reshape(b, s, -1))
+
+    def mlp(self, h, tilec: bool):
         g, u = self.gate_proj(h), self.up_proj(h)
-        return x + self.down_proj(T.swiglu(g, u) if tilec else F.silu(g) * u)
+        return self.down_proj(T.swiglu(g, u) if tilec else F.silu(g) * u)
 
 
-def rms_norm(x, w, eps, tilec: bool):
-    if tilec:
-        return T.rms_norm(x, w, eps)
+def rms_norm(x, w, eps):
     xf = x.float()   # as Hugging Face's LlamaRMSNorm: f32 statistics, the weight in x's dtype
     return w * (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)).to(x.dtype)
 
@@ -104,15 +104,30 @@ class Llama(nn.Module):
         ang = torch.outer(torch.arange(s, device=ids.device, dtype=torch.float32), inv_freq)
         cos, sin = ang.cos(), ang.sin()
         x = self.embed_tokens(ids)
-        for layer in self.layers:
-            x = layer(x, cos, sin, self.tilec)
-        x = rms_norm(x, self.norm, self.c.eps, self.tilec)
+        if self.tilec:
+            x = self._tilec_layers(x, cos, sin)
+        else:
+            for layer in self.layers:
+                x = x + layer.attention(rms_norm(x, layer.input_layernorm, self.c.eps), cos, sin, False)
+                x = x + layer.mlp(rms_norm(x, layer.post_attention_layernorm, self.c.eps), False)
+            x = rms_norm(x, self.norm, self.c.eps)
         # token t predicts labels[t + 1]; the last token predicts nothing
         target = F.pad(labels[:, 1:], (0, 1), value=-100)
         if self.tilec:
             return T.linear_cross_entropy(x, self.lm_head.weight, target)
         logits = self.lm_head(x).float()
         return F.cross_entropy(logits.view(-1, self.c.vocab), target.reshape(-1))
+
+    def _tilec_layers(self, x, cos, sin):
+        """The same layers with each block's residual add fused into the norm that follows it:
+        (normed, stream) = add_rms_norm(block output, stream, weight)."""
+        eps, layers = self.c.eps, self.layers
+        h, stream = T.rms_norm(x, layers[0].input_layernorm, eps), x
+        for i, layer in enumerate(layers):
+            h, stream = T.add_rms_norm(layer.attention(h, cos, sin, True), stream, layer.post_attention_layernorm, eps)
+            after = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            h, stream = T.add_rms_norm(layer.mlp(h, True), stream, after, eps)
+        return h
 
 
 def make(c: Config, tilec: bool, dtype=torch.bfloat16, seed: int = 0) -> Llama:

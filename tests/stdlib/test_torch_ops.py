@@ -492,6 +492,42 @@ def test_attention_gradients_match_float64_autograd(layout, heads, lens, dims, d
         assert err < tol * max(want.abs().max().item(), 1.0), (name, err)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("used", ["out", "lse"])
+def test_attention_gradient_through_one_output_only(used):
+    """The other output's gradient arrives as None (not autograd's zeros): lse alone still
+    gives the gradient of the log-sum-exp, out alone that of the output."""
+    torch.manual_seed(11)
+    q, k, v = _cuda_qkv("bshd", 2, 4, 2, 70, 70, 64, 64, torch.float16)
+    o, lse = T.attention(q, k, v, causal=True, return_lse=True)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    o64, lse64 = torch_attention_ref(torch, q64, k64, v64, layout="bshd", causal=True)
+    if used == "out":
+        do = torch.randn_like(o)
+        (o.float() * do.float()).sum().backward()
+        (o64 * do.double()).sum().backward()
+    else:
+        dl = torch.randn_like(lse)
+        (lse * dl).sum().backward()
+        (lse64 * dl.double()).sum().backward()
+    for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        err = (got.double() - want).abs().max().item()
+        assert err < 5e-3 * max(want.abs().max().item(), 1.0), (name, err)
+
+
+@pytest.mark.gpu
+def test_linear_cross_entropy_backward_runs_once():
+    """Its gradients are scaled in place by the backward: a second backward is refused, not wrong."""
+    T.register()
+    torch.manual_seed(3)
+    h = torch.randn(40, 64, device="cuda", requires_grad=True)
+    w = torch.randn(300, 64, device="cuda", requires_grad=True)
+    loss = T.linear_cross_entropy(h, w, torch.randint(0, 300, (40,), device="cuda"))
+    (loss * 3.0).backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="linear_cross_entropy: .*retain_graph"):
+        loss.backward()
+
+
 def _rel_err(got, want):
     return (got.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
 
