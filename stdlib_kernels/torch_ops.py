@@ -391,7 +391,6 @@ def _lce_setup(ctx, inputs, output):
     _unmaterialized(ctx, output[0])
     ctx.save_for_backward(*output[1:])
     ctx.has_b = inputs[3] is not None
-    ctx.scaled = False
 
 
 def _lce_backward(ctx, dloss, *_unused):
@@ -403,13 +402,8 @@ def _lce_backward(ctx, dloss, *_unused):
         grads = [g * dloss.to(g.dtype) for g in grads]
     else:
         # eager: scaled where they lie, in one vectorized pass (no second weight-sized tensor,
-        # nor torch's broadcast kernel for a 0-d operand at half the bandwidth); ctx holds the
-        # only other reference, so a second backward would see them scaled: refused
-        if ctx.scaled:
-            raise RuntimeError("linear_cross_entropy: its gradients are computed in the forward and scaled in "
-                               "place by the backward, which can run once (not with retain_graph=True twice); "
-                               "compute the loss again for another backward")
-        ctx.scaled = True
+        # nor torch's broadcast kernel for a 0-d operand at half the bandwidth); a second
+        # backward (retain_graph=True) is refused by autograd: the saved tensors were modified
         for dt in {g.dtype for g in grads}:
             torch._foreach_mul_([g for g in grads if g.dtype == dt], dloss.to(dt))
     return grads[0], grads[1], None, (grads[2] if ctx.has_b else None), None, None, None, None

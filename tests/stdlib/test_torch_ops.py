@@ -511,20 +511,22 @@ def test_attention_gradient_through_one_output_only(used):
         (lse * dl).sum().backward()
         (lse64 * dl.double()).sum().backward()
     for name, got, want in (("dq", q.grad, q64.grad), ("dk", k.grad, k64.grad), ("dv", v.grad, v64.grad)):
+        want = torch.zeros_like(got, dtype=torch.float64) if want is None else want   # lse does not depend on v
         err = (got.double() - want).abs().max().item()
         assert err < 5e-3 * max(want.abs().max().item(), 1.0), (name, err)
 
 
 @pytest.mark.gpu
 def test_linear_cross_entropy_backward_runs_once():
-    """Its gradients are scaled in place by the backward: a second backward is refused, not wrong."""
+    """Its gradients are scaled in place by the backward: autograd refuses a second backward
+    (the saved gradients were modified) rather than give a wrong one."""
     T.register()
     torch.manual_seed(3)
     h = torch.randn(40, 64, device="cuda", requires_grad=True)
     w = torch.randn(300, 64, device="cuda", requires_grad=True)
     loss = T.linear_cross_entropy(h, w, torch.randint(0, 300, (40,), device="cuda"))
     (loss * 3.0).backward(retain_graph=True)
-    with pytest.raises(RuntimeError, match="linear_cross_entropy: .*retain_graph"):
+    with pytest.raises(RuntimeError, match="modified by an inplace operation.*tilec_linear_cross_entropyBackward"):
         loss.backward()
 
 
