@@ -13,6 +13,13 @@ Each mode builds its own model (the others freed), runs --warmup steps (compilat
 times --steps steps between CUDA events; peak memory is torch.cuda.max_memory_allocated over
 the timed steps. --results writes bench/results.py rows: "<model> train step" / MODE in
 items/s (tokens per second) and MODE peak memory in bytes, each against eager's.
+
+    python bench/train_step.py --layers 4 --modes tilec,compile --profile 25
+
+--profile N also prints, per mode, the host's issue time of one step (the GPU kept busy by a
+sleep kernel first, so that nothing the host does waits: what the GPU would wait for if the
+host were the bound) and the N kernels of most GPU time per step (torch.profiler over two
+steps), with the step's wall time against the kernels' sum: the GPU's idle time.
 """
 from __future__ import annotations
 
@@ -33,8 +40,37 @@ def _example():
     return mod
 
 
-def measure(ex, c, mode: str, warmup: int, steps: int):
-    """(tokens per second, peak bytes) of `mode`'s training step."""
+def _profile(step, mode: str, top: int) -> None:
+    """Print the host's issue time of one step and the `top` kernels by GPU time per step."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda._sleep(2_000_000_000)   # about a second of GPU time ahead of the host  # noqa: SLF001
+    t0 = time.perf_counter()
+    step()
+    host = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    wall = (time.perf_counter() - t0) / 2
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+    rows = [(e.self_device_time_total / 2e3, e.count // 2, e.key) for e in prof.key_averages()
+            if e.self_device_time_total > 0]
+    total = sum(r[0] for r in rows)
+    print(f"{mode}: host issue {host * 1e3:.2f} ms/step; wall {wall * 1e3:.2f} ms/step, kernels {total:.2f} "
+          f"(GPU idle {wall * 1e3 - total:.2f})")
+    for ms, n, key in sorted(rows, reverse=True)[:top]:
+        print(f"  {ms:8.3f} ms {n:5d}x  {key[:100]}")
+
+
+def measure(ex, c, mode: str, warmup: int, steps: int, profile: int = 0):
+    """(tokens per second, peak bytes) of `mode`'s training step; `profile`: see the module doc."""
     import torch
     model = ex.make(c, tilec=mode.startswith("tilec"))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -49,6 +85,8 @@ def measure(ex, c, mode: str, warmup: int, steps: int):
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
+    if profile:
+        _profile(step, mode, profile)
     torch.cuda.reset_peak_memory_stats()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
@@ -74,6 +112,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     p.add_argument("--results", help="write bench/results.py's schema here")
+    p.add_argument("--profile", type=int, default=0, metavar="N", help="print host time and the N top kernels per mode")
     a = p.parse_args(argv)
     modes = [m for m in a.modes.split(",") if m]
     bad = [m for m in modes if m not in MODES]
@@ -88,7 +127,7 @@ def main(argv=None) -> int:
             f"seq {c.seq} batch {c.batch} bf16 train step")
     got = {}
     for mode in modes:
-        got[mode] = measure(ex, c, mode, a.warmup, a.steps)
+        got[mode] = measure(ex, c, mode, a.warmup, a.steps, a.profile)
         tps, peak = got[mode]
         base = got.get("eager")
         rel = f"  ({tps / base[0]:.2f}x eager tokens/s, {peak / base[1]:.2f}x its memory)" if base else ""
