@@ -1,7 +1,7 @@
 """Decode attention: KV-cache read bandwidth of sk.attention_decode beside the device's copy
 bandwidth, torch SDPA on the same (dense) cache and sk.attention used the naive way.
 
-    python bench/decode.py [--quick] [--check] [--pages 0,16,64] [--json FILE]
+    python bench/decode.py [--quick] [--check] [--pages 0,16,64] [--json FILE] [--splits 8,16,32,64]
 
 One new token per sequence (q_len 1), bf16, head dim 128, every sequence full (cache_seqlens
 = context). GB/s = the KV cache's bytes (2 x batch x context x kv_heads x 128 x 2) / time,
@@ -12,7 +12,9 @@ pool of pages addressed through a random permutation as the block table. SDPA ge
 (repeated for GQA, outside the timing; skipped past --sdpa-max-gb); sk.attention the cache
 as it is (bshd; GQA through its heads, so each kv head is read once per query head). The
 ratios are times: > 1 means attention_decode is faster. Prints a markdown table, then one
-JSON line (also written to --json).
+JSON line (also written to --json). `--splits` also times each row with num_splits forced to
+each value given (outputs checked against the plan's own), after the row: what the split
+heuristic's numbers (attention_decode.DecodeTuning) are measured by.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import triton
 
 from tilec.stdlib_kernels import attention as sk_attention
 from tilec.stdlib_kernels import attention_decode
+from tilec.stdlib_kernels.attention_decode import config_for, split_count
+from tilec.target import Target
 
 try:  # as a package module (tests) or as a script (bench/ first on sys.path)
     from bench import convert
@@ -66,8 +70,21 @@ def paged_copy(kc, vc, page):
     return kp, vp, table
 
 
-def run(shapes, pages, check, sdpa_max, max_gb, copy_bw):
+def split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits):
+    """{num_splits: % of copy} of `fn(num_splits)` for each forced value up to `tiles`."""
+    got = {}
+    for n in splits:
+        if n > tiles:
+            continue
+        err = (fn(n).float() - out.float()).abs().max().item()
+        assert err < 2e-2, (n, err)
+        got[n] = 100 * kv_bytes / bench(lambda n=n: fn(n)) / copy_bw
+    return got
+
+
+def run(shapes, pages, check, sdpa_max, max_gb, copy_bw, splits=()):
     rows = []
+    target = Target.for_device() if splits else None
     for heads, kv_heads in HEADS:
         for batch, ctx in shapes:
             kv_bytes = 2 * batch * ctx * kv_heads * DIM * 2
@@ -95,7 +112,7 @@ def run(shapes, pages, check, sdpa_max, max_gb, copy_bw):
                     kp, vp, table = paged_copy(kc, vc, page)
                 else:
                     kp, vp, table = kc, vc, None
-                fn = lambda: attention_decode(q, kp, vp, lens, block_table=table)  # noqa: E731
+                fn = lambda n=None: attention_decode(q, kp, vp, lens, block_table=table, num_splits=n)  # noqa: E731
                 out = fn()
                 err = None
                 if check and ref is not None:
@@ -107,6 +124,13 @@ def run(shapes, pages, check, sdpa_max, max_gb, copy_bw):
                                  sdpa_us=sdpa_t and sdpa_t * 1e6, x_sdpa=sdpa_t and sdpa_t / t,
                                  naive_us=naive_t and naive_t * 1e6, x_naive=naive_t and naive_t / t, err=err))
                 print(_row(rows[-1]), flush=True)
+                if splits:
+                    cfg = config_for(heads // kv_heads, 1, DIM)
+                    tiles = -(-ctx // cfg.bn)
+                    planned = split_count(batch * kv_heads * cfg.row_blocks, tiles, target)
+                    rows[-1]["splits"] = split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits)
+                    print(f"  num_splits (plan: {planned}): "
+                          + ", ".join(f"{n}: {pct:.1f}%" for n, pct in rows[-1]["splits"].items()), flush=True)
             q = kc = vc = kp = vp = None   # the next shape's arrays take their place
             torch.cuda.empty_cache()
     return rows
@@ -135,13 +159,20 @@ def main(argv=None):
     p.add_argument("--sdpa-max-gb", type=float, default=16.0, help="SDPA's repeated K/V at most this (GiB)")
     p.add_argument("--json", default=None)
     p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
+    p.add_argument("--splits", default="", help="comma-separated num_splits to time each row with too")
     args = p.parse_args(argv)
     pages = [int(x) for x in args.pages.split(",")]
+    try:
+        splits = [int(x) for x in args.splits.split(",") if x]
+    except ValueError:
+        p.error(f"--splits: expected comma-separated positive ints, got {args.splits!r}")
+    if any(n < 1 for n in splits):
+        p.error(f"--splits: expected positive ints, got {args.splits!r}")
     dev = torch.cuda.get_device_name()
     copy_bw = copy_bandwidth()
     print(f"{dev}: copy {copy_bw / 1e9:.0f} GB/s (read + write of 1 GiB)\n")
     print(HEADER, flush=True)
-    rows = run(QUICK if args.quick else SHAPES, pages, args.check, args.sdpa_max_gb, args.max_gb, copy_bw)
+    rows = run(QUICK if args.quick else SHAPES, pages, args.check, args.sdpa_max_gb, args.max_gb, copy_bw, splits)
     result = dict(device=dev, copy_gbs=copy_bw / 1e9, rows=rows)
     line = json.dumps(result)
     print(line)
