@@ -5,6 +5,7 @@ import importlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from tilec.target import Target
 from tilec.stdlib_kernels import BF16Array, attention
@@ -43,6 +44,22 @@ def test_attention_matches_float64(layout, kw, n_q, n_k):
     assert o.shape == want_o.shape and o.dtype == q.dtype
     _check(o, want_o, 3e-3)
     assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+    finite = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=12, deadline=None)
+@given(n_q=st.integers(1, 90), n_k=st.integers(1, 90), group=st.sampled_from([(1, 1), (2, 1), (3, 3), (4, 2), (6, 2)]),
+       causal=st.booleans(), left=st.sampled_from([-1, 0, 7, 40]), right=st.sampled_from([-1, 0, 3]),
+       softcap=st.sampled_from([None, 4.0]), layout=st.sampled_from(["bshd", "bhsd"]), seed=st.integers(0, 2 ** 16))
+def test_random_shapes_heads_windows_and_caps(n_q, n_k, group, causal, left, right, softcap, layout, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = _qkv(rng, layout, 1, group[0], group[1], n_q, n_k, 16)
+    kw = dict(causal=causal, window=(left, right), softcap=softcap, layout=layout)
+    o, lse = attention(q, k, v, return_lse=True, **kw)
+    want_o, want_lse = attention_ref(q, k, v, **kw)
+    _check(o, want_o, 3e-3)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))   # rows that see no key
     finite = np.isfinite(want_lse)
     np.testing.assert_allclose(lse[finite], want_lse[finite], rtol=1e-5, atol=1e-5)
 
