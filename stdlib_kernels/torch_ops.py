@@ -101,31 +101,15 @@ def _attention_fake(q, k, v, causal, scale, window_left, window_right, softcap, 
     return out, q.new_empty((b, h, n_q), dtype=torch.float32)
 
 
-def _unmaterialized(ctx, primary) -> None:
-    """For an op of several outputs: the gradient of an output nobody used arrives as None,
-    not as the zeros autograd would fill (linear_cross_entropy's were as large as the weight:
-    a pass over 500 MB per step). `primary`, the output whose gradient the backward reads, is
-    described so that `_primary_grad` can make its zeros in the rare call where only another
-    output's gradient flowed."""
-    ctx.set_materialize_grads(False)
-    ctx.primary = (tuple(primary.shape), primary.dtype, primary.device)
-
-
-def _primary_grad(ctx, g):
-    return g if g is not None else torch.zeros(ctx.primary[0], dtype=ctx.primary[1], device=ctx.primary[2])
-
-
 def _attention_setup(ctx, inputs, output):
     q, k, v, *rest = inputs
     out, lse = output
-    _unmaterialized(ctx, out)
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.rest = tuple(rest)   # causal, scale, window_left, window_right, softcap, layout
 
 
 def _attention_backward(ctx, dout, dlse):
     q, k, v, out, lse = ctx.saved_tensors
-    dout = _primary_grad(ctx, dout)   # dlse stays None when lse was not used
     if dout.stride(-1) != 1:   # a broadcast gradient (o.sum()'s): the kernels need a unit head-dim stride
         dout = dout.contiguous()
     dq, dk, dv = _call("attention_backward", dout, q, k, v, out, lse, dlse, *ctx.rest)
@@ -184,14 +168,13 @@ def _rms_norm_fake(x, weight, eps):
 
 def _rms_norm_setup(ctx, inputs, output):
     x, weight, _eps = inputs
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(x, weight, output[1])
     ctx.has_w = weight is not None
 
 
 def _rms_norm_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _call("rms_norm_backward", _rows_ok(_primary_grad(ctx, dy)), x, weight if ctx.has_w else None, rstd)
+    dx, dw = _call("rms_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), None
 
 
@@ -214,14 +197,13 @@ def _layer_norm_fake(x, weight, bias, eps):
 
 def _layer_norm_setup(ctx, inputs, output):
     x, weight, bias, _eps = inputs
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(x, weight, bias, output[1], output[2])
     ctx.has_w, ctx.has_b = weight is not None, bias is not None
 
 
 def _layer_norm_backward(ctx, dy, _dmean, _drstd):
     x, weight, bias, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _call("layer_norm_backward", _rows_ok(_primary_grad(ctx, dy)), x, weight if ctx.has_w else None,
+    dx, dw, db = _call("layer_norm_backward", _rows_ok(dy), x, weight if ctx.has_w else None,
                        bias if ctx.has_b else None, mean, rstd)
     return dx, _grad_or_none(dw, ctx.has_w), _grad_or_none(db, ctx.has_b), None
 
@@ -322,14 +304,12 @@ def _ce_grad_fake(logits, target, ignore_index, reduction, label_smoothing=0.0):
 
 
 def _ce_grad_setup(ctx, inputs, output):
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.reduction = inputs[3]
 
 
 def _ce_grad_backward(ctx, dloss, _ddlogits):
     dlogits, = ctx.saved_tensors
-    dloss = _primary_grad(ctx, dloss)
     # dlogits is the gradient for an upstream 1 ("none": of the sum of the row losses)
     scale = dloss.unsqueeze(-1) if ctx.reduction == "none" else dloss
     return (dlogits * scale.to(dlogits.dtype)), None, None, None, None
@@ -388,7 +368,6 @@ def _lce_fake(hidden, weight, target, bias, ignore_index, reduction, chunk, labe
 
 
 def _lce_setup(ctx, inputs, output):
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(*output[1:])
     ctx.has_b = inputs[3] is not None
 
@@ -396,7 +375,6 @@ def _lce_setup(ctx, inputs, output):
 def _lce_backward(ctx, dloss, *_unused):
     dh, dw, db = ctx.saved_tensors
     # mean/sum only (the function refuses "none" with gradients): dloss is a 0-d tensor
-    dloss = _primary_grad(ctx, dloss)
     grads = [dh, dw] + ([db] if ctx.has_b else [])
     if _tracing():
         grads = [g * dloss.to(g.dtype) for g in grads]
@@ -447,7 +425,6 @@ def _add_rms_norm_fake(x, residual, weight, eps):
 
 def _add_rms_norm_setup(ctx, inputs, output):
     x, residual, weight, _eps = inputs
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1], weight, output[2])
     ctx.has_w = weight is not None
     ctx.dtypes = (x.dtype, residual.dtype)
@@ -455,7 +432,7 @@ def _add_rms_norm_setup(ctx, inputs, output):
 
 def _add_rms_norm_backward_op(ctx, dy, dresidual, _drstd):
     h, weight, rstd = ctx.saved_tensors
-    dx, dw = _call("add_rms_norm_backward", _rows_ok(_primary_grad(ctx, dy)), None if dresidual is None else _rows_ok(dresidual),
+    dx, dw = _call("add_rms_norm_backward", _rows_ok(dy), None if dresidual is None else _rows_ok(dresidual),
                    h, weight if ctx.has_w else None, rstd)
     # one gradient for both, in each input's dtype (an f32 residual stream next to a bf16 x)
     dx_x, dx_r = (dx if dx.dtype == dt else dx.to(dt) for dt in ctx.dtypes)
@@ -509,7 +486,6 @@ def _sum_backward(ctx, dy):
 
 def _extreme_setup(ctx, inputs, output):
     x, dim, keepdim = inputs
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.shape, ctx.dim, ctx.keepdim = tuple(x.shape), dim, keepdim
 
@@ -517,7 +493,6 @@ def _extreme_setup(ctx, inputs, output):
 def _extreme_backward(ctx, dy, _dindices):
     # dy to the element whose index the forward returned, zeros elsewhere (torch's max(dim))
     indices, = ctx.saved_tensors
-    dy = _primary_grad(ctx, dy)
     if not ctx.shape:
         return dy.clone(), None, None
     d = ctx.dim % len(ctx.shape)
@@ -650,7 +625,6 @@ def _topk_fake(x, k, largest):
 
 def _topk_setup(ctx, inputs, output):
     x = inputs[0]
-    _unmaterialized(ctx, output[0])
     ctx.save_for_backward(output[1])
     ctx.x_shape, ctx.x_dtype = tuple(x.shape), x.dtype
 
@@ -658,7 +632,6 @@ def _topk_setup(ctx, inputs, output):
 def _topk_backward(ctx, dvalues, dindices):
     # each selected value's gradient goes back where it came from (indices are distinct per row)
     (indices,) = ctx.saved_tensors
-    dvalues = _primary_grad(ctx, dvalues)
     dx = dvalues.new_zeros(ctx.x_shape).scatter(-1, indices, dvalues.to(ctx.x_dtype))
     return dx, None, None
 
@@ -773,9 +746,36 @@ def register() -> None:
             op = torch.library.custom_op(f"tilec::{name}", spec.impl, mutates_args=spec.mutates, schema=spec.schema)
             op.register_fake(spec.fake)
             if not spec.mutates:   # the `*_out` ops are not differentiable (the functions refuse grads)
-                op.register_autograd(spec.backward or _no_backward(name, spec.schema),
-                                     setup_context=spec.setup_context)
+                backward, setup = _autograd_of(name, spec)
+                op.register_autograd(backward, setup_context=setup)
         _registered = True
+
+
+def _autograd_of(name: str, spec: OpSpec) -> Tuple[Callable, Optional[Callable]]:
+    """(backward, setup_context) of op `name`, as both ways of calling it (the registered op,
+    the eager Function) use them. For an op of several outputs, the gradient of an output
+    nobody used arrives in the backward as None, not as the zeros autograd would fill
+    (linear_cross_entropy's outputs include a weight-sized gradient: a 500 MB fill per step);
+    only the first output's, which every backward reads, is made zeros, in the rare call
+    where only another output's gradient flowed."""
+    backward = spec.backward or _no_backward(name, spec.schema)
+    setup = spec.setup_context
+    if spec.backward is None or not spec.schema.rsplit("->", 1)[1].strip().startswith("("):
+        return backward, setup
+
+    def setup_lazy(ctx, inputs, output):
+        ctx.set_materialize_grads(False)
+        first = output[0]
+        ctx.first_output = (tuple(first.shape), first.dtype, first.device)
+        if setup is not None:
+            setup(ctx, inputs, output)
+
+    def backward_lazy(ctx, grad, *others):
+        if grad is None:
+            shape, dtype, device = ctx.first_output
+            grad = torch.zeros(shape, dtype=dtype, device=device)
+        return backward(ctx, grad, *others)
+    return backward_lazy, setup_lazy
 
 
 # ----------------------------------------------------------------------------- calling an op
@@ -820,13 +820,13 @@ def _eager_op(name: str) -> Callable:
     spec = OPS[name]
     if spec.mutates:
         return spec.impl
-    backward = spec.backward or _no_backward(name, spec.schema)
+    backward, setup = _autograd_of(name, spec)
 
     def forward(ctx, *args):
         out = spec.impl(*args)
         out = tuple(out) if isinstance(out, list) else out
-        if spec.setup_context is not None:
-            spec.setup_context(ctx, args, out)
+        if setup is not None:
+            setup(ctx, args, out)
         return out
 
     fn = type(f"tilec_{name}", (torch.autograd.Function,),

@@ -149,6 +149,9 @@ _GRAPHS = [
      lambda: (_bf16(40, 16), torch.empty(2, 5, dtype=torch.int64)), ["embedding", "embedding_backward"]),
     ("add_rms_norm", lambda x, r, w: torch.ops.tilec.add_rms_norm(x, r, w, 1e-6)[0],
      lambda: (_bf16(6, 10), _bf16(6, 10), _bf16(10)), ["add_rms_norm", "add_rms_norm_backward"]),
+    # only the second output used: the backward makes the first's gradient zeros itself
+    ("add_rms_norm residual only", lambda x, r, w: torch.ops.tilec.add_rms_norm(x, r, w, 1e-6)[1],
+     lambda: (_bf16(6, 10), _bf16(6, 10), _bf16(10)), ["add_rms_norm", "add_rms_norm_backward"]),
 ]
 
 
@@ -171,6 +174,10 @@ def test_forward_and_backward_traced_with_fake_tensors(name, fn, inputs, expecte
         outs = [n for n in g.graph.nodes if n.op == "output"][0].args[0]
         assert [tuple(o.meta["val"].shape) for o in outs] == [tuple(a.shape) for a in wrt]
         assert [o.meta["val"].dtype for o in outs] == [a.dtype for a in wrt]
+        # the unused outputs' gradients are not materialized (autograd's zeros: a weight-sized
+        # fill for linear_cross_entropy); only a used output's missing gradient is made
+        zeros = [n for n in g.graph.nodes if n.target is torch.ops.aten.zeros.default]
+        assert len(zeros) == (name == "add_rms_norm residual only"), zeros
 
 
 def test_out_variants_are_declared_mutating():
