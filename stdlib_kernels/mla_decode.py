@@ -50,8 +50,10 @@ import numpy as np
 import tilec as tc
 from tilec.target import Target
 
-from ._common import DEPENDENT, as_array, capturing, check_float, check_same_place, empty_like, output, target_of, view
+from ._common import (DEPENDENT, as_array, capturing, check_float, check_same_place, empty_like, next_pow2, output,
+                      target_of, view)
 from ._plan import named
+from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
 
@@ -66,7 +68,6 @@ KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (mo
 # 12 bytes (200 gathering on sm_80), DV_PART = 512 212 bytes (328 at 16 warps): ptxas 13.
 BM, BN, DV_PART, DC = 64, 32, 256, 64
 WARPS = 8
-COMBINE_ROWS = 16                         # rows per program of the combine kernel
 MAX_SPLITS = 32
 MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 x 32 keys: fewer make the combine dominate
 
@@ -179,33 +180,16 @@ def _store_lse(lse, b, rows, heads, n_rows, lse2):
 
 
 @tc.kernel
-def mla_combine_kernel(o_part, lse_part, o, lse, heads, LSE: tc.constexpr, ROWS: tc.constexpr, DV: tc.constexpr):
+def mla_combine_kernel(o_part, lse_part, o, lse, heads, LSE: tc.constexpr, SPLITS: tc.constexpr,
+                       CHUNK: tc.constexpr, DV: tc.constexpr):
     """Merge the splits' partial outputs (batch, splits, M, DV) f32 by their base-2 lse
-    (batch, splits, M) into o (batch, M, DV). Program (row block, b)."""
-    mblk = tc.program_id(0)
+    (batch, splits, M) into o (batch, M, DV) (_split_merge). Program (row, b)."""
+    row = tc.program_id(0)
     b = tc.program_id(1)
-    n_splits = o_part.shape[1]
-    n_rows = o_part.shape[2]
-    mx = tc.full((ROWS,), float("-inf"), tc.float32)
-    for s in range(0, n_splits):
-        part = tc.reshape(tc.load(lse_part, index=(b, s, mblk), shape=(1, 1, ROWS), padding=float("-inf")), (ROWS,))
-        mx = tc.maximum(mx, part)
-    mx_use = tc.where(mx == float("-inf"), 0.0, mx)   # a row no split saw: weights 0, not NaN
-    total = tc.zeros((ROWS,), tc.float32)
-    acc = tc.zeros((ROWS, DV), tc.float32)
-    for s in range(0, n_splits):
-        part = tc.reshape(tc.load(lse_part, index=(b, s, mblk), shape=(1, 1, ROWS), padding=float("-inf")), (ROWS,))
-        w = tc.exp2(part - mx_use)
-        total += w
-        ot = tc.reshape(tc.load(o_part, index=(b, s, mblk, 0), shape=(1, 1, ROWS, DV), padding=0.0), (ROWS, DV))
-        acc += w[:, None] * ot
-    seen = total > 0.0
-    out = acc / tc.where(seen, total, 1.0)[:, None]
-    tc.store(o, index=(b, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, ROWS, DV)))
+    out, lse2 = merged_row(o_part, lse_part, b, row, SPLITS, CHUNK, DV)
+    tc.store(o, offset=(b, row, 0), tile=tc.reshape(out.astype(o.dtype), (1, 1, DV)))
     if LSE:
-        rows = mblk * ROWS + tc.arange(0, ROWS)
-        _store_lse(lse, b, rows, heads, n_rows, tc.where(seen, mx_use + tc.log2(tc.where(seen, total, 1.0)),
-                                                          float("-inf")))
+        _store_lse(lse, b, row + tc.arange(0, 1), heads, o_part.shape[2], lse2)
 
 
 _Q = "[?,?,?]:stride_div=16x16x1"
@@ -222,7 +206,7 @@ def _sig(dt: str, kv_mode: int, split: bool) -> str:
 
 SIGNATURES = {
     "mla_decode_kernel": _sig("bf16", KV_PAGE, False),
-    "mla_combine_kernel": f"{_PART}, o=bf16{_Q}, lse=f32[?,?,?], heads=i32, LSE=True, ROWS={COMBINE_ROWS}, DV=512",
+    "mla_combine_kernel": f"{_PART}, o=bf16{_Q}, lse=f32[?,?,?], heads=i32, LSE=True, SPLITS=32, CHUNK=8, DV=512",
 }
 EXTRA_SIGNATURES = [
     ("mla_decode_kernel", _sig("bf16", KV_CONTIG, True)),
@@ -398,9 +382,10 @@ def plan(cfg: MLAPlan, batch: int, rows: int, head_dim_v: int, lse: bool, causal
                       "q_len"), cfg.num_warps, temps=temps, KV=cfg.kv_mode, CAUSAL=bool(causal), SPLIT=split,
                      LSE=bool(lse), VB=cfg.v_blocks, BM=BM, BN=BN, DV=DV_PART, DC=DC)]
     if split:
-        out.append(Launch.of(mla_combine_kernel, (-(-rows // COMBINE_ROWS), batch),
-                             ("o_part", "lse_part", "o", "lse", "heads"), 4, options=DEPENDENT, temps=temps,
-                             LSE=bool(lse), ROWS=COMBINE_ROWS, DV=head_dim_v))
+        out.append(Launch.of(mla_combine_kernel, (rows, batch), ("o_part", "lse_part", "o", "lse", "heads"),
+                             MERGE_WARPS, options=DEPENDENT, temps=temps, LSE=bool(lse),
+                             SPLITS=next_pow2(cfg.num_splits), CHUNK=merge_chunk(cfg.num_splits, head_dim_v),
+                             DV=head_dim_v))
     return out
 
 

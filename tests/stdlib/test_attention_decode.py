@@ -222,11 +222,20 @@ def test_plan_splits_few_sequences_over_the_sms():
     assert main.kernel is D.decode_kernel and merge.kernel is D.decode_combine_kernel
     splits = main.grid[1]
     assert main.grid == (8, splits, 1)
-    # about split_waves programs per SM: 8 sequences x heads, 132 SMs
-    assert splits == -(-D.TUNING.split_waves * H100.sm_count // 8)
+    # as many as split_waves programs per SM hold: 8 sequences x heads, 132 SMs
+    assert splits == D.TUNING.split_waves * H100.sm_count // 8
     assert dict(merge.options) == {"dependent_launch": True}
     assert merge.consts["SPLITS"] == D.next_pow2(splits) and main.consts["SPLIT"] is True
-    assert merge.grid == (8, 1)
+    assert merge.grid == (8, 4)            # one merge program per query row: 4 heads x 1 token
+    assert merge.consts["CHUNK"] == 32     # 33 splits: two (32, 128) chunks
+
+
+def test_split_count_never_spills_into_another_round():
+    # programs x splits stay within split_waves per SM (a program past them costs a round)
+    for programs in (1, 7, 8, 32, 64, 100):
+        n = D.split_count(programs, 1 << 20, H100)
+        assert n * programs <= D.TUNING.split_waves * H100.sm_count
+        assert (n + 1) * programs > D.TUNING.split_waves * H100.sm_count or n == D.TUNING.max_splits
 
 
 def test_plan_keeps_one_pass_when_the_programs_fill_the_gpu():
@@ -346,8 +355,6 @@ def test_block_table_errors():
 
 # ----------------------------------------------------------------------------- PTX
 def _warps(name, sig):
-    if name == "decode_combine_kernel":
-        return D.combine_warps(int(re.search(r"SPLITS=(\d+)", sig).group(1)), int(re.search(r"BM=(\d+)", sig).group(1)))
     return D.OPTIONS[name]["num_warps"]
 
 

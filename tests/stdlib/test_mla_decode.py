@@ -187,7 +187,8 @@ def test_plan_grids_warps_and_partials():
     assert first.grid == (cfg.m_blocks * cfg.v_blocks, cfg.num_splits, 2) and first.num_warps == cfg.num_warps
     assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == combine.temps
     assert first.temps[0].shape == (2, cfg.num_splits, 16, DV)
-    assert combine.grid == (-(-16 // M.COMBINE_ROWS), 2) and combine.consts["LSE"]
+    assert combine.grid == (16, 2) and combine.consts["LSE"]   # one merge program per row
+    assert combine.consts["SPLITS"] >= cfg.num_splits and combine.consts["CHUNK"] * DV <= 32 * 128
     (only,) = M.plan(M.config(2, 1, 16, DV, 4096, True, 64, H100, num_splits=1), 2, 16, DV, lse=False, causal=True)
     assert not only.temps and not only.consts["SPLIT"]
 
