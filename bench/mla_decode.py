@@ -27,7 +27,7 @@ import torch
 import triton
 
 from tilec.stdlib_kernels import mla_decode
-from tilec.stdlib_kernels.mla_decode import plan
+from tilec.stdlib_kernels.mla_decode import config
 from tilec.stdlib_kernels._common import target_of, as_array
 
 try:  # as a package module (tests) or as a script (bench/ first on sys.path)
@@ -80,7 +80,7 @@ def run_mla(rows=None, shapes=SHAPES):
         ms_t = triton.testing.do_bench(lambda: _torch_mla(q, kv, table, ctx, scale), return_mode="median")
         nbytes = batch * ctx * D * 2 + q.numel() * 2 + batch * heads * DV * 2
         flops = 2 * batch * heads * ctx * (D + DV)
-        p = plan(batch, 1, heads, DV, table.shape[1] * PAGE, True, PAGE, target_of(as_array(q, "q")))
+        p = config(batch, 1, heads, DV, table.shape[1] * PAGE, True, PAGE, target_of(as_array(q, "q")))
         rows.append(dict(op="mla_decode", heads=heads, batch=batch, context=ctx, page=PAGE, splits=p.num_splits,
                          us=ms * 1e3, gbps=nbytes / (ms * 1e-3) / 1e9, tflops=flops / (ms * 1e-3) / 1e12,
                          copy_gbps=copy, torch_us=ms_t * 1e3, max_err=err))

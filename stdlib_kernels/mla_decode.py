@@ -8,27 +8,34 @@ them, attend to one shared cache: FlashMLA's method is to make those rows the M
 dimension of a GEMM against the cache, so each cached byte is read once per M block
 instead of once per head.
 
-One program (`mla_decode_kernel`) takes BM = 64 query rows (heads of one or several new
-tokens, row r = token * heads + head; 16 heads are padded to 64 rows) and BN = 32 cached
-rows per step:
+Two kernels, by target:
 
-- S = Q Kᵀ over the 576 columns as nine 64-wide dots in a run-time loop (576 is no power
-  of two, a 64 x 576 operand pair would not fit the registers, and an unrolled loop took
-  nine sets of shared buffers); the loop's Q and K chunks are staged by cp.async, two
-  chunks ahead. Then the online softmax in base 2 (examples/flash_attention.py);
-- O += P V over a 256-wide half of the value columns: the 64 x 512 f32 accumulator is
-  128 registers per thread even at 8 warps, which spilled, so two programs share an M
-  block, each owning one half of the output (they both compute S; the cache rows they
-  read are the same, so the second read mostly hits L2). A step's value tile is loaded
-  before its S, so that its latency hides behind the nine dots.
+- `mla_decode_kernel` (wgmma, sm_90a; MLA's 576 = 256 + 256 + 64): one warpgroup takes BM
+  = 64 query rows (heads of one or several new tokens, row r = token * heads + head; 16
+  heads are padded to 64) and holds them in shared memory for the whole walk (three tiles:
+  the latent halves and the rope part, 72 KB), and takes 64 cached rows per step (64 is the
+  least N of a wgmma over one warpgroup here). S = Q Kᵀ is three chained wgmmas on the
+  step's three staged tiles (cp.async, 2 slots: 221 KB of shared memory in all, one
+  program per SM); after the online softmax, O += P V takes P from registers and V as the
+  same staged rows' half VH, so the cache is read once per step for both dots. A 64 x 512
+  f32 accumulator would be 256 registers a thread: each launch owns one 256-wide half of
+  the values (VH, a constexpr; two launches for head_dim_v 512, both recomputing S).
+  ptxas fits it in 255 registers with 88-336 bytes of spills (SM90_SIGNATURES).
+- `mla_chunks_kernel` (targets without wgmma): 8 warps, BN = 32 keys per step, S = Q Kᵀ as
+  nine 64-wide chunks in a run-time loop (Q's chunks re-read each step: a 64 x 576 operand
+  in mma.sync's register fragments does not fit), cp.async-staged two chunks ahead; two
+  programs share an M block, one per 256-wide half of the values (the second's reads of
+  the same rows mostly hit L2). A step's value tile is loaded before its S.
 
 Rows past a sequence's length may hold anything (NaN in a fresh pool). Keys need no mask
-(their scores become -inf); value rows do, on a sequence's last step only.
+(their scores become -inf); value rows do: the chunks kernel masks a sequence's last step
+only, the wgmma kernel every step (its loads zero-fill through cp.async, as fast as an
+unmasked interior and fewer spills).
 
 Cache layouts: contiguous `(batch, max_seq, 1, 576)`, or paged `(num_blocks, page_size,
 1, 576)` with `block_table (batch, max_blocks)` int32. A page size that is a multiple of
-BN reads each step's rows as one tile of one page (KV_PAGE); any other page size (1 to
-256) gathers the rows one by one through the table (KV_GATHER).
+the step reads each step's rows as one tile of one page (KV_PAGE); any other page size
+(1 to 256) gathers the rows one by one through the table (KV_GATHER).
 
 Causal: the q_len new tokens are the last q_len of the sequence's cache_seqlens[b], so
 token t sees keys j <= seqlen - q_len + t (bottom-right aligned, as flash-attn). A row
@@ -52,24 +59,29 @@ from tilec.target import Target
 
 from ._common import (DEPENDENT, as_array, capturing, check_float, check_same_place, empty_like, next_pow2, output,
                       target_of, view)
-from ._plan import named
+from ._plan import planned
 from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
 
-__all__ = ["mla_decode", "mla_decode_kernel", "mla_combine_kernel", "MLAPlan", "config", "plan", "split_count",
+__all__ = ["mla_decode", "mla_decode_kernel", "mla_chunks_kernel", "mla_combine_kernel", "MLAPlan", "config", "plan",
+           "split_count", "uses_wgmma",
            "SIGNATURES", "OPTIONS"]
 
 LN2 = 0.6931471805599453
 LOG2E = 1.4426950408889634
 
 KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (module doc)
-# query rows, keys per step, value columns per program, q·k chunk. At 8 warps, BN = 64 spilled
-# 12 bytes (200 gathering on sm_80), DV_PART = 512 212 bytes (328 at 16 warps): ptxas 13.
+# The chunks kernel (sm_80): query rows, keys per step, value columns per program, q·k chunk.
+# At 8 warps, BN = 64 spilled 12 bytes (200 gathering on sm_80), DV_PART = 512 212 bytes (328
+# at 16 warps): ptxas 13.
 BM, BN, DV_PART, DC = 64, 32, 256, 64
 WARPS = 8
+# The wgmma kernel (sm_90a): 64 keys per step (S's N: 64 per warpgroup is wgmma's least
+# here), one warpgroup, the latent columns as two 256-wide halves and the rope part.
+WG_BN, WG_HALF, WG_ROPE, WG_WARPS = 64, 256, 64, 4
 MAX_SPLITS = 32
-MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 x 32 keys: fewer make the combine dominate
+MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 steps of keys: fewer make the combine dominate
 
 
 @tc.func
@@ -98,10 +110,11 @@ def _kv_tile(kv, page, r0, rows, valid, col, KV: tc.constexpr, MASKED: tc.conste
     no mask (their scores are masked to -inf), the values of a sequence's last step do."""
     if KV == 2:
         t = tc.load(kv.ptr + rows[:, None] + (col + tc.arange(0, W))[None, :], mask=valid[:, None], other=0.0)
+    elif MASKED:   # a masked pointer load: staged as the others (cp.async's zero fill), not masked in registers
+        at = page.astype(tc.int64) * kv.stride(0) + (r0 + tc.arange(0, BN)).astype(tc.int64) * kv.stride(1)
+        t = tc.load(kv.ptr + at[:, None] + (col + tc.arange(0, W))[None, :], mask=valid[:, None], other=0.0)
     else:
         t = tc.reshape(tc.load(kv, offset=(page, r0, col), shape=(1, BN, W), padding=0.0), (BN, W))
-        if MASKED:
-            t = tc.where(valid[:, None], t, 0.0)
     return t
 
 
@@ -122,20 +135,12 @@ def _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc
     return online_softmax(s, vt, m_i, l_i, acc)
 
 
-@tc.kernel
-def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
-                      KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
-                      VB: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DV: tc.constexpr, DC: tc.constexpr):
-    """q (batch, M, D) with M = q_len * heads rows; kv (pages or batch, rows, D); o (batch, M, VB*DV).
-    Program (mblk * VB + vblk, split, b)."""
-    mblk = tc.program_id(0) // VB
-    vblk = tc.program_id(0) % VB
-    split = tc.program_id(1)
-    b = tc.program_id(2)
-    n_splits = tc.num_programs(1)
+@tc.func
+def _key_range(q, lens, b, m0, heads, q_len, CAUSAL: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr):
+    """(n, lim, j0, whole, j1) of this program's split: the sequence's length, each row's last
+    key, and its steps [j0, j1) of BN keys, those before `whole` wholly inside the sequence."""
     n_rows = q.shape[1]
     n = tc.load(lens.ptr + b)
-    m0 = mblk * BM
     rows = m0 + tc.arange(0, BM)
     if CAUSAL:   # row r is token r // heads; it sees keys up to n - q_len + token
         lim = tc.minimum(n - q_len + rows // heads, n - 1)
@@ -144,32 +149,96 @@ def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page
         lim = tc.zeros((BM,), tc.int32) + (n - 1)
         hi = n
     n_blocks = tc.cdiv(tc.maximum(hi, 0), BN)
-    per = tc.cdiv(n_blocks, n_splits)
-    j0 = tc.minimum(split * per, n_blocks)
+    per = tc.cdiv(n_blocks, tc.num_programs(1))
+    j0 = tc.minimum(tc.program_id(1) * per, n_blocks)
     j1 = tc.minimum(j0 + per, n_blocks)
+    whole = tc.maximum(tc.minimum(j1, n // BN), j0)   # steps wholly inside the sequence: no value mask
+    return n, lim, j0, whole, j1
 
+
+@tc.func
+def _finish(o, lse, o_part, lse_part, b, mblk, vblk, heads, m_i, l_i, acc, SPLIT: tc.constexpr,
+            LSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
+    """Normalize and store: o's column block vblk (or the split's partials, with the base-2 lse)."""
+    seen = l_i > 0.0
+    out = acc / tc.where(seen, l_i, 1.0)[:, None]
+    lse2 = tc.where(seen, m_i + tc.log2(tc.where(seen, l_i, 1.0)), float("-inf"))
+    if SPLIT:
+        tc.store(o_part, index=(b, tc.program_id(1), mblk, vblk), tile=tc.reshape(out, (1, 1, BM, DV)))
+        tc.store(lse_part, index=(b, tc.program_id(1), mblk), tile=tc.reshape(lse2, (1, 1, BM)))
+    else:
+        tc.store(o, index=(b, mblk, vblk), tile=tc.reshape(out.astype(o.dtype), (1, BM, DV)))
+        if LSE:
+            _store_lse(lse, b, mblk * BM + tc.arange(0, BM), heads, o.shape[1], lse2)
+
+
+@tc.kernel
+def mla_chunks_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
+                      KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
+                      VB: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DV: tc.constexpr, DC: tc.constexpr):
+    """Targets without wgmma: q (batch, M, D) with M = q_len * heads rows; kv (pages or batch,
+    rows, D); o (batch, M, VB*DV). S in DC-wide chunks (`_step`). Program (mblk * VB + vblk,
+    split, b)."""
+    mblk = tc.program_id(0) // VB
+    vblk = tc.program_id(0) % VB
+    b = tc.program_id(2)
+    m0 = mblk * BM
+    n, lim, j0, whole, j1 = _key_range(q, lens, b, m0, heads, q_len, CAUSAL, BM, BN)
     m_i = tc.full((BM,), float("-inf"), tc.float32)
     l_i = tc.zeros((BM,), tc.float32)
     acc = tc.zeros((BM, DV), tc.float32)
-    # Steps whose rows all lie before n need no mask on the values; only the last may not.
-    whole = tc.maximum(tc.minimum(j1, n // BN), j0)
     for j in range(j0, whole):
         m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
                               KV, False, BM, BN, DV, DC)
     for j in range(whole, j1):
         m_i, l_i, acc = _step(q, kv, tbl, b, j, n, m0, vblk, lim, page_size, qk_scale, m_i, l_i, acc,
                               KV, True, BM, BN, DV, DC)
+    _finish(o, lse, o_part, lse_part, b, mblk, vblk, heads, m_i, l_i, acc, SPLIT, LSE, BM, DV)
 
-    seen = l_i > 0.0
-    out = acc / tc.where(seen, l_i, 1.0)[:, None]
-    lse2 = tc.where(seen, m_i + tc.log2(tc.where(seen, l_i, 1.0)), float("-inf"))
-    if SPLIT:
-        tc.store(o_part, index=(b, split, mblk, vblk), tile=tc.reshape(out, (1, 1, BM, DV)))
-        tc.store(lse_part, index=(b, split, mblk), tile=tc.reshape(lse2, (1, 1, BM)))
+
+@tc.func
+def _wg_step(qn, qh, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, KV: tc.constexpr,
+             VH: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
+    """One step of BN keys of the wgmma kernel: S = Q Kᵀ as three dots on the resident Q
+    (latent halves, rope part), the online softmax, O += P V with V the half VH of the same
+    cached rows (so the step's tiles are read once for both dots)."""
+    page, r0, rows, valid = _rows_of(kv, tbl, b, j, n, page_size, KV, BN)
+    kn = _kv_tile(kv, page, r0, rows, valid, 0, KV, True, BN, DH)
+    kh = _kv_tile(kv, page, r0, rows, valid, DH, KV, True, BN, DH)
+    kr = _kv_tile(kv, page, r0, rows, valid, 2 * DH, KV, False, BN, DR)   # keys only: scores masked
+    s = tc.dot(qr, kr.T, tc.dot(qh, kh.T, tc.dot(qn, kn.T)))
+    keys = j * BN + tc.arange(0, BN)
+    s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
+    return online_softmax(s, kn if VH == 0 else kh, m_i, l_i, acc)
+
+
+@tc.kernel
+def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
+                      KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
+                      VH: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
+    """wgmma targets: q (batch, M, 2 DH + DR), kv (pages or batch, rows, 2 DH + DR), o (batch,
+    M, 2 DH): value half VH (one launch per half). Q stays in shared memory (72 KB at BM 64);
+    each step's 64 cached rows are staged once (cp.async, 2 slots) for both dots. Program
+    (mblk, split, b)."""
+    mblk = tc.program_id(0)
+    b = tc.program_id(2)
+    m0 = mblk * BM
+    n, lim, j0, _, j1 = _key_range(q, lens, b, m0, heads, q_len, CAUSAL, BM, BN)
+    qn = tc.reshape(tc.load(q, offset=(b, m0, 0), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qh = tc.reshape(tc.load(q, offset=(b, m0, DH), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qr = tc.reshape(tc.load(q, offset=(b, m0, 2 * DH), shape=(1, BM, DR), padding=0.0), (BM, DR))
+    m_i = tc.full((BM,), float("-inf"), tc.float32)
+    l_i = tc.zeros((BM,), tc.float32)
+    acc = tc.zeros((BM, DH), tc.float32)
+    # One loop, every step's loads masked (staged with cp.async's zero fill): as fast as an
+    # unmasked interior plus a masked last step (H200), and fewer spills (88-336 bytes, not 208-580).
+    for j in tc.range(j0, j1, num_stages=2):
+        m_i, l_i, acc = _wg_step(qn, qh, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc,
+                                 KV, VH, BN, DH, DR)
+    if VH == 0 or not LSE:   # both halves' lse are the same: one launch stores it
+        _finish(o, lse, o_part, lse_part, b, mblk, VH, heads, m_i, l_i, acc, SPLIT, LSE, BM, DH)
     else:
-        tc.store(o, index=(b, mblk, vblk), tile=tc.reshape(out.astype(o.dtype), (1, BM, DV)))
-        if LSE:
-            _store_lse(lse, b, rows, heads, n_rows, lse2)
+        _finish(o, lse, o_part, lse_part, b, mblk, VH, heads, m_i, l_i, acc, SPLIT, False, BM, DH)
 
 
 @tc.func
@@ -204,16 +273,33 @@ def _sig(dt: str, kv_mode: int, split: bool) -> str:
             f"LSE=True, VB=2, BM={BM}, BN={BN}, DV={DV_PART}, DC={DC}")
 
 
+def _wg_sig(dt: str, kv_mode: int, split: bool, vh: int) -> str:
+    return (f"q={dt}{_Q}, kv={dt}{_KV}, {_COMMON}, o={dt}{_Q}, KV={kv_mode}, CAUSAL=True, SPLIT={split}, "
+            f"LSE=True, VH={vh}, BM={BM}, BN={WG_BN}, DH={WG_HALF}, DR={WG_ROPE}")
+
+
 SIGNATURES = {
-    "mla_decode_kernel": _sig("bf16", KV_PAGE, False),
+    "mla_chunks_kernel": _sig("bf16", KV_PAGE, False),
     "mla_combine_kernel": f"{_PART}, o=bf16{_Q}, lse=f32[?,?,?], heads=i32, LSE=True, SPLITS=32, CHUNK=8, DV=512",
 }
 EXTRA_SIGNATURES = [
-    ("mla_decode_kernel", _sig("bf16", KV_CONTIG, True)),
-    ("mla_decode_kernel", _sig("bf16", KV_GATHER, True)),
-    ("mla_decode_kernel", _sig("f16", KV_PAGE, True)),
+    ("mla_chunks_kernel", _sig("bf16", KV_CONTIG, True)),
+    ("mla_chunks_kernel", _sig("bf16", KV_GATHER, True)),
+    ("mla_chunks_kernel", _sig("f16", KV_PAGE, True)),
 ]
-OPTIONS = {"mla_decode_kernel": {"num_warps": WARPS, "fast_math": True},
+# wgmma: sm_90a only (the PTX tests assemble SIGNATURES for sm_80 too). ptxas fits them in
+# 255 registers with a few hundred bytes of spills (WG_SPILL_BYTES; the accumulator's half
+# alone is 128 registers, S 32, the step's cp.async addresses the rest); measured 2.6-3.0x
+# the chunks kernel on an H200 all the same (docs/benchmarks.md).
+SM90_SIGNATURES = [
+    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, False, 0), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, True, 1), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("f16", KV_CONTIG, True, 0), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("bf16", KV_GATHER, False, 1), WG_WARPS),
+]
+WG_SPILL_BYTES = 400
+OPTIONS = {"mla_chunks_kernel": {"num_warps": WARPS, "fast_math": True},
+           "mla_decode_kernel": {"num_warps": WG_WARPS, "fast_math": True},
            "mla_combine_kernel": {"num_warps": 4, "fast_math": True}}
 
 
@@ -223,36 +309,49 @@ class MLAPlan:
     """How one mla_decode call is launched (a pure function of shapes and the Target)."""
     kv_mode: int          # KV_CONTIG, KV_PAGE or KV_GATHER
     m_blocks: int         # BM-row blocks of the (q_len x heads) query rows
-    v_blocks: int         # DV_PART-wide parts of the value columns, one program each
+    v_blocks: int         # DV_PART-wide parts of the value columns: one program each (chunks),
+                          # one launch each (wgmma)
     num_splits: int       # programs per sequence along its keys (1: no combine launch)
     num_warps: int = WARPS
+    wgmma: bool = False   # mla_decode_kernel (Q resident, wgmma) rather than mla_chunks_kernel
 
     @property
     def grid(self):
-        return (self.m_blocks * self.v_blocks, self.num_splits)
+        """The grid of one launch of the first kernel, less the batch."""
+        return (self.m_blocks, self.num_splits) if self.wgmma else (self.m_blocks * self.v_blocks, self.num_splits)
 
 
-def split_count(programs: int, max_keys: int, target: Target) -> int:
-    """Splits of each sequence's keys so that about two programs per SM run: `programs` is
-    batch x M blocks x value parts, `max_keys` the longest context the cache can hold (a
+def split_count(programs: int, max_keys: int, target: Target, per_sm: int = 2, keys_per_step: int = BN) -> int:
+    """Splits of each sequence's keys so that the launch's programs fill `per_sm` per SM,
+    rounded down (a program past them waits for a second round): `programs` is one launch's
+    batch x M blocks (x value parts), `max_keys` the longest context the cache can hold (a
     bound known from shapes alone, no device read). Each split keeps at least
     MIN_BLOCKS_PER_SPLIT steps of keys; at most MAX_SPLITS."""
-    want = 2 * target.sm_count
+    want = per_sm * target.sm_count
     if programs <= 0 or programs >= want:
         return 1
-    by_keys = max(1, -(-max_keys // (BN * MIN_BLOCKS_PER_SPLIT)))
-    return max(1, min(-(-want // programs), by_keys, MAX_SPLITS))
+    by_keys = max(1, -(-max_keys // (keys_per_step * MIN_BLOCKS_PER_SPLIT)))
+    return max(1, min(want // programs, by_keys, MAX_SPLITS))
+
+
+def uses_wgmma(dim: int, target: Target) -> bool:
+    """mla_decode_kernel's shape: MLA's 576 = two 256-wide latent halves + a 64-wide rope part."""
+    return bool(target.has_wgmma) and dim == 2 * WG_HALF + WG_ROPE
 
 
 def config(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, paged: bool, page_size: int,
-           target: Target, num_splits: Optional[int] = None) -> MLAPlan:
-    """The launches' shape for these sizes on `target` (see the module doc)."""
-    mode = KV_CONTIG if not paged else KV_PAGE if page_size % BN == 0 else KV_GATHER
+           target: Target, num_splits: Optional[int] = None, dim: int = 2 * WG_HALF + WG_ROPE) -> MLAPlan:
+    """The launches' shape for these sizes on `target` (see the module doc). The wgmma kernel
+    holds 221 KB of shared memory, one program per SM; the chunks kernel two."""
+    wgmma = uses_wgmma(dim, target)
+    bn = WG_BN if wgmma else BN
+    mode = KV_CONTIG if not paged else KV_PAGE if page_size % bn == 0 else KV_GATHER
     m_blocks = -(-(q_len * heads) // BM)
     v_blocks = head_dim_v // DV_PART
     if num_splits is None:
-        num_splits = split_count(batch * m_blocks * v_blocks, max_keys, target)
-    return MLAPlan(mode, m_blocks, v_blocks, int(num_splits))
+        programs = batch * m_blocks * (1 if wgmma else v_blocks)
+        num_splits = split_count(programs, max_keys, target, 1 if wgmma else 2, bn)
+    return MLAPlan(mode, m_blocks, v_blocks, int(num_splits), WG_WARPS if wgmma else WARPS, wgmma)
 
 
 # ----------------------------------------------------------------------------- the entry point
@@ -296,7 +395,6 @@ def _check_lengths(lens, table, max_keys: int, page_size: int, num_blocks: int) 
                          f"got min {pages.min()}, max {pages.max()}")
 
 
-@named
 def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int = 512, scale: Optional[float] = None,
                causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None,
                validate: bool = True):
@@ -306,7 +404,30 @@ def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int 
     head_dim_v), or (out, lse) with lse (batch, heads, q_len) f32, natural log. `scale`
     defaults to 1/sqrt(q.shape[-1]) as FlashMLA's (DeepSeek models pass their own:
     1/sqrt(192) times the YaRN factor). `validate=False` skips the checks of cache_seqlens'
-    and block_table's values, which on a GPU read them back (one synchronization per call)."""
+    and block_table's values, which on a GPU read them back (one synchronization per call).
+    The launches are planned (`_plan.planned`): a second GPU call with the same layouts and
+    arguments replays the first one's; the values are checked on every call that validates."""
+    if validate:
+        _check_values(kv_cache, cache_seqlens, block_table)
+    return _mla_decode(q, kv_cache, cache_seqlens, block_table=block_table, head_dim_v=head_dim_v, scale=scale,
+                       causal=causal, num_splits=num_splits, return_lse=return_lse, out=out)
+
+
+def _check_values(kv_cache, cache_seqlens, block_table) -> None:
+    """cache_seqlens' and block_table's values against the cache, where the shapes are
+    well formed (else `_mla_decode` says what is wrong with them)."""
+    ka, la = as_array(kv_cache, "kv_cache"), _int_array(cache_seqlens, "cache_seqlens", 1)
+    ta = _int_array(block_table, "block_table", 2) if block_table is not None else None
+    if ka.ndim != 4 or (ta is not None and ta.shape[0] != la.shape[0]) or (ta is None and ka.shape[0] != la.shape[0]):
+        return
+    max_keys = ta.shape[1] * ka.shape[1] if ta is not None else ka.shape[1]
+    _check_lengths(la, ta, max_keys, ka.shape[1], ka.shape[0])
+
+
+@planned(label="mla_decode")
+def _mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int = 512, scale: Optional[float] = None,
+                causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None):
+    """mla_decode's launches, its arguments' values unchecked (shapes, dtypes and layouts are)."""
     arrs = {"q": as_array(q, "q"), "kv_cache": as_array(kv_cache, "kv_cache"),
             "cache_seqlens": _int_array(cache_seqlens, "cache_seqlens", 1)}
     if block_table is not None:
@@ -351,8 +472,6 @@ def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int 
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, (int, np.integer))
                                    or num_splits < 1):
         raise ValueError(f"num_splits: expected a positive int or None, got {num_splits!r}")
-    if validate:
-        _check_lengths(la, ta, max_keys, page_size, num_blocks)
     if scale is None:
         scale = 1.0 / math.sqrt(dim)
 
@@ -363,7 +482,8 @@ def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int 
     lse = output(None, qa, (batch, heads, q_len), tc.float32, "lse") if return_lse else None
     rows = q_len * heads
     if batch * rows:
-        cfg = config(batch, q_len, heads, head_dim_v, max_keys, ta is not None, page_size, target_of(qa), num_splits)
+        cfg = config(batch, q_len, heads, head_dim_v, max_keys, ta is not None, page_size, target_of(qa), num_splits,
+                     dim)
         _run(cfg, qa, ka, la, ta, oa, lse, float(scale) * LOG2E, page_size, causal)
     return (oa.obj, lse.obj) if return_lse else oa.obj
 
@@ -377,10 +497,14 @@ def plan(cfg: MLAPlan, batch: int, rows: int, head_dim_v: int, lse: bool, causal
     split = cfg.num_splits > 1
     temps = (Temp("o_part", (batch, cfg.num_splits, rows, head_dim_v), tc.float32, like="q"),
              Temp("lse_part", (batch, cfg.num_splits, rows), tc.float32, like="q")) if split else ()
-    out = [Launch.of(mla_decode_kernel, cfg.grid + (batch,),
-                     ("q", "kv", "table", "lens", "o", "lse", "o_part", "lse_part", "qk_scale", "page_size", "heads",
-                      "q_len"), cfg.num_warps, temps=temps, KV=cfg.kv_mode, CAUSAL=bool(causal), SPLIT=split,
-                     LSE=bool(lse), VB=cfg.v_blocks, BM=BM, BN=BN, DV=DV_PART, DC=DC)]
+    names = ("q", "kv", "table", "lens", "o", "lse", "o_part", "lse_part", "qk_scale", "page_size", "heads", "q_len")
+    common = dict(temps=temps, KV=cfg.kv_mode, CAUSAL=bool(causal), SPLIT=split, LSE=bool(lse), BM=BM)
+    if cfg.wgmma:   # one launch per value half, each over all the keys
+        out = [Launch.of(mla_decode_kernel, cfg.grid + (batch,), names, cfg.num_warps, VH=vh, BN=WG_BN, DH=WG_HALF,
+                         DR=WG_ROPE, **common) for vh in range(cfg.v_blocks)]
+    else:
+        out = [Launch.of(mla_chunks_kernel, cfg.grid + (batch,), names, cfg.num_warps, VB=cfg.v_blocks, BN=BN,
+                         DV=DV_PART, DC=DC, **common)]
     if split:
         out.append(Launch.of(mla_combine_kernel, (rows, batch), ("o_part", "lse_part", "o", "lse", "heads"),
                              MERGE_WARPS, options=DEPENDENT, temps=temps, LSE=bool(lse),

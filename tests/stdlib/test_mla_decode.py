@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -64,6 +65,15 @@ def _reference(q, kv, lens, table, page, scale, causal, dv=DV):
     return out, lse
 
 
+@pytest.fixture(params=["wgmma", "chunks"])
+def path(request, monkeypatch):
+    """Both kernels on the interpreter: the wgmma kernel (host arrays plan as sm_90a does) and
+    the chunks kernel (planned as for sm_80)."""
+    if request.param == "chunks":
+        monkeypatch.setattr(M, "target_of", lambda a: A100)
+    return request.param
+
+
 def _check(q, kv, lens, table, page, splits, causal=True, tol=3e-3):
     out, lse = mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=splits,
                           causal=causal, return_lse=True)
@@ -75,7 +85,7 @@ def _check(q, kv, lens, table, page, splits, causal=True, tol=3e-3):
 
 
 @pytest.mark.parametrize("page,splits", [(32, 1), (32, 3), (64, None), (16, 1), (5, 2), (1, 1)])
-def test_paged(page, splits):
+def test_paged(page, splits, path):
     rng = np.random.default_rng(page * 10 + (splits or 0))
     lens = [70, 33]
     kv, table = _cache(rng, lens, page, True)
@@ -84,7 +94,7 @@ def test_paged(page, splits):
 
 
 @pytest.mark.parametrize("splits", [1, 2])
-def test_two_new_tokens_causal_and_not(splits):
+def test_two_new_tokens_causal_and_not(splits, path):
     rng = np.random.default_rng(11 + splits)
     lens = [45, 2]
     kv, table = _cache(rng, lens, 32, True)
@@ -94,7 +104,7 @@ def test_two_new_tokens_causal_and_not(splits):
 
 
 @pytest.mark.parametrize("splits", [1, 4])
-def test_contiguous(splits):
+def test_contiguous(splits, path):
     rng = np.random.default_rng(5)
     lens = [50, 17, 64]
     kv, _ = _cache(rng, lens, 0, False)
@@ -102,7 +112,7 @@ def test_contiguous(splits):
     _check(q, kv, lens, None, 0, splits)
 
 
-def test_more_rows_than_a_block():
+def test_more_rows_than_a_block(path):
     """q_len 2 x 48 heads = 96 rows: two M blocks, the second holding token 1's last heads."""
     rng = np.random.default_rng(3)
     lens = [40]
@@ -112,7 +122,7 @@ def test_more_rows_than_a_block():
 
 
 @pytest.mark.parametrize("splits", [1, 3])
-def test_zero_length_sequences_give_zeros(splits):
+def test_zero_length_sequences_give_zeros(splits, path):
     rng = np.random.default_rng(9)
     lens = [0, 40, 0]
     kv, table = _cache(rng, lens, 16, True)
@@ -140,27 +150,38 @@ def test_bf16_and_scale_and_out():
 # ----------------------------------------------------------------------------- the plan
 def test_plan_modes_and_blocks():
     p = M.config(4, 1, 128, 512, 4096, True, 64, H100)
-    assert (p.kv_mode, p.m_blocks, p.v_blocks) == (M.KV_PAGE, 2, 2)
+    assert (p.kv_mode, p.m_blocks, p.v_blocks, p.wgmma, p.num_warps) == (M.KV_PAGE, 2, 2, True, M.WG_WARPS)
     assert M.config(4, 1, 16, 512, 4096, True, 16, H100).kv_mode == M.KV_GATHER
-    assert M.config(4, 1, 16, 512, 4096, True, 96, H100).kv_mode == M.KV_PAGE     # 96 = 3 steps of 32
+    assert M.config(4, 1, 16, 512, 4096, True, 128, H100).kv_mode == M.KV_PAGE    # 128 = 2 steps of 64
+    assert M.config(4, 1, 16, 512, 4096, True, 96, H100).kv_mode == M.KV_GATHER   # not whole steps of 64
+    assert M.config(4, 1, 16, 512, 4096, True, 96, A100).kv_mode == M.KV_PAGE     # chunks: 3 steps of 32
     assert M.config(4, 1, 16, 512, 4096, True, 1, H100).kv_mode == M.KV_GATHER
     assert M.config(4, 2, 16, 512, 4096, False, 4096, H100).kv_mode == M.KV_CONTIG
     assert M.config(4, 2, 48, 512, 4096, False, 4096, H100).m_blocks == 2
     assert M.config(4, 1, 16, 512, 4096, True, 64, H100, num_splits=5).num_splits == 5
+    # the kernel: wgmma where the target has it and the head dim is MLA's 576, else chunks
+    assert not M.config(4, 1, 16, 512, 4096, True, 64, A100).wgmma
+    assert not M.config(4, 1, 16, 512, 4096, True, 64, H100, dim=640).wgmma
+    assert M.config(4, 1, 16, 512, 4096, True, 64, A100).num_warps == M.WARPS
 
 
 def test_split_rule():
-    # few programs, long contexts: split up to about two programs per SM
+    # few programs, long contexts: split until the programs fill the SMs (wgmma: one per SM,
+    # its shared memory; chunks: two), rounded down
     few = M.config(1, 1, 16, 512, 8192, True, 64, H100)
-    assert few.num_splits == min(-(-2 * H100.sm_count // 2), M.MAX_SPLITS)
+    assert few.num_splits == min(H100.sm_count // 1, M.MAX_SPLITS)
+    assert M.config(2, 1, 16, 512, 1 << 16, True, 64, H100).num_splits == min(H100.sm_count // 2, M.MAX_SPLITS)
+    assert M.config(8, 1, 16, 512, 1 << 16, True, 64, A100).num_splits == 2 * A100.sm_count // 16
     # enough programs already: no split
     assert M.config(128, 1, 128, 512, 8192, True, 64, H100).num_splits == 1
     # a short context caps the splits: each keeps MIN_BLOCKS_PER_SPLIT steps
-    short = M.config(1, 1, 16, 512, 256, True, 64, H100)
-    assert short.num_splits == 256 // (M.BN * M.MIN_BLOCKS_PER_SPLIT)
+    short = M.config(1, 1, 16, 512, 512, True, 64, H100)
+    assert short.num_splits == 512 // (M.WG_BN * M.MIN_BLOCKS_PER_SPLIT)
     # the SM count enters: fewer SMs, fewer splits
-    assert M.split_count(8, 1 << 16, A100) == -(-2 * A100.sm_count // 8)
+    assert M.split_count(8, 1 << 16, A100) == 2 * A100.sm_count // 8
     assert M.split_count(8, 1 << 16, A100) < M.split_count(8, 1 << 16, H100) or A100.sm_count >= H100.sm_count
+    for programs in (1, 3, 8, 40, 100):   # never a program past the per-SM target
+        assert programs * M.split_count(programs, 1 << 20, H100, 1) <= H100.sm_count
 
 
 def test_entry_point_launches_what_the_plan_says(monkeypatch):
@@ -172,25 +193,34 @@ def test_entry_point_launches_what_the_plan_says(monkeypatch):
     _check(q, kv, lens, table, 64, None)
     cfg = M.config(2, 1, 16, DV, table.shape[1] * 64, True, 64, H100)
     assert cfg.num_splits > 1
-    (k1, c1), (k2, c2) = seen
-    assert k1 == "mla_decode_kernel" and c1["SPLIT"] and c1["KV"] == M.KV_PAGE and c1["VB"] == 2
-    assert k2 == "mla_combine_kernel" and c2["options"] == {"dependent_launch": True}
+    (k1, c1), (k2, c2), (k3, c3) = seen
+    assert k1 == k2 == "mla_decode_kernel" and c1["SPLIT"] and c1["KV"] == M.KV_PAGE
+    assert (c1["VH"], c2["VH"]) == (0, 1)   # one launch per value half
+    assert k3 == "mla_combine_kernel" and c3["options"] == {"dependent_launch": True}
     seen.clear()
     mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1)
-    assert [k for k, _ in seen] == ["mla_decode_kernel"] and not seen[0][1]["SPLIT"]
+    assert [k for k, _ in seen] == ["mla_decode_kernel"] * 2 and not seen[0][1]["SPLIT"]
+    seen.clear()
+    monkeypatch.setattr(M, "target_of", lambda a: A100)
+    mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1, head_dim_v=256)
+    assert [k for k, _ in seen] == ["mla_chunks_kernel"] and seen[0][1]["VB"] == 1
 
 
 def test_plan_grids_warps_and_partials():
-    # the plan alone (no array): the split launch's grid, warps and the partials it shares
+    # the plan alone (no array): the split launches' grids, warps and the partials they share
     cfg = M.config(2, 1, 16, DV, 4096, True, 64, H100)
-    first, combine = M.plan(cfg, 2, 16, DV, lse=True, causal=True)
-    assert first.grid == (cfg.m_blocks * cfg.v_blocks, cfg.num_splits, 2) and first.num_warps == cfg.num_warps
-    assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == combine.temps
+    first, second, combine = M.plan(cfg, 2, 16, DV, lse=True, causal=True)
+    assert first.grid == second.grid == (cfg.m_blocks, cfg.num_splits, 2) and first.num_warps == M.WG_WARPS
+    assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == second.temps == combine.temps
     assert first.temps[0].shape == (2, cfg.num_splits, 16, DV)
     assert combine.grid == (16, 2) and combine.consts["LSE"]   # one merge program per row
     assert combine.consts["SPLITS"] >= cfg.num_splits and combine.consts["CHUNK"] * DV <= 32 * 128
-    (only,) = M.plan(M.config(2, 1, 16, DV, 4096, True, 64, H100, num_splits=1), 2, 16, DV, lse=False, causal=True)
-    assert not only.temps and not only.consts["SPLIT"]
+    (only,) = M.plan(M.config(2, 1, 16, 256, 4096, True, 64, H100, num_splits=1), 2, 16, 256, lse=False,
+                     causal=True)   # head_dim_v 256: the first half only
+    assert not only.temps and not only.consts["SPLIT"] and only.consts["VH"] == 0
+    chunks = M.config(2, 1, 16, DV, 4096, True, 64, A100)
+    first, combine = M.plan(chunks, 2, 16, DV, lse=True, causal=True)
+    assert first.kernel is M.mla_chunks_kernel and first.grid == (chunks.m_blocks * 2, chunks.num_splits, 2)
 
 
 # ----------------------------------------------------------------------------- argument errors
@@ -246,3 +276,26 @@ def test_extra_signatures_assemble_without_spills(arch, name, sig):
                               use_cache=False)
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0 and not report["warnings"], report
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,sig,warps", list(M.SM90_SIGNATURES), ids=lambda x: x if isinstance(x, str) and len(x) < 30
+                         else None)
+def test_wgmma_kernel_assembles_and_reports_its_spills(name, sig, warps):
+    # sm_90a only: the wgmma kernel's spills stay under WG_SPILL_BYTES and are reported (a
+    # SpillWarning naming the kernel, the compile's metadata), never silent
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+    kernel = getattr(M, name)
+    assert warps == M.OPTIONS[name]["num_warps"]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        compiled = compile_kernel(kernel, parse_signature(kernel, sig),
+                                  CompileOptions(arch="sm_90a", **M.OPTIONS[name]), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["spill_stores"] <= M.WG_SPILL_BYTES and report["spill_loads"] <= M.WG_SPILL_BYTES, report
+    if report["spill_stores"] or report["spill_loads"]:
+        assert any(name in str(w.message) and "spills" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    assert report["registers"] <= 255 and not report["warnings"], report
+    assert "wgmma.mma_async" in compiled.asm["ptx"]
