@@ -59,7 +59,7 @@ from tilec.target import Target
 
 from ._common import (DEPENDENT, as_array, capturing, check_float, check_same_place, empty_like, next_pow2, output,
                       target_of, view)
-from ._plan import planned
+from ._plan import named, planned
 from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
@@ -395,6 +395,7 @@ def _check_lengths(lens, table, max_keys: int, page_size: int, num_blocks: int) 
                          f"got min {pages.min()}, max {pages.max()}")
 
 
+@named
 def mla_decode(q, kv_cache, cache_seqlens, *, block_table=None, head_dim_v: int = 512, scale: Optional[float] = None,
                causal: bool = True, num_splits: Optional[int] = None, return_lse: bool = False, out=None,
                validate: bool = True):
