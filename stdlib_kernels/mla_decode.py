@@ -17,10 +17,11 @@ Two kernels, by target:
   least N of a wgmma over one warpgroup here). S = Q Kᵀ is three chained wgmmas on the
   step's three staged tiles (cp.async, 2 slots: 221 KB of shared memory in all, one
   program per SM); after the online softmax, O += P V takes P from registers and V as the
-  same staged rows' half VH, so the cache is read once per step for both dots. A 64 x 512
-  f32 accumulator would be 256 registers a thread: each launch owns one 256-wide half of
-  the values (VH, a constexpr; two launches for head_dim_v 512, both recomputing S).
-  ptxas fits it in 255 registers with 88-336 bytes of spills (SM90_SIGNATURES).
+  same staged rows' value half, so the cache is read once per step for both dots. A 64 x
+  512 f32 accumulator would be 256 registers a thread: two programs share an M block, one
+  per 256-wide half, neighbours in the grid (the second reads the rows from L2), both
+  computing S; the half is a run-time column offset (its Q and K tiles first). ptxas fits
+  it in 255 registers with 76-288 bytes of spills (SM90_SIGNATURES).
 - `mla_chunks_kernel` (targets without wgmma): 8 warps, BN = 32 keys per step, S = Q Kᵀ as
   nine 64-wide chunks in a run-time loop (Q's chunks re-read each step: a 64 x 576 operand
   in mma.sync's register fragments does not fit), cp.async-staged two chunks ahead; two
@@ -159,17 +160,20 @@ def _key_range(q, lens, b, m0, heads, q_len, CAUSAL: tc.constexpr, BM: tc.conste
 @tc.func
 def _finish(o, lse, o_part, lse_part, b, mblk, vblk, heads, m_i, l_i, acc, SPLIT: tc.constexpr,
             LSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
-    """Normalize and store: o's column block vblk (or the split's partials, with the base-2 lse)."""
+    """Normalize and store: o's column block vblk (or the split's partials, with the base-2
+    lse). The lse is the same for every value block: block 0's program stores it."""
     seen = l_i > 0.0
     out = acc / tc.where(seen, l_i, 1.0)[:, None]
     lse2 = tc.where(seen, m_i + tc.log2(tc.where(seen, l_i, 1.0)), float("-inf"))
     if SPLIT:
         tc.store(o_part, index=(b, tc.program_id(1), mblk, vblk), tile=tc.reshape(out, (1, 1, BM, DV)))
-        tc.store(lse_part, index=(b, tc.program_id(1), mblk), tile=tc.reshape(lse2, (1, 1, BM)))
+        if vblk == 0:
+            tc.store(lse_part, index=(b, tc.program_id(1), mblk), tile=tc.reshape(lse2, (1, 1, BM)))
     else:
         tc.store(o, index=(b, mblk, vblk), tile=tc.reshape(out.astype(o.dtype), (1, BM, DV)))
         if LSE:
-            _store_lse(lse, b, mblk * BM + tc.arange(0, BM), heads, o.shape[1], lse2)
+            if vblk == 0:
+                _store_lse(lse, b, mblk * BM + tc.arange(0, BM), heads, o.shape[1], lse2)
 
 
 @tc.kernel
@@ -197,48 +201,51 @@ def mla_chunks_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page
 
 
 @tc.func
-def _wg_step(qn, qh, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, KV: tc.constexpr,
-             VH: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
+def _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, ca, cb, KV: tc.constexpr,
+             BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
     """One step of BN keys of the wgmma kernel: S = Q Kᵀ as three dots on the resident Q
-    (latent halves, rope part), the online softmax, O += P V with V the half VH of the same
-    cached rows (so the step's tiles are read once for both dots)."""
+    (this program's value half at column ca, the other half at cb, the rope part), the
+    online softmax, O += P V with V the first of those tiles: the step's rows are staged
+    once for both dots."""
     page, r0, rows, valid = _rows_of(kv, tbl, b, j, n, page_size, KV, BN)
-    kn = _kv_tile(kv, page, r0, rows, valid, 0, KV, True, BN, DH)
-    kh = _kv_tile(kv, page, r0, rows, valid, DH, KV, True, BN, DH)
+    ka = _kv_tile(kv, page, r0, rows, valid, ca, KV, True, BN, DH)
+    kb = _kv_tile(kv, page, r0, rows, valid, cb, KV, True, BN, DH)
     kr = _kv_tile(kv, page, r0, rows, valid, 2 * DH, KV, False, BN, DR)   # keys only: scores masked
-    s = tc.dot(qr, kr.T, tc.dot(qh, kh.T, tc.dot(qn, kn.T)))
+    s = tc.dot(qr, kr.T, tc.dot(qb, kb.T, tc.dot(qa, ka.T)))
     keys = j * BN + tc.arange(0, BN)
     s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
-    return online_softmax(s, kn if VH == 0 else kh, m_i, l_i, acc)
+    return online_softmax(s, ka, m_i, l_i, acc)
 
 
 @tc.kernel
 def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
                       KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
-                      VH: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
+                      VB: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
     """wgmma targets: q (batch, M, 2 DH + DR), kv (pages or batch, rows, 2 DH + DR), o (batch,
-    M, 2 DH): value half VH (one launch per half). Q stays in shared memory (72 KB at BM 64);
-    each step's 64 cached rows are staged once (cp.async, 2 slots) for both dots. Program
-    (mblk, split, b)."""
-    mblk = tc.program_id(0)
+    M, VB x DH). Program (mblk x VB + value half, split, b): the two halves' programs are
+    neighbours, so the second's reads of the same rows find them in L2. Each takes its half's
+    columns as the first Q and K tiles (the value tile), the other half as the second: the
+    half is a run-time column offset, not a constexpr. Q stays in shared memory (72 KB at BM
+    64); each step's 64 cached rows are staged once (cp.async, 2 slots) for both dots."""
+    mblk = tc.program_id(0) // VB
+    vh = tc.program_id(0) % VB
     b = tc.program_id(2)
     m0 = mblk * BM
+    ca = vh * DH
+    cb = DH - ca
     n, lim, j0, _, j1 = _key_range(q, lens, b, m0, heads, q_len, CAUSAL, BM, BN)
-    qn = tc.reshape(tc.load(q, offset=(b, m0, 0), shape=(1, BM, DH), padding=0.0), (BM, DH))
-    qh = tc.reshape(tc.load(q, offset=(b, m0, DH), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qa = tc.reshape(tc.load(q, offset=(b, m0, ca), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qb = tc.reshape(tc.load(q, offset=(b, m0, cb), shape=(1, BM, DH), padding=0.0), (BM, DH))
     qr = tc.reshape(tc.load(q, offset=(b, m0, 2 * DH), shape=(1, BM, DR), padding=0.0), (BM, DR))
     m_i = tc.full((BM,), float("-inf"), tc.float32)
     l_i = tc.zeros((BM,), tc.float32)
     acc = tc.zeros((BM, DH), tc.float32)
     # One loop, every step's loads masked (staged with cp.async's zero fill): as fast as an
-    # unmasked interior plus a masked last step (H200), and fewer spills (88-336 bytes, not 208-580).
+    # unmasked interior plus a masked last step (H200), and fewer spills.
     for j in tc.range(j0, j1, num_stages=2):
-        m_i, l_i, acc = _wg_step(qn, qh, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc,
-                                 KV, VH, BN, DH, DR)
-    if VH == 0 or not LSE:   # both halves' lse are the same: one launch stores it
-        _finish(o, lse, o_part, lse_part, b, mblk, VH, heads, m_i, l_i, acc, SPLIT, LSE, BM, DH)
-    else:
-        _finish(o, lse, o_part, lse_part, b, mblk, VH, heads, m_i, l_i, acc, SPLIT, False, BM, DH)
+        m_i, l_i, acc = _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, ca, cb,
+                                 KV, BN, DH, DR)
+    _finish(o, lse, o_part, lse_part, b, mblk, vh, heads, m_i, l_i, acc, SPLIT, LSE, BM, DH)
 
 
 @tc.func
@@ -273,9 +280,9 @@ def _sig(dt: str, kv_mode: int, split: bool) -> str:
             f"LSE=True, VB=2, BM={BM}, BN={BN}, DV={DV_PART}, DC={DC}")
 
 
-def _wg_sig(dt: str, kv_mode: int, split: bool, vh: int) -> str:
+def _wg_sig(dt: str, kv_mode: int, split: bool, vb: int) -> str:
     return (f"q={dt}{_Q}, kv={dt}{_KV}, {_COMMON}, o={dt}{_Q}, KV={kv_mode}, CAUSAL=True, SPLIT={split}, "
-            f"LSE=True, VH={vh}, BM={BM}, BN={WG_BN}, DH={WG_HALF}, DR={WG_ROPE}")
+            f"LSE=True, VB={vb}, BM={BM}, BN={WG_BN}, DH={WG_HALF}, DR={WG_ROPE}")
 
 
 SIGNATURES = {
@@ -292,9 +299,9 @@ EXTRA_SIGNATURES = [
 # alone is 128 registers, S 32, the step's cp.async addresses the rest); measured 2.6-3.0x
 # the chunks kernel on an H200 all the same (docs/benchmarks.md).
 SM90_SIGNATURES = [
-    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, False, 0), WG_WARPS),
-    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, True, 1), WG_WARPS),
-    ("mla_decode_kernel", _wg_sig("f16", KV_CONTIG, True, 0), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, False, 2), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, True, 2), WG_WARPS),
+    ("mla_decode_kernel", _wg_sig("f16", KV_CONTIG, True, 2), WG_WARPS),
     ("mla_decode_kernel", _wg_sig("bf16", KV_GATHER, False, 1), WG_WARPS),
 ]
 WG_SPILL_BYTES = 400
@@ -309,16 +316,15 @@ class MLAPlan:
     """How one mla_decode call is launched (a pure function of shapes and the Target)."""
     kv_mode: int          # KV_CONTIG, KV_PAGE or KV_GATHER
     m_blocks: int         # BM-row blocks of the (q_len x heads) query rows
-    v_blocks: int         # DV_PART-wide parts of the value columns: one program each (chunks),
-                          # one launch each (wgmma)
+    v_blocks: int         # DV_PART-wide parts of the value columns, one program each
     num_splits: int       # programs per sequence along its keys (1: no combine launch)
     num_warps: int = WARPS
     wgmma: bool = False   # mla_decode_kernel (Q resident, wgmma) rather than mla_chunks_kernel
 
     @property
     def grid(self):
-        """The grid of one launch of the first kernel, less the batch."""
-        return (self.m_blocks, self.num_splits) if self.wgmma else (self.m_blocks * self.v_blocks, self.num_splits)
+        """The first launch's grid, less the batch."""
+        return (self.m_blocks * self.v_blocks, self.num_splits)
 
 
 def split_count(programs: int, max_keys: int, target: Target, per_sm: int = 2, keys_per_step: int = BN) -> int:
@@ -349,8 +355,7 @@ def config(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, p
     m_blocks = -(-(q_len * heads) // BM)
     v_blocks = head_dim_v // DV_PART
     if num_splits is None:
-        programs = batch * m_blocks * (1 if wgmma else v_blocks)
-        num_splits = split_count(programs, max_keys, target, 1 if wgmma else 2, bn)
+        num_splits = split_count(batch * m_blocks * v_blocks, max_keys, target, 1 if wgmma else 2, bn)
     return MLAPlan(mode, m_blocks, v_blocks, int(num_splits), WG_WARPS if wgmma else WARPS, wgmma)
 
 
@@ -500,9 +505,9 @@ def plan(cfg: MLAPlan, batch: int, rows: int, head_dim_v: int, lse: bool, causal
              Temp("lse_part", (batch, cfg.num_splits, rows), tc.float32, like="q")) if split else ()
     names = ("q", "kv", "table", "lens", "o", "lse", "o_part", "lse_part", "qk_scale", "page_size", "heads", "q_len")
     common = dict(temps=temps, KV=cfg.kv_mode, CAUSAL=bool(causal), SPLIT=split, LSE=bool(lse), BM=BM)
-    if cfg.wgmma:   # one launch per value half, each over all the keys
-        out = [Launch.of(mla_decode_kernel, cfg.grid + (batch,), names, cfg.num_warps, VH=vh, BN=WG_BN, DH=WG_HALF,
-                         DR=WG_ROPE, **common) for vh in range(cfg.v_blocks)]
+    if cfg.wgmma:
+        out = [Launch.of(mla_decode_kernel, cfg.grid + (batch,), names, cfg.num_warps, VB=cfg.v_blocks, BN=WG_BN,
+                         DH=WG_HALF, DR=WG_ROPE, **common)]
     else:
         out = [Launch.of(mla_chunks_kernel, cfg.grid + (batch,), names, cfg.num_warps, VB=cfg.v_blocks, BN=BN,
                          DV=DV_PART, DC=DC, **common)]

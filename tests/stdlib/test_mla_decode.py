@@ -169,8 +169,8 @@ def test_split_rule():
     # few programs, long contexts: split until the programs fill the SMs (wgmma: one per SM,
     # its shared memory; chunks: two), rounded down
     few = M.config(1, 1, 16, 512, 8192, True, 64, H100)
-    assert few.num_splits == min(H100.sm_count // 1, M.MAX_SPLITS)
-    assert M.config(2, 1, 16, 512, 1 << 16, True, 64, H100).num_splits == min(H100.sm_count // 2, M.MAX_SPLITS)
+    assert few.num_splits == min(H100.sm_count // 2, M.MAX_SPLITS)           # 2 programs: the value halves
+    assert M.config(4, 1, 16, 512, 1 << 16, True, 64, H100).num_splits == H100.sm_count // 8
     assert M.config(8, 1, 16, 512, 1 << 16, True, 64, A100).num_splits == 2 * A100.sm_count // 16
     # enough programs already: no split
     assert M.config(128, 1, 128, 512, 8192, True, 64, H100).num_splits == 1
@@ -193,13 +193,12 @@ def test_entry_point_launches_what_the_plan_says(monkeypatch):
     _check(q, kv, lens, table, 64, None)
     cfg = M.config(2, 1, 16, DV, table.shape[1] * 64, True, 64, H100)
     assert cfg.num_splits > 1
-    (k1, c1), (k2, c2), (k3, c3) = seen
-    assert k1 == k2 == "mla_decode_kernel" and c1["SPLIT"] and c1["KV"] == M.KV_PAGE
-    assert (c1["VH"], c2["VH"]) == (0, 1)   # one launch per value half
-    assert k3 == "mla_combine_kernel" and c3["options"] == {"dependent_launch": True}
+    (k1, c1), (k2, c2) = seen
+    assert k1 == "mla_decode_kernel" and c1["SPLIT"] and c1["KV"] == M.KV_PAGE and c1["VB"] == 2
+    assert k2 == "mla_combine_kernel" and c2["options"] == {"dependent_launch": True}
     seen.clear()
     mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1)
-    assert [k for k, _ in seen] == ["mla_decode_kernel"] * 2 and not seen[0][1]["SPLIT"]
+    assert [k for k, _ in seen] == ["mla_decode_kernel"] and not seen[0][1]["SPLIT"]
     seen.clear()
     monkeypatch.setattr(M, "target_of", lambda a: A100)
     mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=1, head_dim_v=256)
@@ -209,15 +208,16 @@ def test_entry_point_launches_what_the_plan_says(monkeypatch):
 def test_plan_grids_warps_and_partials():
     # the plan alone (no array): the split launches' grids, warps and the partials they share
     cfg = M.config(2, 1, 16, DV, 4096, True, 64, H100)
-    first, second, combine = M.plan(cfg, 2, 16, DV, lse=True, causal=True)
-    assert first.grid == second.grid == (cfg.m_blocks, cfg.num_splits, 2) and first.num_warps == M.WG_WARPS
-    assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == second.temps == combine.temps
+    first, combine = M.plan(cfg, 2, 16, DV, lse=True, causal=True)
+    # one program per value half, the halves of an M block neighbours
+    assert first.grid == (cfg.m_blocks * 2, cfg.num_splits, 2) and first.num_warps == M.WG_WARPS
+    assert [t.name for t in first.temps] == ["o_part", "lse_part"] and first.temps == combine.temps
     assert first.temps[0].shape == (2, cfg.num_splits, 16, DV)
     assert combine.grid == (16, 2) and combine.consts["LSE"]   # one merge program per row
     assert combine.consts["SPLITS"] >= cfg.num_splits and combine.consts["CHUNK"] * DV <= 32 * 128
     (only,) = M.plan(M.config(2, 1, 16, 256, 4096, True, 64, H100, num_splits=1), 2, 16, 256, lse=False,
                      causal=True)   # head_dim_v 256: the first half only
-    assert not only.temps and not only.consts["SPLIT"] and only.consts["VH"] == 0
+    assert not only.temps and not only.consts["SPLIT"] and only.consts["VB"] == 1
     chunks = M.config(2, 1, 16, DV, 4096, True, 64, A100)
     first, combine = M.plan(chunks, 2, 16, DV, lse=True, causal=True)
     assert first.kernel is M.mla_chunks_kernel and first.grid == (chunks.m_blocks * 2, chunks.num_splits, 2)
