@@ -117,3 +117,21 @@ def test_a_decode_step_captured_in_a_cuda_graph_replays_on_new_queries(torch):
     torch.cuda.synchronize()
     want, _ = _reference(torch, q, kv, lens, table, 64, 1 / math.sqrt(D), True)
     assert (out.double() - want).abs().max().item() < 3e-2
+
+
+def test_a_replayed_call_still_validates_and_follows_new_lengths(torch):
+    """The entry point is planned: a second call replays the first's launches, yet a call that
+    validates still checks its lengths, and a replay reads the lengths it is given."""
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    lens = [500, 130]
+    kv, table = _cache(torch, lens, 64, torch.bfloat16, True, gen)
+    q = torch.randn((2, 1, 16, D), device="cuda", dtype=torch.bfloat16, generator=gen)
+    first = mla_decode(q, kv, torch.tensor(lens, device="cuda", dtype=torch.int32), block_table=table)
+    shorter = [320, 130]
+    again = mla_decode(q, kv, torch.tensor(shorter, device="cuda", dtype=torch.int32), block_table=table)
+    want, _ = _reference(torch, q, kv, shorter, table, 64, 1 / math.sqrt(D), True)
+    assert (again.double() - want).abs().max().item() < 3e-2
+    assert (first.double() - again.double()).abs().max().item() > 1e-2      # not the first call's result
+    too_long = torch.tensor([table.shape[1] * 64 + 1, 130], device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="cache_seqlens"):
+        mla_decode(q, kv, too_long, block_table=table)
