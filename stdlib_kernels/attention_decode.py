@@ -16,8 +16,10 @@ Caches:
   Pages that are a multiple of BN keys hold whole tiles (one page look-up per tile);
   smaller or odd pages are gathered key by key (each key's page looked up). Either way
   (`_paged_tile`) each key's row is read as whole 16-byte groups of the head dim, K already
-  transposed as the dot reads it, and the interior loop stages the loads with cp.async as
-  it does the contiguous cache's tile loads (its inner loop about as long in the PTX).
+  transposed as the dot reads it, and the interior loop stages the loads with cp.async.
+  A contiguous cache goes through the same pointer loads, batch row b as sequence b's one
+  page: as 4-D view loads its split kernel took 171 registers, one program per SM, where
+  these take 108, two (H200: 3.5-5.5 points of copy on many-sequence caches).
 
 Lengths (flash-attn's rule): sequence b has n = cache_seqlens[b] keys, plus the q_len_new
 appended from `k_new`/`v_new` (written into the cache at positions cache_seqlens[b] ...
@@ -87,20 +89,13 @@ def _rows(m0, GROUP: tc.constexpr, QLEN: tc.constexpr, BM: tc.constexpr):
 
 
 @tc.func
-def _kv_tile(k, b, hk, j, BN: tc.constexpr, D: tc.constexpr):
-    """Keys (or values) j * BN ... of batch b's rows of a contiguous cache, head hk, as a
-    (BN, D) tile view load (`k` seen as (batch, kv_heads, seq, dim))."""
-    return tc.reshape(tc.load(k, index=(b, hk, j, 0), shape=(1, 1, BN, D), padding=0.0), (BN, D))
-
-
-@tc.func
 def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.constexpr, BN: tc.constexpr,
                 D: tc.constexpr, DIM: tc.constexpr):
     """Keys (or values) j * BN ... of sequence b, head hk, from a paged cache (`k` seen as
-    (pages, kv_heads, page, dim)): (BN, D) with `r` arange(BN) as (BN, 1) and `d` arange(D) as
-    (1, D) (V), (D, BN) with them as (1, BN) and (D, 1) (K transposed as the dot reads it, so
-    that the load feeds the dot's shared buffer directly and the loop stages it with
-    cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up once; smaller
+    (pages, kv_heads, page, dim); PAGE 0: a contiguous one, batch row b its one page):
+    (BN, D) with `r` arange(BN) as (BN, 1) and `d` arange(D) as (1, D) (V), (D, BN) with
+    them as (1, BN) and (D, 1) (K transposed as the dot reads it, so that the load feeds the
+    dot's shared buffer directly and the loop stages it with cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up once; smaller
     or odd pages look up each key's. Either way each key's row is read as whole 16-byte
     groups, by pointers whose only run-time parts are the page, the key and `d`: no bounds
     checks, and only masked (edge) tiles check the keys against the sequence (zeros past
@@ -110,7 +105,10 @@ def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.c
     they would make the accumulator's layout the load's (2-byte accesses; _step gives the
     edges' V such offsets, the interior's its own)."""
     live = r < n_kv - j * BN   # not `j * BN + r < n_kv`: _step's score mask, one value with it (CSE)
-    if PAGE % BN == 0:   # the tile lies in one page (its first key exists, even on an edge)
+    if PAGE == 0:   # a contiguous cache: sequence b's keys are the rows of batch b
+        page = b
+        row = j * BN + r
+    elif PAGE % BN == 0:   # the tile lies in one page (its first key exists, even on an edge)
         page = tc.load(table.ptr + b * table.stride(0) + (j * BN) // PAGE * table.stride(1))
         row = (j * BN) % PAGE + r
     else:
@@ -142,18 +140,14 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
     # One block of keys through the online softmax (base 2, attention.online_softmax); `pos`
     # is each row's query position. Masked blocks also zero the values past the sequence:
     # a cache's unwritten rows may hold NaN, and 0 * NaN would reach the accumulator.
-    if PAGE == 0:
-        k_t = _kv_tile(k, b, hk, j, BN, D).T
-        vt = _kv_tile(v, b, hk, j, BN, D)
-    else:
-        k_t = _paged_tile(k, table, b, hk, j, n_kv, rk, dk, MASKED, PAGE, BN, D, DIM)
-        if MASKED:
-            # keys and columns other than the interior's (an i64 key index, q's columns): an
-            # edge's zeros are q's (one constant when BM == BN), and through a shared rv or dv
-            # the interior's V would get q's layout (2-byte accesses)
-            rv = tc.arange(0, BN).astype(tc.int64)[:, None]
-            dv = tc.arange(0, D)[None, :]
-        vt = _paged_tile(v, table, b, hk, j, n_kv, rv, dv, MASKED, PAGE, BN, D, DIM)
+    k_t = _paged_tile(k, table, b, hk, j, n_kv, rk, dk, MASKED, PAGE, BN, D, DIM)
+    if MASKED:
+        # keys and columns other than the interior's (an i64 key index, q's columns): an
+        # edge's zeros are q's (one constant when BM == BN), and through a shared rv or dv
+        # the interior's V would get q's layout (2-byte accesses)
+        rv = tc.arange(0, BN).astype(tc.int64)[:, None]
+        dv = tc.arange(0, D)[None, :]
+    vt = _paged_tile(v, table, b, hk, j, n_kv, rv, dv, MASKED, PAGE, BN, D, DIM)
     s = tc.dot(qt, k_t)
     if SOFTCAP:   # cap · tanh(score / cap), in base 2: cap and log2(e) fold into qk_scale
         s = tc.tanh(s * cap)
@@ -162,9 +156,7 @@ def _step(qt, k, v, table, b, hk, j, m_i, l_i, acc, qk_scale, cap, pos, left, ri
         cols = j * BN + tc.arange(0, BN)
         keep = ((cols[None, :] < n_kv) & (cols[None, :] >= pos[:, None] - left)
                 & (cols[None, :] <= pos[:, None] + right))
-        s = tc.where(keep, s, NEG_INF)
-        if PAGE == 0:   # (paged tiles are zero there already)
-            vt = tc.where((cols < n_kv)[:, None], vt, 0.0)
+        s = tc.where(keep, s, NEG_INF)   # (the tiles are zero past the sequence already)
     return online_softmax(s, vt, m_i, l_i, acc)
 
 
@@ -204,11 +196,9 @@ def decode_kernel(q, k, v, seqlens, table, o, lse, part_o, part_lse, qk_scale, c
     t, g, ok = _rows(m0, GROUP, QLEN, BM)
     pos = off + t
     d = tc.arange(0, D)
-    if PAGE == 0:   # view loads
-        rk, dk, rv, dv = 0, 0, 0, 0
-    else:   # a paged cache's K (transposed) and V tiles: their keys and columns (_paged_tile)
-        dims = d.astype(tc.int64)
-        rk, dk, rv, dv = tc.arange(0, BN)[None, :], dims[:, None], tc.arange(0, BN)[:, None], dims[None, :]
+    # K (transposed) and V tiles' keys and columns (_paged_tile)
+    dims = d.astype(tc.int64)
+    rk, dk, rv, dv = tc.arange(0, BN)[None, :], dims[:, None], tc.arange(0, BN)[:, None], dims[None, :]
     q_rows = b.astype(tc.int64) * q.stride(0) + t * q.stride(1) + (hk * GROUP + g) * q.stride(2)
     qt = tc.load(q.ptr + q_rows[:, None] + d[None, :], mask=ok[:, None] & (d < DIM)[None, :], other=0.0)
 
