@@ -95,8 +95,9 @@ def _paged_tile(k, table, b, hk, j, n_kv, r, d, MASKED: tc.constexpr, PAGE: tc.c
     (pages, kv_heads, page, dim); PAGE 0: a contiguous one, batch row b its one page):
     (BN, D) with `r` arange(BN) as (BN, 1) and `d` arange(D) as (1, D) (V), (D, BN) with
     them as (1, BN) and (D, 1) (K transposed as the dot reads it, so that the load feeds the
-    dot's shared buffer directly and the loop stages it with cp.async). A tile inside one page (PAGE a multiple of BN) looks its page up once; smaller
-    or odd pages look up each key's. Either way each key's row is read as whole 16-byte
+    dot's shared buffer directly and the loop stages it with cp.async). A tile inside one
+    page (PAGE a multiple of BN) looks its page up once; smaller or odd pages look up each
+    key's. Either way each key's row is read as whole 16-byte
     groups, by pointers whose only run-time parts are the page, the key and `d`: no bounds
     checks, and only masked (edge) tiles check the keys against the sequence (zeros past
     it), the interior's keys all exist. `r` and `d` (d as i64) come from the kernel, made once
