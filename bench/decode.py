@@ -1,7 +1,7 @@
 """Decode attention: KV-cache read bandwidth of sk.attention_decode beside the device's copy
 bandwidth, torch SDPA on the same (dense) cache and sk.attention used the naive way.
 
-    python bench/decode.py [--quick] [--check] [--pages 0,16,64] [--json FILE] [--splits 8,16,32,64]
+    python bench/decode.py [--quick] [--check] [--pages 0,16,64] [--json FILE] [--splits 8,16,32,64] [--bn 32,64]
 
 One new token per sequence (q_len 1), bf16, head dim 128, every sequence full (cache_seqlens
 = context). GB/s = the KV cache's bytes (2 x batch x context x kv_heads x 128 x 2) / time,
@@ -14,11 +14,14 @@ as it is (bshd; GQA through its heads, so each kv head is read once per query he
 ratios are times: > 1 means attention_decode is faster. Prints a markdown table, then one
 JSON line (also written to --json). `--splits` also times each row with num_splits forced to
 each value given (outputs checked against the plan's own), after the row: what the split
-heuristic's numbers (attention_decode.DecodeTuning) are measured by.
+heuristic's numbers (attention_decode.DecodeTuning) are measured by. `--bn` likewise times each
+row with each given number of keys per step (DecodeTuning.keys_per_step; the plan's splits).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import sys
 
@@ -27,6 +30,7 @@ import triton
 
 from tilec.stdlib_kernels import attention as sk_attention
 from tilec.stdlib_kernels import attention_decode
+from tilec.stdlib_kernels._plan import clear_plans
 from tilec.stdlib_kernels.attention_decode import config_for, split_count
 from tilec.target import Target
 
@@ -82,7 +86,24 @@ def split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits):
     return got
 
 
-def run(shapes, pages, check, sdpa_max, max_gb, copy_bw, splits=()):
+def bn_sweep(fn, out, kv_bytes, copy_bw, bns):
+    """{keys per step: % of copy} of `fn()` with DecodeTuning.keys_per_step set to each value."""
+    mod = importlib.import_module("tilec.stdlib_kernels.attention_decode")
+    saved, got = mod.TUNING, {}
+    try:
+        for bn in bns:
+            mod.TUNING = dataclasses.replace(saved, keys_per_step=bn)
+            clear_plans()   # the entry point's recorded launches hold the old tiles
+            err = (fn().float() - out.float()).abs().max().item()
+            assert err < 2e-2, (bn, err)
+            got[bn] = 100 * kv_bytes / bench(fn) / copy_bw
+    finally:
+        mod.TUNING = saved
+        clear_plans()
+    return got
+
+
+def run(shapes, pages, check, sdpa_max, max_gb, copy_bw, splits=(), bns=()):
     rows = []
     target = Target.for_device() if splits else None
     for heads, kv_heads in HEADS:
@@ -131,6 +152,10 @@ def run(shapes, pages, check, sdpa_max, max_gb, copy_bw, splits=()):
                     rows[-1]["splits"] = split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits)
                     print(f"  num_splits (plan: {planned}): "
                           + ", ".join(f"{n}: {pct:.1f}%" for n, pct in rows[-1]["splits"].items()), flush=True)
+                if bns:
+                    rows[-1]["bn"] = bn_sweep(fn, out, kv_bytes, copy_bw, bns)
+                    print("  keys per step: " + ", ".join(f"{n}: {pct:.1f}%" for n, pct in rows[-1]["bn"].items()),
+                          flush=True)
             q = kc = vc = kp = vp = None   # the next shape's arrays take their place
             torch.cuda.empty_cache()
     return rows
@@ -160,8 +185,15 @@ def main(argv=None):
     p.add_argument("--json", default=None)
     p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
     p.add_argument("--splits", default="", help="comma-separated num_splits to time each row with too")
+    p.add_argument("--bn", default="", help="comma-separated keys per step to time each row with too (16, 32, 64)")
     args = p.parse_args(argv)
     pages = [int(x) for x in args.pages.split(",")]
+    try:
+        bns = [int(x) for x in args.bn.split(",") if x]
+    except ValueError:
+        p.error(f"--bn: expected comma-separated ints, got {args.bn!r}")
+    if any(n not in (16, 32, 64) for n in bns):
+        p.error(f"--bn: expected 16, 32 or 64, got {args.bn!r}")
     try:
         splits = [int(x) for x in args.splits.split(",") if x]
     except ValueError:
@@ -172,7 +204,8 @@ def main(argv=None):
     copy_bw = copy_bandwidth()
     print(f"{dev}: copy {copy_bw / 1e9:.0f} GB/s (read + write of 1 GiB)\n")
     print(HEADER, flush=True)
-    rows = run(QUICK if args.quick else SHAPES, pages, args.check, args.sdpa_max_gb, args.max_gb, copy_bw, splits)
+    rows = run(QUICK if args.quick else SHAPES, pages, args.check, args.sdpa_max_gb, args.max_gb, copy_bw, splits,
+               bns)
     result = dict(device=dev, copy_gbs=copy_bw / 1e9, rows=rows)
     line = json.dumps(result)
     print(line)

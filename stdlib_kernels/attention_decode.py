@@ -69,6 +69,8 @@ class DecodeTuning:
     split_waves: int = 2              # splits for about this many programs per SM
     min_split_tiles: int = 4          # each split reads at least this many tiles of keys
     max_splits: int = 128
+    keys_per_step: int = 32           # BN (config_for); 64 fits two programs per SM too since
+                                      # the contiguous cache's pointer loads (126 registers), unmeasured
 
 
 TUNING = DecodeTuning()
@@ -344,17 +346,19 @@ class DecodeConfig:
     row_blocks: int
 
 
-def config_for(group: int, q_len: int, head_dim: int) -> DecodeConfig:
+def config_for(group: int, q_len: int, head_dim: int, t: Optional[DecodeTuning] = None) -> DecodeConfig:
     """The tiling of `group` query heads per kv head x `q_len` tokens; a pure function.
     Rows are padded to a tile of at least 16 (the tensor cores' M); up to 64 rows share a
-    program (32 at head dims past 128, whose accumulator is twice as wide), in steps of 32
-    keys at 8 warps: M = 16 leaves every warp its own slice of keys but the whole of q,
-    and 64-key steps took 241 registers at 8 warps, 255 and spills at 4 (sm_90a, bf16,
-    head dim 128); 128 rows spilled at any step."""
+    program (32 at head dims past 128, whose accumulator is twice as wide), in steps of
+    `keys_per_step` (32) keys at 8 warps: M = 16 leaves every warp its own slice of keys but
+    the whole of q. With the 4-D view loads contiguous caches had, 64-key steps took 241
+    registers at 8 warps, 255 and spills at 4 (sm_90a, bf16, head dim 128); 128 rows
+    spilled at any step. `bench/decode.py --bn 32,64` times the alternatives."""
+    t = t or TUNING
     rows = group * q_len
     d = max(next_pow2(head_dim), 16)
     bm = min(max(16, next_pow2(rows)), 64 if d <= 128 else 32)
-    return DecodeConfig(bm, 32, d, 8, -(-rows // bm))
+    return DecodeConfig(bm, t.keys_per_step, d, 8, -(-rows // bm))
 
 
 def decode_options(bm: int) -> dict:

@@ -413,3 +413,27 @@ def test_kernel_ir_round_trips(name, sig):
     k = getattr(D, name)
     module = k.ir(k.specialization(sig))
     assert verify(parse(print_module(module))) == module
+
+
+@pytest.mark.parametrize("bn", [16, 64])
+def test_other_keys_per_step_give_the_same_attention(bn, monkeypatch):
+    # DecodeTuning.keys_per_step (what bench/decode.py --bn times): contiguous and paged
+    # caches, split and not, NaN past every sequence, at steps other than the shipped 32
+    import dataclasses
+    monkeypatch.setattr(D, "TUNING", dataclasses.replace(D.TUNING, keys_per_step=bn))
+    assert D.config_for(4, 1, 32).bn == bn
+    rng = np.random.default_rng(bn)
+    q = rng.standard_normal((2, 1, 8, 32)).astype(np.float16)
+    kc = np.full((2, 150, 2, 32), np.nan, np.float16)
+    vc = np.full((2, 150, 2, 32), np.nan, np.float16)
+    lens = np.array([101, 150], np.int32)
+    for b, n in enumerate(lens):
+        kc[b, :n] = rng.standard_normal((n, 2, 32))
+        vc[b, :n] = rng.standard_normal((n, 2, 32))
+    want = decode_ref(q, kc, vc, lens, causal=True)[0]
+    for splits in (1, 3):
+        check(attention_decode(q, kc, vc, lens, num_splits=splits), want, 3e-3)
+    kp, vp, table = paged(rng, 2, 150, 16, 2, 32)
+    lens_p = np.array([77, 140], np.int32)
+    o = attention_decode(q, kp, vp, lens_p, block_table=table, num_splits=2)
+    check(o, decode_ref(q, kp, vp, lens_p, table, causal=True)[0], 3e-3)
