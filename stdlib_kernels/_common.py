@@ -379,7 +379,9 @@ def empty_like(a: Arr, shape: Sequence[int], dtype: DType, zero: bool = False) -
         new = torch.zeros if zero else torch.empty
         t = new(shape, dtype=tdtype, device=tdevice)
         if _plan.recording() is not None:
-            _plan.register_alloc(t, lambda: new(shape, dtype=tdtype, device=tdevice))
+            _plan.register_alloc(t, lambda: new(shape, dtype=tdtype, device=tdevice), a.obj,
+                                 (lambda x: x.new_zeros(shape, dtype=tdtype)) if zero
+                                 else (lambda x: x.new_empty(shape, dtype=tdtype)))
         return as_array(t, "out")
     if a.kind == "cupy":
         cupy = sys.modules["cupy"]

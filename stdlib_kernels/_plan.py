@@ -66,7 +66,7 @@ class _Recording:
         self.where: Dict[int, Tuple] = {}   # id(obj) -> (root, element offset)
         self.views: Dict[int, Tuple] = {}   # id(view) -> (root, offset, shape, strides)
         self.keep: List[Any] = []           # objects whose ids are in the maps stay alive
-        self.outs: List[Tuple] = []         # (kind, shape, dtype, device) per allocation
+        self.outs: List[Tuple] = []         # (allocate, input index or None) per allocation (register_alloc)
         self.launches: List[Tuple] = []
         self.ok = True
         self.per_call = None                # the entry's per-call function, its results
@@ -95,11 +95,18 @@ def register_root(obj, root: Tuple, offset: int = 0) -> None:
     rec.keep.append(obj)
 
 
-def register_alloc(obj, allocate) -> None:
-    """`obj` was allocated by the entry point; `allocate()` makes another like it."""
+def register_alloc(obj, allocate, like=None, allocate_like=None) -> None:
+    """`obj` was allocated by the entry point; `allocate()` makes another like it. Where `like`
+    (an array on the output's device) is one of the call's arguments, `allocate_like(arg)`
+    makes it from the replayed call's argument instead (torch: `new_empty` takes the device
+    from the tensor, where `torch.empty(..., device=)` parses it on every call)."""
     rec = _tls.rec
     register_root(obj, ("out", len(rec.outs)))
-    rec.outs.append(allocate)
+    w = rec.where.get(id(like)) if allocate_like is not None else None
+    if w is not None and w[0][0] == "in" and w[1] == 0:
+        rec.outs.append((allocate_like, w[0][1]))
+    else:
+        rec.outs.append((allocate, None))
 
 
 def register_slice(parent, obj, offset: int) -> None:
@@ -363,7 +370,7 @@ def _finish(rec, result, values):
         raw_stream = sys.modules["torch"]._C._cuda_getCurrentRawStream if torch_stream else None  # noqa: SLF001
         launches.append((lp, tuple(recipe), lp.scalar_values() if subs else None, subs, raw_stream))
     # per allocation: how to make another, and whether it is a torch tensor (else a DeviceArray)
-    outs = tuple((allocate, type(o) is tensor_cls) for allocate, o in zip(rec.outs, objs[n_in:]))
+    outs = tuple((allocate, like, type(o) is tensor_cls) for (allocate, like), o in zip(rec.outs, objs[n_in:]))
     return (outs, tuple(launches), isinstance(result, tuple), tuple(returns))
 
 
@@ -380,8 +387,8 @@ def _replay(plan, values, ptrs, derived_now):
     objs = values
     if outs:
         objs = list(values)
-        for allocate, is_torch in outs:
-            o = allocate()
+        for allocate, like, is_torch in outs:
+            o = allocate() if like is None else allocate(values[like])
             objs.append(o)
             ptrs.append(o.data_ptr() if is_torch else o.ptr)
     # the stream the launcher would pick: a tc.Graph capture's, else torch's current one when a

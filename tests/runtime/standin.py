@@ -214,6 +214,11 @@ class Tensor:
     def element_size(self):
         return self.dtype.itemsize
 
+    def new_empty(self, shape, dtype=None):
+        return _new(shape, dtype or self.dtype, self.device)
+
+    new_zeros = new_empty
+
     def as_strided(self, shape, strides, offset=0):
         return Tensor(self._ptr + offset * self.dtype.itemsize, shape, self.dtype, strides, self.device)
 

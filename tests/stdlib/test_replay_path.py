@@ -363,3 +363,23 @@ def test_a_plan_keeps_no_array_of_the_call_it_was_recorded_from(gpu, kind, name)
     del result
     gc.collect()
     assert [r() for r in made + outs] == [None] * len(made + outs)
+
+
+def test_a_replay_allocates_its_outputs_from_an_argument_tensor(gpu, monkeypatch):
+    # torch.empty(..., device=) parses its device on every call; a replay makes its outputs
+    # with the argument's new_empty / new_zeros instead, on the argument's device
+    fake, torch = gpu
+    x, y = tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1)
+    first = sk.mul(x, y)
+    assert first.device == torch.device("cuda", 1)
+    made = []
+    plain = type(x).new_empty
+
+    def counted(self, shape, dtype=None):
+        made.append((self.device, tuple(shape), dtype))
+        return plain(self, shape, dtype)
+    monkeypatch.setattr(type(x), "new_empty", counted)
+    out = sk.mul(tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1))
+    assert made == [(torch.device("cuda", 1), (33, 70), torch.float16)]
+    assert out.device == torch.device("cuda", 1) and out.shape == (33, 70) and out.dtype is torch.float16
+    assert out.data_ptr() != first.data_ptr()
