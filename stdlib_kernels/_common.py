@@ -364,6 +364,16 @@ _TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "
                 "i64": "int64", "i8": "int8", "u8": "uint8", "i16": "int16", "i1": "bool"}
 
 
+def _like_maker(torch, shape, tdtype, zero: bool, same: bool):
+    """How a launch plan's replay makes a torch output from the argument it was made like:
+    `empty_like` where the argument is a contiguous array of the output's shape and dtype,
+    else `new_empty` (an H200 host: torch.empty(shape, dtype=, device=) 5.0 us,
+    x.new_empty 4.1, torch.empty_like 3.1; docs/stdlib.md, "Host path")."""
+    if same:
+        return torch.zeros_like if zero else torch.empty_like
+    return (lambda x: x.new_zeros(shape, dtype=tdtype)) if zero else (lambda x: x.new_empty(shape, dtype=tdtype))
+
+
 def empty_like(a: Arr, shape: Sequence[int], dtype: DType, zero: bool = False) -> Arr:
     """A new contiguous array of `shape` and `dtype`, of `a`'s kind and on `a`'s device (of
     zeros if `zero`)."""
@@ -379,9 +389,9 @@ def empty_like(a: Arr, shape: Sequence[int], dtype: DType, zero: bool = False) -
         new = torch.zeros if zero else torch.empty
         t = new(shape, dtype=tdtype, device=tdevice)
         if _plan.recording() is not None:
-            _plan.register_alloc(t, lambda: new(shape, dtype=tdtype, device=tdevice), a.obj,
-                                 (lambda x: x.new_zeros(shape, dtype=tdtype)) if zero
-                                 else (lambda x: x.new_empty(shape, dtype=tdtype)))
+            _plan.register_alloc(t, lambda: new(shape, dtype=tdtype, device=tdevice), a.obj, _like_maker(
+                torch, shape, tdtype, zero, shape == a.shape and dtype is a.dtype
+                and tuple(a.strides) == contiguous_strides(shape)))
         return as_array(t, "out")
     if a.kind == "cupy":
         cupy = sys.modules["cupy"]

@@ -272,6 +272,7 @@ def fake_torch(stream: int = 0, capturing: bool = False):
         setattr(m, name, FLOAT32 if name == "float32" else dtype(name))
     m.float, m.half = m.float32, m.float16
     m.empty = m.zeros = _new
+    m.empty_like = m.zeros_like = lambda t: _new(t.shape, t.dtype, t.device)
     m.state = types.SimpleNamespace(stream=stream, capturing=capturing)
     m._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device_index: m.state.stream)
     m.cuda = types.SimpleNamespace(is_current_stream_capturing=lambda: m.state.capturing,

@@ -367,19 +367,28 @@ def test_a_plan_keeps_no_array_of_the_call_it_was_recorded_from(gpu, kind, name)
 
 def test_a_replay_allocates_its_outputs_from_an_argument_tensor(gpu, monkeypatch):
     # torch.empty(..., device=) parses its device on every call; a replay makes its outputs
-    # with the argument's new_empty / new_zeros instead, on the argument's device
+    # from the argument they were made like, on its device: empty_like where shape and dtype
+    # are the argument's (a contiguous one), else new_empty
     fake, torch = gpu
-    x, y = tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1)
-    first = sk.mul(x, y)
-    assert first.device == torch.device("cuda", 1)
     made = []
-    plain = type(x).new_empty
+    plain_like, plain_new = torch.empty_like, type(tensor(torch, (1,))).new_empty
 
-    def counted(self, shape, dtype=None):
-        made.append((self.device, tuple(shape), dtype))
-        return plain(self, shape, dtype)
-    monkeypatch.setattr(type(x), "new_empty", counted)
-    out = sk.mul(tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1))
-    assert made == [(torch.device("cuda", 1), (33, 70), torch.float16)]
-    assert out.device == torch.device("cuda", 1) and out.shape == (33, 70) and out.dtype is torch.float16
-    assert out.data_ptr() != first.data_ptr()
+    def like(t):
+        made.append(("empty_like", t.device, t.shape))
+        return plain_like(t)
+
+    def new(self, shape, dtype=None):
+        made.append(("new_empty", self.device, tuple(shape)))
+        return plain_new(self, shape, dtype)
+    monkeypatch.setattr(torch, "empty_like", like)
+    monkeypatch.setattr(type(tensor(torch, (1,))), "new_empty", new)
+    dev1 = torch.device("cuda", 1)
+    for op, want in ((lambda x, y: sk.mul(x, y), ("empty_like", dev1, (33, 70))),
+                     (lambda x, y: sk.sum(x, dim=-1), ("new_empty", dev1, (33,)))):
+        first = op(tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1))
+        assert first.device == dev1
+        made.clear()
+        out = op(tensor(torch, (33, 70), dev=1), tensor(torch, (33, 70), dev=1))
+        assert made == [want]
+        assert out.device == dev1 and out.shape == want[2] and out.dtype is torch.float16
+        assert out.data_ptr() != first.data_ptr()
