@@ -437,3 +437,17 @@ def test_other_keys_per_step_give_the_same_attention(bn, monkeypatch):
     lens_p = np.array([77, 140], np.int32)
     o = attention_decode(q, kp, vp, lens_p, block_table=table, num_splits=2)
     check(o, decode_ref(q, kp, vp, lens_p, table, causal=True)[0], 3e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page,split", [(0, True), (0, False), (16, True), (64, False)])
+def test_sixteen_row_kernels_keep_two_programs_per_sm(page, split):
+    # the plan's floor of two programs per SM (decode_options) holds without spills for the
+    # GQA-4 configurations, contiguous included: with 4-D view loads the contiguous split
+    # kernel took 171 registers, the compiler dropped the floor and one program ran per SM
+    sig = D._decode_sig("bf16", page, split, 4, 1, 16, 32)
+    compiled = compile_kernel(D.decode_kernel, parse_signature(D.decode_kernel, sig),
+                              CompileOptions(arch="sm_90a", **_options("decode_kernel", sig)), use_cache=False)
+    report = compiled.metadata["ptxas"]
+    assert report["registers"] <= 128 and report["spill_stores"] == 0, report
+    assert ".minnctapersm 2" in compiled.asm["ptx"]

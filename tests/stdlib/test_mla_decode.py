@@ -298,4 +298,8 @@ def test_wgmma_kernel_assembles_and_reports_its_spills(name, sig, warps):
     if report["spill_stores"] or report["spill_loads"]:
         assert any(name in str(w.message) and "spills" in str(w.message) for w in seen), [str(w.message) for w in seen]
     assert report["registers"] <= 255 and not report["warnings"], report
-    assert "wgmma.mma_async" in compiled.asm["ptx"]
+    # S: three wgmmas on the resident Q (shared memory); P V: P from registers
+    dots = [r.message for r in compiled.remarks if r.kind == "dot"]
+    assert sum("wgmma m64n64k16" in d and "A from shared memory" in d for d in dots) == 3, dots
+    assert sum("wgmma m64n256k16" in d and "A from registers" in d for d in dots) == 1, dots
+    assert len(dots) == 4, dots
