@@ -14,7 +14,7 @@ as it is (bshd; GQA through its heads, so each kv head is read once per query he
 ratios are times: > 1 means attention_decode is faster. Prints a markdown table, then one
 JSON line (also written to --json). `--splits` also times each row with num_splits forced to
 each value given (outputs checked against the plan's own), after the row: what the split
-heuristic's numbers (attention_decode.DecodeTuning) are measured by. `--bn` likewise times each
+heuristic's numbers (tuning.DecodeTuning) are measured by. `--bn` likewise times each
 row with each given number of keys per step (DecodeTuning.keys_per_step; the plan's splits).
 """
 from __future__ import annotations
@@ -88,17 +88,18 @@ def split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits):
 
 def bn_sweep(fn, out, kv_bytes, copy_bw, bns):
     """{keys per step: % of copy} of `fn()` with DecodeTuning.keys_per_step set to each value."""
-    mod = importlib.import_module("tilec.stdlib_kernels.attention_decode")
-    saved, got = mod.TUNING, {}
+    tuning = importlib.import_module("tilec.stdlib_kernels.tuning")
+    family = tuning.row_tuning(Target.for_device()).family
+    saved, got = tuning.TABLES[family], {}
     try:
         for bn in bns:
-            mod.TUNING = dataclasses.replace(saved, keys_per_step=bn)
+            tuning.TABLES[family] = dataclasses.replace(saved, decode=dataclasses.replace(saved.decode, keys_per_step=bn))
             clear_plans()   # the entry point's recorded launches hold the old tiles
             err = (fn().float() - out.float()).abs().max().item()
             assert err < 2e-2, (bn, err)
             got[bn] = 100 * kv_bytes / bench(fn) / copy_bw
     finally:
-        mod.TUNING = saved
+        tuning.TABLES[family] = saved
         clear_plans()
     return got
 
@@ -146,7 +147,7 @@ def run(shapes, pages, check, sdpa_max, max_gb, copy_bw, splits=(), bns=()):
                                  naive_us=naive_t and naive_t * 1e6, x_naive=naive_t and naive_t / t, err=err))
                 print(_row(rows[-1]), flush=True)
                 if splits:
-                    cfg = config_for(heads // kv_heads, 1, DIM)
+                    cfg = config_for(heads // kv_heads, 1, DIM, target)
                     tiles = -(-ctx // cfg.bn)
                     planned = split_count(batch * kv_heads * cfg.row_blocks, tiles, target)
                     rows[-1]["splits"] = split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits)

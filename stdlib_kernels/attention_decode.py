@@ -45,11 +45,13 @@ import numpy as np
 import tilec as tc
 from tilec.target import Target
 
-from ._common import DEPENDENT, Arr, as_array, check_float, check_same_place, next_pow2, output, target_of, view
+from ._common import (DEPENDENT, HOST_TARGET, Arr, as_array, check_float, check_same_place, next_pow2, output,
+                      target_of, view)
 from ._plan import planned
 from .attention import HEAD_DIMS, LN2, LOG2E, _window, online_softmax
 from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
+from .tuning import DecodeTuning, tuning_for
 
 __all__ = ["attention_decode", "plan", "DecodeConfig", "config_for", "split_count", "SIGNATURES"]
 
@@ -60,20 +62,6 @@ NO_SPLIT = 1 << 30        # tiles per split of an unsplit launch (more than any 
 SPLIT = "split_kv"        # the schedules: keys split among programs, then a merge
 ONE_PASS = "one_pass"     # one program per (sequence, kv head, row block) writes the output
 APPEND = "append"
-
-
-@dataclass(frozen=True)
-class DecodeTuning:
-    """The numbers the decode plan reads (sm_90 family; sm_80 takes them until measured)."""
-    split_min_programs: float = 1.0   # split only while the programs are fewer than this many per SM
-    split_waves: int = 2              # splits for about this many programs per SM
-    min_split_tiles: int = 4          # each split reads at least this many tiles of keys
-    max_splits: int = 128
-    keys_per_step: int = 32           # BN (config_for); 64 fits two programs per SM too since
-                                      # the contiguous cache's pointer loads (126 registers), unmeasured
-
-
-TUNING = DecodeTuning()
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -346,15 +334,16 @@ class DecodeConfig:
     row_blocks: int
 
 
-def config_for(group: int, q_len: int, head_dim: int, t: Optional[DecodeTuning] = None) -> DecodeConfig:
+def config_for(group: int, q_len: int, head_dim: int, target: Optional[Target] = None) -> DecodeConfig:
     """The tiling of `group` query heads per kv head x `q_len` tokens; a pure function.
     Rows are padded to a tile of at least 16 (the tensor cores' M); up to 64 rows share a
     program (32 at head dims past 128, whose accumulator is twice as wide), in steps of
     `keys_per_step` (32) keys at 8 warps: M = 16 leaves every warp its own slice of keys but
     the whole of q. With the 4-D view loads contiguous caches had, 64-key steps took 241
     registers at 8 warps, 255 and spills at 4 (sm_90a, bf16, head dim 128); 128 rows
-    spilled at any step. `bench/decode.py --bn 32,64` times the alternatives."""
-    t = t or TUNING
+    spilled at any step. `bench/decode.py --bn 32,64` times the alternatives. `target`: whose
+    table (tuning.DecodeTuning; default the host path's, sm_90a)."""
+    t = tuning_for(target or HOST_TARGET).decode
     rows = group * q_len
     d = max(next_pow2(head_dim), 16)
     bm = min(max(16, next_pow2(rows)), 64 if d <= 128 else 32)
@@ -370,13 +359,15 @@ def decode_options(bm: int) -> dict:
     return {"min_programs_per_sm": 2, "num_stages": 2} if bm <= 32 else {}
 
 
-def split_count(programs: int, tiles: int, target: Target, t: DecodeTuning = TUNING) -> int:
+def split_count(programs: int, tiles: int, target: Target, t: Optional[DecodeTuning] = None) -> int:
     """Splits of each sequence's `tiles` key tiles among programs, for `programs` (sequence,
     kv head, row block) programs on `target`: none while the programs fill every SM
     (`split_min_programs` per SM); else as many as `split_waves` programs per SM hold (rounded
     down: one program past them is a second round of the whole split's time, 8 x 4096 keys
     of GQA took 5 splits = 320 programs at 42.6% of copy, 4 = 256 at 58.6%, H200), each
-    split at least `min_split_tiles` tiles, at most `max_splits`."""
+    split at least `min_split_tiles` tiles, at most `max_splits` (tuning.DecodeTuning: `t`,
+    default `target`'s table)."""
+    t = t or tuning_for(target).decode
     if programs >= t.split_min_programs * target.sm_count:
         return 1
     want = t.split_waves * target.sm_count // max(programs, 1)
@@ -394,7 +385,7 @@ def plan(q: Arr, k: Arr, page_size: int, context: int, n_new: int, num_splits: O
     batch, q_len, heads, dim = q.shape
     kv_heads = k.shape[2]
     group = heads // kv_heads
-    cfg = config_for(group, q_len, dim)
+    cfg = config_for(group, q_len, dim, target)
     tiles = max(-(-context // cfg.bn), 1)
     programs = batch * kv_heads * cfg.row_blocks
     splits = split_count(programs, tiles, target) if num_splits is None else max(1, min(int(num_splits), tiles))

@@ -64,6 +64,7 @@ from ._plan import named, planned
 from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
 from .attention import online_softmax
+from .tuning import tuning_for
 
 __all__ = ["mla_decode", "mla_decode_kernel", "mla_chunks_kernel", "mla_combine_kernel", "MLAPlan", "config", "plan",
            "split_count", "uses_wgmma",
@@ -81,8 +82,6 @@ WARPS = 8
 # The wgmma kernel (sm_90a): 64 keys per step (S's N: 64 per warpgroup is wgmma's least
 # here), one warpgroup, the latent columns as two 256-wide halves and the rope part.
 WG_BN, WG_HALF, WG_ROPE, WG_WARPS = 64, 256, 64, 4
-MAX_SPLITS = 32
-MIN_BLOCKS_PER_SPLIT = 4                  # a split reads at least 4 steps of keys: fewer make the combine dominate
 
 
 @tc.func
@@ -332,12 +331,13 @@ def split_count(programs: int, max_keys: int, target: Target, per_sm: int = 2, k
     rounded down (a program past them waits for a second round): `programs` is one launch's
     batch x M blocks (x value parts), `max_keys` the longest context the cache can hold (a
     bound known from shapes alone, no device read). Each split keeps at least
-    MIN_BLOCKS_PER_SPLIT steps of keys; at most MAX_SPLITS."""
+    `min_steps_per_split` steps of keys; at most `max_splits` (tuning.MlaDecodeTuning)."""
+    t = tuning_for(target).mla_decode
     want = per_sm * target.sm_count
     if programs <= 0 or programs >= want:
         return 1
-    by_keys = max(1, -(-max_keys // (keys_per_step * MIN_BLOCKS_PER_SPLIT)))
-    return max(1, min(want // programs, by_keys, MAX_SPLITS))
+    by_keys = max(1, -(-max_keys // (keys_per_step * t.min_steps_per_split)))
+    return max(1, min(want // programs, by_keys, t.max_splits))
 
 
 def uses_wgmma(dim: int, target: Target) -> bool:

@@ -23,7 +23,7 @@ from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
            "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
-           "AttentionBwdTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "AttentionBwdTuning", "DecodeTuning", "MlaDecodeTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,25 @@ class AttentionBwdTuning:
 
 
 @dataclass(frozen=True)
+class DecodeTuning:
+    """attention_decode's split-KV and tile numbers (attention_decode.split_count, config_for;
+    docs/benchmarks.md "Decode attention": the split sweep behind split_waves)."""
+    split_min_programs: float = 1.0   # split only while the programs are fewer than this many per SM
+    split_waves: int = 2              # splits for as many programs per SM as this (rounded down)
+    min_split_tiles: int = 4          # each split reads at least this many tiles of keys
+    max_splits: int = 128
+    keys_per_step: int = 32           # BN; 64 fits two programs per SM too since the contiguous
+                                      # cache's pointer loads (126 registers), unmeasured (--bn)
+
+
+@dataclass(frozen=True)
+class MlaDecodeTuning:
+    """mla_decode's split numbers (mla_decode.split_count; docs/benchmarks.md "MLA decode")."""
+    max_splits: int = 32
+    min_steps_per_split: int = 4      # a split reads at least this many steps: fewer make the merge dominate
+
+
+@dataclass(frozen=True)
 class RowTuning:
     family: str
     cluster: ClusterTuning = ClusterTuning()
@@ -255,6 +274,8 @@ class RowTuning:
     sampling: SamplingTuning = SamplingTuning()
     attention_fwd: AttentionFwdTuning = AttentionFwdTuning()
     attention_bwd: AttentionBwdTuning = AttentionBwdTuning()
+    decode: DecodeTuning = DecodeTuning()
+    mla_decode: MlaDecodeTuning = MlaDecodeTuning()
 
 
 TABLES = {

@@ -21,7 +21,9 @@ import tilec as tc
 from attention_ref import attention_ref
 
 D = importlib.import_module("tilec.stdlib_kernels.attention_decode")
+T = importlib.import_module("tilec.stdlib_kernels.tuning")
 H100, A100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+DT = T.tuning_for(H100).decode   # the decode plan's numbers on H100 (tuning.DecodeTuning)
 
 
 def decode_ref(q, k_cache, v_cache, lens, table=None, **kw):
@@ -223,7 +225,7 @@ def test_plan_splits_few_sequences_over_the_sms():
     splits = main.grid[1]
     assert main.grid == (8, splits, 1)
     # as many as split_waves programs per SM hold: 8 sequences x heads, 132 SMs
-    assert splits == D.TUNING.split_waves * H100.sm_count // 8
+    assert splits == DT.split_waves * H100.sm_count // 8
     assert dict(merge.options) == {"dependent_launch": True}
     assert merge.consts["SPLITS"] == D.next_pow2(splits) and main.consts["SPLIT"] is True
     assert merge.grid == (8, 4)            # one merge program per query row: 4 heads x 1 token
@@ -234,8 +236,8 @@ def test_split_count_never_spills_into_another_round():
     # programs x splits stay within split_waves per SM (a program past them costs a round)
     for programs in (1, 7, 8, 32, 64, 100):
         n = D.split_count(programs, 1 << 20, H100)
-        assert n * programs <= D.TUNING.split_waves * H100.sm_count
-        assert (n + 1) * programs > D.TUNING.split_waves * H100.sm_count or n == D.TUNING.max_splits
+        assert n * programs <= DT.split_waves * H100.sm_count
+        assert (n + 1) * programs > DT.split_waves * H100.sm_count or n == DT.max_splits
 
 
 def test_plan_keeps_one_pass_when_the_programs_fill_the_gpu():
@@ -250,7 +252,7 @@ def test_plan_keeps_one_pass_when_the_programs_fill_the_gpu():
 def test_plan_short_contexts_split_no_finer_than_min_tiles():
     lns = _plan(1, 1, 8, 8, 512)
     tiles = 512 // 32
-    assert lns[0].grid[1] == tiles // D.TUNING.min_split_tiles
+    assert lns[0].grid[1] == tiles // DT.min_split_tiles
     assert [ln.schedule for ln in _plan(1, 1, 8, 8, 100)] == [D.ONE_PASS]   # 4 tiles: one split
 
 
@@ -420,8 +422,10 @@ def test_other_keys_per_step_give_the_same_attention(bn, monkeypatch):
     # DecodeTuning.keys_per_step (what bench/decode.py --bn times): contiguous and paged
     # caches, split and not, NaN past every sequence, at steps other than the shipped 32
     import dataclasses
-    monkeypatch.setattr(D, "TUNING", dataclasses.replace(D.TUNING, keys_per_step=bn))
-    assert D.config_for(4, 1, 32).bn == bn
+    table = T.TABLES["sm_90"]
+    monkeypatch.setitem(T.TABLES, "sm_90", dataclasses.replace(
+        table, decode=dataclasses.replace(table.decode, keys_per_step=bn)))
+    assert D.config_for(4, 1, 32).bn == bn and D.config_for(4, 1, 32, H100).bn == bn
     rng = np.random.default_rng(bn)
     q = rng.standard_normal((2, 1, 8, 32)).astype(np.float16)
     kc = np.full((2, 150, 2, 32), np.nan, np.float16)

@@ -18,6 +18,7 @@ from launch_spy import spy_launches
 M = importlib.import_module("tilec.stdlib_kernels.mla_decode")
 D, DV = 576, 512
 H100, A100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+MT = importlib.import_module("tilec.stdlib_kernels.tuning").tuning_for(H100).mla_decode
 
 
 def _cache(rng, lens, page, paged, dtype=np.float16):
@@ -169,14 +170,14 @@ def test_split_rule():
     # few programs, long contexts: split until the programs fill the SMs (wgmma: one per SM,
     # its shared memory; chunks: two), rounded down
     few = M.config(1, 1, 16, 512, 8192, True, 64, H100)
-    assert few.num_splits == min(H100.sm_count // 2, M.MAX_SPLITS)           # 2 programs: the value halves
+    assert few.num_splits == min(H100.sm_count // 2, MT.max_splits)           # 2 programs: the value halves
     assert M.config(4, 1, 16, 512, 1 << 16, True, 64, H100).num_splits == H100.sm_count // 8
     assert M.config(8, 1, 16, 512, 1 << 16, True, 64, A100).num_splits == 2 * A100.sm_count // 16
     # enough programs already: no split
     assert M.config(128, 1, 128, 512, 8192, True, 64, H100).num_splits == 1
-    # a short context caps the splits: each keeps MIN_BLOCKS_PER_SPLIT steps
+    # a short context caps the splits: each keeps min_steps_per_split steps
     short = M.config(1, 1, 16, 512, 512, True, 64, H100)
-    assert short.num_splits == 512 // (M.WG_BN * M.MIN_BLOCKS_PER_SPLIT)
+    assert short.num_splits == 512 // (M.WG_BN * MT.min_steps_per_split)
     # the SM count enters: fewer SMs, fewer splits
     assert M.split_count(8, 1 << 16, A100) == 2 * A100.sm_count // 8
     assert M.split_count(8, 1 << 16, A100) < M.split_count(8, 1 << 16, H100) or A100.sm_count >= H100.sm_count
