@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import sys
 
@@ -29,7 +28,7 @@ import torch
 import triton
 
 from tilec.stdlib_kernels import attention as sk_attention
-from tilec.stdlib_kernels import attention_decode
+from tilec.stdlib_kernels import attention_decode, tuning
 from tilec.stdlib_kernels._plan import clear_plans
 from tilec.stdlib_kernels.attention_decode import config_for, split_count
 from tilec.target import Target
@@ -88,7 +87,6 @@ def split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits):
 
 def bn_sweep(fn, out, kv_bytes, copy_bw, bns):
     """{keys per step: % of copy} of `fn()` with DecodeTuning.keys_per_step set to each value."""
-    tuning = importlib.import_module("tilec.stdlib_kernels.tuning")
     family = tuning.row_tuning(Target.for_device()).family
     saved, got = tuning.TABLES[family], {}
     try:

@@ -54,6 +54,17 @@ def paged(rng, batch, capacity, page, kv_heads, dim, spare=3, dtype=np.float16):
     return kc, vc, table
 
 
+def nan_cache(rng, capacity, kv_heads, dim, lens, dtype=np.float16):
+    """Contiguous K and V caches (batch, capacity, kv_heads, dim): each sequence's first
+    lens[b] rows random, every row past them NaN (an unwritten cache row may hold anything)."""
+    kc = np.full((len(lens), capacity, kv_heads, dim), np.nan, dtype)
+    vc = np.full((len(lens), capacity, kv_heads, dim), np.nan, dtype)
+    for b, n in enumerate(lens):
+        kc[b, :n] = rng.standard_normal((n, kv_heads, dim))
+        vc[b, :n] = rng.standard_normal((n, kv_heads, dim))
+    return kc, vc
+
+
 def check(got, want, tol):
     got, want = np.asarray(np.asarray(got), dtype=np.float64), np.asarray(want)
     assert got.shape == want.shape
@@ -97,12 +108,8 @@ def test_unwritten_cache_rows_do_not_leak():
     # rows past a sequence (and pages it does not use) hold NaN: nothing of them reaches the output
     rng = np.random.default_rng(5)
     q = rng.standard_normal((2, 2, 4, 32)).astype(np.float16)
-    kc = np.full((2, 100, 2, 32), np.nan, np.float16)
-    vc = np.full((2, 100, 2, 32), np.nan, np.float16)
     lens = np.array([45, 70], np.int32)
-    for b, n in enumerate(lens):
-        kc[b, :n] = rng.standard_normal((n, 2, 32))
-        vc[b, :n] = rng.standard_normal((n, 2, 32))
+    kc, vc = nan_cache(rng, 100, 2, 32, lens)
     for splits in (1, 2):
         o = attention_decode(q, kc, vc, lens, num_splits=splits)
         check(o, decode_ref(q, kc, vc, lens, causal=True)[0], 3e-3)
@@ -428,12 +435,8 @@ def test_other_keys_per_step_give_the_same_attention(bn, monkeypatch):
     assert D.config_for(4, 1, 32).bn == bn and D.config_for(4, 1, 32, H100).bn == bn
     rng = np.random.default_rng(bn)
     q = rng.standard_normal((2, 1, 8, 32)).astype(np.float16)
-    kc = np.full((2, 150, 2, 32), np.nan, np.float16)
-    vc = np.full((2, 150, 2, 32), np.nan, np.float16)
     lens = np.array([101, 150], np.int32)
-    for b, n in enumerate(lens):
-        kc[b, :n] = rng.standard_normal((n, 2, 32))
-        vc[b, :n] = rng.standard_normal((n, 2, 32))
+    kc, vc = nan_cache(rng, 150, 2, 32, lens)
     want = decode_ref(q, kc, vc, lens, causal=True)[0]
     for splits in (1, 3):
         check(attention_decode(q, kc, vc, lens, num_splits=splits), want, 3e-3)
