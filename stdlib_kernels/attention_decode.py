@@ -293,23 +293,24 @@ def _decode_sig(dtype, page, split, group, qlen, bm, bn, d=128, softcap=False, l
 # and gathered pages, split or not, GQA 4 x q_len 1 (16 rows), 8 x 16 (64-row blocks), MHA,
 # head dim 256 (32-row blocks).
 SIGNATURES = {
-    "decode_kernel": _decode_sig("bf16", 0, True, 4, 1, 16, 32),
+    "decode_kernel": _decode_sig("bf16", 0, True, 4, 1, 16, 64),
     "decode_combine_kernel": f"o=bf16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
                              "GROUP=4, QLEN=1, LSE=True, SPLITS=32, CHUNK=32, BM=16, D=128",
     "decode_append_kernel": f"k_new=bf16{_V4}, v_new=bf16{_V4}, k=bf16{_V4}, v=bf16{_V4}, seqlens=i32[?], "
                             "table=i32[?,?]:stride_div=16x1, PAGE=16, H=8, D=128, DIM=128",
 }
 EXTRA_SIGNATURES = [
-    ("decode_kernel", _decode_sig("f16", 0, False, 1, 1, 16, 32, lse=True)),
-    ("decode_kernel", _decode_sig("bf16", 16, False, 4, 1, 16, 32)),
-    ("decode_kernel", _decode_sig("bf16", 16, True, 4, 4, 16, 32, softcap=True)),
-    ("decode_kernel", _decode_sig("bf16", 64, False, 4, 1, 16, 32)),
-    ("decode_kernel", _decode_sig("f16", 64, True, 8, 4, 32, 32, lse=True)),
-    ("decode_kernel", _decode_sig("bf16", 3, False, 4, 4, 16, 32)),
-    ("decode_kernel", _decode_sig("bf16", 0, False, 8, 16, 64, 32)),
-    ("decode_kernel", _decode_sig("bf16", 16, True, 8, 16, 64, 32, lse=True)),
-    ("decode_kernel", _decode_sig("bf16", 0, True, 4, 4, 16, 32, d=256)),
-    ("decode_kernel", _decode_sig("f16", 16, False, 8, 4, 32, 32, d=256)),
+    ("decode_kernel", _decode_sig("f16", 0, False, 1, 1, 16, 64, lse=True)),
+    ("decode_kernel", _decode_sig("f16", 0, False, 1, 1, 16, 32, lse=True)),   # bench --bn 32
+    ("decode_kernel", _decode_sig("bf16", 16, False, 4, 1, 16, 64)),
+    ("decode_kernel", _decode_sig("bf16", 16, True, 4, 4, 16, 64, softcap=True)),
+    ("decode_kernel", _decode_sig("bf16", 64, False, 4, 1, 16, 64)),
+    ("decode_kernel", _decode_sig("f16", 64, True, 8, 4, 32, 64, lse=True)),
+    ("decode_kernel", _decode_sig("bf16", 3, False, 4, 4, 16, 64)),
+    ("decode_kernel", _decode_sig("bf16", 0, False, 8, 16, 64, 64)),
+    ("decode_kernel", _decode_sig("bf16", 16, True, 8, 16, 64, 64, lse=True)),
+    ("decode_kernel", _decode_sig("bf16", 0, True, 4, 4, 16, 64, d=256)),
+    ("decode_kernel", _decode_sig("f16", 16, False, 8, 4, 32, 64, d=256)),
     ("decode_combine_kernel", f"o=f16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
                               "GROUP=8, QLEN=16, LSE=False, SPLITS=128, CHUNK=32, BM=64, D=128"),
     ("decode_combine_kernel", f"o=bf16{_V4}, lse=f32[?,?,?], part_o=f32{_V4}, part_lse=f32[?,?,?]:stride_div=16x16x1, "
@@ -338,11 +339,12 @@ def config_for(group: int, q_len: int, head_dim: int, target: Optional[Target] =
     """The tiling of `group` query heads per kv head x `q_len` tokens; a pure function.
     Rows are padded to a tile of at least 16 (the tensor cores' M); up to 64 rows share a
     program (32 at head dims past 128, whose accumulator is twice as wide), in steps of
-    `keys_per_step` (32) keys at 8 warps: M = 16 leaves every warp its own slice of keys but
-    the whole of q. With the 4-D view loads contiguous caches had, 64-key steps took 241
-    registers at 8 warps, 255 and spills at 4 (sm_90a, bf16, head dim 128); 128 rows
-    spilled at any step. `bench/decode.py --bn 32,64` times the alternatives. `target`: whose
-    table (tuning.DecodeTuning; default the host path's, sm_90a)."""
+    `keys_per_step` (64) keys at 8 warps: M = 16 leaves every warp its own slice of keys but
+    the whole of q. Through the paged path's pointer loads 64-key steps fit two programs per
+    SM (126 registers; H200, % of copy, 32 -> 64 keys: MHA 64x8192 92.3 -> 102.3, GQA 256x512
+    74.6 -> 88.1, 16-token pages MHA 64x8192 83.0 -> 103.4); 128 rows spilled at any step.
+    `bench/decode.py --bn 16,32,64` times the alternatives. `target`: whose table
+    (tuning.DecodeTuning; default the host path's, sm_90a)."""
     t = tuning_for(target or HOST_TARGET).decode
     rows = group * q_len
     d = max(next_pow2(head_dim), 16)

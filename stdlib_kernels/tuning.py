@@ -10,20 +10,25 @@ says only what it means.
 
 Families: "sm_90" (H100, H200: where every number was measured) and "sm_80", which has no
 clusters (the cluster fields are never read there) and takes the sm_90 numbers until
-measured on its own hardware. (matmul's numbers for sm_80 were measured where GEMMs of
+measured on its own hardware. Where one part of a family measured otherwise than the part
+a field was tuned on, PART_OVERRIDES holds that part's values, applied over the family's
+table for a device whose name contains the part's (`row_tuning`; the H200's faster memory
+moves a few of the row ops' optima). (matmul's numbers for sm_80 were measured where GEMMs of
 host arrays plan for it: an H100's SMs with sm_80's mma.sync tiles, the "Before wgmma"
 tables.)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Tuple
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Dict, Tuple
 
 from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
            "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
-           "AttentionBwdTuning", "DecodeTuning", "MlaDecodeTuning", "RowTuning", "TABLES", "row_tuning", "tuning_for"]
+           "AttentionBwdTuning", "DecodeTuning", "MlaDecodeTuning", "RowTuning", "TABLES", "PART_OVERRIDES", "table_family", "row_tuning",
+           "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class NormTuning:
     ln_chunk_2byte: int = 8192              # 2-byte layer_norm chunk ("norms: 2-byte layer_norm clusters")
     ln_stages_2byte: int = 3                # its rows staged ("norms: 2-byte layer_norm clusters")
     ln_eight_chunks_warps: int = 4          # its clusters of 8: warps ("norms: clusters of 8 at 4 warps")
-    ln_eight_chunks_programs_per_sm: int = 2  # and floor of programs per SM ("norms: clusters of 8 at 4 warps")
+    ln_eight_chunks_programs_per_sm: int = 2  # and floor of programs per SM ("norms: clusters of 8 at 4 warps";
+                                              # H100; the H200 takes 3: PART_OVERRIDES)
     halve_min_block: int = 2048             # one-program rows in halves from this tile ("norms: half tiles")
     shift_table_min_bytes: int = 16 << 20   # windowed rows read w and b from shifted tables ("norms: shift tables")
     shift_table_block: int = 1024           # lanes per program of the table launch ("norms: shift tables")
@@ -84,7 +90,7 @@ class CrossEntropyTuning:
     loop_block: int = 4096                  # f32 rows on sectors, long 2-byte windowed rows ("cross_entropy: loop tiles")
     loop_warps: int = 16
     wide_loop_block: int = 8192             # 2-byte rows on sectors ("cross_entropy: loop tiles")
-    wide_loop_warps: int = 32
+    wide_loop_warps: int = 32               # (H100; the H200 takes 4096 at 16: PART_OVERRIDES)
     short_loop_block: int = 2048            # split rows and windowed rows ("cross_entropy: loop tiles")
     short_loop_warps: int = 8
     window_loop_max_cols: int = 65536       # 2-byte windowed rows up to this many classes take short steps
@@ -247,8 +253,7 @@ class DecodeTuning:
     split_waves: int = 2              # splits for as many programs per SM as this (rounded down)
     min_split_tiles: int = 4          # each split reads at least this many tiles of keys
     max_splits: int = 128
-    keys_per_step: int = 32           # BN; 64 fits two programs per SM too since the contiguous
-                                      # cache's pointer loads (126 registers), unmeasured (--bn)
+    keys_per_step: int = 64           # BN ("Decode attention": the --bn sweep; H200)
 
 
 @dataclass(frozen=True)
@@ -283,10 +288,41 @@ TABLES = {
     "sm_80": RowTuning("sm_80"),   # not measured on sm_80 hardware: the sm_90 numbers
 }
 
+# {family: {part: {section: {field: value}}}}: a part's own values where it measured otherwise
+# than the part the family's field was tuned on (docs/benchmarks-archive.md, "Redesign
+# no-regression checks and the H200 part table").
+PART_OVERRIDES: Dict[str, Dict[str, Dict[str, Dict[str, object]]]] = {
+    "sm_90": {
+        "H200": {
+            # % of copy, floor 2 -> 3: layer_norm 1024x65536 bf16 86.4 -> 90.8, 4096x65536 bf16
+            # 87.8 -> 91.6, 8192x65536 bf16 88.3 -> 91.6, 4096x65536 f16 88.0 -> 91.9
+            "norm": {"ln_eight_chunks_programs_per_sm": 3},
+            # mean, 8192 x 4 at 32 warps -> 4096 x 4 at 16: 4096x32000 bf16 86.1 -> 90.1,
+            # 16384x32000 92.3 -> 101.9, 8192x50304 91.4 -> 97.1, 4096x128256 100.7 -> 100.3
+            "cross_entropy": {"wide_loop_block": 4096, "wide_loop_warps": 16},
+        },
+    },
+}
+
+
+def table_family(target: Target) -> str:
+    """The key of `target`'s family table in TABLES: "sm_90" from sm_90 on, else "sm_80"."""
+    return "sm_90" if tuple(target.capability) >= (9, 0) else "sm_80"
+
 
 def row_tuning(target: Target) -> RowTuning:
-    """The table of `target`'s family (sm_90 and later: "sm_90"; sm_80 to sm_89: "sm_80")."""
-    return TABLES["sm_90" if tuple(target.capability) >= (9, 0) else "sm_80"]
+    """The table of `target`: its family's (TABLES, read at each call, so a swapped table
+    applies), with the PART_OVERRIDES of the part its device name names."""
+    family = table_family(target)
+    table = TABLES[family]
+    part = next((p for p in PART_OVERRIDES.get(family, {}) if p in target.device), None)
+    return table if part is None else _with_part(table, family, part)
+
+
+@lru_cache(maxsize=16)
+def _with_part(table: RowTuning, family: str, part: str) -> RowTuning:
+    sections = PART_OVERRIDES[family][part]
+    return replace(table, **{name: replace(getattr(table, name), **fields) for name, fields in sections.items()})
 
 
 tuning_for = row_tuning   # (the name for ops that are not row ops)

@@ -182,6 +182,33 @@ def test_the_probe_decides_whether_norm_chunks_are_read_again(per_sm, spills, re
     assert ln.consts["REREAD"] is reread
 
 
+def test_a_part_takes_its_own_values_over_its_family_table():
+    # tuning.PART_OVERRIDES: the H200 measured a floor of 3 programs per SM for 2-byte
+    # layer_norm clusters of 8 and 4096-wide steps at 16 warps for cross_entropy's rows on
+    # sectors, where the family's (H100) numbers are 2 and 8192 at 32; the rest is the family's
+    from tilec.stdlib_kernels import tuning
+    h100, h200 = TARGETS["sm_90a"], replace(TARGETS["sm_90a"], device="NVIDIA H200")
+    t100, t200 = tuning.row_tuning(h100), tuning.row_tuning(h200)
+    assert t200.family == "sm_90" and t200.softmax == t100.softmax and t200.decode == t100.decode
+    assert (t100.norm.ln_eight_chunks_programs_per_sm, t200.norm.ln_eight_chunks_programs_per_sm) == (2, 3)
+    assert (t200.cross_entropy.wide_loop_block, t200.cross_entropy.wide_loop_warps) == (4096, 16)
+    ln100, = _plan("layer_norm", (4096, 65536), "f16", 0, h100, StaticProbe(h100))
+    ln200, = _plan("layer_norm", (4096, 65536), "f16", 0, h200, StaticProbe(h200))
+    assert ln100.kernel is ln200.kernel and ln100.cluster == ln200.cluster == 8
+    assert (dict(ln100.options), dict(ln200.options)) == ({"min_programs_per_sm": 2}, {"min_programs_per_sm": 3})
+    ce100, ce200 = _plan("cross_entropy", (16384, 32000), "f16", 0, h100)[0], \
+        _plan("cross_entropy", (16384, 32000), "f16", 0, h200)[0]
+    assert (ce100.num_warps, ce100.consts["BLOCK"], ce200.num_warps, ce200.consts["BLOCK"]) == (32, 8192, 16, 4096)
+    # a swapped family table still applies under the part's values
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, norm=replace(saved.norm, ln_eight_chunks_warps=8))
+    try:
+        t = tuning.row_tuning(h200).norm
+    finally:
+        tuning.TABLES["sm_90"] = saved
+    assert (t.ln_eight_chunks_warps, t.ln_eight_chunks_programs_per_sm) == (8, 3)
+
+
 def test_tables_per_target_family():
     from tilec.stdlib_kernels import tuning
     assert tuning.row_tuning(TARGETS["sm_90a"]).family == "sm_90"

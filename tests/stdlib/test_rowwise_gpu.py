@@ -143,12 +143,13 @@ def test_device_arrays_match_numpy():
     np.testing.assert_allclose(loss, np.mean(lse - x64[np.arange(300), t]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("shape, dtype_name, block", [((1030, 40000), "bfloat16", 8192), ((1030, 40000), "float16", 8192),
+@pytest.mark.parametrize("shape, dtype_name, block", [((1030, 40000), "bfloat16", "wide"), ((1030, 40000), "float16", "wide"),
                                                       ((1030, 40000), "float32", 4096), ((1030, 70001), "bfloat16", 4096),
                                                       ((1030, 50257), "bfloat16", 2048), ((1030, 70001), "float32", 2048)])
 def test_cross_entropy_whole_long_rows_match_torch(torch, monkeypatch, shape, dtype_name, block):
     # SPLIT_ROWS or more long rows, each one program (`loop_config`): 2-byte rows on sectors by
-    # 8192-column tiles, f32 ones and 2-byte windowed rows past 65536 classes by 4096, other
+    # the device's wide_loop_block (8192 in the family table, 4096 on an H200: the part's
+    # tuning.PART_OVERRIDES), f32 ones and 2-byte windowed rows past 65536 classes by 4096, other
     # windowed ones by 2048; a ragged last step, an ignored row, a row of -inf but one logit, a
     # target out of range.
     CE = importlib.import_module("tilec.stdlib_kernels.cross_entropy")
@@ -164,6 +165,10 @@ def test_cross_entropy_whole_long_rows_match_torch(torch, monkeypatch, shape, dt
     for reduction in ("none", "sum", "mean"):
         want = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)
         _close(torch, sk.cross_entropy(x, t, reduction=reduction), want, dtype_name, scale=shape[0])
+    if block == "wide":
+        from tilec.stdlib_kernels.tuning import row_tuning
+        from tilec.target import Target
+        block = row_tuning(Target.current()).cross_entropy.wide_loop_block
     assert seen[0] == ("ce_loop_kernel", block)
     t[9] = shape[1]
     bad = sk.cross_entropy(x, t, reduction="none")
