@@ -32,13 +32,14 @@ into the forward's lse, as when chunks of attention are merged) enters as δ - d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 import tilec as tc
 from tilec.target import Target
 
-from ._common import HOST_TARGET, Arr, launch, next_pow2, output, target_of, view
+from ._common import HOST_TARGET, Arr, next_pow2, output, target_of, view
 from ._plan import named, planned
+from .launches import Launch, Operands, Temp, execute
 from .tuning import AttentionBwdTuning, tuning_for
 from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_qkv, has_mods, heavy_first_section,
                         kv_pair_bytes, output_shape, program_block, scales, section_grid, tile_bounds)
@@ -46,7 +47,7 @@ from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_q
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_bwd_group_sum_kernel", "gqa_split", "bwd_order", "BwdOrder",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
-           "AttentionBwdConfig", "bwd_config_for", "SIGNATURES", "EXTRA_SIGNATURES"]
+           "AttentionBwdConfig", "bwd_config_for", "plan_backward", "delta_launch", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
 GROUP_SUM_ROWS = 32   # rows per program of the GQA partials' sum (64 spill at 4 partials of 128)
@@ -455,48 +456,20 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
         return attention_backward_mods(x, arrs, grads, layout, scale, score_mod, score_mod_grad, mask_mod,
                                        block_mask, mod_args, causal=causal, window=window, softcap=softcap)
     dqa, dka, dva = grads
-    b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
-    cfg = bwd_config_for(x.d, target_of(qa), x.dv, softcap is not None)
-    qv, kv, vv = x.views()
 
     def bhsd(a: Arr, dim: int):
         shape, strides = _as_bhsd(a, layout)
         return view(a, shape[:3] + (dim,), strides)
 
-    ov, dov = bhsd(arrs["o"], x.dv), bhsd(arrs["do"], x.dv)
+    qv, kv, vv = x.views()
     lse_a = arrs["lse"]
-    lse_v = view(lse_a, rows, lse_a.strides)
-    delta = output(None, qa, rows, tc.float32, "delta")
-    delta_v = view(delta, rows, delta.strides)
-    dlse_v = view(arrs["dlse"], rows, arrs["dlse"].strides) if dlse is not None else delta_v
-    launch(attention_bwd_delta_kernel, (-(-n_q // DELTA_ROWS), h, b_), [ov, dov, dlse_v, delta_v],
-           num_warps=delta_warps(cfg.dv), DLSE=dlse is not None, BM=DELTA_ROWS, DV=cfg.dv)
-    # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
-    common = dict(GROUP=h // hk, SOFTCAP=softcap is not None, DK=cfg.dk, DV=cfg.dv)
-    ins = [qv, kv, vv, dov, lse_v, delta_v]
-    order = bwd_order(x, cfg, target_of(qa), causal)
-    split = order.split
-    if split == 1:
-        dk_out, dv_out, extra = bhsd(dka, x.d), bhsd(dva, x.dv), {}
-    else:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
-        parts = [output(None, qa, (b_, hk * split, n_kv, dim), tc.float32, name)
-                 for name, dim in (("dk_part", x.d), ("dv_part", x.dv))]
-        dk_out, dv_out = (view(p_, p_.shape, p_.strides) for p_ in parts)
-        extra = {"SPLIT": split}
-    if order.dkdv_section:
-        extra["SECTION"] = order.dkdv_section
-    dq_order = {"SECTION": order.dq_section} if order.dq_section else {}
-    launch(attention_bwd_dkdv_kernel, section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, order.dkdv_section),
-           ins + [dk_out, dv_out, qk_scale, cap, scale_, left, right],
-           num_warps=cfg.num_warps, options={"num_stages": cfg.num_stages}, BM=cfg.q_step, BN=cfg.kv_block,
-           **common, **extra)
-    if split > 1:
-        for part, grad, dim, pad in ((dk_out, dka, x.d, cfg.dk), (dv_out, dva, x.dv, cfg.dv)):
-            launch(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), [part, bhsd(grad, dim)],
-                   num_warps=4, SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
-    launch(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, order.dq_section),
-           ins + [bhsd(dqa, x.d), qk_scale, cap, scale_, left, right], num_warps=cfg.num_warps,
-           options={"num_stages": cfg.num_stages}, BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order)
+    values = {"q": qv, "k": kv, "v": vv, "o": bhsd(arrs["o"], x.dv), "do": bhsd(arrs["do"], x.dv),
+              "lse": view(lse_a, rows, lse_a.strides), "dq": bhsd(dqa, x.d), "dk": bhsd(dka, x.d),
+              "dv": bhsd(dva, x.dv), "qk_scale": qk_scale, "cap": cap, "scale": scale_, "left": left, "right": right}
+    if dlse is not None:
+        values["dlse"] = view(arrs["dlse"], rows, arrs["dlse"].strides)
+    execute(plan_backward(x, target_of(qa), causal=causal, softcap=softcap is not None, dlse=dlse is not None),
+            Operands({"q": qa}, values))
     return tuple(g.obj for g in grads)
 
 
@@ -540,6 +513,57 @@ def gqa_split(programs: int, group: int, target: Target) -> int:
     if group == 1 or programs >= want:
         return 1
     return next((d for d in range(2, group + 1) if group % d == 0 and programs * d >= want), group)
+
+
+def delta_launch(batch: int, heads: int, rows: int, cfg: AttentionBwdConfig, dlse: bool = False,
+                 schedule: str = "delta") -> Launch:
+    """The launch of δ = rowsum(dO ∘ O) (minus "dlse" when `dlse`) into the Temp "delta",
+    (batch, heads, rows) f32, for the dK/dV and dQ launches after it (operands "o", "do")."""
+    delta = Temp("delta", (batch, heads, rows), tc.float32, like="q")
+    return Launch.of(attention_bwd_delta_kernel, (-(-rows // DELTA_ROWS), heads, batch),
+                     ("o", "do", "dlse" if dlse else "delta", "delta"), delta_warps(cfg.dv), temps=(delta,),
+                     schedule=schedule, DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv)
+
+
+def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = False,
+                  dlse: bool = False) -> List[Launch]:
+    """The dense backward's launches for the checked q, k, v `x` (attention.check_qkv); a pure
+    function (no launch). δ = rowsum(dO ∘ O) (minus dlse) into the Temp "delta"; the dK/dV
+    kernel over `bwd_order`'s programs (a GQA split writes f32 partials, Temps "dk_part" and
+    "dv_part", then summed into dk and dv); the dQ kernel. The operands it names: (batch,
+    heads, seq, dim) views "q", "k", "v", "o", "do", "dq", "dk", "dv", the (batch, heads,
+    seq_q) rows "lse" (and "dlse" when `dlse`), the scalars "qk_scale", "cap", "scale",
+    "left", "right"."""
+    cfg = bwd_config_for(x.d, target, x.dv, softcap)
+    b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
+    out = [delta_launch(b_, h, n_q, cfg, dlse)]
+    delta, = out[0].temps
+    # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
+    common = dict(GROUP=h // hk, SOFTCAP=softcap, DK=cfg.dk, DV=cfg.dv)
+    ins = ("q", "k", "v", "do", "lse", "delta")
+    order = bwd_order(x, cfg, target, causal)
+    split, extra, temps, outs = order.split, {}, (delta,), ("dk", "dv")
+    if split > 1:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
+        temps += tuple(Temp(name, (b_, hk * split, n_kv, dim), tc.float32, like="q")
+                       for name, dim in (("dk_part", x.d), ("dv_part", x.dv)))
+        outs, extra = ("dk_part", "dv_part"), {"SPLIT": split}
+    if order.dkdv_section:
+        extra["SECTION"] = order.dkdv_section
+    options = {"num_stages": cfg.num_stages}
+    out.append(Launch.of(attention_bwd_dkdv_kernel,
+                         section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, order.dkdv_section),
+                         ins + outs + ("qk_scale", "cap", "scale", "left", "right"), cfg.num_warps,
+                         options=options, temps=temps, schedule="dkdv", BM=cfg.q_step, BN=cfg.kv_block,
+                         **common, **extra))
+    if split > 1:
+        out += [Launch.of(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), (part, grad), 4,
+                          temps=temps, schedule="group_sum", SPLIT=split, BM=GROUP_SUM_ROWS, D=pad)
+                for part, grad, pad in (("dk_part", "dk", cfg.dk), ("dv_part", "dv", cfg.dv))]
+    dq_order = {"SECTION": order.dq_section} if order.dq_section else {}
+    out.append(Launch.of(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, order.dq_section),
+                         ins + ("dq", "qk_scale", "cap", "scale", "left", "right"), cfg.num_warps, options=options,
+                         temps=(delta,), schedule="dq", BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order))
+    return out
 
 
 def delta_warps(dv: int) -> int:

@@ -35,9 +35,9 @@ import tilec as tc
 
 from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import (DELTA_ROWS, _head_block, _row_stats, attention_bwd_delta_kernel, bwd_config_for,
-                            bwd_config_within, delta_warps)
+from .attention_bwd import _head_block, _row_stats, bwd_config_for, bwd_config_within, delta_launch
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
+from .launches import Operands, execute
 
 __all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "attention_mods_fwd_kernel",
            "attention_mods_dkdv_kernel", "attention_mods_dq_kernel"]
@@ -393,14 +393,17 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
         return view(a, shape[:3] + (dim,), strides)
 
     rows = (b_, h, n_q)
-    ov, dov = bhsd(arrs["o"], x.dv), bhsd(arrs["do"], x.dv)
     lse_a = arrs["lse"]
     lse_v = view(lse_a, rows, lse_a.strides)
-    delta = output(None, qa, rows, tc.float32, "delta")
-    delta_v = view(delta, rows, delta.strides)
-    dlse_v = view(arrs["dlse"], rows, arrs["dlse"].strides) if arrs.get("dlse") is not None else delta_v
-    launch(attention_bwd_delta_kernel, (-(-n_q // DELTA_ROWS), h, b_), [ov, dov, dlse_v, delta_v],
-           num_warps=delta_warps(cfg.dv), DLSE=arrs.get("dlse") is not None, BM=DELTA_ROWS, DV=cfg.dv)
+    has_dlse = arrs.get("dlse") is not None
+    values = {"o": bhsd(arrs["o"], x.dv), "do": bhsd(arrs["do"], x.dv)}
+    if has_dlse:
+        values["dlse"] = view(arrs["dlse"], rows, arrs["dlse"].strides)
+    operands = Operands({"q": qa}, values)
+    dl = delta_launch(b_, h, n_q, cfg, has_dlse)
+    execute([dl], operands)
+    delta_v = operands.get(dl.temps[0])
+    dov = values["do"]
     common = dict(SCORE_MOD=score_mod, GRAD=score_mod_grad, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
                   GROUP=h // hk, DK=cfg.dk, DV=cfg.dv)
     opts = {"num_stages": cfg.num_stages}

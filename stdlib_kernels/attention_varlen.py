@@ -33,9 +33,9 @@ from ._common import Arr, as_array, check_float, check_same_place, output, refus
     target_of, view
 from .attention import HEAD_DIMS, AttentionConfig, _window, attention_varlen_fwd_kernel, check_config, config_for, \
     scales
-from .attention_bwd import DELTA_ROWS, attention_bwd_delta_kernel, attention_varlen_bwd_dkdv_kernel, \
-    attention_varlen_bwd_dq_kernel, bwd_config_for, delta_warps
-from .launches import Launch, Operands, Temp, execute
+from .attention_bwd import attention_varlen_bwd_dkdv_kernel, attention_varlen_bwd_dq_kernel, bwd_config_for, \
+    delta_launch
+from .launches import Launch, Operands, execute
 
 __all__ = ["plan_forward", "plan_backward", "attention_varlen", "attention_backward_varlen", "seqlens"]
 
@@ -72,15 +72,14 @@ def plan_backward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, max_seq
     total_q, h, d = q.shape
     hk, dv = k.shape[1], v.shape[2]
     cfg = bwd_config_for(d, target, dv, softcap, path="varlen")
-    delta = Temp("delta", (1, h, total_q), tc.float32, like="q")
+    first = delta_launch(1, h, total_q, cfg, dlse, schedule=VARLEN)
+    delta, = first.temps
     common = dict(GROUP=h // hk, SOFTCAP=softcap, DK=cfg.dk, DV=cfg.dv)
     ins = ("q", "k", "v", "do", "lse", "delta")
     scalars = ("cu_q", "cu_k", "qk_scale", "cap", "scale", "left", "right")
     stages = {"num_stages": cfg.num_stages}
     plan = [
-        Launch.of(attention_bwd_delta_kernel, (_cdiv(total_q, DELTA_ROWS), h, 1),
-                  ("o", "do", "dlse" if dlse else "delta", "delta"), delta_warps(cfg.dv), temps=(delta,),
-                  schedule=VARLEN, DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv),
+        first,
         Launch.of(attention_varlen_bwd_dkdv_kernel, (_cdiv(max_seqlen_k, cfg.kv_block), hk, batch),
                   ins + ("dk", "dv") + scalars, cfg.num_warps, options=stages, temps=(delta,), schedule=VARLEN,
                   BM=cfg.q_step, BN=cfg.kv_block, **common),

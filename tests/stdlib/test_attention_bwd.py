@@ -342,3 +342,36 @@ def test_causal_heaviest_first_order_gives_the_same_gradients(h, hk):
     finally:
         tuning.TABLES["sm_90"] = saved
     _check(got, attention_grads_ref(q, k, v, do, causal=True), 4e-3)
+
+
+def test_backward_plan_from_descriptions():
+    # plan_backward: a pure function of the q, k, v descriptions and the Target, no array
+    from tilec.stdlib_kernels.attention import describe
+    h100 = Target.from_arch("sm_90a")
+    cfg = B.bwd_config_for(64, h100)
+    lns = B.plan_backward(describe(2, 4, 4, 300, 500, 64, 64), h100)
+    assert [ln.schedule for ln in lns] == ["delta", "dkdv", "dq"]
+    delta, dkdv, dq = lns
+    assert delta.args == ("o", "do", "delta", "delta") and delta.consts["DLSE"] is False
+    assert [(t.name, t.shape) for t in delta.temps] == [("delta", (2, 4, 300))]
+    assert dkdv.grid == (-(-500 // cfg.kv_block), 4, 2) and dq.grid == (-(-300 // cfg.q_block), 4, 2)
+    assert dkdv.args[6:8] == ("dk", "dv") and dq.args[6] == "dq"
+    assert (dkdv.consts["BM"], dkdv.consts["BN"], dq.consts["BM"], dq.consts["BN"]) == \
+        (cfg.q_step, cfg.kv_block, cfg.q_block, cfg.kv_step)
+    assert "SPLIT" not in dkdv.consts and "SECTION" not in dkdv.consts
+    # a GQA group of 8 on one kv head, few key blocks: the dK/dV programs split the group and
+    # write f32 partials that two launches sum; dlse enters the delta kernel
+    x = describe(1, 8, 1, 256, 256, 128, 128)
+    split = B.gqa_split(-(-256 // B.bwd_config_for(128, h100).kv_block), 8, h100)
+    assert split > 1
+    lns = B.plan_backward(x, h100, dlse=True, softcap=True)
+    assert [ln.schedule for ln in lns] == ["delta", "dkdv", "group_sum", "group_sum", "dq"]
+    assert lns[0].args[2] == "dlse" and lns[0].consts["DLSE"] is True
+    assert lns[1].args[6:8] == ("dk_part", "dv_part") and lns[1].consts["SPLIT"] == split
+    assert lns[1].consts["SOFTCAP"] is True and lns[1].consts["GROUP"] == 8
+    assert [ln.args for ln in lns[2:4]] == [("dk_part", "dk"), ("dv_part", "dv")]
+    parts = {t.name: t.shape for t in lns[1].temps}
+    assert parts["dk_part"] == (1, split, 256, 128) == parts["dv_part"]
+    # causal: both launches walk heaviest first in sections
+    lns = B.plan_backward(describe(1, 16, 16, 4096, 4096, 64, 64), h100, causal=True)
+    assert lns[1].consts["SECTION"] > 0 and lns[2].consts["SECTION"] > 0
