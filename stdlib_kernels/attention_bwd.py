@@ -47,7 +47,7 @@ from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_q
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
            "attention_bwd_group_sum_kernel", "gqa_split", "bwd_order", "BwdOrder",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
-           "AttentionBwdConfig", "bwd_config_for", "plan_backward", "delta_launch", "SIGNATURES", "EXTRA_SIGNATURES"]
+           "AttentionBwdConfig", "bwd_config_for", "plan_backward", "delta_launch", "backward_operands", "SIGNATURES", "EXTRA_SIGNATURES"]
 
 DELTA_ROWS = 64       # rows of δ per program
 GROUP_SUM_ROWS = 32   # rows per program of the GQA partials' sum (64 spill at 4 partials of 128)
@@ -455,22 +455,30 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
         score_mod, mask_mod, block_mask, mod_args, score_mod_grad = mods
         return attention_backward_mods(x, arrs, grads, layout, scale, score_mod, score_mod_grad, mask_mod,
                                        block_mask, mod_args, causal=causal, window=window, softcap=softcap)
-    dqa, dka, dva = grads
+    values = backward_operands(x, arrs, grads, layout)
+    values.update(qk_scale=qk_scale, cap=cap, scale=scale_, left=left, right=right)
+    execute(plan_backward(x, target_of(qa), causal=causal, softcap=softcap is not None, dlse=dlse is not None),
+            Operands({"q": qa}, values))
+    return tuple(g.obj for g in grads)
 
+
+def backward_operands(x, arrs, grads, layout: str) -> dict:
+    """The arrays the backward plans name: (batch, heads, seq, dim) views "q", "k", "v", "o",
+    "do", "dq", "dk", "dv" (`layout`'s arrays seen so) and the rows "lse" (and "dlse" where
+    `arrs` holds one)."""
     def bhsd(a: Arr, dim: int):
         shape, strides = _as_bhsd(a, layout)
         return view(a, shape[:3] + (dim,), strides)
 
+    rows = (x.batch, x.heads, x.n_q)
     qv, kv, vv = x.views()
-    lse_a = arrs["lse"]
+    dqa, dka, dva = grads
     values = {"q": qv, "k": kv, "v": vv, "o": bhsd(arrs["o"], x.dv), "do": bhsd(arrs["do"], x.dv),
-              "lse": view(lse_a, rows, lse_a.strides), "dq": bhsd(dqa, x.d), "dk": bhsd(dka, x.d),
-              "dv": bhsd(dva, x.dv), "qk_scale": qk_scale, "cap": cap, "scale": scale_, "left": left, "right": right}
-    if dlse is not None:
+              "lse": view(arrs["lse"], rows, arrs["lse"].strides), "dq": bhsd(dqa, x.d), "dk": bhsd(dka, x.d),
+              "dv": bhsd(dva, x.dv)}
+    if arrs.get("dlse") is not None:
         values["dlse"] = view(arrs["dlse"], rows, arrs["dlse"].strides)
-    execute(plan_backward(x, target_of(qa), causal=causal, softcap=softcap is not None, dlse=dlse is not None),
-            Operands({"q": qa}, values))
-    return tuple(g.obj for g in grads)
+    return values
 
 
 # The dense backward is a function of the arrays' layouts and the arguments' values only: a

@@ -29,17 +29,20 @@ multiplied by the derivative before the products, as softcap's is in attention_b
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import tilec as tc
+from tilec.target import Target
 
-from ._common import Arr, as_array, check_same_place, launch, output, target_of, view
+from ._common import Arr, as_array, check_same_place, output, target_of, view
 from .attention import LN2, LOG2E, _as_bhsd, config_for, online_softmax, output_shape
-from .attention_bwd import _head_block, _row_stats, bwd_config_for, bwd_config_within, delta_launch
+from .attention_bwd import (_head_block, _row_stats, backward_operands, bwd_config_for, bwd_config_within,
+                            delta_launch)
 from .attention_mask import BlockMask, aux_views, block_mask, call_mask_mod, call_score_mod, mod_arrays, mod_aux
-from .launches import Operands, execute
+from .launches import Launch, Operands, execute
 
-__all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "attention_mods_fwd_kernel",
+__all__ = ["attention_mods", "attention_backward_mods", "bwd_path", "plan_mods", "plan_mods_backward",
+           "attention_mods_fwd_kernel",
            "attention_mods_dkdv_kernel", "attention_mods_dq_kernel"]
 
 
@@ -339,22 +342,84 @@ def attention_mods(x, layout: str, scale, out, return_lse: bool, score_mod, mask
     oa = output(out, qa, output_shape(x, layout), qa.dtype)
     o_bhsd, os_ = _as_bhsd(oa, layout)
     lse = output(None, qa, (b_, h, n_q), tc.float32, "lse") if return_lse else None
-    if b_ * h * n_q:
-        cfg = config_for(x.d, x.dv, target_of(qa))
-        bm_rows = bm.Q_BLOCK if bm is not None else cfg.bm
-        bm_, bn = min(cfg.bm, bm_rows), cfg.bn
-        # fewer rows than the plan's (a finer block mask): 4 warps, but 8 for 256-wide tiles (4 spill)
-        warps = cfg.num_warps if bm_ == cfg.bm or max(cfg.dk, cfg.dv) > 128 else 4
-        lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
-        launch(attention_mods_fwd_kernel, (-(-n_q // bm_), h, b_),
-               [*x.views(), view(oa, o_bhsd, os_), view(lse_arr, lse_arr.shape, lse_arr.strides),
-                *_lists(bm, qa, "kv", b_, h), *aux_views(aux, qa), sm_scale],
-               num_warps=warps, options={"num_stages": cfg.num_stages}, SCORE_MOD=score_mod, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
-               GROUP=h // x.kv_heads, LSE=lse is not None,
-               SUB_Q=1 if bm is None else bm.Q_BLOCK // bm_, SUB_K=1 if bm is None else bm.KV_BLOCK // bn,
-               BM=bm_, BN=bn, DK=cfg.dk, DV=cfg.dv)
+    lse_arr = lse if lse is not None else output(None, qa, (1, 1, 1), tc.float32, "lse")
+    qv, kv, vv = x.views()
+    values = {"q": qv, "k": kv, "v": vv, "o": view(oa, o_bhsd, os_),
+              "lse": view(lse_arr, lse_arr.shape, lse_arr.strides), "sm_scale": sm_scale,
+              **_list_operands(bm, qa, "kv", b_, h), **_aux_operands(aux, qa)}
+    execute(plan_mods(x, target_of(qa), score_mod=score_mod, mask_mod=mask_mod, n_aux=n_aux,
+                      blocks=_blocks(bm), lse=lse is not None), Operands({"q": qa}, values))
     result = oa.obj
     return (result, lse.obj) if return_lse else result
+
+
+_LISTS = ("num", "idx", "full_num", "full_idx", "full_run")
+
+
+def _list_names(orientation: str) -> Tuple[str, ...]:
+    """The operand names of the 5 block-list arguments: kv lists (per query block) or q lists."""
+    return tuple(f"{orientation}_{n}" for n in _LISTS)
+
+
+def _list_operands(bm: Optional[BlockMask], like: Arr, orientation: str, batch: int, heads: int) -> dict:
+    return dict(zip(_list_names(orientation), _lists(bm, like, orientation, batch, heads)))
+
+
+def _aux_operands(aux, like: Arr) -> dict:
+    return dict(zip(("aux0", "aux1"), aux_views(aux, like)))
+
+
+def _blocks(bm: Optional[BlockMask]) -> Optional[Tuple[int, int]]:
+    return None if bm is None else (bm.Q_BLOCK, bm.KV_BLOCK)
+
+
+def plan_mods(x, target: Target, *, score_mod=None, mask_mod=None, n_aux=(0, 0, 0),
+              blocks: Optional[Tuple[int, int]] = None, lse: bool = False) -> List[Launch]:
+    """The forward's launch with mods for the checked q, k, v `x`; a pure function (no launch).
+    `blocks`: the block mask's (Q_BLOCK, KV_BLOCK), None for no mask (DENSE); the tile's rows are
+    config_for's or the mask's finer blocks (then 4 warps, but 8 for 256-wide tiles: 4 spill).
+    Operands: "q", "k", "v", "o", "lse" views, the kv lists (`_list_names("kv")`), "aux0",
+    "aux1", "sm_scale"."""
+    if x.batch * x.heads * x.n_q == 0:
+        return []
+    cfg = config_for(x.d, x.dv, target)
+    bm_ = min(cfg.bm, blocks[0]) if blocks else cfg.bm
+    warps = cfg.num_warps if bm_ == cfg.bm or max(cfg.dk, cfg.dv) > 128 else 4
+    return [Launch.of(attention_mods_fwd_kernel, (-(-x.n_q // bm_), x.heads, x.batch),
+                      ("q", "k", "v", "o", "lse") + _list_names("kv") + ("aux0", "aux1", "sm_scale"), warps,
+                      options={"num_stages": cfg.num_stages}, schedule="mods", SCORE_MOD=score_mod,
+                      MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=blocks is None, GROUP=x.heads // x.kv_heads, LSE=lse,
+                      SUB_Q=blocks[0] // bm_ if blocks else 1, SUB_K=blocks[1] // cfg.bn if blocks else 1,
+                      BM=bm_, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
+
+
+def plan_mods_backward(x, target: Target, *, score_mod=None, score_mod_grad=None, mask_mod=None, n_aux=(0, 0, 0),
+                       blocks: Optional[Tuple[int, int]] = None, dlse: bool = False) -> List[Launch]:
+    """The backward's launches with mods (δ, dK/dV, dQ) for the checked q, k, v `x`; a pure
+    function (no launch). Tiles: bwd_config_for's on `bwd_path` (bwd_config_within the mask's
+    blocks). Operands: plan_backward's views and "lse" (no scalars but "sm_scale"), both
+    orientations' lists, "aux0", "aux1"."""
+    b_, h, hk = x.batch, x.heads, x.kv_heads
+    path = bwd_path(n_aux, blocks is None, h // hk)
+    cfg = (bwd_config_for(x.d, target, x.dv, path=path) if blocks is None
+           else bwd_config_within(x.d, target, x.dv, blocks[0], blocks[1], path=path))
+    first = delta_launch(b_, h, x.n_q, cfg, dlse)
+    common = dict(SCORE_MOD=score_mod, GRAD=score_mod_grad, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=blocks is None,
+                  GROUP=h // hk, DK=cfg.dk, DV=cfg.dv)
+    opts = {"num_stages": cfg.num_stages}
+    ins = ("q", "k", "v", "do", "lse", "delta")
+    tail = ("aux0", "aux1", "sm_scale")
+    qb, kb = blocks or (cfg.q_step, cfg.kv_block)
+    dkdv = Launch.of(attention_mods_dkdv_kernel, (-(-x.n_kv // cfg.kv_block), hk, b_),
+                     ins + ("dk", "dv") + _list_names("q") + tail, cfg.num_warps, options=opts, temps=first.temps,
+                     schedule="mods", SUB_Q=qb // cfg.q_step, SUB_K=kb // cfg.kv_block, BM=cfg.q_step,
+                     BN=cfg.kv_block, **common)
+    qb, kb = blocks or (cfg.q_block, cfg.kv_step)
+    dq = Launch.of(attention_mods_dq_kernel, (-(-x.n_q // cfg.q_block), h, b_),
+                   ins + ("dq",) + _list_names("kv") + tail, cfg.num_warps, options=opts, temps=first.temps,
+                   schedule="mods", SUB_Q=qb // cfg.q_block, SUB_K=kb // cfg.kv_step, BM=cfg.q_block,
+                   BN=cfg.kv_step, **common)
+    return [first, dkdv, dq]
 
 
 def bwd_path(n_aux, dense: bool, group: int) -> str:
@@ -380,43 +445,12 @@ def attention_backward_mods(x, arrs, grads, layout: str, scale, score_mod, score
     aux, _ = mod_arrays(mod_args, qa)
     n_aux = (mod_aux(score_mod, 5, len(aux), "score_mod"), mod_aux(mask_mod, 4, len(aux), "mask_mod"),
              mod_aux(score_mod_grad, 5, len(aux), "score_mod_grad"))
-    dqa, dka, dva = grads
-    b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     sm_scale = float(1.0 / math.sqrt(x.d) if scale is None else scale)
-    path = bwd_path(n_aux, bm is None, h // hk)
-    cfg = (bwd_config_for(x.d, target_of(qa), x.dv, path=path) if bm is None
-           else bwd_config_within(x.d, target_of(qa), x.dv, bm.Q_BLOCK, bm.KV_BLOCK, path=path))
-    qv, kv, vv = x.views()
-
-    def bhsd(a: Arr, dim: int):
-        shape, strides = _as_bhsd(a, layout)
-        return view(a, shape[:3] + (dim,), strides)
-
-    rows = (b_, h, n_q)
-    lse_a = arrs["lse"]
-    lse_v = view(lse_a, rows, lse_a.strides)
-    has_dlse = arrs.get("dlse") is not None
-    values = {"o": bhsd(arrs["o"], x.dv), "do": bhsd(arrs["do"], x.dv)}
-    if has_dlse:
-        values["dlse"] = view(arrs["dlse"], rows, arrs["dlse"].strides)
-    operands = Operands({"q": qa}, values)
-    dl = delta_launch(b_, h, n_q, cfg, has_dlse)
-    execute([dl], operands)
-    delta_v = operands.get(dl.temps[0])
-    dov = values["do"]
-    common = dict(SCORE_MOD=score_mod, GRAD=score_mod_grad, MASK_MOD=mask_mod, N_AUX=n_aux, DENSE=bm is None,
-                  GROUP=h // hk, DK=cfg.dk, DV=cfg.dv)
-    opts = {"num_stages": cfg.num_stages}
-    ins = [qv, kv, vv, dov, lse_v, delta_v]
-    auxv = aux_views(aux, qa)
-    qb, kb = (bm.Q_BLOCK, bm.KV_BLOCK) if bm is not None else (cfg.q_step, cfg.kv_block)
-    launch(attention_mods_dkdv_kernel, (-(-n_kv // cfg.kv_block), hk, b_),
-           ins + [bhsd(dka, x.d), bhsd(dva, x.dv), *_lists(bm, qa, "q", b_, h), *auxv, sm_scale],
-           num_warps=cfg.num_warps, options=opts, SUB_Q=qb // cfg.q_step, SUB_K=kb // cfg.kv_block,
-           BM=cfg.q_step, BN=cfg.kv_block, **common)
-    qb, kb = (bm.Q_BLOCK, bm.KV_BLOCK) if bm is not None else (cfg.q_block, cfg.kv_step)
-    launch(attention_mods_dq_kernel, (-(-n_q // cfg.q_block), h, b_),
-           ins + [bhsd(dqa, x.d), *_lists(bm, qa, "kv", b_, h), *auxv, sm_scale],
-           num_warps=cfg.num_warps, options=opts, SUB_Q=qb // cfg.q_block, SUB_K=kb // cfg.kv_step,
-           BM=cfg.q_block, BN=cfg.kv_step, **common)
+    values = backward_operands(x, arrs, grads, layout)
+    values.update(sm_scale=sm_scale, **_list_operands(bm, qa, "kv", x.batch, x.heads),
+                  **_list_operands(bm, qa, "q", x.batch, x.heads), **_aux_operands(aux, qa))
+    has_dlse = "dlse" in values
+    execute(plan_mods_backward(x, target_of(qa), score_mod=score_mod, score_mod_grad=score_mod_grad,
+                               mask_mod=mask_mod, n_aux=n_aux, blocks=_blocks(bm), dlse=has_dlse),
+            Operands({"q": qa}, values))
     return tuple(g.obj for g in grads)

@@ -404,6 +404,39 @@ def test_bwd_path_keeps_heavy_dkdv_programs_on_mma_sync():
     assert A.bwd_path((0, 0, 0), False, 2) == "mods_heavy"
 
 
+def test_mods_plans_from_descriptions():
+    # plan_mods / plan_mods_backward: pure functions of the descriptions, the mods and the
+    # block mask's blocks (None: DENSE)
+    A = importlib.import_module("tilec.stdlib_kernels.attention_mods")
+    from tilec.target import Target
+    from tilec.stdlib_kernels.attention import config_for, describe
+    from tilec.stdlib_kernels.attention_bwd import bwd_config_for, bwd_config_within
+    h100 = Target.from_arch("sm_90a")
+    x = describe(2, 4, 2, 300, 500, 64, 64)
+    cfg = config_for(64, 64, h100)
+    fwd, = A.plan_mods(x, h100, score_mod=alibi, n_aux=(0, 0, 0), lse=True)
+    assert fwd.grid == (-(-300 // cfg.bm), 4, 2) and fwd.num_warps == cfg.num_warps
+    assert fwd.consts["DENSE"] is True and fwd.consts["SUB_Q"] == fwd.consts["SUB_K"] == 1
+    assert fwd.consts["SCORE_MOD"] is alibi and fwd.consts["GROUP"] == 2 and fwd.consts["LSE"] is True
+    assert fwd.args[5:10] == A._list_names("kv") and fwd.args[-3:] == ("aux0", "aux1", "sm_scale")
+    # a block mask finer than the tile: its rows, 4 warps; coarser: sub-blocks
+    fine, = A.plan_mods(x, h100, mask_mod=causal, blocks=(cfg.bm // 2, 128))
+    assert fine.consts["BM"] == cfg.bm // 2 and fine.num_warps == 4 and fine.consts["DENSE"] is False
+    assert fine.consts["SUB_K"] == 128 // cfg.bn
+    assert A.plan_mods(describe(1, 1, 1, 0, 8, 64, 64), h100) == []
+    # backward: delta, dK/dV over the q lists, dQ over the kv lists; bwd_path's tiles
+    lns = A.plan_mods_backward(x, h100, score_mod=alibi, score_mod_grad=bias_grad, n_aux=(0, 0, 0), dlse=True)
+    assert [ln.name for ln in lns] == ["attention_bwd_delta_kernel", "attention_mods_dkdv_kernel",
+                                       "attention_mods_dq_kernel"]
+    c = bwd_config_for(64, h100, 64, path=A.bwd_path((0, 0, 0), True, 2))
+    assert lns[0].args[2] == "dlse" and lns[1].grid == (-(-500 // c.kv_block), 2, 2)
+    assert lns[1].args[8:13] == A._list_names("q") and lns[2].args[7:12] == A._list_names("kv")
+    assert lns[2].consts["BM"] == c.q_block and lns[1].consts["GRAD"] is bias_grad
+    lns = A.plan_mods_backward(x, h100, mask_mod=causal, blocks=(128, 128))
+    c = bwd_config_within(64, h100, 64, 128, 128, path=A.bwd_path((0, 0, 0), False, 2))
+    assert lns[1].consts["SUB_Q"] == 128 // c.q_step and lns[2].consts["SUB_K"] == 128 // c.kv_step
+
+
 def _wgmma_backward(which: int, group: int, dense: bool):
     """(kernel, specialization, options) of the mods backward kernel `which` (1: dK/dV, 2: dQ)
     at head dim 128 for ALiBi (no mod arrays): on a causal block mask (one query head per
