@@ -19,7 +19,9 @@ status=0
 # pytest-xdist where installed: one worker per core, a test file's tests on one worker (the
 # compiles are the CPU's work; 1628 gpu tests took ~5 minutes at 14 workers on one H200)
 par=()
-python3 -c "import xdist" 2>/dev/null && par=(-p xdist -n "${TILEC_GPU_WORKERS:-$(nproc)}" --dist loadfile)
+case " $* " in *" -n "*|*" -n"[0-9]*) ;;   # the caller's own worker count
+  *) python3 -c "import xdist" 2>/dev/null && par=(-p xdist -n "${TILEC_GPU_WORKERS:-$(nproc)}" --dist loadfile) ;;
+esac
 python3 -m pytest -q -p no:cacheprovider -m gpu "${par[@]}" "$@" 2>&1 | tee "$OUT/pytest-gpu.log" | tail -40 || status=1
 for ex in examples/[a-z]*.py; do
   echo "== $ex"; timeout 300 python3 "$ex" 2>&1 | tail -5 || status=1
