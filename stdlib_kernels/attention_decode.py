@@ -341,10 +341,9 @@ def config_for(group: int, q_len: int, head_dim: int, target: Optional[Target] =
     program (32 at head dims past 128, whose accumulator is twice as wide), in steps of
     `keys_per_step` (64) keys at 8 warps: M = 16 leaves every warp its own slice of keys but
     the whole of q. Through the paged path's pointer loads 64-key steps fit two programs per
-    SM (126 registers; H200, % of copy, 32 -> 64 keys: MHA 64x8192 92.3 -> 102.3, GQA 256x512
-    74.6 -> 88.1, 16-token pages MHA 64x8192 83.0 -> 103.4); 128 rows spilled at any step.
-    `bench/decode.py --bn 16,32,64` times the alternatives. `target`: whose table
-    (tuning.DecodeTuning; default the host path's, sm_90a)."""
+    SM (126 registers; the sweep against 16 and 32: docs/benchmarks.md, "Decode attention");
+    128 rows spilled at any step. `bench/decode.py --bn 16,32,64` times the alternatives.
+    `target`: whose table (tuning.DecodeTuning; default the host path's, sm_90a)."""
     t = tuning_for(target or HOST_TARGET).decode
     rows = group * q_len
     d = max(next_pow2(head_dim), 16)

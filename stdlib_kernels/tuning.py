@@ -27,8 +27,8 @@ from tilec.target import Target
 
 __all__ = ["ClusterTuning", "SoftmaxTuning", "NormTuning", "CrossEntropyTuning", "ElementwiseTuning",
            "TransposeTuning", "EmbeddingTuning", "ReductionTuning", "MatmulTuning", "TopkTuning", "SamplingTuning",
-           "AttentionBwdTuning", "DecodeTuning", "MlaDecodeTuning", "RowTuning", "TABLES", "PART_OVERRIDES", "table_family", "row_tuning",
-           "tuning_for"]
+           "AttentionBwdTuning", "DecodeTuning", "MlaDecodeTuning", "RowTuning", "TABLES", "PART_OVERRIDES",
+           "table_family", "row_tuning", "tuning_for"]
 
 
 @dataclass(frozen=True)
@@ -294,11 +294,7 @@ TABLES = {
 PART_OVERRIDES: Dict[str, Dict[str, Dict[str, Dict[str, object]]]] = {
     "sm_90": {
         "H200": {
-            # % of copy, floor 2 -> 3: layer_norm 1024x65536 bf16 86.4 -> 90.8, 4096x65536 bf16
-            # 87.8 -> 91.6, 8192x65536 bf16 88.3 -> 91.6, 4096x65536 f16 88.0 -> 91.9
-            "norm": {"ln_eight_chunks_programs_per_sm": 3},
-            # mean, 8192 x 4 at 32 warps -> 4096 x 4 at 16: 4096x32000 bf16 86.1 -> 90.1,
-            # 16384x32000 92.3 -> 101.9, 8192x50304 91.4 -> 97.1, 4096x128256 100.7 -> 100.3
+            "norm": {"ln_eight_chunks_programs_per_sm": 3},   # 168 registers, 3 programs per SM
             "cross_entropy": {"wide_loop_block": 4096, "wide_loop_warps": 16},
         },
     },
