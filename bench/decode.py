@@ -87,7 +87,7 @@ def split_sweep(fn, out, tiles, kv_bytes, copy_bw, splits):
 
 def bn_sweep(fn, out, kv_bytes, copy_bw, bns):
     """{keys per step: % of copy} of `fn()` with DecodeTuning.keys_per_step set to each value."""
-    family = tuning.row_tuning(Target.for_device()).family
+    family = tuning.table_family(Target.for_device())
     saved, got = tuning.TABLES[family], {}
     try:
         for bn in bns:

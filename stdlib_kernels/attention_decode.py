@@ -364,10 +364,10 @@ def split_count(programs: int, tiles: int, target: Target, t: Optional[DecodeTun
     """Splits of each sequence's `tiles` key tiles among programs, for `programs` (sequence,
     kv head, row block) programs on `target`: none while the programs fill every SM
     (`split_min_programs` per SM); else as many as `split_waves` programs per SM hold (rounded
-    down: one program past them is a second round of the whole split's time, 8 x 4096 keys
-    of GQA took 5 splits = 320 programs at 42.6% of copy, 4 = 256 at 58.6%, H200), each
-    split at least `min_split_tiles` tiles, at most `max_splits` (tuning.DecodeTuning: `t`,
-    default `target`'s table)."""
+    down: one program past them is a second round of the whole split's time;
+    benchmarks-archive.md, "Decode on an H200 with 32-key steps"), each split at least
+    `min_split_tiles` tiles, at most `max_splits` (tuning.DecodeTuning: `t`, default
+    `target`'s table)."""
     t = t or tuning_for(target).decode
     if programs >= t.split_min_programs * target.sm_count:
         return 1
