@@ -232,6 +232,15 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     if run_ptxas and target.find_ptxas():
         t0 = time.perf_counter()
         kept, result = _assemble(res, tgt, narrow if options.min_programs_per_sm > 1 else None)
+        if _spills(result) and options.carry_wgmma and _several_wgmmas_in_a_loop(gpu):
+            # the wgmma kept in flight across iterations holds its registers through the next
+            # one's: built again without, kept where that spills less
+            from .ir.parser import parse
+            other = compile_module(parse(asm["tile"]), replace(options, carry_wgmma=False, remarks=None),
+                                   kernel_name, None, None, run_ptxas)
+            spilled = other.metadata.get("ptxas") or {}
+            if spilled.get("spill_stores", 0) + spilled.get("spill_loads", 0) < _spills(result):
+                return other
         asm["llvm"], asm["ptx"] = kept.llvm, kept.ptx
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
@@ -240,6 +249,17 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         _resource_remarks(remarks, func.loc, result, metadata["num_threads"], metadata["shared"], tgt)
     metadata["remarks"] = [r.as_list() for r in remarks]
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
+
+
+def _spills(result) -> int:
+    return result.spill_stores + result.spill_loads
+
+
+def _several_wgmmas_in_a_loop(gpu) -> bool:
+    from .ir import tile_ops as T
+    from .lowering.gpu.wgmma_ops import WgmmaOp
+    return any(isinstance(op, T.ForOp) and sum(isinstance(o, WgmmaOp) for o in op.body.ops) > 1
+               for op in gpu.walk())
 
 
 def _warn_spills(metadata: Dict[str, Any], result) -> None:

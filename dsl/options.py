@@ -50,6 +50,10 @@ class CompileOptions:
     # the compile's remark collector (tilec.remarks.Remarks), set by the compiler for one compile:
     # not an option, and not part of the cache key or of equality
     remarks: Optional[object] = field(default=None, compare=False, repr=False)
+    # set by the compiler, not an option: a loop's wgmma may stay in flight into the next
+    # iteration beside other wgmmas (pipeline_loads' lag); off for the second build of a kernel
+    # whose first one spilled (compile_module)
+    carry_wgmma: bool = field(default=True, compare=False, repr=False)
 
     def validated(self, default: Optional[Target] = None) -> "CompileOptions":
         """These options checked, with `arch` and `target` resolved once: the given arch's

@@ -26,7 +26,6 @@ from .passes.persistent import make_persistent
 from .passes.dependent_launch import wait_for_prior_grid
 from .passes.index_width import index_width
 from .passes.lower_views import lower_views
-from .passes.rotate_dots import rotate_dot_chains
 from .passes.tma_loads import tma_loads
 from .passes.tma_stores import tma_stores
 from .passes.axis_info import axis_info
@@ -63,7 +62,6 @@ PASSES: Dict[str, Pass] = {
     "make_persistent": lambda m, t, o: make_persistent(m),
     "wait_for_prior_grid": lambda m, t, o: wait_for_prior_grid(m),
     "index_width": lambda m, t, o: index_width(m),
-    "rotate_dot_chains": lambda m, t, o: rotate_dot_chains(m),
     "tma_loads": lambda m, t, o: tma_loads(m, num_warps=o.num_warps, cluster=o.cluster),
     "tma_stores": lambda m, t, o: tma_stores(m, num_warps=o.num_warps),
     "lower_views": lambda m, t, o: lower_views(m),
@@ -72,7 +70,7 @@ PASSES: Dict[str, Pass] = {
     "accelerate_dot": lambda m, t, o: accelerate_dot(m, wgmma=t.has_wgmma, num_warps=o.num_warps, remarks=o.remarks),
     "share_staged_operands": lambda m, t, o: share_staged_operands(m),
     "pipeline_loads": lambda m, t, o: pipeline_loads(m, num_stages=o.num_stages, shared_limit=t.shared_per_block,
-                                                     remarks=o.remarks),
+                                                     remarks=o.remarks, carry=o.carry_wgmma),
     "defer_wgmma_waits": lambda m, t, o: defer_wgmma_waits(m),
     "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block, remarks=o.remarks),
     "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,
@@ -98,13 +96,12 @@ def legalize(t: Target, o: CompileOptions) -> List[str]:
 
 
 def optimize_for_target(t: Target, o: CompileOptions) -> List[str]:
-    """Target features that must see tensor views: chained dots rotated for asynchronous tensor
-    cores, TMA copies around wgmma dots (a ring of 3+ stages). The sanitizer mode (initcheck)
+    """Target features that must see tensor views: TMA copies around wgmma dots (a ring of 3+
+    stages). The sanitizer mode (initcheck)
     keeps the epilogue's plain stores: compute-sanitizer's initcheck does not record bulk-tensor
     (TMA) writes, so every element of a TMA-stored result read later counts as uninitialized
     (measured on an H200, docs/benchmarks.md "Sanitizers")."""
-    return [*(["rotate_dot_chains"] if t.has_wgmma else []),
-            *(["tma_loads"] if _tma(t, o) and o.num_stages >= 3 else []),
+    return [*(["tma_loads"] if _tma(t, o) and o.num_stages >= 3 else []),
             *(["tma_stores"] if _tma(t, o) and not o.initcheck else [])]
 
 

@@ -1,17 +1,17 @@
-"""defer_wgmma_waits: a wgmma whose result only leaves the loop iteration is waited for at the
-end of the iteration, not right after it is issued.
+"""defer_wgmma_waits: each wgmma is waited for where its result is first needed, not right
+after it is issued.
 
 accelerate_dot waits for every wgmma at once (`gpu.wgmma_wait {pending = 0}` after the
-`gpu.wgmma`). When the accumulator is used by nothing but the loop's `tile.yield` (the
-next iteration's first dot that `rotate_dot_chains` moved ahead), waiting there keeps
-the tensor cores and the CUDA cores working at once: everything between the issue and
-the end of the body (the softmax of this block) runs while the wgmma does. The wait
-moves to just before the yield, so the wgmma still completes inside its iteration. Only
-a `pending = 0` wait moves (a ring's `pending = 1` wait frees a slot for the copies that
-follow it), and only when nothing after it in the iteration writes a buffer the wgmma
-reads (a local_store, cp.async or TMA copy into it). A later
-`pending = 0` wait in the same iteration (the second dot's) already retires it, since
-wgmma groups complete in order; the moved wait then costs nothing.
+`gpu.wgmma`). Such a wait in a loop body moves down to just before the first use of its
+result in the iteration: the loop's `tile.yield` at the latest, an op with regions at the
+latest. Its `pending` becomes the number of wgmma groups issued between its wgmma and the
+new place (fewer where a wait in between allows fewer), so those stay in flight: in
+FlashAttention-3's order, `S(j+1) = Q Kᵀ` issued, `O += P(j) V(j)` issued, then the
+softmax of S(j+1), the softmax runs on the CUDA cores while O's product runs on the tensor
+cores. Only `pending = 0` waits move (a ring's `pending = 1` wait keeps a group in flight on
+purpose), and only when nothing passed writes a buffer the wgmma reads (a local_store,
+cp.async or TMA copy into it). Groups retire in order, so a later wait that retires a group
+issued after this one retires this one too.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tilec.ir import tile_ops as T
 from ..gpu.mma_ops import AsyncCopyOp
 from ..gpu.ops import LocalStoreOp
 from ..gpu.tma_ops import TmaLoadOp
-from ..gpu.wgmma_ops import WgmmaWaitOp
+from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 
 __all__ = ["defer_wgmma_waits"]
 
@@ -35,19 +35,38 @@ def _writes_operands(wgmma: Op, ops) -> bool:
     return any(isinstance(o, _WRITERS) and id(o.operands[0]) in bufs for op in ops for o in op.walk())
 
 
+def _sink_to_first_use(wait: WgmmaWaitOp) -> None:
+    """Move `wait` to just before its first use in the iteration (at the latest before an op
+    with regions), past the wgmmas issued in between, which its `pending` leaves in flight."""
+    body = wait.parent
+    start = body.ops.index(wait)
+    users = set()
+    for user, _ in wait.results[0].uses:
+        while user is not None and user.parent is not body:
+            user = user.parent_op()
+        if user is not None:
+            users.add(id(user))
+    issued, stop = 0, len(body.ops) - 1
+    for i in range(start + 1, len(body.ops)):
+        op = body.ops[i]
+        if id(op) in users or op.regions or op is body.terminator:
+            stop = i
+            break
+        if isinstance(op, WgmmaOp):
+            issued += 1
+        elif isinstance(op, WgmmaWaitOp):   # at most `pending` newer groups outlive it
+            issued = min(issued, op.attrs["pending"])
+    if stop == start + 1 or issued > 7 or (issued == 0 and body.ops[stop] is not body.terminator):
+        return
+    if _writes_operands(wait.operands[0].owner, body.ops[start + 1:stop]):
+        return
+    body.ops.remove(wait)
+    body.insert(stop - 1, wait)
+    wait.attrs["pending"] = issued
+
+
 def defer_wgmma_waits(module: Module) -> Module:
     for wait in [op for op in module.walk() if isinstance(op, WgmmaWaitOp)]:
-        body = wait.parent
-        loop = wait.parent_op()
-        if not isinstance(loop, T.ForOp) or body.terminator is None or wait.attrs["pending"] != 0:
-            continue   # a ring's `pending = 1` wait frees a slot for the copies after it: it stays
-        term = body.terminator
-        uses = wait.results[0].uses
-        if not uses or any(user is not term for user, _ in uses):
-            continue
-        after = body.ops[body.ops.index(wait) + 1:body.ops.index(term)]
-        if _writes_operands(wait.operands[0].owner, after):
-            continue   # its operand buffers are refilled before the end of the iteration
-        body.ops.remove(wait)
-        body.insert(body.ops.index(term), wait)
+        if wait.attrs["pending"] == 0 and isinstance(wait.parent_op(), T.ForOp) and wait.parent.terminator is not None:
+            _sink_to_first_use(wait)
     return module

@@ -29,6 +29,7 @@ from tilec.ir import tile_ops as T
 from tilec.ir.types import ScalarType, TileType
 
 from .index_width import view_index_dtype
+from .loop_bounds import below_block_count
 from .rewrite import build_constant
 
 __all__ = ["lower_views"]
@@ -100,9 +101,12 @@ def _lower(op) -> None:
             continue
         coords = _cast(b, b.value(T.ArangeOp, start=0, end=n), idx_t)
         coords = b.value(T.AddOp, b.value(T.SplatOp, start, shape=[n]), coords)
-        extent = b.value(T.ViewDimOp, view, dim=d, kind="shape")
-        extent = _cast(b, extent, idx_t)
-        inside = b.value(T.CmpOp, coords, b.value(T.SplatOp, extent, shape=[n]), pred="lt")
+        if not offset_mode and below_block_count(index, view, d, n):
+            inside = None   # the loop's bound keeps every block whole (loop_bounds)
+        else:
+            extent = b.value(T.ViewDimOp, view, dim=d, kind="shape")
+            extent = _cast(b, extent, idx_t)
+            inside = b.value(T.CmpOp, coords, b.value(T.SplatOp, extent, shape=[n]), pred="lt")
         if offset_mode:
             zero = b.value(T.SplatOp, build_constant(b, ScalarType(idx_t), 0), shape=[n])
             inside = b.value(T.AndOp, inside, b.value(T.CmpOp, coords, zero, pred="ge"))
@@ -113,12 +117,17 @@ def _lower(op) -> None:
         elif stride != 1:
             coords = b.value(T.MulOp, coords, build_constant(b, TileType((n,), ScalarType(idx_t)), stride))
         term = _to_full(b, coords, order.index(dim), shape)   # the tile dimension box dim d became
-        inside = _to_full(b, inside, order.index(dim), shape)
+        if inside is not None:
+            inside = _to_full(b, inside, order.index(dim), shape)
         dim += 1
         offset = term if offset is None else b.value(T.AddOp, offset, term)
-        mask = inside if mask is None else b.value(T.AndOp, mask, inside)
+        if inside is not None:
+            mask = inside if mask is None else b.value(T.AndOp, mask, inside)
     if base_in is not None:
-        mask = b.value(T.AndOp, mask, b.value(T.SplatOp, base_in, shape=shape))
+        base_in = b.value(T.SplatOp, base_in, shape=shape)
+        mask = base_in if mask is None else b.value(T.AndOp, mask, base_in)
+    if mask is None:   # every dimension proven in bounds
+        mask = build_constant(b, TileType(tuple(shape), ScalarType(dt.bool_)), True)
     base = b.value(T.ViewPtrOp, view)
     if base_off is not None:
         base = b.value(T.AddPtrOp, base, base_off)

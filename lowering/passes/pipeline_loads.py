@@ -200,30 +200,72 @@ def _issue(at: Builder, c: _Candidate, iv_value: Value, live: Value, slot: Value
     issue_copy(at, c.ops, c.load, iv, iv_value, buf, slot, lambda _: live)
 
 
-def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int) -> Optional[tuple]:
-    """(wgmma_wait, carried index) when the loop's wgmma group may stay in flight across
-    iterations: S >= 3, the wait's result is only yielded and the carried accumulator only
-    feeds the wgmma. None otherwise."""
+def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int, strict: bool = False) -> Optional[tuple]:
+    """(wgmma_wait, carried index) when a wgmma of the loop may stay in flight across
+    iterations: S >= 3, it reads a ring buffer, its wait's result is only yielded and its
+    accumulator is that carried value (GEMM's K loop) or computed from it (attention's
+    O += P V, whose O is rescaled first: `_ready_before_use` then waits for the carried
+    value where the next iteration first reads it). `strict` (the TMA ring) takes only the
+    first form, with the carried value feeding nothing but the wgmma. None otherwise."""
     if stages < 3:
         return None
     body = loop.body
     users = {id(u): u for c in cands for u, _ in c.alloc.results[0].uses if isinstance(u, WgmmaOp)}
-    if len(users) != 1:
+    if strict and len(users) != 1:
         return None
-    mma = next(iter(users.values()))
-    waits = [u for u, _ in mma.results[0].uses]
-    if mma.parent is not body or len(waits) != 1 or not isinstance(waits[0], WgmmaWaitOp):
-        return None
-    wait = waits[0]
-    uses = wait.results[0].uses
     term = body.ops[-1]
-    if len(uses) != 1 or uses[0][0] is not term:
-        return None
-    j = uses[0][1]
-    arg = body.args[1 + j]
-    if mma.operands[2] is not arg or len(arg.uses) != 1:
-        return None
-    return wait, j
+    for mma in users.values():
+        waits = [u for u, _ in mma.results[0].uses]
+        if mma.parent is not body or len(waits) != 1 or not isinstance(waits[0], WgmmaWaitOp):
+            continue
+        wait = waits[0]
+        uses = wait.results[0].uses
+        if len(uses) != 1 or uses[0][0] is not term:
+            continue
+        j = uses[0][1]
+        arg = body.args[1 + j]
+        if mma.operands[2] is arg and len(arg.uses) == 1:
+            return wait, j
+        if not strict and _computed_from(mma.operands[2], arg, body):
+            return wait, j
+    return None
+
+
+def _computed_from(v: Value, arg: Value, body) -> bool:
+    """`v` is `arg` or an elementwise function of it and of values from outside the loop's
+    wgmmas (attention's acc · alpha)."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        if x is arg:
+            return True
+        op = x.owner
+        if id(x) in seen or op is None or getattr(op, "parent", None) is not body \
+                or not isinstance(op, (T.ElementwiseOp, T.BroadcastOp, T.ExpandDimsOp, T.SplatOp)):
+            continue
+        seen.add(id(x))
+        todo.extend(op.operands)
+    return False
+
+
+def _ready_before_use(body, mma: WgmmaOp, arg: Value) -> None:
+    """The carried accumulator of a wgmma left in flight is read (other than by that wgmma)
+    only after a wait that retires it: one `gpu.wgmma_wait` before its first such use, whose
+    `pending` counts the wgmma groups this iteration issued before that point (groups
+    retire in order, so the previous iteration's is retired whatever those are)."""
+    others = [(u, i) for u, i in arg.uses if u is not mma]
+    if not others:
+        return
+    def top(op):
+        while op.parent is not body:
+            op = op.parent_op()
+        return op
+    first = min(body.ops.index(top(u)) for u, _ in others)
+    issued = sum(1 for op in body.ops[:first] if isinstance(op, WgmmaOp))
+    ready = WgmmaWaitOp([arg], [arg.type], {"pending": min(issued, 7)}, (), mma.loc)
+    body.insert(first, ready)
+    for u, i in others:
+        u.set_operand(i, ready.results[0])
 
 
 def _slot_buffers(cands: List[_Candidate], stages: int) -> Dict[int, Value]:
@@ -241,11 +283,10 @@ def _slot_buffers(cands: List[_Candidate], stages: int) -> Dict[int, Value]:
     return bufs
 
 
-def _pipeline(loop: T.ForOp, groups: List["_Group"], cands: List[_Candidate], stages: int) -> None:
+def _pipeline(loop: T.ForOp, groups: List["_Group"], cands: List[_Candidate], stages: int, lag) -> None:
     """Ring `cands` (the stores of `groups` that copies can replace; a group's other stores,
     such as a register tile's, stay between its barriers) in `stages` slots."""
     body = loop.body
-    lag = _wgmma_lag(loop, cands, stages)
     ahead_by = stages - 1 - (1 if lag else 0)  # iterations the copies run ahead
     iv = body.args[0]
     lb, ub, step = loop.operands[:3]
@@ -313,6 +354,7 @@ def _pipeline(loop: T.ForOp, groups: List["_Group"], cands: List[_Candidate], st
     if lag:
         wait, j = lag
         wait.attrs["pending"] = 1
+        _ready_before_use(body, wait.operands[0].owner, body.args[1 + j])
         res = loop.results[j]
         done = post.create(WgmmaWaitOp, res, pending=0, result_types=[res.type], loc=loop.loc)
         for user, i in list(res.uses):
@@ -369,7 +411,7 @@ def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
-    lag = _wgmma_lag(loop, cands, stages)
+    lag = _wgmma_lag(loop, cands, stages, strict=True)
     return (cands, origins, lag) if lag else None
 
 
@@ -413,11 +455,13 @@ def _fitting_stages(loop: Op, cands: List[_Candidate], stages: int, shared_limit
     return stages
 
 
-def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remarks) -> Module:
+def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remarks, carry: bool = True) -> Module:
     """Ring the loads that feed tensor-core dots in every loop, `num_stages` slots deep (a
     tc.range loop's own num_stages instead; fewer where `shared_limit` bytes per CTA do not
     hold them; none below 2). `remarks` (tilec.remarks.Remarks) hears, per such loop, the
-    ring it got or why none."""
+    ring it got or why none. `carry=False` keeps a wgmma in flight across iterations only
+    where it is the loop's one wgmma reading the ring (GEMM's K loop), as `_wgmma_lag`'s
+    `strict` (the compiler's second build of a kernel whose first one spilled)."""
     def remark(loop, text):
         if remarks is not None:
             remarks.add("loop", text, loop.loc)
@@ -447,11 +491,11 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
                          f"the {shared_limit} bytes of shared memory beside the other buffers")
         if stages < 2:
             continue
-        lag = _wgmma_lag(loop, cands, stages)
+        lag = _wgmma_lag(loop, cands, stages, strict=not carry)
         fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
         remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
                      f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))
-        _pipeline(loop, groups, cands, stages)
+        _pipeline(loop, groups, cands, stages, lag)
         changed = True
     for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:
         op.erase()  # markers of loads that TMA did not take: they only held operands alive

@@ -56,7 +56,7 @@ _END = ["lower_reductions", "lower_scans", "allocate_shared"]
     ("sm_86", _CORE + _GPU + _END),
     ("sm_90", _CORE + _GPU + _END),
     ("sm_100a", _CORE + _GPU + _END),
-    ("sm_90a", _CORE + ["rotate_dot_chains", "tma_loads", "tma_stores"] + _GPU[:-1]
+    ("sm_90a", _CORE + ["tma_loads", "tma_stores"] + _GPU[:-1]
      + ["defer_wgmma_waits", "prefetch_loads", "drop_multicast"] + _END),
 ])
 def test_passes_per_target(arch, passes):
