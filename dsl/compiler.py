@@ -220,6 +220,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
         "warp_specialized": int(gpu.attrs["num_threads"]) != 32 * options.num_warps, "persistent": persistent,
         "cluster": options.cluster,
+        # False: built again with every wgmma retired in its own loop iteration (the first build spilled)
+        "carry_wgmma": options.carry_wgmma,
         # the runtime launches it with programmatic stream serialization (sm_90+ only)
         "dependent_launch": options.dependent_launch and tgt.has_dependent_launch,
         # .file/.loc in the PTX: ptxas and the driver's JIT keep them (-lineinfo)

@@ -134,3 +134,27 @@ def test_q_is_stored_once_and_k_v_are_staged(arch):
     if arch == "sm_90a":   # S = Q Kᵀ retired at once, O += P V one group behind
         assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", body) == ["0", "1", "1"], body
     assert body.count("bar.sync") == 1
+
+
+def test_a_kernel_that_spills_with_a_carried_wgmma_is_built_again_without():
+    """The stdlib's dK/dV kernel at head dim 128 on the wgmma blocks: keeping dV's product in
+    flight into the next iteration holds its registers and ptxas spills; the compiler builds
+    it again with every wgmma retired in its iteration, which fits."""
+    from tilec.compiler import compile_kernel
+    from tilec.options import CompileOptions
+    from tilec.specialize import parse_signature
+    from tilec.stdlib_kernels import attention_bwd as B
+    t = "f16[?,?,?,?]:stride_div=16x16x16x1"
+    r = "f32[?,?,?]:stride_div=16x16x1"
+    sig = (f"q={t}, k={t}, v={t}, do={t}, lse={r}, delta={r}, dk={t}, dv={t}, qk_scale=f32, cap=f32, "
+           "scale=f32, left=i32, right=i32, GROUP=1, SOFTCAP=False, BM=64, BN=128, DK=128, DV=128")
+    k = B.attention_bwd_dkdv_kernel
+    opts = CompileOptions(arch="sm_90a", num_warps=8, fast_math=True)
+    kept = compile_kernel(k, parse_signature(k, sig), opts, use_cache=False)
+    if kept.metadata.get("ptxas") is None:
+        pytest.skip("ptxas not found")
+    assert not kept.metadata["carry_wgmma"]
+    assert kept.metadata["ptxas"]["spill_stores"] == 0 and kept.metadata["ptxas"]["spill_loads"] == 0
+    # the example's forward keeps O's product in flight: it fits
+    fwd = attn_fwd.compile(signature("f16", 128, 64, 128), arch="sm_90a", num_warps=8)
+    assert fwd.metadata["carry_wgmma"] and fwd.metadata["ptxas"]["spill_stores"] == 0
