@@ -109,7 +109,7 @@ def block_lists_kernel(cls, num, idx, full_num, full_idx, full_run, NC: tc.const
     """Row r of cls (b, h, rows, cols) as lists: its partial columns (num, idx), its full
     ones (full_num, full_idx) and how many of those lead as consecutive columns (full_run:
     the attention kernels walk that run with affine indices, which the compiler pipelines
-    and rotates like the dense kernels' loops). Program (r, h, b)."""
+    like the dense kernels' loops). Program (r, h, b)."""
     r = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)

@@ -14,8 +14,8 @@ The kernels walk FlexAttention's lists (attention_mask.py): per query tile, the 
 blocks of its mask row that are full (no mask_mod called, no bounds) and those that are
 partial (mask_mod and the key bound); blocks of class none are never loaded. The full
 list's leading run of consecutive blocks (a causal, windowed, prefix or document row's
-whole interior) is walked by an affine index, which the compiler pipelines and rotates
-as in the dense kernels; the rest by loaded indices. Without a
+whole interior) is walked by an affine index, which the compiler pipelines as in the
+dense kernels; the rest by loaded indices. Without a
 mask_mod the kernels walk every key block (DENSE), masking only the ragged last one.
 A block of the mask spans whole kernel tiles (SUB_Q x SUB_K of them).
 
@@ -123,8 +123,8 @@ def attention_mods_fwd_kernel(q, k, v, o, lse, kv_num, kv_idx, full_num, full_id
                                        SCORE_MOD, MASK_MOD, N_AUX, True, BM, BN, DK, DV)
     else:
         mb = mblk // SUB_Q
-        # the leading run of consecutive full blocks by affine indices (pipelined and rotated as
-        # the dense loops), then one flat loop per list (SUB_K tiles per listed block)
+        # the leading run of consecutive full blocks by affine indices (pipelined as the dense
+        # loops), then one flat loop per list (SUB_K tiles per listed block)
         run = _list_row(full_run, b, h, mb)
         lo = _list_at(full_idx, b, h, mb, 0) * SUB_K
         for j in range(lo, lo + run * SUB_K):

@@ -38,6 +38,14 @@ D = S - 2 iterations ahead instead of S - 1, into slot (c - 2) % S, whose wgmma
         %d = gpu.wgmma %bufA, %bufB, %acc, c % S
         %e = gpu.wgmma_wait %d {pending = 1}
 
+The same holds in a chain for the wgmma that accumulates into a carried value through
+elementwise ops (attention's O = P V + O · alpha): its wait keeps 1 group pending, the
+carried value is waited for just before the next iteration first reads it
+(`gpu.wgmma_wait %o {pending = n}`, n the wgmmas that iteration issued before that point;
+groups retire in order), the result after the loop; the loop's other wgmmas (S = Q Kᵀ)
+are retired in their iteration. With `carry=False` (the compiler's second build of a
+kernel that spilled) only a loop's one wgmma of the ring stays in flight, as in GEMM.
+
 A load qualifies when its only use is such a store, its pointers and mask are
 computed in the loop body from the induction variable and loop invariants
 only, its padding is zero, and it moves 4, 8 or 16 bytes per access (`_vec`).

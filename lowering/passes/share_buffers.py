@@ -1,8 +1,8 @@
 """share_staged_operands: a tile staged into several shared buffers is staged once.
 
 accelerate_dot gives every tensor-core dot its own operand buffers. A tile that several
-dots read (attention's q: once for the rotated prologue's first dot and once before each
-key loop, two loops in a kernel with a masked and an unmasked part) is then stored into
+dots read (attention's q: once before each key loop, two or three loops in a kernel with
+masked and unmasked parts) is then stored into
 as many identical buffers: at a head dim of 128 that is four 32 KB copies, which leaves
 pipeline_loads no room for the K/V ring. Where two buffers of one shape and layout are
 each written once, by a `gpu.local_store` of the same value, and only read otherwise
