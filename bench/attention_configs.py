@@ -35,12 +35,13 @@ except ImportError:
 A = importlib.import_module("tilec.stdlib_kernels.attention")
 AttentionConfig, next_pow2 = A.AttentionConfig, A.next_pow2
 
-# (BM, BN, warps, stages) per tile head dims (DK, DV); sm_90a registers / spill bytes / shared KiB
-# from `--ptxas` (ptxas 13.0) in the comments
-CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, int, int, int]]] = {
-    (64, 64): [(128, 64, 8, 3),      # 169 / 0 / 64: wgmma both dots (shipped)
-               (128, 128, 8, 3),     # 255 / 0 / 112: wgmma
-               (64, 64, 4, 3)],      # 207 / 0 / 56: wgmma
+# (BM, BN, warps, stages[, programs per SM]) per tile head dims (DK, DV); sm_90a registers /
+# spill bytes / shared KiB from `--ptxas` (ptxas 13.0) in the comments
+CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
+    (64, 64): [(128, 64, 8, 3),      # 172 / 0 / 64: wgmma both dots (shipped)
+               (128, 64, 8, 3, 2),   # 128 / 0 / 64: the same, two programs per SM
+               (128, 128, 8, 3),     # 238 / 0 / 112: wgmma
+               (64, 64, 4, 3)],      # 168 / 0 / 56: wgmma
     (128, 128): [(128, 64, 8, 3),    # 211 / 0 / 128: wgmma both dots (shipped)
                  (64, 64, 4, 3)],    # 221 / 0 / 112: wgmma
     (256, 256): [(64, 64, 8, 3),     # 255 / 0 / 168: QKᵀ mma.sync, P V wgmma 4 x 2 warps (shipped)
@@ -62,11 +63,13 @@ def tile_dims(d: int, dv: int) -> Tuple[int, int]:
 def candidates(d: int, dv: int) -> List[AttentionConfig]:
     """The candidate configurations of head dims (d, dv)."""
     dk, dvt = tile_dims(d, dv)
-    return [AttentionConfig(bm, bn, dk, dvt, w, s) for bm, bn, w, s in CANDIDATES[(dk, dvt)]]
+    return [AttentionConfig(dk=dk, dv=dvt, **dict(zip(("bm", "bn", "num_warps", "num_stages", "programs_per_sm"), c)))
+            for c in CANDIDATES[(dk, dvt)]]
 
 
 def label(cfg: AttentionConfig) -> str:
-    return f"{cfg.bm}x{cfg.bn} w{cfg.num_warps} s{cfg.num_stages}"
+    floor = f" p{cfg.programs_per_sm}" if cfg.programs_per_sm else ""
+    return f"{cfg.bm}x{cfg.bn} w{cfg.num_warps} s{cfg.num_stages}{floor}"
 
 
 def dots(compiled) -> str:

@@ -281,13 +281,15 @@ OPTIONS = {"attention_fwd_kernel": {"num_warps": 8, "fast_math": True}}
 @dataclass(frozen=True)
 class AttentionConfig:
     """How one attention call is tiled: query rows and keys per step, tile head dims, warps,
-    and the stages of the key/value ring (compile option num_stages)."""
+    the stages of the key/value ring (compile option num_stages) and a floor of programs per
+    SM (compile option min_programs_per_sm; 0: ptxas's choice of registers)."""
     bm: int
     bn: int
     dk: int       # q/k head dim of the tile (a power of two >= the tensors')
     dv: int
     num_warps: int
     num_stages: int = 3
+    programs_per_sm: int = 0
 
 
 def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False) -> AttentionConfig:
@@ -323,6 +325,9 @@ def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:
     if config.num_warps not in (1, 2, 4, 8, 16, 32) or config.num_stages not in range(1, 9):
         raise ValueError(f"config: expected num_warps a power of two from 1 to 32 and num_stages from 1 to 8, "
                          f"got {config.num_warps}, {config.num_stages}")
+    n = config.programs_per_sm
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"config.programs_per_sm: expected an int >= 0 (0: no floor), got {n!r}")
     return config
 
 
@@ -342,9 +347,15 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
         order["SECTION"] = heavy_first_section(x.heads * x.batch, kv_pair_bytes(x), target)
         grid = section_grid(grid[0], x.heads, x.batch, order["SECTION"])
     return [Launch.of(attention_fwd_kernel, grid, ("q", "k", "v", "o", "lse", "qk_scale", "cap", "left", "right"),
-                      cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule="dense",
+                      cfg.num_warps, options=compile_options(cfg), schedule="dense",
                       GROUP=group, SOFTCAP=softcap, LSE=lse,
                       BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv, **order)]
+
+
+def compile_options(cfg: AttentionConfig) -> dict:
+    """The launch's compile options from its tiling (the floor only where one is asked)."""
+    floor = {"min_programs_per_sm": cfg.programs_per_sm} if cfg.programs_per_sm else {}
+    return {"num_stages": cfg.num_stages, **floor}
 
 
 def _window(causal: bool, window) -> Tuple[int, int]:

@@ -31,8 +31,8 @@ from tilec.target import Target
 
 from ._common import Arr, as_array, check_float, check_same_place, output, refuse_read_back, \
     target_of, view
-from .attention import HEAD_DIMS, AttentionConfig, _window, attention_varlen_fwd_kernel, check_config, config_for, \
-    scales
+from .attention import HEAD_DIMS, AttentionConfig, _window, attention_varlen_fwd_kernel, check_config, compile_options, \
+    config_for, scales
 from .attention_bwd import attention_varlen_bwd_dkdv_kernel, attention_varlen_bwd_dq_kernel, bwd_config_for, \
     delta_launch
 from .launches import Launch, Operands, execute
@@ -60,7 +60,7 @@ def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: 
         return []
     return [Launch.of(attention_varlen_fwd_kernel, grid,
                       ("q", "k", "v", "o", "lse", "cu_q", "cu_k", "qk_scale", "cap", "left", "right"),
-                      cfg.num_warps, options={"num_stages": cfg.num_stages}, schedule=VARLEN,
+                      cfg.num_warps, options=compile_options(cfg), schedule=VARLEN,
                       GROUP=q.shape[1] // k.shape[1], SOFTCAP=softcap, LSE=lse,
                       BM=cfg.bm, BN=cfg.bn, DK=cfg.dk, DV=cfg.dv)]
 

@@ -38,6 +38,11 @@ def test_plan_takes_the_config_it_is_given():
     assert (ln.consts["BM"], ln.consts["BN"], ln.consts["DK"], ln.consts["DV"], ln.consts["LSE"]) == \
         (32, 32, 256, 256, True)
     assert A.plan(A.describe(2, 4, 2, 0, 900, 64, 64), H100) == []
+    # a floor of programs per SM becomes the compile option; none is asked by default
+    floor = A.AttentionConfig(128, 64, 64, 64, 8, 3, programs_per_sm=2)
+    (ln,) = A.plan(A.describe(2, 4, 2, 1000, 900, 64, 64), H100, config=floor)
+    assert dict(ln.options) == {"num_stages": 3, "min_programs_per_sm": 2}
+    assert "min_programs_per_sm" not in dict(A.plan(A.describe(2, 4, 2, 1000, 900, 64, 64), H100)[0].options)
 
 
 def test_the_varlen_plan_takes_a_config_too():
@@ -66,6 +71,7 @@ def test_extra_signatures_are_the_wide_plans_at_the_snapshot_warps():
     (A.AttentionConfig(64, 48, 256, 256, 8), ValueError, "config.bn"),
     (A.AttentionConfig(64, 64, 256, 256, 3), ValueError, "num_warps"),
     (A.AttentionConfig(64, 64, 256, 256, 8, 0), ValueError, "num_stages"),
+    (A.AttentionConfig(64, 64, 256, 256, 8, 3, -1), ValueError, "programs_per_sm"),
 ])
 def test_bad_configs_say_what_was_expected(config, err, match):
     with pytest.raises(err, match=match):
