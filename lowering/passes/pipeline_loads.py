@@ -240,8 +240,8 @@ def _wgmma_lag(loop: T.ForOp, cands: List[_Candidate], stages: int, strict: bool
 
 
 def _computed_from(v: Value, arg: Value, body) -> bool:
-    """`v` is `arg` or an elementwise function of it and of values from outside the loop's
-    wgmmas (attention's acc · alpha)."""
+    """`v` is `arg` or computed from it by elementwise ops of the loop body (attention's
+    acc · alpha)."""
     seen, todo = set(), [v]
     while todo:
         x = todo.pop()

@@ -297,7 +297,10 @@ def test_wgmma_kernel_assembles_and_reports_its_spills(name, sig, warps):
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] <= M.WG_SPILL_BYTES and report["spill_loads"] <= M.WG_SPILL_BYTES, report
     if report["spill_stores"] or report["spill_loads"]:
-        assert any(name in str(w.message) and "spills" in str(w.message) for w in seen), [str(w.message) for w in seen]
+        # once: the kernel spills with its wgmma carried across iterations and built again
+        # without, only the build kept says so
+        said = [str(w.message) for w in seen if name in str(w.message) and "spills" in str(w.message)]
+        assert len(said) == 1, [str(w.message) for w in seen]
     assert report["registers"] <= 255 and not report["warnings"], report
     # S: three wgmmas on the resident Q (shared memory); P V: P from registers
     dots = [r.message for r in compiled.remarks if r.kind == "dot"]
