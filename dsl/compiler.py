@@ -234,7 +234,7 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     if run_ptxas and target.find_ptxas():
         t0 = time.perf_counter()
         kept, result = _assemble(res, tgt, narrow if options.min_programs_per_sm > 1 else None)
-        if _spills(result) and options.carry_wgmma and _several_wgmmas_in_a_loop(gpu):
+        if _spills(result) and gpu.attrs.get("carried_wgmma"):
             # the wgmma kept in flight across iterations holds its registers through the next
             # one's: built again without, kept where that spills less
             from .ir.parser import parse
@@ -261,18 +261,10 @@ def _spills(result) -> int:
     return result.spill_stores + result.spill_loads
 
 
-def _several_wgmmas_in_a_loop(gpu) -> bool:
-    from .ir import tile_ops as T
-    from .lowering.gpu.wgmma_ops import WgmmaOp
-    return any(isinstance(op, T.ForOp) and sum(isinstance(o, WgmmaOp) for o in op.body.ops) > 1
-               for op in gpu.walk())
-
-
 def _warn_spills(metadata: Dict[str, Any], result) -> None:
     """Say so when ptxas spilled: a kernel that does not fit its registers still runs, slower,
     and nothing else would tell the user (`metadata["warnings"]` keeps the message)."""
-    spilled = result.spill_stores + result.spill_loads
-    if not spilled:
+    if not _spills(result):
         return
     msg = (f"kernel '{metadata['name']}' ({metadata['arch']}, {metadata['num_warps']} warps) uses "
            f"{result.registers} registers and spills: {result.spill_stores} bytes stored, "
@@ -329,19 +321,16 @@ def _assemble(res, tgt: Target, narrow=None):
     its ptxas result (the PTX may differ from the emitted one in its `.minnctapersm`)."""
     from .lowering.ptxas import assemble
 
-    def spills(r):
-        return r.spill_stores + r.spill_loads
-
     arch = tgt.arch
     result = assemble(res.ptx, arch)
-    if not spills(result):
+    if not _spills(result):
         return res, result
     forms = [res]
     if narrow is not None:
         alt = narrow()
         if alt.ptx != res.ptx:
             second = assemble(alt.ptx, arch)
-            if not spills(second):
+            if not _spills(second):
                 return alt, second
             forms.append(alt)
     relaxed = _relaxed(res.ptx)
@@ -352,9 +341,9 @@ def _assemble(res, tgt: Target, narrow=None):
         for form in forms:
             ptx = _with_floor(form.ptx, floor)
             third = assemble(ptx, arch)
-            if not spills(third):
+            if not _spills(third):
                 return type(res)(form.llvm, ptx, form.timings), third
-    if spills(second) < spills(result):
+    if _spills(second) < _spills(result):
         return type(res)(res.llvm, relaxed, res.timings), second
     return res, result
 

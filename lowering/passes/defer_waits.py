@@ -22,6 +22,7 @@ from ..gpu.mma_ops import AsyncCopyOp
 from ..gpu.ops import LocalStoreOp
 from ..gpu.tma_ops import TmaLoadOp
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
+from .rewrite import holder_in
 
 __all__ = ["defer_wgmma_waits"]
 
@@ -40,12 +41,7 @@ def _sink_to_first_use(wait: WgmmaWaitOp) -> None:
     with regions), past the wgmmas issued in between, which its `pending` leaves in flight."""
     body = wait.parent
     start = body.ops.index(wait)
-    users = set()
-    for user, _ in wait.results[0].uses:
-        while user is not None and user.parent is not body:
-            user = user.parent_op()
-        if user is not None:
-            users.add(id(user))
+    users = {id(holder_in(body, user)) for user, _ in wait.results[0].uses}
     issued, stop = 0, len(body.ops) - 1
     for i in range(start + 1, len(body.ops)):
         op = body.ops[i]

@@ -11,14 +11,10 @@ from __future__ import annotations
 from tilec.ir import Value
 from tilec.ir import tile_ops as T
 from tilec.ir.core import BlockArgument
-from tilec.ir.types import ScalarType
+
+from .rewrite import constant_of
 
 __all__ = ["below_block_count"]
-
-
-def _const(v: Value):
-    op = v.owner
-    return op.attrs.get("value") if isinstance(op, T.ConstantOp) and isinstance(v.type, ScalarType) else None
 
 
 def _through_casts(v: Value) -> Value:
@@ -41,7 +37,7 @@ def _at_most_blocks(u: Value, view: Value, dim: int, block: int) -> bool:
     u = _through_casts(u)
     op = u.owner
     if isinstance(op, T.FloorDivOp):
-        c = _const(op.operands[1])
+        c = constant_of(op.operands[1])
         return isinstance(c, int) and c > 0 and c % block == 0 and _at_most_extent(op.operands[0], view, dim)
     if isinstance(op, T.MinimumOp):
         return any(_at_most_blocks(o, view, dim, block) for o in op.operands)
@@ -58,12 +54,12 @@ def below_block_count(index: Value, view: Value, dim: int, block: int) -> bool:
         loop = region.parent if region is not None else None
         if not isinstance(loop, T.ForOp) or loop.body.args[0] is not index:
             return False
-        step = _const(loop.operands[2])
+        step = constant_of(loop.operands[2])
         return isinstance(step, int) and step > 0 and _at_most_blocks(loop.operands[1], view, dim, block)
     op = index.owner
     if isinstance(op, T.MinimumOp):
         return any(below_block_count(o, view, dim, block) for o in op.operands)
     if isinstance(op, T.SubOp):
-        c = _const(op.operands[1])
+        c = constant_of(op.operands[1])
         return isinstance(c, int) and c >= 1 and _at_most_blocks(op.operands[0], view, dim, block)
     return False

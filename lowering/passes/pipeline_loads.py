@@ -80,7 +80,8 @@ from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
 from .shared_alloc import live_alloc_bytes
-from .rewrite import build_constant, clone_ops, iteration_at, iteration_count, iteration_live, loop_slice
+from .rewrite import build_constant, clone_ops, holder_in, iteration_at, iteration_count, iteration_live, \
+    loop_slice
 
 __all__ = ["pipeline_loads", "issue_copy"]
 
@@ -264,11 +265,7 @@ def _ready_before_use(body, mma: WgmmaOp, arg: Value) -> None:
     others = [(u, i) for u, i in arg.uses if u is not mma]
     if not others:
         return
-    def top(op):
-        while op.parent is not body:
-            op = op.parent_op()
-        return op
-    first = min(body.ops.index(top(u)) for u, _ in others)
+    first = min(body.ops.index(holder_in(body, u)) for u, _ in others)
     issued = sum(1 for op in body.ops[:first] if isinstance(op, WgmmaOp))
     ready = WgmmaWaitOp([arg], [arg.type], {"pending": min(issued, 7)}, (), mma.loc)
     body.insert(first, ready)
@@ -469,7 +466,9 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
     hold them; none below 2). `remarks` (tilec.remarks.Remarks) hears, per such loop, the
     ring it got or why none. `carry=False` keeps a wgmma in flight across iterations only
     where it is the loop's one wgmma reading the ring (GEMM's K loop), as `_wgmma_lag`'s
-    `strict` (the compiler's second build of a kernel whose first one spilled)."""
+    `strict` (the compiler's second build of a kernel whose first one spilled); with
+    `carry`, a module that keeps one in flight beyond that form says so
+    (`module.attrs["carried_wgmma"]`)."""
     def remark(loop, text):
         if remarks is not None:
             remarks.add("loop", text, loop.loc)
@@ -500,6 +499,8 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         if stages < 2:
             continue
         lag = _wgmma_lag(loop, cands, stages, strict=not carry)
+        if lag and carry and _wgmma_lag(loop, cands, stages, strict=True) is None:
+            module.attrs["carried_wgmma"] = True   # compile_module builds it again without where it spills
         fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
         remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
                      f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))

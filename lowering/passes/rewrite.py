@@ -127,6 +127,14 @@ def iteration_live(at: Builder, iv: Value, step: Value, ahead: int, ub: Value) -
 
 
 
+def holder_in(body, op: Op) -> Optional[Op]:
+    """The op of block `body` that is `op` or holds it in its regions; None when `op` lies
+    outside `body`."""
+    while op is not None and op.parent is not body:
+        op = op.parent_op()
+    return op
+
+
 def invariant_loop(op: Op, v: Value) -> Optional[Op]:
     """The outermost of the loops around `op` (through loops only) that do not define `v`:
     where work on `v` alone can be done once, before it; None when the innermost defines it."""
