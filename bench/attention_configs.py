@@ -38,8 +38,8 @@ AttentionConfig, next_pow2 = A.AttentionConfig, A.next_pow2
 # (BM, BN, warps, stages[, programs per SM]) per tile head dims (DK, DV); sm_90a registers /
 # spill bytes / shared KiB from `--ptxas` (ptxas 13.0) in the comments
 CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
-    (64, 64): [(128, 64, 8, 3),      # 172 / 0 / 64: wgmma both dots (shipped)
-               (128, 64, 8, 3, 2),   # 128 / 0 / 64: the same, two programs per SM
+    (64, 64): [(128, 64, 8, 3),      # 172 / 0 / 64: wgmma both dots
+               (128, 64, 8, 3, 2),   # 128 / 0 / 64: the same, two programs per SM (shipped)
                (128, 128, 8, 3),     # 238 / 0 / 112: wgmma
                (64, 64, 4, 3)],      # 168 / 0 / 56: wgmma
     (128, 128): [(128, 64, 8, 3),    # 211 / 0 / 128: wgmma both dots (shipped)

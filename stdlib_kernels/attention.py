@@ -308,7 +308,8 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     else:
         blocks = t.wide_v if dv > 128 else t.wide_qk
     bm, bn, warps = blocks
-    return AttentionConfig(bm, bn, dk, dv, warps)
+    floor = t.narrow_64_programs_per_sm if max(dk, dv) <= 64 and target.has_wgmma else 0
+    return AttentionConfig(bm, bn, dk, dv, warps, programs_per_sm=floor)
 
 
 def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:

@@ -205,6 +205,9 @@ class AttentionFwdTuning:
     128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
     64 x 64 at DV 256 asks 320 KiB) and targets without wgmma take mma.sync blocks."""
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
+    # tile head dims up to 64 with wgmma: a floor of two programs per SM (128 registers, no
+    # spill; 389 against 302 TFLOP/s at one: "Forward tilings per head dim")
+    narrow_64_programs_per_sm: int = 2
     wide_v: Tuple[int, int, int] = (64, 64, 8)         # value head dim 256
     wide_qk: Tuple[int, int, int] = (128, 64, 8)       # q/k head dim above 128, values up to 128
     varlen_wide_v: Tuple[int, int, int] = (64, 16, 8)

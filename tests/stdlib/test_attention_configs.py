@@ -38,11 +38,15 @@ def test_plan_takes_the_config_it_is_given():
     assert (ln.consts["BM"], ln.consts["BN"], ln.consts["DK"], ln.consts["DV"], ln.consts["LSE"]) == \
         (32, 32, 256, 256, True)
     assert A.plan(A.describe(2, 4, 2, 0, 900, 64, 64), H100) == []
-    # a floor of programs per SM becomes the compile option; none is asked by default
-    floor = A.AttentionConfig(128, 64, 64, 64, 8, 3, programs_per_sm=2)
+    # a floor of programs per SM becomes the compile option; config_for asks one at head dim
+    # 64 with wgmma only
+    floor = A.AttentionConfig(128, 64, 64, 64, 8, 3, programs_per_sm=3)
     (ln,) = A.plan(A.describe(2, 4, 2, 1000, 900, 64, 64), H100, config=floor)
-    assert dict(ln.options) == {"num_stages": 3, "min_programs_per_sm": 2}
-    assert "min_programs_per_sm" not in dict(A.plan(A.describe(2, 4, 2, 1000, 900, 64, 64), H100)[0].options)
+    assert dict(ln.options) == {"num_stages": 3, "min_programs_per_sm": 3}
+    assert dict(A.plan(A.describe(2, 4, 2, 1000, 900, 64, 64), H100)[0].options)["min_programs_per_sm"] == 2
+    for d, target in ((128, H100), (64, Target.from_arch("sm_80"))):
+        (ln,) = A.plan(A.describe(2, 4, 2, 1000, 900, d, d), target)
+        assert "min_programs_per_sm" not in dict(ln.options)
 
 
 def test_the_varlen_plan_takes_a_config_too():
@@ -149,7 +153,7 @@ def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,dv", [(128, 128), (256, 256), (192, 128)])
+@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)])
 def test_shipped_varlen_forward_assembles_without_spills(d, dv):
     from tilec.stdlib_kernels.launches import spec
     import tilec as tc
