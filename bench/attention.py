@@ -238,13 +238,14 @@ def tilec_attention_bwd(q, k, v, o, lse, do, grads, delta, causal, blocks=None):
     z, s, d = q.shape
     dq, dk, dv = grads
     scale = 1.0 / math.sqrt(d)
-    (bm_k, bn_k), (bm_q, bn_q) = (blocks or bwd.BLOCKS)["attention_bwd_dkdv"], (blocks or bwd.BLOCKS)["attention_bwd_dq"]
+    (bm_k, bn_k, w_k), (bm_q, bn_q, w_q) = ((blocks or bwd.blocks_for(d))[name]
+                                            for name in ("attention_bwd_dkdv", "attention_bwd_dq"))
     bwd.attention_bwd_delta[(tc.cdiv(s, 64), z)](o, do, delta, BM=64, D=d)
     ins = (q, k, v, do, lse, delta)
     bwd.attention_bwd_dkdv[(tc.cdiv(s, bn_k), z)](*ins, dk, dv, scale, CAUSAL=causal,
-                                                  BM=bm_k, BN=bn_k, D=d, num_warps=8, fast_math=True)
+                                                  BM=bm_k, BN=bn_k, D=d, num_warps=w_k, fast_math=True)
     bwd.attention_bwd_dq[(tc.cdiv(s, bm_q), z)](*ins, dq, scale, CAUSAL=causal,
-                                                BM=bm_q, BN=bn_q, D=d, num_warps=8, fast_math=True)
+                                                BM=bm_q, BN=bn_q, D=d, num_warps=w_q, fast_math=True)
     return grads
 
 
@@ -286,9 +287,10 @@ def ptxas_report_bwd(dname, d, causal) -> str:
     t = TILEC_DTYPE[dname]
     parts = []
     for name in ("attention_bwd_dkdv", "attention_bwd_dq"):
+        bm, bn, warps = bwd.blocks_for(d)[name]
         sig = bwd.SIGNATURES[name].replace("=f16[", f"={t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
-        sig = sig.replace("D=64", f"D={d}")
-        r = getattr(bwd, name).compile(sig, num_warps=8, fast_math=True).metadata.get("ptxas") or {}
+        sig = sig.replace("BM=64, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
+        r = getattr(bwd, name).compile(sig, num_warps=warps, fast_math=True).metadata.get("ptxas") or {}
         parts.append(f"{name[14:]}: {r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled")
     return "; ".join(parts)
 

@@ -134,17 +134,24 @@ _R = "f32[?,?]:stride_div=16x1"
 SIGNATURES = {
     "attention_bwd_delta": f"o={_T}, do={_T}, delta={_R}, BM=64, D=64",
     "attention_bwd_dkdv": f"q={_T}, k={_T}, v={_T}, do={_T}, lse={_R}, delta={_R}, dk={_T}, dv={_T}, "
-                          "scale=f32, CAUSAL=True, BM=64, BN=128, D=64",
+                          "scale=f32, CAUSAL=True, BM=64, BN=64, D=64",
     "attention_bwd_dq": f"q={_T}, k={_T}, v={_T}, do={_T}, lse={_R}, delta={_R}, dq={_T}, scale=f32, "
-                        "CAUSAL=True, BM=128, BN=64, D=64",
+                        "CAUSAL=True, BM=64, BN=64, D=64",
 }
-# 8 warps, two warpgroups, each owning 64 of the 128 rows a program owns (keys for dK/dV,
-# queries for dQ) while it steps by 64 over the other side: every product is then a wgmma
-# on sm_90a, Pᵀ and dSᵀ its A from registers, and Q and dO (K and V) serve as B both ways
-# from one buffer. BM = BN = 64 left one warpgroup's rows per two and fell back to mma.sync
-# (2-3x slower on an H200, docs/benchmarks.md).
-BLOCKS = {"attention_bwd_dkdv": (64, 128), "attention_bwd_dq": (128, 64)}   # (BM, BN)
-OPTIONS = {name: {"num_warps": 8, "fast_math": True} for name in ("attention_bwd_dkdv", "attention_bwd_dq")}
+# (BM, BN, warps) per kernel and head dim. At 128, 8 warps: two warpgroups, each owning 64
+# of the 128 rows a program owns (keys for dK/dV, queries for dQ) while it steps by 64 over
+# the other side: every product is then a wgmma on sm_90a, Pᵀ and dSᵀ its A from registers,
+# and Q and dO (K and V) serve as B both ways from one buffer. At 64 one warpgroup owns 64
+# rows and steps by 64: smaller programs, more of them per SM (an H200 ran dK/dV 1.2x and,
+# causal, dQ 1.2x faster than at the 128-row blocks: docs/benchmarks.md).
+BLOCKS = {64: {"attention_bwd_dkdv": (64, 64, 4), "attention_bwd_dq": (64, 64, 4)},
+          128: {"attention_bwd_dkdv": (64, 128, 8), "attention_bwd_dq": (128, 64, 8)}}
+OPTIONS = {name: {"num_warps": 4, "fast_math": True} for name in ("attention_bwd_dkdv", "attention_bwd_dq")}
+
+
+def blocks_for(d):
+    """BLOCKS' tilings for head dim d."""
+    return BLOCKS[64 if d <= 64 else 128]
 
 
 def attention_bwd(q, k, v, o, lse, do, causal, target, blocks=None):
@@ -156,13 +163,14 @@ def attention_bwd(q, k, v, o, lse, do, causal, target, blocks=None):
     grads = [target.to_device(np.zeros(q.shape, q.dtype)) for _ in range(3)]
     dq, dk, dv = grads
     with target.launching():
-        (bm_k, bn_k), (bm_q, bn_q) = (blocks or BLOCKS)["attention_bwd_dkdv"], (blocks or BLOCKS)["attention_bwd_dq"]
+        (bm_k, bn_k, w_k), (bm_q, bn_q, w_q) = ((blocks or blocks_for(d))[name]
+                                                for name in ("attention_bwd_dkdv", "attention_bwd_dq"))
         attention_bwd_delta[(tc.cdiv(seq, 64), zh)](dev["o"], dev["do"], delta, BM=64, D=d)
         ins = (dev["q"], dev["k"], dev["v"], dev["do"], dev["lse"], delta)
         attention_bwd_dkdv[(tc.cdiv(seq, bn_k), zh)](*ins, dk, dv, scale, CAUSAL=causal,
-                                                     BM=bm_k, BN=bn_k, D=d, num_warps=8, fast_math=True)
+                                                     BM=bm_k, BN=bn_k, D=d, num_warps=w_k, fast_math=True)
         attention_bwd_dq[(tc.cdiv(seq, bm_q), zh)](*ins, dq, scale, CAUSAL=causal,
-                                                   BM=bm_q, BN=bn_q, D=d, num_warps=8, fast_math=True)
+                                                   BM=bm_q, BN=bn_q, D=d, num_warps=w_q, fast_math=True)
     return tuple(target.to_host(g) for g in grads)
 
 

@@ -362,7 +362,7 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
         dkdv = min(dkdv, t.wgmma_max_head_dim_softcap_dkdv)
     if not target.has_wgmma:
         dkdv = dq = 0
-    return _tiling(head_dim, head_dim_v, t, dkdv, dq)
+    return _tiling(head_dim, head_dim_v, t, dkdv, dq, small=path in ("dense", "varlen") and target.has_wgmma)
 
 
 def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
@@ -376,13 +376,15 @@ def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], 
 
 
 def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkdv_wgmma_up_to: int,
-            dq_wgmma_up_to: int) -> AttentionBwdConfig:
-    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on sm_90a. The dK/dV
+            dq_wgmma_up_to: int, small: bool = False) -> AttentionBwdConfig:
+    """8 warps: at 4, 64 keys per dK/dV program spill with softcap on mma.sync. The dK/dV
     kernel holds two (keys x dim) f32 accumulators and Pᵀ and dPᵀ - δ of one step (K and V
     stay in shared memory). Each kernel takes the wgmma blocks up to its head dim limit (0:
     none): two warpgroups of 64 owned rows and steps of 64 on the other side, every product
     a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at
-    head dim 128 the dK/dV kernel fits them only with dPᵀ - δ formed before Sᵀ (_dkdv_block)."""
+    head dim 128 the dK/dV kernel fits them only with dPᵀ - δ formed before Sᵀ (_dkdv_block).
+    `small` (wgmma targets, the dense and varlen kernels): up to t.wgmma_small_max_head_dim,
+    where both kernels take wgmma, t.wgmma_small's one-warpgroup blocks instead."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     wide = max(dk, dv)
@@ -390,6 +392,9 @@ def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkd
         # 256-wide tiles: both head dims padded to 256 (a 256/128 pair spills where 256/256 does
         # not: ptxas's allocation is that close to the limit), 16-row steps, a 2-deep ring
         return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
+    if small and wide <= min(t.wgmma_small_max_head_dim, dkdv_wgmma_up_to, dq_wgmma_up_to):
+        *blocks, warps = t.wgmma_small
+        return AttentionBwdConfig(*blocks, dk, dv, warps)
     kv_block, q_step, q_block, kv_step = t.mma_64 if wide <= 64 else t.mma_128
     if wide <= dkdv_wgmma_up_to:
         kv_block, q_step = t.wgmma_dkdv
@@ -604,8 +609,8 @@ _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attentio
 # there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
 # the archs whose plan launches them
 SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
-OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64.num_warps, "fast_math": True}
-           for name in _KERNELS}
+OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else bwd_config_for(64, _SM80).num_warps,
+                  "fast_math": True} for name in _KERNELS}
 # head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's mma.sync tiles (with softcap
 # too), 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))

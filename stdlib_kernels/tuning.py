@@ -237,6 +237,12 @@ class AttentionBwdTuning:
     dP · (1 - t²) spilled 8 bytes at 128)."""
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
+    # head dims up to wgmma_small_max_head_dim, dense and varlen kernels: one warpgroup owns 64
+    # rows and steps by 64, (kv_block, q_step, q_block, kv_step, warps): smaller programs, more
+    # per SM (dK/dV 2, dQ 3; no spill); 1.16x the two-warpgroup blocks on an H200, f16 S 4096
+    # ("Backward at head dim 64 on one warpgroup")
+    wgmma_small: Tuple[int, int, int, int, int] = (64, 64, 64, 64, 4)
+    wgmma_small_max_head_dim: int = 64
     wgmma_max_head_dim: int = 128
     wgmma_max_head_dim_mods_heavy_dkdv: int = 64
     wgmma_max_head_dim_softcap_dkdv: int = 128

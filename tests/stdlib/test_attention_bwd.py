@@ -175,11 +175,16 @@ def test_empty_and_single_sequences(n_q, n_k):
 def test_config_is_a_function_of_head_dims_and_target():
     h100 = Target.from_arch("sm_90a")
     c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
-    assert (c64.num_warps, c64.dk, c64.dv) == (8, 64, 64)
+    assert (c64.num_warps, c64.dk, c64.dv) == (4, 64, 64)
     assert (c128.num_warps, c128.dk, c128.dv) == (8, 128, 128)
-    # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows)
+    # the wgmma blocks up to head dim 128 on the dense path (two warpgroups of 64 owned rows),
+    # up to 64 one warpgroup's (64 owned rows, steps of 64)
     assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
-    assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (128, 64, 128, 64)
+    assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (64, 64, 64, 64)
+    assert B.bwd_config_for(32, h100) == B.AttentionBwdConfig(64, 64, 64, 64, 32, 32, 4)
+    # the mods kernels keep two warpgroups at 64
+    mods64 = B.bwd_config_for(64, h100, path="mods")
+    assert (mods64.kv_block, mods64.q_block, mods64.num_warps) == (128, 128, 8)
     # sm_80: the mma.sync tiles (owned blocks of at most 64)
     a100 = Target.from_arch("sm_80")
     for cfg in (B.bwd_config_for(128, a100), B.bwd_config_for(128, a100, path="mods"),
@@ -193,11 +198,11 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert B.bwd_config_for(128, h100, path="mods") == c128
     heavy = B.bwd_config_for(128, h100, path="mods_heavy")
     assert (heavy.q_block, heavy.kv_step) == (c128.q_block, c128.kv_step) and heavy.kv_block <= 64
-    assert B.bwd_config_for(64, h100, path="mods_heavy") == c64
+    assert B.bwd_config_for(64, h100, path="mods_heavy") == mods64
     # varlen: the dense path's blocks (the wgmma blocks at 128 too), with softcap too
     assert B.bwd_config_for(128, h100, path="varlen") == c128
     assert B.bwd_config_for(128, h100, softcap=True, path="varlen") == B.bwd_config_for(128, h100, softcap=True)
-    assert B.bwd_config_for(64, h100, path="varlen") == B.bwd_config_for(64, h100, path="mods") == c64
+    assert B.bwd_config_for(64, h100, path="varlen") == c64
     with pytest.raises(ValueError, match="path"):
         B.bwd_config_for(64, h100, path="paged")
     assert B.bwd_config_for(96, h100) == c128
@@ -213,11 +218,13 @@ def test_config_reads_the_tuning_table():
     h100 = Target.from_arch("sm_90a")
     saved = tuning.TABLES["sm_90"]
     tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, wgmma_max_head_dim=64,
-                                                                  wgmma_dq=(128, 32)))
+                                                                  wgmma_dq=(128, 32), wgmma_small_max_head_dim=32,
+                                                                  wgmma_small=(64, 32, 64, 16, 4)))
     try:
-        c64, c128 = B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
+        c32, c64, c128 = B.bwd_config_for(32, h100), B.bwd_config_for(64, h100), B.bwd_config_for(128, h100)
     finally:
         tuning.TABLES["sm_90"] = saved
+    assert (c32.kv_block, c32.q_step, c32.q_block, c32.kv_step, c32.num_warps) == (64, 32, 64, 16, 4)
     assert (c64.q_block, c64.kv_step) == (128, 32) and max(c128.kv_block, c128.q_block) <= 64
     assert B.bwd_config_for(128, h100).kv_block == saved.attention_bwd.wgmma_dkdv[0]
     tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd,
@@ -255,12 +262,12 @@ def _planned(kernel, sig, arch):
 _EXTRA = [(k, s, arch) for arch in ("sm_80", "sm_90a") for k, s in B.EXTRA_SIGNATURES if _planned(k, s, arch)]
 
 
-def _warps(kernel, sig):
+def _warps(kernel, sig, arch="sm_90a"):
     if kernel == "attention_bwd_group_sum_kernel":
         return 4
     if kernel == "attention_bwd_delta_kernel":
         return B.delta_warps(getattr(B, kernel).specialization(sig).constexprs["DV"])
-    return _config(kernel, sig).num_warps
+    return _config(kernel, sig, arch).num_warps
 
 
 def _stages(kernel, sig):
@@ -270,8 +277,8 @@ def _stages(kernel, sig):
 
 
 def test_options_are_the_entry_points_warp_counts():
-    for kernel, sig in B.SIGNATURES.items():
-        assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, sig)
+    for kernel, sig in B.SIGNATURES.items():   # sm_80's plan at head dim 64
+        assert B.OPTIONS[kernel]["num_warps"] == _warps(kernel, sig, "sm_80")
     assert (B.delta_warps(64), B.delta_warps(128), B.delta_warps(256)) == (4, 4, 8)
 
 
@@ -294,7 +301,7 @@ def test_extra_signatures_cover_the_planned_blocks():
 def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     # SIGNATURES go through tests/test_ptxas.py; these at the warps the entry point launches them with
     k = getattr(B, kernel)
-    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, num_warps=_warps(kernel, sig),
+    compiled = compile_kernel(k, parse_signature(k, sig), CompileOptions(arch=arch, num_warps=_warps(kernel, sig, arch),
                                                                         num_stages=_stages(kernel, sig),
                                                                         fast_math=True), use_cache=False)
     report = compiled.metadata["ptxas"]
