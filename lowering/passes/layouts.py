@@ -374,10 +374,12 @@ class _Assigner:
             return
         # A value the loops around `op` do not define is converted once, before the outermost
         # of them, not every iteration (attention's row statistics: a trip through shared
-        # memory, with barriers, per key block); the ops of one loop needing one layout share it.
+        # memory, with barriers, per key block); the ops of one loop needing one layout share it,
+        # and so do the later loops of the same block (the dQ kernel's three key loops: one
+        # conversion per loop kept the source live through the earlier loops to convert it again).
         loop = invariant_loop(op, v)
         if loop is not None:
-            key = (id(v), id(loop), repr(want))
+            key = (id(v), id(loop.parent), repr(want))
             cv = self._hoisted.get(key)
             if cv is None:
                 b = Builder().before(loop)
