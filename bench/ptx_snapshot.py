@@ -74,8 +74,8 @@ def _compile(case: Case) -> Tuple[str, str]:
     _, ref, kernel, sig, arch, options = case
     k = getattr(_import(ref), kernel)
     spec = k.specialization(sig)
-    if "cluster" in options:
-        options = dict(options, cluster=spec.constexprs["C"])
+    if "cluster" in options:   # SM90_SIGNATURES: the cluster entry points' C, else no cluster (MLA's wgmma kernel)
+        options = dict(options, cluster=spec.constexprs.get("C", 1))
     try:
         return "ptx", compile_kernel(k, spec, CompileOptions(arch=arch, **options), use_cache=False).asm["ptx"]
     except CompilationError as e:

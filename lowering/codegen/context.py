@@ -75,6 +75,13 @@ class CodegenContext:
         self.builder.position_at_end(body)
         self.ops = IndexOps(self.builder)
 
+    def warp_uniform(self) -> ir.Value:
+        """The warp index read back from lane 0 (shfl.sync.idx), here: ptxas then knows it is
+        the same across the warp, so what is derived from it (wgmma descriptors) stays in
+        uniform registers rather than being moved there (R2UR) before every use."""
+        args = [ir.Constant(I32, -1), self.warp, ir.Constant(I32, 0), ir.Constant(I32, 31)]
+        return self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, args, "warp_uniform")
+
     # values ---------------------------------------------------------------------
     def get(self, v: Value):
         try:

@@ -86,8 +86,9 @@ def _wgmma(ctx, op):
     instr_n = lay.instr_shape[1]
     bld = ctx.builder
     # this warp's warpgroup along M and column block along N
-    wg_m = bld.lshr(bld.and_(ctx.warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
-    wg_n = bld.lshr(ctx.warp, ir.Constant(I32, wm.bit_length() - 1))
+    warp = ctx.warp_uniform()
+    wg_m = bld.lshr(bld.and_(warp, ir.Constant(I32, wm - 1)), ir.Constant(I32, 2))
+    wg_n = bld.lshr(warp, ir.Constant(I32, wm.bit_length() - 1))
     kmaj = buffer_k_major(b_alloc.attrs["layout"], len(b_alloc.attrs["shape"]) == 3)   # B's transpose bit
     if op.attrs.get("b_trans", False):   # Bᵀ's (N, K) buffer in A's layout: B K-major, bytes alike
         b_shape, kmaj = b_shape[::-1], True
