@@ -142,9 +142,8 @@ SIGNATURES = {
 # of the 128 rows a program owns (keys for dK/dV, queries for dQ) while it steps by 64 over
 # the other side: every product is then a wgmma on sm_90a, Pᵀ and dSᵀ its A from registers,
 # and Q and dO (K and V) serve as B both ways from one buffer. At 64 one warpgroup owns 64
-# rows and steps by 64: smaller programs, more of them per SM (an H200 ran dK/dV 1.2x and,
-# causal, dQ 1.2x faster than at the 128-row blocks). dQ at 128 steps by 128 keys: half the
-# steps, 1.07x (docs/benchmarks.md).
+# rows and steps by 64: smaller programs, more of them per SM. dQ at 128 steps by 128 keys:
+# half the steps. (The tilings timed: docs/benchmarks-archive.md, "Backward tilings and forms".)
 BLOCKS = {64: {"attention_bwd_dkdv": (64, 64, 4), "attention_bwd_dq": (64, 64, 4)},
           128: {"attention_bwd_dkdv": (64, 128, 8), "attention_bwd_dq": (128, 128, 8)}}
 OPTIONS = {name: {"num_warps": 4, "fast_math": True} for name in ("attention_bwd_dkdv", "attention_bwd_dq")}

@@ -362,7 +362,7 @@ def bwd_config_for(head_dim: int, target: Target, head_dim_v: Optional[int] = No
         dkdv = min(dkdv, t.wgmma_max_head_dim_softcap_dkdv)
     if not target.has_wgmma:
         dkdv = dq = 0
-    return _tiling(head_dim, head_dim_v, t, dkdv, dq, small=path in ("dense", "varlen") and target.has_wgmma)
+    return _tiling(head_dim, head_dim_v, t, dkdv, dq, small=path in ("dense", "varlen"))
 
 
 def bwd_config_within(head_dim: int, target: Target, head_dim_v: Optional[int], q_block: int,
@@ -383,8 +383,8 @@ def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkd
     none): two warpgroups of 64 owned rows and steps of 64 on the other side, every product
     a wgmma with Pᵀ and dSᵀ from registers (measured: docs/benchmarks.md, "Backward"); at
     head dim 128 the dK/dV kernel fits them only with dPᵀ - δ formed before Sᵀ (_dkdv_block).
-    `small` (wgmma targets, the dense and varlen kernels): up to t.wgmma_small_max_head_dim,
-    where both kernels take wgmma, t.wgmma_small's one-warpgroup blocks instead."""
+    `small` (the dense and varlen kernels): up to t.wgmma_small_max_head_dim, where both
+    kernels take wgmma, t.wgmma_small's one-warpgroup blocks instead."""
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     wide = max(dk, dv)
@@ -608,9 +608,10 @@ _KERNELS = ("attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attentio
 # the wgmma blocks, which sm_80 never runs (they spill
 # there), are EXTRA_SIGNATURES, which tests/stdlib/test_attention_bwd.py assembles only for
 # the archs whose plan launches them
-SIGNATURES = {name: _signature(name, "f16", bwd_config_for(64, _SM80)) for name in _KERNELS}
-OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else bwd_config_for(64, _SM80).num_warps,
-                  "fast_math": True} for name in _KERNELS}
+_CFG64_SM80 = bwd_config_for(64, _SM80)
+SIGNATURES = {name: _signature(name, "f16", _CFG64_SM80) for name in _KERNELS}
+OPTIONS = {name: {"num_warps": 4 if name == "attention_bwd_delta_kernel" else _CFG64_SM80.num_warps, "fast_math": True}
+           for name in _KERNELS}
 # head dims 64 and 128 at the wgmma blocks (sm_90a), 128 at sm_80's mma.sync tiles (with softcap
 # too), 256 and 192 / 128 (launched at bwd_config_for's warps), softcap and grouped heads, bf16
 EXTRA_SIGNATURES = [(name, _signature(name, dt, cfg, softcap, group))

@@ -205,8 +205,8 @@ class AttentionFwdTuning:
     128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
     64 x 64 at DV 256 asks 320 KiB) and targets without wgmma take mma.sync blocks."""
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
-    # tile head dims up to 64 with wgmma: a floor of two programs per SM (128 registers, no
-    # spill; 389 against 302 TFLOP/s at one: "Forward tilings per head dim")
+    # tile head dims up to 64 with wgmma: a floor of programs per SM (two: 128 registers, no
+    # spill; measured in docs/benchmarks.md, "Forward tilings per head dim")
     narrow_64_programs_per_sm: int = 2
     wide_v: Tuple[int, int, int] = (64, 64, 8)         # value head dim 256
     wide_qk: Tuple[int, int, int] = (128, 64, 8)       # q/k head dim above 128, values up to 128
@@ -239,8 +239,8 @@ class AttentionBwdTuning:
     wgmma_dq: Tuple[int, int] = (128, 64)
     # head dims up to wgmma_small_max_head_dim, dense and varlen kernels: one warpgroup owns 64
     # rows and steps by 64, (kv_block, q_step, q_block, kv_step, warps): smaller programs, more
-    # per SM (dK/dV 2, dQ 3; no spill); 1.16x the two-warpgroup blocks on an H200, f16 S 4096
-    # ("Backward at head dim 64 on one warpgroup")
+    # per SM (dK/dV 2, dQ 3; no spill); measured in docs/benchmarks-archive.md, "Backward
+    # tilings and forms, twenty-second session"
     wgmma_small: Tuple[int, int, int, int, int] = (64, 64, 64, 64, 4)
     wgmma_small_max_head_dim: int = 64
     wgmma_max_head_dim: int = 128

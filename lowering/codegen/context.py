@@ -78,7 +78,9 @@ class CodegenContext:
     def warp_uniform(self) -> ir.Value:
         """The warp index read back from lane 0 (shfl.sync.idx), here: ptxas then knows it is
         the same across the warp, so what is derived from it (wgmma descriptors) stays in
-        uniform registers rather than being moved there (R2UR) before every use."""
+        uniform registers rather than being moved there (R2UR) before every use. Emitted at
+        each use, not once in the prologue: held across the loops, it made the dK/dV kernels
+        at head dim 128 spill (4-68 bytes)."""
         args = [ir.Constant(I32, -1), self.warp, ir.Constant(I32, 0), ir.Constant(I32, 31)]
         return self.intrinsic("llvm.nvvm.shfl.sync.idx.i32", I32, args, "warp_uniform")
 
