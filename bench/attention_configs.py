@@ -40,9 +40,11 @@ AttentionConfig, next_pow2 = A.AttentionConfig, A.next_pow2
 CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
     (64, 64): [(128, 64, 8, 3),      # 172 / 0 / 64: wgmma both dots
                (128, 64, 8, 3, 2),   # 128 / 0 / 64: the same, two programs per SM (shipped)
+               (128, 64, 8, 4, 2),   # the same, 4 stages
                (128, 128, 8, 3),     # 238 / 0 / 112: wgmma
                (64, 64, 4, 3)],      # 168 / 0 / 56: wgmma
     (128, 128): [(128, 64, 8, 3),    # 211 / 0 / 128: wgmma both dots (shipped)
+                 (128, 64, 8, 4),    # the same, 4 stages
                  (64, 64, 4, 3)],    # 221 / 0 / 112: wgmma
     (256, 256): [(64, 64, 8, 3),     # 255 / 0 / 168: QKᵀ mma.sync, P V wgmma 4 x 2 warps (shipped)
                  (64, 32, 8, 3),     # 243 / 0 / 132: mma.sync

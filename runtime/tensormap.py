@@ -3,8 +3,9 @@
 A kernel that copies a view with TMA takes, after its other parameters, a 128-byte tensor
 map per (view, box) (dsl/abi.py "tmap" slots). `tensor_map_writer(slot)` gives the
 packer a function that writes the map of one call's array into the parameter buffer:
-the map describes the 2-D tensor in storage order (innermost dimension first: extents,
-row stride in bytes; a column-major tensor as its transpose, so its tiles land transposed),
+the map describes the tensor in storage order (innermost dimension first: extents,
+strides in bytes; a column-major 2-D tensor as its transpose, so its tiles land transposed;
+ranks 3 to 5 with a unit last stride, each dimension as it is),
 the box (one 128-byte swizzle row wide), the 128-byte swizzle the buffers use,
 and zero fill for elements outside the tensor (the views' padding). Encoding costs a
 driver call, so maps are cached by (pointer, shape, strides): a launch on the same
@@ -49,12 +50,15 @@ def storage_dims(shape, strides):
 
 
 def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
-    """The 128 bytes of the tiled tensor map of a row- or column-major 2-D tensor (strides in
-    elements), `box` in storage order."""
+    """The 128 bytes of the tiled tensor map of a row- or column-major 2-D tensor, or a
+    row-major (last stride 1) one of rank 3 to 5 (strides in elements), `box` in storage
+    order."""
     d, dtypes = _enums()
     if dtype.name not in dtypes:
         raise TypeError(f"TMA copies f16, bf16, f32 or f8 tensors here, got {dtype.name}")
     elem = dtype.itemsize
+    if len(shape) > 2:
+        return _encode_nd(d, dtypes, ptr, shape, strides, dtype, box)
     dims = storage_dims(shape, strides)
     row_bytes = dims[2] * elem if dims else 0
     if dims is None or row_bytes % 16 or ptr % 16:
@@ -72,6 +76,30 @@ def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
     if err != d.CUresult.CUDA_SUCCESS:
         raise ValueError(f"cuTensorMapEncodeTiled failed ({err.name}) for a {rows}x{cols} {dtype.name} tensor "
                          f"with row stride {row_bytes} bytes and box {tuple(box)}")
+    return ctypes.string_at(tmap.getPtr(), TMAP_BYTES)
+
+
+def _encode_nd(d, dtypes, ptr: int, shape, strides, dtype, box) -> bytes:
+    """encode_tensor_map of a rank 3 to 5 tensor with a unit last stride: the map's dimensions
+    are the tensor's, innermost first."""
+    elem = dtype.itemsize
+    outer = [int(st) * elem for st in strides[:-1]]
+    if int(strides[-1]) != 1 or ptr % 16 or any(st % 16 for st in outer):
+        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, a unit last stride and the other "
+                         f"strides multiples of 16 bytes; got pointer {ptr:#x}, strides {tuple(strides)} "
+                         f"(elements of {elem} bytes)")
+    rank = len(shape)
+    dims = [d.cuuint64_t(max(1, int(x))) for x in reversed(shape)]  # an empty tensor is never read
+    err, tmap = d.cuTensorMapEncodeTiled(
+        dtypes[dtype.name], rank, ptr, dims, [d.cuuint64_t(max(st, 16)) for st in reversed(outer)],
+        [d.cuuint32_t(n) for n in reversed(box)], [d.cuuint32_t(1)] * rank,
+        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE fills zeros
+    if err != d.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cuTensorMapEncodeTiled failed ({err.name}) for a {'x'.join(map(str, shape))} "
+                         f"{dtype.name} tensor with strides {tuple(strides)} (elements) and box {tuple(box)}")
     return ctypes.string_at(tmap.getPtr(), TMAP_BYTES)
 
 

@@ -20,10 +20,6 @@ from .types import I32
 from .walker import rule
 
 I8 = ir.IntType(8)
-_TMA_LOAD = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-             "[$0], [$1, {$2, $3}], [$4];")
-_TMA_MULTICAST = ("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                  ".multicast::cluster [$0], [$1, {$2, $3}], [$4], $5;")   # $5: the 16-bit mask of programs
 
 
 def _smem_addr(ctx, alloc, slot, byte_offset=0):
@@ -136,39 +132,61 @@ def _i32(ctx, v):
     return ctx.builder.trunc(x, I32) if x.type.width > 32 else x
 
 
+def _tma_load_text(rank: int, multicast: bool) -> str:
+    """cp.async.bulk.tensor of a `rank`-D box: $0 destination, $1 map, the coordinates
+    (innermost first), then the mbarrier (and the 16-bit mask of programs)."""
+    coords = ", ".join(f"${k + 2}" for k in range(rank))
+    bar = rank + 2
+    tail = f".multicast::cluster [$0], [$1, {{{coords}}}], [${bar}], ${bar + 1};" if multicast \
+        else f" [$0], [$1, {{{coords}}}], [${bar}];"
+    return f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes" + tail
+
+
 @rule(G.TmaLoadOp)
 def _tma_load(ctx, op):
-    buf_v, slot_v, bar_v, view_v, i_v, j_v, live_v = op.operands
+    buf_v, slot_v, bar_v, view_v = op.operands[:4]
+    index_vs, live_v = op.group("indices"), op.operands[-1]
     buf = buf_v.owner
     tile_rows, tile_cols = buf.attrs["shape"][1:]
     box = tuple(op.attrs["box"])
     tmap = ctx.memo["tmap"][(view_v.index, box)]
     b = ctx.builder
-    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, tile_rows))
-    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, tile_cols))
-    rows, cols = G.storage_tile((tile_rows, tile_cols), view_v.type)
-    if G.column_major(view_v.type):
-        # the map's rows are the view's columns (asked of the view: a square tile's storage
-        # shape is its own, and comparing shapes left the coordinates unswapped)
-        row0, col0 = col0, row0
+    vt = view_v.type
+    trans = G.tile_transposed(op)
+    rows, cols = G.storage_tile((tile_rows, tile_cols), vt, trans)
+    if vt.rank == 2:
+        row0 = b.mul(_i32(ctx, index_vs[0]), ir.Constant(I32, tile_rows))
+        col0 = b.mul(_i32(ctx, index_vs[1]), ir.Constant(I32, tile_cols))
+        if trans:
+            # the map's rows are the view's columns (asked of the view: a square tile's storage
+            # shape is its own, and comparing shapes left the coordinates unswapped)
+            row0, col0 = col0, row0
+        outer = [row0]
+    else:
+        # storage order: the tile is `box` in every dimension but the last, `cols` there
+        extents = list(box[:-1]) + [cols]
+        starts = [b.mul(_i32(ctx, v), ir.Constant(I32, n)) for v, n in zip(index_vs, extents)]
+        col0, outer = starts[-1], starts[-2::-1]
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
     n = op.multicast
-    text = _TMA_MULTICAST if n > 1 else _TMA_LOAD
+    text = _tma_load_text(vt.rank, n > 1)
+    cons = "r,l," + "r," * vt.rank + "r" + (",h" if n > 1 else "")
     if n > 1:  # every program of the cluster receives the box, at the same offset and barrier
         mask = ir.Constant(ir.IntType(16), (1 << n) - 1)
         rank = ctx.special_reg("cluster.ctarank")
     with _thread0(ctx, ctx.get(live_v)):
         tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
-        for blk in range(cols // box[1]):
+        for blk in range(cols // box[-1]):
             # column block `blk` of the 128-byte-swizzled buffer: rows x 128 bytes, one box
             dst = b.add(dst0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
-            col = b.add(col0, ir.Constant(I32, blk * box[1]))
+            col = b.add(col0, ir.Constant(I32, blk * box[-1]))
+            args = [dst, tmap_addr, col, *outer, bar]
             if n == 1:
-                _asm(ctx, text, "r,l,r,r,r", [dst, tmap_addr, col, row0, bar])
+                _asm(ctx, text, cons, args)
                 continue
             with b.if_then(b.icmp_unsigned("==", rank, ir.Constant(I32, blk % n))):  # this program's share
-                _asm(ctx, text, "r,l,r,r,r,h", [dst, tmap_addr, col, row0, bar, mask])
+                _asm(ctx, text, cons, args + [mask])
 
 
 _TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];"

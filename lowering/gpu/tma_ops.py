@@ -57,7 +57,7 @@ from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
            "TmaStoreOp", "tma_params", "check_box", "copies_as_it_lies",
-           "storage_tile", "column_major", "TMA_BOX_BYTES"]
+           "storage_tile", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
 # Programs sharing a multicast copy (each issues a share of its rows): clusters of 1, 2, 4
@@ -90,18 +90,23 @@ def _check_cluster(op: Op, n: int, what: str) -> None:
 
 @register_op
 class TmaOriginOp(Op):
-    """Marker: the tile.load_view tagged `tag` reads tile (i, j) of `view` and may become TMA."""
+    """Marker: the tile.load_view tagged `tag` reads the tile at `indices` of `view` and may
+    become TMA (`transposed`: the loaded tile is the transpose of the box's storage rows and
+    columns, a view of rank 3 or more read with order [1, 0])."""
     name = "gpu.tma_origin"
-    operands_spec = ("view", "i", "j")
-    attributes = {"tag": A("int"), "box": A("ints"), "multicast": A("int", True)}
+    operands_spec = ("view", "indices*")
+    attributes = {"tag": A("int"), "box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})  # kept by dce until pipeline_loads removes it
 
     def verify_op(self):
-        if not isinstance(self.operands[0].type, ViewType):
-            raise self.error(f"operand 0 must be a view, got {self.operands[0].type}")
-        _scalar(self, 1, _INDEX, "i")
-        _scalar(self, 2, _INDEX, "j")
+        vt = self.operands[0].type
+        if not isinstance(vt, ViewType):
+            raise self.error(f"operand 0 must be a view, got {vt}")
+        if len(self.operands) - 1 != vt.rank:
+            raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 1}")
+        for k in range(1, len(self.operands)):
+            _scalar(self, k, _INDEX, f"index {k - 1}")
 
 
 @register_op
@@ -187,11 +192,11 @@ class MbarrierArriveOp(Op):
 
 @register_op
 class TmaLoadOp(Op):
-    """Thread 0, where `live`: copy tile (i, j) of `view` into slot `slot` of `buffer` with TMA,
-    completing on the slot's mbarrier."""
+    """Thread 0, where `live`: copy the tile at `indices` of `view` into slot `slot` of
+    `buffer` with TMA, completing on the slot's mbarrier (`transposed`: as TmaOriginOp)."""
     name = "gpu.tma_load"
-    operands_spec = ("buffer", "slot", "barriers", "view", "i", "j", "live")
-    attributes = {"box": A("ints"), "multicast": A("int", True)}
+    operands_spec = ("buffer", "slot", "barriers", "view", "indices*", "live")
+    attributes = {"box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -202,18 +207,23 @@ class TmaLoadOp(Op):
         _scalar(self, 1, (dt.int32,), "the slot")
         _barriers(self, 2)
         vt = self.operands[3].type
-        if not isinstance(vt, ViewType) or vt.rank != 2:
-            raise self.error(f"operand 3 must be a 2-D view, got {vt}")
+        if not isinstance(vt, ViewType) or not 2 <= vt.rank <= 5:
+            raise self.error(f"operand 3 must be a view of rank 2 to 5, got {vt}")
         if vt.dtype is not buf.results[0].type.pointee:
             raise self.error("the view and the buffer must have one element type")
-        _scalar(self, 4, _INDEX, "i")
-        _scalar(self, 5, _INDEX, "j")
-        _scalar(self, 6, (dt.bool_,), "live")
-        check_box(self, storage_tile(buf.attrs["shape"][1:], vt), vt)
+        if len(self.operands) - 5 != vt.rank:
+            raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 5}")
+        for k in range(4, len(self.operands) - 1):
+            _scalar(self, k, _INDEX, f"index {k - 4}")
+        _scalar(self, len(self.operands) - 1, (dt.bool_,), "live")
+        if vt.rank > 2 and vt.strides[-1] != 1:
+            raise self.error(f"a view of rank {vt.rank} is copied row-major (last stride 1), got strides {list(vt.strides)}")
+        trans = tile_transposed(self)
+        check_box(self, storage_tile(buf.attrs["shape"][1:], vt, trans), vt)
         lay = buf.attrs["layout"]
         if lay.swizzle_bytes != 128:
             raise self.error(f"TMA writes 128-byte-swizzled buffers here, got {lay}")
-        if not copies_as_it_lies(lay, vt, has_slot=True):
+        if not copies_as_it_lies(lay, vt, has_slot=True, transposed=trans):
             raise self.error(f"the buffer's contiguous dimension (layout {lay}) must be the view's "
                              f"unit-stride one (strides {list(vt.strides)})")
         _check_cluster(self, self.multicast, "multicast")
@@ -275,31 +285,45 @@ class TmaStoreOp(Op):
 
 
 def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:
-    """A copy's box is the tile's rows (storage order) by one 128-byte swizzle row of columns."""
+    """A copy's box is the tile's rows (storage order) by one 128-byte swizzle row of columns;
+    a view of rank 3 or more has its other dimensions 1 (the rows in one of them)."""
     rows, cols = tile
     box = list(op.attrs["box"])
-    if len(box) != 2 or box[0] != rows or box[1] * vt.dtype.itemsize != TMA_BOX_BYTES or cols % box[1] \
-            or not 0 < rows <= 256:
-        raise op.error(f"box {box} must be [{rows}, {TMA_BOX_BYTES // vt.dtype.itemsize}] for a "
-                       f"{rows}x{cols} tile (storage order, at most 256 rows)")
+    width = TMA_BOX_BYTES // vt.dtype.itemsize
+    outer = [n for n in box[:-1] if n != 1]
+    ok = len(box) == vt.rank and box[-1] == width and cols % width == 0 and 0 < rows <= 256 \
+        and (box[0] == rows if vt.rank == 2 else outer in ([rows], [] if rows == 1 else None))
+    if not ok:
+        want = [rows, width] if vt.rank == 2 else f"{vt.rank - 1} leading entries, one of them {rows} and the others 1, then {width}"
+        raise op.error(f"box {box} must be {want} for a {rows}x{cols} tile (storage order, at most 256 rows)")
 
 
-def copies_as_it_lies(layout, vt: ViewType, has_slot: bool) -> bool:
+def copies_as_it_lies(layout, vt: ViewType, has_slot: bool, transposed: bool = None) -> bool:
     """Whether a buffer of `layout` (a leading ring-slot dimension when `has_slot`) is
-    contiguous along `vt`'s unit-stride dimension: a 2-D TMA copy cannot transpose."""
-    return layout.order[0] - (1 if has_slot else 0) == (0 if vt.strides[1] != 1 else 1)
+    contiguous along `vt`'s unit-stride dimension: a TMA copy cannot transpose. `transposed`
+    (default: the view is column-major) says the tile is the storage box turned over."""
+    trans = column_major(vt) if transposed is None else transposed
+    return layout.order[0] - (1 if has_slot else 0) == (0 if trans else 1)
 
 
 def column_major(vt: ViewType) -> bool:
-    """Whether a TMA view is stored column-major (its tensor map runs over the transpose)."""
-    return vt.strides[1] != 1
+    """Whether a 2-D TMA view is stored column-major (its tensor map runs over the transpose)."""
+    return vt.rank == 2 and vt.strides[1] != 1
 
 
-def storage_tile(shape, vt: ViewType) -> Tuple[int, int]:
+def tile_transposed(op: Op) -> bool:
+    """Whether the tile of a TMA origin or load is its box's storage rows and columns turned
+    over: a column-major 2-D view, or a higher-rank view read with order [1, 0]."""
+    vt = op.operands[0 if isinstance(op, TmaOriginOp) else 3].type
+    return column_major(vt) if vt.rank == 2 else bool(op.attrs.get("transposed"))
+
+
+def storage_tile(shape, vt: ViewType, transposed: bool = None) -> Tuple[int, int]:
     """A tile's (rows, columns) in the view's storage order: transposed for a column-major
-    view (first stride 1), whose tensor map runs over the storage."""
+    view (first stride 1), whose tensor map runs over the storage, or where `transposed`."""
     rows, cols = shape
-    return (cols, rows) if column_major(vt) else (rows, cols)
+    trans = column_major(vt) if transposed is None else transposed
+    return (cols, rows) if trans else (rows, cols)
 
 
 def _arg_index(view) -> int:

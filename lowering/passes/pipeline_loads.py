@@ -74,7 +74,7 @@ from tilec.ir.types import ScalarType, TileType
 from ..gpu.layouts import SharedLayout
 from ..gpu.mma_ops import AsyncCommitOp, AsyncCopyOp, AsyncWaitOp, LdMatrixOp
 from ..gpu.ops import AllocOp, BarrierOp, LocalStoreOp
-from ..gpu.tma_ops import TmaOriginOp, TmaStoreOp, copies_as_it_lies
+from ..gpu.tma_ops import TmaOriginOp, TmaStoreOp, copies_as_it_lies, tile_transposed
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .axis_info import copy_vec, uniform_vec
 from .dce import dce
@@ -401,28 +401,30 @@ def _store_groups(loop: T.ForOp) -> List[_Group]:
     return out
 
 
-def _tma_candidates(stores: List[LocalStoreOp], loop: T.ForOp, stages: int):
-    """(candidates, their tma_origin markers, wgmma lag) when TMA can fill the whole group."""
+def _tma_candidates(groups: List["_Group"], loop: T.ForOp, stages: int, carry: bool):
+    """(candidates, their tma_origin markers, wgmma lag) when TMA can fill every store of every
+    group (attention: K's and V's), a wgmma staying in flight across iterations."""
     markers = tma_markers(loop)
     cands, origins = [], []
-    for store in stores:
+    for store in [st for g in groups for st in g.stores]:
         load, alloc = store.operands[1].owner, store.operands[0].owner
         origin = tma_origin(load, markers) if isinstance(load, T.LoadMaskedOp) else None
         if origin is None or load.parent is not loop.body or len(load.results[0].uses) != 1 \
                 or not isinstance(alloc, AllocOp) or loop in _ancestors(alloc) \
                 or any(not isinstance(u, (LocalStoreOp, WgmmaOp)) for u, _ in alloc.results[0].uses) \
-                or loop_slice(loop.body, list(origin.operands[1:3]), loop.body.args[0]) is None \
-                or not copies_as_it_lies(alloc.attrs["layout"], origin.operands[0].type, has_slot=False):
+                or loop_slice(loop.body, list(origin.operands[1:]), loop.body.args[0]) is None \
+                or not copies_as_it_lies(alloc.attrs["layout"], origin.operands[0].type, has_slot=False,
+                                         transposed=tile_transposed(origin)):
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
-    lag = _wgmma_lag(loop, cands, stages, strict=True)
+    lag = _wgmma_lag(loop, cands, stages, strict=True) or (_wgmma_lag(loop, cands, stages) if carry else None)
     return (cands, origins, lag) if lag else None
 
 
 def _tma_slice(origin):
     body = origin.parent
-    return loop_slice(body, list(origin.operands[1:3]), body.args[0])
+    return loop_slice(body, list(origin.operands[1:]), body.args[0])
 
 
 def _ringed_groups(groups: List[_Group], loop: T.ForOp, remarks=None):
@@ -482,10 +484,13 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         if wanted < 2:
             remark(loop, f"the loads of the loop's tc.dot operands are not pipelined: num_stages={wanted}")
             continue
-        tma = _tma_candidates(groups[0].stores, loop, wanted)
+        tma = _tma_candidates(groups, loop, wanted, carry)
         if tma is not None:
             cands, origins, lag = tma
-            pipeline_tma(loop, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma)
+            if _wgmma_lag(loop, cands, wanted, strict=True) is None:
+                module.attrs["carried_wgmma"] = True   # compile_module builds it again without where it spills
+            pipeline_tma(loop, groups, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma,
+                         _ready_before_use)
             remark(loop, f"pipelined: the tc.dot operands' loads go through a TMA ring of {wanted} stages "
                          f"(mbarriers), one wgmma group in flight")
             changed = True

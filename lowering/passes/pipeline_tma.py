@@ -38,7 +38,7 @@ from tilec.ir.types import PointerType, ScalarType
 from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
 from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
-from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
+from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
 
 __all__ = ["tma_markers", "pipeline_tma"]
@@ -63,17 +63,19 @@ def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: V
     for c, origin in zip(cands, origins):
         mapping = {id(iv): iv_value}
         clone(slice_of(origin), at, mapping)
-        i, j = (mapping.get(id(v), v) for v in origin.operands[1:3])
-        shared = {"multicast": origin.attrs["multicast"]} if origin.attrs.get("multicast") else {}
-        at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], i, j, live,
+        indices = [mapping.get(id(v), v) for v in origin.operands[1:]]
+        shared = {k: origin.attrs[k] for k in ("multicast", "transposed") if origin.attrs.get(k)}
+        at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], *indices, live,
                   box=list(origin.attrs["box"]), **shared)
 
 
-def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages: int, lag, new_buffers,
-                 slice_of, clone, reslot) -> None:
-    """Rewrite `loop` as the module docstring shows. `new_buffers`, `slice_of`, `clone` and
-    `reslot` are pipeline_loads' helpers (slot buffers, the ops an index needs, cloning them,
-    pointing a wgmma at a slot)."""
+def pipeline_tma(loop: T.ForOp, groups: List, cands: List, origins: List[TmaOriginOp], stages: int, lag,
+                 new_buffers, slice_of, clone, reslot, ready) -> None:
+    """Rewrite `loop` as the module docstring shows. `groups` are pipeline_loads' store groups
+    (`barrier; stores; fence; barrier`), every store of them a candidate; `new_buffers`,
+    `slice_of`, `clone`, `reslot` and `ready` are its helpers (slot buffers, the ops an index
+    needs, cloning them, pointing a wgmma at a slot, waiting for a carried accumulator before
+    its first other use)."""
     body = loop.body
     ahead_by = stages - 1
     iv = body.args[0]
@@ -93,10 +95,9 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
         iv_s = iteration_at(pre, lb, step, s)
         live = iteration_live(pre, lb, step, s, ub)
         _issue(pre, cands, origins, bufs, bar, iv, iv_s, live, build_constant(pre, i32, s), slice_of, clone)
-    # the body: `barrier; stores; fence; barrier` becomes the wait; barrier and prefetch follow the lag
-    ops = body.ops
-    first_store = min(ops.index(c.store) for c in cands)
-    barrier = ops[first_store - 1]
+    # the body: the first group's `barrier; stores; fence; barrier` becomes the wait (one
+    # mbarrier per slot covers every buffer's copy); the others go; the refill follows the lag
+    barrier = groups[0].before
     at = Builder().before(barrier)
     at.loc = loop.loc
     count = iteration_count(at, iv, lb, step)
@@ -113,15 +114,9 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
     refill.create(BarrierOp)
     live = iteration_live(refill, iv, step, ahead_by, ub)
     _issue(refill, cands, origins, bufs, bar, iv, ahead, live, write_slot, slice_of, clone)
-    last = max(ops.index(c.store) for c in cands)
-    tail = [ops[last + 1]]
-    if isinstance(tail[0], FenceProxyAsyncOp):
-        tail.append(ops[last + 2])
-    for c in cands:
-        c.store.erase()
-    barrier.erase()
-    for op in tail:
-        op.erase()
+    for g in groups:
+        for op in [g.before, *g.stores, *([g.fence] if g.fence is not None else []), g.after]:
+            op.erase()
     for c in cands:
         for user, _ in list(c.alloc.results[0].uses):
             if isinstance(user, WgmmaOp):
@@ -132,6 +127,7 @@ def pipeline_tma(loop: T.ForOp, cands: List, origins: List[TmaOriginOp], stages:
         if c.alloc.parent is not None and not c.alloc.results[0].uses:
             c.alloc.erase()
     wait.attrs["pending"] = 1
+    ready(body, wait.operands[0].owner, body.args[1 + j])   # O = P V + O · alpha reads O before its wgmma
     post = Builder().before(loop)
     post.index += 1
     res = loop.results[j]

@@ -56,9 +56,15 @@ _TMA_DTYPES = (dt.float16, dt.bfloat16, dt.float32, dt.float8e4m3, dt.float8e5m2
 
 def tma_view_ok(vt: ViewType) -> bool:
     """Whether cuTensorMapEncodeTiled accepts every tensor this view type specializes:
-    row-major (last stride 1) or column-major (first stride 1), the other stride a
-    multiple of 16 bytes."""
-    if vt.rank != 2 or vt.dtype not in _TMA_DTYPES or vt.align < 16 or 1 not in vt.strides:
+    row-major (last stride 1) or, at rank 2, column-major (first stride 1), the other
+    strides multiples of 16 bytes; ranks 2 to 5."""
+    if not 2 <= vt.rank <= 5 or vt.dtype not in _TMA_DTYPES or vt.align < 16:
+        return False
+    if vt.rank > 2:
+        return vt.strides[-1] == 1 and all(
+            ((st if st is not None else div) * vt.dtype.itemsize) % 16 == 0
+            for st, div in zip(vt.strides[:-1], vt.stride_div[:-1]))
+    if 1 not in vt.strides:
         return False
     outer = 0 if vt.strides[1] == 1 else 1
     stride = vt.strides[outer]
@@ -78,10 +84,13 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
         return None
-    if op.attrs.get("padding", 0) not in (0, 0.0) or op.attrs.get("squeeze") or op.attrs.get("order"):
+    if op.attrs.get("padding", 0) not in (0, 0.0):
         return None
     view = op.operands[0]
     if not isinstance(view, BlockArgument) or not isinstance(view.type, ViewType) or not tma_view_ok(view.type):
+        return None
+    tile = _storage_rows(op, view.type.rank)
+    if tile is None:
         return None
     region = view.block.parent
     if region is None or region.parent is None or region.parent.parent_op() is not None:
@@ -95,8 +104,8 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
         return None
     elem = view.type.dtype.itemsize
     idx = op.results[0].uses[0][1]
-    rows, cols = op.attrs["shape"]
-    if column_major(view.type):
+    (rows, cols), at, transposed = tile
+    if transposed:
         # the transpose of the view: B's K-major buffer (tf32 and f8 have no other; a 16-bit B
         # loaded K-contiguous is stored so too), a 16-bit A's M-major one
         if idx == 0 and elem != 2:
@@ -107,24 +116,51 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     width = TMA_BOX_BYTES // elem
     if rows > 256 or rows % 8 or cols % width:
         return None
-    return rows, width
+    if view.type.rank == 2:
+        return (rows, width), False
+    box = [1] * view.type.rank
+    box[at], box[-1] = rows, width
+    return tuple(box), transposed
+
+
+def _storage_rows(op: T.LoadViewOp, rank: int):
+    """((rows, columns) of the loaded tile as the dot reads it, the dimension of the storage
+    rows in the view, whether the tile is the storage turned over) when a TMA box can copy it: at rank 2, a tile read as it
+    lies (a column-major view is turned over); at rank 3 to 5, a tile that is 1 in every
+    dimension but the last and at most one other, squeezed to 2-D, read as it lies or with
+    order [1, 0]."""
+    shape, squeeze, order = list(op.attrs["shape"]), op.attrs.get("squeeze"), op.attrs.get("order")
+    if rank == 2:
+        if squeeze or order:
+            return None
+        return tuple(shape), 0, column_major(op.operands[0].type)
+    big = [k for k, n in enumerate(shape[:-1]) if n != 1]
+    if len(big) != 1 or sorted(squeeze or []) != [k for k in range(rank - 1) if k != big[0]]:
+        return None
+    if order not in (None, [0, 1], [1, 0]):
+        return None
+    rows, cols = shape[big[0]], shape[-1]
+    return ((cols, rows) if order == [1, 0] else (rows, cols)), big[0], order == [1, 0]
 
 
 def tma_loads(module: Module, *, num_warps: int, cluster: int) -> Module:
     """Tag the loads TMA can copy (the pipeline runs it on wgmma targets with `tma` and 3+ stages)."""
-    boxes: Dict[int, Tuple[int, int]] = {}
+    boxes: Dict[int, Tuple[int, ...]] = {}
     tag = 0
     for op in [o for o in module.walk() if isinstance(o, T.LoadViewOp)]:
-        box = _box(op, num_warps)
+        found = _box(op, num_warps)
         view = op.operands[0]
-        if box is None or boxes.setdefault(id(view), box) != box:
+        if found is None or boxes.setdefault(id(view), found[0]) != found[0]:
             continue
+        box, transposed = found
         b = Builder().before(op)
-        i, j = op.group("indices")
+        indices = op.group("indices")
         # (clusters of 3, 5, 6 or 7 copy as ordinary loads: a program issues a power-of-two share)
         multicast = cluster > 1 and cluster in MULTICAST_SIZES and op.attrs.get("multicast")
         shared = {"multicast": cluster} if multicast else {}
-        b.create(TmaOriginOp, view, i, j, tag=tag, box=list(box), loc=op.loc, **shared)
+        if transposed and view.type.rank > 2:
+            shared["transposed"] = True
+        b.create(TmaOriginOp, view, *indices, tag=tag, box=list(box), loc=op.loc, **shared)
         op.attrs["_tma"] = tag
         tag += 1
     return module

@@ -73,7 +73,7 @@ def _box(op: T.StoreViewOp, num_warps: int):
         return None
     vt = view.type
     if not isinstance(view, BlockArgument) or not isinstance(vt, ViewType) or not tma_view_ok(vt) \
-            or vt.strides[1] != 1 or view.block is not op.parent:
+            or vt.rank != 2 or vt.strides[1] != 1 or view.block is not op.parent:
         return None
     t = tile.type
     if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:

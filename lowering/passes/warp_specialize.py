@@ -88,7 +88,7 @@ class _Ring:
         body = self.loop.body
         return (isinstance(self.barrier, BarrierOp) and self.init_barrier is not None and self.lag is not None
                 and len(loads) >= 1 and len(lives) == 1
-                and all(loop_slice(body, list(op.operands[4:6]), body.args[0]) is not None for op in loads)
+                and all(loop_slice(body, list(op.group("indices")), body.args[0]) is not None for op in loads)
                 and all(op.operands[0] is self.wait.operands[0] for op in self.issues
                         if isinstance(op, MbarrierExpectOp))
                 and all(op.operands[2] is self.wait.operands[0] for op in loads)
@@ -171,11 +171,11 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         mapping = dict(lmap)
         if ahead is not None:
             mapping[id(ahead)] = k
-        ops = loop_slice(body, list(op.operands[4:6]), body.args[0])
+        ops = loop_slice(body, list(op.group("indices")), body.args[0])
         clone_ops([o for o in ops if ahead not in o.results], b, mapping)
-        i, j = (mapping.get(id(v), v) for v in op.operands[4:6])
-        shared = {"multicast": op.attrs["multicast"]} if op.attrs.get("multicast") else {}
-        b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], i, j, live,
+        indices = [mapping.get(id(v), v) for v in op.group("indices")]
+        shared = {k: op.attrs[k] for k in ("multicast", "transposed") if op.attrs.get(k)}
+        b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], *indices, live,
                  box=list(op.attrs["box"]), **shared)
     b.create(T.YieldOp)
 
@@ -187,7 +187,7 @@ def _issued_iteration(body: Block, issues) -> Optional[Value]:
     iv = body.args[0]
     for op in issues:
         if isinstance(op, TmaLoadOp):
-            for o in loop_slice(body, list(op.operands[4:6]), iv):
+            for o in loop_slice(body, list(op.group("indices")), iv):
                 if isinstance(o, T.AddOp) and o.operands[0] is iv:
                     return o.results[0]
     return None
@@ -200,7 +200,7 @@ def _outer_needs(ring: _Ring) -> List[Value]:
     inner = ring.loop.body
     for op in ring.issues:
         if isinstance(op, TmaLoadOp):
-            for o in loop_slice(inner, list(op.operands[4:6]), inner.args[0]) + [op]:
+            for o in loop_slice(inner, list(op.group("indices")), inner.args[0]) + [op]:
                 need.extend(o.operands)
     return [v for v in need if v.owner is not None and v.owner.parent is body]
 

@@ -90,9 +90,9 @@ def test_attention_ptx_assembles(arch, bm, bn, d, warps, fits):
         assert spilled > 0 and said and "'attn_fwd'" in said[0] and ck.metadata["warnings"] == said, report
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_k_is_stored_once_in_its_natural_layout(arch):
-    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8)
+@pytest.mark.parametrize("arch,tma", [("sm_90a", True), ("sm_90a", False), ("sm_80", False)])
+def test_k_is_stored_once_in_its_natural_layout(arch, tma):
+    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8, tma=tma)
     gpu_ir = ck.asm["gpu"]
     # no register shuffle for k.T: the load runs along K (its contiguous dimension)
     assert "gpu.convert_layout" not in gpu_ir.split("tile.for")[1].split("gpu.reduce")[0]
@@ -102,8 +102,12 @@ def test_k_is_stored_once_in_its_natural_layout(arch):
     loads = re.findall(r"ld\.global(?:\.nc)?\.(v4\.b32|b16|u16|b32|v2\.b32)", ptx)
     assert loads == ["v4.b32"] * 8
     assert "st.global.b16" not in ptx and "st.global.b32" in ptx
-    # k's ring is K-contiguous (order [1, 2, 0]: slots outermost, then K): 16-byte copies
-    kbuf = re.search(r"gpu.async_copy (%\d+), .*\{vec = 8", gpu_ir).group(1)
+    # k's ring is K-contiguous (order [1, 2, 0]: slots outermost, then K): 16-byte copies, or
+    # TMA boxes of the (z, seq, d) view, 64 keys by 64 of d, landing turned over
+    if tma:
+        kbuf = re.search(r"gpu.tma_load (%\d+), .*\{box = \[1, 64, 64\], transposed = true\}", gpu_ir).group(1)
+    else:
+        kbuf = re.search(r"gpu.async_copy (%\d+), .*\{vec = 8", gpu_ir).group(1)
     assert re.search(rf"{kbuf} = gpu.alloc {{shape = \[3, 128, 64\], layout = #shared{{vec = 8, .*order = \[1, 2, 0\]",
                      gpu_ir)
     if arch == "sm_90a":
@@ -113,14 +117,15 @@ def test_k_is_stored_once_in_its_natural_layout(arch):
         assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16 .*p, 1, 1, 1;", ptx)
 
 
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-def test_q_is_stored_once_and_k_v_are_staged(arch):
+@pytest.mark.parametrize("arch,tma", [("sm_90a", False), ("sm_80", False)])
+def test_q_is_stored_once_and_k_v_are_staged(arch, tma):
     """q (loop-invariant) goes to shared memory before the loop; k's and v's loads become one
     cp.async ring of num_stages = 3 slots, and p stays in registers, so the body stores nothing
     to shared memory and has one bar.sync, the ring's. On sm_80 the copies run two iterations
-    ahead; on sm_90a O += P V stays in flight into the next iteration (its wait retires it
-    there, before O is rescaled), so its slot is still read and the copies run one ahead."""
-    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8)
+    ahead; on sm_90a (without TMA) O += P V stays in flight into the next iteration (its wait
+    retires it there, before O is rescaled), so its slot is still read and the copies run one
+    ahead."""
+    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch=arch, num_warps=8, tma=tma)
     gpu_ir = ck.asm["gpu"]
     head, loop = gpu_ir.split("tile.for", 1)
     ahead = 1 if arch == "sm_90a" else 2
@@ -134,6 +139,28 @@ def test_q_is_stored_once_and_k_v_are_staged(arch):
     if arch == "sm_90a":   # S = Q Kᵀ retired at once, O += P V one group behind
         assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", body) == ["0", "1", "1"], body
     assert body.count("bar.sync") == 1
+
+
+def test_k_and_v_fill_one_tma_ring():
+    """On sm_90a k's and v's tiles of the rank-3 views come by TMA: one mbarrier per slot
+    expects both (2 x 64 x 128 f16), the prologue fills 2 of the 3 slots, each iteration waits
+    for its slot and, once every warpgroup's O += P V of the iteration before has retired
+    (one bar.sync), refills that slot 2 iterations ahead. O += P V stays in flight across the
+    back edge; nothing goes through cp.async or generic stores, so no proxy fence in the body."""
+    ck = attn_fwd.compile(signature("f16", 128, 64, 128), arch="sm_90a", num_warps=8)
+    gpu_ir = ck.asm["gpu"]
+    head, loop = gpu_ir.split("tile.for", 1)
+    assert head.count("gpu.tma_load") == 4 and head.count("gpu.mbarrier_expect") == 2
+    assert "gpu.async_copy" not in gpu_ir and "gpu.local_store" not in loop
+    assert re.search(r"gpu.mbarrier_expect .* \{bytes = 32768\}", gpu_ir)
+    ptx = ck.asm["ptx"]
+    body = _loop(ptx)
+    # 4 boxes per refill: k and v, each two 64-wide column blocks of d = 128
+    assert body.count("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") == 4
+    assert "mbarrier.try_wait.parity" in body and "cp.async.cg" not in ptx
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d)", body) == ["0", "1", "1"], body
+    assert body.count("bar.sync") == 1 and "fence.proxy.async" not in body
+    assert ck.metadata["ptxas"] is None or ck.metadata["ptxas"]["spill_stores"] == 0
 
 
 def test_a_kernel_that_spills_with_a_carried_wgmma_is_built_again_without(monkeypatch):
