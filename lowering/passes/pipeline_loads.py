@@ -58,8 +58,10 @@ a register tile) keeps them around it. A group with a load that cannot be copied
 it is. Where the slots of `num_stages` do not fit the
 shared memory beside the buffers already allocated, the ring is shallower (2 at least).
 
-TMA (sm_90a): when tma_loads tagged every load of the group and one wgmma group can stay
-in flight, the ring is filled with TMA copies on mbarriers instead (pipeline_tma.py).
+TMA (sm_90a): when tma_loads tagged every load of the groups, one wgmma group can stay in
+flight and `num_stages` slots fit, the ring is filled with TMA copies on mbarriers instead
+(pipeline_tma.py): attention's K and V among them, with no per-thread address arithmetic,
+predicates or proxy fence in the body.
 The tma_origin markers are removed either way.
 """
 from __future__ import annotations
@@ -485,6 +487,8 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
             remark(loop, f"the loads of the loop's tc.dot operands are not pipelined: num_stages={wanted}")
             continue
         tma = _tma_candidates(groups, loop, wanted, carry)
+        if tma is not None and _fitting_stages(loop, tma[0], wanted, shared_limit) < wanted:
+            tma = None   # the ring keeps its depth; cp.async's may be shallower
         if tma is not None:
             cands, origins, lag = tma
             if _wgmma_lag(loop, cands, wanted, strict=True) is None:

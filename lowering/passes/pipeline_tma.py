@@ -1,8 +1,11 @@
 """The TMA form of pipeline_loads' ring (sm_90a): bulk tensor copies completing on mbarriers.
 
-When every load of the loop's `barrier; stores; fence; barrier` group carries a tma_loads
-tag (its gpu.tma_origin marker is in the body) and one wgmma group may stay in flight
-(S >= 3 stages), the ring is filled by TMA instead of cp.async. With D = S - 1:
+When every load of the loop's `barrier; stores; fence; barrier` groups carries a tma_loads
+tag (its gpu.tma_origin marker is in the body), one wgmma group may stay in flight
+(S >= 3 stages) and S slots fit the shared memory, the ring is filled by TMA instead of
+cp.async. Every group takes part, one mbarrier per slot expecting all of an iteration's
+bytes (attention: K for S = Q Kᵀ and V for O = P V + O · α, 2 x 64 x 128 f16 a slot at
+head dim 128). With D = S - 1:
 
     %bar = gpu.alloc {shape = [S]} : ptr<i64, 3>          (one mbarrier per slot)
     gpu.mbarrier_init %bar ; gpu.barrier
@@ -19,7 +22,11 @@ tag (its gpu.tma_origin marker is in the body) and one wgmma group may stay in f
 The copies of c + D go into the slot c - 1 read, once every warpgroup's wgmma of c - 1 has
 retired: issued after the wgmma of c, they run S - 1 iterations ahead, and the block
 barrier waits while the tensor cores work on c (before the wgmma, it would hold back
-their next group).
+their next group). In a chain the wgmma left in flight is the one that accumulates into
+the carried value through elementwise ops (attention's O += P V, O rescaled first), as in
+pipeline_loads' cp.async ring: the next iteration waits for the carried value just before
+it first reads it, and its other wgmmas (S = Q Kᵀ, retired in their iteration) have
+retired every earlier group by the time the refill's barrier is reached.
 
 Each slot's barrier completes one phase per use, so the n-th use of a slot (n = c / S)
 waits for parity n & 1. Only live iterations (< the loop's bound) issue copies: every

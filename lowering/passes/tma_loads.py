@@ -17,27 +17,37 @@ removes every marker. A load qualifies when
 - the target is sm_90a, the `tma` option is on (the default), and the ring has at least
   3 stages (one wgmma group in flight);
 - it is a direct child of a tile.for, its only use is operand a or b of a tile.dot
-  that wgmma computes (f16/bf16, tf32, f8 e4m3/e5m2; f32 accumulator);
-- the view is a kernel argument of rank 2, base aligned to 16 bytes, one unit stride and
-  the other a known multiple of 16 bytes (the specialization's stride_div): what
+  that wgmma computes (f16/bf16, tf32, f8 e4m3/e5m2; f32 accumulator), or it is a 16-bit
+  tile that is operand b of several such dots, as loaded or turned over by a
+  tile.permute [1, 0] (the backward's Q and dO: accelerate_dot stores it once, as it lies);
+- the view is a kernel argument, base aligned to 16 bytes, of rank 2 with one unit stride
+  and the other a known multiple of 16 bytes (the specialization's stride_div), or of rank
+  3 to 5 with a unit last stride and the others multiples of 16 bytes: what
   cuTensorMapEncodeTiled requires; other views keep cp.async;
-- a 2-D copy cannot transpose, so the view's contiguous dimension must be the buffer's:
+- at rank 3 to 5 the tile is 1 in every dimension but the last and one other (the
+  attention examples' `(1, BN, D)` of a `(batch·heads, seq, D)` view, the stdlib's
+  `(1, BN, 1, D)` of `(batch, seq, heads, D)`), squeezed to 2-D, read as it lies or with
+  order [1, 0] (`k.T`: the marker's `transposed`, the tile lands turned over, as from a
+  column-major 2-D view);
+- a copy cannot transpose, so the view's contiguous dimension must be the buffer's:
   row-major (last stride 1) for A and for the N-major B of f16/bf16; column-major (first
-  stride 1: storage N x K, K contiguous) for a K-major B (tf32/f8 always; f16/bf16 loaded
-  K-contiguous, as accelerate_dot stores it: x @ w.T of a row-major w), and for a 16-bit A
-  (storage K x M: accelerate_dot stores such an A M-major, wgmma's imm-trans-a);
+  stride 1: storage N x K, K contiguous) or turned over for a K-major B (tf32/f8 always;
+  f16/bf16 loaded K-contiguous, as accelerate_dot stores it: x @ w.T of a row-major w),
+  and for a 16-bit A (storage K x M: accelerate_dot stores such an A M-major, wgmma's
+  imm-trans-a);
 - in storage order, the tile is at most 256 rows (a box's limit), a multiple of 8 rows
   and of one 128-byte swizzle row of columns (64 f16/bf16, 32 f32, 128 f8 elements), read
   in "index" mode with zero padding (TMA fills out-of-bounds elements with zeros);
 - every TMA load of that view uses the same box (one tensor map per view).
 
 The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
-bytes of K] of a column-major B, [K, 128 bytes of M] of a column-major A. A load promised the same for the whole cluster
+bytes of K] of a column-major B, [K, 128 bytes of M] of a column-major A; at rank 3 to 5
+one entry per dimension, 1 but for the rows and the last (`[1, 64, 64]`). A load promised the same for the whole cluster
 (`multicast`, with the `cluster` option 2, 4 or 8) gets `multicast = cluster` on its marker.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from tilec import dtypes as dt
 from tilec.ir import Builder, Module, Op
@@ -80,6 +90,21 @@ def _dot_user(op: Op) -> Optional[T.DotOp]:
     return user if isinstance(user, T.DotOp) and idx in (0, 1) else None
 
 
+def _shared_b(op: Op) -> Optional[List[T.DotOp]]:
+    """The dots of a tile that is operand B of several, as loaded or turned over by a
+    tile.permute [1, 0] (the backward's Q and dO, the dQ kernel's K): accelerate_dot stores
+    it once, as it lies, and the wgmmas read it N-major or K-major. None for other uses."""
+    dots = []
+    for user, idx in op.results[0].uses:
+        if isinstance(user, T.PermuteOp) and list(user.attrs.get("order") or []) == [1, 0] \
+                and len(user.results[0].uses) == 1:
+            user, idx = user.results[0].uses[0]
+        if not isinstance(user, T.DotOp) or idx != 1:
+            return None
+        dots.append(user)
+    return dots if len(dots) > 1 else None
+
+
 def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
@@ -96,14 +121,18 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     if region is None or region.parent is None or region.parent.parent_op() is not None:
         return None  # a region argument, not the kernel's
     dot = _dot_user(op)
-    if dot is None:
+    shared = None if dot is not None or op.attrs.get("order") else _shared_b(op)
+    if dot is None and shared is None:
         return None
-    a, b, _ = (v.type for v in dot.operands)
-    acc = dot_acc_layout(dot, num_warps, wgmma=True)
-    if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
-        return None
+    for d in shared or [dot]:
+        a, b, _ = (v.type for v in d.operands)
+        acc = dot_acc_layout(d, num_warps, wgmma=True)
+        if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
+            return None
     elem = view.type.dtype.itemsize
-    idx = op.results[0].uses[0][1]
+    if shared is not None and elem != 2:
+        return None   # only 16-bit B reads either major order from one buffer
+    idx = 1 if shared is not None else op.results[0].uses[0][1]
     (rows, cols), at, transposed = tile
     if transposed:
         # the transpose of the view: B's K-major buffer (tf32 and f8 have no other; a 16-bit B
