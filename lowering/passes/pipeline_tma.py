@@ -89,9 +89,12 @@ def pipeline_tma(loop: T.ForOp, groups: List, cands: List, origins: List[TmaOrig
     lb, ub, step = loop.operands[:3]
     i32 = ScalarType(dt.int32)
     bufs = new_buffers(cands, stages)
-    first_alloc = min((c.alloc for c in cands), key=lambda a: a.parent.ops.index(a))
-    head = Builder().before(first_alloc)
-    head.loc = first_alloc.loc
+    # the mbarriers after the ring's buffers: allocate_shared places in that order, and a few
+    # bytes placed first would push a later ring past the kernel's other buffers
+    last_alloc = max((b.owner for b in bufs.values()), key=lambda a: a.parent.ops.index(a))
+    head = Builder().before(last_alloc)
+    head.index += 1
+    head.loc = last_alloc.loc
     bar = head.value(AllocOp, shape=[stages], layout=SharedLayout(1, 1, 1, (0,), 0),
                      result_types=[PointerType(dt.int64, SHARED)])
     pre = Builder().before(loop)

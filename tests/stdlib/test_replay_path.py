@@ -25,7 +25,10 @@ from standin import standin, tensor  # noqa: E402
 
 
 @pytest.fixture
-def gpu():
+def gpu(monkeypatch):
+    from tilec.runtime import tensormap
+    # the stand-in has no cuTensorMapEncodeTiled: TMA kernels (matmul, attention) get its descriptor
+    monkeypatch.setattr(tensormap, "encode_tensor_map", _fake_tensor_map)
     with standin() as (fake, torch):
         yield fake, torch
 
@@ -323,9 +326,7 @@ def _fake_tensor_map(ptr, shape, strides, dtype, box):
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_a_tma_matmul_replays_its_descriptors_from_the_new_addresses(gpu, monkeypatch, bias):
-    from tilec.runtime import tensormap
-    monkeypatch.setattr(tensormap, "encode_tensor_map", _fake_tensor_map)
+def test_a_tma_matmul_replays_its_descriptors_from_the_new_addresses(gpu, bias):
     fake, torch = gpu
     a, b = tensor(torch, (64, 128), "bfloat16"), tensor(torch, (128, 96), "bfloat16")
     c = tensor(torch, (96,), "float32") if bias else None
