@@ -38,21 +38,21 @@ AttentionConfig, next_pow2 = A.AttentionConfig, A.next_pow2
 # (BM, BN, warps, stages[, programs per SM]) per tile head dims (DK, DV); sm_90a registers /
 # spill bytes / shared KiB from `--ptxas` (ptxas 13.0) in the comments
 CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
-    (64, 64): [(128, 64, 8, 3),      # 172 / 0 / 64: wgmma both dots
-               (128, 64, 8, 3, 2),   # 128 / 0 / 64: the same, two programs per SM (shipped)
-               (128, 64, 8, 4, 2),   # the same, 4 stages
-               (128, 128, 8, 3),     # 238 / 0 / 112: wgmma
-               (64, 64, 4, 3)],      # 168 / 0 / 56: wgmma
-    (128, 128): [(128, 64, 8, 3),    # 211 / 0 / 128: wgmma both dots (shipped)
-                 (128, 64, 8, 4),    # the same, 4 stages
-                 (64, 64, 4, 3)],    # 221 / 0 / 112: wgmma
-    (256, 256): [(64, 64, 8, 3),     # 255 / 0 / 168: QKᵀ mma.sync, P V wgmma 4 x 2 warps (shipped)
-                 (64, 32, 8, 3),     # 243 / 0 / 132: mma.sync
+    (64, 64): [(128, 64, 8, 3),      # 116 / 0 / 65: wgmma both dots
+               (128, 64, 8, 3, 2),   # 106 / 0 / 65: the same, two programs per SM (shipped)
+               (128, 64, 8, 4, 2),   # 106 / 0 / 81: the same, 4 stages
+               (128, 128, 8, 3),     # 180 / 0 / 113: wgmma
+               (64, 64, 4, 3)],      # 112 / 0 / 57: wgmma
+    (128, 128): [(128, 64, 8, 3),    # 151 / 0 / 129: wgmma both dots (shipped)
+                 (128, 64, 8, 4),    # 151 / 0 / 161: the same, 4 stages
+                 (64, 64, 4, 3)],    # 160 / 0 / 113: wgmma
+    (256, 256): [(64, 64, 8, 3),     # 223 / 0 / 169: QKᵀ mma.sync, P V wgmma 4 x 2 warps (shipped)
+                 (64, 32, 8, 3),     # 180 / 0 / 133: mma.sync
                  (64, 16, 4, 3),     # 254 / 0 / 80: mma.sync
-                 (32, 32, 4, 3)],    # 255 / 0 / 114: mma.sync
-    (256, 128): [(128, 64, 8, 3),    # 255 / 0 / 208: wgmma both dots, two warpgroups (shipped)
-                 (64, 64, 8, 3),     # 182 / 0 / 184: QKᵀ mma.sync, P V wgmma 4 x 2 warps
-                 (64, 32, 8, 3)],    # 168 / 0 / 108: mma.sync
+                 (32, 32, 4, 3)],    # 228 / 0 / 114: mma.sync
+    (256, 128): [(128, 64, 8, 3),    # 151 / 0 / 209: wgmma both dots, two warpgroups (shipped)
+                 (64, 64, 8, 3),     # 168 / 0 / 185: QKᵀ mma.sync, P V wgmma 4 x 2 warps
+                 (64, 32, 8, 3)],    # 167 / 0 / 109: mma.sync
 }
 HEAD_DIMS = {"64": (64, 64), "96": (96, 96), "128": (128, 128), "192": (192, 192), "256": (256, 256),
              "192/128": (192, 128)}
