@@ -290,11 +290,13 @@ def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:
     rows, cols = tile
     box = list(op.attrs["box"])
     width = TMA_BOX_BYTES // vt.dtype.itemsize
-    outer = [n for n in box[:-1] if n != 1]
-    ok = len(box) == vt.rank and box[-1] == width and cols % width == 0 and 0 < rows <= 256 \
-        and (box[0] == rows if vt.rank == 2 else outer in ([rows], [] if rows == 1 else None))
-    if not ok:
-        want = [rows, width] if vt.rank == 2 else f"{vt.rank - 1} leading entries, one of them {rows} and the others 1, then {width}"
+    if vt.rank == 2:
+        fits, want = box == [rows, width], f"[{rows}, {width}]"
+    else:
+        outer = [n for n in box[:-1] if n != 1]
+        fits = len(box) == vt.rank and box[-1] == width and outer == ([rows] if rows != 1 else [])
+        want = f"{vt.rank - 1} leading entries, one of them {rows} and the others 1, then {width}"
+    if not fits or cols % width or not 0 < rows <= 256:
         raise op.error(f"box {box} must be {want} for a {rows}x{cols} tile (storage order, at most 256 rows)")
 
 
