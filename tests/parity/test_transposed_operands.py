@@ -5,6 +5,8 @@ b_and_its_transpose_share_a_buffer.ir), filled by the loop's cp.async ring; both
 against float64 numpy, with ragged rows and key blocks."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -47,17 +49,22 @@ def test_a_tile_and_its_transpose_as_b(backend, num_warps, bm, d):
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * np.abs(want).max())
 
 
+@pytest.mark.parametrize("tma", [True, False])
 @pytest.mark.parametrize("num_warps,bm,d", [(4, 64, 64), (8, 128, 128)])
-def test_the_transpose_reads_the_tiles_own_ring(num_warps, bm, d):
-    # what the GPU runs on sm_90a (checked without one): x is copied into one cp.async ring
-    # that both wgmmas read, the second with b_trans; no register transpose, no st.shared
+def test_the_transpose_reads_the_tiles_own_ring(num_warps, bm, d, tma):
+    # what the GPU runs on sm_90a (checked without one): x is copied, as it lies, into one
+    # ring (TMA boxes, or cp.async with tma=False) that both wgmmas read, the second with
+    # b_trans; no register transpose, no st.shared
     sig = (f"A=f16[?,?]:stride_div=16x1, Bq=f16[?,?]:stride_div=16x1, X=f16[?,?]:stride_div=16x1, "
            f"out_c=f32[?,?]:stride_div=16x1, out_d=f32[?,?]:stride_div=16x1, BM={bm}, BN=64, D={d}")
     c = b_and_transpose_kernel.compile(b_and_transpose_kernel.specialization(sig), arch="sm_90a",
-                                       num_warps=num_warps)
+                                       num_warps=num_warps, tma=tma)
     gpu = str(c.asm["gpu"])
     wgmmas = [ln for ln in gpu.splitlines() if "gpu.wgmma %" in ln]
     assert len(wgmmas) == 2 and sum("b_trans = true" in ln for ln in wgmmas) == 1, wgmmas
     assert wgmmas[0].split(",")[1] == wgmmas[1].split(",")[1], wgmmas       # one B buffer (the ring)
     assert "gpu.convert_layout %x" not in gpu and "tile.permute" not in gpu
-    assert "gpu.async_copy" in gpu
+    if tma:
+        assert re.search(r"gpu.tma_load %\d+, %\d+, %\d+, %X, .*\{box = \[64, 64\]\}", gpu) and "gpu.async_copy" not in gpu
+    else:
+        assert "gpu.async_copy" in gpu and "gpu.tma_load" not in gpu
