@@ -1,7 +1,7 @@
 """A loaded tile that is B of one dot and, transposed, B of another (attention's backward:
 dV += Pᵀ dO beside dPᵀ = V dOᵀ; dK += dSᵀ Q beside Sᵀ = K Qᵀ). On sm_90a both wgmmas read
 one shared buffer, the second through gpu.wgmma's b_trans (tests/golden/accelerate_dot/
-b_and_its_transpose_share_a_buffer.ir), filled by the loop's cp.async ring; both backends
+b_and_its_transpose_share_a_buffer.ir), filled by the loop's TMA ring (cp.async without TMA); both backends
 against float64 numpy, with ragged rows and key blocks."""
 from __future__ import annotations
 
