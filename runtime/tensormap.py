@@ -49,6 +49,19 @@ def storage_dims(shape, strides):
     return rows, cols, int(strides[0])
 
 
+def _map_dims(shape, strides, elem: int):
+    """(extents, strides in bytes of every dimension but the first) of the map, innermost
+    dimension first: a 2-D tensor as storage_dims describes it, a higher-rank one with a unit
+    last stride as it is; None when neither holds."""
+    if len(shape) == 2:
+        dims = storage_dims(shape, strides)
+        return None if dims is None else ([dims[1], dims[0]], [dims[2] * elem])
+    if int(strides[-1]) != 1:
+        return None
+    # an empty tensor is never read: any extent will do
+    return [max(1, int(x)) for x in reversed(shape)], [int(st) * elem for st in reversed(strides[:-1])]
+
+
 def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
     """The 128 bytes of the tiled tensor map of a row- or column-major 2-D tensor, or a
     row-major (last stride 1) one of rank 3 to 5 (strides in elements), `box` in storage
@@ -57,41 +70,16 @@ def encode_tensor_map(ptr: int, shape, strides, dtype, box) -> bytes:
     if dtype.name not in dtypes:
         raise TypeError(f"TMA copies f16, bf16, f32 or f8 tensors here, got {dtype.name}")
     elem = dtype.itemsize
-    if len(shape) > 2:
-        return _encode_nd(d, dtypes, ptr, shape, strides, dtype, box)
-    dims = storage_dims(shape, strides)
-    row_bytes = dims[2] * elem if dims else 0
-    if dims is None or row_bytes % 16 or ptr % 16:
-        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, a unit stride (last, or first for a "
-                         f"column-major tensor) and the other stride a multiple of 16 bytes; got pointer "
+    found = _map_dims(shape, strides, elem)
+    if found is None or ptr % 16 or any(st % 16 for st in found[1]):
+        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, a unit last stride (or first, for a "
+                         f"column-major 2-D tensor) and the other strides multiples of 16 bytes; got pointer "
                          f"{ptr:#x}, strides {tuple(strides)} (elements of {elem} bytes)")
-    rows, cols = dims[:2]
+    dims, byte_strides = found
+    rank = len(dims)
     err, tmap = d.cuTensorMapEncodeTiled(
-        dtypes[dtype.name], 2, ptr, [d.cuuint64_t(cols), d.cuuint64_t(rows)], [d.cuuint64_t(max(row_bytes, 16))],
-        [d.cuuint32_t(box[1]), d.cuuint32_t(box[0])], [d.cuuint32_t(1), d.cuuint32_t(1)],
-        d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
-        d.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        d.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)  # NONE fills zeros
-    if err != d.CUresult.CUDA_SUCCESS:
-        raise ValueError(f"cuTensorMapEncodeTiled failed ({err.name}) for a {rows}x{cols} {dtype.name} tensor "
-                         f"with row stride {row_bytes} bytes and box {tuple(box)}")
-    return ctypes.string_at(tmap.getPtr(), TMAP_BYTES)
-
-
-def _encode_nd(d, dtypes, ptr: int, shape, strides, dtype, box) -> bytes:
-    """encode_tensor_map of a rank 3 to 5 tensor with a unit last stride: the map's dimensions
-    are the tensor's, innermost first."""
-    elem = dtype.itemsize
-    outer = [int(st) * elem for st in strides[:-1]]
-    if int(strides[-1]) != 1 or ptr % 16 or any(st % 16 for st in outer):
-        raise ValueError(f"a TMA tensor needs a 16-byte aligned base, a unit last stride and the other "
-                         f"strides multiples of 16 bytes; got pointer {ptr:#x}, strides {tuple(strides)} "
-                         f"(elements of {elem} bytes)")
-    rank = len(shape)
-    dims = [d.cuuint64_t(max(1, int(x))) for x in reversed(shape)]  # an empty tensor is never read
-    err, tmap = d.cuTensorMapEncodeTiled(
-        dtypes[dtype.name], rank, ptr, dims, [d.cuuint64_t(max(st, 16)) for st in reversed(outer)],
+        dtypes[dtype.name], rank, ptr, [d.cuuint64_t(n) for n in dims],
+        [d.cuuint64_t(max(st, 16)) for st in byte_strides],
         [d.cuuint32_t(n) for n in reversed(box)], [d.cuuint32_t(1)] * rank,
         d.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         d.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,

@@ -403,9 +403,9 @@ def _store_groups(loop: T.ForOp) -> List[_Group]:
     return out
 
 
-def _tma_candidates(groups: List["_Group"], loop: T.ForOp, stages: int, carry: bool):
-    """(candidates, their tma_origin markers, wgmma lag) when TMA can fill every store of every
-    group (attention: K's and V's), a wgmma staying in flight across iterations."""
+def _tma_candidates(groups: List["_Group"], loop: T.ForOp):
+    """(candidates, their tma_origin markers) when TMA can fill every store of every group
+    (attention: K's and V's)."""
     markers = tma_markers(loop)
     cands, origins = [], []
     for store in [st for g in groups for st in g.stores]:
@@ -420,8 +420,19 @@ def _tma_candidates(groups: List["_Group"], loop: T.ForOp, stages: int, carry: b
             return None
         cands.append(_Candidate(store, load, alloc, []))
         origins.append(origin)
-    lag = _wgmma_lag(loop, cands, stages, strict=True) or (_wgmma_lag(loop, cands, stages) if carry else None)
-    return (cands, origins, lag) if lag else None
+    return cands, origins
+
+
+def _ring_lag(module: Module, loop: T.ForOp, cands: List[_Candidate], stages: int, carry: bool):
+    """_wgmma_lag of the ring: the chain's form only with `carry`, and then the module says it
+    carries a wgmma beyond GEMM's form (compile_module builds it again without where it spills)."""
+    strict = _wgmma_lag(loop, cands, stages, strict=True)
+    if strict is not None or not carry:
+        return strict
+    lag = _wgmma_lag(loop, cands, stages)
+    if lag is not None:
+        module.attrs["carried_wgmma"] = True
+    return lag
 
 
 def _tma_slice(origin):
@@ -486,13 +497,12 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         if wanted < 2:
             remark(loop, f"the loads of the loop's tc.dot operands are not pipelined: num_stages={wanted}")
             continue
-        tma = _tma_candidates(groups, loop, wanted, carry)
-        if tma is not None and _fitting_stages(loop, tma[0], wanted, shared_limit) < wanted:
-            tma = None   # the ring keeps its depth; cp.async's may be shallower
-        if tma is not None:
-            cands, origins, lag = tma
-            if _wgmma_lag(loop, cands, wanted, strict=True) is None:
-                module.attrs["carried_wgmma"] = True   # compile_module builds it again without where it spills
+        tma = _tma_candidates(groups, loop)
+        # a TMA ring keeps its depth (cp.async's may be shallower) and a wgmma in flight
+        lag = _ring_lag(module, loop, tma[0], wanted, carry) \
+            if tma is not None and _fitting_stages(loop, tma[0], wanted, shared_limit) == wanted else None
+        if lag is not None:
+            cands, origins = tma
             pipeline_tma(loop, groups, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma,
                          _ready_before_use)
             remark(loop, f"pipelined: the tc.dot operands' loads go through a TMA ring of {wanted} stages "
@@ -507,9 +517,7 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
                          f"the {shared_limit} bytes of shared memory beside the other buffers")
         if stages < 2:
             continue
-        lag = _wgmma_lag(loop, cands, stages, strict=not carry)
-        if lag and carry and _wgmma_lag(loop, cands, stages, strict=True) is None:
-            module.attrs["carried_wgmma"] = True   # compile_module builds it again without where it spills
+        lag = _ring_lag(module, loop, cands, stages, carry)
         fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
         remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
                      f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))

@@ -55,7 +55,7 @@ from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ViewType
 
-from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp, column_major
+from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp, column_major, storage_tile
 from ..gpu.wgmma_fragments import b_k_major
 from .accelerate_dot import dot_acc_layout
 
@@ -105,8 +105,9 @@ def _shared_b(op: Op) -> Optional[List[T.DotOp]]:
     return dots if len(dots) > 1 else None
 
 
-def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
-    """The TMA box (storage order) of `op`'s tile when the load qualifies (module docstring)."""
+def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[Tuple[int, ...], bool]]:
+    """(the TMA box in storage order, whether the tile lands turned over) when `op` qualifies
+    (module docstring)."""
     if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
         return None
     if op.attrs.get("padding", 0) not in (0, 0.0):
@@ -135,11 +136,10 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
     idx = 1 if shared is not None else op.results[0].uses[0][1]
     (rows, cols), at, transposed = tile
     if transposed:
-        # the transpose of the view: B's K-major buffer (tf32 and f8 have no other; a 16-bit B
-        # loaded K-contiguous is stored so too), a 16-bit A's M-major one
+        # the transpose of the storage: B's K-major buffer (tf32 and f8 have no other; a 16-bit
+        # B loaded K-contiguous is stored so too), a 16-bit A's M-major one
         if idx == 0 and elem != 2:
             return None
-        rows, cols = cols, rows
     elif idx == 1 and b_k_major(elem):
         return None       # a row-major B into a K-major buffer would need a transposing copy
     width = TMA_BOX_BYTES // elem
@@ -153,23 +153,22 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[int, int]]:
 
 
 def _storage_rows(op: T.LoadViewOp, rank: int):
-    """((rows, columns) of the loaded tile as the dot reads it, the dimension of the storage
-    rows in the view, whether the tile is the storage turned over) when a TMA box can copy it: at rank 2, a tile read as it
-    lies (a column-major view is turned over); at rank 3 to 5, a tile that is 1 in every
-    dimension but the last and at most one other, squeezed to 2-D, read as it lies or with
-    order [1, 0]."""
+    """((rows, columns) of the tile in the view's storage order, the dimension of those rows,
+    whether the tile as read is the storage turned over) when a TMA box can copy it: at rank 2,
+    a tile read as it lies (a column-major view's is turned over); at rank 3 to 5, a tile that
+    is 1 in every dimension but the last and exactly one other, squeezed to 2-D, read as it
+    lies or with order [1, 0]."""
     shape, squeeze, order = list(op.attrs["shape"]), op.attrs.get("squeeze"), op.attrs.get("order")
     if rank == 2:
         if squeeze or order:
             return None
-        return tuple(shape), 0, column_major(op.operands[0].type)
+        return storage_tile(shape, op.operands[0].type), 0, column_major(op.operands[0].type)
     big = [k for k, n in enumerate(shape[:-1]) if n != 1]
     if len(big) != 1 or sorted(squeeze or []) != [k for k in range(rank - 1) if k != big[0]]:
         return None
     if order not in (None, [0, 1], [1, 0]):
         return None
-    rows, cols = shape[big[0]], shape[-1]
-    return ((cols, rows) if order == [1, 0] else (rows, cols)), big[0], order == [1, 0]
+    return (shape[big[0]], shape[-1]), big[0], order == [1, 0]
 
 
 def tma_loads(module: Module, *, num_warps: int, cluster: int) -> Module:

@@ -86,6 +86,14 @@ def test_a_rank_4_map_runs_innermost_first(recorder):
     assert call[8] == "CU_TENSOR_MAP_SWIZZLE_128B" and call[10] == "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"
 
 
+def test_a_column_major_2d_map_runs_over_its_storage(recorder):
+    # a K x N column-major B (storage N x K, K contiguous), as the GEMM's K-major B reads it
+    tensormap.encode_tensor_map(0x10000, (4096, 1024), (1, 4096), dt.float16, (64, 64))
+    (call,) = recorder.calls
+    assert call[1] == 2 and [v for _, v in call[3]] == [4096, 1024] and [v for _, v in call[4]] == [8192]
+    assert [v for _, v in call[5]] == [64, 64]
+
+
 def test_a_rank_3_map_of_an_empty_tensor_keeps_positive_extents(recorder):
     tensormap.encode_tensor_map(0x10000, (3, 0, 128), (0, 128, 1), dt.bfloat16, (1, 64, 64))
     (call,) = recorder.calls
