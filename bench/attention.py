@@ -5,7 +5,8 @@
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
-base 2, the loop split into unmasked and masked key blocks). SDPA runs with its flash
+base 2, the loop split into unmasked and masked key blocks, the last query blocks launched
+first). SDPA runs with its flash
 (FA2) and cuDNN backends. q, k, v are (batch·heads, seq, dim); batch·heads is chosen
 so every row holds 128k tokens, which fills the GPU at every sequence length.
 TFLOP/s = 4 · Z · S² · D forward, 10 · Z · S² · D backward (halved for causal) / time, median of triton.testing.do_bench
@@ -75,7 +76,7 @@ def _triton_block(q, K, V, base, j, m_i, l_i, acc, qk_scale, q0, n_kv, s_seq,
 @triton.jit
 def _triton_attention(Q, K, V, O, s_z, s_seq, n_q, n_kv, scale, CAUSAL: tl.constexpr,
                       BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
-    mblk = tl.program_id(0)
+    mblk = tl.num_programs(0) - 1 - tl.program_id(0)   # the longest first, as the tilec example
     z = tl.program_id(1)
     q0 = mblk * BM
     base = z.to(tl.int64) * s_z
@@ -187,7 +188,7 @@ def _triton_dq_block(q, do, l_i, d_i, K, V, base, j, dq, qk_scale, q0, n_kv, s_s
 @triton.jit
 def _triton_bwd_dq(Q, K, V, DO, LSE, Delta, DQ, s_z, s_seq, n_q, scale, CAUSAL: tl.constexpr,
                    BM: tl.constexpr, BN: tl.constexpr, D: tl.constexpr):
-    mblk = tl.program_id(0)
+    mblk = tl.num_programs(0) - 1 - tl.program_id(0)   # the longest first, as the tilec example
     z = tl.program_id(1)
     q0 = mblk * BM
     base = z.to(tl.int64) * s_z

@@ -46,12 +46,12 @@ CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
     (128, 128): [(128, 64, 8, 3),    # 151 / 0 / 129: wgmma both dots (shipped)
                  (128, 64, 8, 4),    # 151 / 0 / 161: the same, 4 stages
                  (64, 64, 4, 3)],    # 160 / 0 / 113: wgmma
-    (256, 256): [(64, 64, 8, 3),     # 223 / 0 / 169: QKᵀ mma.sync, P V wgmma 4 x 2 warps (shipped)
+    (256, 256): [(128, 64, 8, 2),    # 243 / 0 / 192: wgmma both dots, cp.async ring (shipped)
+                 (64, 64, 4, 3),     # 225 / 0 / 225: wgmma both dots, K and V by TMA
+                 (64, 64, 8, 3),     # 223 / 0 / 169: QKᵀ mma.sync, P V wgmma 4 x 2 warps
                  (64, 32, 8, 3),     # 180 / 0 / 133: mma.sync
                  (64, 16, 4, 3),     # 254 / 0 / 80: mma.sync
-                 (32, 32, 4, 3),     # 228 / 0 / 114: mma.sync
-                 (64, 64, 4, 3),     # 225 / 0 / 225: wgmma both dots, K and V by TMA (not timed yet)
-                 (128, 64, 8, 2)],   # 243 / 0 / 192: wgmma both dots, cp.async ring (not timed yet)
+                 (32, 32, 4, 3)],    # 228 / 0 / 114: mma.sync
     (256, 128): [(128, 64, 8, 3),    # 151 / 0 / 209: wgmma both dots, two warpgroups (shipped)
                  (64, 64, 8, 3),     # 168 / 0 / 185: QKᵀ mma.sync, P V wgmma 4 x 2 warps
                  (64, 32, 8, 3)],    # 167 / 0 / 109: mma.sync

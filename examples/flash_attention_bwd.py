@@ -105,7 +105,7 @@ def dq_block(qt, dot_, l_i, d_i, k, v, z, j, dq, qk_scale, q0,
 @tc.kernel
 def attention_bwd_dq(q, k, v, do, lse, delta, dq, scale, CAUSAL: tc.constexpr,
                      BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
-    mblk = tc.program_id(0)
+    mblk = tc.num_programs(0) - 1 - tc.program_id(0)   # under CAUSAL the longest first, as the forward
     z = tc.program_id(1)
     n_kv = k.shape[1]
     q0 = mblk * BM

@@ -309,7 +309,9 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
         blocks = t.wide_v if dv > 128 else t.wide_qk
     bm, bn, warps = blocks
     floor = t.narrow_64_programs_per_sm if max(dk, dv) <= 64 and target.has_wgmma else 0
-    return AttentionConfig(bm, bn, dk, dv, warps, programs_per_sm=floor)
+    wide_v = dv > 128 and target.has_wgmma and not varlen
+    stages = t.wide_v_stages if wide_v else AttentionConfig.num_stages
+    return AttentionConfig(bm, bn, dk, dv, warps, num_stages=stages, programs_per_sm=floor)
 
 
 def check_config(config, head_dim: int, head_dim_v: int) -> AttentionConfig:

@@ -200,15 +200,16 @@ class AttentionFwdTuning:
     step, warps); every sm_90a one assembles with no spills, and each is the fastest spill-free
     candidate of bench/attention_configs.py where timed (docs/benchmarks.md, "Forward tilings
     per head dim"). Tile head dims up to 128: both dots wgmma over two warpgroups. 256-wide
-    values (a 64 x 256 f32 accumulator): 64 rows over 8 warps, QKᵀ on mma.sync and P V a wgmma
-    over 4 x 2 warps (BM 128, or 64 rows over 4 warps, spill). 192/128 (MLA prefill): as up to
-    128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
+    values (a 128 x 256 f32 accumulator over two warpgroups, 241 registers): both dots wgmma
+    too, with a ring of 2 stages (3 slots of 64 x 256 K and V do not fit beside Q; 1.94x the
+    64-row tiling of QKᵀ on mma.sync before). 192/128 (MLA prefill): as up to 128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
     64 x 64 at DV 256 asks 320 KiB) and targets without wgmma take mma.sync blocks."""
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
     # tile head dims up to 64 with wgmma: a floor of programs per SM (two: 128 registers, no
     # spill; measured in docs/benchmarks.md, "Forward tilings per head dim")
     narrow_64_programs_per_sm: int = 2
-    wide_v: Tuple[int, int, int] = (64, 64, 8)         # value head dim 256
+    wide_v: Tuple[int, int, int] = (128, 64, 8)        # value head dim 256
+    wide_v_stages: int = 2                              # its key/value ring (cp.async)
     wide_qk: Tuple[int, int, int] = (128, 64, 8)       # q/k head dim above 128, values up to 128
     varlen_wide_v: Tuple[int, int, int] = (64, 16, 8)
     varlen_wide_qk: Tuple[int, int, int] = (64, 32, 8)

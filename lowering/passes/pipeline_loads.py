@@ -82,7 +82,8 @@ from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
 from .shared_alloc import live_alloc_bytes
-from .rewrite import build_constant, clone_ops, holder_in, iteration_at, iteration_count, iteration_live, \
+from .rewrite import build_constant, clone_ops, holder_in, is_side_effect_free, iteration_at, iteration_count, \
+    iteration_live, \
     loop_slice
 
 __all__ = ["pipeline_loads", "issue_copy"]
@@ -288,6 +289,43 @@ def _slot_buffers(cands: List[_Candidate], stages: int) -> Dict[int, Value]:
                        result_types=[old.results[0].type])
         bufs[id(old)] = new.result
     return bufs
+
+
+_STAGING = (LocalStoreOp, FenceProxyAsyncOp, BarrierOp)
+
+
+def _op_before(loop: T.ForOp) -> Optional[Op]:
+    ops = loop.parent.ops
+    i = ops.index(loop)
+    return ops[i - 1] if i else None
+
+
+def _issue_before_staging(loop: T.ForOp, before: Optional[Op]) -> None:
+    """Move the ring's prologue (the ops after `before`, up to the loop) above the staging of
+    tiles loaded before the loop (attention's Q: its stores to shared memory, their fence and
+    barrier), so the first copies are in flight while those loads land instead of after. It
+    passes only staging ops and side-effect-free ones, none defining a value it uses, and
+    moves only where it passes a staging op (a GEMM's K loop, with none, keeps its order)."""
+    ops = loop.parent.ops
+    if before is not None and before.parent is not loop.parent:
+        return   # erased by the rewrite: where the prologue begins is not known
+    start = ops.index(before) + 1 if before is not None else 0
+    group = ops[start:ops.index(loop)]
+    used = {id(v) for op in group for v in op.operands}
+    top = start
+    for k in range(start - 1, -1, -1):
+        x = ops[k]
+        if x.regions or any(id(r) in used for r in x.results):
+            break
+        if isinstance(x, _STAGING):
+            top = k
+        elif not is_side_effect_free(x):
+            break
+    if top == start:
+        return
+    for op in group:
+        ops.remove(op)
+    ops[top:top] = group
 
 
 def _pipeline(loop: T.ForOp, groups: List["_Group"], cands: List[_Candidate], stages: int, lag) -> None:
@@ -503,8 +541,10 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
             if tma is not None and _fitting_stages(loop, tma[0], wanted, shared_limit) == wanted else None
         if lag is not None:
             cands, origins = tma
+            before = _op_before(loop)
             pipeline_tma(loop, groups, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma,
                          _ready_before_use)
+            _issue_before_staging(loop, before)
             remark(loop, f"pipelined: the tc.dot operands' loads go through a TMA ring of {wanted} stages "
                          f"(mbarriers), one wgmma group in flight")
             changed = True
@@ -521,7 +561,9 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
         remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
                      f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))
+        before = _op_before(loop)
         _pipeline(loop, groups, cands, stages, lag)
+        _issue_before_staging(loop, before)
         changed = True
     for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:
         op.erase()  # markers of loads that TMA did not take: they only held operands alive

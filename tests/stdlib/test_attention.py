@@ -104,7 +104,9 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert A.config_for(128, 128, h100) == A.AttentionConfig(128, 64, 128, 128, 8, 3)
     assert A.config_for(96, 96, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
     assert A.config_for(192, 128, h100) == A.AttentionConfig(128, 64, 256, 128, 8)   # wgmma, two warpgroups
-    assert A.config_for(256, 256, h100) == A.AttentionConfig(64, 64, 256, 256, 8)    # 64 accumulators a thread
+    # both dots wgmma over two warpgroups; 2 stages (3 slots of 64 x 256 K and V overflow)
+    assert A.config_for(256, 256, h100) == A.AttentionConfig(128, 64, 256, 256, 8, 2)
+    assert A.config_for(192, 192, h100) == A.config_for(256, 256, h100)
     assert A.config_for(192, 192, a100) == A.AttentionConfig(64, 32, 256, 256, 8)    # mma.sync
     # the packed kernel: smaller mma.sync blocks (64 x 64 and 128 x 64 overflow shared memory)
     assert A.config_for(256, 256, h100, varlen=True) == A.AttentionConfig(64, 16, 256, 256, 8)

@@ -64,7 +64,10 @@ def test_extra_signatures_are_the_wide_plans_at_the_snapshot_warps():
     for d, dv in ((128, 128), (256, 256), (192, 128)):
         (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=True, lse=True)
         assert ("attention_fwd_kernel", A.signature(ln, "bf16")) in A.EXTRA_SIGNATURES
-        assert ln.num_warps == A.OPTIONS["attention_fwd_kernel"]["num_warps"] and dict(ln.options)["num_stages"] == 3
+        assert ln.num_warps == A.OPTIONS["attention_fwd_kernel"]["num_warps"]
+        # value head dim 256 asks 2 stages; the snapshot's default 3 gives the same kernel (3 slots
+        # of its K and V do not fit, and the ring shrinks to 2)
+        assert dict(ln.options)["num_stages"] == (2 if dv == 256 else 3)
     causal = [s for _, s in A.EXTRA_SIGNATURES if "SECTION=" in s]
     assert len(causal) == 2 and {"DK=64" in s for s in causal} == {True, False}
 
