@@ -301,11 +301,13 @@ def _op_before(loop: T.ForOp) -> Optional[Op]:
 
 
 def _issue_before_staging(loop: T.ForOp, before: Optional[Op]) -> None:
-    """Move the ring's prologue (the ops after `before`, up to the loop) above the staging of
-    tiles loaded before the loop (attention's Q: its stores to shared memory, their fence and
-    barrier), so the first copies are in flight while those loads land instead of after. It
-    passes only staging ops and side-effect-free ones, none defining a value it uses, and
-    moves only where it passes a staging op (a GEMM's K loop, with none, keeps its order)."""
+    """Move a TMA ring's prologue (the ops after `before`, up to the loop) above the staging
+    of tiles loaded before the loop (attention's Q: its stores to shared memory, their fence
+    and barrier), so the first copies are in flight while those loads land instead of after.
+    It passes only staging ops and side-effect-free ones, none defining a value it uses, and
+    moves only where it passes a staging op (a GEMM's K loop, with none, keeps its order).
+    Not for cp.async rings: their per-thread addresses, live across the staging, cost
+    registers (the MLA decode kernel spilled)."""
     ops = loop.parent.ops
     if before is not None and before.parent is not loop.parent:
         return   # erased by the rewrite: where the prologue begins is not known
@@ -561,9 +563,7 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         fewer = f" ({wanted} asked; more do not fit shared memory)" if stages < wanted else ""
         remark(loop, f"pipelined: {len(cands)} tc.dot operand load(s) go through a cp.async ring of {stages} "
                      f"stages{fewer}" + (", one wgmma group in flight" if lag else ""))
-        before = _op_before(loop)
         _pipeline(loop, groups, cands, stages, lag)
-        _issue_before_staging(loop, before)
         changed = True
     for op in [o for o in module.walk() if isinstance(o, TmaOriginOp)]:
         op.erase()  # markers of loads that TMA did not take: they only held operands alive
