@@ -189,12 +189,17 @@ def _tma_load(ctx, op):
                 _asm(ctx, text, cons, args + [mask])
 
 
-_TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [$0, {$1, $2}], [$3];"
+def _tma_store_text(rank: int) -> str:
+    """cp.async.bulk.tensor out of shared memory, a `rank`-D box: $0 map, the coordinates
+    (innermost first), then the source."""
+    coords = ", ".join(f"${k + 1}" for k in range(rank))
+    return f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [${rank + 1}];"
 
 
 @rule(G.TmaStoreOp)
 def _tma_store(ctx, op):
-    view_v, i_v, j_v, tile_v = op.operands
+    view_v, tile_v = op.operands[0], op.operands[-1]
+    index_vs = op.group("indices")
     t = tile_v.type
     rows, cols = t.shape
     box = tuple(op.attrs["box"])
@@ -204,14 +209,18 @@ def _tma_store(ctx, op):
     layout = SharedLayout.for_swizzle(TMA_BOX_BYTES, t.dtype.itemsize)  # column blocks, as the boxes read them
     b = ctx.builder
     tmap = ctx.memo["tmap"][(view_v.index, box)]
-    row0 = b.mul(_i32(ctx, i_v), ir.Constant(I32, rows))
-    col0 = b.mul(_i32(ctx, j_v), ir.Constant(I32, cols))
+    # the tile's extent per dimension: the box's but in the last (every column block's)
+    extents = [rows] if len(box) == 2 else list(box[:-1])
+    starts = [b.mul(_i32(ctx, v), ir.Constant(I32, n)) for v, n in zip(index_vs, extents + [cols])]
+    col0, outer = starts[-1], starts[-2::-1]
+    text = _tma_store_text(len(box))
+    cons = "l," + "r," * len(box) + "r"
     vals = ctx.elems(tile_v)
     per = op.group_blocks
-    for first in range(0, cols // box[1], per):   # rounds of `per` column blocks through the scratch
+    for first in range(0, cols // box[-1], per):   # rounds of `per` column blocks through the scratch
         if first or op.attrs.get("_smem_sync", True):
             barrier(ctx)  # the scratch reuses bytes (the ring's, the last round's) others may still read
-        columns = None if per * box[1] == cols else (first * box[1], per * box[1])
+        columns = None if per * box[-1] == cols else (first * box[-1], per * box[-1])
         store_tile(ctx, t, vals, layout, off, columns)
         # this thread's st.shared become visible to the bulk copy (async proxy) before the barrier
         ctx.intrinsic("llvm.nvvm.fence.proxy.async.shared_cta", ir.VoidType(), [])
@@ -222,8 +231,8 @@ def _tma_store(ctx, op):
             tmap_addr = b.ptrtoint(tmap, ir.IntType(64))
             for blk in range(per):
                 src = b.add(src0, ir.Constant(I32, blk * rows * TMA_BOX_BYTES))
-                col = b.add(col0, ir.Constant(I32, (first + blk) * box[1]))
-                _asm(ctx, _TMA_STORE, "l,r,r,r", [tmap_addr, col, row0, src])
+                col = b.add(col0, ir.Constant(I32, (first + blk) * box[-1]))
+                _asm(ctx, text, cons, [tmap_addr, col, *outer, src])
             _asm(ctx, "cp.async.bulk.commit_group;", "", [])
             # the scratch may be reused (or the program exit) only once the copies have read it
             _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])

@@ -43,7 +43,9 @@ barrier thread 0 copies the column blocks out with `cp.async.bulk.tensor` (one b
 the copy clips whatever lies outside the view) and waits until they have been read from
 shared memory. A tile over MAX_SCRATCH_BYTES (128 x 256 f32) goes in rounds of
 `group_blocks` column blocks through a scratch of that size. Full 128-byte lines leave the SM instead of the accumulator layout's
-4-byte pieces.
+4-byte pieces. A view of rank 3 to 5 takes one index per dimension and a box of 1 in every
+dimension but its rows' and the last (`gpu.tma_store %o, %z, %m, %c0, %tile {box = [1, 128,
+64]}`: attention's output tile of a `(batch·heads, seq, D)` view).
 """
 from __future__ import annotations
 
@@ -241,21 +243,24 @@ class TmaLoadOp(Op):
 
 @register_op
 class TmaStoreOp(Op):
-    """Store the register tile as tile (i, j) of the row-major `view`, through a shared scratch
-    buffer and TMA (module docstring)."""
+    """Store the register tile as the tile at `indices` of the row-major `view`, through a
+    shared scratch buffer and TMA (module docstring). A view of rank 3 to 5 takes a 2-D tile
+    that is 1 in every dimension but the last and the one `box` gives its rows."""
     name = "gpu.tma_store"
-    operands_spec = ("view", "i", "j", "value")
+    operands_spec = ("view", "indices*", "value")
     attributes = {"box": A("ints")}
     num_results = 0
     traits = frozenset({"writes"})
 
     def verify_op(self):
         vt = self.operands[0].type
-        if not isinstance(vt, ViewType) or vt.rank != 2 or vt.strides[1] != 1:
-            raise self.error(f"operand 0 must be a row-major 2-D view, got {vt}")
-        _scalar(self, 1, _INDEX, "i")
-        _scalar(self, 2, _INDEX, "j")
-        t = self.operands[3].type
+        if not isinstance(vt, ViewType) or not 2 <= vt.rank <= 5 or vt.strides[-1] != 1:
+            raise self.error(f"operand 0 must be a row-major view (last stride 1) of rank 2 to 5, got {vt}")
+        if len(self.operands) - 2 != vt.rank:
+            raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 2}")
+        for k in range(1, len(self.operands) - 1):
+            _scalar(self, k, _INDEX, f"index {k - 1}")
+        t = self.operands[-1].type
         if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
             raise self.error(f"the value must be a 2-D tile of {vt.dtype.name}, got {t}")
         check_box(self, tuple(t.shape), vt)
@@ -267,9 +272,9 @@ class TmaStoreOp(Op):
         provided every thread's elements of a block are its own registers' (no lane or warp
         bit of the layout crosses a block: the wgmma accumulator's lanes span 8 columns), so
         the rounds split registers, not threads."""
-        t = self.operands[3].type
+        t = self.operands[-1].type
         rows, cols = t.shape
-        width = self.attrs["box"][1]
+        width = self.attrs["box"][-1]
         blocks = cols // width
         fit = max(1, MAX_SCRATCH_BYTES // (rows * TMA_BOX_BYTES))
         if blocks <= fit or t.encoding is None:
@@ -281,7 +286,7 @@ class TmaStoreOp(Op):
 
     @property
     def scratch_bytes(self) -> int:
-        return self.operands[3].type.shape[0] * TMA_BOX_BYTES * self.group_blocks
+        return self.operands[-1].type.shape[0] * TMA_BOX_BYTES * self.group_blocks
 
 
 def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:

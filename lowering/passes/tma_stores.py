@@ -20,7 +20,11 @@ tile leaves in whole 128-byte lines, issued by one thread. A store qualifies whe
 - the value comes from a dot that wgmma computes, through elementwise ops only (the
   epilogue: scaling, bias, activation, cast);
 - the view is a kernel argument that TMA can address (tma_loads.tma_view_ok), row-major,
-  in "index" mode;
+  in "index" mode (its bounds are the tensor map's: what the copy clips is what the plain
+  store masks);
+- at rank 3 to 5, the tile is squeezed to 2-D from 1 in every dimension but the last and
+  one other (attention's `(1, BM, D)` output tile of a `(batch·heads, seq, D)` view, box
+  `[1, BM, 64]`; the stdlib's `(1, BM, 1, D)`);
 - the tile is at most 256 rows, a multiple of 8, its columns a multiple of one 128-byte
   swizzle row (64 f16/bf16, 32 f32 elements), and at most MAX_TILE_BYTES (a 128 x 256 f32
   result goes out in two rounds of 64 KB: TmaStoreOp.group_blocks).
@@ -66,6 +70,16 @@ def _wgmma_dot(v: Value, num_warps: int) -> bool:
     return False
 
 
+def _rows_dim(op: T.StoreViewOp, rank: int):
+    """The view dimension of the 2-D tile's rows: 0 at rank 2; at rank 3 to 5 the one
+    dimension but the last that the store does not squeeze (the tile is 1 in the others)."""
+    squeeze = sorted(op.attrs.get("squeeze") or [])
+    if rank == 2:
+        return None if squeeze else 0
+    kept = [k for k in range(rank - 1) if k not in squeeze]
+    return kept[0] if len(kept) == 1 and len(squeeze) == rank - 2 else None
+
+
 def _box(op: T.StoreViewOp, num_warps: int):
     """The TMA box of `op`'s tile when the store qualifies (module docstring), else None."""
     view, tile = op.operands[0], op.operands[-1]
@@ -73,10 +87,11 @@ def _box(op: T.StoreViewOp, num_warps: int):
         return None
     vt = view.type
     if not isinstance(view, BlockArgument) or not isinstance(vt, ViewType) or not tma_view_ok(vt) \
-            or vt.rank != 2 or vt.strides[1] != 1 or view.block is not op.parent:
+            or vt.strides[-1] != 1 or view.block is not op.parent:
         return None
     t = tile.type
-    if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
+    at = _rows_dim(op, vt.rank)
+    if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype or at is None:
         return None
     rows, cols = t.shape
     width = TMA_BOX_BYTES // vt.dtype.itemsize
@@ -84,7 +99,9 @@ def _box(op: T.StoreViewOp, num_warps: int):
         return None
     if not _wgmma_dot(tile, num_warps):
         return None
-    return [rows, width]
+    box = [1] * vt.rank
+    box[at], box[-1] = rows, width
+    return box
 
 
 def tma_stores(module: Module, *, num_warps: int) -> Module:
@@ -93,7 +110,7 @@ def tma_stores(module: Module, *, num_warps: int) -> Module:
         box = _box(op, num_warps)
         if box is None:
             continue
-        i, j = op.group("indices")
-        Builder().before(op).create(TmaStoreOp, op.operands[0], i, j, op.operands[-1], box=box, loc=op.loc)
+        Builder().before(op).create(TmaStoreOp, op.operands[0], *op.group("indices"), op.operands[-1], box=box,
+                                    loc=op.loc)
         op.erase()
     return module

@@ -156,3 +156,52 @@ def test_the_verifier_wants_one_index_per_dimension():
     assert bad != text
     with pytest.raises(VerifyError, match="expected 3 indices"):
         verify(parse(bad))
+
+
+def test_the_stdlib_forward_stores_its_output_tile_with_a_4d_box():
+    # the (1, 1, BM, DV) tile of o goes out through shared memory and TMA; lse (not a dot's
+    # result) keeps its plain stores
+    A = importlib.import_module("tilec.stdlib_kernels.attention")
+    ck = A.attention_fwd_kernel.compile(A.SIGNATURES["attention_fwd_kernel"], arch="sm_90a", num_warps=8,
+                                        fast_math=True)
+    assert re.findall(r"gpu.tma_store %o, (?:%\w+, ){4}%\w+ \{box = \[1, 1, 128, 64\]", ck.asm["gpu"])
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.(\d)d\.global\.shared::cta\.bulk_group "
+                        r"\[%rd\d+, \{(?:%r\d+, ){3}%r\d+\}\], \[%r\d+\];", ck.asm["ptx"])
+    assert stores == ["4"]                                   # DV 64: one 128-byte box column
+    assert "st.global.v" not in ck.asm["ptx"] and "st.global.b16" not in ck.asm["ptx"]
+
+
+def test_the_example_forward_stores_its_output_tile_with_a_3d_box():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    try:
+        ex = importlib.import_module("flash_attention")
+    finally:
+        sys.path.pop(0)
+    sig = ex.SIGNATURES["attention_fwd"].replace("D=64", "D=128")
+    ck = ex.attention_fwd.compile(sig, arch="sm_90a", **ex.OPTIONS["attention_fwd"])
+    stores = re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta\.bulk_group "
+                        r"\[%rd\d+, \{(%r\d+), (%r\d+), (%r\d+)\}\], \[%r\d+\];", ck.asm["ptx"])
+    assert len(stores) == 2                                  # D 128: two box columns,
+    assert stores[0][1:] == stores[1][1:] and stores[0][0] != stores[1][0]   # the same rows and head
+    assert ck.metadata["ptxas"]["spill_stores"] == 0
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("{box = [1, 64, 64]}", "{box = [64, 64]}", "box [64, 64] must be 2 leading entries"),
+    ("%o, %z, %m, %zero, %out", "%o, %z, %m, %out", "expected 3 indices"),
+])
+def test_the_verifier_checks_a_rank_3_store(old, new, message):
+    from pathlib import Path
+
+    from tilec.ir import parse, print_module, verify
+    from tilec.ir.core import VerifyError
+    from tilec.lowering.pipeline import run_passes
+    from tilec.options import CompileOptions
+    text = (Path(__file__).resolve().parent.parent / "golden" / "tma_stores" / "rank3_output_tile.ir").read_text()
+    text = print_module(run_passes(parse(text), ["tma_stores"], CompileOptions(num_warps=4, num_stages=3, arch="sm_90a")))
+    verify(parse(text))
+    assert old in text
+    with pytest.raises(VerifyError, match=re.escape(message)):
+        verify(parse(text.replace(old, new, 1)))
