@@ -1,7 +1,8 @@
 """Attention throughput, forward and backward: the tilec example kernels vs the same algorithm in Triton vs SDPA.
 
     python bench/attention.py [--quick] [--dtypes f16,bf16] [--dims 64,128] [--seqs 1024,...]
-                              [--passes fwd,bwd] [--json FILE] [--check] [--mods] [--varlen]
+                              [--passes fwd,bwd] [--json FILE] [--results FILE] [--plot IMAGE]
+                              [--check] [--mods] [--varlen]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
@@ -32,9 +33,11 @@ from tilec.stdlib_kernels import attention_backward as sk_attention_backward
 
 try:  # as a package module (tests) or as a script (bench/ first on sys.path)
     from bench import convert
+    from bench.results import current_commit as results_commit
     from bench.tables import cell as _fmt, ratio_cell as _ratio
 except ImportError:
     import convert  # type: ignore[no-redef]
+    from results import current_commit as results_commit  # type: ignore[no-redef]
     from tables import cell as _fmt, ratio_cell as _ratio  # type: ignore[no-redef]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -470,6 +473,7 @@ def main(argv=None):
     p.add_argument("--passes", default="fwd,bwd", help="fwd, bwd or both")
     p.add_argument("--json", help="also write the rows to this file")
     p.add_argument("--results", help="also write the rows in bench/results.py's schema (python -m bench.compare, bench.tables)")
+    p.add_argument("--plot", help="also plot the rows into this image (bench/attention_plot.py; needs matplotlib)")
     p.add_argument("--mods", action="store_true",
                    help="only the score_mod / mask_mod section: sk.attention against FlexAttention on the same "
                         "functions (bench/attention_mods.py; seqs default to 2048,8192)")
@@ -509,6 +513,13 @@ def main(argv=None):
             json.dump(out, f, indent=1)
     print(json.dumps(out))
     convert.save(args.results, convert.attention_rows(rows), out["device"])
+    if args.plot:
+        try:
+            from bench import attention_plot
+        except ImportError:
+            import attention_plot  # type: ignore[no-redef]
+        attention_plot.plot({"device": out["device"], "commit": results_commit(), "date": "",
+                             "rows": convert.attention_rows(rows)}, args.plot)
 
 
 if __name__ == "__main__":
