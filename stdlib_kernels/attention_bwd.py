@@ -407,14 +407,19 @@ def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkd
 def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Optional[float] = None, window=None,
                        softcap: Optional[float] = None, layout: str = "bshd", dq=None, dk=None, dv=None, dlse=None,
                        cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None,
-                       score_mod=None, mask_mod=None, block_mask=None, mod_args=(), score_mod_grad=None):
+                       score_mod=None, mask_mod=None, block_mask=None, mod_args=(), score_mod_grad=None,
+                       deterministic: bool = False):
     """(dq, dk, dv) of `attention(q, k, v, ...)` for the upstream gradient `do` (shaped like
     out), from the forward's `o` and `lse` (`return_lse=True`); the same keyword arguments
     as the forward call. `dq`, `dk`, `dv`: arrays to write (shaped like q, k, v), else new
     ones. `dlse`: a gradient of lse too, f32 (batch, heads, seq_q). Head dims up to 256, as the forward.
     With `cu_seqlens_q/k`: packed variable-length sequences, lse and dlse (heads, total_q)
     (stdlib_kernels/attention_varlen.py). With the forward's mods: `score_mod_grad`, the
-    derivative of score_mod (stdlib_kernels/attention_mods.py)."""
+    derivative of score_mod (stdlib_kernels/attention_mods.py). `deterministic` (flash-attn's
+    switch) may be True or False: every path already gives the same bits from run to run
+    (no atomics: dK/dV per key block, dQ by a kernel of its own, each a fixed order of sums)."""
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic: expected True or False, got {deterministic!r}")
     mods = has_mods(score_mod, mask_mod, block_mask, mod_args, score_mod_grad)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         if mods:

@@ -97,11 +97,15 @@ def test_k_is_stored_once_in_its_natural_layout(arch, tma):
     # no register shuffle for k.T: the load runs along K (its contiguous dimension)
     assert "gpu.convert_layout" not in gpu_ir.split("tile.for")[1].split("gpu.reduce")[0]
     ptx = ck.asm["ptx"]
-    # q's rank-3 load: 16-byte accesses (128 x 128 f16 over 256 threads: 8 each), none narrower;
-    # the rank-3 store of o leaves the accumulator layout in 4-byte pairs, as a 2-D one would
+    # q's rank-3 load: 16-byte accesses (128 x 128 f16 over 256 threads: 8 each), none narrower
     loads = re.findall(r"ld\.global(?:\.nc)?\.(v4\.b32|b16|u16|b32|v2\.b32)", ptx)
     assert loads == ["v4.b32"] * 8
-    assert "st.global.b16" not in ptx and "st.global.b32" in ptx
+    assert "st.global.b16" not in ptx
+    if tma:   # the rank-3 store of o leaves by TMA (tma_stores): one bulk copy per 64 columns of d
+        assert len(re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta\.bulk_group", ptx)) == 2
+        assert "st.global.b32" not in ptx
+    else:     # ... else from the accumulator layout in 4-byte pairs, as a 2-D one would
+        assert "st.global.b32" in ptx
     # k's ring is K-contiguous (order [1, 2, 0]: slots outermost, then K): 16-byte copies, or
     # TMA boxes of the (z, seq, d) view, 64 keys by 64 of d, landing turned over
     if tma:

@@ -320,6 +320,8 @@ def test_extra_signatures_assemble_without_spills(kernel, sig, arch):
     (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, dk=np.zeros((1, 8, 2, 32), np.float16)[..., ::2]),
      ValueError, "dk: the head dim must be contiguous"),
     (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, softcap=-1.0), ValueError, "softcap"),
+    (lambda q, k, v, do, o, lse: attention_backward(do, q, k, v, o, lse, deterministic=1), TypeError,
+     "deterministic: expected True or False"),
 ])
 def test_bad_arguments_say_what_was_expected(call, err, match):
     rng = np.random.default_rng(0)
@@ -382,3 +384,21 @@ def test_backward_plan_from_descriptions():
     # causal: both launches walk heaviest first in sections
     lns = B.plan_backward(describe(1, 16, 16, 4096, 4096, 64, 64), h100, causal=True)
     assert lns[1].consts["SECTION"] > 0 and lns[2].consts["SECTION"] > 0
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True, window=(9, -1)),
+                                dict(cu_seqlens_q=np.array([0, 0, 13, 40], np.int32))],
+                         ids=["dense", "window", "varlen"])
+def test_deterministic_calls_give_the_same_bits(kw):
+    # flash-attn's switch: accepted either way; with no atomics each call repeats the last bit for bit
+    rng = np.random.default_rng(7)
+    if "cu_seqlens_q" in kw:
+        kw = dict(kw, cu_seqlens_k=kw["cu_seqlens_q"], max_seqlen_q=27, max_seqlen_k=27)
+        q, k, v, do = (rng.standard_normal((40, h, 32)).astype(np.float16) for h in (4, 2, 2, 4))
+    else:
+        q, k, v, do = _inputs(rng, "bshd", 2, 4, 2, 45, 45, 32)
+    o, lse = attention(q, k, v, return_lse=True, **kw)
+    runs = [attention_backward(do, q, k, v, o, lse, deterministic=det, **kw) for det in (True, True, False)]
+    for got in runs[1:]:
+        for a, b in zip(runs[0], got):
+            assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))
