@@ -2,7 +2,7 @@
 
     python bench/attention.py [--quick] [--dtypes f16,bf16] [--dims 64,128] [--seqs 1024,...]
                               [--passes fwd,bwd] [--json FILE] [--results FILE] [--plot IMAGE]
-                              [--check] [--mods] [--varlen]
+                              [--check] [--mods] [--varlen] [--features]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
 below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
@@ -477,6 +477,9 @@ def main(argv=None):
     p.add_argument("--mods", action="store_true",
                    help="only the score_mod / mask_mod section: sk.attention against FlexAttention on the same "
                         "functions (bench/attention_mods.py; seqs default to 2048,8192)")
+    p.add_argument("--features", action="store_true",
+                   help="only the grouped-query (32 / 8 heads) and sliding-window (4096) section: sk.attention "
+                        "against SDPA and FlexAttention (bench/attention_features.py; seqs default to 4096,16384)")
     p.add_argument("--varlen", action="store_true",
                    help="only the variable-length section: sk.attention on packed sequences (equal and mixed "
                         "lengths) against dense at the same token count (bench/attention_varlen.py; seqs default "
@@ -489,13 +492,15 @@ def main(argv=None):
         dtypes, seqs = ["f16"], [1024, 4096]
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
     passes = args.passes.split(",")
-    for flag, name in ((args.mods, "attention_mods"), (args.varlen, "attention_varlen")):
-        if flag:   # its own table, at 2048 and 8192 unless --seqs says otherwise
+    sections = ((args.mods, "attention_mods", [2048, 8192]), (args.varlen, "attention_varlen", [2048, 8192]),
+                (args.features, "attention_features", [4096, 16384]))
+    for flag, name, default_seqs in sections:
+        if flag:   # its own table, at its own lengths unless --seqs says otherwise
             try:
                 sub = importlib.import_module(f"bench.{name}")
             except ImportError:
                 sub = importlib.import_module(name)
-            sub_seqs = [2048, 8192] if args.seqs == p.get_default("seqs") and not args.quick else seqs
+            sub_seqs = default_seqs if args.seqs == p.get_default("seqs") and not args.quick else seqs
             sub.main(dtypes, dims, sub_seqs, passes, args.json)
             return
     if args.check:
