@@ -102,9 +102,20 @@ def reference(q, k, v, scale, causal):
     return np.einsum("zqk,zkd->zqd", p / p.sum(axis=2, keepdims=True), v)
 
 
-def attention(q, k, v, causal, target, bm=128, bn=64):
-    """(o, lse) for numpy q, k, v of shape (batch·heads, seq, dim)."""
+def blocks_for(d, target=None):
+    """(BM, BN, warps) at head dim d on `target` (a tc.Target; default: the current device's):
+    128 query rows over two warpgroups stepping by 64 keys; by 32 at head dim 128 without
+    wgmma (sm_80: mma.sync fragments, and 64 keys spill there)."""
+    t = tc.Target.current() if target is None else target
+    return (128, 64 if t.has_wgmma or d <= 64 else 32, 8)
+
+
+def attention(q, k, v, causal, target, bm=None, bn=None):
+    """(o, lse) for numpy q, k, v of shape (batch·heads, seq, dim); blocks_for's tiles unless
+    `bm` and `bn` say otherwise."""
     zh, seq, d = q.shape
+    bm_, bn_, _ = blocks_for(d)
+    bm, bn = bm or bm_, bn or bn_
     o = target.to_device(np.zeros(q.shape, q.dtype))
     lse = target.to_device(np.zeros((zh, seq), np.float32))
     args = [target.to_device(t) for t in (q, k, v)]

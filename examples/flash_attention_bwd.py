@@ -146,12 +146,18 @@ SIGNATURES = {
 # half the steps. (The tilings timed: docs/benchmarks-archive.md, "Backward tilings and forms".)
 BLOCKS = {64: {"attention_bwd_dkdv": (64, 64, 4), "attention_bwd_dq": (64, 64, 4)},
           128: {"attention_bwd_dkdv": (64, 128, 8), "attention_bwd_dq": (128, 128, 8)}}
+# Without wgmma (sm_80) the products are mma.sync with every fragment in registers: at 128 the
+# tiles above spill (dK/dV) or overflow shared memory (dQ); these are 0-spill there.
+BLOCKS_MMA = {64: BLOCKS[64],
+              128: {"attention_bwd_dkdv": (32, 64, 8), "attention_bwd_dq": (64, 32, 8)}}
 OPTIONS = {name: {"num_warps": 4, "fast_math": True} for name in ("attention_bwd_dkdv", "attention_bwd_dq")}
 
 
-def blocks_for(d):
-    """BLOCKS' tilings for head dim d."""
-    return BLOCKS[64 if d <= 64 else 128]
+def blocks_for(d, target=None):
+    """The tilings for head dim d on `target` (a tc.Target; default: the current device's):
+    BLOCKS with wgmma, BLOCKS_MMA without."""
+    t = tc.Target.current() if target is None else target
+    return (BLOCKS if t.has_wgmma else BLOCKS_MMA)[64 if d <= 64 else 128]
 
 
 def attention_bwd(q, k, v, o, lse, do, causal, target, blocks=None):

@@ -1,0 +1,67 @@
+"""The attention examples' tilings (flash_attention.blocks_for, flash_attention_bwd.blocks_for),
+as the examples and bench/attention.py launch them, assemble with no spills on sm_90a and sm_80
+(issue 44's "ptxas assembles the listed configurations for sm_90a and sm_80 with zero spill
+bytes")."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilec.target import Target
+
+pytestmark = pytest.mark.slow   # ptxas on 24 kernels
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name):
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        spec = importlib.util.spec_from_file_location(f"tilings_{name}", EXAMPLES / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+FWD, BWD = _example("flash_attention"), _example("flash_attention_bwd")
+
+
+def _report(kernel, sig, arch, warps):
+    compiled = kernel.compile(sig, arch=arch, num_warps=warps, fast_math=True)
+    return compiled.metadata["ptxas"]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_forward_tiling_assembles_without_spills(arch, d, causal):
+    bm, bn, warps = FWD.blocks_for(d, Target.from_arch(arch))
+    sig = FWD.SIGNATURES["attention_fwd"].replace("CAUSAL=True", f"CAUSAL={causal}") \
+        .replace("BM=128, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
+    report = _report(FWD.attention_fwd, sig, arch, warps)
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("name", ["attention_bwd_dkdv", "attention_bwd_dq"])
+def test_the_backward_tilings_assemble_without_spills(arch, d, causal, name):
+    bm, bn, warps = BWD.blocks_for(d, Target.from_arch(arch))[name]
+    sig = BWD.SIGNATURES[name].replace("CAUSAL=True", f"CAUSAL={causal}") \
+        .replace("BM=64, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
+    report = _report(getattr(BWD, name), sig, arch, warps)
+    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
+
+
+def test_targets_without_wgmma_take_the_narrower_tilings():
+    h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+    assert FWD.blocks_for(128, h100) == (128, 64, 8) and FWD.blocks_for(128, a100) == (128, 32, 8)
+    assert FWD.blocks_for(64, a100) == FWD.blocks_for(64, h100)
+    assert BWD.blocks_for(128, h100) is BWD.BLOCKS[128] and BWD.blocks_for(128, a100) is BWD.BLOCKS_MMA[128]
+    assert BWD.blocks_for(64, a100) == BWD.blocks_for(64, h100)
