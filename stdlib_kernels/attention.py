@@ -299,18 +299,19 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     their timings: bench/attention_configs.py, docs/benchmarks.md."""
     t = tuning_for(target).attention_fwd
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
+    stages = AttentionConfig.num_stages
     if max(dk, dv) <= 128:
         blocks = t.narrow
     elif not target.has_wgmma:
         blocks = t.mma_wide
     elif varlen:
         blocks = t.varlen_wide_v if dv > 128 else t.varlen_wide_qk
+    elif dv > 128:
+        blocks, stages = t.wide_v, t.wide_v_stages
     else:
-        blocks = t.wide_v if dv > 128 else t.wide_qk
+        blocks = t.wide_qk
     bm, bn, warps = blocks
     floor = t.narrow_64_programs_per_sm if max(dk, dv) <= 64 and target.has_wgmma else 0
-    wide_v = dv > 128 and target.has_wgmma and not varlen
-    stages = t.wide_v_stages if wide_v else AttentionConfig.num_stages
     return AttentionConfig(bm, bn, dk, dv, warps, num_stages=stages, programs_per_sm=floor)
 
 

@@ -14,23 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from example_modules import load_example
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 EXAMPLE_NAMES = ["vector_add", "fused_softmax", "layer_norm", "matmul", "histogram", "flash_attention", "flash_attention_bwd"]
 # PyTorch examples (GPU only) live in examples/pytorch/, out of the folder the kernel tools scan
 PYTORCH = EXAMPLES / "pytorch"
-
-
-def load_example(name):
-    """Import examples/<name>.py as a module (its folder on sys.path for _harness)."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(EXAMPLES))
 
 
 def test_every_example_is_tested():

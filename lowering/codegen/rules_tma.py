@@ -132,6 +132,14 @@ def _i32(ctx, v):
     return ctx.builder.trunc(x, I32) if x.type.width > 32 else x
 
 
+def _tile_starts(ctx, index_vs, extents):
+    """(the innermost coordinate, the outer ones innermost first) of the tile at tile indices
+    `index_vs`, `extents` elements per index step in each dimension (a map's coordinates)."""
+    b = ctx.builder
+    starts = [b.mul(_i32(ctx, v), ir.Constant(I32, n)) for v, n in zip(index_vs, extents)]
+    return starts[-1], starts[-2::-1]
+
+
 def _tma_load_text(rank: int, multicast: bool) -> str:
     """cp.async.bulk.tensor of a `rank`-D box: $0 destination, $1 map, the coordinates
     (innermost first), then the mbarrier (and the 16-bit mask of programs)."""
@@ -155,18 +163,14 @@ def _tma_load(ctx, op):
     trans = G.tile_transposed(op)
     rows, cols = G.storage_tile((tile_rows, tile_cols), vt, trans)
     if vt.rank == 2:
-        row0 = b.mul(_i32(ctx, index_vs[0]), ir.Constant(I32, tile_rows))
-        col0 = b.mul(_i32(ctx, index_vs[1]), ir.Constant(I32, tile_cols))
+        col0, outer = _tile_starts(ctx, index_vs, (tile_rows, tile_cols))
         if trans:
             # the map's rows are the view's columns (asked of the view: a square tile's storage
             # shape is its own, and comparing shapes left the coordinates unswapped)
-            row0, col0 = col0, row0
-        outer = [row0]
+            col0, outer = outer[0], [col0]
     else:
         # storage order: the tile is `box` in every dimension but the last, `cols` there
-        extents = list(box[:-1]) + [cols]
-        starts = [b.mul(_i32(ctx, v), ir.Constant(I32, n)) for v, n in zip(index_vs, extents)]
-        col0, outer = starts[-1], starts[-2::-1]
+        col0, outer = _tile_starts(ctx, index_vs, list(box[:-1]) + [cols])
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
     n = op.multicast
@@ -209,10 +213,8 @@ def _tma_store(ctx, op):
     layout = SharedLayout.for_swizzle(TMA_BOX_BYTES, t.dtype.itemsize)  # column blocks, as the boxes read them
     b = ctx.builder
     tmap = ctx.memo["tmap"][(view_v.index, box)]
-    # the tile's extent per dimension: the box's but in the last (every column block's)
-    extents = [rows] if len(box) == 2 else list(box[:-1])
-    starts = [b.mul(_i32(ctx, v), ir.Constant(I32, n)) for v, n in zip(index_vs, extents + [cols])]
-    col0, outer = starts[-1], starts[-2::-1]
+    # the tile's extent per dimension: the box's ([rows, ...] at rank 2) but in the last
+    col0, outer = _tile_starts(ctx, index_vs, list(box[:-1]) + [cols])
     text = _tma_store_text(len(box))
     cons = "l," + "r," * len(box) + "r"
     vals = ctx.elems(tile_v)

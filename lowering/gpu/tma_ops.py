@@ -59,7 +59,7 @@ from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
            "TmaStoreOp", "tma_params", "check_box", "copies_as_it_lies",
-           "storage_tile", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
+           "storage_tile", "rows_dim", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
 # Programs sharing a multicast copy (each issues a share of its rows): clusters of 1, 2, 4
@@ -331,6 +331,15 @@ def storage_tile(shape, vt: ViewType, transposed: bool = None) -> Tuple[int, int
     rows, cols = shape
     trans = column_major(vt) if transposed is None else transposed
     return (cols, rows) if trans else (rows, cols)
+
+
+def rows_dim(squeeze, rank: int):
+    """The view dimension that holds a 2-D tile's rows when a load or store of a view of rank
+    3 to 5 squeezes it to 2-D (`squeeze`: the unit dimensions dropped): the one dimension but
+    the last left; None where more or fewer are left."""
+    dropped = sorted(squeeze or [])
+    kept = [k for k in range(rank - 1) if k not in dropped]
+    return kept[0] if len(kept) == 1 and len(dropped) == rank - 2 else None
 
 
 def _arg_index(view) -> int:

@@ -55,7 +55,7 @@ from tilec.ir.core import BlockArgument
 from tilec.ir import tile_ops as T
 from tilec.ir.types import ViewType
 
-from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp, column_major, storage_tile
+from ..gpu.tma_ops import MULTICAST_SIZES, TMA_BOX_BYTES, TmaOriginOp, column_major, rows_dim, storage_tile
 from ..gpu.wgmma_fragments import b_k_major
 from .accelerate_dot import dot_acc_layout
 
@@ -163,12 +163,10 @@ def _storage_rows(op: T.LoadViewOp, rank: int):
         if squeeze or order:
             return None
         return storage_tile(shape, op.operands[0].type), 0, column_major(op.operands[0].type)
-    big = [k for k, n in enumerate(shape[:-1]) if n != 1]
-    if len(big) != 1 or sorted(squeeze or []) != [k for k in range(rank - 1) if k != big[0]]:
+    at = rows_dim(squeeze, rank)
+    if at is None or order not in (None, [0, 1], [1, 0]):
         return None
-    if order not in (None, [0, 1], [1, 0]):
-        return None
-    return (shape[big[0]], shape[-1]), big[0], order == [1, 0]
+    return (shape[at], shape[-1]), at, order == [1, 0]
 
 
 def tma_loads(module: Module, *, num_warps: int, cluster: int) -> Module:

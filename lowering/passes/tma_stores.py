@@ -36,7 +36,7 @@ from tilec.ir import tile_ops as T
 from tilec.ir.core import BlockArgument
 from tilec.ir.types import TileType, ViewType
 
-from ..gpu.tma_ops import TMA_BOX_BYTES, TmaStoreOp
+from ..gpu.tma_ops import TMA_BOX_BYTES, TmaStoreOp, rows_dim
 from .accelerate_dot import dot_acc_layout
 from .tma_loads import tma_view_ok
 
@@ -70,16 +70,6 @@ def _wgmma_dot(v: Value, num_warps: int) -> bool:
     return False
 
 
-def _rows_dim(op: T.StoreViewOp, rank: int):
-    """The view dimension of the 2-D tile's rows: 0 at rank 2; at rank 3 to 5 the one
-    dimension but the last that the store does not squeeze (the tile is 1 in the others)."""
-    squeeze = sorted(op.attrs.get("squeeze") or [])
-    if rank == 2:
-        return None if squeeze else 0
-    kept = [k for k in range(rank - 1) if k not in squeeze]
-    return kept[0] if len(kept) == 1 and len(squeeze) == rank - 2 else None
-
-
 def _box(op: T.StoreViewOp, num_warps: int):
     """The TMA box of `op`'s tile when the store qualifies (module docstring), else None."""
     view, tile = op.operands[0], op.operands[-1]
@@ -90,7 +80,8 @@ def _box(op: T.StoreViewOp, num_warps: int):
             or vt.strides[-1] != 1 or view.block is not op.parent:
         return None
     t = tile.type
-    at = _rows_dim(op, vt.rank)
+    squeeze = op.attrs.get("squeeze")
+    at = (None if squeeze else 0) if vt.rank == 2 else rows_dim(squeeze, vt.rank)
     if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype or at is None:
         return None
     rows, cols = t.shape

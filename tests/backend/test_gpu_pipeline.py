@@ -1,9 +1,5 @@
 """The whole pass pipeline on example kernels: gpu IR round-trips, reductions are simulated
 stage by stage, and misuse of the gpu dialect gives clear errors."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,17 +9,11 @@ from tilec.lowering.gpu.stages import axis_bits, stage_result, warps_to_register
 from tilec.lowering.pipeline import run_pipeline
 from tilec.options import CompileOptions
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from example_modules import load_example
 
 
 def _example_module(name, kernel):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"ex_{name}", EXAMPLES / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(EXAMPLES))
+    mod = load_example(name)
     from tilec.frontend import lower_to_ir
     k = getattr(mod, kernel)
     return lower_to_ir(k, k.specialization(mod.SIGNATURES[kernel]))

@@ -4,31 +4,15 @@ as the examples and bench/attention.py launch them, assemble with no spills on s
 bytes")."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from tilec.target import Target
 
+from example_modules import load_example
+
 pytestmark = pytest.mark.slow   # ptxas on 24 kernels
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def _example(name):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"tilings_{name}", EXAMPLES / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-    finally:
-        sys.path.remove(str(EXAMPLES))
-
-
-FWD, BWD = _example("flash_attention"), _example("flash_attention_bwd")
+FWD, BWD = load_example("flash_attention"), load_example("flash_attention_bwd")
 
 
 def _report(kernel, sig, arch, warps):

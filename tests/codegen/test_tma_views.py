@@ -172,13 +172,8 @@ def test_the_stdlib_forward_stores_its_output_tile_with_a_4d_box():
 
 
 def test_the_example_forward_stores_its_output_tile_with_a_3d_box():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-    try:
-        ex = importlib.import_module("flash_attention")
-    finally:
-        sys.path.pop(0)
+    from example_modules import load_example
+    ex = load_example("flash_attention")
     sig = ex.SIGNATURES["attention_fwd"].replace("D=64", "D=128")
     ck = ex.attention_fwd.compile(sig, arch="sm_90a", **ex.OPTIONS["attention_fwd"])
     stores = re.findall(r"cp\.async\.bulk\.tensor\.3d\.global\.shared::cta\.bulk_group "

@@ -282,17 +282,8 @@ def test_row_statistics_stay_in_the_accumulator_slice(arch):
     """The running max and sum that the loop carries keep the slice of the accumulator's
     layout even though the lse store after the loop would anchor them blocked: no layout
     conversion through shared memory inside the key loops."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    spec = importlib.util.spec_from_file_location("flash_attention_example", examples / "flash_attention.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(examples))   # the example imports its _harness
-    try:
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(examples))
+    from example_modules import load_example
+    mod = load_example("flash_attention")
     ck = _compile(mod.attention_fwd, mod.SIGNATURES["attention_fwd"], arch, 8, fast_math=True)
     gpu = ck.asm["gpu"]
     loops = gpu.split("tile.for")[1:]
