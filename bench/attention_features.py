@@ -72,8 +72,12 @@ def _sdpa(backend, q, k, v, do, causal):
 
 
 def _flex(q, k, v, do, causal, window):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    flex = torch.compile(flex_attention, dynamic=False)
+    from torch.nn.attention.flex_attention import create_block_mask
+    try:
+        from bench.attention_mods import compiled_flex
+    except ImportError:
+        from attention_mods import compiled_flex  # type: ignore[no-redef]
+    flex = compiled_flex()
     qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
     s = q.shape[1]
     if window is not None:
