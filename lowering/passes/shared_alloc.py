@@ -7,7 +7,11 @@ tile, or the column blocks it stores per round, in the 128-byte swizzle TMA read
 aligned to 1024), and for each tile.cluster_gather of a cluster (`gather_bytes`: two
 mbarriers and the 4-byte values of every program for each of GATHER_SLOTS rounds, which
 the cluster's programs write into each other's buffer: it lives for the whole kernel and
-is never shared). Lifetimes are intervals
+is never shared). The mbarriers of a ring (a gpu.alloc that gpu.mbarrier_init initializes) share
+bytes with nothing: they go after every other buffer. PTX allows an mbarrier's memory another
+use only after mbarrier.inval, and a ring's barriers in a cluster take arrivals from the other
+programs until the kernel's final cluster sync, so no later buffer may take their bytes.
+Lifetimes are intervals
 over the ops in program order: from the alloc to its last use, where a use
 inside a loop that does not contain the alloc keeps the buffer alive to the
 end of that loop (the next iteration reads it again); a buffer allocated at the
@@ -44,7 +48,7 @@ from tilec.ir import tile_ops as T
 
 from ..gpu.layouts import registers_match
 from ..gpu.ops import AllocOp, BarrierOp, ConvertLayoutOp
-from ..gpu.tma_ops import TmaStoreOp
+from ..gpu.tma_ops import MbarrierInitOp, TmaStoreOp
 from ..gpu.swizzle import conversion_layout
 
 __all__ = ["allocate_shared", "shared_bytes", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes",
@@ -151,6 +155,11 @@ def _align(layout) -> int:
 # area, which a barrier may have to precede: `_smem_sync`); or the whole kernel (the other
 # programs of a cluster write a cluster_gather's buffer whenever they get there).
 _USES, _OP, _KERNEL = "uses", "op", "kernel"
+_BARRIERS = "barriers"  # a ring's mbarriers: placed after everything else, never shared
+
+
+def _holds_mbarriers(alloc: AllocOp) -> bool:
+    return any(isinstance(u, MbarrierInitOp) for r in alloc.results for u, _ in r.uses)
 
 
 def _buffers(func, remarks=None):
@@ -162,6 +171,9 @@ def _buffers(func, remarks=None):
             # 128 bytes (the banks' period) from that size on: a warp's contiguous 16-byte
             # accesses then touch the fewest wavefronts (a staged f32 layer_norm chunk placed
             # 16 bytes past a 4-byte buffer ran at 78% of copy, at 128 bytes 87%).
+            if _holds_mbarriers(op):
+                out.append((op, op.nbytes, 16, "offset", _BARRIERS))
+                continue
             align = max(_align(op.attrs["layout"]), 128 if op.nbytes >= 128 else 16)
             out.append((op, op.nbytes, align, "offset", _USES))
         elif isinstance(op, ConvertLayoutOp):
@@ -250,7 +262,8 @@ def allocate_shared(module: Module, *, limit: int, arch: str, remarks) -> Module
         if not isinstance(func, T.FuncOp):
             continue
         index, end = _numbering(func)
-        bufs = _buffers(func, remarks)
+        every = _buffers(func, remarks)
+        bufs = [b for b in every if b[4] != _BARRIERS]
         # Lifetimes from the allocation, and the narrower ones from the first statement using
         # the buffer; both placed in the order of the first (the narrow lifetimes only lift
         # conflicts), the smaller total kept: first fit is not monotone in its conflicts.
@@ -266,6 +279,10 @@ def allocate_shared(module: Module, *, limit: int, arch: str, remarks) -> Module
         for (op, _, _, attr, _), off in zip(bufs, offsets):
             op.attrs[attr] = off
         _mark_syncs(bufs, intervals, offsets)
+        for op, size, align, attr, lives in every:
+            if lives == _BARRIERS:
+                op.attrs[attr] = -(-total // align) * align
+                total = op.attrs[attr] + size
         func.attrs["_shared_bytes"] = total
         peak = max(peak, total)
         if total > limit:
