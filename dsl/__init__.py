@@ -15,7 +15,7 @@ from .dtypes import (  # noqa: F401
     DType, bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
     float16, bfloat16, float32, float64, float8e4m3, float8e5m2,
 )
-from .errors import CompilationError, DriverError, InterpreterError, SpillWarning  # noqa: F401
+from .errors import CompilationError, DriverError, InterpreterError, SpillWarning, WgmmaSerializedWarning  # noqa: F401
 from .options import CompileOptions  # noqa: F401
 from .target import Target  # noqa: F401
 from .kernel import Kernel, Func, kernel, func  # noqa: F401

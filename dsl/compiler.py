@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .abi import param_slots
 from .compiled import CompiledKernel
 from .definition import dependency_hash
-from .errors import CompilationError, SpillWarning
+from .errors import CompilationError, SpillWarning, WgmmaSerializedWarning
 from .language import Func
 from .options import CompileOptions
 from .remarks import Remarks, check_tile_sizes, from_metadata, occupancy, print_remarks, remarks_enabled
@@ -220,7 +220,8 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
         "ptx_version": f"{ptx_version // 10}.{ptx_version % 10}", "fast_math": options.fast_math,
         "warp_specialized": int(gpu.attrs["num_threads"]) != 32 * options.num_warps, "persistent": persistent,
         "cluster": options.cluster,
-        # False: built again with every wgmma retired in its own loop iteration (the first build spilled)
+        # False: built again with every wgmma retired in its own loop iteration (the first build
+        # spilled, or ptxas serialized its wgmmas)
         "carry_wgmma": options.carry_wgmma,
         # the runtime launches it with programmatic stream serialization (sm_90+ only)
         "dependent_launch": options.dependent_launch and tgt.has_dependent_launch,
@@ -234,24 +235,29 @@ def compile_module(module, options: CompileOptions, kernel_name: Optional[str] =
     if run_ptxas and target.find_ptxas():
         t0 = time.perf_counter()
         kept, result = _assemble(res, tgt, narrow if options.min_programs_per_sm > 1 else None)
-        if _spills(result) and gpu.attrs.get("carried_wgmma"):
+        if (_spills(result) or result.wgmma_serialized) and gpu.attrs.get("carried_wgmma"):
             # the wgmma kept in flight across iterations holds its registers through the next
-            # one's: built again without, kept where that spills less
+            # one's, and ptxas may not follow it over the back edge (it then serializes every
+            # wgmma: a loop whose accumulator enters from two paths, varlen attention's): built
+            # again without, kept where that is not serialized, or spills less
             from .ir.parser import parse
             with warnings.catch_warnings():   # only the build kept says it spills
                 warnings.simplefilter("ignore", SpillWarning)
+                warnings.simplefilter("ignore", WgmmaSerializedWarning)
                 other = compile_module(parse(asm["tile"]), replace(options, carry_wgmma=False, remarks=None),
                                        kernel_name, None, None, run_ptxas)
-            spilled = other.metadata.get("ptxas") or {}
-            if spilled.get("spill_stores", 0) + spilled.get("spill_loads", 0) < _spills(result):
+            rep = other.metadata.get("ptxas") or {}
+            if (bool(rep.get("wgmma_serialized")), rep.get("spill_stores", 0) + rep.get("spill_loads", 0)) \
+                    < (bool(result.wgmma_serialized), _spills(result)):
                 for msg in other.metadata.get("warnings", ()):
-                    warnings.warn(msg, SpillWarning, stacklevel=2)
+                    _rewarn(msg)
                 return other
         asm["llvm"], asm["ptx"] = kept.llvm, kept.ptx
         timings["ptxas"] = time.perf_counter() - t0
         asm["cubin"] = result.cubin
         metadata["ptxas"] = result.report()
         _warn_spills(metadata, result)
+        _warn_serialized(metadata, result)
         _resource_remarks(remarks, func.loc, result, metadata["num_threads"], metadata["shared"], tgt)
     metadata["remarks"] = [r.as_list() for r in remarks]
     return CompiledKernel(name=symbol, asm=asm, metadata=metadata, params=params, arg_names=arg_names)
@@ -271,6 +277,25 @@ def _warn_spills(metadata: Dict[str, Any], result) -> None:
            f"{result.spill_loads} bytes loaded per thread; smaller tiles or more warps may fit")
     metadata.setdefault("warnings", []).append(msg)
     warnings.warn(msg, SpillWarning, stacklevel=2)
+
+
+_SERIALIZED_WORDS = "ptxas serialized its wgmmas"
+
+
+def _warn_serialized(metadata: Dict[str, Any], result) -> None:
+    """Say so when ptxas made every wgmma wait for the one before (it says so only as an info
+    line): the kernel runs, but no product overlaps anything."""
+    if not result.wgmma_serialized:
+        return
+    msg = (f"kernel '{metadata['name']}' ({metadata['arch']}): {_SERIALIZED_WORDS}, each waiting for the one "
+           f"before, due to {result.wgmma_serialized}")
+    metadata.setdefault("warnings", []).append(msg)
+    warnings.warn(msg, WgmmaSerializedWarning, stacklevel=2)
+
+
+def _rewarn(msg: str) -> None:
+    """A kept warning of a cached or rebuilt kernel, in its category."""
+    warnings.warn(msg, WgmmaSerializedWarning if _SERIALIZED_WORDS in msg else SpillWarning, stacklevel=3)
 
 
 def _resource_remarks(remarks: Remarks, loc, result, threads: int, shared: int, tgt: Target) -> None:
@@ -401,7 +426,7 @@ def compile_kernel(kernel, spec, options: Optional[CompileOptions] = None, use_c
         hit = cache.lookup(key)
         if hit is not None:
             for msg in hit.metadata.get("warnings", ()):  # a cached kernel that spills still says so
-                warnings.warn(msg, SpillWarning, stacklevel=2)
+                _rewarn(msg)
             if remarks_enabled():
                 print_remarks(from_metadata(hit.metadata))
             return hit

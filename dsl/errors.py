@@ -4,7 +4,8 @@ from __future__ import annotations
 import linecache
 import os
 
-__all__ = ["CompilationError", "DriverError", "InterpreterError", "SpillWarning", "debug_enabled"]
+__all__ = ["CompilationError", "DriverError", "InterpreterError", "SpillWarning", "WgmmaSerializedWarning",
+           "debug_enabled"]
 
 
 def debug_enabled() -> bool:
@@ -72,3 +73,9 @@ class SpillWarning(UserWarning):
     """ptxas kept part of a kernel's values in local memory (spilled registers): the kernel
     compiled and runs correctly, but slower than one that fits. The message names the kernel,
     its registers and the spilled bytes; `compiled.metadata["warnings"]` keeps it."""
+
+
+class WgmmaSerializedWarning(UserWarning):
+    """ptxas made every wgmma of a kernel wait for the one before (its C7514/C7515 infos):
+    correct, but no wgmma overlaps anything. The message names the kernel and ptxas's reason;
+    `compiled.metadata["warnings"]` keeps it, `metadata["ptxas"]["wgmma_serialized"]` the reason."""

@@ -75,10 +75,12 @@ class PtxasResult:
     shared: int = 0
     warnings: List[str] = field(default_factory=list)
     log: str = ""
+    wgmma_serialized: str = ""   # why ptxas made every wgmma wait for the one before ("": it did not)
 
     def report(self) -> Dict[str, object]:
         return {"registers": self.registers, "spill_stores": self.spill_stores, "spill_loads": self.spill_loads,
-                "stack": self.stack, "shared": self.shared, "warnings": list(self.warnings)}
+                "stack": self.stack, "shared": self.shared, "warnings": list(self.warnings),
+                "wgmma_serialized": self.wgmma_serialized}
 
 
 _NUM = {
@@ -90,14 +92,23 @@ _NUM = {
 }
 
 
+# ptxas's C7514-C7515 infos ("Potential Performance Loss: wgmma.mma_async instructions are
+# serialized due to ... in the function 'k'"): every wgmma then waits for the one before, and
+# ptxas says it only as an info line
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized due to (.+?)\s+in the function")
+
+
 def parse_report(log: str) -> Dict[str, object]:
     """Registers, spills, stack, shared memory and warnings from `ptxas -v` output
-    (the largest value when several functions are listed)."""
+    (the largest value when several functions are listed), and why ptxas serialized the
+    wgmmas ("" when it did not)."""
     out: Dict[str, object] = {}
     for k, rx in _NUM.items():
         vals = [int(m) for m in rx.findall(log)]
         out[k] = max(vals) if vals else 0
     out["warnings"] = [ln.strip() for ln in log.splitlines() if "warning" in ln.lower()]
+    m = _SERIALIZED.search(log)
+    out["wgmma_serialized"] = " ".join(m.group(1).split()) if m else ""
     return out
 
 
@@ -147,4 +158,4 @@ def assemble(ptx: str, arch: str, ptxas: Optional[str] = None, opt_level: int = 
         cubin = dst.read_bytes()
     r = parse_report(log)
     return PtxasResult(cubin, r["registers"], r["spill_stores"], r["spill_loads"], r["stack"], r["shared"],
-                       r["warnings"], log)
+                       r["warnings"], log, r["wgmma_serialized"])

@@ -34,6 +34,36 @@ def attn_fwd(q, k, v, o, scale, BM: tc.constexpr, BN: tc.constexpr, D: tc.conste
     tc.store(o, index=(bh, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, BM, D)))
 
 
+@tc.kernel
+def attn_fwd_next_scores_first(q, k, v, o, scale, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
+    """attn_fwd with the next block's scores issued before this block's O += P V (FA3's
+    order, written by the user): S(j+1) is carried into the next iteration's softmax."""
+    bh = tc.program_id(1)
+    mblk = tc.program_id(0)
+    n_kv = k.shape[1]
+    qt = tc.reshape(tc.load(q, index=(bh, mblk, 0), shape=(1, BM, D), padding=0.0), (BM, D))
+    m_i = tc.full((BM,), float("-inf"), tc.float32)
+    l_i = tc.zeros((BM,), tc.float32)
+    acc = tc.zeros((BM, D), tc.float32)
+    qk_scale = scale * 1.4426950408889634
+    k0 = tc.reshape(tc.load(k, index=(bh, 0, 0), shape=(1, BN, D), padding=0.0), (BN, D))
+    s = tc.dot(qt, k0.T)
+    for j in range(tc.cdiv(n_kv, BN)):
+        kn = tc.reshape(tc.load(k, index=(bh, j + 1, 0), shape=(1, BN, D), padding=0.0), (BN, D))
+        vt = tc.reshape(tc.load(v, index=(bh, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
+        cols = j * BN + tc.arange(0, BN)
+        s = tc.where(cols[None, :] < n_kv, s * qk_scale, float("-inf"))
+        m_new = tc.maximum(m_i, tc.max(s, axis=1))
+        p = tc.exp2(s - m_new[:, None])
+        alpha = tc.exp2(m_i - m_new)
+        l_i = l_i * alpha + tc.sum(p, axis=1)
+        s = tc.dot(qt, kn.T)
+        acc = tc.dot(p.astype(q.dtype), vt, acc * alpha[:, None])
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tc.store(o, index=(bh, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, BM, D)))
+
+
 def grid(q, BM: int):
     return ((q.shape[1] + BM - 1) // BM, q.shape[0])
 

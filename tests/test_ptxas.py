@@ -1,5 +1,5 @@
 """Every example and every stdlib kernel compiles to PTX for sm_80 and sm_90a, and ptxas
-assembles it with no spills and no warnings.
+assembles it with no spills, no warnings and no serialized wgmmas.
 
 Kernels are found through the `SIGNATURES` dict of each file in examples/ and of each
 module of tilec.stdlib_kernels (see docs/internals.md); an optional `OPTIONS` dict of
@@ -76,3 +76,4 @@ def test_assembles_without_spills(mod, name, sig, arch, options):
     report = compiled.metadata["ptxas"]
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
     assert not report["warnings"], report["warnings"]  # C75xx warnings mean ptxas patched the code
+    assert not report["wgmma_serialized"], report    # its C7514/C7515 infos: every wgmma waits

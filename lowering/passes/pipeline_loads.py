@@ -41,8 +41,8 @@ D = S - 2 iterations ahead instead of S - 1, into slot (c - 2) % S, whose wgmma
 The same holds in a chain for the wgmma that accumulates into a carried value through
 elementwise ops (attention's O = P V + O · alpha): its wait keeps 1 group pending, the
 carried value is waited for just before the next iteration first reads it
-(`gpu.wgmma_wait %o {pending = n}`, n the wgmmas that iteration issued before that point;
-groups retire in order), the result after the loop; the loop's other wgmmas (S = Q Kᵀ)
+(`gpu.wgmma_wait %o {pending = 0}`: ptxas serializes a kernel's wgmmas when a group
+carried over the back edge is retired by a partial wait), the result after the loop; the loop's other wgmmas (S = Q Kᵀ)
 are retired in their iteration. With `carry=False` (the compiler's second build of a
 kernel that spilled) only a loop's one wgmma of the ring stays in flight, as in GEMM.
 
@@ -262,15 +262,16 @@ def _computed_from(v: Value, arg: Value, body) -> bool:
 
 def _ready_before_use(body, mma: WgmmaOp, arg: Value) -> None:
     """The carried accumulator of a wgmma left in flight is read (other than by that wgmma)
-    only after a wait that retires it: one `gpu.wgmma_wait` before its first such use, whose
-    `pending` counts the wgmma groups this iteration issued before that point (groups
-    retire in order, so the previous iteration's is retired whatever those are)."""
+    only after a wait that retires it: one `gpu.wgmma_wait {pending = 0}` before its first
+    such use. Not `pending = n` for the n groups this iteration issued before that point,
+    though groups retire in order: ptxas cannot count groups across the back edge, and a
+    partial wait there made it serialize every wgmma of the kernel (C7514: an attention
+    loop written with the next block's scores first, 408 against 517 TFLOP/s on an H200)."""
     others = [(u, i) for u, i in arg.uses if u is not mma]
     if not others:
         return
     first = min(body.ops.index(holder_in(body, u)) for u, _ in others)
-    issued = sum(1 for op in body.ops[:first] if isinstance(op, WgmmaOp))
-    ready = WgmmaWaitOp([arg], [arg.type], {"pending": min(issued, 7)}, (), mma.loc)
+    ready = WgmmaWaitOp([arg], [arg.type], {"pending": 0}, (), mma.loc)
     body.insert(first, ready)
     for u, i in others:
         u.set_operand(i, ready.results[0])

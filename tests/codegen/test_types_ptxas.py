@@ -29,6 +29,18 @@ def test_report_parser():
     r = ptxas.parse_report(SAMPLE_LOG)
     assert (r["registers"], r["spill_stores"], r["spill_loads"], r["stack"], r["shared"]) == (96, 8, 12, 16, 2048)
     assert len(r["warnings"]) == 1 and "C7515" in r["warnings"][0]
+    assert r["wgmma_serialized"] == ""   # that sample's line names no reason
+
+
+def test_report_parser_reads_why_ptxas_serialized_the_wgmmas():
+    """ptxas 13 says it as an info line, wrapped or not; the reason reaches the report."""
+    log = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+           "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "
+           "stage in the function 'k'\n" + SAMPLE_LOG.split("ptxas warning")[0])
+    r = ptxas.parse_report(log)
+    assert r["wgmma_serialized"] == ("non wgmma instructions reading accumulator registers of a wgmma between "
+                                     "start and end of the pipeline stage")
+    assert r["registers"] == 96 and not r["warnings"]
 
 
 def test_find_ptxas_honours_the_environment(monkeypatch, tmp_path):
