@@ -14,6 +14,7 @@ from tilec.stdlib_kernels.launches import execute
 
 from attention_ref import attention_ref
 from bench import attention_configs as bench
+from ptxas_checks import assert_assembles_clean
 
 A = importlib.import_module("tilec.stdlib_kernels.attention")
 V = importlib.import_module("tilec.stdlib_kernels.attention_varlen")
@@ -142,8 +143,7 @@ def _assemble(kernel, sig, ln):
 def test_shipped_forward_assembles_without_spills(d, dv, dtype, softcap):
     (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=softcap, lse=True)
     report = _assemble(ln.kernel, A.signature(ln, dtype), ln)
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    assert not report["warnings"], report["warnings"]
+    assert_assembles_clean(report)
 
 
 @pytest.mark.slow
@@ -163,16 +163,14 @@ def test_shipped_varlen_forward_assembles_without_spills(d, dv):
     q, k, v = (spec((1001, h, x), tc.float16) for h, x in ((4, d), (2, d), (2, dv)))
     (ln,) = V.plan_forward(q, k, v, 3, 500, H100, softcap=True, lse=True)
     report = _assemble(ln.kernel, V.signature(ln, "bf16"), ln)
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    assert not report["warnings"], report["warnings"]
+    assert_assembles_clean(report)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("d,dv,cfg", _candidate_cases(every_dim=False))
 def test_candidates_assemble_without_spills(d, dv, cfg):
     report = bench.compile_report(d, dv, cfg, "sm_90a")
-    assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
-    assert not report["warnings"], report["warnings"]
+    assert_assembles_clean(report)
 
 
 @pytest.mark.parametrize("d,dv", [(256, 256), (192, 128)])
