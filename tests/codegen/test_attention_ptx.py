@@ -93,6 +93,37 @@ def test_a_serialized_carried_build_is_built_again_without(monkeypatch):
     assert marked and not ck.metadata["carry_wgmma"] and ck.metadata["ptxas"]["wgmma_serialized"] == ""
 
 
+def test_a_serialized_kernel_warns_and_its_cached_copy_too(monkeypatch, tmp_path):
+    """Where the rebuild is serialized as well, the kernel kept warns with a
+    WgmmaSerializedWarning naming it and ptxas's reason, keeps the message in
+    metadata["warnings"], and a cache hit says it again in the same category (ptxas's
+    verdict faked on every build)."""
+    from tilec import compiler
+    from tilec.runtime import cache
+    monkeypatch.setenv("TILEC_CACHE_DIR", str(tmp_path))
+    cache.clear_memory()
+    real_assemble = compiler._assemble
+
+    def assemble(res, tgt, narrow=None):
+        kept, result = real_assemble(res, tgt, narrow)
+        result.wgmma_serialized = "non wgmma instructions defining accumulator registers (faked)"
+        return kept, result
+    monkeypatch.setattr(compiler, "_assemble", assemble)
+    sig = signature("f16", 128, 64, 64)
+    with pytest.warns(tc.WgmmaSerializedWarning, match=r"kernel 'attn_fwd' \(sm_90a\): ptxas serialized its wgmmas"):
+        ck = attn_fwd.compile(sig, arch="sm_90a", num_warps=8, fast_math=True)
+    if ck.metadata["ptxas"] is None:
+        pytest.skip("ptxas not found")
+    assert ck.metadata["ptxas"]["wgmma_serialized"].endswith("(faked)")
+    assert any("serialized" in w for w in ck.metadata["warnings"])
+    monkeypatch.setattr(compiler, "_assemble", real_assemble)
+    cache.clear_memory()   # from the disk cache: the kept warning, in its category
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        attn_fwd.compile(sig, arch="sm_90a", num_warps=8, fast_math=True)
+    assert [type(w.message) for w in seen] == [tc.WgmmaSerializedWarning]
+
+
 def test_canonicalized_view_loads_keep_the_result():
     """The squeezed and transposed view loads (squeeze, order) mean what the reshapes and the
     permute they replace meant: the interpreter runs the canonicalized module to numpy's result."""
