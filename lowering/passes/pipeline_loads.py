@@ -42,9 +42,10 @@ The same holds in a chain for the wgmma that accumulates into a carried value th
 elementwise ops (attention's O = P V + O · alpha): its wait keeps 1 group pending, the
 carried value is waited for just before the next iteration first reads it
 (`gpu.wgmma_wait %o {pending = 0}`: ptxas serializes a kernel's wgmmas when a group
-carried over the back edge is retired by a partial wait), the result after the loop; the loop's other wgmmas (S = Q Kᵀ)
-are retired in their iteration. With `carry=False` (the compiler's second build of a
-kernel that spilled) only a loop's one wgmma of the ring stays in flight, as in GEMM.
+carried over the back edge is retired by a partial wait), the result after the loop; the
+loop's other wgmmas (S = Q Kᵀ) are retired in their iteration. With `carry=False` (the
+compiler's second build of a kernel that spilled or that ptxas serialized) only a loop's
+one wgmma of the ring stays in flight, as in GEMM.
 
 A load qualifies when its only use is such a store, its pointers and mask are
 computed in the loop body from the induction variable and loop invariants
@@ -82,9 +83,8 @@ from .axis_info import copy_vec, uniform_vec
 from .dce import dce
 from .pipeline_tma import pipeline_tma, tma_markers, tma_origin
 from .shared_alloc import live_alloc_bytes
-from .rewrite import build_constant, clone_ops, holder_in, is_side_effect_free, iteration_at, iteration_count, \
-    iteration_live, \
-    loop_slice
+from .rewrite import (build_constant, clone_ops, holder_in, is_side_effect_free, iteration_at, iteration_count,
+                      iteration_live, loop_slice)
 
 __all__ = ["pipeline_loads", "issue_copy"]
 
