@@ -162,15 +162,16 @@ def _tma_load(ctx, op):
     vt = view_v.type
     trans = G.tile_transposed(op)
     rows, cols = G.storage_tile((tile_rows, tile_cols), vt, trans)
+    step = op.attrs.get("offsets")   # indices that are offsets: the coordinates as they are
     if vt.rank == 2:
-        col0, outer = _tile_starts(ctx, index_vs, (tile_rows, tile_cols))
+        col0, outer = _tile_starts(ctx, index_vs, (1, 1) if step else (tile_rows, tile_cols))
         if trans:
             # the map's rows are the view's columns (asked of the view: a square tile's storage
             # shape is its own, and comparing shapes left the coordinates unswapped)
             col0, outer = outer[0], [col0]
     else:
         # storage order: the tile is `box` in every dimension but the last, `cols` there
-        col0, outer = _tile_starts(ctx, index_vs, list(box[:-1]) + [cols])
+        col0, outer = _tile_starts(ctx, index_vs, [1] * vt.rank if step else list(box[:-1]) + [cols])
     bar = _barrier_addr(ctx, bar_v, slot_v)
     dst0 = _smem_addr(ctx, buf, slot_v)
     n = op.multicast

@@ -94,10 +94,12 @@ def _check_cluster(op: Op, n: int, what: str) -> None:
 class TmaOriginOp(Op):
     """Marker: the tile.load_view tagged `tag` reads the tile at `indices` of `view` and may
     become TMA (`transposed`: the loaded tile is the transpose of the box's storage rows and
-    columns, a view of rank 3 or more read with order [1, 0])."""
+    columns, a view of rank 3 or more read with order [1, 0]; `offsets`: the indices are the
+    tile's first element per dimension, a load in "offset" mode, not tile indices)."""
     name = "gpu.tma_origin"
     operands_spec = ("view", "indices*")
-    attributes = {"tag": A("int"), "box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True)}
+    attributes = {"tag": A("int"), "box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True),
+                  "offsets": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})  # kept by dce until pipeline_loads removes it
 
@@ -195,10 +197,12 @@ class MbarrierArriveOp(Op):
 @register_op
 class TmaLoadOp(Op):
     """Thread 0, where `live`: copy the tile at `indices` of `view` into slot `slot` of
-    `buffer` with TMA, completing on the slot's mbarrier (`transposed`: as TmaOriginOp)."""
+    `buffer` with TMA, completing on the slot's mbarrier (`transposed`, `offsets`: as
+    TmaOriginOp)."""
     name = "gpu.tma_load"
     operands_spec = ("buffer", "slot", "barriers", "view", "indices*", "live")
-    attributes = {"box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True)}
+    attributes = {"box": A("ints"), "multicast": A("int", True), "transposed": A("bool", True),
+                  "offsets": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})
 

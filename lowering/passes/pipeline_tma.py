@@ -71,7 +71,7 @@ def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: V
         mapping = {id(iv): iv_value}
         clone(slice_of(origin), at, mapping)
         indices = [mapping.get(id(v), v) for v in origin.operands[1:]]
-        shared = {k: origin.attrs[k] for k in ("multicast", "transposed") if origin.attrs.get(k)}
+        shared = {k: origin.attrs[k] for k in ("multicast", "transposed", "offsets") if origin.attrs.get(k)}
         at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], *indices, live,
                   box=list(origin.attrs["box"]), **shared)
 

@@ -37,7 +37,10 @@ removes every marker. A load qualifies when
   imm-trans-a);
 - in storage order, the tile is at most 256 rows (a box's limit), a multiple of 8 rows
   and of one 128-byte swizzle row of columns (64 f16/bf16, 32 f32, 128 f8 elements), read
-  in "index" mode with zero padding (TMA fills out-of-bounds elements with zeros);
+  with zero padding (TMA fills out-of-bounds elements with zeros) in "index" mode or in
+  "offset" mode (the marker's `offsets`: its indices are the tile's first elements, the
+  box's coordinates as they are; the stdlib's varlen kernels, whose blocks start at a
+  sequence's first row);
 - every TMA load of that view uses the same box (one tensor map per view).
 
 The box is in storage order: [rows, 128 bytes of columns] of a row-major view, [N, 128
@@ -108,7 +111,7 @@ def _shared_b(op: Op) -> Optional[List[T.DotOp]]:
 def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[Tuple[int, ...], bool]]:
     """(the TMA box in storage order, whether the tile lands turned over) when `op` qualifies
     (module docstring)."""
-    if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") != "index":
+    if not isinstance(op.parent_op(), T.ForOp) or op.attrs.get("mode", "index") not in ("index", "offset"):
         return None
     if op.attrs.get("padding", 0) not in (0, 0.0):
         return None
@@ -186,6 +189,8 @@ def tma_loads(module: Module, *, num_warps: int, cluster: int) -> Module:
         shared = {"multicast": cluster} if multicast else {}
         if transposed and view.type.rank > 2:
             shared["transposed"] = True
+        if op.attrs.get("mode") == "offset":
+            shared["offsets"] = True
         b.create(TmaOriginOp, view, *indices, tag=tag, box=list(box), loc=op.loc, **shared)
         op.attrs["_tma"] = tag
         tag += 1

@@ -174,7 +174,7 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         ops = loop_slice(body, list(op.group("indices")), body.args[0])
         clone_ops([o for o in ops if ahead not in o.results], b, mapping)
         indices = [mapping.get(id(v), v) for v in op.group("indices")]
-        shared = {k: op.attrs[k] for k in ("multicast", "transposed") if op.attrs.get(k)}
+        shared = {k: op.attrs[k] for k in ("multicast", "transposed", "offsets") if op.attrs.get(k)}
         b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], *indices, live,
                  box=list(op.attrs["box"]), **shared)
     b.create(T.YieldOp)
