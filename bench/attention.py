@@ -5,9 +5,9 @@
                               [--check] [--mods] [--varlen] [--features]
 
 The tilec kernel is `examples/flash_attention.py` as a user wrote it; the Triton kernel
-below is the same algorithm with the same blocks (Q tile loaded once, online softmax in
-base 2, the loop split into unmasked and masked key blocks, the last query blocks launched
-first). SDPA runs with its flash
+below is the same algorithm with the same blocks, the example's `blocks_for` of each shape
+(Q tile loaded once, online softmax in base 2, the loop split into unmasked and masked key
+blocks, the last query blocks launched first). SDPA runs with its flash
 (FA2) and cuDNN backends. q, k, v are (batch·heads, seq, dim); batch·heads is chosen
 so every row holds 128k tokens, which fills the GPU at every sequence length.
 TFLOP/s = 4 · Z · S² · D forward, 10 · Z · S² · D backward (halved for causal) / time, median of triton.testing.do_bench
@@ -17,6 +17,7 @@ printed. Prints a table, then one JSON line (also written to --json).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import math
@@ -261,11 +262,11 @@ def triton_attention(q, k, v, o, causal, bm=128, bn=64, num_warps=8, num_stages=
     return o
 
 
-def tilec_attention(q, k, v, o, causal, bm=128, bn=64, lse=None):
+def tilec_attention(q, k, v, o, causal, bm=128, bn=64, lse=None, num_warps=8):
     z, s, d = q.shape
     lse = torch.empty(z, s, device=q.device, dtype=torch.float32) if lse is None else lse
     example.attention_fwd[(tc.cdiv(s, bm), z)](q, k, v, o, lse, 1.0 / math.sqrt(d), CAUSAL=causal,
-                                               BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
+                                               BM=bm, BN=bn, D=d, num_warps=num_warps, fast_math=True)
     return o
 
 
@@ -279,11 +280,12 @@ def sdpa(backend):
     return run
 
 
-def ptxas_report(dname, d, causal, bm=128, bn=64) -> str:
+@functools.lru_cache(maxsize=None)
+def ptxas_report(dname, d, causal, bm=128, bn=64, num_warps=8) -> str:
     t = TILEC_DTYPE[dname]
     sig = example.SIGNATURES["attention_fwd"].replace("=f16[", f"={t}[").replace("CAUSAL=True", f"CAUSAL={causal}")
     sig = sig.replace("BM=128, BN=64, D=64", f"BM={bm}, BN={bn}, D={d}")
-    r = example.attention_fwd.compile(sig, num_warps=8, fast_math=True).metadata.get("ptxas") or {}
+    r = example.attention_fwd.compile(sig, num_warps=num_warps, fast_math=True).metadata.get("ptxas") or {}
     return f"{r.get('registers')} regs, {r.get('spill_stores', 0)} B spilled"
 
 
@@ -316,8 +318,9 @@ def check_all(dtypes, dims):
                     if causal:
                         sc = sc.masked_fill(torch.ones(s, s, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
                     want = torch.softmax(sc, -1) @ vd
+                    bm, bn, warps = example.blocks_for(d, seq=s, causal=causal)
                     for name, fn in (("tilec", tilec_attention), ("triton", triton_attention)):
-                        got = fn(q, k, v, torch.empty_like(q), causal).double()
+                        got = fn(q, k, v, torch.empty_like(q), causal, bm, bn, num_warps=warps).double()
                         err = ((got - want).abs() / (1 + want.abs())).max().item()
                         worst = max(worst, err)
                         status = "ok" if err < 2e-2 else "MISMATCH"
@@ -330,21 +333,26 @@ def run(dtypes, dims, seqs):
     for dname in dtypes:
         for d in dims:
             for causal in (False, True):
-                rep = ptxas_report(dname, d, causal)
                 for s in seqs:
+                    # the example's tiles for this shape, Triton's the same
+                    bm, bn, warps = example.blocks_for(d, seq=s, causal=causal)
+                    rep = ptxas_report(dname, d, causal, bm, bn, warps)
                     z = max(1, TOKENS // s)
                     q, k, v = (torch.randn(z, s, d, device="cuda", dtype=DTYPES[dname]) for _ in range(3))
                     o = torch.empty_like(q)
                     lse = torch.empty(z, s, device="cuda", dtype=torch.float32)
 
-                    def tilec_fwd(q, k, v, o, causal, lse=lse):
-                        return tilec_attention(q, k, v, o, causal, lse=lse)
+                    def tilec_fwd(q, k, v, o, causal, lse=lse, bm=bm, bn=bn, warps=warps):
+                        return tilec_attention(q, k, v, o, causal, bm, bn, lse, warps)
+
+                    def triton_fwd(q, k, v, o, causal, bm=bm, bn=bn, warps=warps):
+                        return triton_attention(q, k, v, o, causal, bm, bn, warps)
                     flops = 4.0 * z * s * s * d * (0.5 if causal else 1.0)
                     row = {"dtype": dname, "d": d, "causal": causal, "seq": s, "z": z, "tilec_ptxas": rep}
                     def stdlib_fwd(q, k, v, o, causal):
                         return sk_attention(q[None], k[None], v[None], causal=causal, layout="bhsd", out=o[None])
 
-                    impls = [("tilec", tilec_fwd), ("stdlib", stdlib_fwd), ("triton", triton_attention),
+                    impls = [("tilec", tilec_fwd), ("stdlib", stdlib_fwd), ("triton", triton_fwd),
                              ("sdpa_flash", sdpa("flash")), ("sdpa_cudnn", sdpa("cudnn"))]
                     for name, fn in impls:
                         _measure(row, name, lambda fn=fn: fn(q, k, v, o, causal), flops)

@@ -102,26 +102,35 @@ def reference(q, k, v, scale, causal):
     return np.einsum("zqk,zkd->zqd", p / p.sum(axis=2, keepdims=True), v)
 
 
-def blocks_for(d, target=None):
-    """(BM, BN, warps) at head dim d on `target` (a tc.Target; default: the current device's):
-    128 query rows over two warpgroups stepping by 64 keys; by 32 at head dim 128 without
-    wgmma (sm_80: mma.sync fragments, and 64 keys spill there)."""
+def blocks_for(d, target=None, seq=None, causal=False):
+    """(BM, BN, warps) at head dim d on `target` (a tc.Target; default: the current device's)
+    for `seq` query rows: 128 query rows over two warpgroups stepping by 64 keys; by 32 at
+    head dim 128 without wgmma (sm_80: mma.sync fragments, and 64 keys spill there). Short
+    sequences at head dim 128 with wgmma (causal up to 4096 rows, else up to 1024) take 64
+    rows over one warpgroup: two programs fit an SM, so one's prologue and epilogue run
+    under the other's loop (measured on an H200: docs/benchmarks.md, "Short sequences")."""
     t = tc.Target.current() if target is None else target
+    if t.has_wgmma and d > 64 and seq is not None and seq <= (SHORT_CAUSAL if causal else SHORT):
+        return (64, 64, 4)
     return (128, 64 if t.has_wgmma or d <= 64 else 32, 8)
+
+
+SHORT, SHORT_CAUSAL = 1024, 4096   # the longest sequences that take the one-warpgroup tiles
 
 
 def attention(q, k, v, causal, target, bm=None, bn=None):
     """(o, lse) for numpy q, k, v of shape (batch·heads, seq, dim); blocks_for's tiles unless
     `bm` and `bn` say otherwise."""
     zh, seq, d = q.shape
-    bm_, bn_, _ = blocks_for(d)
+    bm_, bn_, _ = blocks_for(d, seq=seq, causal=causal)
     bm, bn = bm or bm_, bn or bn_
+    warps = bm // 16   # a warpgroup per 64 rows
     o = target.to_device(np.zeros(q.shape, q.dtype))
     lse = target.to_device(np.zeros((zh, seq), np.float32))
     args = [target.to_device(t) for t in (q, k, v)]
     with target.launching():
         attention_fwd[(tc.cdiv(seq, bm), zh)](*args, o, lse, 1.0 / math.sqrt(d), CAUSAL=causal,
-                                              BM=bm, BN=bn, D=d, num_warps=8, fast_math=True)
+                                              BM=bm, BN=bn, D=d, num_warps=warps, fast_math=True)
     return target.to_host(o), target.to_host(lse)
 
 

@@ -292,16 +292,22 @@ class AttentionConfig:
     programs_per_sm: int = 0
 
 
-def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False) -> AttentionConfig:
+def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False,
+               n_kv: Optional[int] = None, causal: bool = False) -> AttentionConfig:
     """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
-    pure function (no launch). Each sm_90a configuration assembles with no spills
-    (tests/stdlib/test_attention_configs.py); the dense forward's candidates per head dim and
-    their timings: bench/attention_configs.py, docs/benchmarks.md."""
+    pure function (no launch). `n_kv`: the keys each query block walks at most (dense calls;
+    None: many), which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short).
+    Each sm_90a configuration assembles with no spills (tests/stdlib/test_attention_configs.py);
+    the dense forward's candidates per head dim and their timings: bench/attention_configs.py,
+    docs/benchmarks.md."""
     t = tuning_for(target).attention_fwd
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     stages = AttentionConfig.num_stages
     if max(dk, dv) <= 128:
         blocks = t.narrow
+        if max(dk, dv) == 128 and target.has_wgmma and not varlen and n_kv is not None \
+                and n_kv <= (t.short_keys_causal if causal else t.short_keys):
+            blocks = t.short
     elif not target.has_wgmma:
         blocks = t.mma_wide
     elif varlen:
@@ -341,7 +347,8 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
     there is no query row; a pure function (no launch). `config` replaces config_for's tiling
     (bench/attention_configs.py times candidates through it); it must hold the head dims.
     `causal`: the programs run heaviest first (program_block's sections)."""
-    cfg = config_for(x.d, x.dv, target) if config is None else check_config(config, x.d, x.dv)
+    cfg = (config_for(x.d, x.dv, target, n_kv=x.n_kv, causal=causal) if config is None
+           else check_config(config, x.d, x.dv))
     grid = (-(-x.n_q // cfg.bm), x.heads, x.batch)
     if 0 in grid:
         return []
@@ -553,10 +560,10 @@ def forward_operands(x: QKV, layout: str, oa: Arr, lse: Optional[Arr], *, causal
 # bf16, softcap, grouped heads; tests/stdlib/test_attention_configs.py assembles each without spills
 EXTRA_SIGNATURES = [("attention_fwd_kernel", signature(ln, "bf16"))
                     for d, dv in ((128, 128), (256, 256), (192, 128))
-                    for ln in plan(describe(2, 4, 2, 1000, 1000, d, dv), Target.from_arch("sm_90a"), softcap=True,
+                    for ln in plan(describe(2, 4, 2, 1000, 2000, d, dv), Target.from_arch("sm_90a"), softcap=True,
                                    lse=True)]
 # causal launches at their heaviest-first order (program_block's sections)
 EXTRA_SIGNATURES += [("attention_fwd_kernel", signature(ln, "bf16"))
                      for d in (64, 128)
-                     for ln in plan(describe(1, 16, 16, 4096, 4096, d, d), Target.from_arch("sm_90a"), lse=True,
+                     for ln in plan(describe(1, 16, 16, 8192, 8192, d, d), Target.from_arch("sm_90a"), lse=True,
                                     causal=True)]

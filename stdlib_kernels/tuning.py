@@ -205,6 +205,12 @@ class AttentionFwdTuning:
     64-row tiling of QKᵀ on mma.sync before). 192/128 (MLA prefill): as up to 128. The varlen kernel above 128 (rows not tile-aligned, so no TMA, and more shared memory:
     64 x 64 at DV 256 asks 320 KiB) and targets without wgmma take mma.sync blocks."""
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
+    # tile head dim 128 with wgmma over few keys (causal up to short_keys_causal, else up to
+    # short_keys): 64 rows over one warpgroup, two programs per SM, so one's prologue and
+    # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences")
+    short: Tuple[int, int, int] = (64, 64, 4)
+    short_keys: int = 1024
+    short_keys_causal: int = 4096
     # tile head dims up to 64 with wgmma: a floor of programs per SM (two: 128 registers, no
     # spill; measured in docs/benchmarks.md, "Forward tilings per head dim")
     narrow_64_programs_per_sm: int = 2

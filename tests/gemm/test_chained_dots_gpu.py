@@ -80,3 +80,22 @@ def test_dot_exp_dot(arch, dtype, num_warps, bm):
                   BM=bm, BN=64, D=64, num_warps=num_warps)[3]
     p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
     _check(out, p @ v.astype(np.float64), dtype)
+
+
+@pytest.mark.parametrize("causal,seq", [(False, 777), (True, 1500), (False, 1100)])
+def test_the_attention_example_at_its_tilings(causal, seq):
+    """examples/flash_attention.py at head dim 128 with blocks_for's tiles for the device: the
+    short sequences' 64-row tiles over one warpgroup (777; causal 1500) and the 128-row ones
+    (1100, past the non-causal limit), rows and keys not multiples of either block."""
+    from example_modules import load_example
+    ex = load_example("flash_attention")
+    rng = np.random.default_rng(seq)
+    zh, d = 3, 128
+    q, k, v = (_rounded(rng, (zh, seq, d), "f16") for _ in range(3))
+    bm, bn, warps = ex.blocks_for(d, tc.Target.current(), seq=seq, causal=causal)
+    o = np.full(q.shape, np.nan, np.float32)
+    lse = np.zeros((zh, seq), np.float32)
+    out = _launch(ex.attention_fwd, (tc.cdiv(seq, bm), zh),
+                  [(q, tc.float16), (k, tc.float16), (v, tc.float16), (o, tc.float16), (lse, tc.float32)], None,
+                  scale=d ** -0.5, CAUSAL=causal, BM=bm, BN=bn, D=d, num_warps=warps, fast_math=True)[3]
+    _check(out, ex.reference(q, k, v, d ** -0.5, causal), "f16")

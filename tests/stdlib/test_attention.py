@@ -115,6 +115,25 @@ def test_config_is_a_function_of_head_dims_and_target():
     assert A.config_for(8, 8, h100).dk == 16   # the smallest tile a dot takes
 
 
+def test_few_keys_take_the_short_tiling_at_head_dim_128():
+    h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+    short = A.AttentionConfig(64, 64, 128, 128, 4, 3)
+    assert A.config_for(128, 128, h100, n_kv=1024) == short
+    assert A.config_for(96, 96, h100, n_kv=1000) == short
+    assert A.config_for(128, 128, h100, n_kv=1025) == A.config_for(128, 128, h100)
+    assert A.config_for(128, 128, h100, n_kv=4096, causal=True) == short
+    assert A.config_for(128, 128, h100, n_kv=4097, causal=True) == A.config_for(128, 128, h100)
+    # not where it was not measured: other head dims, the packed kernel, mma.sync
+    assert A.config_for(64, 64, h100, n_kv=512) == A.config_for(64, 64, h100)
+    assert A.config_for(256, 256, h100, n_kv=512) == A.config_for(256, 256, h100)
+    assert A.config_for(128, 128, h100, varlen=True, n_kv=512) == A.config_for(128, 128, h100)
+    assert A.config_for(128, 128, a100, n_kv=512) == A.config_for(128, 128, a100)
+    (short_launch,) = A.plan(A.describe(2, 4, 4, 1000, 1000, 128, 128), h100)
+    (long_launch,) = A.plan(A.describe(2, 4, 4, 1000, 2000, 128, 128), h100)
+    assert (short_launch.consts["BM"], short_launch.num_warps, short_launch.grid[0]) == (64, 4, 16)
+    assert (long_launch.consts["BM"], long_launch.num_warps, long_launch.grid[0]) == (128, 8, 8)
+
+
 def test_config_reads_the_tuning_table():
     from dataclasses import replace
 
@@ -198,7 +217,8 @@ def test_causal_plans_walk_heaviest_first_in_l2_sized_sections():
     # K and V of one head: 2 MiB per (batch, head) pair
     section = dict(ln.constexprs)["SECTION"]
     cap = min(32, budget // (4096 * 256 * 2))
-    assert section == max(d for d in range(1, cap + 1) if 32 % d == 0) and ln.grid == (section, 32, 32 // section)
+    blocks = 4096 // dict(ln.constexprs)["BM"]   # (causal over 4096 keys: the short tiling's 64 rows)
+    assert section == max(d for d in range(1, cap + 1) if 32 % d == 0) and ln.grid == (section, blocks, 32 // section)
     (full,) = A.plan(A.describe(2, 16, 16, 4096, 4096, 128, 128), h200)
     assert "SECTION" not in dict(full.constexprs) and full.grid == (32, 16, 2)
     # grouped-query heads keep the launch order (measured slower heaviest first: heavy_first_gqa)

@@ -25,6 +25,7 @@ DIMS = list(bench.HEAD_DIMS.values())
 @pytest.mark.parametrize("d,dv", DIMS)
 def test_the_shipped_config_is_a_candidate(d, dv):
     assert A.config_for(d, dv, H100) in bench.candidates(d, dv)
+    assert A.config_for(d, dv, H100, n_kv=1024, causal=True) in bench.candidates(d, dv)
 
 
 def test_plan_takes_the_config_it_is_given():
@@ -63,7 +64,7 @@ def test_the_varlen_plan_takes_a_config_too():
 def test_extra_signatures_are_the_wide_plans_at_the_snapshot_warps():
     assert len(A.EXTRA_SIGNATURES) == 5
     for d, dv in ((128, 128), (256, 256), (192, 128)):
-        (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=True, lse=True)
+        (ln,) = A.plan(A.describe(2, 4, 2, 1000, 2000, d, dv), H100, softcap=True, lse=True)
         assert ("attention_fwd_kernel", A.signature(ln, "bf16")) in A.EXTRA_SIGNATURES
         assert ln.num_warps == A.OPTIONS["attention_fwd_kernel"]["num_warps"]
         # value head dim 256 asks 2 stages; the snapshot's default 3 gives the same kernel (3 slots
@@ -138,18 +139,21 @@ def _assemble(kernel, sig, ln):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)])
+@pytest.mark.parametrize("d,dv,n", [(64, 64, 1000), (128, 128, 1000), (128, 128, 2000), (256, 256, 1000),
+                                    (192, 128, 1000)])
 @pytest.mark.parametrize("dtype,softcap", [("f16", False), ("bf16", True)])
-def test_shipped_forward_assembles_without_spills(d, dv, dtype, softcap):
-    (ln,) = A.plan(A.describe(2, 4, 2, 1000, 1000, d, dv), H100, softcap=softcap, lse=True)
+def test_shipped_forward_assembles_without_spills(d, dv, n, dtype, softcap):
+    # (head dim 128 over 1000 keys: the short tiling, 64 rows over one warpgroup)
+    (ln,) = A.plan(A.describe(2, 4, 2, n, n, d, dv), H100, softcap=softcap, lse=True)
     report = _assemble(ln.kernel, A.signature(ln, dtype), ln)
     assert_assembles_clean(report)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)])
-def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv):
-    (ln,) = A.plan(A.describe(1, 16, 16, 4096, 4096, d, dv), H100, lse=True, causal=True)
+@pytest.mark.parametrize("d,dv,n", [(64, 64, 4096), (128, 128, 4096), (128, 128, 8192), (256, 256, 4096),
+                                    (192, 128, 4096)])
+def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv, n):
+    (ln,) = A.plan(A.describe(1, 16, 16, n, n, d, dv), H100, lse=True, causal=True)
     assert dict(ln.constexprs)["SECTION"] >= 1
     report = _assemble(ln.kernel, A.signature(ln, "bf16"), ln)
     assert report["spill_stores"] == 0 and report["spill_loads"] == 0, report
