@@ -295,8 +295,8 @@ class AttentionConfig:
 def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False,
                n_kv: Optional[int] = None, causal: bool = False) -> AttentionConfig:
     """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
-    pure function (no launch). `n_kv`: the keys each query block walks at most (dense calls;
-    None: many), which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short).
+    pure function (no launch). `n_kv`: the keys each query block walks at most (None: many),
+    which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short).
     Each sm_90a configuration assembles with no spills (tests/stdlib/test_attention_configs.py);
     the dense forward's candidates per head dim and their timings: bench/attention_configs.py,
     docs/benchmarks.md."""
@@ -305,7 +305,7 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     stages = AttentionConfig.num_stages
     if max(dk, dv) <= 128:
         blocks = t.narrow
-        if max(dk, dv) == 128 and target.has_wgmma and not varlen and n_kv is not None \
+        if max(dk, dv) == 128 and target.has_wgmma and n_kv is not None \
                 and n_kv <= (t.short_keys_causal if causal else t.short_keys):
             blocks = t.short
     elif not target.has_wgmma:

@@ -48,13 +48,14 @@ def _cdiv(a: int, b: int) -> int:
 
 # ----------------------------------------------------------------------------- plans
 def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: Target, *,
-                 softcap: bool = False, lse: bool = False, config: Optional[AttentionConfig] = None) -> List[Launch]:
+                 softcap: bool = False, lse: bool = False, config: Optional[AttentionConfig] = None,
+                 max_seqlen_k: Optional[int] = None, causal: bool = False) -> List[Launch]:
     """The forward's launches for packed q `(total_q, heads, d)`, k, v `(total_k, kv_heads, d)`
     of `batch` sequences, the longest query sequence `max_seqlen_q` long: one launch (none
     when there is no query row); a pure function (no launch). `config` replaces config_for's
-    tiling, as attention.plan's."""
-    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True) if config is None
-           else check_config(config, q.shape[2], v.shape[2]))
+    tiling, as attention.plan's; `max_seqlen_k` and `causal` choose it (config_for's n_kv)."""
+    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True, n_kv=max_seqlen_k, causal=causal)
+           if config is None else check_config(config, q.shape[2], v.shape[2]))
     grid = (_cdiv(max_seqlen_q, cfg.bm), q.shape[1], batch)
     if 0 in grid:
         return []
@@ -202,7 +203,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """The varlen path of `attention`."""
     arrs = _packed({"q": q, "k": k, "v": v}, layout, cu_seqlens_q, cu_seqlens_k)
     qa, ka, va = arrs["q"], arrs["k"], arrs["v"]
-    batch, mq, _ = seqlens(cu_seqlens_q, cu_seqlens_k, qa.shape[0], ka.shape[0], max_seqlen_q, max_seqlen_k)
+    batch, mq, mk = seqlens(cu_seqlens_q, cu_seqlens_k, qa.shape[0], ka.shape[0], max_seqlen_q, max_seqlen_k)
     left, right = _window(causal, window)
     qk_scale, cap, _ = scales(scale, softcap, qa.shape[2])
     h, total_q = qa.shape[1], qa.shape[0]
@@ -211,7 +212,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     lse = output(None, qa, (h, total_q), tc.float32, "lse") if return_lse else None
     # LSE=False compiles the store away; the kernel still takes an f32 view there
     lse_arr = lse if lse is not None else output(None, qa, (1, 1), tc.float32, "lse")
-    plan = plan_forward(qa, ka, va, batch, mq, target_of(qa), softcap=softcap is not None, lse=return_lse)
+    plan = plan_forward(qa, ka, va, batch, mq, target_of(qa), softcap=softcap is not None, lse=return_lse,
+                        max_seqlen_k=mk, causal=causal)
     execute(plan, Operands(arrs, {
         "q": _heads_view(qa), "k": _heads_view(ka), "v": _heads_view(va), "o": _heads_view(oa),
         "lse": _rows_view(lse_arr), "cu_q": _cu_view(cu_seqlens_q, "cu_seqlens_q"),

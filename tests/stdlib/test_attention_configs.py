@@ -160,12 +160,15 @@ def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv, n):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,dv", [(64, 64), (128, 128), (256, 256), (192, 128)])
-def test_shipped_varlen_forward_assembles_without_spills(d, dv):
+@pytest.mark.parametrize("d,dv,max_k", [(64, 64, None), (128, 128, None), (128, 128, 500), (256, 256, None),
+                                        (192, 128, None)])
+def test_shipped_varlen_forward_assembles_without_spills(d, dv, max_k):
     from tilec.stdlib_kernels.launches import spec
     import tilec as tc
     q, k, v = (spec((1001, h, x), tc.float16) for h, x in ((4, d), (2, d), (2, dv)))
-    (ln,) = V.plan_forward(q, k, v, 3, 500, H100, softcap=True, lse=True)
+    (ln,) = V.plan_forward(q, k, v, 3, 500, H100, softcap=True, lse=True, max_seqlen_k=max_k)
+    if d == 128:   # over at most 500 keys: the short tiling
+        assert (ln.consts["BM"], ln.num_warps) == ((64, 4) if max_k else (128, 8))
     report = _assemble(ln.kernel, V.signature(ln, "bf16"), ln)
     assert_assembles_clean(report)
 

@@ -89,6 +89,18 @@ def test_varlen_head_dim_256_and_given_max_seqlen():
     np.testing.assert_allclose(out.astype(np.float64), _ref(q, k, v, lq, lk, causal=True)[0], atol=2e-2)
 
 
+@pytest.mark.parametrize("max_k", [None, 2000], ids=["short-tiling", "long-tiling"])
+def test_varlen_head_dim_128_at_both_tilings(max_k):
+    # up to 1024 keys (the longest sequence, or a given max_seqlen_k) the 64-row tiles over
+    # one warpgroup, above them the 128-row ones
+    assert config_for(128, 128, Target.from_arch("sm_90a"), varlen=True, n_kv=150).bm == 64
+    rng = np.random.default_rng(6)
+    lq, lk = [70, 131, 3], [150, 45, 3]
+    q, k, v = _packed(rng, lq, lk, 4, 2, 128)
+    out = attention(q, k, v, cu_seqlens_q=_cu(lq), cu_seqlens_k=_cu(lk), max_seqlen_k=max_k, causal=True)
+    np.testing.assert_allclose(out.astype(np.float64), _ref(q, k, v, lq, lk, causal=True)[0], atol=2e-2)
+
+
 def _args():
     rng = np.random.default_rng(5)
     q, k, v = _packed(rng, [3, 4], [2, 5], 2, 2, 16)
