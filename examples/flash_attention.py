@@ -102,6 +102,9 @@ def reference(q, k, v, scale, causal):
     return np.einsum("zqk,zkd->zqd", p / p.sum(axis=2, keepdims=True), v)
 
 
+SHORT, SHORT_CAUSAL = 1024, 4096   # the longest sequences that take the one-warpgroup tiles
+
+
 def blocks_for(d, target=None, seq=None, causal=False):
     """(BM, BN, warps) at head dim d on `target` (a tc.Target; default: the current device's)
     for `seq` query rows: 128 query rows over two warpgroups stepping by 64 keys; by 32 at
@@ -113,9 +116,6 @@ def blocks_for(d, target=None, seq=None, causal=False):
     if t.has_wgmma and d > 64 and seq is not None and seq <= (SHORT_CAUSAL if causal else SHORT):
         return (64, 64, 4)
     return (128, 64 if t.has_wgmma or d <= 64 else 32, 8)
-
-
-SHORT, SHORT_CAUSAL = 1024, 4096   # the longest sequences that take the one-warpgroup tiles
 
 
 def attention(q, k, v, causal, target, bm=None, bn=None):
