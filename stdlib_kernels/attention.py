@@ -347,7 +347,9 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
     there is no query row; a pure function (no launch). `config` replaces config_for's tiling
     (bench/attention_configs.py times candidates through it); it must hold the head dims.
     `causal`: the programs run heaviest first (program_block's sections)."""
-    cfg = (config_for(x.d, x.dv, target, n_kv=x.n_kv, causal=causal) if config is None
+    # (grouped-query calls keep the long tiling: the short one was measured without groups)
+    short = x.n_kv if x.heads == x.kv_heads else None
+    cfg = (config_for(x.d, x.dv, target, n_kv=short, causal=causal) if config is None
            else check_config(config, x.d, x.dv))
     grid = (-(-x.n_q // cfg.bm), x.heads, x.batch)
     if 0 in grid:

@@ -207,7 +207,8 @@ class AttentionFwdTuning:
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
     # tile head dim 128 with wgmma over few keys (causal up to short_keys_causal, else up to
     # short_keys): 64 rows over one warpgroup, two programs per SM, so one's prologue and
-    # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences")
+    # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences"); calls
+    # without grouped heads (attention.plan, attention_varlen.plan_forward), where measured
     short: Tuple[int, int, int] = (64, 64, 4)
     short_keys: int = 1024
     short_keys_causal: int = 4096

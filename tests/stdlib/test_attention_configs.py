@@ -139,12 +139,12 @@ def _assemble(kernel, sig, ln):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,dv,n", [(64, 64, 1000), (128, 128, 1000), (128, 128, 2000), (256, 256, 1000),
-                                    (192, 128, 1000)])
+@pytest.mark.parametrize("d,dv,n,kv_heads", [(64, 64, 1000, 2), (128, 128, 1000, 4), (128, 128, 2000, 2),
+                                             (256, 256, 1000, 2), (192, 128, 1000, 2)])
 @pytest.mark.parametrize("dtype,softcap", [("f16", False), ("bf16", True)])
-def test_shipped_forward_assembles_without_spills(d, dv, n, dtype, softcap):
-    # (head dim 128 over 1000 keys: the short tiling, 64 rows over one warpgroup)
-    (ln,) = A.plan(A.describe(2, 4, 2, n, n, d, dv), H100, softcap=softcap, lse=True)
+def test_shipped_forward_assembles_without_spills(d, dv, n, kv_heads, dtype, softcap):
+    # (head dim 128 over 1000 keys without groups: the short tiling, 64 rows over one warpgroup)
+    (ln,) = A.plan(A.describe(2, 4, kv_heads, n, n, d, dv), H100, softcap=softcap, lse=True)
     report = _assemble(ln.kernel, A.signature(ln, dtype), ln)
     assert_assembles_clean(report)
 
@@ -165,7 +165,8 @@ def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv, n):
 def test_shipped_varlen_forward_assembles_without_spills(d, dv, max_k):
     from tilec.stdlib_kernels.launches import spec
     import tilec as tc
-    q, k, v = (spec((1001, h, x), tc.float16) for h, x in ((4, d), (2, d), (2, dv)))
+    hk = 4 if max_k else 2   # (the short tiling is not taken with grouped heads)
+    q, k, v = (spec((1001, h, x), tc.float16) for h, x in ((4, d), (hk, d), (hk, dv)))
     (ln,) = V.plan_forward(q, k, v, 3, 500, H100, softcap=True, lse=True, max_seqlen_k=max_k)
     if d == 128:   # over at most 500 keys: the short tiling
         assert (ln.consts["BM"], ln.num_warps) == ((64, 4) if max_k else (128, 8))
