@@ -306,12 +306,24 @@ def _transpose_source(b: Value) -> Optional[Value]:
 def _a_k_major(a: Value) -> Optional[bool]:
     """False (an M-major buffer, wgmma's imm-trans-a) for a 16-bit A tile loaded straight from
     memory with 16-byte runs along M (a column-major view, e.g. x.T of a row-major x): cp.async
-    or TMA then copy it as it lies. None (K-major) otherwise; a tile computed or transposed in
-    registers keeps the K-major store."""
-    load = a.owner
-    if a.type.dtype.bits != 16 or not isinstance(load, (T.LoadOp, T.LoadMaskedOp)) or _register_run_dim(a) != 0:
+    or TMA then copy it as it lies; and for one computed in registers whose pairs of registers
+    run along M (`p.T` of a dot's accumulator P, assign_layouts' permute of its layout): stored
+    4 bytes at a time along M. None (K-major) otherwise."""
+    if a.type.dtype.bits != 16:
         return None
-    return False
+    if isinstance(a.owner, (T.LoadOp, T.LoadMaskedOp)):
+        return False if _register_run_dim(a) == 0 else None
+    return False if _register_pairs_dim(a) == 0 else None
+
+
+def _register_pairs_dim(v) -> Optional[int]:
+    """The dimension along which each thread's registers of the 2-D tile `v` come in pairs
+    of neighbours (its first register basis), or None."""
+    enc = getattr(v.type, "encoding", None)
+    if not isinstance(enc, DistributedLayout) or v.type.rank != 2:
+        return None
+    reg = enc.bases(tuple(v.type.shape)).reg
+    return {(1, 0): 0, (0, 1): 1}.get(tuple(reg[0])) if reg else None
 
 
 def _dot_text(op: T.DotOp) -> str:

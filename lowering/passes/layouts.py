@@ -527,6 +527,20 @@ def _reshape_required(a: "_Assigner", op: Op):
     return [(0, _reshape_layout(a.of(op.results[0]), op.results[0].type.shape, op.operands[0].type.shape))]
 
 
+def _permute_step(a: "_Assigner", op: Op) -> bool:
+    """The transpose of a tensor-core accumulator (`p.T` of attention's P, for dot(p.T, x))
+    takes the accumulator's layout with its dimensions swapped: a permute moves no data, so
+    the tile stays in the registers the dot left it in. Other permutes get no layout from
+    here (loaded tiles' transposes keep the defaults their staging is tuned for)."""
+    inl = a.of(op.operands[0])
+    if not isinstance(inl, MmaLayout) or a.of(op.results[0]) is not None:
+        return False
+    order = op.attrs["order"]
+    shape = op.operands[0].type.shape
+    return a.offer(op.results[0], _renumber(inl.bases(shape), shape, op.results[0].type.shape,
+                                            lambda b: tuple(b[o] for o in order)))
+
+
 def _permute_required(a: "_Assigner", op: Op):
     return [(0, _permute_layout(a.of(op.results[0]), op.results[0].type.shape, op.attrs["order"]))]
 
@@ -540,7 +554,7 @@ _rule(T.ReduceOp, T.ReduceGenericOp, step=_reduce_step, result=_reduce_result)
 _rule(T.ExpandDimsOp, step=_expand_step, required=_expand_required)
 _rule(T.CatOp, step=_cat_step, required=_cat_required, result=_cat_result)
 _rule(T.ReshapeOp, step=_reshape_step, required=_reshape_required)
-_rule(T.PermuteOp, required=_permute_required)
+_rule(T.PermuteOp, step=_permute_step, required=_permute_required)
 
 
 def _permute_layout(out_layout, out_shape, order):

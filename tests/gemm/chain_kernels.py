@@ -18,6 +18,19 @@ def dot_exp_dot(x, w, v, o, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr)
 
 
 @tc.kernel
+def dot_exp_dot_t(x, w, v, o, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
+    """O = exp(X W - 1)ᵀ V for one BM-row block of X (V's rows): the transpose of the first
+    accumulator is the second dot's A (dV = Pᵀ dO of a backward written with S = Q Kᵀ)."""
+    n = tc.program_id(0)
+    xt = tc.load(x, index=(0, 0), shape=(BM, D), padding=0.0)
+    wt = tc.load(w, index=(0, n), shape=(D, BN), padding=0.0)
+    vt = tc.load(v, index=(0, 0), shape=(BM, D), padding=0.0)
+    p = tc.exp(tc.dot(xt, wt) - 1.0)
+    out = tc.dot(p.astype(x.dtype).T, vt)
+    tc.store(o, index=(n, 0), tile=out.astype(o.dtype))
+
+
+@tc.kernel
 def attention(q, k, v, o, scale, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
     """Flash-attention forward of one head (q, k, v, o: tokens x head dim), online softmax
     over BN-key blocks; any number of tokens and any head dim up to D."""

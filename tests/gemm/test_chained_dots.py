@@ -17,7 +17,7 @@ from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
-from chain_kernels import attention, attention_3d, attention_sig, dot_exp_dot, dot_exp_dot_sig
+from chain_kernels import attention, attention_3d, attention_sig, dot_exp_dot, dot_exp_dot_sig, dot_exp_dot_t
 
 
 # ----------------------------------------------------------------------------- fragments
@@ -230,6 +230,33 @@ def test_dot_exp_dot_on_the_interpreter():
     p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
     want = p.astype(np.float16).astype(np.float64) @ v.astype(np.float64)
     np.testing.assert_allclose(o, want, atol=2e-3, rtol=1e-3)
+
+
+def test_transposed_accumulator_as_a_on_the_interpreter():
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((20, 16)) / 4).astype(np.float16)
+    w = (rng.standard_normal((16, 50)) / 4).astype(np.float16)
+    v = rng.standard_normal((20, 16)).astype(np.float16)
+    o = np.full((50, 16), np.nan, np.float32)
+    with tc.interpret():
+        dot_exp_dot_t[(2,)](x, w, v, o, BM=32, BN=32, D=16)
+    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
+    want = p.astype(np.float16).astype(np.float64).T @ v.astype(np.float64)
+    np.testing.assert_allclose(o, want, atol=2e-3, rtol=1e-3)
+
+
+@pytest.mark.slow
+def test_transposed_accumulator_goes_to_an_m_major_a_as_it_lies():
+    """P.T as wgmma's A: P stays in the accumulator's registers (no layout conversion through
+    shared memory) and is stored 4 bytes at a time into an M-major buffer."""
+    sig = dot_exp_dot_sig("f16", 64, 64, 64).replace("[?,?]", "[?,?]:stride_div=16x1")   # 16-byte loads
+    ck = _compile(dot_exp_dot_t, sig, "sm_90a", 4, remarks=True)
+    texts = [str(r) for r in ck.remarks]
+    assert any("A from shared memory (M-major)" in t for t in texts), texts
+    assert not any("layout conversion" in t for t in texts), texts
+    ptx = ck.asm["ptx"]
+    assert "st.shared.b16" not in ptx and "st.shared.b32" in ptx
+    _assembled(ck)
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import pytest
 
 import tilec as tc
 
-from chain_kernels import attention, dot_exp_dot
+from chain_kernels import attention, dot_exp_dot, dot_exp_dot_t
 from needs import needs
 
 pytestmark = pytest.mark.gpu
@@ -80,6 +80,23 @@ def test_dot_exp_dot(arch, dtype, num_warps, bm):
                   BM=bm, BN=64, D=64, num_warps=num_warps)[3]
     p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
     _check(out, p @ v.astype(np.float64), dtype)
+
+
+@pytest.mark.parametrize("arch", ARCHS, ids=lambda a: a or "native")
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_transposed_accumulator_as_a(arch, dtype):
+    """dot(P.T, V): on sm_90a P goes into an M-major A buffer as the first dot left it."""
+    rng = np.random.default_rng(12)
+    m, n, d = 60, 3 * 64 - 7, 50       # below and across the blocks: padded rows and columns
+    x = _rounded(rng, (m, d), dtype, 0.25)
+    w = _rounded(rng, (d, n), dtype, 0.25)
+    v = _rounded(rng, (m, d), dtype)
+    o = np.full((n, d), np.nan, np.float32)
+    tdt = DTYPES[dtype][0]
+    out = _launch(dot_exp_dot_t, (tc.cdiv(n, 64),), [(x, tdt), (w, tdt), (v, tdt), (o, tc.float32)], arch,
+                  BM=64, BN=64, D=64, num_warps=4)[3]
+    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
+    _check(out, p.T @ v.astype(np.float64), dtype)
 
 
 @pytest.mark.parametrize("causal,seq", [(False, 777), (True, 1500), (False, 1100)])
