@@ -1,7 +1,7 @@
 """The attention forward's candidate tilings per head dim: ptxas's report, and their time against SDPA.
 
     python bench/attention_configs.py [--dims 64,96,128,192,256,192/128] [--seq 4096] [--batch 32]
-                                      [--heads 16] [--json FILE]
+                                      [--heads 16] [--kv-heads 4] [--json FILE]
     python bench/attention_configs.py --ptxas [--arch sm_90a] [--dims ...]     (no GPU needed)
 
 CANDIDATES lists, per tile head dims (q/k, v: the tensors' rounded up to powers of two), the
@@ -154,14 +154,17 @@ def _reference(torch, q, k, v, causal: bool):
 def _sdpa(torch, backend, q, k, v, causal: bool):
     from torch.nn.attention import sdpa_kernel
     f = torch.nn.functional.scaled_dot_product_attention
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
 
     def run():
         with sdpa_kernel([backend]):
-            return f(q, k, v, is_causal=causal)
+            return f(q, k, v, is_causal=causal, **gqa)
     return run
 
 
-def gpu_table(dims: List[str], seq: int, batch: int, heads: int) -> List[Dict]:
+def gpu_table(dims: List[str], seq: int, batch: int, heads: int, kv_heads: int = 0) -> List[Dict]:
+    """Every candidate of each head dim, causal and not, beside SDPA; `kv_heads` (0: `heads`)
+    key/value heads, grouped-query attention when fewer."""
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -174,12 +177,16 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int) -> List[Dict]:
         d, dv = HEAD_DIMS[name]
         torch.manual_seed(d * 1000 + dv)
         q = torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16)
-        k = torch.randn(batch, heads, seq, d, device="cuda", dtype=torch.float16)
-        v = torch.randn(batch, heads, seq, dv, device="cuda", dtype=torch.float16)
+        hk = kv_heads or heads
+        k = torch.randn(batch, hk, seq, d, device="cuda", dtype=torch.float16)
+        v = torch.randn(batch, hk, seq, dv, device="cuda", dtype=torch.float16)
         x, _ = A.check_qkv(q, k, v, "bhsd")
         for causal in (False, True):
             flops = 2.0 * batch * heads * seq * seq * (d + dv) * (0.5 if causal else 1.0)
-            title = f"attention fwd {name} S={seq} Z*H={batch}*{heads} f16" + (" causal" if causal else "")
+            title = (f"attention fwd {name} S={seq} Z*H={batch}*{heads}" + (f"/{hk}" if hk != heads else "")
+                     + " f16" + (" causal" if causal else ""))
+            # the plan's own choice (the short tiling over few keys, without grouped heads)
+            shipped = A.config_for(d, dv, target, n_kv=seq if hk == heads else None, causal=causal)
             ref = _reference(torch, q, k, v, causal)
             sdpa = {}
             for bname, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -209,7 +216,7 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int) -> List[Dict]:
                 ms = _time(run)
                 err = (oa.obj[0, 0].double() - ref).abs().max().item()
                 tflops = flops / ms / 1e9
-                ship = A.config_for(d, dv, target) == cfg
+                ship = shipped == cfg
                 spills = report.get("spill_stores", -1)
                 print(f"{name:>8} {str(causal):>6} {label(cfg) + ('^' if ship else ''):>16} {dots(compiled):>15} "
                       f"{report.get('registers', -1):>5} {spills:>6} {ms:>8.3f} {tflops:>8.1f} {err:>8.1e}",
@@ -235,6 +242,8 @@ def main(argv=None) -> int:
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=0, dest="kv_heads",
+                   help="key/value heads (default: --heads; fewer: grouped-query attention)")
     p.add_argument("--json", help="write bench/results.py rows here")
     p.add_argument("--ptxas", action="store_true", help="no GPU: ptxas's registers, spills, shared per candidate")
     p.add_argument("--arch", default="sm_90a", help="with --ptxas")
@@ -243,7 +252,9 @@ def main(argv=None) -> int:
     if a.ptxas:
         ptxas_table(dims, a.arch)
         return 0
-    rows = gpu_table(dims, a.seq, a.batch, a.heads)
+    if a.kv_heads and (a.kv_heads < 0 or a.heads % a.kv_heads):
+        p.error(f"--kv-heads: expected a divisor of --heads ({a.heads}), got {a.kv_heads}")
+    rows = gpu_table(dims, a.seq, a.batch, a.heads, a.kv_heads)
     if a.json:
         import torch
         results.write(a.json, rows, torch.cuda.get_device_name())
