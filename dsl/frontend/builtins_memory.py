@@ -248,9 +248,25 @@ def _atomic_operands(ctx, fn, pointer, values, mask, index, offset, sem, scope):
 def _rmw(kind):
     def handler(ctx, node, pointer, value, mask, index, offset, sem, scope):
         fn = f"tc.atomic_{kind}"
+        if isinstance(pointer, ViewValue) and mask is None and isinstance(value, TensorValue) and value.is_tile:
+            return _rmw_view(ctx, fn, kind, pointer, value, index, offset, sem, scope)
         ptr, (v,), m = _atomic_operands(ctx, fn, pointer, [value], mask, index, offset, sem, scope)
         return ctx.value(T.AtomicRMWOp, ptr, v, m, kind=kind, sem=sem, scope=scope)
     return handler
+
+
+def _rmw_view(ctx, fn, kind, view: ViewValue, value, index, offset, sem, scope):
+    """The view form without a mask: one tile.atomic_rmw_view (lower_views makes it the
+    pointer form with the view's bounds as its mask)."""
+    for v, k, allowed in ((sem, "sem", _SEMS), (scope, "scope", _SCOPES)):
+        require_constexpr(ctx, v, k)
+        if v not in allowed:
+            raise ctx.error(f"{fn}: {k} must be one of {', '.join(allowed)}, got {v!r}")
+    if len(value.shape) != view.rank:
+        raise ctx.error(f"{fn}: a rank-{view.rank} view needs a rank-{view.rank} tile, got shape {list(value.shape)}")
+    mode, idx = _view_indices(ctx, fn, view, index, offset)
+    v = _value_for(ctx, fn, value, view.dtype)
+    return ctx.value(T.AtomicRMWViewOp, view.value, *idx, v, kind=kind, sem=sem, scope=scope, mode=mode)
 
 
 for _kind in ("add", "max", "min", "xchg"):

@@ -167,6 +167,28 @@ def _atomic_rmw(op, cx):
     return step
 
 
+@rule(T.AtomicRMWViewOp)
+def _atomic_rmw_view(op, cx):
+    ins, o = cx.ins(op), cx.out(op)
+    v, idx, val = ins[0], ins[1:-1], ins[-1]
+    box = tuple(op.box_shape())
+    starts = _starts(op, box)
+    kind, d = op.attrs["kind"], dtype_of(op.operands[-1])
+    combine = _exchange if kind == "xchg" else elementwise_fn(_RMW_OPS[kind], d)
+    tile_shape = tuple(op.operands[-1].type.shape)
+
+    def step(r):
+        view = r[v]
+        first = starts([r[i] for i in idx])
+        coords = np.indices(box).reshape(len(box), -1) + np.asarray(first)[:, None]
+        inside = np.all((coords >= 0) & (coords < np.asarray(view.shape)[:, None]), axis=0)
+        addr = view.addr + (np.where(inside, coords, 0) * np.asarray(view.strides)[:, None]).sum(axis=0)
+        old = r[MEM].atomic(addr.reshape(tile_shape), np.reshape(r[val], tile_shape), inside.reshape(tile_shape),
+                            combine)
+        r[o] = old
+    return step
+
+
 @rule(T.AtomicCASOp)
 def _atomic_cas(op, cx):
     (p, cmp, val, m), o = cx.ins(op), cx.out(op)

@@ -369,6 +369,15 @@ def store_view_squeeze(op: Op) -> bool:
     return True
 
 
+def atomic_view_squeeze(op: Op) -> bool:
+    """store_view_squeeze for an atomic whose old values nobody reads (they would come back
+    in the squeezed shape)."""
+    if op.results[0].uses or not store_view_squeeze(op):
+        return False
+    op.results[0].type = op.operands[-1].type
+    return True
+
+
 # ----------------------------------------------------------------------------- control flow
 def if_constant_condition(op: Op) -> bool:
     """tile.if on a constant: the taken branch's ops move before the if; its results are
@@ -435,6 +444,7 @@ PATTERNS: PatternTable = {
     T.BroadcastOp: [shape_noop, shape_of_uniform, broadcast_chain],
     T.ReshapeOp: [shape_noop, shape_of_uniform, reshape_chain, load_view_squeeze],
     T.StoreViewOp: [store_view_squeeze],
+    T.AtomicRMWViewOp: [atomic_view_squeeze],
     T.ExpandDimsOp: [shape_of_uniform],
     T.PermuteOp: [shape_noop, shape_of_uniform, permute_chain, load_view_permute],
     T.IfOp: [if_constant_condition, if_same_yield],

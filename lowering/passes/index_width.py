@@ -35,6 +35,6 @@ def view_index_dtype(op) -> dt.DType:
 
 def index_width(module: Module) -> Module:
     for op in module.walk():
-        if isinstance(op, (T.LoadViewOp, T.StoreViewOp)):
+        if isinstance(op, (T.LoadViewOp, T.StoreViewOp, T.AtomicRMWViewOp)):
             op.attrs["_index"] = view_index_dtype(op).name
     return module

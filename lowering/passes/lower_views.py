@@ -140,13 +140,18 @@ def _lower(op) -> None:
         new.owner.attrs.update({k: op.attrs[k] for k in ("evict", "_tma") if k in op.attrs})
         new.name_hint = op.results[0].name_hint
         op.results[0].replace_all_uses_with(new)
+    elif isinstance(op, T.AtomicRMWViewOp):
+        new = b.value(T.AtomicRMWOp, ptrs, op.operands[-1], mask,
+                      **{k: op.attrs[k] for k in ("kind", "sem", "scope") if k in op.attrs})
+        new.name_hint = op.results[0].name_hint
+        op.results[0].replace_all_uses_with(new)
     else:
         b.create(T.StoreMaskedOp, ptrs, op.operands[-1], mask)
     op.erase()
 
 
 def lower_views(module: Module) -> Module:
-    todo: List = [op for op in module.walk() if isinstance(op, (T.LoadViewOp, T.StoreViewOp))]
+    todo: List = [op for op in module.walk() if isinstance(op, (T.LoadViewOp, T.StoreViewOp, T.AtomicRMWViewOp))]
     for op in todo:
         _lower(op)
     return module

@@ -189,3 +189,29 @@ def test_tuples_of_tiles_concatenate():
     out = np.zeros_like(x)
     run(tiles_in_a_tuple, (3,), x, out, TILES=3, BLOCK=16)
     np.testing.assert_array_equal(out, x - x.max(1, keepdims=True))
+
+
+@tc.kernel
+def view_atomic_olds(h, vals, old, mx, ROWS: tc.constexpr, COLS: tc.constexpr):
+    t = tc.load(vals, index=(0, 0), shape=(ROWS, COLS))
+    tc.store(old, index=(0, 0), tile=tc.atomic_add(h, t, offset=(-1, 1)))   # rows -1.., cols 1..: a corner outside
+    tc.atomic_max(mx, tc.reshape(t, (1, ROWS, COLS)), index=(0, 0, 0))     # the unit dimension squeezed
+
+
+def test_view_atomics_return_the_old_values_and_skip_what_lies_outside():
+    h = np.arange(15, dtype=np.int32).reshape(5, 3)
+    vals = np.arange(1, 17, dtype=np.int32).reshape(4, 4)
+    old = np.full((4, 4), -1, np.int32)
+    mx = np.full((1, 4, 4), 7, np.int32)
+    start = h.copy()
+    run(view_atomic_olds, (1,), h, vals, old, mx, ROWS=4, COLS=4)
+    want_h, want_old = start.copy(), np.zeros((4, 4), np.int32)
+    for i in range(4):
+        for j in range(4):
+            r, c = i - 1, j + 1
+            if 0 <= r < 5 and 0 <= c < 3:
+                want_old[i, j] = start[r, c]
+                want_h[r, c] += vals[i, j]
+    np.testing.assert_array_equal(old, want_old)
+    np.testing.assert_array_equal(h, want_h)
+    np.testing.assert_array_equal(mx[0], np.maximum(vals, 7))

@@ -54,7 +54,7 @@ class _ViewAccess(Op):
 
     def box_shape(self):
         """The box the access covers, one extent per view dimension (squeezed ones 1)."""
-        if isinstance(self, StoreViewOp):
+        if isinstance(self, (StoreViewOp, AtomicRMWViewOp)):
             shape = list(self.operands[-1].type.shape)
             for d in sorted(self.attrs.get("squeeze") or []):
                 shape.insert(d, 1)
@@ -133,6 +133,34 @@ class StoreViewOp(_ViewAccess):
         sq = self.attrs.get("squeeze") or []
         if any(not 0 <= d <= val.rank + i for i, d in enumerate(sorted(sq))):
             raise self.error(f"squeeze {list(sq)} does not fit a rank-{self.operands[0].type.rank} view")
+        box = self.box_shape()
+        self._check_indices(box)
+        self._check_squeeze(box)
+
+
+@register_op
+class AtomicRMWViewOp(_ViewAccess):
+    """tile.atomic_rmw on the tile of a view at `indices` (tc.atomic_add(view, t, index=...)):
+    the in-bounds elements are updated and their old values returned (0 elsewhere), as the
+    pointer form with the view's bounds as its mask, which lower_views makes of it. Kept as a
+    view access until then so that passes see the tile's place (a TMA reduction qualifies)."""
+    name = "tile.atomic_rmw_view"
+    operands_spec = ("view", "indices*", "value")
+    attributes = {"kind": A("str"), "sem": A("str", True, "acq_rel"), "scope": A("str", True, "gpu"),
+                  "mode": A("str", True, "index"), "squeeze": A("ints", True)}
+    traits = frozenset({"reads", "writes"})
+
+    def infer_types(self):
+        return [self.operands[-1].type]
+
+    def verify_op(self):
+        if self.attrs["kind"] not in ATOMIC_KINDS:
+            raise self.error(f"kind must be one of {ATOMIC_KINDS}")
+        val = self.operands[-1].type
+        if not isinstance(val, TileType):
+            raise self.error(f"the value must be a tile, got {val}")
+        if val.dtype is not self.operands[0].type.dtype:
+            raise self.error(f"the value is {val.dtype}, the view holds {self.operands[0].type.dtype}")
         box = self.box_shape()
         self._check_indices(box)
         self._check_squeeze(box)
