@@ -194,10 +194,14 @@ def _tma_load(ctx, op):
                 _asm(ctx, text, cons, args + [mask])
 
 
-def _tma_store_text(rank: int) -> str:
+def _tma_store_text(rank: int, reduce=None) -> str:
     """cp.async.bulk.tensor out of shared memory, a `rank`-D box: $0 map, the coordinates
-    (innermost first), then the source."""
+    (innermost first), then the source; with `reduce` ("add") cp.reduce.async.bulk.tensor,
+    which combines the box with what memory holds (the tensor map's element type)."""
     coords = ", ".join(f"${k + 1}" for k in range(rank))
+    if reduce is not None:
+        return (f"cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.{reduce}.tile.bulk_group "
+                f"[$0, {{{coords}}}], [${rank + 1}];")
     return f"cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [$0, {{{coords}}}], [${rank + 1}];"
 
 
@@ -216,7 +220,7 @@ def _tma_store(ctx, op):
     tmap = ctx.memo["tmap"][(view_v.index, box)]
     # the tile's extent per dimension: the box's ([rows, ...] at rank 2) but in the last
     col0, outer = _tile_starts(ctx, index_vs, list(box[:-1]) + [cols])
-    text = _tma_store_text(len(box))
+    text = _tma_store_text(len(box), op.attrs.get("reduce"))
     cons = "l," + "r," * len(box) + "r"
     vals = ctx.elems(tile_v)
     per = op.group_blocks

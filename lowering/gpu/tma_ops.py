@@ -245,6 +245,10 @@ class TmaLoadOp(Op):
         return rows * cols * self.operands[3].type.dtype.itemsize
 
 
+REDUCE_KINDS = ("add",)
+REDUCE_DTYPES = (dt.float32,)   # (f16/bf16 adds: not yet run on a GPU)
+
+
 @register_op
 class TmaStoreOp(Op):
     """Store the register tile as the tile at `indices` of the row-major `view`, through a
@@ -252,7 +256,9 @@ class TmaStoreOp(Op):
     that is 1 in every dimension but the last and the one `box` gives its rows."""
     name = "gpu.tma_store"
     operands_spec = ("view", "indices*", "value")
-    attributes = {"box": A("ints")}
+    # reduce "add": the copy adds the tile to memory (cp.reduce.async.bulk.tensor; tma_stores'
+    # form of a relaxed tc.atomic_add whose old values are unused)
+    attributes = {"box": A("ints"), "reduce": A("str", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -268,6 +274,10 @@ class TmaStoreOp(Op):
         if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
             raise self.error(f"the value must be a 2-D tile of {vt.dtype.name}, got {t}")
         check_box(self, tuple(t.shape), vt)
+        red = self.attrs.get("reduce")
+        if red is not None and (red not in REDUCE_KINDS or t.dtype not in REDUCE_DTYPES):
+            raise self.error(f"reduce must be one of {REDUCE_KINDS} on {', '.join(d.name for d in REDUCE_DTYPES)} "
+                             f"tiles, got {red!r} on {t.dtype.name}")
 
     @property
     def group_blocks(self) -> int:

@@ -36,7 +36,7 @@ from tilec.ir import tile_ops as T
 from tilec.ir.core import BlockArgument
 from tilec.ir.types import TileType, ViewType
 
-from ..gpu.tma_ops import TMA_BOX_BYTES, TmaStoreOp, rows_dim
+from ..gpu.tma_ops import REDUCE_DTYPES, REDUCE_KINDS, TMA_BOX_BYTES, TmaStoreOp, rows_dim
 from .accelerate_dot import dot_acc_layout
 from .tma_loads import tma_view_ok
 
@@ -70,14 +70,17 @@ def _wgmma_dot(v: Value, num_warps: int) -> bool:
     return False
 
 
-def _box(op: T.StoreViewOp, num_warps: int):
-    """The TMA box of `op`'s tile when the store qualifies (module docstring), else None."""
+def _box(op, num_warps: int):
+    """The TMA box of `op`'s tile when the store (or reduction) qualifies (module docstring),
+    else None."""
     view, tile = op.operands[0], op.operands[-1]
-    if op.attrs.get("mode", "index") != "index" or not isinstance(op.parent_op(), T.FuncOp):
+    reduction = isinstance(op, T.AtomicRMWViewOp)
+    if op.attrs.get("mode", "index") != "index" or not (reduction or isinstance(op.parent_op(), T.FuncOp)):
         return None
     vt = view.type
     if not isinstance(view, BlockArgument) or not isinstance(vt, ViewType) or not tma_view_ok(vt) \
-            or vt.strides[-1] != 1 or view.block is not op.parent:
+            or vt.strides[-1] != 1 or not isinstance(view.block.parent.parent, T.FuncOp) \
+            or not (reduction or view.block is op.parent):
         return None
     t = tile.type
     squeeze = op.attrs.get("squeeze")
@@ -95,13 +98,24 @@ def _box(op: T.StoreViewOp, num_warps: int):
     return box
 
 
+def _reduces(op) -> bool:
+    """An atomic on a view that a TMA reduction can do: a relaxed add at gpu scope whose old
+    values nobody reads, on f32/f16/bf16."""
+    return (op.attrs["kind"] in REDUCE_KINDS and op.attrs.get("sem") == "relaxed"
+            and op.attrs.get("scope", "gpu") == "gpu" and not op.results[0].uses
+            and op.operands[-1].type.dtype in REDUCE_DTYPES)
+
+
 def tma_stores(module: Module, *, num_warps: int) -> Module:
     """Send wgmma results out through TMA (the pipeline runs it on wgmma targets with `tma`)."""
-    for op in [o for o in module.walk() if isinstance(o, T.StoreViewOp)]:
+    for op in [o for o in module.walk() if isinstance(o, (T.StoreViewOp, T.AtomicRMWViewOp))]:
+        if isinstance(op, T.AtomicRMWViewOp) and not _reduces(op):
+            continue
         box = _box(op, num_warps)
         if box is None:
             continue
+        extra = {"reduce": op.attrs["kind"]} if isinstance(op, T.AtomicRMWViewOp) else {}
         Builder().before(op).create(TmaStoreOp, op.operands[0], *op.group("indices"), op.operands[-1], box=box,
-                                    loc=op.loc)
+                                    loc=op.loc, **extra)
         op.erase()
     return module
