@@ -45,7 +45,8 @@ from .attention import (LOG2E, _as_bhsd, _window, band_blocks, check_4d, check_q
                         kv_pair_bytes, output_shape, program_block, scales, section_grid, tile_bounds)
 
 __all__ = ["attention_backward", "attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel",
-           "attention_bwd_group_sum_kernel", "gqa_split", "bwd_order", "BwdOrder",
+           "attention_bwd_group_sum_kernel", "attention_bwd_dkdv_dq_kernel", "attention_bwd_delta_zero_kernel",
+           "attention_bwd_dq_convert_kernel", "gqa_split", "bwd_order", "BwdOrder",
            "attention_varlen_bwd_dkdv_kernel", "attention_varlen_bwd_dq_kernel",
            "AttentionBwdConfig", "bwd_config_for", "plan_backward", "delta_launch", "backward_operands", "SIGNATURES", "EXTRA_SIGNATURES"]
 
@@ -53,17 +54,41 @@ DELTA_ROWS = 64       # rows of δ per program
 GROUP_SUM_ROWS = 32   # rows per program of the GQA partials' sum (64 spill at 4 partials of 128)
 
 
-@tc.kernel
-def attention_bwd_delta_kernel(o, do, dlse, delta, DLSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
-    mblk = tc.program_id(0)
-    h = tc.program_id(1)
-    b = tc.program_id(2)
+@tc.func
+def _delta_rows(o, do, dlse, delta, b, h, mblk, DLSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
     ot = tc.reshape(tc.load(o, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
     dot_ = tc.reshape(tc.load(do, index=(b, h, mblk, 0), shape=(1, 1, BM, DV), padding=0.0), (BM, DV))
     d = tc.sum(ot.astype(tc.float32) * dot_.astype(tc.float32), axis=1)
     if DLSE:
         d = d - tc.reshape(tc.load(dlse, index=(b, h, mblk), shape=(1, 1, BM), padding=0.0), (BM,))
     tc.store(delta, index=(b, h, mblk), tile=tc.reshape(d, (1, 1, BM)))
+
+
+@tc.kernel
+def attention_bwd_delta_kernel(o, do, dlse, delta, DLSE: tc.constexpr, BM: tc.constexpr, DV: tc.constexpr):
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    _delta_rows(o, do, dlse, delta, b, h, mblk, DLSE, BM, DV)
+
+
+@tc.kernel
+def attention_bwd_delta_zero_kernel(o, do, dlse, delta, dq_acc, DLSE: tc.constexpr, BM: tc.constexpr,
+                                    DV: tc.constexpr, DK: tc.constexpr):
+    """attention_bwd_delta_kernel that also zeroes its rows of the f32 dQ accumulator the fused
+    dK/dV kernel (attention_bwd_dkdv_dq_kernel) adds into."""
+    mblk = tc.program_id(0)
+    h = tc.program_id(1)
+    b = tc.program_id(2)
+    _delta_rows(o, do, dlse, delta, b, h, mblk, DLSE, BM, DV)
+    tc.store(dq_acc, index=(b, h, mblk, 0), tile=tc.zeros((1, 1, BM, DK), tc.float32))
+
+
+@tc.kernel
+def attention_bwd_dq_convert_kernel(dq_acc, dq, BM: tc.constexpr, D: tc.constexpr):
+    """dq = the f32 accumulator the fused dK/dV kernel filled (already scaled), cast."""
+    t = tc.load(dq_acc, index=(tc.program_id(2), tc.program_id(1), tc.program_id(0), 0), shape=(1, 1, BM, D))
+    tc.store(dq, index=(tc.program_id(2), tc.program_id(1), tc.program_id(0), 0), tile=t.astype(dq.dtype))
 
 
 @tc.func
@@ -148,7 +173,8 @@ def _store_rows(x, a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARL
 @tc.func
 def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv, q_start,
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
-                BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr):
+                BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
+                dq_acc=None, scale=1.0, DQ: tc.constexpr = False):
     # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
     # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and dP - δ are zeroed
     # in _probs' mask)
@@ -164,7 +190,13 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
                      n_kv, MASKED, SOFTCAP, VARLEN)                   # Pᵀ: (BN, BM)
     dst = pt * dpt                                                    # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     dv = tc.dot(pt.astype(do.dtype), dot_, dv)
-    dk = tc.dot(dst.astype(q.dtype), qt, dk)
+    if DQ:   # this key block's share of dQ = dS K · scale, added into f32 (a TMA reduction on sm_90a)
+        ds16 = dst.astype(q.dtype)
+        dk = tc.dot(ds16, qt, dk)
+        tc.atomic_add(dq_acc, tc.reshape(tc.dot(ds16.T, kt) * scale, (1, 1, BM, DK)), index=(b, h, i, 0),
+                      sem="relaxed")
+    else:
+        dk = tc.dot(dst.astype(q.dtype), qt, dk)
     return dk, dv
 
 
@@ -182,10 +214,12 @@ def _head_block(t, hp, start, end, GROUP: tc.constexpr):
 @tc.func
 def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_start, n_kv,
                qk_scale, cap, scale, left, right, GROUP: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
-               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr, SPLIT: tc.constexpr = 1):
+               BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr, SPLIT: tc.constexpr = 1,
+               dq_acc=None, DQ: tc.constexpr = False):
     """dK, dV of keys [nblk·BN, nblk·BN + BN) of kv head hk of one sequence (see _fwd_tile).
     SPLIT > 1: `hk` is part hk % SPLIT of kv head hk // SPLIT, which walks GROUP (its share)
-    of the group's query heads and stores its partial sums as head hk of dk, dv."""
+    of the group's query heads and stores its partial sums as head hk of dk, dv. DQ: also adds
+    each step's dQ share into the f32 `dq_acc` (attention_bwd_dkdv_dq_kernel)."""
     hkv = hk // SPLIT
     off = n_kv - n_q
     n0 = nblk * BN
@@ -205,15 +239,18 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
     for t in range(GROUP * (inner_lo - first)):
         h, i = _head_block(t, hk, first, inner_lo, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
+                                     dq_acc, scale, DQ)
     for t in range(GROUP * (inner_hi - inner_lo)):
         h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                     left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV)
+                                     left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV,
+                                     dq_acc, scale, DQ)
     for t in range(GROUP * (last - inner_hi)):
         h, i = _head_block(t, hk, inner_hi, last, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
-                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV)
+                                     left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
+                                     dq_acc, scale, DQ)
     _store_rows(dk_acc * scale, dk, b, hk, nblk, k_start, n_kv, BN, DK, VARLEN)
     _store_rows(dv_acc, dv, b, hk, nblk, k_start, n_kv, BN, DV, VARLEN)
 
@@ -230,6 +267,20 @@ def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, sc
     nblk, hk, b = program_block(k.shape[1] * SPLIT, False, SECTION)
     _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
                left, right, GROUP // SPLIT, SOFTCAP, False, BM, BN, DK, DV, SPLIT)
+
+
+@tc.kernel
+def attention_bwd_dkdv_dq_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, qk_scale, cap, scale, left, right,
+                                 GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
+                                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
+                                 SECTION: tc.constexpr = 0):
+    """attention_bwd_dkdv_kernel that also computes dQ (FlashAttention-2's five products for the
+    backward's seven): each step's dS K · scale is added into the f32 `dq_acc` (zeroed by
+    attention_bwd_delta_zero_kernel, cast by attention_bwd_dq_convert_kernel); the order of the
+    additions varies, so `deterministic=True` keeps the dQ kernel."""
+    nblk, hk, b = program_block(k.shape[1], False, SECTION)
+    _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
+               left, right, GROUP, SOFTCAP, False, BM, BN, DK, DV, 1, dq_acc, True)
 
 
 @tc.kernel
@@ -416,8 +467,9 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
     With `cu_seqlens_q/k`: packed variable-length sequences, lse and dlse (heads, total_q)
     (stdlib_kernels/attention_varlen.py). With the forward's mods: `score_mod_grad`, the
     derivative of score_mod (stdlib_kernels/attention_mods.py). `deterministic` (flash-attn's
-    switch) may be True or False: every path already gives the same bits from run to run
-    (no atomics: dK/dV per key block, dQ by a kernel of its own, each a fixed order of sums)."""
+    switch): True keeps every sum in a fixed order (dK/dV per key block, dQ by a kernel of its
+    own); False lets the dense path add dQ in the dK/dV kernel where AttentionBwdTuning says
+    (f32 additions in a varying order), which the other paths never do."""
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic: expected True or False, got {deterministic!r}")
     mods = has_mods(score_mod, mask_mod, block_mask, mod_args, score_mod_grad)
@@ -429,12 +481,14 @@ def attention_backward(do, q, k, v, o, lse, *, causal: bool = False, scale: Opti
                                          max_seqlen_q, max_seqlen_k, causal=causal, scale=scale, window=window,
                                          softcap=softcap, layout=layout, dq=dq, dk=dk, dv=dv, dlse=dlse)
     if not mods:
-        return _attention_backward_dense(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse)
+        return _attention_backward_dense(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse,
+                                         None, deterministic)
     return _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse,
                      (score_mod, mask_mod, block_mask, mod_args, score_mod_grad))
 
 
-def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse, mods=None):
+def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, dk, dv, dlse, mods=None,
+              deterministic=False):
     """attention_backward's dense (`mods` None) and mods paths."""
     x, arrs = check_qkv(q, k, v, layout, extra=(("do", do), ("o", o), ("lse", lse), ("dlse", dlse)))
     qa = x.q
@@ -467,7 +521,8 @@ def _backward(do, q, k, v, o, lse, causal, scale, window, softcap, layout, dq, d
                                        block_mask, mod_args, causal=causal, window=window, softcap=softcap)
     values = backward_operands(x, arrs, grads, layout)
     values.update(qk_scale=qk_scale, cap=cap, scale=scale_, left=left, right=right)
-    execute(plan_backward(x, target_of(qa), causal=causal, softcap=softcap is not None, dlse=dlse is not None),
+    execute(plan_backward(x, target_of(qa), causal=causal, softcap=softcap is not None, dlse=dlse is not None,
+                          deterministic=deterministic),
             Operands({"q": qa}, values))
     return tuple(g.obj for g in grads)
 
@@ -543,8 +598,17 @@ def delta_launch(batch: int, heads: int, rows: int, cfg: AttentionBwdConfig, dls
                      schedule=schedule, DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv)
 
 
+def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, split: int) -> bool:
+    """Whether the dense backward computes dQ in its dK/dV kernel (attention_bwd_dkdv_dq_kernel):
+    on wgmma targets up to AttentionBwdTuning.fused_dq_max_head_dim, not with `deterministic`
+    (the f32 additions' order varies), not with a GQA split (its partials). A pure function."""
+    up_to = tuning_for(target).attention_bwd.fused_dq_max_head_dim
+    return (target.has_wgmma and not deterministic and split == 1 and max(cfg.dk, cfg.dv) <= up_to
+            and cfg.q_step == cfg.kv_step)
+
+
 def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = False,
-                  dlse: bool = False) -> List[Launch]:
+                  dlse: bool = False, deterministic: bool = False) -> List[Launch]:
     """The dense backward's launches for the checked q, k, v `x` (attention.check_qkv); a pure
     function (no launch). δ = rowsum(dO ∘ O) (minus dlse) into the Temp "delta"; the dK/dV
     kernel over `bwd_order`'s programs (a GQA split writes f32 partials, Temps "dk_part" and
@@ -554,12 +618,14 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     "left", "right"."""
     cfg = bwd_config_for(x.d, target, x.dv, softcap)
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
+    order = bwd_order(x, cfg, target, causal)
+    if fused_dq(x, cfg, target, deterministic, order.split):
+        return _plan_fused(x, cfg, order, softcap, dlse)
     out = [delta_launch(b_, h, n_q, cfg, dlse)]
     delta, = out[0].temps
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
     common = dict(GROUP=h // hk, SOFTCAP=softcap, DK=cfg.dk, DV=cfg.dv)
     ins = ("q", "k", "v", "do", "lse", "delta")
-    order = bwd_order(x, cfg, target, causal)
     split, extra, temps, outs = order.split, {}, (delta,), ("dk", "dv")
     if split > 1:   # f32 partials per share of the group, then summed (attention_bwd_group_sum_kernel)
         temps += tuple(Temp(name, (b_, hk * split, n_kv, dim), tc.float32, like="q")
@@ -581,6 +647,29 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     out.append(Launch.of(attention_bwd_dq_kernel, section_grid(-(-n_q // cfg.q_block), h, b_, order.dq_section),
                          ins + ("dq", "qk_scale", "cap", "scale", "left", "right"), cfg.num_warps, options=options,
                          temps=(delta,), schedule="dq", BM=cfg.q_block, BN=cfg.kv_step, **common, **dq_order))
+    return out
+
+
+def _plan_fused(x, cfg: AttentionBwdConfig, order: BwdOrder, softcap: bool, dlse: bool) -> List[Launch]:
+    """plan_backward's launches with dQ in the dK/dV kernel: δ (and the f32 accumulator
+    "dq_acc" zeroed), the fused dK/dV kernel, dq cast from the accumulator."""
+    b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
+    delta = Temp("delta", (b_, h, n_q), tc.float32, like="q")
+    acc = Temp("dq_acc", (b_, h, n_q, cfg.dk), tc.float32, like="q")
+    temps = (delta, acc)
+    blocks = -(-n_q // DELTA_ROWS)
+    out = [Launch.of(attention_bwd_delta_zero_kernel, (blocks, h, b_),
+                     ("o", "do", "dlse" if dlse else "delta", "delta", "dq_acc"), delta_warps(cfg.dv), temps=temps,
+                     schedule="delta", DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv, DK=cfg.dk)]
+    extra = {"SECTION": order.dkdv_section} if order.dkdv_section else {}
+    out.append(Launch.of(attention_bwd_dkdv_dq_kernel,
+                         section_grid(-(-n_kv // cfg.kv_block), hk, b_, order.dkdv_section),
+                         ("q", "k", "v", "do", "lse", "delta", "dk", "dv", "dq_acc", "qk_scale", "cap", "scale",
+                          "left", "right"), cfg.num_warps, options={"num_stages": cfg.num_stages}, temps=temps,
+                         schedule="dkdv", GROUP=h // hk, SOFTCAP=softcap, BM=cfg.q_step, BN=cfg.kv_block, DK=cfg.dk,
+                         DV=cfg.dv, **extra))
+    out.append(Launch.of(attention_bwd_dq_convert_kernel, (blocks, h, b_), ("dq_acc", "dq"), 4, temps=temps,
+                         schedule="dq", BM=DELTA_ROWS, D=cfg.dk))
     return out
 
 

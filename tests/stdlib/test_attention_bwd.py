@@ -17,6 +17,7 @@ from tilec.target import Target
 from attention_ref import attention_grads_ref
 
 B = importlib.import_module("tilec.stdlib_kernels.attention_bwd")
+A = importlib.import_module("tilec.stdlib_kernels.attention")
 
 MASKS = [dict(), dict(causal=True), dict(window=(20, 5)), dict(causal=True, window=(30, -1)), dict(window=(-1, 0)),
          dict(softcap=5.0), dict(scale=0.3, causal=True)]
@@ -402,3 +403,70 @@ def test_deterministic_calls_give_the_same_bits(kw):
     for got in runs[1:]:
         for a, b in zip(runs[0], got):
             assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16))
+
+
+# ----------------------------------------------------------------------------- dQ in the dK/dV kernel
+@pytest.fixture
+def fused_up_to_64():
+    """AttentionBwdTuning.fused_dq_max_head_dim = 64 (0, off, in the shipped table until timed)."""
+    from dataclasses import replace
+
+    from tilec.stdlib_kernels import tuning
+    saved = tuning.TABLES["sm_90"]
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, fused_dq_max_head_dim=64))
+    try:
+        yield
+    finally:
+        tuning.TABLES["sm_90"] = saved
+
+
+def test_plans_with_dq_in_the_dkdv_kernel(fused_up_to_64):
+    h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
+    x = A.describe(2, 4, 4, 1000, 900, 64, 64)
+    names = [ln.name for ln in B.plan_backward(x, h100, causal=True)]
+    assert names == ["attention_bwd_delta_zero_kernel", "attention_bwd_dkdv_dq_kernel", "attention_bwd_dq_convert_kernel"]
+    zero, fused, convert = B.plan_backward(x, h100)
+    assert [t.name for t in fused.temps] == ["delta", "dq_acc"] and fused.temps[1].shape == (2, 4, 1000, 64)
+    assert zero.grid == convert.grid == (16, 4, 2) and fused.grid == (15, 4, 2)
+    # the fixed-order plan: deterministic, another head dim, no wgmma, a GQA split
+    two_kernels = ["attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"]
+    assert [ln.name for ln in B.plan_backward(x, h100, deterministic=True)] == two_kernels
+    assert [ln.name for ln in B.plan_backward(A.describe(2, 4, 4, 1000, 900, 128, 128), h100)] == two_kernels
+    assert [ln.name for ln in B.plan_backward(x, a100)] == two_kernels
+    assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(1, 8, 1, 64, 64, 64, 64),
+                                                                                      h100)]   # split: partials
+
+
+def test_the_shipped_table_keeps_the_dq_kernel():
+    assert B.tuning_for(Target.from_arch("sm_90a")).attention_bwd.fused_dq_max_head_dim == 0
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(softcap=5.0)],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+def test_dq_in_the_dkdv_kernel_matches_float64(fused_up_to_64, kw):
+    rng = np.random.default_rng(7)
+    q, k, v, do = _inputs(rng, "bshd", 2, 3, 3, 77, 150, 48)
+    assert [ln.name for ln in B.plan_backward(A.check_qkv(q, k, v, "bshd")[0], B.HOST_TARGET,
+                                              causal=kw.get("causal", False))][1] == "attention_bwd_dkdv_dq_kernel"
+    _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
+    o, lse = attention(q, k, v, return_lse=True, **kw)
+    same = attention_backward(do, q, k, v, o, lse, deterministic=True, **kw)
+    _check(_grads(q, k, v, do, **kw), [np.asarray(g, np.float64) for g in same], 2e-3)
+
+
+@pytest.mark.slow
+def test_the_fused_kernel_assembles_without_spills_at_head_dim_64(fused_up_to_64):
+    from ptxas_checks import assert_assembles_clean
+    h100 = Target.from_arch("sm_90a")
+    for causal in (False, True):
+        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, 4096, 4096, 64, 64, dtype=A.tc.bfloat16), h100,
+                                      causal=causal)
+        v4, rows = "bf16[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
+        types = {"lse": rows, "delta": rows, "dq_acc": "f32[?,?,?,?]:stride_div=16x16x16x1", "left": "i32",
+                 "right": "i32", "qk_scale": "f32", "cap": "f32", "scale": "f32"}
+        sig = ", ".join([f"{a}={types.get(a, v4)}" for a in fused.args] + [f"{k}={v}" for k, v in fused.constexprs])
+        compiled = compile_kernel(fused.kernel, parse_signature(fused.kernel, sig),
+                                  CompileOptions(arch="sm_90a", num_warps=fused.num_warps, fast_math=True,
+                                                 **dict(fused.options)), use_cache=False)
+        assert_assembles_clean(compiled.metadata["ptxas"])
+        assert "cp.reduce.async.bulk.tensor" in compiled.asm["ptx"]
