@@ -216,11 +216,16 @@ def _view_pointers(ctx, fn, view: ViewValue, index, offset, shape):
     return S.pointer_offset(ctx, ptrs, offs), inb
 
 
-def _atomic_operands(ctx, fn, pointer, values, mask, index, offset, sem, scope):
+def _check_order(ctx, fn, sem, scope) -> None:
+    """An atomic's memory order and scope: constexprs among the allowed ones."""
     for v, k, allowed in ((sem, "sem", _SEMS), (scope, "scope", _SCOPES)):
         require_constexpr(ctx, v, k)
         if v not in allowed:
             raise ctx.error(f"{fn}: {k} must be one of {', '.join(allowed)}, got {v!r}")
+
+
+def _atomic_operands(ctx, fn, pointer, values, mask, index, offset, sem, scope):
+    _check_order(ctx, fn, sem, scope)
     if isinstance(pointer, ViewValue):
         tiles = [v for v in values if isinstance(v, TensorValue) and v.is_tile]
         if not tiles:
@@ -258,10 +263,7 @@ def _rmw(kind):
 def _rmw_view(ctx, fn, kind, view: ViewValue, value, index, offset, sem, scope):
     """The view form without a mask: one tile.atomic_rmw_view (lower_views makes it the
     pointer form with the view's bounds as its mask)."""
-    for v, k, allowed in ((sem, "sem", _SEMS), (scope, "scope", _SCOPES)):
-        require_constexpr(ctx, v, k)
-        if v not in allowed:
-            raise ctx.error(f"{fn}: {k} must be one of {', '.join(allowed)}, got {v!r}")
+    _check_order(ctx, fn, sem, scope)
     if len(value.shape) != view.rank:
         raise ctx.error(f"{fn}: a rank-{view.rank} view needs a rank-{view.rank} tile, got shape {list(value.shape)}")
     mode, idx = _view_indices(ctx, fn, view, index, offset)
