@@ -208,7 +208,7 @@ class AttentionFwdTuning:
     # tile head dim 128 with wgmma over few keys (causal up to short_keys_causal, else up to
     # short_keys): 64 rows over one warpgroup, two programs per SM, so one's prologue and
     # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences"); calls
-    # without grouped heads (attention.plan, attention_varlen.plan_forward), where measured
+    # without grouped heads (attention.config_for's group), where measured
     short: Tuple[int, int, int] = (64, 64, 4)
     short_keys: int = 1024
     short_keys_causal: int = 4096

@@ -8,15 +8,19 @@ import numpy as np
 import tilec as tc
 
 
+@tc.func
+def _start(q, bh, mblk, BM: tc.constexpr, D: tc.constexpr):
+    """The program's Q tile, its row statistics and its accumulator, as a loop starts them."""
+    qt = tc.reshape(tc.load(q, index=(bh, mblk, 0), shape=(1, BM, D), padding=0.0), (BM, D))
+    return qt, tc.full((BM,), float("-inf"), tc.float32), tc.zeros((BM,), tc.float32), tc.zeros((BM, D), tc.float32)
+
+
 @tc.kernel
 def attn_fwd(q, k, v, o, scale, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
     bh = tc.program_id(1)
     mblk = tc.program_id(0)
     n_kv = k.shape[1]
-    qt = tc.reshape(tc.load(q, index=(bh, mblk, 0), shape=(1, BM, D), padding=0.0), (BM, D))
-    m_i = tc.full((BM,), float("-inf"), tc.float32)
-    l_i = tc.zeros((BM,), tc.float32)
-    acc = tc.zeros((BM, D), tc.float32)
+    qt, m_i, l_i, acc = _start(q, bh, mblk, BM, D)
     qk_scale = scale * 1.4426950408889634
     for j in range(tc.cdiv(n_kv, BN)):
         kt = tc.reshape(tc.load(k, index=(bh, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
@@ -41,10 +45,7 @@ def attn_fwd_next_scores_first(q, k, v, o, scale, BM: tc.constexpr, BN: tc.const
     bh = tc.program_id(1)
     mblk = tc.program_id(0)
     n_kv = k.shape[1]
-    qt = tc.reshape(tc.load(q, index=(bh, mblk, 0), shape=(1, BM, D), padding=0.0), (BM, D))
-    m_i = tc.full((BM,), float("-inf"), tc.float32)
-    l_i = tc.zeros((BM,), tc.float32)
-    acc = tc.zeros((BM, D), tc.float32)
+    qt, m_i, l_i, acc = _start(q, bh, mblk, BM, D)
     qk_scale = scale * 1.4426950408889634
     k0 = tc.reshape(tc.load(k, index=(bh, 0, 0), shape=(1, BN, D), padding=0.0), (BN, D))
     s = tc.dot(qt, k0.T)

@@ -58,7 +58,7 @@ from tilec.ir.types import ScalarType, TileType, ViewType
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
-           "TmaStoreOp", "tma_params", "check_box", "copies_as_it_lies",
+           "TmaStoreOp", "tma_params", "copy_attrs", "check_box", "copies_as_it_lies",
            "storage_tile", "rows_dim", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -192,6 +192,14 @@ class MbarrierArriveOp(Op):
         if self.every < 1 or self.every & (self.every - 1):
             raise self.error(f"every must be a power of two, got {self.every}")
         _check_cluster(self, self.cluster, "cluster")
+
+
+COPY_ATTRS = ("multicast", "transposed", "offsets")
+
+
+def copy_attrs(op: Op) -> dict:
+    """The attributes of a TmaOriginOp (or TmaLoadOp) that a TmaLoadOp issued for it carries."""
+    return {k: op.attrs[k] for k in COPY_ATTRS if op.attrs.get(k)}
 
 
 @register_op

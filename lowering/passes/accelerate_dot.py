@@ -166,8 +166,8 @@ def _staged(op: T.DotOp, idx: int) -> bool:
         and not registers_match(cv.operands[0].type.encoding, cv.results[0].type.encoding, cv.results[0].type.shape)
 
 
-def _register_run_dim(v) -> Optional[int]:
-    """The dimension along which each thread holds 16-byte runs of the tile `v` (its first
+def _register_run_dim(v, run_bytes: int = 16) -> Optional[int]:
+    """The dimension along which each thread holds `run_bytes` runs of the tile `v` (its first
     register bases), None if it holds none: a buffer contiguous along it takes whole-vector
     stores (and cp.async copies) of what was loaded that way, e.g. `k.T` of a loaded K tile."""
     t = v.type
@@ -175,7 +175,7 @@ def _register_run_dim(v) -> Optional[int]:
     if not isinstance(enc, DistributedLayout) or t.rank != 2:
         return None
     reg = enc.bases(tuple(t.shape)).reg
-    run = 16 // t.dtype.itemsize
+    run = run_bytes // t.dtype.itemsize
     for d in (0, 1):
         unit = [tuple((1 << i) if e == d else 0 for e in (0, 1)) for i in range(run.bit_length() - 1)]
         if list(reg[:len(unit)]) == unit:
@@ -313,17 +313,7 @@ def _a_k_major(a: Value) -> Optional[bool]:
         return None
     if isinstance(a.owner, (T.LoadOp, T.LoadMaskedOp)):
         return False if _register_run_dim(a) == 0 else None
-    return False if _register_pairs_dim(a) == 0 else None
-
-
-def _register_pairs_dim(v) -> Optional[int]:
-    """The dimension along which each thread's registers of the 2-D tile `v` come in pairs
-    of neighbours (its first register basis), or None."""
-    enc = getattr(v.type, "encoding", None)
-    if not isinstance(enc, DistributedLayout) or v.type.rank != 2:
-        return None
-    reg = enc.bases(tuple(v.type.shape)).reg
-    return {(1, 0): 0, (0, 1): 1}.get(tuple(reg[0])) if reg else None
+    return False if _register_run_dim(a, 2 * a.type.dtype.itemsize) == 0 else None
 
 
 def _dot_text(op: T.DotOp) -> str:

@@ -44,7 +44,7 @@ from tilec.ir.types import PointerType, ScalarType
 
 from ..gpu.layouts import SharedLayout
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
-from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp
+from ..gpu.tma_ops import MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, TmaOriginOp, copy_attrs
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from .rewrite import build_constant, iteration_at, iteration_count, iteration_live
 
@@ -71,7 +71,7 @@ def _issue(at: Builder, cands, origins, bufs, bar: Value, iv: Value, iv_value: V
         mapping = {id(iv): iv_value}
         clone(slice_of(origin), at, mapping)
         indices = [mapping.get(id(v), v) for v in origin.operands[1:]]
-        shared = {k: origin.attrs[k] for k in ("multicast", "transposed", "offsets") if origin.attrs.get(k)}
+        shared = copy_attrs(origin)
         at.create(TmaLoadOp, bufs[id(c.alloc)], slot, bar, origin.operands[0], *indices, live,
                   box=list(origin.attrs["box"]), **shared)
 

@@ -43,7 +43,7 @@ from tilec.ir import tile_ops as T
 from tilec.ir.types import PointerType, ScalarType
 
 from ..gpu.ops import SHARED, AllocOp, BarrierOp
-from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp
+from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, MbarrierWaitOp, TmaLoadOp, copy_attrs
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from ..gpu.ws_ops import PRODUCER_WARPS, WarpSpecializeOp
 from .dce import dce
@@ -174,7 +174,7 @@ def _producer_loop(ring: _Ring, at: Builder, empty: Value, base: Optional[Value]
         ops = loop_slice(body, list(op.group("indices")), body.args[0])
         clone_ops([o for o in ops if ahead not in o.results], b, mapping)
         indices = [mapping.get(id(v), v) for v in op.group("indices")]
-        shared = {k: op.attrs[k] for k in ("multicast", "transposed", "offsets") if op.attrs.get(k)}
+        shared = copy_attrs(op)
         b.create(TmaLoadOp, op.operands[0], slot, ring.full.result, op.operands[3], *indices, live,
                  box=list(op.attrs["box"]), **shared)
     b.create(T.YieldOp)

@@ -63,31 +63,3 @@ def attention_sig(dtype: str, bm: int, bn: int, d: int) -> str:
 
 def dot_exp_dot_sig(dtype: str, bm: int, bn: int, d: int) -> str:
     return f"x={dtype}[?,?], w={dtype}[?,?], v={dtype}[?,?], o=f32[?,?], BM={bm}, BN={bn}, D={d}"
-
-
-@tc.kernel
-def attention_3d(q, k, v, o, scale, BM: tc.constexpr, BN: tc.constexpr, D: tc.constexpr):
-    """The same over (batch x heads, tokens, head dim) tensors, program_id(1) picking the head:
-    the attention probe of issue 44, as a user first writes it."""
-    bh = tc.program_id(1)
-    mblk = tc.program_id(0)
-    n_kv = k.shape[1]
-    qt = tc.reshape(tc.load(q, index=(bh, mblk, 0), shape=(1, BM, D), padding=0.0), (BM, D))
-    m_i = tc.full((BM,), float("-inf"), tc.float32)
-    l_i = tc.zeros((BM,), tc.float32)
-    acc = tc.zeros((BM, D), tc.float32)
-    qk_scale = scale * 1.4426950408889634
-    for j in range(tc.cdiv(n_kv, BN)):
-        kt = tc.reshape(tc.load(k, index=(bh, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
-        vt = tc.reshape(tc.load(v, index=(bh, j, 0), shape=(1, BN, D), padding=0.0), (BN, D))
-        s = tc.dot(qt, kt.T) * qk_scale
-        cols = j * BN + tc.arange(0, BN)
-        s = tc.where(cols[None, :] < n_kv, s, float("-inf"))
-        m_new = tc.maximum(m_i, tc.max(s, axis=1))
-        p = tc.exp2(s - m_new[:, None])
-        alpha = tc.exp2(m_i - m_new)
-        l_i = l_i * alpha + tc.sum(p, axis=1)
-        acc = tc.dot(p.astype(q.dtype), vt, acc * alpha[:, None])
-        m_i = m_new
-    out = acc / l_i[:, None]
-    tc.store(o, index=(bh, mblk, 0), tile=tc.reshape(out.astype(o.dtype), (1, BM, D)))

@@ -17,7 +17,8 @@ from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
-from chain_kernels import attention, attention_3d, attention_sig, dot_exp_dot, dot_exp_dot_sig, dot_exp_dot_t
+from attention_kernels import attn_fwd
+from chain_kernels import attention, attention_sig, dot_exp_dot, dot_exp_dot_sig, dot_exp_dot_t
 
 
 # ----------------------------------------------------------------------------- fragments
@@ -193,10 +194,11 @@ PROBE = [("sm_90a", 8, bn, d) for bn in (64, 128) for d in (64, 128)] + [("sm_80
 @pytest.mark.slow   # ptxas on kernels that still spill (their loads): about 15 s each
 @pytest.mark.parametrize("arch,num_warps,bn,d", PROBE)
 def test_attention_probe_assembles(arch, num_warps, bn, d):
-    """The rank-3 attention probe at BM = 128 (two warpgroups on sm_90a) assembles without
-    ptxas warnings (wgmma serialization would be one); spills are reported, not asserted."""
+    """The rank-3 attention probe (tests/attention_kernels.py) at BM = 128 (two warpgroups on
+    sm_90a) assembles without ptxas warnings (wgmma serialization would be one); spills are
+    reported, not asserted."""
     sig = f"q=f16[?,?,?], k=f16[?,?,?], v=f16[?,?,?], o=f16[?,?,?], scale=f32, BM=128, BN={bn}, D={d}"
-    ck = _compile(attention_3d, sig, arch, num_warps)
+    ck = _compile(attn_fwd, sig, arch, num_warps)
     if arch == "sm_90a":
         assert len(_REG_A.findall(ck.asm["ptx"])) == bn // 16
     _assembled(ck)
@@ -219,29 +221,19 @@ def test_attention_on_the_interpreter(n_q, n_kv, d):
     np.testing.assert_allclose(o.astype(np.float64), _softmax_attention(q, k, v, 0.125), atol=2e-2, rtol=0)
 
 
-def test_dot_exp_dot_on_the_interpreter():
-    rng = np.random.default_rng(5)
-    x = (rng.standard_normal((40, 16)) / 4).astype(np.float16)
-    w = (rng.standard_normal((16, 30)) / 4).astype(np.float16)
-    v = rng.standard_normal((30, 16)).astype(np.float16)
-    o = np.full((40, 16), np.nan, np.float32)
+@pytest.mark.parametrize("transposed", [False, True], ids=["p", "p_transposed"])
+def test_dot_exp_dot_on_the_interpreter(transposed):
+    """exp(X W - 1) V, and with the transposed accumulator as the second A: exp(X W - 1)ᵀ V."""
+    m, n = (20, 50) if transposed else (40, 30)
+    rng = np.random.default_rng(6 if transposed else 5)
+    x = (rng.standard_normal((m, 16)) / 4).astype(np.float16)
+    w = (rng.standard_normal((16, n)) / 4).astype(np.float16)
+    v = rng.standard_normal((m if transposed else n, 16)).astype(np.float16)
+    o = np.full((n if transposed else m, 16), np.nan, np.float32)
     with tc.interpret():
-        dot_exp_dot[(2,)](x, w, v, o, BM=32, BN=32, D=16)
-    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
-    want = p.astype(np.float16).astype(np.float64) @ v.astype(np.float64)
-    np.testing.assert_allclose(o, want, atol=2e-3, rtol=1e-3)
-
-
-def test_transposed_accumulator_as_a_on_the_interpreter():
-    rng = np.random.default_rng(6)
-    x = (rng.standard_normal((20, 16)) / 4).astype(np.float16)
-    w = (rng.standard_normal((16, 50)) / 4).astype(np.float16)
-    v = rng.standard_normal((20, 16)).astype(np.float16)
-    o = np.full((50, 16), np.nan, np.float32)
-    with tc.interpret():
-        dot_exp_dot_t[(2,)](x, w, v, o, BM=32, BN=32, D=16)
-    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0)
-    want = p.astype(np.float16).astype(np.float64).T @ v.astype(np.float64)
+        (dot_exp_dot_t if transposed else dot_exp_dot)[(2,)](x, w, v, o, BM=32, BN=32, D=16)
+    p = np.exp(x.astype(np.float64) @ w.astype(np.float64) - 1.0).astype(np.float16).astype(np.float64)
+    want = (p.T if transposed else p) @ v.astype(np.float64)
     np.testing.assert_allclose(o, want, atol=2e-3, rtol=1e-3)
 
 

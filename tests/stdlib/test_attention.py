@@ -124,6 +124,7 @@ def test_few_keys_take_the_short_tiling_at_head_dim_128():
     assert A.config_for(128, 128, h100, n_kv=4096, causal=True) == short
     assert A.config_for(128, 128, h100, n_kv=4097, causal=True) == A.config_for(128, 128, h100)
     assert A.config_for(128, 128, h100, varlen=True, n_kv=512) == short   # the packed kernel too
+    assert A.config_for(128, 128, h100, n_kv=512, group=4) == A.config_for(128, 128, h100)   # measured without groups
     # not where it was not measured: other head dims, mma.sync
     assert A.config_for(64, 64, h100, n_kv=512) == A.config_for(64, 64, h100)
     assert A.config_for(256, 256, h100, n_kv=512) == A.config_for(256, 256, h100)
