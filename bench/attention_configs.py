@@ -185,8 +185,8 @@ def gpu_table(dims: List[str], seq: int, batch: int, heads: int, kv_heads: int =
             flops = 2.0 * batch * heads * seq * seq * (d + dv) * (0.5 if causal else 1.0)
             title = (f"attention fwd {name} S={seq} Z*H={batch}*{heads}" + (f"/{hk}" if hk != heads else "")
                      + " f16" + (" causal" if causal else ""))
-            # the plan's own choice (the short tiling over few keys, without grouped heads)
-            shipped = A.config_for(d, dv, target, n_kv=seq, causal=causal, group=heads // hk)
+            # the plan's own choice (the short tiling over few keys)
+            shipped = A.config_for(d, dv, target, n_kv=seq, causal=causal)
             ref = _reference(torch, q, k, v, causal)
             sdpa = {}
             for bname, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):

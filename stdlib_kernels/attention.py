@@ -293,11 +293,11 @@ class AttentionConfig:
 
 
 def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False,
-               n_kv: Optional[int] = None, causal: bool = False, group: int = 1) -> AttentionConfig:
+               n_kv: Optional[int] = None, causal: bool = False) -> AttentionConfig:
     """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
     pure function (no launch). `n_kv`: the keys each query block walks at most (None: many),
-    which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short) for calls
-    without grouped heads (`group`: query heads per kv head), where it was measured.
+    which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short), with and
+    without grouped heads (both measured).
     Each sm_90a configuration assembles with no spills (tests/stdlib/test_attention_configs.py);
     the dense forward's candidates per head dim and their timings: bench/attention_configs.py,
     docs/benchmarks.md."""
@@ -306,7 +306,7 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     stages = AttentionConfig.num_stages
     if max(dk, dv) <= 128:
         blocks = t.narrow
-        if max(dk, dv) == 128 and target.has_wgmma and group == 1 and n_kv is not None \
+        if max(dk, dv) == 128 and target.has_wgmma and n_kv is not None \
                 and n_kv <= (t.short_keys_causal if causal else t.short_keys):
             blocks = t.short
     elif not target.has_wgmma:
@@ -348,7 +348,7 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
     there is no query row; a pure function (no launch). `config` replaces config_for's tiling
     (bench/attention_configs.py times candidates through it); it must hold the head dims.
     `causal`: the programs run heaviest first (program_block's sections)."""
-    cfg = (config_for(x.d, x.dv, target, n_kv=x.n_kv, causal=causal, group=x.heads // x.kv_heads)
+    cfg = (config_for(x.d, x.dv, target, n_kv=x.n_kv, causal=causal)
            if config is None else check_config(config, x.d, x.dv))
     grid = (-(-x.n_q // cfg.bm), x.heads, x.batch)
     if 0 in grid:

@@ -54,8 +54,7 @@ def plan_forward(q: Arr, k: Arr, v: Arr, batch: int, max_seqlen_q: int, target: 
     of `batch` sequences, the longest query sequence `max_seqlen_q` long: one launch (none
     when there is no query row); a pure function (no launch). `config` replaces config_for's
     tiling, as attention.plan's; `max_seqlen_k` and `causal` choose it (config_for's n_kv)."""
-    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True, n_kv=max_seqlen_k, causal=causal,
-                      group=q.shape[1] // k.shape[1])
+    cfg = (config_for(q.shape[2], v.shape[2], target, varlen=True, n_kv=max_seqlen_k, causal=causal)
            if config is None else check_config(config, q.shape[2], v.shape[2]))
     grid = (_cdiv(max_seqlen_q, cfg.bm), q.shape[1], batch)
     if 0 in grid:

@@ -207,8 +207,8 @@ class AttentionFwdTuning:
     narrow: Tuple[int, int, int] = (128, 64, 8)        # tile head dims up to 128
     # tile head dim 128 with wgmma over few keys (causal up to short_keys_causal, else up to
     # short_keys): 64 rows over one warpgroup, two programs per SM, so one's prologue and
-    # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences"); calls
-    # without grouped heads (attention.config_for's group), where measured
+    # epilogue run under the other's loop (docs/benchmarks.md, "Short sequences"; grouped
+    # heads measured too)
     short: Tuple[int, int, int] = (64, 64, 4)
     short_keys: int = 1024
     short_keys_causal: int = 4096
@@ -245,7 +245,8 @@ class AttentionBwdTuning:
     dP · (1 - t²) spilled 8 bytes at 128)."""
     # dQ inside the dK/dV kernel (attention_bwd_dkdv_dq_kernel: five products for seven, dQ added
     # into f32 by TMA reductions) up to this tile head dim on wgmma targets, dense calls without
-    # deterministic=True; 0: off (not yet timed; at 128 it spills)
+    # deterministic=True; 0: off (64: 6-11% slower than two kernels on an H200, one program per
+    # SM against two, docs/benchmarks-archive.md; at 128 it spills)
     fused_dq_max_head_dim: int = 0
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
