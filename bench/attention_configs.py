@@ -35,17 +35,23 @@ except ImportError:
 A = importlib.import_module("tilec.stdlib_kernels.attention")
 AttentionConfig, next_pow2 = A.AttentionConfig, A.next_pow2
 
-# (BM, BN, warps, stages[, programs per SM]) per tile head dims (DK, DV); sm_90a registers /
-# spill bytes / shared KiB from `--ptxas` (ptxas 13.0) in the comments
+# (BM, BN, warps, stages[, programs per SM[, warp-specialized]]) per tile head dims (DK, DV);
+# sm_90a registers / spill bytes / shared KiB from `--ptxas` (ptxas 13.0) in the comments (a
+# warp-specialized kernel reports its launch bound, 168 at 8 + 4 warps: setmaxnreg gives the
+# consumers 232)
 CANDIDATES: Dict[Tuple[int, int], List[Tuple[int, ...]]] = {
     (64, 64): [(128, 64, 8, 3),      # 116 / 0 / 65: wgmma both dots
                (128, 64, 8, 3, 2),   # 106 / 0 / 65: the same, two programs per SM (shipped)
                (128, 64, 8, 4, 2),   # 106 / 0 / 81: the same, 4 stages
                (128, 128, 8, 3),     # 180 / 0 / 113: wgmma
-               (64, 64, 4, 3)],      # 112 / 0 / 57: wgmma
+               (64, 64, 4, 3),       # 112 / 0 / 57: wgmma
+               (128, 128, 8, 3, 0, True),   # a producer warpgroup fills the ring
+               (128, 64, 8, 3, 0, True)],
     (128, 128): [(128, 64, 8, 3),    # 151 / 0 / 129: wgmma both dots (shipped)
                  (128, 64, 8, 4),    # 151 / 0 / 161: the same, 4 stages
-                 (64, 64, 4, 3)],    # 160 / 0 / 113: wgmma
+                 (64, 64, 4, 3),     # 160 / 0 / 113: wgmma
+                 (128, 128, 8, 3, 0, True),   # a producer warpgroup fills the ring
+                 (128, 64, 8, 3, 0, True)],
     (256, 256): [(128, 64, 8, 2),    # 243 / 0 / 192: wgmma both dots, cp.async ring (shipped)
                  (64, 64, 4, 3),     # 225 / 0 / 225: wgmma both dots, K and V by TMA
                  (64, 64, 8, 3),     # 223 / 0 / 169: QKᵀ mma.sync, P V wgmma 4 x 2 warps
@@ -67,13 +73,14 @@ def tile_dims(d: int, dv: int) -> Tuple[int, int]:
 def candidates(d: int, dv: int) -> List[AttentionConfig]:
     """The candidate configurations of head dims (d, dv)."""
     dk, dvt = tile_dims(d, dv)
-    return [AttentionConfig(dk=dk, dv=dvt, **dict(zip(("bm", "bn", "num_warps", "num_stages", "programs_per_sm"), c)))
+    return [AttentionConfig(dk=dk, dv=dvt, **dict(zip(("bm", "bn", "num_warps", "num_stages", "programs_per_sm",
+                                                     "warp_specialize"), c)))
             for c in CANDIDATES[(dk, dvt)]]
 
 
 def label(cfg: AttentionConfig) -> str:
     floor = f" p{cfg.programs_per_sm}" if cfg.programs_per_sm else ""
-    return f"{cfg.bm}x{cfg.bn} w{cfg.num_warps} s{cfg.num_stages}{floor}"
+    return f"{cfg.bm}x{cfg.bn} w{cfg.num_warps} s{cfg.num_stages}{floor}" + (" ws" if cfg.warp_specialize else "")
 
 
 def dots(compiled) -> str:

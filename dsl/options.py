@@ -14,7 +14,7 @@ __all__ = ["unknown_keyword", "CompileOptions", "CLUSTER_SIZES", "GRID_LIMITS", 
            "split_options"]
 
 # Launch keywords that are options, not kernel arguments. A kernel parameter may not use them.
-OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "persistent",
+OPTION_FIELDS = ("num_warps", "num_stages", "arch", "fast_math", "debug", "tma", "warp_specialize", "pingpong", "persistent",
                  "cluster", "min_programs_per_sm", "dependent_launch", "initcheck", "allow_large_tiles", "lineinfo")
 RESERVED_KWARGS = OPTION_FIELDS + ("stream",)
 CLUSTER_SIZES = tuple(range(1, 9))  # programs per thread-block cluster (8: the portable maximum)
@@ -30,6 +30,9 @@ class CompileOptions:
     debug: bool = False
     tma: bool = True                # sm_90a: tensor-view loads feeding wgmma may use TMA (False: cp.async)
     warp_specialize: bool = False   # sm_90a: a producer warpgroup issues the TMA ring, the num_warps consume it
+    # with warp_specialize and 8 warps: the two consumer warpgroups of a chain of dots take
+    # turns at the tensor cores (pingpong pass; measured slower so far, docs/compiler.md)
+    pingpong: bool = False
     persistent: bool = False        # one program per SM slot, looping over the grid's program ids
     cluster: int = 1                # sm_90+: programs per thread-block cluster, along grid axis 0
     min_programs_per_sm: int = 0    # ptxas keeps registers low enough for this many programs per SM (0: its choice)
@@ -67,7 +70,7 @@ class CompileOptions:
         check_cluster_arch(self.cluster, target)
         check_min_programs(self.min_programs_per_sm, self.num_warps, target)
         return replace(self, arch=target.arch, target=target, fast_math=bool(self.fast_math), debug=bool(self.debug),
-                       tma=bool(self.tma), warp_specialize=bool(self.warp_specialize), persistent=bool(self.persistent),
+                       tma=bool(self.tma), warp_specialize=bool(self.warp_specialize), pingpong=bool(self.pingpong), persistent=bool(self.persistent),
                        dependent_launch=bool(self.dependent_launch), allow_large_tiles=bool(self.allow_large_tiles),
                        lineinfo=bool(self.lineinfo))
 

@@ -35,6 +35,7 @@ from .passes.share_buffers import share_staged_operands
 from .passes.defer_waits import defer_wgmma_waits
 from .passes.pipeline_loads import pipeline_loads
 from .passes.prefetch_loads import prefetch_loads
+from .passes.pingpong import pingpong
 from .passes.warp_specialize import drop_multicast, warp_specialize
 from .passes.reductions import lower_reductions
 from .passes.scans import lower_scans
@@ -75,6 +76,7 @@ PASSES: Dict[str, Pass] = {
     "prefetch_loads": lambda m, t, o: prefetch_loads(m, shared_limit=t.shared_per_block, remarks=o.remarks),
     "warp_specialize": lambda m, t, o: warp_specialize(m, num_warps=o.num_warps,
                                                        registers_per_sm=t.registers_per_sm),
+    "pingpong": lambda m, t, o: pingpong(m, num_warps=o.num_warps),
     "drop_multicast": lambda m, t, o: drop_multicast(m),
     "lower_reductions": lambda m, t, o: lower_reductions(m),
     "lower_scans": lambda m, t, o: lower_scans(m),
@@ -113,13 +115,14 @@ def lower_to_gpu(t: Target, o: CompileOptions) -> List[str]:
 
 def schedule(t: Target, o: CompileOptions) -> List[str]:
     """Loads issued ahead of their use; waits for wgmmas where their results are needed; a TMA
-    ring split into producer and consumers."""
+    ring split into producer and consumers, two consumer warpgroups of a chain taking turns."""
     specialize = o.warp_specialize and t.has_wgmma and t.has_setmaxnreg
     return ["pipeline_loads",
             *(["defer_wgmma_waits"] if t.has_wgmma else []),
             *(["prefetch_loads"] if t.has_cp_async else []),   # tc.range(num_stages=) loops
             # multicast copies are safe only in a specialized ring (its `empty` barriers)
-            *(["warp_specialize"] if specialize else ["drop_multicast"] if _tma(t, o) else [])]
+            *(["warp_specialize", *(["pingpong"] if o.pingpong else [])] if specialize
+              else ["drop_multicast"] if _tma(t, o) else [])]
 
 
 def allocate(t: Target, o: CompileOptions) -> List[str]:

@@ -281,8 +281,9 @@ OPTIONS = {"attention_fwd_kernel": {"num_warps": 8, "fast_math": True}}
 @dataclass(frozen=True)
 class AttentionConfig:
     """How one attention call is tiled: query rows and keys per step, tile head dims, warps,
-    the stages of the key/value ring (compile option num_stages) and a floor of programs per
-    SM (compile option min_programs_per_sm; 0: ptxas's choice of registers)."""
+    the stages of the key/value ring (compile option num_stages), a floor of programs per
+    SM (compile option min_programs_per_sm; 0: ptxas's choice of registers), and whether a
+    producer warpgroup fills the ring (compile option warp_specialize; sm_90a)."""
     bm: int
     bn: int
     dk: int       # q/k head dim of the tile (a power of two >= the tensors')
@@ -290,20 +291,28 @@ class AttentionConfig:
     num_warps: int
     num_stages: int = 3
     programs_per_sm: int = 0
+    warp_specialize: bool = False
 
 
 def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = False,
-               n_kv: Optional[int] = None, causal: bool = False) -> AttentionConfig:
+               n_kv: Optional[int] = None, causal: bool = False, specialize: bool = True) -> AttentionConfig:
     """The tiling for these head dims on `target` (`varlen`: of attention_varlen_fwd_kernel); a
     pure function (no launch). `n_kv`: the keys each query block walks at most (None: many),
     which at tile head dim 128 picks the short tiling (AttentionFwdTuning.short), with and
-    without grouped heads (both measured).
+    without grouped heads (both measured). At tile head dim 128 on targets with setmaxnreg the
+    dense forward is warp-specialized (AttentionFwdTuning.specialized), except causal calls
+    over few keys (`specialize=False`: a kernel not measured so, the mods kernels').
     Each sm_90a configuration assembles with no spills (tests/stdlib/test_attention_configs.py);
     the dense forward's candidates per head dim and their timings: bench/attention_configs.py,
     docs/benchmarks.md."""
     t = tuning_for(target).attention_fwd
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     stages = AttentionConfig.num_stages
+    if max(dk, dv) == 128 and target.has_wgmma and target.has_setmaxnreg and specialize and not varlen \
+            and t.specialized is not None \
+            and not (causal and n_kv is not None and n_kv <= t.specialized_short_keys_causal):
+        bm, bn, warps = t.specialized
+        return AttentionConfig(bm, bn, dk, dv, warps, num_stages=stages, warp_specialize=True)
     if max(dk, dv) <= 128:
         blocks = t.narrow
         if max(dk, dv) == 128 and target.has_wgmma and n_kv is not None \
@@ -367,7 +376,8 @@ def plan(x: "QKV", target: Target, *, softcap: bool = False, lse: bool = False, 
 def compile_options(cfg: AttentionConfig) -> dict:
     """The launch's compile options from its tiling (the floor only where one is asked)."""
     floor = {"min_programs_per_sm": cfg.programs_per_sm} if cfg.programs_per_sm else {}
-    return {"num_stages": cfg.num_stages, **floor}
+    ws = {"warp_specialize": True} if cfg.warp_specialize else {}
+    return {"num_stages": cfg.num_stages, **floor, **ws}
 
 
 def _window(causal: bool, window) -> Tuple[int, int]:

@@ -382,7 +382,7 @@ def plan_mods(x, target: Target, *, score_mod=None, mask_mod=None, n_aux=(0, 0, 
     "aux1", "sm_scale"."""
     if x.batch * x.heads * x.n_q == 0:
         return []
-    cfg = config_for(x.d, x.dv, target)
+    cfg = config_for(x.d, x.dv, target, specialize=False)
     bm_ = min(cfg.bm, blocks[0]) if blocks else cfg.bm
     warps = cfg.num_warps if bm_ == cfg.bm or max(cfg.dk, cfg.dv) > 128 else 4
     return [Launch.of(attention_mods_fwd_kernel, (-(-x.n_q // bm_), x.heads, x.batch),

@@ -212,6 +212,12 @@ class AttentionFwdTuning:
     short: Tuple[int, int, int] = (64, 64, 4)
     short_keys: int = 1024
     short_keys_causal: int = 4096
+    # tile head dim 128 on targets with setmaxnreg (sm_90a), dense calls: a producer warpgroup
+    # fills the K/V ring and the two consumer warpgroups take 128 keys per step (their 232
+    # registers hold it); causal calls over up to specialized_short_keys_causal keys keep the
+    # short tiling (docs/benchmarks.md, "Warp-specialized forward")
+    specialized: Tuple[int, int, int] = (128, 128, 8)
+    specialized_short_keys_causal: int = 1024
     # tile head dims up to 64 with wgmma: a floor of programs per SM (two: 128 registers, no
     # spill; measured in docs/benchmarks.md, "Forward tilings per head dim")
     narrow_64_programs_per_sm: int = 2

@@ -3,6 +3,9 @@
     tid >= 32 * num_warps ?  producer: setmaxnreg.dec, then warp num_warps runs the region
                           :  consumers: setmaxnreg.inc, then the region with block barriers
                              turned into a named barrier over the consumer threads
+
+and of the turns of two consumer warpgroups (gpu.pingpong_wait / gpu.pingpong_pass): named
+barriers TURN_BARRIER + w of 256 threads, warpgroup w syncing on its own, arriving on the other's.
 """
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from ..gpu.ws_ops import WarpSpecializeOp
+from ..gpu.ws_ops import TURN_BARRIER, PingpongPassOp, PingpongWaitOp, WarpSpecializeOp
 from .types import I32
 from .walker import lower_region, rule
 
@@ -58,3 +61,26 @@ def _warp_specialize(ctx, op):
         _lower(ctx, op.regions[1])
     b.branch(merge)
     b.position_at_end(merge)
+
+
+def _turn_barrier(ctx, other: bool):
+    """TURN_BARRIER + this consumer warpgroup (or the other one), as an i32."""
+    b = ctx.builder
+    wg = b.lshr(ctx.tid, ir.Constant(I32, 7))
+    return b.add(b.xor(wg, ir.Constant(I32, 1)) if other else wg, ir.Constant(I32, TURN_BARRIER))
+
+
+@rule(PingpongWaitOp)
+def _pingpong_wait(ctx, op):
+    ctx.intrinsic("llvm.nvvm.barrier.cta.sync.aligned.count", ir.VoidType(),
+                  [_turn_barrier(ctx, False), ir.Constant(I32, 256)])
+
+
+@rule(PingpongPassOp)
+def _pingpong_pass(ctx, op):
+    b = ctx.builder
+    second = b.icmp_unsigned(">=", ctx.tid, ir.Constant(I32, 128))
+    passes = b.select(second, ctx.get(op.operands[1]), ctx.get(op.operands[0]))
+    with b.if_then(passes):
+        ctx.intrinsic("llvm.nvvm.barrier.cta.arrive.aligned.count", ir.VoidType(),
+                      [_turn_barrier(ctx, True), ir.Constant(I32, 256)])

@@ -13,14 +13,23 @@ consumers take them); inside the consumer region a barrier synchronizes the cons
 threads only (a named barrier with their count), since the producer never reaches it.
 Only the first warp of the producer runs the producer region; one of its threads issues
 the copies.
+
+Two consumer warpgroups take turns at the tensor cores (pingpong pass):
+
+    gpu.pingpong_wait                 warpgroup w waits on its turn barrier (bar.sync 2 + w, 256)
+    gpu.pingpong_pass %wg0, %wg1      warpgroup w, where its operand says so, gives the other its
+                                      turn (bar.arrive 3 - w, 256)
 """
 from __future__ import annotations
 
+from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Op, register_op
+from tilec.ir.types import ScalarType
 
-__all__ = ["WarpSpecializeOp", "PRODUCER_WARPS"]
+__all__ = ["WarpSpecializeOp", "PingpongWaitOp", "PingpongPassOp", "PRODUCER_WARPS", "TURN_BARRIER"]
 
 PRODUCER_WARPS = 4          # setmaxnreg acts on whole warpgroups
+TURN_BARRIER = 2            # named barriers 2 and 3: the turns of consumer warpgroups 0 and 1
 
 
 @register_op
@@ -42,3 +51,25 @@ class WarpSpecializeOp(Op):
                 raise self.error(f"{key} must be a multiple of 8 from 24 to 256 (setmaxnreg), got {regs}")
         if any(not r.blocks for r in self.regions):
             raise self.error("gpu.warp_specialize needs a producer and a consumer region")
+
+
+@register_op
+class PingpongWaitOp(Op):
+    """Consumer warpgroup w (of two) waits until the other passed it the turn (gpu.pingpong_pass)."""
+    name = "gpu.pingpong_wait"
+    num_results = 0
+    traits = frozenset({"writes"})
+
+
+@register_op
+class PingpongPassOp(Op):
+    """Consumer warpgroup 0 where `wg0`, warpgroup 1 where `wg1`, gives the other its turn."""
+    name = "gpu.pingpong_pass"
+    operands_spec = ("wg0", "wg1")
+    num_results = 0
+    traits = frozenset({"writes"})
+
+    def verify_op(self):
+        for i, v in enumerate(self.operands):
+            if not (isinstance(v.type, ScalarType) and v.type.dtype is dt.bool_):
+                raise self.error(f"operand {i} (whether warpgroup {i} passes) must be an i1 scalar, got {v.type}")

@@ -32,6 +32,13 @@ on its barriers). Multicast stays only in a specialized ring (other rings have n
 `empty` barriers): the pass strips it everywhere else. The kernel runs 32 * (num_warps + 4)
 threads (the module's `num_threads`); the consumers keep thread ids 0 .. 32 * num_warps - 1.
 Kernels without such a ring are left as they are.
+
+Several rings of the same shape in loops one after another at the top level (a chain's
+unmasked and masked key loops) become one ring: the later loops take the first ring's slot
+buffers and `full` barriers, and every loop counts on from the iterations of the loops
+before it, in the producer and the consumers alike. Ops before the first ring that touch
+memory per thread (a Q tile loaded and staged by the consumers) go to the consumer region;
+the producer recomputes the pure values its loops need (bounds, copy coordinates).
 """
 from __future__ import annotations
 
@@ -70,7 +77,10 @@ class _Ring:
         self.issues = [op for op in body if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
         block = loop.parent
         upto = block.ops.index(loop)
-        self.prologue = [op for op in block.ops[:upto] if isinstance(op, (MbarrierExpectOp, TmaLoadOp))]
+        bar = wait.operands[0]
+        self.prologue = [op for op in block.ops[:upto]
+                         if (isinstance(op, MbarrierExpectOp) and op.operands[0] is bar)
+                         or (isinstance(op, TmaLoadOp) and op.operands[2] is bar)]
         self.init = next((op for op in block.ops[:upto] if isinstance(op, MbarrierInitOp)
                           and op.operands[0] is wait.operands[0]), None)
         self.init_barrier = None
@@ -106,16 +116,87 @@ def _uniform(ops) -> bool:
                or (not op.regions and (op.has_trait("pure") or op.has_trait("elementwise"))) for op in ops)
 
 
-def _find_ring(func: Op) -> Optional[_Ring]:
+def _find_rings(func: Op) -> Optional[List[_Ring]]:
+    """The kernel's rings, in order: one (maybe in a persistent tile loop), or several of one
+    shape in top-level loops (unified below); None when the pass does not apply."""
     entry = func.regions[0].block
     rings = [_Ring(op.parent_op(), op) for op in func.walk()
              if isinstance(op, MbarrierWaitOp) and isinstance(op.parent_op(), T.ForOp)]
-    if len(rings) != 1 or rings[0].top.parent is not entry or not rings[0].valid():
+    if not rings or not all(r.top.parent is entry and r.valid() for r in rings):
         return None
-    ring = rings[0]
-    if not _uniform(entry.ops[:entry.ops.index(ring.top)]):
+    if len(rings) > 1 and (any(r.outer is not None for r in rings)
+                           or not all(_same_shape(rings[0], r) for r in rings[1:])):
         return None
-    return ring
+    if rings[0].outer is not None and not _uniform(entry.ops[:entry.ops.index(rings[0].top)]):
+        return None
+    return rings
+
+
+def _loads(ring: _Ring) -> List[TmaLoadOp]:
+    return [op for op in ring.issues if isinstance(op, TmaLoadOp)]
+
+
+def _same_shape(a: _Ring, b: _Ring) -> bool:
+    """Whether ring `b` may run in ring `a`'s slots: its copies one for one into buffers of
+    the same shape and layout, with the same boxes."""
+    la, lb = _loads(a), _loads(b)
+    bytes_ = [[op.attrs["bytes"] for op in r.issues if isinstance(op, MbarrierExpectOp)] for r in (a, b)]
+    return (a.stages == b.stages and len(la) == len(lb) and bytes_[0] == bytes_[1]
+            and all(x.operands[0].type == y.operands[0].type and x.attrs == y.attrs
+                    and x.operands[0].owner.attrs == y.operands[0].owner.attrs for x, y in zip(la, lb)))
+
+
+def _unify(rings: List[_Ring]) -> None:
+    """Later rings take the first one's buffers and barriers; their own inits and prologues go
+    (the producer issues every iteration)."""
+    first = rings[0]
+    for r in rings[1:]:
+        for x, y in zip(_loads(first), _loads(r)):
+            old = y.operands[0]
+            if old is not x.operands[0]:
+                old.replace_all_uses_with(x.operands[0])
+                old.owner.erase()
+        for op in r.prologue + [r.init, r.init_barrier]:
+            op.erase()
+        r.full.results[0].replace_all_uses_with(first.full.results[0])
+        r.full.erase()
+        r.full = first.full
+
+
+def _split_point(entry: Block, rings: List[_Ring]) -> Op:
+    """The first op the consumers run alone: the first ring's loop, or an earlier op that
+    touches memory per thread (the rest before it runs on every thread)."""
+    top = rings[0].top
+    if rings[0].outer is not None:
+        return top
+    return next((op for op in entry.ops[:entry.ops.index(top)] if not _uniform([op])), top)
+
+
+def _entry_slice(entry: Block, roots, start: int) -> Optional[List[Op]]:
+    """The ops of `entry` from index `start` on that compute `roots` (pure ones only; None
+    otherwise), in block order."""
+    need = {}
+    todo = list(roots)
+    while todo:
+        v = todo.pop()
+        op = v.owner
+        if op is None or op.parent is not entry or id(op) in need or entry.ops.index(op) < start:
+            continue
+        if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")):
+            return None
+        need[id(op)] = op
+        todo.extend(op.operands)
+    return [op for op in entry.ops if id(op) in need]
+
+
+def _loop_needs(ring: _Ring) -> List[Value]:
+    """Values from outside the ring's loop that its producer loop reads (bounds, coordinates)."""
+    body = ring.loop.body
+    need = list(ring.loop.operands[:3])
+    for op in _loads(ring):
+        for o in (loop_slice(body, list(op.group("indices")), body.args[0]) or []) + [op]:
+            need.extend(o.operands)
+    return need
 
 
 def _mapped(v: Value, lmap) -> Value:
@@ -205,12 +286,24 @@ def _outer_needs(ring: _Ring) -> List[Value]:
     return [v for v in need if v.owner is not None and v.owner.parent is body]
 
 
-def _producer(ring: _Ring, empty: Value) -> Region:
+def _producer(rings: List[_Ring], empty: Value, entry: Block, start: int) -> Optional[Region]:
+    """The producer's loops: each ring's in turn, counting on from the rings before it (or the
+    one ring in a persistent tile loop); None when a value they need cannot be recomputed."""
     outer_block = Block()
     at = Builder().at_end(outer_block)
-    at.loc = ring.loop.loc
+    at.loc = rings[0].loop.loc
+    ring = rings[0]
     if ring.outer is None:
-        _producer_loop(ring, at, empty, None, {})
+        lmap = {}
+        pre = _entry_slice(entry, [v for r in rings for v in _loop_needs(r)], start)
+        if pre is None:
+            return None
+        clone_ops(pre, at, lmap)
+        base = None
+        for r in rings:
+            _producer_loop(r, at, empty, base, lmap)
+            trips = _trips(at, r.loop, lmap)
+            base = trips if base is None else at.value(T.AddOp, base, trips)
     else:
         o = ring.outer
         lb, ub, step = o.operands[:3]
@@ -246,13 +339,14 @@ def _with_base(outer: T.ForOp, ring: _Ring) -> Value:
     return base
 
 
-def _consumer(ring: _Ring, empty: Value, entry: Block, cluster: int) -> Region:
-    """The loop without its copies and block barrier, releasing each slot once read, and
-    everything after it."""
+def _consume(ring: _Ring, empty: Value, cluster: int, base: Optional[Value]) -> None:
+    """The ring's loop without its copies and block barrier, releasing each slot once read;
+    `base`: the ring iterations before this loop (earlier loops of a unified ring)."""
     loop = ring.loop
     for op in ring.issues + [ring.barrier]:
         op.erase()
-    base = _with_base(ring.outer, ring) if ring.outer is not None else None
+    if ring.outer is not None:
+        base = _with_base(ring.outer, ring)
     head = Builder().before(loop.body.ops[0])
     head.loc = loop.loc
     count = _count(head, loop, loop.body.args[0], base)
@@ -271,13 +365,25 @@ def _consumer(ring: _Ring, empty: Value, entry: Block, cluster: int) -> Region:
     shared = {"cluster": cluster} if cluster > 1 else {}
     at.create(MbarrierArriveOp, empty, prev, at.value(T.CmpOp, count, build_constant(at, _I32, 0), pred="gt"),
               every=WARPGROUP, **shared)
+
+
+def _consumer(rings: List[_Ring], empty: Value, entry: Block, cluster: int, first: Op) -> Region:
+    """The rings' loops as _consume makes them, and everything from `first` on."""
+    start = entry.ops.index(first)  # _consume may replace a persistent tile loop (first)
+    bases: List[Optional[Value]] = [None]
+    for prev, r in zip(rings, rings[1:]):  # counted before the loops change
+        at = Builder().before(r.loop)
+        at.loc = r.loop.loc
+        trips = _trips(at, prev.loop)
+        bases.append(trips if bases[-1] is None else at.value(T.AddOp, bases[-1], trips))
+    for r, base in zip(rings, bases):
+        _consume(r, empty, cluster, base)
     block = Block()
-    start = entry.ops.index(ring.top)
     moved: List[Op] = entry.ops[start:-1]  # up to the function's terminator
     del entry.ops[start:-1]
     for op in moved:
         block.append(op)
-    block.append(T.YieldOp([], [], {}, (), loop.loc))
+    block.append(T.YieldOp([], [], {}, (), rings[0].loop.loc))
     return Region([block])
 
 
@@ -304,17 +410,25 @@ def warp_specialize(module: Module, *, num_warps: int, registers_per_sm: int) ->
     """Split the kernel's TMA ring into producer and consumers (the pipeline runs it for
     `warp_specialize` on targets with wgmma and setmaxnreg)."""
     func = module.func()
-    ring = _find_ring(func)
-    if ring is None:
+    rings = _find_rings(func)
+    if rings is None:
+        return drop_multicast(module)
+    ring = rings[0]
+    entry = func.regions[0].block
+    first = _split_point(entry, rings)
+    if ring.outer is None and _entry_slice(entry, [v for r in rings for v in _loop_needs(r)],
+                                           entry.ops.index(first)) is None:
         return drop_multicast(module)
     cluster = max([op.multicast for op in ring.issues if isinstance(op, TmaLoadOp)])
-    entry = func.regions[0].block
+    _unify(rings)
     for op in ring.prologue:
         op.erase()
-    if ring.outer is not None:  # initialize once, before the tile loop, rather than per tile
+    if ring.outer is not None or entry.ops.index(ring.init) > entry.ops.index(first):
+        # initialized once, before the split (and before a persistent tile loop)
+        at = ring.outer if ring.outer is not None else first
         for op in (ring.init, ring.init_barrier):
             op.parent.ops.remove(op)
-            entry.insert(entry.ops.index(ring.outer), op)
+            entry.insert(entry.ops.index(at), op)
     head = Builder().before(ring.full)
     head.loc = ring.full.loc
     empty = head.value(AllocOp, shape=[ring.stages], layout=ring.full.attrs["layout"],
@@ -325,8 +439,8 @@ def warp_specialize(module: Module, *, num_warps: int, registers_per_sm: int) ->
     init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP * cluster)
     consumers = 32 * num_warps
     consumer_regs = min(256, (registers_per_sm - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
-    producer = _producer(ring, empty)
-    consumer = _consumer(ring, empty, entry, cluster)
+    producer = _producer(rings, empty, entry, entry.ops.index(first))
+    consumer = _consumer(rings, empty, entry, cluster, first)
     split = WarpSpecializeOp([], [], {"producer_warps": PRODUCER_WARPS, "producer_regs": PRODUCER_REGS,
                                       "consumer_regs": consumer_regs}, [producer, consumer], ring.loop.loc)
     entry.insert(len(entry.ops) - 1, split)

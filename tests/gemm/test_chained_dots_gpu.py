@@ -116,3 +116,38 @@ def test_the_attention_example_at_its_tilings(causal, seq):
                   [(q, tc.float16), (k, tc.float16), (v, tc.float16), (o, tc.float16), (lse, tc.float32)], None,
                   scale=d ** -0.5, CAUSAL=causal, BM=bm, BN=bn, D=d, num_warps=warps, fast_math=True)[3]
     _check(out, ex.reference(q, k, v, d ** -0.5, causal), "f16")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d,seq,bm,bn,warps,pingpong", [
+    (128, 1500, 128, 128, 8, False), (64, 777, 128, 128, 8, False), (128, 1500, 128, 64, 8, True),
+    (64, 777, 128, 64, 8, True), (128, 64, 128, 64, 8, True), (64, 200, 128, 128, 8, False),
+    (128, 999, 64, 64, 4, False)])
+def test_the_attention_example_warp_specialized(dtype, causal, d, seq, bm, bn, warps, pingpong):
+    """examples/flash_attention.py with warp_specialize=True on sm_90a: a producer warpgroup
+    fills one K/V ring for both key loops (unmasked and masked), two consumer warpgroups (8
+    warps), with and without turns at the tensor cores (pingpong); rows and keys not multiples
+    of the blocks, one block only, and one consumer warpgroup (4 warps)."""
+    if tc.Target.current().arch != "sm_90a":
+        pytest.skip("warp specialization needs sm_90a")
+    from example_modules import load_example
+    ex = load_example("flash_attention")
+    rng = np.random.default_rng(seq + d)
+    zh = 3
+    tdt = DTYPES[dtype][0]
+    q, k, v = (_rounded(rng, (zh, seq, d), dtype) for _ in range(3))
+    o = np.full(q.shape, np.nan, np.float32)
+    lse = np.zeros((zh, seq), np.float32)
+    opts = dict(scale=d ** -0.5, CAUSAL=causal, BM=bm, BN=bn, D=d, num_warps=warps, fast_math=True,
+                warp_specialize=True, pingpong=pingpong)
+    out, got_lse = _launch(ex.attention_fwd, (tc.cdiv(seq, bm), zh),
+                           [(q, tdt), (k, tdt), (v, tdt), (o, tdt), (lse, tc.float32)], None, **opts)[3:]
+    _check(out, ex.reference(q, k, v, d ** -0.5, causal), dtype)
+    s = np.einsum("zqd,zkd->zqk", q.astype(np.float64), k.astype(np.float64)) * (d ** -0.5 * ex.LOG2E)
+    if causal:
+        s = np.where(np.arange(seq)[None, :] <= np.arange(seq)[:, None], s, -np.inf)
+    want_lse = np.log2(np.exp2(s - s.max(axis=2, keepdims=True)).sum(axis=2)) + s.max(axis=2)
+    assert np.abs(got_lse - want_lse).max() <= 1e-2 * max(1.0, np.abs(want_lse).max())
+    dev = [tc.from_numpy(a, dtype=t) for a, t in ((q, tdt), (k, tdt), (v, tdt), (o, tdt), (lse, tc.float32))]
+    assert ex.attention_fwd.compile(*dev, **opts).metadata["warp_specialized"]

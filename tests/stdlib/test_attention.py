@@ -101,8 +101,12 @@ def test_empty_and_single_sequences(n_q, n_k):
 
 def test_config_is_a_function_of_head_dims_and_target():
     h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
-    assert A.config_for(128, 128, h100) == A.AttentionConfig(128, 64, 128, 128, 8, 3)
-    assert A.config_for(96, 96, h100) == A.AttentionConfig(128, 64, 128, 128, 8)
+    # a producer warpgroup and 128 keys per step at tile head dim 128 (setmaxnreg: sm_90a)
+    specialized = A.AttentionConfig(128, 128, 128, 128, 8, 3, warp_specialize=True)
+    assert A.config_for(128, 128, h100) == specialized and A.config_for(96, 96, h100) == specialized
+    plain = A.AttentionConfig(128, 64, 128, 128, 8, 3)
+    assert A.config_for(128, 128, h100, specialize=False) == plain   # kernels not measured so
+    assert A.config_for(128, 128, Target.from_arch("sm_90")) == plain   # no setmaxnreg without the a
     assert A.config_for(192, 128, h100) == A.AttentionConfig(128, 64, 256, 128, 8)   # wgmma, two warpgroups
     # both dots wgmma over two warpgroups; 2 stages (3 slots of 64 x 256 K and V overflow)
     assert A.config_for(256, 256, h100) == A.AttentionConfig(128, 64, 256, 256, 8, 2)
@@ -111,28 +115,34 @@ def test_config_is_a_function_of_head_dims_and_target():
     # the packed kernel: smaller mma.sync blocks (64 x 64 and 128 x 64 overflow shared memory)
     assert A.config_for(256, 256, h100, varlen=True) == A.AttentionConfig(64, 16, 256, 256, 8)
     assert A.config_for(192, 128, h100, varlen=True) == A.AttentionConfig(64, 32, 256, 128, 8)
-    assert A.config_for(128, 128, h100, varlen=True) == A.config_for(128, 128, h100)
+    assert A.config_for(128, 128, h100, varlen=True) == plain
     assert A.config_for(8, 8, h100).dk == 16   # the smallest tile a dot takes
 
 
 def test_few_keys_take_the_short_tiling_at_head_dim_128():
     h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
     short = A.AttentionConfig(64, 64, 128, 128, 4, 3)
-    assert A.config_for(128, 128, h100, n_kv=1024) == short
-    assert A.config_for(96, 96, h100, n_kv=1000) == short
-    assert A.config_for(128, 128, h100, n_kv=1025) == A.config_for(128, 128, h100)
-    assert A.config_for(128, 128, h100, n_kv=4096, causal=True) == short
-    assert A.config_for(128, 128, h100, n_kv=4097, causal=True) == A.config_for(128, 128, h100)
-    assert A.config_for(128, 128, h100, varlen=True, n_kv=512) == short   # the packed kernel too
+    specialized = A.config_for(128, 128, h100)
+    # the dense kernel: causal over up to 1024 keys (else warp-specialized)
+    assert A.config_for(128, 128, h100, n_kv=1024, causal=True) == short
+    assert A.config_for(96, 96, h100, n_kv=1000, causal=True) == short
+    assert A.config_for(128, 128, h100, n_kv=1025, causal=True) == specialized
+    assert A.config_for(128, 128, h100, n_kv=512) == specialized
+    # the packed kernel (not warp-specialized): non-causal up to 1024 keys, causal up to 4096
+    assert A.config_for(128, 128, h100, varlen=True, n_kv=1024) == short
+    assert A.config_for(128, 128, h100, varlen=True, n_kv=4096, causal=True) == short
+    assert A.config_for(128, 128, h100, varlen=True, n_kv=4097, causal=True) == A.config_for(128, 128, h100, varlen=True)
+    assert A.config_for(128, 128, h100, specialize=False, n_kv=1024) == short
     # not where it was not measured: other head dims, mma.sync
     assert A.config_for(64, 64, h100, n_kv=512) == A.config_for(64, 64, h100)
     assert A.config_for(256, 256, h100, n_kv=512) == A.config_for(256, 256, h100)
     assert A.config_for(128, 128, a100, n_kv=512) == A.config_for(128, 128, a100)
-    (short_launch,) = A.plan(A.describe(2, 4, 4, 1000, 1000, 128, 128), h100)
-    (long_launch,) = A.plan(A.describe(2, 4, 4, 1000, 2000, 128, 128), h100)
-    assert (short_launch.consts["BM"], short_launch.num_warps, short_launch.grid[0]) == (64, 4, 16)
-    assert (long_launch.consts["BM"], long_launch.num_warps, long_launch.grid[0]) == (128, 8, 8)
-    (grouped,) = A.plan(A.describe(2, 4, 2, 1000, 1000, 128, 128), h100)   # grouped heads too
+    (short_launch,) = A.plan(A.describe(2, 4, 4, 1000, 1000, 128, 128), h100, causal=True)
+    (long_launch,) = A.plan(A.describe(2, 4, 4, 1000, 2000, 128, 128), h100, causal=True)
+    assert (short_launch.consts["BM"], short_launch.num_warps) == (64, 4)
+    assert (long_launch.consts["BM"], long_launch.consts["BN"], long_launch.num_warps) == (128, 128, 8)
+    assert dict(long_launch.options)["warp_specialize"] and "warp_specialize" not in dict(short_launch.options)
+    (grouped,) = A.plan(A.describe(2, 4, 2, 1000, 1000, 128, 128), h100, causal=True)   # grouped heads too
     assert (grouped.consts["BM"], grouped.num_warps) == (64, 4)
 
 
@@ -143,14 +153,17 @@ def test_config_reads_the_tuning_table():
     h100 = Target.from_arch("sm_90a")
     saved = tuning.TABLES["sm_90"]
     tuning.TABLES["sm_90"] = replace(saved, attention_fwd=replace(saved.attention_fwd, narrow=(64, 32, 4),
-                                                                  wide_v=(32, 32, 4)))
+                                                                  wide_v=(32, 32, 4), specialized=(128, 256, 8)))
     try:
-        c128, c256 = A.config_for(128, 128, h100), A.config_for(256, 256, h100)
+        c128, c256 = A.config_for(128, 128, h100, varlen=True), A.config_for(256, 256, h100)
+        ws = A.config_for(128, 128, h100)
     finally:
         tuning.TABLES["sm_90"] = saved
     assert (c128.bm, c128.bn, c128.num_warps, c128.dk) == (64, 32, 4, 128)
     assert (c256.bm, c256.bn, c256.num_warps, c256.dv) == (32, 32, 4, 256)
-    assert A.config_for(128, 128, h100).bm == saved.attention_fwd.narrow[0]
+    assert (ws.bm, ws.bn, ws.warp_specialize) == (128, 256, True)
+    assert A.config_for(128, 128, h100, varlen=True).bm == saved.attention_fwd.narrow[0]
+    assert A.config_for(128, 128, h100).bn == saved.attention_fwd.specialized[1]
 
 
 @pytest.mark.parametrize("call,err,match", [
