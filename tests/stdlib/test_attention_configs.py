@@ -165,7 +165,7 @@ def test_causal_forward_in_heavy_first_order_assembles_without_spills(d, dv, n):
 def test_shipped_varlen_forward_assembles_without_spills(d, dv, max_k):
     from tilec.stdlib_kernels.launches import spec
     import tilec as tc
-    hk = 4 if max_k else 2   # (the short tiling is not taken with grouped heads)
+    hk = 4 if max_k else 2
     q, k, v = (spec((1001, h, x), tc.float16) for h, x in ((4, d), (hk, d), (hk, dv)))
     (ln,) = V.plan_forward(q, k, v, 3, 500, H100, softcap=True, lse=True, max_seqlen_k=max_k)
     if d == 128:   # over at most 500 keys: the short tiling
