@@ -367,7 +367,7 @@ def _mods_signatures(d: int, dv: int = None, q_block: int = 128, path: str = Non
     h100 = Target.from_arch("sm_90a")
     dv = d if dv is None else dv
     # (the backward's tiles of bwd_path's plan for this call, unless `path` is given)
-    f, c = config_for(d, dv, h100), bwd_config_for(d, Target.from_arch(arch), path=path or A.bwd_path((1, 1, 1),
+    f, c = config_for(d, dv, h100, specialize=False), bwd_config_for(d, Target.from_arch(arch), path=path or A.bwd_path((1, 1, 1),
                                                                                                    False, 2))
     bm = min(f.bm, q_block)   # attention_mods' rows and warps for the block mask
     warps = f.num_warps if bm == f.bm or max(f.dk, f.dv) > 128 else 4
