@@ -309,7 +309,6 @@ def config_for(head_dim: int, head_dim_v: int, target: Target, varlen: bool = Fa
     dk, dv = max(next_pow2(head_dim), 16), max(next_pow2(head_dim_v), 16)
     stages = AttentionConfig.num_stages
     if max(dk, dv) == 128 and target.has_wgmma and target.has_setmaxnreg and specialize and not varlen \
-            and t.specialized is not None \
             and not (causal and n_kv is not None and n_kv <= t.specialized_short_keys_causal):
         bm, bn, warps = t.specialized
         return AttentionConfig(bm, bn, dk, dv, warps, num_stages=stages, warp_specialize=True)

@@ -58,7 +58,7 @@ from tilec.ir.types import ScalarType, TileType, ViewType
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
-           "TmaStoreOp", "tma_params", "copy_attrs", "check_box", "copies_as_it_lies",
+           "TmaStoreOp", "tma_params", "copy_attrs", "check_box", "check_scalar", "copies_as_it_lies",
            "storage_tile", "rows_dim", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -68,7 +68,8 @@ MULTICAST_SIZES = (1, 2, 4, 8)
 MAX_SCRATCH_BYTES = 64 * 1024  # a gpu.tma_store's scratch: a 128 x 256 tile of 16-bit elements
 
 
-def _scalar(op: Op, idx: int, want, what: str) -> None:
+def check_scalar(op: Op, idx: int, want, what: str) -> None:
+    """Operand `idx` of `op` is a scalar of one of the dtypes `want`, else an error naming `what`."""
     t = op.operands[idx].type
     if not isinstance(t, ScalarType) or t.dtype not in want:
         raise op.error(f"{what} must be a scalar of {'/'.join(d.name for d in want)}, got {t}")
@@ -110,7 +111,7 @@ class TmaOriginOp(Op):
         if len(self.operands) - 1 != vt.rank:
             raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 1}")
         for k in range(1, len(self.operands)):
-            _scalar(self, k, _INDEX, f"index {k - 1}")
+            check_scalar(self, k, _INDEX, f"index {k - 1}")
 
 
 @register_op
@@ -145,8 +146,8 @@ class MbarrierExpectOp(Op):
 
     def verify_op(self):
         _barriers(self, 0)
-        _scalar(self, 1, (dt.int32,), "the slot")
-        _scalar(self, 2, (dt.bool_,), "live")
+        check_scalar(self, 1, (dt.int32,), "the slot")
+        check_scalar(self, 2, (dt.bool_,), "live")
         if not 0 < self.attrs["bytes"] < (1 << 20):
             raise self.error(f"bytes must be from 1 to 2^20 - 1, got {self.attrs['bytes']}")
 
@@ -161,8 +162,8 @@ class MbarrierWaitOp(Op):
 
     def verify_op(self):
         _barriers(self, 0)
-        _scalar(self, 1, (dt.int32,), "the slot")
-        _scalar(self, 2, (dt.int32,), "the parity")
+        check_scalar(self, 1, (dt.int32,), "the slot")
+        check_scalar(self, 2, (dt.int32,), "the parity")
 
 
 @register_op
@@ -187,8 +188,8 @@ class MbarrierArriveOp(Op):
 
     def verify_op(self):
         _barriers(self, 0)
-        _scalar(self, 1, (dt.int32,), "the slot")
-        _scalar(self, 2, (dt.bool_,), "live")
+        check_scalar(self, 1, (dt.int32,), "the slot")
+        check_scalar(self, 2, (dt.bool_,), "live")
         if self.every < 1 or self.every & (self.every - 1):
             raise self.error(f"every must be a power of two, got {self.every}")
         _check_cluster(self, self.cluster, "cluster")
@@ -218,7 +219,7 @@ class TmaLoadOp(Op):
         buf = self.operands[0].owner
         if not isinstance(buf, AllocOp) or len(buf.attrs["shape"]) != 3:
             raise self.error("the buffer must be a gpu.alloc with slots (rank 3)")
-        _scalar(self, 1, (dt.int32,), "the slot")
+        check_scalar(self, 1, (dt.int32,), "the slot")
         _barriers(self, 2)
         vt = self.operands[3].type
         if not isinstance(vt, ViewType) or not 2 <= vt.rank <= 5:
@@ -228,8 +229,8 @@ class TmaLoadOp(Op):
         if len(self.operands) - 5 != vt.rank:
             raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 5}")
         for k in range(4, len(self.operands) - 1):
-            _scalar(self, k, _INDEX, f"index {k - 4}")
-        _scalar(self, len(self.operands) - 1, (dt.bool_,), "live")
+            check_scalar(self, k, _INDEX, f"index {k - 4}")
+        check_scalar(self, len(self.operands) - 1, (dt.bool_,), "live")
         if vt.rank > 2 and vt.strides[-1] != 1:
             raise self.error(f"a view of rank {vt.rank} is copied row-major (last stride 1), got strides {list(vt.strides)}")
         trans = tile_transposed(self)
@@ -277,7 +278,7 @@ class TmaStoreOp(Op):
         if len(self.operands) - 2 != vt.rank:
             raise self.error(f"expected {vt.rank} indices (one per dimension of the view), got {len(self.operands) - 2}")
         for k in range(1, len(self.operands) - 1):
-            _scalar(self, k, _INDEX, f"index {k - 1}")
+            check_scalar(self, k, _INDEX, f"index {k - 1}")
         t = self.operands[-1].type
         if not isinstance(t, TileType) or t.rank != 2 or t.dtype is not vt.dtype:
             raise self.error(f"the value must be a 2-D tile of {vt.dtype.name}, got {t}")

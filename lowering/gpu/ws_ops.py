@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from tilec import dtypes as dt
 from tilec.ir.core import AttrSpec as A, Op, register_op
-from tilec.ir.types import ScalarType
+
+from .tma_ops import check_scalar
 
 __all__ = ["WarpSpecializeOp", "PingpongWaitOp", "PingpongPassOp", "PRODUCER_WARPS", "TURN_BARRIER"]
 
@@ -70,6 +71,5 @@ class PingpongPassOp(Op):
     traits = frozenset({"writes"})
 
     def verify_op(self):
-        for i, v in enumerate(self.operands):
-            if not (isinstance(v.type, ScalarType) and v.type.dtype is dt.bool_):
-                raise self.error(f"operand {i} (whether warpgroup {i} passes) must be an i1 scalar, got {v.type}")
+        for i in range(2):
+            check_scalar(self, i, (dt.bool_,), f"wg{i} (whether warpgroup {i} passes)")

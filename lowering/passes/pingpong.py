@@ -33,8 +33,8 @@ from tilec.ir.types import ScalarType, TileType
 
 from ..gpu.wgmma_ops import WgmmaOp
 from ..gpu.ws_ops import PingpongPassOp, PingpongWaitOp, WarpSpecializeOp
-from .rewrite import build_constant
-from .warp_specialize import WARPGROUP, _trips
+from .rewrite import build_constant, trip_count
+from .warp_specialize import WARPGROUP
 
 __all__ = ["pingpong"]
 
@@ -61,7 +61,7 @@ def _take_turns(loop: T.ForOp, first, second) -> None:
     after = Builder().before(loop)
     after.index += 1
     after.loc = loop.loc
-    ran = after.value(T.CmpOp, _trips(after, loop), build_constant(after, _I32, 0), pred="gt")
+    ran = after.value(T.CmpOp, trip_count(after, *loop.operands[:3]), build_constant(after, _I32, 0), pred="gt")
     after.create(PingpongPassOp, ran, build_constant(after, _BOOL, False))
 
 

@@ -90,6 +90,15 @@ def build_constant(at: Builder, type_, value) -> Value:
     return at.create(T.ConstantOp, result_types=[type_], value=value).result
 
 
+def trip_count(at: Builder, lb: Value, ub: Value, step: Value) -> Value:
+    """How many iterations a loop from `lb` to `ub` by a positive `step` runs, as an i32 (0 when
+    ub <= lb)."""
+    one = build_constant(at, lb.type, 1)
+    n = at.value(T.FloorDivOp, at.value(T.SubOp, at.value(T.AddOp, at.value(T.SubOp, ub, lb), step), one), step)
+    n = at.value(T.MaximumOp, n, build_constant(at, lb.type, 0))
+    return n if n.type == ScalarType(dt.int32) else at.value(T.CastOp, n, to=dt.int32)
+
+
 def iteration_count(at: Builder, iv: Value, lb: Value, step: Value) -> Value:
     """(iv - lb) // step as an i32: the iteration of a loop whose induction variable is `iv`
     (the slot a ring of copies reads is this count modulo its stages)."""

@@ -54,7 +54,7 @@ from ..gpu.tma_ops import MbarrierArriveOp, MbarrierExpectOp, MbarrierInitOp, Mb
 from ..gpu.wgmma_ops import WgmmaOp, WgmmaWaitOp
 from ..gpu.ws_ops import PRODUCER_WARPS, WarpSpecializeOp
 from .dce import dce
-from .rewrite import build_constant, clone_ops, loop_slice
+from .rewrite import build_constant, clone_ops, loop_slice, trip_count
 
 __all__ = ["warp_specialize", "PRODUCER_REGS"]
 
@@ -175,12 +175,13 @@ def _split_point(entry: Block, rings: List[_Ring]) -> Op:
 def _entry_slice(entry: Block, roots, start: int) -> Optional[List[Op]]:
     """The ops of `entry` from index `start` on that compute `roots` (pure ones only; None
     otherwise), in block order."""
+    pos = {id(op): i for i, op in enumerate(entry.ops)}
     need = {}
     todo = list(roots)
     while todo:
         v = todo.pop()
         op = v.owner
-        if op is None or op.parent is not entry or id(op) in need or entry.ops.index(op) < start:
+        if op is None or pos.get(id(op), -1) < start or id(op) in need:
             continue
         if op.regions or not (op.has_trait("pure") or op.has_trait("elementwise")):
             return None
@@ -213,12 +214,8 @@ def _count(at: Builder, loop: T.ForOp, iv: Value, base: Optional[Value], lmap=No
 
 
 def _trips(at: Builder, loop: T.ForOp, lmap=None) -> Value:
-    """How many iterations `loop` runs, as i32 (0 when ub <= lb)."""
-    lb, ub, step = (_mapped(v, lmap) for v in loop.operands[:3])
-    one = build_constant(at, lb.type, 1)
-    n = at.value(T.FloorDivOp, at.value(T.SubOp, at.value(T.AddOp, at.value(T.SubOp, ub, lb), step), one), step)
-    n = at.value(T.MaximumOp, n, build_constant(at, lb.type, 0))
-    return n if lb.type == _I32 else at.value(T.CastOp, n, to=dt.int32)
+    """How many iterations `loop` runs (its bounds through `lmap`), as i32."""
+    return trip_count(at, *(_mapped(v, lmap) for v in loop.operands[:3]))
 
 
 def _new_loop(at: Builder, lb, ub, step, inits, names, loc) -> T.ForOp:
@@ -286,18 +283,15 @@ def _outer_needs(ring: _Ring) -> List[Value]:
     return [v for v in need if v.owner is not None and v.owner.parent is body]
 
 
-def _producer(rings: List[_Ring], empty: Value, entry: Block, start: int) -> Optional[Region]:
-    """The producer's loops: each ring's in turn, counting on from the rings before it (or the
-    one ring in a persistent tile loop); None when a value they need cannot be recomputed."""
+def _producer(rings: List[_Ring], empty: Value, pre: Optional[List[Op]]) -> Region:
+    """The producer's loops: each ring's in turn after `pre` (the entry's ops they need,
+    recomputed), counting on from the rings before it; or the one ring in a persistent tile loop."""
     outer_block = Block()
     at = Builder().at_end(outer_block)
     at.loc = rings[0].loop.loc
     ring = rings[0]
     if ring.outer is None:
         lmap = {}
-        pre = _entry_slice(entry, [v for r in rings for v in _loop_needs(r)], start)
-        if pre is None:
-            return None
         clone_ops(pre, at, lmap)
         base = None
         for r in rings:
@@ -416,9 +410,11 @@ def warp_specialize(module: Module, *, num_warps: int, registers_per_sm: int) ->
     ring = rings[0]
     entry = func.regions[0].block
     first = _split_point(entry, rings)
-    if ring.outer is None and _entry_slice(entry, [v for r in rings for v in _loop_needs(r)],
-                                           entry.ops.index(first)) is None:
-        return drop_multicast(module)
+    pre = None  # what the producer recomputes from the entry block (top-level rings)
+    if ring.outer is None:
+        pre = _entry_slice(entry, [v for r in rings for v in _loop_needs(r)], entry.ops.index(first))
+        if pre is None:
+            return drop_multicast(module)
     cluster = max([op.multicast for op in ring.issues if isinstance(op, TmaLoadOp)])
     _unify(rings)
     for op in ring.prologue:
@@ -439,7 +435,7 @@ def warp_specialize(module: Module, *, num_warps: int, registers_per_sm: int) ->
     init.create(MbarrierInitOp, empty, count=32 * num_warps // WARPGROUP * cluster)
     consumers = 32 * num_warps
     consumer_regs = min(256, (registers_per_sm - 32 * PRODUCER_WARPS * PRODUCER_REGS) // consumers // 8 * 8)
-    producer = _producer(rings, empty, entry, entry.ops.index(first))
+    producer = _producer(rings, empty, pre)
     consumer = _consumer(rings, empty, entry, cluster, first)
     split = WarpSpecializeOp([], [], {"producer_warps": PRODUCER_WARPS, "producer_regs": PRODUCER_REGS,
                                       "consumer_regs": consumer_regs}, [producer, consumer], ring.loop.loc)
