@@ -123,10 +123,11 @@ def test_more_rows_than_a_block(path):
 
 
 @pytest.mark.parametrize("splits", [1, 3])
-def test_zero_length_sequences_give_zeros(splits, path):
+@pytest.mark.parametrize("page", [16, 64])   # rows gathered; one page per step (wgmma) or two (chunks)
+def test_zero_length_sequences_give_zeros(splits, page, path):
     rng = np.random.default_rng(9)
     lens = [0, 40, 0]
-    kv, table = _cache(rng, lens, 16, True)
+    kv, table = _cache(rng, lens, page, True)
     q = rng.standard_normal((3, 1, 16, D)).astype(np.float16)
     out, lse = mla_decode(q, kv, np.array(lens, np.int32), block_table=table, num_splits=splits, return_lse=True)
     out = np.asarray(out, np.float64)

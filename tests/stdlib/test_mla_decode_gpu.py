@@ -68,6 +68,9 @@ CASES = [
     (16, 1, [1003, 2001, 5, 2900], 1, "float16", None),       # page 1
     (64, 1, [1003, 2001, 5, 2900], 0, "bfloat16", 3),         # contiguous cache
     (16, 4, [2222, 1717, 1000, 3000], 0, "float16", 1),
+    (128, 1, [0, 2500, 64, 1999], 64, "bfloat16", None),    # one page per step with a zero-length sequence
+    (64, 3, [777, 0, 130, 2049], 0, "bfloat16", None),      # contiguous, q_len 3, a zero-length sequence
+    (128, 1, [1000, 3, 2047, 513], 32, "bfloat16", 2),      # page 32: rows gathered at 128 heads, two splits
 ]
 
 
