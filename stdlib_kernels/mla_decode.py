@@ -21,7 +21,14 @@ Two kernels, by target:
   512 f32 accumulator would be 256 registers a thread: two programs share an M block, one
   per 256-wide half, neighbours in the grid (the second reads the rows from L2), both
   computing S; the half is a run-time column offset (its Q and K tiles first). ptxas fits
-  it in 255 registers with 76-288 bytes of spills (SM90_SIGNATURES).
+  it in 255 registers with 68-192 bytes of spills (SM90_SIGNATURES, ptxas 13.0).
+  FlashMLA's shape, one program per M block (8 warps, S once, each warpgroup a 256-wide
+  part of the values: 128 accumulator registers a thread), is not expressible yet: at 8
+  warps a 64-row dot splits N over the two warpgroups, and wgmma takes at least 64 columns
+  a warpgroup here, so the 64 x 64 S (32 a warpgroup) falls back to mma.sync (its K tiles
+  then unstaged: 924 bytes of spills); 128 keys per step need 232 KB of shared memory for
+  one slot (Q, the step's rows and P's exchange: more than the 227 KB of sm_90a); 128
+  query rows (Q twice) leave no room for a second slot (unstaged: 304 bytes of spills).
 - `mla_chunks_kernel` (targets without wgmma): 8 warps, BN = 32 keys per step, S = Q Kᵀ as
   nine 64-wide chunks in a run-time loop (Q's chunks re-read each step: a 64 x 576 operand
   in mma.sync's register fragments does not fit), cp.async-staged two chunks ahead; two
@@ -80,7 +87,8 @@ KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (mo
 BM, BN, DV_PART, DC = 64, 32, 256, 64
 WARPS = 8
 # The wgmma kernel (sm_90a): 64 keys per step (S's N: 64 per warpgroup is wgmma's least
-# here), one warpgroup, the latent columns as two 256-wide halves and the rope part.
+# here), one warpgroup, the latent columns as two 256-wide halves and the rope part. Not 8
+# warps (module doc): S would be 32 columns a warpgroup, below that least.
 WG_BN, WG_HALF, WG_ROPE, WG_WARPS = 64, 256, 64, 4
 
 
