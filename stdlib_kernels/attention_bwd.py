@@ -85,10 +85,10 @@ def attention_bwd_delta_zero_kernel(o, do, dlse, delta, dq_acc, DLSE: tc.constex
 
 
 @tc.kernel
-def attention_bwd_dq_convert_kernel(dq_acc, dq, BM: tc.constexpr, D: tc.constexpr):
-    """dq = the f32 accumulator the fused dK/dV kernel filled (already scaled), cast."""
+def attention_bwd_dq_convert_kernel(dq_acc, dq, scale, BM: tc.constexpr, D: tc.constexpr):
+    """dq = the f32 accumulator the fused dK/dV kernel filled (the sum of dS K), scaled and cast."""
     t = tc.load(dq_acc, index=(tc.program_id(2), tc.program_id(1), tc.program_id(0), 0), shape=(1, 1, BM, D))
-    tc.store(dq, index=(tc.program_id(2), tc.program_id(1), tc.program_id(0), 0), tile=t.astype(dq.dtype))
+    tc.store(dq, index=(tc.program_id(2), tc.program_id(1), tc.program_id(0), 0), tile=(t * scale).astype(dq.dtype))
 
 
 @tc.func
@@ -174,7 +174,7 @@ def _store_rows(x, a, b, h, i, start, n, BM: tc.constexpr, D: tc.constexpr, VARL
 def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, cap, left, right, n_kv, q_start,
                 MASKED: tc.constexpr, SOFTCAP: tc.constexpr, VARLEN: tc.constexpr,
                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
-                dq_acc=None, scale=1.0, DQ: tc.constexpr = False):
+                dq_acc=None, DQ: tc.constexpr = False):
     # (another sequence's q and dO rows are not zeroed here, unlike K and V in _dq_block: at the
     # wgmma blocks of head dim 64 that spills 128 bytes on sm_90a; their P and dP - δ are zeroed
     # in _probs' mask)
@@ -186,17 +186,35 @@ def _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk, dv, n0, off, qk_scale, c
     # dPᵀ - δ first (δ as the product's initial accumulator, no δ live beside it), then Sᵀ:
     # Pᵀ in registers for no other product's duration (at head dim 128 that spills)
     dpt = tc.dot(vt, dot_.T, tc.zeros((BN, BM), tc.float32) - d[None, :])
+    if DQ:
+        return _dkdv_dq_step(kt, qt, dot_, dpt, l2, rows, cols, dq_acc, b, h, i, dk, dv, qk_scale, left, right,
+                             MASKED, BM, BN, DK)
     pt, dpt = _probs(tc.dot(kt, qt.T), dpt, l2[None, :], rows[None, :], cols[:, None], qk_scale, cap, left, right,
                      n_kv, MASKED, SOFTCAP, VARLEN)                   # Pᵀ: (BN, BM)
     dst = pt * dpt                                                    # dSᵀ = Pᵀ ∘ (dPᵀ - δ)
     dv = tc.dot(pt.astype(do.dtype), dot_, dv)
-    if DQ:   # this key block's share of dQ = dS K · scale, added into f32 (a TMA reduction on sm_90a)
-        ds16 = dst.astype(q.dtype)
-        dk = tc.dot(ds16, qt, dk)
-        tc.atomic_add(dq_acc, tc.reshape(tc.dot(ds16.T, kt) * scale, (1, 1, BM, DK)), index=(b, h, i, 0),
-                      sem="relaxed")
-    else:
-        dk = tc.dot(dst.astype(q.dtype), qt, dk)
+    dk = tc.dot(dst.astype(q.dtype), qt, dk)
+    return dk, dv
+
+
+@tc.func
+def _dkdv_dq_step(kt, qt, dot_, dpt, l2, rows, cols, dq_acc, b, h, i, dk, dv, qk_scale, left, right,
+                  MASKED: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr):
+    """The rest of a fused step (attention_bwd_dkdv_dq_kernel; dense, no softcap): Pᵀ, dK, dV,
+    and this key block's share of dQ = dS K added into f32 (a TMA reduction on sm_90a),
+    unscaled (attention_bwd_dq_convert_kernel scales). What fits 255 registers at head dim 128
+    with no spill: each row's lse enters as Sᵀ's initial accumulator (-lse / qk_scale, so Pᵀ =
+    exp2(acc · qk_scale): no lse row live beside the product), dK before dV, dQ last; and no key
+    mask (padded keys are zeros: their dS meets K = 0 in dQ, their dK and dV rows are not
+    stored)."""
+    xs = tc.dot(kt, qt.T, tc.zeros((BN, BM), tc.float32) - (l2 / qk_scale)[None, :])
+    pt = tc.exp2(xs * qk_scale)
+    if MASKED:
+        pt = tc.where((cols[:, None] >= rows[None, :] - left) & (cols[:, None] <= rows[None, :] + right), pt, 0.0)                                       # Pᵀ: (BN, BM); +inf lse rows: 0
+    dst = (pt * dpt).astype(qt.dtype)
+    dk = tc.dot(dst, qt, dk)
+    dv = tc.dot(pt.astype(dot_.dtype), dot_, dv)
+    tc.atomic_add(dq_acc, tc.reshape(tc.dot(dst.T, kt), (1, 1, BM, DK)), index=(b, h, i, 0), sem="relaxed")
     return dk, dv
 
 
@@ -240,17 +258,17 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
         h, i = _head_block(t, hk, first, inner_lo, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
-                                     dq_acc, scale, DQ)
+                                     dq_acc, DQ)
     for t in range(GROUP * (inner_hi - inner_lo)):
         h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV,
-                                     dq_acc, scale, DQ)
+                                     dq_acc, DQ)
     for t in range(GROUP * (last - inner_hi)):
         h, i = _head_block(t, hk, inner_hi, last, GROUP)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
-                                     dq_acc, scale, DQ)
+                                     dq_acc, DQ)
     _store_rows(dk_acc * scale, dk, b, hk, nblk, k_start, n_kv, BN, DK, VARLEN)
     _store_rows(dv_acc, dv, b, hk, nblk, k_start, n_kv, BN, DV, VARLEN)
 
@@ -270,17 +288,16 @@ def attention_bwd_dkdv_kernel(q, k, v, do, lse, delta, dk, dv, qk_scale, cap, sc
 
 
 @tc.kernel
-def attention_bwd_dkdv_dq_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, qk_scale, cap, scale, left, right,
-                                 GROUP: tc.constexpr, SOFTCAP: tc.constexpr,
-                                 BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr, DV: tc.constexpr,
-                                 SECTION: tc.constexpr = 0):
+def attention_bwd_dkdv_dq_kernel(q, k, v, do, lse, delta, dk, dv, dq_acc, qk_scale, scale, left, right,
+                                 GROUP: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DK: tc.constexpr,
+                                 DV: tc.constexpr, SECTION: tc.constexpr = 0):
     """attention_bwd_dkdv_kernel that also computes dQ (FlashAttention-2's five products for the
-    backward's seven): each step's dS K · scale is added into the f32 `dq_acc` (zeroed by
-    attention_bwd_delta_zero_kernel, cast by attention_bwd_dq_convert_kernel); the order of the
-    additions varies, so `deterministic=True` keeps the dQ kernel."""
+    backward's seven), without softcap: each step's dS K is added into the f32 `dq_acc` (zeroed
+    by attention_bwd_delta_zero_kernel, scaled and cast by attention_bwd_dq_convert_kernel); the
+    order of the additions varies, so `deterministic=True` keeps the dQ kernel."""
     nblk, hk, b = program_block(k.shape[1], False, SECTION)
-    _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, cap, scale,
-               left, right, GROUP, SOFTCAP, False, BM, BN, DK, DV, 1, dq_acc, True)
+    _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, 0, q.shape[2], 0, k.shape[2], qk_scale, 0.0, scale,
+               left, right, GROUP, False, False, BM, BN, DK, DV, 1, dq_acc, True)
 
 
 @tc.kernel
@@ -598,13 +615,15 @@ def delta_launch(batch: int, heads: int, rows: int, cfg: AttentionBwdConfig, dls
                      schedule=schedule, DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv)
 
 
-def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, split: int) -> bool:
+def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, split: int,
+             softcap: bool = False) -> bool:
     """Whether the dense backward computes dQ in its dK/dV kernel (attention_bwd_dkdv_dq_kernel):
-    on wgmma targets up to AttentionBwdTuning.fused_dq_max_head_dim, not with `deterministic`
-    (the f32 additions' order varies), not with a GQA split (its partials). A pure function."""
-    up_to = tuning_for(target).attention_bwd.fused_dq_max_head_dim
-    return (target.has_wgmma and not deterministic and split == 1 and max(cfg.dk, cfg.dv) <= up_to
-            and cfg.q_step == cfg.kv_step)
+    on wgmma targets at AttentionBwdTuning.fused_dq_head_dims, not with `deterministic` (the
+    f32 additions' order varies), a GQA split (its partials) or softcap (the fused step has
+    no tanh). A pure function."""
+    dims = tuning_for(target).attention_bwd.fused_dq_head_dims
+    return (target.has_wgmma and not deterministic and not softcap and split == 1
+            and max(cfg.dk, cfg.dv) in dims and cfg.q_step == cfg.kv_step)
 
 
 def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = False,
@@ -619,8 +638,8 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     cfg = bwd_config_for(x.d, target, x.dv, softcap)
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     order = bwd_order(x, cfg, target, causal)
-    if fused_dq(x, cfg, target, deterministic, order.split):
-        return _plan_fused(x, cfg, order, softcap, dlse)
+    if fused_dq(x, cfg, target, deterministic, order.split, softcap):
+        return _plan_fused(x, cfg, order, dlse)
     out = [delta_launch(b_, h, n_q, cfg, dlse)]
     delta, = out[0].temps
     # With no query rows the dK/dV programs walk no block and store zeros; with no keys, the dQ ones.
@@ -650,7 +669,7 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     return out
 
 
-def _plan_fused(x, cfg: AttentionBwdConfig, order: BwdOrder, softcap: bool, dlse: bool) -> List[Launch]:
+def _plan_fused(x, cfg: AttentionBwdConfig, order: BwdOrder, dlse: bool) -> List[Launch]:
     """plan_backward's launches with dQ in the dK/dV kernel: δ (and the f32 accumulator
     "dq_acc" zeroed), the fused dK/dV kernel, dq cast from the accumulator."""
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
@@ -664,11 +683,11 @@ def _plan_fused(x, cfg: AttentionBwdConfig, order: BwdOrder, softcap: bool, dlse
     extra = {"SECTION": order.dkdv_section} if order.dkdv_section else {}
     out.append(Launch.of(attention_bwd_dkdv_dq_kernel,
                          section_grid(-(-n_kv // cfg.kv_block), hk, b_, order.dkdv_section),
-                         ("q", "k", "v", "do", "lse", "delta", "dk", "dv", "dq_acc", "qk_scale", "cap", "scale",
+                         ("q", "k", "v", "do", "lse", "delta", "dk", "dv", "dq_acc", "qk_scale", "scale",
                           "left", "right"), cfg.num_warps, options={"num_stages": cfg.num_stages}, temps=temps,
-                         schedule="dkdv", GROUP=h // hk, SOFTCAP=softcap, BM=cfg.q_step, BN=cfg.kv_block, DK=cfg.dk,
+                         schedule="dkdv", GROUP=h // hk, BM=cfg.q_step, BN=cfg.kv_block, DK=cfg.dk,
                          DV=cfg.dv, **extra))
-    out.append(Launch.of(attention_bwd_dq_convert_kernel, (blocks, h, b_), ("dq_acc", "dq"), 4, temps=temps,
+    out.append(Launch.of(attention_bwd_dq_convert_kernel, (blocks, h, b_), ("dq_acc", "dq", "scale"), 4, temps=temps,
                          schedule="dq", BM=DELTA_ROWS, D=cfg.dk))
     return out
 

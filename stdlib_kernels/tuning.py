@@ -250,10 +250,10 @@ class AttentionBwdTuning:
     wgmma_max_head_dim_softcap_dkdv (128: with dP' = dP - dP·t² they assemble with no spill;
     dP · (1 - t²) spilled 8 bytes at 128)."""
     # dQ inside the dK/dV kernel (attention_bwd_dkdv_dq_kernel: five products for seven, dQ added
-    # into f32 by TMA reductions) up to this tile head dim on wgmma targets, dense calls without
-    # deterministic=True; 0: off (64: 6-11% slower than two kernels on an H200, one program per
-    # SM against two, docs/benchmarks-archive.md; at 128 it spills)
-    fused_dq_max_head_dim: int = 0
+    # into f32 by TMA reductions) at these tile head dims on wgmma targets, dense calls without
+    # softcap or deterministic=True; () off (64 in its first form: 6-11% slower than two kernels
+    # on an H200, one program per SM against two, docs/benchmarks-archive.md)
+    fused_dq_head_dims: Tuple[int, ...] = ()
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     # head dims up to wgmma_small_max_head_dim, dense and varlen kernels: one warpgroup owns 64

@@ -62,7 +62,8 @@ shared memory beside the buffers already allocated, the ring is shallower (2 at 
 TMA (sm_90a): when tma_loads tagged every load of the groups, one wgmma group can stay in
 flight and `num_stages` slots fit, the ring is filled with TMA copies on mbarriers instead
 (pipeline_tma.py): attention's K and V among them, with no per-thread address arithmetic,
-predicates or proxy fence in the body.
+predicates or proxy fence in the body. Groups that stage only tiles computed in registers
+(the backward's dS for dQ = dS K) are not the ring's: they stay in the body as they are.
 The tma_origin markers are removed either way.
 """
 from __future__ import annotations
@@ -444,6 +445,11 @@ def _store_groups(loop: T.ForOp) -> List[_Group]:
     return out
 
 
+def _computed(store: LocalStoreOp) -> bool:
+    """Whether a group's store stages a tile computed in registers, not one loaded."""
+    return not isinstance(store.operands[1].owner, (T.LoadOp, T.LoadMaskedOp))
+
+
 def _tma_candidates(groups: List["_Group"], loop: T.ForOp):
     """(candidates, their tma_origin markers) when TMA can fill every store of every group
     (attention: K's and V's)."""
@@ -538,15 +544,18 @@ def pipeline_loads(module: Module, *, num_stages: int, shared_limit: int, remark
         if wanted < 2:
             remark(loop, f"the loads of the loop's tc.dot operands are not pipelined: num_stages={wanted}")
             continue
-        tma = _tma_candidates(groups, loop)
+        # groups that stage only tiles computed in registers (dS of the backward's dQ = dS K)
+        # stay as they are: the ring is the loads'
+        loaded = [g for g in groups if not all(_computed(st) for st in g.stores)]
+        tma = _tma_candidates(loaded, loop) if loaded else None
         # a TMA ring keeps its depth (cp.async's may be shallower) and a wgmma in flight
         lag = _ring_lag(module, loop, tma[0], wanted, carry) \
             if tma is not None and _fitting_stages(loop, tma[0], wanted, shared_limit) == wanted else None
         if lag is not None:
             cands, origins = tma
             before = _op_before(loop)
-            pipeline_tma(loop, groups, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops, _reslot_wgmma,
-                         _ready_before_use)
+            pipeline_tma(loop, loaded, cands, origins, wanted, lag, _slot_buffers, _tma_slice, clone_ops,
+                         _reslot_wgmma, _ready_before_use)
             _issue_before_staging(loop, before)
             remark(loop, f"pipelined: the tc.dot operands' loads go through a TMA ring of {wanted} stages "
                          f"(mbarriers), one wgmma group in flight")

@@ -407,20 +407,22 @@ def test_deterministic_calls_give_the_same_bits(kw):
 
 # ----------------------------------------------------------------------------- dQ in the dK/dV kernel
 @pytest.fixture
-def fused_up_to_64():
-    """AttentionBwdTuning.fused_dq_max_head_dim = 64 (0, off, in the shipped table until timed)."""
+def fused_dq_on():
+    """AttentionBwdTuning.fused_dq_head_dims = (64, 128)."""
     from dataclasses import replace
 
     from tilec.stdlib_kernels import tuning
     saved = tuning.TABLES["sm_90"]
-    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, fused_dq_max_head_dim=64))
+    tuning.TABLES["sm_90"] = replace(saved, attention_bwd=replace(saved.attention_bwd, fused_dq_head_dims=(64, 128)))
     try:
+        importlib.import_module("tilec.stdlib_kernels._plan").clear_plans()
         yield
     finally:
+        importlib.import_module("tilec.stdlib_kernels._plan").clear_plans()
         tuning.TABLES["sm_90"] = saved
 
 
-def test_plans_with_dq_in_the_dkdv_kernel(fused_up_to_64):
+def test_plans_with_dq_in_the_dkdv_kernel(fused_dq_on):
     h100, a100 = Target.from_arch("sm_90a"), Target.from_arch("sm_80")
     x = A.describe(2, 4, 4, 1000, 900, 64, 64)
     names = [ln.name for ln in B.plan_backward(x, h100, causal=True)]
@@ -431,19 +433,20 @@ def test_plans_with_dq_in_the_dkdv_kernel(fused_up_to_64):
     # the fixed-order plan: deterministic, another head dim, no wgmma, a GQA split
     two_kernels = ["attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"]
     assert [ln.name for ln in B.plan_backward(x, h100, deterministic=True)] == two_kernels
-    assert [ln.name for ln in B.plan_backward(A.describe(2, 4, 4, 1000, 900, 128, 128), h100)] == two_kernels
+    assert [ln.name for ln in B.plan_backward(A.describe(2, 4, 4, 1000, 900, 256, 256), h100)] == two_kernels
     assert [ln.name for ln in B.plan_backward(x, a100)] == two_kernels
+    assert [ln.name for ln in B.plan_backward(x, h100, softcap=True)] == two_kernels   # no tanh in the fused step
     assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(1, 8, 1, 64, 64, 64, 64),
                                                                                       h100)]   # split: partials
 
 
 def test_the_shipped_table_keeps_the_dq_kernel():
-    assert B.tuning_for(Target.from_arch("sm_90a")).attention_bwd.fused_dq_max_head_dim == 0
+    assert B.tuning_for(Target.from_arch("sm_90a")).attention_bwd.fused_dq_head_dims == ()
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(softcap=5.0)],
+@pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(window=(3, 70), scale=0.3)],
                          ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
-def test_dq_in_the_dkdv_kernel_matches_float64(fused_up_to_64, kw):
+def test_dq_in_the_dkdv_kernel_matches_float64(fused_dq_on, kw):
     rng = np.random.default_rng(7)
     q, k, v, do = _inputs(rng, "bshd", 2, 3, 3, 77, 150, 48)
     assert [ln.name for ln in B.plan_backward(A.check_qkv(q, k, v, "bshd")[0], B.HOST_TARGET,
@@ -455,11 +458,12 @@ def test_dq_in_the_dkdv_kernel_matches_float64(fused_up_to_64, kw):
 
 
 @pytest.mark.slow
-def test_the_fused_kernel_assembles_without_spills_at_head_dim_64(fused_up_to_64):
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d):
     from ptxas_checks import assert_assembles_clean
     h100 = Target.from_arch("sm_90a")
     for causal in (False, True):
-        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, 4096, 4096, 64, 64, dtype=A.tc.bfloat16), h100,
+        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, 4096, 4096, d, d, dtype=A.tc.bfloat16), h100,
                                       causal=causal)
         v4, rows = "bf16[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
         types = {"lse": rows, "delta": rows, "dq_acc": "f32[?,?,?,?]:stride_div=16x16x16x1", "left": "i32",

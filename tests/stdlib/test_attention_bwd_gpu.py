@@ -101,3 +101,25 @@ def test_deterministic_gradients_repeat_bit_for_bit(torch, kw):
     for _ in range(4):
         again = attention_backward(do, q, k, v, o, lse, deterministic=True, **kw)
         assert all(torch.equal(a, b) for a, b in zip(first, again))
+
+
+FUSED_CASES = [c for c in CASES if max(c[3]) in (64, 128) and "softcap" not in c[5]]
+
+
+@pytest.mark.parametrize("layout,heads,lens,dims,dtype,kw", FUSED_CASES)
+def test_dq_in_the_dkdv_kernel_matches_float64_autograd(torch, layout, heads, lens, dims, dtype, kw, monkeypatch):
+    # the fused form (AttentionBwdTuning.fused_dq_head_dims; off in the shipped table), forced on
+    from dataclasses import replace
+
+    tuning = importlib.import_module("tilec.stdlib_kernels.tuning")
+    bwd = importlib.import_module("tilec.stdlib_kernels.attention_bwd")
+    saved = tuning.TABLES["sm_90"]
+    monkeypatch.setitem(tuning.TABLES, "sm_90", replace(saved, attention_bwd=replace(
+        saved.attention_bwd, fused_dq_head_dims=(64, 128))))
+    monkeypatch.setattr(bwd, "gqa_split", lambda programs, group, target: 1)
+    plans = importlib.import_module("tilec.stdlib_kernels._plan")
+    plans.clear_plans()   # earlier tests' launch plans of the same shapes are the two-kernel ones
+    try:
+        _check_case(torch, layout, heads, lens, dims, dtype, kw)
+    finally:
+        plans.clear_plans()
