@@ -25,7 +25,11 @@ other (`SharedLayout._block_offset`), which is the PTX ISA canonical layout
                                                                SBO = 1024 B (next 8 rows of K)
 
 with T = 16 bytes / element size, so a descriptor names a 1024-byte-aligned atom
-and only its start address changes between instructions (`operand_offset`).
+and only its start address changes between instructions (`operand_offset`). An N-major
+B is addressed in whole column blocks, so a warp column's instruction takes N >= 64; a
+16-bit K-major B has 8 rows of N per atom, so its warp columns may take N down to 16
+(`min_instr_n`: S = Q Kᵀ of a 64 x 64 block split over two warpgroups along N takes
+m64n32k16, B's slice of warp column 1 starting 32 rows = 4096 bytes in).
 `tests/gemm/test_wgmma.py` checks these against an independent model of the
 canonical layouts and of the hardware's address-bit swizzle.
 
@@ -50,7 +54,8 @@ from typing import List, Optional, Tuple
 
 from .layouts import DotOperandLayout, MmaLayout, SharedLayout
 
-__all__ = ["SWIZZLE", "wgmma_shape", "wgmma_plan", "k_step", "b_k_major", "buffer_k_major", "a_buffer_k_major",
+__all__ = ["SWIZZLE", "wgmma_shape", "wgmma_plan", "min_instr_n", "MIN_N_K_MAJOR", "k_step", "b_k_major", "buffer_k_major",
+           "a_buffer_k_major",
            "operand_layout", "descriptor_high_bits",
            "operand_offset", "warpgroup_strides", "WgmmaInstr", "wgmma_instructions", "K_STEP", "register_a_layout",
            "REGISTER_A_BITS"]
@@ -59,6 +64,7 @@ SWIZZLE = 128          # bytes: the swizzle mode of both operands
 K_STEP = 16            # K of one instruction for 16-bit operands
 _SWIZZLE_CODE = {128: 1, 64: 2, 32: 3}
 _INSTR_K_BYTES = 32    # every wgmma operand type: 32 bytes of K per instruction
+MIN_N_K_MAJOR = 16     # the smallest instruction N wgmma_plan gives a 16-bit K-major B (`min_instr_n`)
 # A element widths the register form is used for here. f8 (k32) would need its bytes
 # regrouped across the lanes of a quad (the accumulator gives a thread columns 2t, 2t+1,
 # the k32 fragment wants 4t..4t+3), and tf32 has no pair to pack: both keep shared memory.
@@ -75,16 +81,35 @@ def b_k_major(elem_bytes: int) -> bool:
     return elem_bytes != 2
 
 
-def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Optional[Tuple[int, int, int]]:
+def wgmma_shape(m: int, n: int, k: int, elem_bytes: int, num_warps: int,
+                k_major: Optional[bool] = None) -> Optional[Tuple[int, int, int]]:
     """(wm, wn, instr_n) of a wgmma dot of an m x n accumulator over k, None if wgmma cannot
-    take it: whole warpgroups, M in steps of 64 rows, instruction N of 64 to 256 (whole
-    128-byte column blocks of B), K a multiple of a 128-byte row of A."""
-    return wgmma_plan(m, n, k, elem_bytes, num_warps)[0]
+    take it: whole warpgroups, M in steps of 64 rows, a power-of-two instruction N of 64 to
+    256 (whole 128-byte column blocks of an N-major B), or of `MIN_N_K_MAJOR` to 256 for a
+    16-bit B stored K-major (`k_major`: B's order, None the dtype's default), K a multiple of
+    a 128-byte row of A."""
+    return wgmma_plan(m, n, k, elem_bytes, num_warps, k_major)[0]
 
 
-def wgmma_plan(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Tuple[Optional[Tuple[int, int, int]], str]:
+def min_instr_n(elem_bytes: int, k_major: Optional[bool] = None) -> int:
+    """The smallest instruction N wgmma_plan gives a warp column. An N-major B (16-bit) is
+    addressed in whole 64-element column blocks (the swizzle runs along N), so N >= 64. A
+    16-bit K-major B (imm-trans-b = 0) is laid out as A is, N for M: its swizzle runs along K
+    and every 8 rows of N are one 1024-byte atom, so a warp column's slice starts on an atom
+    for any N that is a multiple of 8 (PTX ISA: m64nNk16 takes N = 8 .. 256 in steps of 8).
+    The plan stops at 16 (`MIN_N_K_MAJOR`): m64n8 does no more per instruction than the four
+    warps' m16n8k16, and it would move the attention backward's 64 x 16 dK/dV dots at 8
+    warps off mma.sync and its A in registers. tf32 and f8 (K-major only) keep 64."""
+    if elem_bytes == 2 and _k_major(k_major, elem_bytes):
+        return MIN_N_K_MAJOR
+    return 64
+
+
+def wgmma_plan(m: int, n: int, k: int, elem_bytes: int, num_warps: int,
+               k_major: Optional[bool] = None) -> Tuple[Optional[Tuple[int, int, int]], str]:
     """(wgmma_shape's answer, why not when it is None: the first condition that fails, for
-    the compiler's remarks; "" when it fits)."""
+    the compiler's remarks; "" when it fits). `k_major`: B's buffer order (None: the dtype's
+    default, N-major for 16-bit operands)."""
     if elem_bytes not in (1, 2, 4):
         return None, f"wgmma takes 1-, 2- or 4-byte operands, not {elem_bytes}-byte ones"
     if num_warps % 4:
@@ -101,10 +126,12 @@ def wgmma_plan(m: int, n: int, k: int, elem_bytes: int, num_warps: int) -> Tuple
     if n % wn:
         return None, f"N={n} does not split over the {wn} warp columns of {num_warps} warps"
     instr_n = min(256, n // wn)
-    width = 64 if b_k_major(elem_bytes) else SWIZZLE // elem_bytes  # N-major B: whole column blocks
+    width = min_instr_n(elem_bytes, k_major)
     if instr_n < width or instr_n & (instr_n - 1) or n % (instr_n * wn):
+        b = ("a K-major B" if _k_major(k_major, elem_bytes) else "an N-major B") if elem_bytes == 2 else \
+            f"{elem_bytes}-byte operands"
         return None, (f"wgmma needs each of the {wn} warp column(s) to take N in a power-of-two "
-                      f"instruction of {width} to 256 columns (BN={n})")
+                      f"instruction of {width} to 256 columns for {b} (BN={n})")
     return (wm, wn, instr_n), ""
 
 

@@ -73,6 +73,7 @@ class WgmmaOp(Op):
             if not isinstance(st, ScalarType) or st.dtype is not dt.int32:
                 raise self.error(f"the slot index must be an i32 scalar, got {st}")
         shapes = []
+        b_k_major = None   # B's order (None: the dtype's default), which bounds the instruction N
         reg_a = a_in_registers(self)
         bufs = (1,) if reg_a else (0, 1)
         if has_slot and all(len(_alloc_of(self, i).attrs["shape"]) != 3 for i in bufs):
@@ -102,6 +103,8 @@ class WgmmaOp(Op):
             if elem.bits == 16 and not b_trans:
                 k_major = inner == (0, 1) if idx == 1 else inner == (1, 0)
             want_lay = operand_layout(elem.itemsize, 0 if b_trans else idx, k_major)
+            if idx == 1:
+                b_k_major = True if b_trans else k_major
             if lay.swizzle_bytes != SWIZZLE or inner != want_lay.order:
                 dims = ("K or M" if elem.bits == 16 and not b_trans else "K") if idx == 0 else \
                     ("K" if want_lay.order[0] == 0 else "N")
@@ -112,7 +115,7 @@ class WgmmaOp(Op):
         m, n = c.shape
         if ea is not eb or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0] or (sa[0], sb[1]) != (m, n):
             raise self.error(f"shapes do not match: {sa} {ea} @ {sb} {eb} + {list(c.shape)}")
-        want = wgmma_shape(m, n, sa[1], ea.itemsize, c.encoding.num_warps)
+        want = wgmma_shape(m, n, sa[1], ea.itemsize, c.encoding.num_warps, b_k_major)
         lay = c.encoding
         if want != (lay.warps_per_cta[0], lay.warps_per_cta[1], lay.instr_shape[1]):
             raise self.error(f"wgmma cannot compute a {m}x{n}x{sa[1]} dot in {lay}")

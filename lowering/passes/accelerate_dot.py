@@ -68,12 +68,13 @@ from ..gpu.layouts import DistributedLayout, DotOperandLayout, MmaLayout, regist
 from ..gpu.mma_fragments import operand_shared_layout
 from ..gpu.mma_ops import LdMatrixOp, MmaOp
 from ..gpu.ops import SHARED, AllocOp, BarrierOp, ConvertLayoutOp, LocalLoadOp, LocalStoreOp
-from ..gpu.wgmma_fragments import operand_layout as wgmma_operand_layout, register_a_layout, wgmma_plan, wgmma_shape
+from ..gpu.wgmma_fragments import (min_instr_n, operand_layout as wgmma_operand_layout, register_a_layout, wgmma_plan,
+                                   wgmma_shape)
 from ..gpu.wgmma_ops import FenceProxyAsyncOp, WgmmaOp, WgmmaWaitOp
 from .rewrite import invariant_loop
 
-__all__ = ["accelerate_dot", "dot_acc_layout", "dot_operand_layout", "mma_dtype", "uses_tensor_cores", "mma_warps",
-           "tensor_core_refusal"]
+__all__ = ["accelerate_dot", "dot_acc_layout", "b_runs_along_k", "dot_operand_layout", "mma_dtype", "uses_tensor_cores",
+           "mma_warps", "tensor_core_refusal"]
 
 _F8 = (dt.float8e4m3, dt.float8e5m2)
 
@@ -125,9 +126,35 @@ def mma_warps(m: int, n: int, num_warps: int):
     return wm, wn
 
 
+def b_runs_along_k(op: T.DotOp) -> bool:
+    """Whether the dot's 16-bit B comes from a load whose contiguous dimension (axis_info's
+    `_contig_dim`) is B's K: `x @ w.T` of a row-major w, whether canonicalize folded the
+    transpose into the load (`order`) or a tile.permute [1, 0] remains (a tile loaded once
+    for `q @ k.T` and `p @ k`), up to layout conversions. accelerate_dot stores such a B
+    K-major, and wgmma then takes N below 64 per warp column (`wgmma_fragments.min_instr_n`).
+    False before axis_info (no `_contig_dim` yet: tma_loads and tma_stores get the N-major
+    answer, which never says wgmma where assign_layouts would not)."""
+    b = op.operands[1]
+    if b.type.dtype.bits != 16:
+        return False
+    flipped = False
+    for _ in range(8):
+        owner = b.owner
+        if isinstance(owner, ConvertLayoutOp):
+            b = owner.operands[0]
+        elif isinstance(owner, T.PermuteOp) and list(owner.attrs["order"]) == [1, 0]:
+            b, flipped = owner.operands[0], not flipped
+        elif isinstance(owner, (T.LoadOp, T.LoadMaskedOp)) and b.type.rank == 2 and "_contig_dim" in owner.attrs:
+            return owner.attrs["_contig_dim"] == (1 if flipped else 0)
+        else:
+            return False
+    return False
+
+
 def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool, chained: bool = False) -> Optional[MmaLayout]:
     """The #mma accumulator layout of a tensor-core dot (version 3, wgmma, where the target
-    has it (`wgmma`) and the tile allows it; else version 2, mma.sync), None for an FMA dot.
+    has it (`wgmma`) and the tile allows it, N below 64 per warp column only for a B that
+    runs along K (`b_runs_along_k`); else version 2, mma.sync), None for an FMA dot.
 
     `chained`: the accumulator feeds, or the A operand comes from, another dot's A in
     registers (attention's P). mma.sync then puts every warp along M where the rows allow:
@@ -139,11 +166,17 @@ def dot_acc_layout(op: T.DotOp, num_warps: int, wgmma: bool, chained: bool = Fal
     m, n = op.operands[2].type.shape
     a = op.operands[0].type
     if wgmma:
-        shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps)
+        shape = wgmma_shape(m, n, a.shape[1], a.dtype.itemsize, num_warps, _b_order(op))
         if shape is not None:
             return MmaLayout(3, shape[:2], (16, shape[2]))
     rows = chained and m % (16 * num_warps) == 0
     return MmaLayout(2, (num_warps, 1) if rows else mma_warps(m, n, num_warps), (16, 8))
+
+
+def _b_order(op: T.DotOp) -> Optional[bool]:
+    """B's buffer order as dot_acc_layout plans it: True (K-major) for a B that runs along K,
+    None (the dtype's default) otherwise."""
+    return True if b_runs_along_k(op) else None
 
 
 def dot_operand_layout(acc: MmaLayout, op_idx: int, dtype: dt.DType) -> Optional[DotOperandLayout]:
@@ -347,9 +380,12 @@ def _accelerate_wgmma(op: T.DotOp, remarks=None) -> None:
         remarks.add("dot", f"{_dot_text(op)} lowered to wgmma m64n{acc.instr_shape[1]}k{32 // size} ("
                            f"{acc.warps_per_cta[0]} warps along M, {acc.warps_per_cta[1]} along N), A from "
                            f"{a_from}, B from shared memory", op.loc)
-    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is;
+    # a 16-bit B that arrives K-contiguous (k.T of a loaded tile) is stored K-major as it is,
+    # and so is one whose warp columns take N below 64 (only a K-major B allows that:
+    # dot_acc_layout gave it to a B that runs along K, whatever width its loads got);
     # a 16-bit A loaded M-contiguous (a column-major view) M-major (`_a_k_major`)
-    k_major = True if srcs[1].type.dtype.bits == 16 and _register_run_dim(srcs[1]) == 0 else None
+    narrow = op.results[0].type.encoding.instr_shape[1] < min_instr_n(srcs[1].type.dtype.itemsize)
+    k_major = True if srcs[1].type.dtype.bits == 16 and (_register_run_dim(srcs[1]) == 0 or narrow) else None
     majors = {0: a_major, 1: k_major}
     bufs = {idx: head.create(AllocOp, shape=list(srcs[idx].type.shape),
                              layout=wgmma_operand_layout(srcs[idx].type.dtype.itemsize, 0 if y is not None else idx,
@@ -407,5 +443,5 @@ def _why_not_wgmma(op: T.DotOp, num_warps: int) -> str:
     dot's, whose tile wgmma does not take)."""
     m, n = op.operands[2].type.shape
     a = op.operands[0].type
-    return (wgmma_plan(m, n, a.shape[1], a.dtype.itemsize, num_warps)[1]
+    return (wgmma_plan(m, n, a.shape[1], a.dtype.itemsize, num_warps, _b_order(op))[1]
             or "its accumulator shares one layout with another dot's, whose tile wgmma does not take")

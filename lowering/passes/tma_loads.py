@@ -130,6 +130,8 @@ def _box(op: T.LoadViewOp, num_warps: int) -> Optional[Tuple[Tuple[int, ...], bo
         return None
     for d in shared or [dot]:
         a, b, _ = (v.type for v in d.operands)
+        # before axis_info: the N-major rule (accelerate_dot.b_runs_along_k is False), so never
+        # wgmma where assign_layouts would not say so (a narrow K-major B dot is not TMA-fed)
         acc = dot_acc_layout(d, num_warps, wgmma=True)
         if a.dtype is not b.dtype or a.dtype not in _TMA_DTYPES or acc is None or acc.version != 3:
             return None

@@ -59,6 +59,7 @@ def _wgmma_dot(v: Value, num_warps: int) -> bool:
         if op is None or isinstance(x, BlockArgument):  # a block argument's owner is its block
             continue
         if isinstance(op, T.DotOp):
+            # before axis_info: the N-major rule (a narrow K-major B dot counts as mma.sync)
             acc = dot_acc_layout(op, num_warps, wgmma=True)
             if acc is not None and acc.version == 3:
                 return True

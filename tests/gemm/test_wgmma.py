@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tilec.lowering.gpu.layouts import MmaLayout, NumpyOps, SharedLayout
-from tilec.lowering.gpu.wgmma_fragments import (descriptor_high_bits, k_step, operand_layout, warpgroup_strides,
-                                                wgmma_instructions, wgmma_shape)
+from tilec.lowering.gpu.wgmma_fragments import (descriptor_high_bits, k_step, min_instr_n, operand_layout,
+                                                warpgroup_strides, wgmma_instructions, wgmma_plan, wgmma_shape)
 
 OPS = NumpyOps()
 EB = 2  # 16-bit operands
@@ -175,6 +175,13 @@ KMAJOR_CASES = [  # (m, n, k, num_warps, element bytes): tf32 and f8, B K-major
     (128, 128, 64, 8, 2),
     (64, 256, 64, 8, 2),      # two warpgroups side by side along N
     (128, 128, 128, 4, 2),    # two M repetitions
+    (64, 64, 64, 8, 2),       # f16 K-major B below 64 per warp column: m64n32, two warp columns
+    (64, 64, 256, 8, 2),      # ... B four 64-element column blocks of K (MLA decode's S = Q Kᵀ)
+    (64, 32, 128, 8, 2),      # m64n16, two warp columns
+    (64, 32, 64, 8, 2),       # m64n16, two warp columns, K one column block
+    (64, 32, 64, 4, 2),       # m64n32, one warpgroup
+    (128, 32, 64, 4, 2),      # m64n32, two M repetitions
+    (128, 64, 64, 16, 2),     # m64n32: two warpgroups along M, two warp columns
 ]
 
 
@@ -185,7 +192,7 @@ def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
     stored as B^T rows), read through the ISA's K-major canonical layout; instructions of 32
     bytes of K (k8, k16, k32)."""
     km = True
-    wm, wn, instr_n = wgmma_shape(m, n, k, eb, num_warps)
+    wm, wn, instr_n = wgmma_shape(m, n, k, eb, num_warps, km)
     acc = MmaLayout(3, (wm, wn), (16, instr_n))
     rng = np.random.default_rng(1)
     a = rng.integers(-3, 4, (m, k)).astype(np.float64)
@@ -229,3 +236,36 @@ def test_k_major_b_simulation_matches_matmul(m, n, k, num_warps, eb):
 ])
 def test_wgmma_shape_policy_tf32_f8(m, n, k, num_warps, eb, want):
     assert wgmma_shape(m, n, k, eb, num_warps) == want
+
+
+@pytest.mark.parametrize("m,n,k,num_warps,want", [
+    (64, 64, 64, 8, (4, 2, 32)),      # S = Q Kᵀ of a 64 x 64 block over two warpgroups along N
+    (64, 64, 576, 8, (4, 2, 32)),
+    (64, 32, 64, 8, (4, 2, 16)),
+    (64, 16, 64, 4, (4, 1, 16)),
+    (64, 32, 64, 4, (4, 1, 32)),
+    (128, 32, 64, 8, (8, 1, 32)),
+    (64, 128, 64, 8, (4, 2, 64)),     # 64 and up: the same answer as an N-major B
+    (64, 512, 64, 8, (4, 2, 256)),
+    (64, 16, 64, 8, None),            # 8 columns per warp column: m64n8 is not planned (min_instr_n)
+    (64, 8, 64, 4, None),
+    (64, 48, 64, 8, None),            # 24 per warp column: not a power of two
+    (64, 24, 64, 4, None),
+    (64, 64, 32, 8, None),            # A rows of 64 bytes
+    (32, 64, 64, 8, None),            # less than a warpgroup's 64 rows
+])
+def test_wgmma_shape_policy_k_major_b(m, n, k, num_warps, want):
+    """A 16-bit B stored K-major (q @ k.T) lets a warp column take N from 16 (its swizzle runs
+    along K, 8 rows of N to a 1024-byte atom; m64n8 is not planned); an N-major B keeps whole
+    64-element column blocks, and tf32 / f8 (K-major always) keep N >= 64."""
+    assert wgmma_shape(m, n, k, EB, num_warps, k_major=True) == want
+    if want is not None and want[2] < 64:
+        assert wgmma_shape(m, n, k, EB, num_warps) is None
+        assert wgmma_shape(m, n, k, EB, num_warps, k_major=False) is None
+        assert wgmma_shape(m, n, k, 4 if k % 32 == 0 else 1, num_warps, k_major=True) is None
+        assert "for an N-major B" in wgmma_plan(m, n, k, EB, num_warps)[1]
+
+
+def test_min_instr_n():
+    assert min_instr_n(2, True) == 16 and min_instr_n(2) == min_instr_n(2, False) == 64
+    assert min_instr_n(4) == min_instr_n(4, True) == min_instr_n(1, True) == 64

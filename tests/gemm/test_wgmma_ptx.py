@@ -4,6 +4,7 @@ sm_80 keeps mma.sync for the same kernels; ptxas must assemble the sm_90a GEMMs 
 spills and no warnings (C7517/C7519 would mean missing wgmma fences).
 """
 import importlib
+import re
 
 import pytest
 
@@ -12,7 +13,9 @@ from tilec.lowering.target import find_ptxas
 from tilec.options import CompileOptions
 from tilec.specialize import parse_signature
 
+from chain_kernels import attention, attention_sig
 from gemm_kernels import matmul
+from nt_kernels import dot_nt, dot_nt_once, nt_sig
 
 mm = importlib.import_module("tilec.stdlib_kernels.matmul")
 
@@ -135,3 +138,84 @@ def test_true_f32_dot_stays_off_tensor_cores_on_sm_90a():
     ck = _compile(matmul, "a=f32[?,?], b=f32[?,?], c=f32[?,?], BM=64, BN=64, BK=32, TF32=False", "sm_90a",
                   num_warps=4)
     assert "wgmma" not in ck.asm["ptx"] and "mma.sync" not in ck.asm["ptx"]
+
+
+# The K-major B's descriptor constants (wgmma_fragments.descriptor_high_bits): leading byte
+# offset 16 B (1, unused by a swizzled K-major layout), stride byte offset 1024 B (64: the next
+# 8 rows of N), 128-byte swizzle (1 in bits 62-63).
+_K_MAJOR_HI = (1 << 16) | (64 << 32) | (1 << 62)
+
+
+def test_narrow_k_major_b_on_wgmma_m64n32():
+    """C = A Bᵀ of a 64 x 64 block (K 64) at 8 warps: the two warpgroups split N, 32 columns
+    each, and B (rows of b, K contiguous) is K-major, so wgmma takes m64n32k16 (an N-major B
+    would need 64 columns a warpgroup). Four k16 steps of one accumulator of 16 registers,
+    no transpose immediates (trans-a = trans-b = 0); each descriptor is the constant fields
+    plus the start address moved 32 bytes (2 in 16-byte units) per step; warp column 1's B
+    starts 32 rows of 128 bytes (4096) into the buffer (warp w's column is w >> 2: LLVM folds
+    (w >> 2) * 4096 into (w << 10) & -4096)."""
+    ck = _compile(dot_nt_once, nt_sig("f16", 64, 64, 64), "sm_90a", num_warps=8)
+    ptx = ck.asm["ptx"]
+    lines = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
+    assert len(lines) == 4, lines
+    for ln in lines:
+        assert "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" in ln
+        acc = ln.split("f16.f16 {", 1)[1].split("}", 1)[0]
+        assert len(acc.split(",")) == 16                      # 64 x 32 f32 over 128 threads
+        assert ln.rstrip().endswith("p, 1, 1, 0, 0; }"), ln   # A and B K-major
+    for step in range(4):
+        assert ptx.count(f", {_K_MAJOR_HI + 2 * step};") == 2, step   # A's and B's descriptors
+    assert re.search(r"shl\.b32\s+(%r\d+), %r\d+, 10;\s+and\.b32\s+%r\d+, \1, -4096;", ptx)
+    assert "mma.sync" not in ptx and "ldmatrix" not in ptx
+    gpu = ck.asm["gpu"]
+    assert "#mma{version = 3, warps_per_cta = [4, 2], instr_shape = [16, 32]}" in gpu
+    assert "order = [0, 1]" in gpu and "b_trans = true" not in gpu   # the loaded k.T, stored K-major
+    rem = [r.message for r in ck.remarks if r.kind == "dot"]
+    assert rem == ["tc.dot 64x64x64 f16 lowered to wgmma m64n32k16 (4 warps along M, 2 along N), "
+                   "A from shared memory, B from shared memory"], rem
+    _assert_clean(ck)
+
+
+def test_narrow_n_major_b_keeps_mma_sync():
+    """The same 64 x 64 block with B N-major (x @ w of a row-major w): mma.sync, and the
+    remark says why not wgmma."""
+    ck = _compile(matmul, "a=f16[?,?]:stride_div=16x1, b=f16[?,?]:stride_div=16x1, c=f16[?,?], BM=64, BN=64, "
+                          "BK=64, TF32=False", "sm_90a", num_warps=8)
+    assert "mma.sync.aligned" in ck.asm["ptx"] and "wgmma" not in ck.asm["ptx"]
+    rem = " ".join(r.message for r in ck.remarks if r.kind == "dot")
+    assert "instruction of 64 to 256 columns for an N-major B (BN=64)" in rem, rem
+
+
+# (num_warps, BM, BN, instruction N): 16 to 64 columns per warp column, one or two warpgroups along N
+NARROW = [(4, 64, 16, 16), (4, 64, 32, 32), (4, 64, 64, 64), (8, 64, 32, 16), (8, 64, 64, 32), (8, 64, 128, 64),
+          (8, 128, 32, 32), (8, 128, 16, 16), (8, 128, 64, 64)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("once", [True, False], ids=["once", "loop"])
+@pytest.mark.parametrize("num_warps,bm,bn,instr", NARROW)
+def test_narrow_k_major_b_shapes(num_warps, bm, bn, instr, once, dtype):
+    """Every shape test_wgmma_narrow_gpu.py runs: the instruction it is meant to test, ptxas
+    clean; the loop's B goes through the cp.async ring into a K-major buffer."""
+    kernel, bk = (dot_nt_once, 128) if once else (dot_nt, 64)
+    ck = _compile(kernel, nt_sig(dtype, bm, bn, bk), "sm_90a", num_warps=num_warps, num_stages=3)
+    ptx = ck.asm["ptx"]
+    assert f"wgmma.mma_async.sync.aligned.m64n{instr}k16.f32.{dtype}.{dtype}" in ptx
+    assert "mma.sync" not in ptx
+    if not once:
+        assert "cp.async.cg.shared.global" in ptx
+    _assert_clean(ck)
+
+
+@pytest.mark.slow
+def test_attention_at_8_warps_splits_s_over_warpgroups():
+    """Attention with BM = BN = 64 at 8 warps (head dim 128): S = Q Kᵀ on m64n32k16, 32 keys a
+    warpgroup, P through shared memory to P V on m64n64k16."""
+    ck = _compile(attention, attention_sig("bf16", 64, 64, 128).replace("[?,?]", "[?,?]:stride_div=16x1"),
+                  "sm_90a", num_warps=8)
+    ptx = ck.asm["ptx"]
+    assert "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16" in ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16" in ptx
+    assert "mma.sync" not in ptx
+    _assert_clean(ck)
