@@ -10,25 +10,21 @@ instead of once per head.
 
 Two kernels, by target:
 
-- `mla_decode_kernel` (wgmma, sm_90a; MLA's 576 = 256 + 256 + 64): one warpgroup takes BM
-  = 64 query rows (heads of one or several new tokens, row r = token * heads + head; 16
-  heads are padded to 64) and holds them in shared memory for the whole walk (three tiles:
-  the latent halves and the rope part, 72 KB), and takes 64 cached rows per step (64 is the
-  least N of a wgmma over one warpgroup here). S = Q Kᵀ is three chained wgmmas on the
-  step's three staged tiles (cp.async, 2 slots: 221 KB of shared memory in all, one
-  program per SM); after the online softmax, O += P V takes P from registers and V as the
-  same staged rows' value half, so the cache is read once per step for both dots. A 64 x
-  512 f32 accumulator would be 256 registers a thread: two programs share an M block, one
-  per 256-wide half, neighbours in the grid (the second reads the rows from L2), both
-  computing S; the half is a run-time column offset (its Q and K tiles first). ptxas fits
-  it in 255 registers with 68-192 bytes of spills (SM90_SIGNATURES, ptxas 13.0).
-  FlashMLA's shape, one program per M block (8 warps, S once, each warpgroup a 256-wide
-  part of the values: 128 accumulator registers a thread), is not expressible yet: at 8
-  warps a 64-row dot splits N over the two warpgroups, and wgmma takes at least 64 columns
-  a warpgroup here, so the 64 x 64 S (32 a warpgroup) falls back to mma.sync (its K tiles
-  then unstaged: 924 bytes of spills); 128 keys per step need 232 KB of shared memory for
-  one slot (Q, the step's rows and P's exchange: more than the 227 KB of sm_90a); 128
-  query rows (Q twice) leave no room for a second slot (unstaged: 304 bytes of spills).
+- `mla_decode_kernel` (wgmma, sm_90a; MLA's 576 = 256 + 256 + 64): FlashMLA's shape. One
+  program of 8 warps (two warpgroups) takes BM = 64 query rows (heads of one or several new
+  tokens, row r = token * heads + head; 16 heads are padded to 64) and holds them in shared
+  memory for the whole walk (three tiles: the latent halves and the rope part, 72 KB), and
+  takes 64 cached rows per step. S = Q Kᵀ (64 x 64) is computed once, three chained wgmmas
+  on the step's three staged tiles (cp.async, 2 slots), the two warpgroups splitting the 64
+  keys (m64n32k16: the keys' tiles are B K-major, as loaded). After the online softmax, P
+  goes through shared memory (each warpgroup holds half of its columns) to O += P V, the
+  64 x 512 accumulator split into the two value halves (O_a += P ka, O_b += P kb, V the
+  same staged rows' first 512 columns; each m64n128k16 over the two warpgroups): 128
+  accumulator registers a thread, and the cache is read once per step for every dot.
+  Shared memory: 72 KB of Q, 2 x 72 KB of rows, 8 KB of P (229888 bytes, one program per
+  SM); ptxas 13.0 fits it in 232-253 registers with no spill (SM90_SIGNATURES). 128 keys a
+  step would need more than sm_90a's 227 KB for two slots. head_dim_v 256 (VB = 1) keeps
+  the first half only.
 - `mla_chunks_kernel` (targets without wgmma): 8 warps, BN = 32 keys per step, S = Q Kᵀ as
   nine 64-wide chunks in a run-time loop (Q's chunks re-read each step: a 64 x 576 operand
   in mma.sync's register fragments does not fit), cp.async-staged two chunks ahead; two
@@ -86,10 +82,9 @@ KV_CONTIG, KV_PAGE, KV_GATHER = 0, 1, 2   # how a step finds its cached rows (mo
 # at 16 warps): ptxas 13.
 BM, BN, DV_PART, DC = 64, 32, 256, 64
 WARPS = 8
-# The wgmma kernel (sm_90a): 64 keys per step (S's N: 64 per warpgroup is wgmma's least
-# here), one warpgroup, the latent columns as two 256-wide halves and the rope part. Not 8
-# warps (module doc): S would be 32 columns a warpgroup, below that least.
-WG_BN, WG_HALF, WG_ROPE, WG_WARPS = 64, 256, 64, 4
+# The wgmma kernel (sm_90a): 64 keys per step (32 a warpgroup in S, K-major: m64n32k16), two
+# warpgroups, the latent columns as two 256-wide halves and the rope part (module doc).
+WG_BN, WG_HALF, WG_ROPE, WG_WARPS = 64, 256, 64, 8
 
 
 @tc.func
@@ -208,51 +203,72 @@ def mla_chunks_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page
 
 
 @tc.func
-def _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, ca, cb, KV: tc.constexpr,
-             BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
-    """One step of BN keys of the wgmma kernel: S = Q Kᵀ as three dots on the resident Q
-    (this program's value half at column ca, the other half at cb, the rope part), the
-    online softmax, O += P V with V the first of those tiles: the step's rows are staged
-    once for both dots."""
+def _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc_a, acc_b, KV: tc.constexpr,
+             BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr, VB: tc.constexpr):
+    """One step of BN keys of the wgmma kernel: S = Q Kᵀ as three dots on the resident Q (the
+    latent halves and the rope part; the two warpgroups take BN / 2 keys each), the online
+    softmax, then O += P V for each value half (VB of them: acc_a += P ka, acc_b += P kb, the
+    warpgroups splitting each half's columns) with V the same staged rows as the keys: the
+    step's rows are read once for every dot."""
     page, r0, rows, valid = _rows_of(kv, tbl, b, j, n, page_size, KV, BN)
-    ka = _kv_tile(kv, page, r0, rows, valid, ca, KV, True, BN, DH)
-    kb = _kv_tile(kv, page, r0, rows, valid, cb, KV, True, BN, DH)
+    ka = _kv_tile(kv, page, r0, rows, valid, 0, KV, True, BN, DH)
+    kb = _kv_tile(kv, page, r0, rows, valid, DH, KV, True, BN, DH)
     kr = _kv_tile(kv, page, r0, rows, valid, 2 * DH, KV, False, BN, DR)   # keys only: scores masked
     s = tc.dot(qr, kr.T, tc.dot(qb, kb.T, tc.dot(qa, ka.T)))
     keys = j * BN + tc.arange(0, BN)
     s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
-    return online_softmax(s, ka, m_i, l_i, acc)
+    m_new = tc.maximum(m_i, tc.max(s, axis=1))
+    # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
+    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
+    p = tc.exp2(s - m_use[:, None])
+    alpha = tc.exp2(m_i - m_use)
+    l_new = l_i * alpha + tc.sum(p, axis=1)
+    pp = p.astype(ka.dtype)
+    acc_a = tc.dot(pp, ka, acc_a * alpha[:, None])
+    if VB == 2:
+        acc_b = tc.dot(pp, kb, acc_b * alpha[:, None])
+    return m_new, l_new, acc_a, acc_b
 
 
 @tc.kernel
 def mla_decode_kernel(q, kv, tbl, lens, o, lse, o_part, lse_part, qk_scale, page_size, heads, q_len,
                       KV: tc.constexpr, CAUSAL: tc.constexpr, SPLIT: tc.constexpr, LSE: tc.constexpr,
                       VB: tc.constexpr, BM: tc.constexpr, BN: tc.constexpr, DH: tc.constexpr, DR: tc.constexpr):
-    """wgmma targets: q (batch, M, 2 DH + DR), kv (pages or batch, rows, 2 DH + DR), o (batch,
-    M, VB x DH). Program (mblk x VB + value half, split, b): the two halves' programs are
-    neighbours, so the second's reads of the same rows find them in L2. Each takes its half's
-    columns as the first Q and K tiles (the value tile), the other half as the second: the
-    half is a run-time column offset, not a constexpr. Q stays in shared memory (72 KB at BM
-    64); each step's 64 cached rows are staged once (cp.async, 2 slots) for both dots."""
-    mblk = tc.program_id(0) // VB
-    vh = tc.program_id(0) % VB
+    """wgmma targets, 8 warps: q (batch, M, 2 DH + DR), kv (pages or batch, rows, 2 DH + DR), o
+    (batch, M, VB x DH). Program (mblk, split, b): one per M block, both value halves (VB = 2;
+    1: the first half only). Q stays in shared memory (72 KB at BM 64); each step's BN cached
+    rows are staged once (cp.async, 2 slots) for S and both halves' P V."""
+    mblk = tc.program_id(0)
     b = tc.program_id(2)
     m0 = mblk * BM
-    ca = vh * DH
-    cb = DH - ca
     n, lim, j0, _, j1 = _key_range(q, lens, b, m0, heads, q_len, CAUSAL, BM, BN)
-    qa = tc.reshape(tc.load(q, offset=(b, m0, ca), shape=(1, BM, DH), padding=0.0), (BM, DH))
-    qb = tc.reshape(tc.load(q, offset=(b, m0, cb), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qa = tc.reshape(tc.load(q, offset=(b, m0, 0), shape=(1, BM, DH), padding=0.0), (BM, DH))
+    qb = tc.reshape(tc.load(q, offset=(b, m0, DH), shape=(1, BM, DH), padding=0.0), (BM, DH))
     qr = tc.reshape(tc.load(q, offset=(b, m0, 2 * DH), shape=(1, BM, DR), padding=0.0), (BM, DR))
     m_i = tc.full((BM,), float("-inf"), tc.float32)
     l_i = tc.zeros((BM,), tc.float32)
-    acc = tc.zeros((BM, DH), tc.float32)
+    acc_a = tc.zeros((BM, DH), tc.float32)
+    acc_b = tc.zeros((BM, DH), tc.float32)
     # One loop, every step's loads masked (staged with cp.async's zero fill): as fast as an
-    # unmasked interior plus a masked last step (H200), and fewer spills.
+    # unmasked interior plus a masked last step (H200, the 4-warp kernel), and fewer registers.
     for j in tc.range(j0, j1, num_stages=2):
-        m_i, l_i, acc = _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, acc, ca, cb,
-                                 KV, BN, DH, DR)
-    _finish(o, lse, o_part, lse_part, b, mblk, vh, heads, m_i, l_i, acc, SPLIT, LSE, BM, DH)
+        m_i, l_i, acc_a, acc_b = _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i,
+                                          acc_a, acc_b, KV, BN, DH, DR, VB)
+    seen = l_i > 0.0
+    inv = 1.0 / tc.where(seen, l_i, 1.0)
+    lse2 = tc.where(seen, m_i + tc.log2(tc.where(seen, l_i, 1.0)), float("-inf"))
+    if SPLIT:
+        tc.store(o_part, index=(b, tc.program_id(1), mblk, 0), tile=tc.reshape(acc_a * inv[:, None], (1, 1, BM, DH)))
+        if VB == 2:
+            tc.store(o_part, index=(b, tc.program_id(1), mblk, 1),
+                     tile=tc.reshape(acc_b * inv[:, None], (1, 1, BM, DH)))
+        tc.store(lse_part, index=(b, tc.program_id(1), mblk), tile=tc.reshape(lse2, (1, 1, BM)))
+    else:
+        tc.store(o, index=(b, mblk, 0), tile=tc.reshape((acc_a * inv[:, None]).astype(o.dtype), (1, BM, DH)))
+        if VB == 2:
+            tc.store(o, index=(b, mblk, 1), tile=tc.reshape((acc_b * inv[:, None]).astype(o.dtype), (1, BM, DH)))
+        if LSE:
+            _store_lse(lse, b, m0 + tc.arange(0, BM), heads, o.shape[1], lse2)
 
 
 @tc.func
@@ -301,17 +317,15 @@ EXTRA_SIGNATURES = [
     ("mla_chunks_kernel", _sig("bf16", KV_GATHER, True)),
     ("mla_chunks_kernel", _sig("f16", KV_PAGE, True)),
 ]
-# wgmma: sm_90a only (the PTX tests assemble SIGNATURES for sm_80 too). ptxas fits them in
-# 255 registers with a few hundred bytes of spills (WG_SPILL_BYTES; the accumulator's half
-# alone is 128 registers, S 32, the step's cp.async addresses the rest); measured 2.6-3.0x
-# the chunks kernel on an H200 all the same (docs/benchmarks.md).
+# wgmma: sm_90a only (the PTX tests assemble SIGNATURES for sm_80 too). ptxas 13.0 fits them
+# in 232-253 registers with no spill (both accumulators 128 registers a thread, S 16) and
+# 229888 bytes of shared memory (Q 72 KB, the step's rows in 2 slots 144 KB, P 8 KB).
 SM90_SIGNATURES = [
     ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, False, 2), WG_WARPS),
     ("mla_decode_kernel", _wg_sig("bf16", KV_PAGE, True, 2), WG_WARPS),
     ("mla_decode_kernel", _wg_sig("f16", KV_CONTIG, True, 2), WG_WARPS),
     ("mla_decode_kernel", _wg_sig("bf16", KV_GATHER, False, 1), WG_WARPS),
 ]
-WG_SPILL_BYTES = 400
 OPTIONS = {"mla_chunks_kernel": {"num_warps": WARPS, "fast_math": True},
            "mla_decode_kernel": {"num_warps": WG_WARPS, "fast_math": True},
            "mla_combine_kernel": {"num_warps": 4, "fast_math": True}}
@@ -323,15 +337,21 @@ class MLAPlan:
     """How one mla_decode call is launched (a pure function of shapes and the Target)."""
     kv_mode: int          # KV_CONTIG, KV_PAGE or KV_GATHER
     m_blocks: int         # BM-row blocks of the (q_len x heads) query rows
-    v_blocks: int         # DV_PART-wide parts of the value columns, one program each
+    v_blocks: int         # DV_PART-wide parts of the value columns (the chunks kernel: one program each)
     num_splits: int       # programs per sequence along its keys (1: no combine launch)
     num_warps: int = WARPS
     wgmma: bool = False   # mla_decode_kernel (Q resident, wgmma) rather than mla_chunks_kernel
 
     @property
+    def programs_per_batch(self) -> int:
+        """Programs per sequence and split: the wgmma kernel takes every value part of an M
+        block in one program, the chunks kernel one part each."""
+        return self.m_blocks * (1 if self.wgmma else self.v_blocks)
+
+    @property
     def grid(self):
         """The first launch's grid, less the batch."""
-        return (self.m_blocks * self.v_blocks, self.num_splits)
+        return (self.programs_per_batch, self.num_splits)
 
 
 def split_count(programs: int, max_keys: int, target: Target, per_sm: int = 2, keys_per_step: int = BN) -> int:
@@ -356,14 +376,16 @@ def uses_wgmma(dim: int, target: Target) -> bool:
 def config(batch: int, q_len: int, heads: int, head_dim_v: int, max_keys: int, paged: bool, page_size: int,
            target: Target, num_splits: Optional[int] = None, dim: int = 2 * WG_HALF + WG_ROPE) -> MLAPlan:
     """The launches' shape for these sizes on `target` (see the module doc). The wgmma kernel
-    holds 221 KB of shared memory, one program per SM; the chunks kernel two."""
+    holds 225 KB of shared memory, one program per SM, one program per M block; the chunks
+    kernel two per SM, one per M block and value part."""
     wgmma = uses_wgmma(dim, target)
     bn = WG_BN if wgmma else BN
     mode = KV_CONTIG if not paged else KV_PAGE if page_size % bn == 0 else KV_GATHER
     m_blocks = -(-(q_len * heads) // BM)
     v_blocks = head_dim_v // DV_PART
     if num_splits is None:
-        num_splits = split_count(batch * m_blocks * v_blocks, max_keys, target, 1 if wgmma else 2, bn)
+        num_splits = split_count(batch * m_blocks * (1 if wgmma else v_blocks), max_keys, target, 1 if wgmma else 2,
+                                 bn)
     return MLAPlan(mode, m_blocks, v_blocks, int(num_splits), WG_WARPS if wgmma else WARPS, wgmma)
 
 

@@ -103,6 +103,23 @@ def test_mla_decode_scale_and_no_causal(torch):
     torch.testing.assert_close(out.double(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("page,splits", [(64, None), (16, 1), (0, 2)])
+def test_mla_decode_first_value_half(torch, page, splits):
+    """head_dim_v 256: the wgmma kernel's one-accumulator form (VB = 1), paged, gathered and
+    contiguous, with and without splits."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(31 + page)
+    lens = [1500, 3, 2049]
+    kv, table = _cache(torch, lens, page, torch.bfloat16, page > 0, gen)
+    q = torch.randn((3, 2, 64, D), device="cuda", dtype=torch.bfloat16, generator=gen)
+    seqlens = torch.tensor(lens, device="cuda", dtype=torch.int32)
+    out, lse = mla_decode(q, kv, seqlens, block_table=table, head_dim_v=256, num_splits=splits, return_lse=True)
+    assert out.shape == (3, 2, 64, 256)
+    want, want_lse = _reference(torch, q, kv, lens, table, max(page, 1), 1.0 / math.sqrt(D), True)
+    torch.testing.assert_close(out.double(), want[..., :256], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=1e-3, atol=1e-3)
+
+
 def test_a_decode_step_captured_in_a_cuda_graph_replays_on_new_queries(torch):
     """Decode steps are what CUDA graphs are for: the lengths are not read back while capturing."""
     gen = torch.Generator(device="cuda").manual_seed(5)
