@@ -85,6 +85,8 @@ CASES = [
     (0, 4, (32, 8), 1, 5000, "bfloat16", None),
     (0, 6, (32, 32), 4, 1500, "float16", 1),
     (256, 2, (32, 8), 1, 4000, "bfloat16", None),
+    (16, 2, (32, 4), 16, 1200, "bfloat16", None),    # 128 rows: two 64-row blocks (S on m64n32k16)
+    (0, 3, (16, 2), 8, 900, "float16", 2),            # 64 rows, contiguous, split
 ]
 
 
