@@ -203,14 +203,16 @@ def _dkdv_dq_step(kt, qt, dot_, dpt, l2, rows, cols, dq_acc, b, h, i, dk, dv, qk
     """The rest of a fused step (attention_bwd_dkdv_dq_kernel; dense, no softcap): Pᵀ, dK, dV,
     and this key block's share of dQ = dS K added into f32 (a TMA reduction on sm_90a),
     unscaled (attention_bwd_dq_convert_kernel scales). What fits 255 registers at head dim 128
-    with no spill: each row's lse enters as Sᵀ's initial accumulator (-lse / qk_scale, so Pᵀ =
-    exp2(acc · qk_scale): no lse row live beside the product), dK before dV, dQ last; and no key
-    mask (padded keys are zeros: their dS meets K = 0 in dQ, their dK and dV rows are not
-    stored)."""
+    with no spill (at lengths that are multiples of 16; 4 bytes spill in some other
+    specializations, docs/stdlib.md): each row's lse enters as Sᵀ's initial accumulator
+    (-lse / qk_scale, so Pᵀ = exp2(acc · qk_scale): no lse row live beside the product), dK
+    before dV, dQ last; and no key mask (padded keys are zeros: their dS meets K = 0 in dQ,
+    their dK and dV rows are not stored)."""
     xs = tc.dot(kt, qt.T, tc.zeros((BN, BM), tc.float32) - (l2 / qk_scale)[None, :])
-    pt = tc.exp2(xs * qk_scale)
+    pt = tc.exp2(xs * qk_scale)                                       # Pᵀ: (BN, BM); +inf lse rows: 0
     if MASKED:
-        pt = tc.where((cols[:, None] >= rows[None, :] - left) & (cols[:, None] <= rows[None, :] + right), pt, 0.0)                                       # Pᵀ: (BN, BM); +inf lse rows: 0
+        keep = (cols[:, None] >= rows[None, :] - left) & (cols[:, None] <= rows[None, :] + right)
+        pt = tc.where(keep, pt, 0.0)
     dst = (pt * dpt).astype(qt.dtype)
     dk = tc.dot(dst, qt, dk)
     dv = tc.dot(pt.astype(dot_.dtype), dot_, dv)

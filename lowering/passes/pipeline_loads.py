@@ -496,7 +496,7 @@ def _ringed_groups(groups: List[_Group], loop: T.ForOp, remarks=None):
     for g in groups:
         mine = [_candidate_why(st, loop) for st in g.stores]
         bad = [(st.operands[1].owner, why) for (c, why), st in zip(mine, g.stores)
-               if c is None and isinstance(st.operands[1].owner, (T.LoadOp, T.LoadMaskedOp))]
+               if c is None and not _computed(st)]
         if bad:
             if remarks is not None:
                 load, why = bad[0]
