@@ -193,8 +193,9 @@ def _reshape_layout(layout, src, dst):
 
 
 class _Assigner:
-    def __init__(self, func, num_warps: int, wgmma: bool):
+    def __init__(self, func, num_warps: int, wgmma: bool, widen: bool = True):
         self.func = func
+        self.widen = widen
         self.num_warps = num_warps
         self.wgmma = wgmma
         self.groups = _build_groups(func)
@@ -371,6 +372,15 @@ class _Assigner:
     def _convert_operand(self, op: Op, idx: int, want) -> None:
         v = op.operands[idx]
         if want is None or equivalent(v.type.encoding, want, v.type.shape):
+            return
+        # (holding more elements a thread than the value converted would: only where no floor of
+        # programs per SM bounds the registers)
+        ops = _recomputable(v) if invariant_loop(op, v) is None and (self.widen or _per_thread(
+            want, v.type.shape) <= _per_thread(v.type.encoding, v.type.shape)) else None
+        if ops is not None:
+            # a value a loop computes each iteration is computed again in `want` where `op` is,
+            # not converted through shared memory (a store, barriers and a load per iteration)
+            op.set_operand(idx, _recompute(ops, v, want, Builder().before(op)))
             return
         # A value the loops around `op` do not define is converted once, before the outermost
         # of them, not every iteration (attention's row statistics: a trip through shared
@@ -574,6 +584,53 @@ def _computes_in(op: Op, lay: MmaLayout, own: Optional[MmaLayout]) -> bool:
     return lay.version == 2 or lay == own
 
 
+_RECOMPUTE_LIMIT = 12   # ops a value may take to be computed again rather than converted
+
+
+def _recomputable(v: Value) -> Optional[List[Op]]:
+    """The ops that compute tile `v` from aranges, constant tiles and splats of scalars through
+    elementwise ops, in program order (at most _RECOMPUTE_LIMIT): index vectors, masks and
+    addresses (a step's key indices, a page's row offsets) that cost a few integer ops per
+    element, against a conversion's store, barriers and load. None for anything else."""
+    order: List[Op] = []
+    seen = set()
+
+    def visit(x: Value) -> bool:
+        if not isinstance(x.type, TileType):
+            return True          # a scalar operand: used as it is
+        op = x.owner
+        if not isinstance(op, Op) or len(op.results) != 1:
+            return False         # a block argument (a loop-carried value), a multi-result op
+        if id(op) in seen:
+            return True
+        if not (isinstance(op, (T.ArangeOp, T.ConstantOp, T.SplatOp)) or op.has_trait("elementwise")):
+            return False
+        if not all(visit(o) for o in op.operands):
+            return False
+        seen.add(id(op))
+        order.append(op)
+        return len(order) <= _RECOMPUTE_LIMIT
+
+    return order if visit(v) else None
+
+
+def _per_thread(layout, shape) -> int:
+    """Elements of a `shape` tile each thread holds in `layout`."""
+    return 1 << len(layout.bases(shape).reg)
+
+
+def _recompute(ops: List[Op], v: Value, want, b: Builder) -> Value:
+    """`ops` (from _recomputable) cloned at `b` with every result in layout `want`: `v`'s value."""
+    mapping: Dict[int, Value] = {}
+    for op in ops:
+        r = op.results[0]
+        operands = [mapping.get(id(o), o) for o in op.operands]
+        new = type(op)(operands, [TileType(r.type.shape, r.type.element, want)], dict(op.attrs), (), op.loc)
+        b.insert(new)
+        mapping[id(r)] = new.results[0]
+    return mapping[id(v)]
+
+
 def _numel(s) -> int:
     n = 1
     for x in s:
@@ -581,13 +638,16 @@ def _numel(s) -> int:
     return n
 
 
-def assign_layouts(module: Module, *, num_warps: int, wgmma: bool) -> Module:
+def assign_layouts(module: Module, *, num_warps: int, wgmma: bool, widen: bool = True) -> Module:
+    """Give every tile value a layout (module docstring). `widen` (no floor of programs per
+    SM): a value recomputed in a conversion's stead may hold more elements a thread than the
+    one converted."""
     if not any("_vec" in op.attrs for op in module.walk() if isinstance(op, _MEM)):
         axis_info(module)
     for func in module.ops:
         if not isinstance(func, T.FuncOp):
             continue
-        a = _Assigner(func, num_warps, wgmma)
+        a = _Assigner(func, num_warps, wgmma, widen)
         a.anchors()
         a.propagate()
         while a.defaults():
