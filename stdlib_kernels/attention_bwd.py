@@ -410,6 +410,12 @@ class AttentionBwdConfig:
     dv: int
     num_warps: int
     num_stages: int = 3   # the K/V (dQ) and Q/dO (dK/dV) rings' depth
+    dkdv_programs: int = 0   # the dense dK/dV kernel's floor of programs per SM (0: ptxas's choice)
+
+    def dkdv_options(self) -> dict:
+        """Compile options of the dense dK/dV kernel."""
+        floor = {"min_programs_per_sm": self.dkdv_programs} if self.dkdv_programs else {}
+        return {"num_stages": self.num_stages, **floor}
 
 
 PATHS = ("dense", "varlen", "mods", "mods_heavy")
@@ -464,7 +470,7 @@ def _tiling(head_dim: int, head_dim_v: Optional[int], t: AttentionBwdTuning, dkd
         return AttentionBwdConfig(16, 16, 16, 16, wide, wide, 8, 2)
     if small and wide <= min(t.wgmma_small_max_head_dim, dkdv_wgmma_up_to, dq_wgmma_up_to):
         *blocks, warps = t.wgmma_small
-        return AttentionBwdConfig(*blocks, dk, dv, warps)
+        return AttentionBwdConfig(*blocks, dk, dv, warps, dkdv_programs=t.wgmma_small_dkdv_programs)
     kv_block, q_step, q_block, kv_step = t.mma_64 if wide <= 64 else t.mma_128
     if wide <= dkdv_wgmma_up_to:
         kv_block, q_step = t.wgmma_dkdv
@@ -658,7 +664,7 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     out.append(Launch.of(attention_bwd_dkdv_kernel,
                          section_grid(-(-n_kv // cfg.kv_block), hk * split, b_, order.dkdv_section),
                          ins + outs + ("qk_scale", "cap", "scale", "left", "right"), cfg.num_warps,
-                         options=options, temps=temps, schedule="dkdv", BM=cfg.q_step, BN=cfg.kv_block,
+                         options=cfg.dkdv_options(), temps=temps, schedule="dkdv", BM=cfg.q_step, BN=cfg.kv_block,
                          **common, **extra))
     if split > 1:
         out += [Launch.of(attention_bwd_group_sum_kernel, (-(-n_kv // GROUP_SUM_ROWS), hk, b_), (part, grad), 4,

@@ -261,6 +261,9 @@ class AttentionBwdTuning:
     # per SM (dK/dV 2, dQ 3; no spill); measured in docs/benchmarks-archive.md, "Backward
     # tilings and forms, twenty-second session"
     wgmma_small: Tuple[int, int, int, int, int] = (64, 64, 64, 64, 4)
+    # ... and the dense dK/dV kernel there held to this many programs per SM (ptxas: 168
+    # registers, no spill; 242 and two per SM without)
+    wgmma_small_dkdv_programs: int = 3
     wgmma_small_max_head_dim: int = 64
     wgmma_max_head_dim: int = 128
     wgmma_max_head_dim_mods_heavy_dkdv: int = 64

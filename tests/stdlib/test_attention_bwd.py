@@ -182,7 +182,10 @@ def test_config_is_a_function_of_head_dims_and_target():
     # up to 64 one warpgroup's (64 owned rows, steps of 64)
     assert (c128.kv_block, c128.q_step, c128.q_block, c128.kv_step) == (128, 64, 128, 64)
     assert (c64.kv_block, c64.q_step, c64.q_block, c64.kv_step) == (64, 64, 64, 64)
-    assert B.bwd_config_for(32, h100) == B.AttentionBwdConfig(64, 64, 64, 64, 32, 32, 4)
+    assert B.bwd_config_for(32, h100) == B.AttentionBwdConfig(64, 64, 64, 64, 32, 32, 4, dkdv_programs=3)
+    # the one-warpgroup dK/dV kernel held to three programs per SM, the others to ptxas's choice
+    assert c64.dkdv_options() == {"num_stages": 3, "min_programs_per_sm": 3}
+    assert c128.dkdv_options() == {"num_stages": 3}
     # the mods kernels keep two warpgroups at 64
     mods64 = B.bwd_config_for(64, h100, path="mods")
     assert (mods64.kv_block, mods64.q_block, mods64.num_warps) == (128, 128, 8)
@@ -455,6 +458,23 @@ def test_dq_in_the_dkdv_kernel_matches_float64(fused_dq_on, kw):
     o, lse = attention(q, k, v, return_lse=True, **kw)
     same = attention_backward(do, q, k, v, o, lse, deterministic=True, **kw)
     _check(_grads(q, k, v, do, **kw), [np.asarray(g, np.float64) for g in same], 2e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype,causal", [("f16", False), ("bf16", True)])
+def test_the_small_dkdv_kernel_fits_three_programs_per_sm(dtype, causal):
+    from ptxas_checks import assert_assembles_clean
+    h100 = Target.from_arch("sm_90a")
+    x = A.describe(2, 16, 16, 4096, 4096, 64, 64, dtype=A.tc.bfloat16 if dtype == "bf16" else A.tc.float16)
+    dkdv = [ln for ln in B.plan_backward(x, h100, causal=causal) if ln.name == "attention_bwd_dkdv_kernel"][0]
+    assert dict(dkdv.options)["min_programs_per_sm"] == 3
+    sig = B._signature("attention_bwd_dkdv_kernel", dtype, B.bwd_config_for(64, h100),
+                       section=dict(dkdv.constexprs).get("SECTION", 0))
+    compiled = compile_kernel(B.attention_bwd_dkdv_kernel, parse_signature(B.attention_bwd_dkdv_kernel, sig),
+                              CompileOptions(arch="sm_90a", num_warps=dkdv.num_warps, fast_math=True,
+                                             **dict(dkdv.options)), use_cache=False)
+    assert_assembles_clean(compiled.metadata["ptxas"])
+    assert ".minnctapersm 3" in compiled.asm["ptx"] and compiled.metadata["ptxas"]["registers"] <= 168
 
 
 @pytest.mark.slow
