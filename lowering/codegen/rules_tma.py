@@ -224,8 +224,12 @@ def _tma_store(ctx, op):
     cons = "l," + "r," * len(box) + "r"
     vals = ctx.elems(tile_v)
     per = op.group_blocks
+    deferred = op.attrs.get("deferred_read")
     for first in range(0, cols // box[-1], per):   # rounds of `per` column blocks through the scratch
-        if first or op.attrs.get("_smem_sync", True):
+        if deferred:   # the last round's copies (this iteration's or the one before) have read the scratch
+            with _thread0(ctx):
+                _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
+        if first or deferred or op.attrs.get("_smem_sync", True):
             barrier(ctx)  # the scratch reuses bytes (the ring's, the last round's) others may still read
         columns = None if per * box[-1] == cols else (first * box[-1], per * box[-1])
         store_tile(ctx, t, vals, layout, off, columns)
@@ -242,4 +246,13 @@ def _tma_store(ctx, op):
                 _asm(ctx, text, cons, [tmap_addr, col, *outer, src])
             _asm(ctx, "cp.async.bulk.commit_group;", "", [])
             # the scratch may be reused (or the program exit) only once the copies have read it
-            _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
+            # (deferred: before the next round's writes, and after the loop: gpu.bulk_read_wait)
+            if not deferred:
+                _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
+
+
+@rule(G.BulkReadWaitOp)
+def _bulk_read_wait(ctx, op):
+    with _thread0(ctx):
+        _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
+    barrier(ctx)

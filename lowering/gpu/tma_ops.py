@@ -58,7 +58,7 @@ from tilec.ir.types import ScalarType, TileType, ViewType
 from .ops import AllocOp
 
 __all__ = ["TmaOriginOp", "MbarrierInitOp", "MbarrierExpectOp", "MbarrierWaitOp", "MbarrierArriveOp", "TmaLoadOp",
-           "TmaStoreOp", "tma_params", "copy_attrs", "check_box", "check_scalar", "copies_as_it_lies",
+           "TmaStoreOp", "BulkReadWaitOp", "tma_params", "copy_attrs", "check_box", "check_scalar", "copies_as_it_lies",
            "storage_tile", "rows_dim", "column_major", "tile_transposed", "TMA_BOX_BYTES"]
 
 TMA_BOX_BYTES = 128  # a box's contiguous extent: one row of the 128-byte swizzle
@@ -266,8 +266,11 @@ class TmaStoreOp(Op):
     name = "gpu.tma_store"
     operands_spec = ("view", "indices*", "value")
     # reduce "add": the copy adds the tile to memory (cp.reduce.async.bulk.tensor; tma_stores'
-    # form of a relaxed tc.atomic_add whose old values are unused)
-    attributes = {"box": A("ints"), "reduce": A("str", True)}
+    # form of a relaxed tc.atomic_add whose old values are unused). deferred_read: the issuing
+    # thread waits for the copy's reads of the scratch before the next round writes it, not
+    # right after issuing it (a store inside a loop: the reads overlap the iteration's work;
+    # a gpu.bulk_read_wait after the loop ends the last one, and the scratch lives until then)
+    attributes = {"box": A("ints"), "reduce": A("str", True), "deferred_read": A("bool", True)}
     num_results = 0
     traits = frozenset({"writes"})
 
@@ -310,6 +313,17 @@ class TmaStoreOp(Op):
     @property
     def scratch_bytes(self) -> int:
         return self.operands[-1].type.shape[0] * TMA_BOX_BYTES * self.group_blocks
+
+
+@register_op
+class BulkReadWaitOp(Op):
+    """The issuing thread waits until every bulk copy it issued has read its shared source
+    (cp.async.bulk.wait_group.read 0), then a block barrier: after a loop whose TMA stores
+    deferred that wait (TmaStoreOp's deferred_read), before their scratch is used again."""
+    name = "gpu.bulk_read_wait"
+    operands_spec = ()
+    num_results = 0
+    traits = frozenset({"writes"})
 
 
 def check_box(op: Op, tile: Tuple[int, int], vt: ViewType) -> None:

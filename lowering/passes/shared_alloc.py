@@ -156,6 +156,7 @@ def _align(layout) -> int:
 # programs of a cluster write a cluster_gather's buffer whenever they get there).
 _USES, _OP, _KERNEL = "uses", "op", "kernel"
 _BARRIERS = "barriers"  # a ring's mbarriers: placed after everything else, never shared
+_LOOP = "loop"          # the whole outermost loop around it and the op after it
 
 
 def _holds_mbarriers(alloc: AllocOp) -> bool:
@@ -189,7 +190,9 @@ def _buffers(func, remarks=None):
                                           f"({src.numel * esize} bytes, barriers): {src.encoding} -> {dst.encoding}",
                                 op.loc)
         elif isinstance(op, TmaStoreOp):
-            out.append((op, op.scratch_bytes, 1024, "_smem_offset", _OP))
+            # a deferred read (TmaStoreOp.deferred_read): the copy reads the scratch while the
+            # loop goes on, until the gpu.bulk_read_wait after it
+            out.append((op, op.scratch_bytes, 1024, "_smem_offset", _LOOP if op.attrs.get("deferred_read") else _OP))
         elif isinstance(op, T.ClusterGatherOp) and op.attrs["size"] > 1:
             out.append((op, gather_bytes(len(op.operands), op.entries), 16, "_smem_offset", _KERNEL))
     return out
@@ -200,6 +203,9 @@ def _lifetime(op, lives: str, index, end, narrow: bool) -> Tuple[int, int]:
         return _alloc_interval(op, index, end) if narrow else _interval(op, index, end)
     if lives == _KERNEL:
         return 0, len(index)
+    if lives == _LOOP:
+        loop = _enclosing_loops(op)[-1]
+        return index[id(loop)], end[id(loop)] + 1
     return index[id(op)], index[id(op)]
 
 
@@ -244,7 +250,7 @@ def _separate_reuses(func, bufs, intervals, offsets, index) -> None:
 def _mark_syncs(bufs, intervals, offsets) -> None:
     """`_smem_sync` on each scratch area (conversion, TMA store) another use may still be reading."""
     for i, (op, size, _, _, lives) in enumerate(bufs):
-        if lives != _OP:
+        if lives not in (_OP, _LOOP):
             continue
         lo, hi = offsets[i], offsets[i] + size
         reused = bool(_enclosing_loops(op)) or any(
