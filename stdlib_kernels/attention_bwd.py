@@ -73,14 +73,19 @@ def attention_bwd_delta_kernel(o, do, dlse, delta, DLSE: tc.constexpr, BM: tc.co
 
 
 @tc.kernel
-def attention_bwd_delta_zero_kernel(o, do, dlse, delta, dq_acc, DLSE: tc.constexpr, BM: tc.constexpr,
+def attention_bwd_delta_zero_kernel(o, do, dlse, lse, delta, lse_rows, dq_acc, DLSE: tc.constexpr, BM: tc.constexpr,
                                     DV: tc.constexpr, DK: tc.constexpr):
-    """attention_bwd_delta_kernel that also zeroes its rows of the f32 dQ accumulator the fused
-    dK/dV kernel (attention_bwd_dkdv_dq_kernel) adds into."""
+    """attention_bwd_delta_kernel for the fused dK/dV kernel (attention_bwd_dkdv_dq_kernel):
+    also zeroes its rows of the f32 dQ accumulator that kernel adds into, and copies lse into
+    `lse_rows`. `delta` and `lse_rows` have their rows padded to a multiple of BM (δ 0, lse
+    +inf there: P = 0), so that the fused kernel reads whole blocks of rows, unmasked (a
+    masked read of lse and δ rows spills 4 bytes there at head dim 128)."""
     mblk = tc.program_id(0)
     h = tc.program_id(1)
     b = tc.program_id(2)
     _delta_rows(o, do, dlse, delta, b, h, mblk, DLSE, BM, DV)
+    tc.store(lse_rows, index=(b, h, mblk),
+             tile=tc.load(lse, index=(b, h, mblk), shape=(1, 1, BM), padding=float("inf")))
     tc.store(dq_acc, index=(b, h, mblk, 0), tile=tc.zeros((1, 1, BM, DK), tc.float32))
 
 
@@ -627,10 +632,10 @@ def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, sp
              softcap: bool = False) -> bool:
     """Whether the dense backward computes dQ in its dK/dV kernel (attention_bwd_dkdv_dq_kernel):
     on wgmma targets at AttentionBwdTuning.fused_dq_head_dims, not with `deterministic` (the
-    f32 additions' order varies), a GQA split (its partials) or softcap (the fused step has
-    no tanh). A pure function."""
+    f32 additions' order varies), grouped query heads (the walk over the group's heads
+    spills 4 bytes at head dim 128) or softcap (the fused step has no tanh). A pure function."""
     dims = tuning_for(target).attention_bwd.fused_dq_head_dims
-    return (target.has_wgmma and not deterministic and not softcap and split == 1
+    return (target.has_wgmma and not deterministic and not softcap and split == 1 and x.heads == x.kv_heads
             and max(cfg.dk, cfg.dv) in dims and cfg.q_step == cfg.kv_step)
 
 
@@ -681,17 +686,19 @@ def _plan_fused(x, cfg: AttentionBwdConfig, order: BwdOrder, dlse: bool) -> List
     """plan_backward's launches with dQ in the dK/dV kernel: δ (and the f32 accumulator
     "dq_acc" zeroed), the fused dK/dV kernel, dq cast from the accumulator."""
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
-    delta = Temp("delta", (b_, h, n_q), tc.float32, like="q")
-    acc = Temp("dq_acc", (b_, h, n_q, cfg.dk), tc.float32, like="q")
-    temps = (delta, acc)
     blocks = -(-n_q // DELTA_ROWS)
+    # δ and lse rows padded to whole blocks (attention_bwd_delta_zero_kernel's doc)
+    delta, lse_rows = (Temp(name, (b_, h, blocks * DELTA_ROWS), tc.float32, like="q") for name in ("delta", "lse_rows"))
+    acc = Temp("dq_acc", (b_, h, n_q, cfg.dk), tc.float32, like="q")
+    temps = (delta, lse_rows, acc)
     out = [Launch.of(attention_bwd_delta_zero_kernel, (blocks, h, b_),
-                     ("o", "do", "dlse" if dlse else "delta", "delta", "dq_acc"), delta_warps(cfg.dv), temps=temps,
-                     schedule="delta", DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv, DK=cfg.dk)]
+                     ("o", "do", "dlse" if dlse else "delta", "lse", "delta", "lse_rows", "dq_acc"),
+                     delta_warps(cfg.dv), temps=temps, schedule="delta", DLSE=dlse, BM=DELTA_ROWS, DV=cfg.dv,
+                     DK=cfg.dk)]
     extra = {"SECTION": order.dkdv_section} if order.dkdv_section else {}
     out.append(Launch.of(attention_bwd_dkdv_dq_kernel,
                          section_grid(-(-n_kv // cfg.kv_block), hk, b_, order.dkdv_section),
-                         ("q", "k", "v", "do", "lse", "delta", "dk", "dv", "dq_acc", "qk_scale", "scale",
+                         ("q", "k", "v", "do", "lse_rows", "delta", "dk", "dv", "dq_acc", "qk_scale", "scale",
                           "left", "right"), cfg.num_warps, options={"num_stages": cfg.num_stages}, temps=temps,
                          schedule="dkdv", GROUP=h // hk, BM=cfg.q_step, BN=cfg.kv_block, DK=cfg.dk,
                          DV=cfg.dv, **extra))

@@ -250,10 +250,12 @@ class AttentionBwdTuning:
     wgmma_max_head_dim_softcap_dkdv (128: with dP' = dP - dP·t² they assemble with no spill;
     dP · (1 - t²) spilled 8 bytes at 128)."""
     # dQ inside the dK/dV kernel (attention_bwd_dkdv_dq_kernel: five products for seven, dQ added
-    # into f32 by TMA reductions) at these tile head dims on wgmma targets, dense calls without
-    # softcap or deterministic=True; () off (64 in its first form: 6-11% slower than two kernels
-    # on an H200, one program per SM against two, docs/benchmarks-archive.md)
-    fused_dq_head_dims: Tuple[int, ...] = ()
+    # into f32 by TMA reductions whose scratch reads are awaited a round later) at these tile
+    # head dims on wgmma targets, dense calls without softcap or deterministic=True. 128: 3-9%
+    # faster than two kernels on an H200; 64: within 2% either way of two kernels at two
+    # programs per SM, slower than them at three (docs/benchmarks.md, "Backward: dQ inside the
+    # dK/dV kernel")
+    fused_dq_head_dims: Tuple[int, ...] = (128,)
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     # head dims up to wgmma_small_max_head_dim, dense and varlen kernels: one warpgroup owns 64

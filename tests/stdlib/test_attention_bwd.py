@@ -431,7 +431,10 @@ def test_plans_with_dq_in_the_dkdv_kernel(fused_dq_on):
     names = [ln.name for ln in B.plan_backward(x, h100, causal=True)]
     assert names == ["attention_bwd_delta_zero_kernel", "attention_bwd_dkdv_dq_kernel", "attention_bwd_dq_convert_kernel"]
     zero, fused, convert = B.plan_backward(x, h100)
-    assert [t.name for t in fused.temps] == ["delta", "dq_acc"] and fused.temps[1].shape == (2, 4, 1000, 64)
+    # δ and lse rows padded to whole blocks of 64 (read unmasked by the fused kernel), lse copied there
+    assert [(t.name, t.shape) for t in fused.temps] == [("delta", (2, 4, 1024)), ("lse_rows", (2, 4, 1024)),
+                                                        ("dq_acc", (2, 4, 1000, 64))]
+    assert zero.args[3:6] == ("lse", "delta", "lse_rows") and fused.args[4:6] == ("lse_rows", "delta")
     assert zero.grid == convert.grid == (16, 4, 2) and fused.grid == (15, 4, 2)
     # the fixed-order plan: deterministic, another head dim, no wgmma, a GQA split
     two_kernels = ["attention_bwd_delta_kernel", "attention_bwd_dkdv_kernel", "attention_bwd_dq_kernel"]
@@ -441,10 +444,18 @@ def test_plans_with_dq_in_the_dkdv_kernel(fused_dq_on):
     assert [ln.name for ln in B.plan_backward(x, h100, softcap=True)] == two_kernels   # no tanh in the fused step
     assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(1, 8, 1, 64, 64, 64, 64),
                                                                                       h100)]   # split: partials
+    assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(4, 32, 8, 4096, 4096,
+                                                                                                 64, 64), h100)]
 
 
-def test_the_shipped_table_keeps_the_dq_kernel():
-    assert B.tuning_for(Target.from_arch("sm_90a")).attention_bwd.fused_dq_head_dims == ()
+def test_the_shipped_table_fuses_dq_at_head_dim_128_only():
+    # measured: faster than two kernels at 128, not at 64 (AttentionBwdTuning.fused_dq_head_dims)
+    h100 = Target.from_arch("sm_90a")
+    assert B.tuning_for(h100).attention_bwd.fused_dq_head_dims == (128,)
+    names = lambda d, **kw: [ln.name for ln in B.plan_backward(A.describe(2, 16, 16, 4096, 4096, d, d), h100, **kw)]
+    assert names(128)[1] == names(128, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
+    assert names(96)[1] == "attention_bwd_dkdv_dq_kernel"   # (padded to the 128 tiles)
+    assert "attention_bwd_dq_kernel" in names(128, deterministic=True) and "attention_bwd_dq_kernel" in names(64)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(window=(3, 70), scale=0.3)],
@@ -478,16 +489,18 @@ def test_the_small_dkdv_kernel_fits_three_programs_per_sm(dtype, causal):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d", [64, 128])
-def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d):
+@pytest.mark.parametrize("d,n", [(64, 4096), (128, 4096), (128, 1000)])
+def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d, n):
+    # n = 1000: q, k, v, dO rows not a multiple of 16 (masked), δ and lse rows padded (read whole)
     from ptxas_checks import assert_assembles_clean
     h100 = Target.from_arch("sm_90a")
     for causal in (False, True):
-        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, 4096, 4096, d, d, dtype=A.tc.bfloat16), h100,
+        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, n, n, d, d, dtype=A.tc.bfloat16), h100,
                                       causal=causal)
-        v4, rows = "bf16[?,?,?,?]:stride_div=16x16x16x1", "f32[?,?,?]:stride_div=16x16x1"
-        types = {"lse": rows, "delta": rows, "dq_acc": "f32[?,?,?,?]:stride_div=16x16x16x1", "left": "i32",
-                 "right": "i32", "qk_scale": "f32", "cap": "f32", "scale": "f32"}
+        seq = "16" if n % 16 == 0 else "1"
+        v4, rows = f"bf16[?,?,?,?]:div=1x16x{seq}x16:stride_div=16x16x16x1", "f32[?,?,?]:div=1x16x16:stride_div=16x16x1"
+        types = {"lse_rows": rows, "delta": rows, "dq_acc": f"f32[?,?,?,?]:div=1x16x{seq}x16:stride_div=16x16x16x1",
+                 "left": "i32", "right": "i32", "qk_scale": "f32", "cap": "f32", "scale": "f32"}
         sig = ", ".join([f"{a}={types.get(a, v4)}" for a in fused.args] + [f"{k}={v}" for k, v in fused.constexprs])
         compiled = compile_kernel(fused.kernel, parse_signature(fused.kernel, sig),
                                   CompileOptions(arch="sm_90a", num_warps=fused.num_warps, fast_math=True,
