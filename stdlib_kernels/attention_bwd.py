@@ -208,8 +208,8 @@ def _dkdv_dq_step(kt, qt, dot_, dpt, l2, rows, cols, dq_acc, b, h, i, dk, dv, qk
     """The rest of a fused step (attention_bwd_dkdv_dq_kernel; dense, no softcap): Pᵀ, dK, dV,
     and this key block's share of dQ = dS K added into f32 (a TMA reduction on sm_90a),
     unscaled (attention_bwd_dq_convert_kernel scales). What fits 255 registers at head dim 128
-    with no spill (at lengths that are multiples of 16; 4 bytes spill in some other
-    specializations, docs/stdlib.md): each row's lse enters as Sᵀ's initial accumulator
+    with no spill (at any length, with grouped heads too: the padded lse and δ rows,
+    _head_block's HEADS_INNER walk): each row's lse enters as Sᵀ's initial accumulator
     (-lse / qk_scale, so Pᵀ = exp2(acc · qk_scale): no lse row live beside the product), dK
     before dV, dQ last; and no key mask (padded keys are zeros: their dS meets K = 0 in dQ,
     their dK and dV rows are not stored)."""
@@ -226,10 +226,23 @@ def _dkdv_dq_step(kt, qt, dot_, dpt, l2, rows, cols, dq_acc, b, h, i, dk, dv, qk
 
 
 @tc.func
-def _head_block(t, hp, start, end, GROUP: tc.constexpr):
+def _steps(start, end, GROUP: tc.constexpr, HEADS_INNER: tc.constexpr = False):
+    """The steps [lo, hi) of _head_block's walk over blocks [start, end) of GROUP heads."""
+    if HEADS_INNER:
+        return start * GROUP, end * GROUP
+    return 0, GROUP * (end - start)
+
+
+@tc.func
+def _head_block(t, hp, start, end, GROUP: tc.constexpr, HEADS_INNER: tc.constexpr = False):
     """(query head, block) of step t of a walk over blocks [start, end) of each of the GROUP
     query heads hp·GROUP .. in turn (t // blocks: the step stays affine in t, so its loads
-    pipeline)."""
+    pipeline). HEADS_INNER: the group's heads in turn within each block instead, over
+    _steps' [start·GROUP, end·GROUP) (t // GROUP divides by a constant, and nothing but t
+    is live: so the fused kernel's GQA walk fits 255 registers at head dim 128, where the
+    walk by t // blocks spills 4 bytes)."""
+    if HEADS_INNER:
+        return hp * GROUP + t % GROUP, t // GROUP
     if GROUP == 1:
         return hp, start + t
     g = t // (end - start)
@@ -244,7 +257,8 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
     """dK, dV of keys [nblk·BN, nblk·BN + BN) of kv head hk of one sequence (see _fwd_tile).
     SPLIT > 1: `hk` is part hk % SPLIT of kv head hk // SPLIT, which walks GROUP (its share)
     of the group's query heads and stores its partial sums as head hk of dk, dv. DQ: also adds
-    each step's dQ share into the f32 `dq_acc` (attention_bwd_dkdv_dq_kernel)."""
+    each step's dQ share into the f32 `dq_acc` (attention_bwd_dkdv_dq_kernel), the group's heads
+    walked within each query block (_head_block's HEADS_INNER)."""
     hkv = hk // SPLIT
     off = n_kv - n_q
     n0 = nblk * BN
@@ -261,18 +275,21 @@ def _dkdv_tile(q, k, v, do, lse, delta, dk, dv, b, hk, nblk, q_start, n_q, k_sta
     first, inner_lo, inner_hi, last = band_blocks(lo, hi, whole_lo, whole_hi, BM)
     # The query heads of the group (GQA) walk within each loop, not around the three: an outer
     # head loop keeps more values live across the inner loops (spills at head dim 128).
-    for t in range(GROUP * (inner_lo - first)):
-        h, i = _head_block(t, hk, first, inner_lo, GROUP)
+    t_lo, t_hi = _steps(first, inner_lo, GROUP, DQ)
+    for t in range(t_lo, t_hi):
+        h, i = _head_block(t, hk, first, inner_lo, GROUP, DQ)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
                                      dq_acc, DQ)
-    for t in range(GROUP * (inner_hi - inner_lo)):
-        h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP)
+    t_lo, t_hi = _steps(inner_lo, inner_hi, GROUP, DQ)
+    for t in range(t_lo, t_hi):
+        h, i = _head_block(t, hk, inner_lo, inner_hi, GROUP, DQ)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, False, SOFTCAP, VARLEN, BM, BN, DK, DV,
                                      dq_acc, DQ)
-    for t in range(GROUP * (last - inner_hi)):
-        h, i = _head_block(t, hk, inner_hi, last, GROUP)
+    t_lo, t_hi = _steps(inner_hi, last, GROUP, DQ)
+    for t in range(t_lo, t_hi):
+        h, i = _head_block(t, hk, inner_hi, last, GROUP, DQ)
         dk_acc, dv_acc = _dkdv_block(kt, vt, q, do, lse, delta, b, h, i, dk_acc, dv_acc, n0, off, qk_scale, cap,
                                      left, right, n_kv, q_start, True, SOFTCAP, VARLEN, BM, BN, DK, DV,
                                      dq_acc, DQ)
@@ -631,11 +648,12 @@ def delta_launch(batch: int, heads: int, rows: int, cfg: AttentionBwdConfig, dls
 def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, split: int,
              softcap: bool = False) -> bool:
     """Whether the dense backward computes dQ in its dK/dV kernel (attention_bwd_dkdv_dq_kernel):
-    on wgmma targets at AttentionBwdTuning.fused_dq_head_dims, not with `deterministic` (the
-    f32 additions' order varies), grouped query heads (the walk over the group's heads
-    spills 4 bytes at head dim 128) or softcap (the fused step has no tanh). A pure function."""
+    on wgmma targets at AttentionBwdTuning.fused_dq_head_dims, grouped query heads too (the
+    kernel walks the group's heads within each query block, _head_block), not with
+    `deterministic` (the f32 additions' order varies), a GQA split (its dK/dV programs write
+    partials) or softcap (the fused step has no tanh). A pure function."""
     dims = tuning_for(target).attention_bwd.fused_dq_head_dims
-    return (target.has_wgmma and not deterministic and not softcap and split == 1 and x.heads == x.kv_heads
+    return (target.has_wgmma and not deterministic and not softcap and split == 1
             and max(cfg.dk, cfg.dv) in dims and cfg.q_step == cfg.kv_step)
 
 

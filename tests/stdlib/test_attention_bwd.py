@@ -444,25 +444,34 @@ def test_plans_with_dq_in_the_dkdv_kernel(fused_dq_on):
     assert [ln.name for ln in B.plan_backward(x, h100, softcap=True)] == two_kernels   # no tanh in the fused step
     assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(1, 8, 1, 64, 64, 64, 64),
                                                                                       h100)]   # split: partials
-    assert "attention_bwd_dkdv_dq_kernel" not in [ln.name for ln in B.plan_backward(A.describe(4, 32, 8, 4096, 4096,
-                                                                                                 64, 64), h100)]
+    # grouped query heads without a split: fused, the group's query heads per program
+    zero, fused, convert = B.plan_backward(A.describe(4, 32, 8, 4096, 4096, 64, 64), h100)
+    assert fused.name == "attention_bwd_dkdv_dq_kernel" and dict(fused.constexprs)["GROUP"] == 4
+    assert fused.grid[1:] == (8, 4) and zero.grid[1:] == convert.grid[1:] == (32, 4)
 
 
 def test_the_shipped_table_fuses_dq_at_head_dim_128_only():
     # measured: faster than two kernels at 128, not at 64 (AttentionBwdTuning.fused_dq_head_dims)
     h100 = Target.from_arch("sm_90a")
     assert B.tuning_for(h100).attention_bwd.fused_dq_head_dims == (128,)
-    names = lambda d, **kw: [ln.name for ln in B.plan_backward(A.describe(2, 16, 16, 4096, 4096, d, d), h100, **kw)]
+    names = lambda d, b=2, h=16, hk=16, **kw: [ln.name for ln in B.plan_backward(A.describe(b, h, hk, 4096, 4096, d, d),
+                                                                                  h100, **kw)]
     assert names(128)[1] == names(128, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
     assert names(96)[1] == "attention_bwd_dkdv_dq_kernel"   # (padded to the 128 tiles)
     assert "attention_bwd_dq_kernel" in names(128, deterministic=True) and "attention_bwd_dq_kernel" in names(64)
+    # grouped query heads too (groups of 4 and 8), not a GQA split (too few programs: partials)
+    assert names(128, 4, 32, 8)[1] == names(128, 8, 16, 2, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
+    assert "attention_bwd_dq_kernel" in names(128, 1, 8, 1)
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(causal=True), dict(window=(20, 5)), dict(window=(3, 70), scale=0.3)],
                          ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "plain")
-def test_dq_in_the_dkdv_kernel_matches_float64(fused_dq_on, kw):
+@pytest.mark.parametrize("h,hk", [(3, 3), (4, 2), (6, 2)])
+def test_dq_in_the_dkdv_kernel_matches_float64(fused_dq_on, monkeypatch, kw, h, hk):
+    # grouped query heads: no GQA split (these few programs would take one, which is not fused)
+    monkeypatch.setattr(B, "gqa_split", lambda programs, group, target: 1)
     rng = np.random.default_rng(7)
-    q, k, v, do = _inputs(rng, "bshd", 2, 3, 3, 77, 150, 48)
+    q, k, v, do = _inputs(rng, "bshd", 2, h, hk, 77, 150, 48)
     assert [ln.name for ln in B.plan_backward(A.check_qkv(q, k, v, "bshd")[0], B.HOST_TARGET,
                                               causal=kw.get("causal", False))][1] == "attention_bwd_dkdv_dq_kernel"
     _check(_grads(q, k, v, do, **kw), attention_grads_ref(q, k, v, do, **kw), 4e-3)
@@ -489,19 +498,25 @@ def test_the_small_dkdv_kernel_fits_three_programs_per_sm(dtype, causal):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d,n", [(64, 4096), (128, 4096), (128, 1000)])
-def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d, n):
-    # n = 1000: q, k, v, dO rows not a multiple of 16 (masked), δ and lse rows padded (read whole)
+@pytest.mark.parametrize("d,n,b,hk", [(64, 4096, 2, 16), (128, 4096, 2, 16), (128, 1000, 2, 16), (128, 4096, 4, 4)])
+def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d, n, b, hk):
+    # n = 1000: q, k, v, dO rows not a multiple of 16 (masked), δ and lse rows padded (read whole);
+    # hk = 4: groups of 4 query heads (the group walked within each query block, 4 bytes spilled else)
     from ptxas_checks import assert_assembles_clean
     h100 = Target.from_arch("sm_90a")
     for causal in (False, True):
-        _, fused, _ = B.plan_backward(A.describe(2, 16, 16, n, n, d, d, dtype=A.tc.bfloat16), h100,
+        _, fused, _ = B.plan_backward(A.describe(b, 16, hk, n, n, d, d, dtype=A.tc.bfloat16), h100,
                                       causal=causal)
+        assert fused.name == "attention_bwd_dkdv_dq_kernel" and dict(fused.constexprs)["GROUP"] == 16 // hk
         seq = "16" if n % 16 == 0 else "1"
         v4, rows = f"bf16[?,?,?,?]:div=1x16x{seq}x16:stride_div=16x16x16x1", "f32[?,?,?]:div=1x16x16:stride_div=16x16x1"
-        types = {"lse_rows": rows, "delta": rows, "dq_acc": f"f32[?,?,?,?]:div=1x16x{seq}x16:stride_div=16x16x16x1",
-                 "left": "i32", "right": "i32", "qk_scale": "f32", "cap": "f32", "scale": "f32"}
-        sig = ", ".join([f"{a}={types.get(a, v4)}" for a in fused.args] + [f"{k}={v}" for k, v in fused.constexprs])
+        kv4 = f"bf16[?,?,?,?]:div=1x{16 if hk % 16 == 0 else 1}x{seq}x16:stride_div=16x16x16x1"
+        types = {"lse": rows, "delta": rows, "dq_acc": f"f32[?,?,?,?]:div=1x16x{seq}x16:stride_div=16x16x16x1",
+                 "left": "i32", "right": "i32", "qk_scale": "f32", "cap": "f32", "scale": "f32",
+                 **dict.fromkeys(("k", "v", "dk", "dv"), kv4)}
+        # (the launch's operands by position: its "lse_rows" is the kernel's lse)
+        sig = ", ".join([f"{p}={types.get(p, v4)}" for p in fused.kernel.param_names[:len(fused.args)]]
+                        + [f"{k}={v}" for k, v in fused.constexprs])
         compiled = compile_kernel(fused.kernel, parse_signature(fused.kernel, sig),
                                   CompileOptions(arch="sm_90a", num_warps=fused.num_warps, fast_math=True,
                                                  **dict(fused.options)), use_cache=False)
