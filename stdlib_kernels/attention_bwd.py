@@ -646,15 +646,17 @@ def delta_launch(batch: int, heads: int, rows: int, cfg: AttentionBwdConfig, dls
 
 
 def fused_dq(x, cfg: AttentionBwdConfig, target: Target, deterministic: bool, split: int,
-             softcap: bool = False) -> bool:
+             softcap: bool = False, causal: bool = False) -> bool:
     """Whether the dense backward computes dQ in its dK/dV kernel (attention_bwd_dkdv_dq_kernel):
     on wgmma targets at AttentionBwdTuning.fused_dq_head_dims, grouped query heads too (the
-    kernel walks the group's heads within each query block, _head_block), not with
-    `deterministic` (the f32 additions' order varies), a GQA split (its dK/dV programs write
-    partials) or softcap (the fused step has no tanh). A pure function."""
-    dims = tuning_for(target).attention_bwd.fused_dq_head_dims
+    kernel walks the group's heads within each query block, _head_block; `causal`, groups of
+    up to fused_dq_max_group_causal), not with `deterministic` (the f32 additions' order
+    varies), a GQA split (its dK/dV programs write partials) or softcap (the fused step has no
+    tanh). A pure function."""
+    t = tuning_for(target).attention_bwd
     return (target.has_wgmma and not deterministic and not softcap and split == 1
-            and max(cfg.dk, cfg.dv) in dims and cfg.q_step == cfg.kv_step)
+            and max(cfg.dk, cfg.dv) in t.fused_dq_head_dims and cfg.q_step == cfg.kv_step
+            and (not causal or x.heads // x.kv_heads <= t.fused_dq_max_group_causal))
 
 
 def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = False,
@@ -669,7 +671,7 @@ def plan_backward(x, target: Target, *, causal: bool = False, softcap: bool = Fa
     cfg = bwd_config_for(x.d, target, x.dv, softcap)
     b_, h, hk, n_q, n_kv = x.batch, x.heads, x.kv_heads, x.n_q, x.n_kv
     order = bwd_order(x, cfg, target, causal)
-    if fused_dq(x, cfg, target, deterministic, order.split, softcap):
+    if fused_dq(x, cfg, target, deterministic, order.split, softcap, causal):
         return _plan_fused(x, cfg, order, dlse)
     out = [delta_launch(b_, h, n_q, cfg, dlse)]
     delta, = out[0].temps

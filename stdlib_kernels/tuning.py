@@ -256,6 +256,10 @@ class AttentionBwdTuning:
     # programs per SM, slower than them at three (docs/benchmarks.md, "Backward: dQ inside the
     # dK/dV kernel")
     fused_dq_head_dims: Tuple[int, ...] = (128,)
+    # ... with grouped query heads under a causal mask only for groups of up to this many: groups
+    # of 8 ran 0.89-0.94x the two kernels at 1024-4096 tokens on an H200 (1.02x at 16384), groups
+    # of 4 0.99-1.08x, 2 1.08x; without the mask 1.06-1.10x (docs/benchmarks-archive.md)
+    fused_dq_max_group_causal: int = 4
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
     # head dims up to wgmma_small_max_head_dim, dense and varlen kernels: one warpgroup owns 64

@@ -459,8 +459,11 @@ def test_the_shipped_table_fuses_dq_at_head_dim_128_only():
     assert names(128)[1] == names(128, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
     assert names(96)[1] == "attention_bwd_dkdv_dq_kernel"   # (padded to the 128 tiles)
     assert "attention_bwd_dq_kernel" in names(128, deterministic=True) and "attention_bwd_dq_kernel" in names(64)
-    # grouped query heads too (groups of 4 and 8), not a GQA split (too few programs: partials)
-    assert names(128, 4, 32, 8)[1] == names(128, 8, 16, 2, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
+    # grouped query heads too, not a GQA split (too few programs: partials); causal, groups of up to 4
+    assert names(128, 4, 32, 8)[1] == names(128, 4, 32, 8, causal=True)[1] == "attention_bwd_dkdv_dq_kernel"
+    assert names(128, 8, 16, 2)[1] == "attention_bwd_dkdv_dq_kernel"
+    assert B.tuning_for(h100).attention_bwd.fused_dq_max_group_causal == 4
+    assert "attention_bwd_dq_kernel" in names(128, 8, 16, 2, causal=True)
     assert "attention_bwd_dq_kernel" in names(128, 1, 8, 1)
 
 
