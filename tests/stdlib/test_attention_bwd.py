@@ -500,6 +500,25 @@ def test_the_small_dkdv_kernel_fits_three_programs_per_sm(dtype, causal):
     assert ".minnctapersm 3" in compiled.asm["ptx"] and compiled.metadata["ptxas"]["registers"] <= 168
 
 
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_the_fused_paths_row_kernels_assemble_without_spills(dtype):
+    # the δ kernel that also copies lse into padded rows and zeroes dq_acc, and dq's scale and cast,
+    # as plan_backward launches them at head dim 128 on sm_90a (odd lengths: unaligned rows)
+    from ptxas_checks import assert_assembles_clean
+    zero, _, convert = B.plan_backward(A.describe(2, 16, 16, 1000, 1000, 128, 128), Target.from_arch("sm_90a"))
+    v4 = f"{dtype}[?,?,?,?]:div=1x16x1x16:stride_div=16x16x16x1"
+    rows, padded = "f32[?,?,?]:div=1x16x1:stride_div=16x8x1", "f32[?,?,?]:div=1x16x16:stride_div=16x16x1"
+    acc = "f32[?,?,?,?]:div=1x16x1x16:stride_div=16x16x16x1"
+    types = {"o": v4, "do": v4, "dq": v4, "delta": padded, "lse": rows, "lse_rows": padded, "dq_acc": acc,
+             "scale": "f32"}
+    for ln in (zero, convert):
+        params = ln.kernel.param_names
+        sig = ", ".join([f"{p}={types[a]}" for p, a in zip(params, ln.args)] + [f"{k}={v}" for k, v in ln.constexprs])
+        compiled = compile_kernel(ln.kernel, parse_signature(ln.kernel, sig),
+                                  CompileOptions(arch="sm_90a", num_warps=ln.num_warps, fast_math=True), use_cache=False)
+        assert_assembles_clean(compiled.metadata["ptxas"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("d,n,b,hk", [(64, 4096, 2, 16), (128, 4096, 2, 16), (128, 1000, 2, 16), (128, 4096, 4, 4)])
 def test_the_fused_kernel_assembles_without_spills(fused_dq_on, d, n, b, hk):
