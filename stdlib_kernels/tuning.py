@@ -253,8 +253,8 @@ class AttentionBwdTuning:
     # into f32 by TMA reductions whose scratch reads are awaited a round later) at these tile
     # head dims on wgmma targets, dense calls without softcap or deterministic=True. 128: 3-9%
     # faster than two kernels on an H200; 64: within 2% either way of two kernels at two
-    # programs per SM, slower than them at three (docs/benchmarks.md, "Backward: dQ inside the
-    # dK/dV kernel")
+    # programs per SM, slower than them at three (docs/benchmarks-archive.md, "The stdlib
+    # backward, twenty-sixth session's table -> twenty-ninth session's")
     fused_dq_head_dims: Tuple[int, ...] = (128,)
     # ... with grouped query heads under a causal mask only for groups of up to this many: groups
     # of 8 ran 0.89-0.94x the two kernels at 1024-4096 tokens on an H200 (1.02x at 16384), groups
