@@ -57,19 +57,25 @@ HEAD_DIMS = 256       # the largest head dim a tile holds
 
 
 @tc.func
-def online_softmax(s, vt, m_i, l_i, acc, scale=1.0):
+def softmax_step(s, m_i, l_i, scale=1.0):
     """One block of base-2 scores `s` · `scale` (-inf where masked; `scale` > 0) through the
-    online softmax: the running row max and sum, the accumulator rescaled and advanced by P V.
-    Shared by the attention forward and the decode kernels. The scale multiplies each row's
-    max and goes into exp2's argument as an fma, not a multiply per score."""
+    online softmax: (the running row max and sum, P, alpha: the factor that rescales what was
+    accumulated before). The scale multiplies each row's max and goes into exp2's argument as
+    an fma, not a multiply per score."""
     m_new = tc.maximum(m_i, tc.max(s, axis=1) * scale)
     # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
     m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
     p = tc.exp2(s * scale - m_use[:, None])
     alpha = tc.exp2(m_i - m_use)
-    l_new = l_i * alpha + tc.sum(p, axis=1)
-    acc = tc.dot(p.astype(vt.dtype), vt, acc * alpha[:, None])
-    return m_new, l_new, acc
+    return m_new, l_i * alpha + tc.sum(p, axis=1), p, alpha
+
+
+@tc.func
+def online_softmax(s, vt, m_i, l_i, acc, scale=1.0):
+    """softmax_step, then the accumulator rescaled and advanced by P V. Shared by the attention
+    forward and the decode kernels."""
+    m_new, l_new, p, alpha = softmax_step(s, m_i, l_i, scale)
+    return m_new, l_new, tc.dot(p.astype(vt.dtype), vt, acc * alpha[:, None])
 
 
 @tc.func

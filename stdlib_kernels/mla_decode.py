@@ -66,7 +66,7 @@ from ._common import (DEPENDENT, as_array, capturing, check_float, check_same_pl
 from ._plan import named, planned
 from ._split_merge import MERGE_WARPS, merge_chunk, merged_row
 from .launches import Launch, Operands, Temp, execute
-from .attention import online_softmax
+from .attention import online_softmax, softmax_step
 from .tuning import tuning_for
 
 __all__ = ["mla_decode", "mla_decode_kernel", "mla_chunks_kernel", "mla_combine_kernel", "MLAPlan", "config", "plan",
@@ -217,12 +217,7 @@ def _wg_step(qa, qb, qr, kv, tbl, b, j, n, lim, page_size, qk_scale, m_i, l_i, a
     s = tc.dot(qr, kr.T, tc.dot(qb, kb.T, tc.dot(qa, ka.T)))
     keys = j * BN + tc.arange(0, BN)
     s = tc.where(keys[None, :] <= lim[:, None], s * qk_scale, float("-inf"))
-    m_new = tc.maximum(m_i, tc.max(s, axis=1))
-    # A row that has seen no key yet keeps m = -inf: subtract 0 instead, so exp2 gives 0, not NaN.
-    m_use = tc.where(m_new == float("-inf"), 0.0, m_new)
-    p = tc.exp2(s - m_use[:, None])
-    alpha = tc.exp2(m_i - m_use)
-    l_new = l_i * alpha + tc.sum(p, axis=1)
+    m_new, l_new, p, alpha = softmax_step(s, m_i, l_i)
     pp = p.astype(ka.dtype)
     acc_a = tc.dot(pp, ka, acc_a * alpha[:, None])
     if VB == 2:

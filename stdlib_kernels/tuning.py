@@ -251,14 +251,13 @@ class AttentionBwdTuning:
     dP · (1 - t²) spilled 8 bytes at 128)."""
     # dQ inside the dK/dV kernel (attention_bwd_dkdv_dq_kernel: five products for seven, dQ added
     # into f32 by TMA reductions whose scratch reads are awaited a round later) at these tile
-    # head dims on wgmma targets, dense calls without softcap or deterministic=True. 128: 3-9%
-    # faster than two kernels on an H200; 64: within 2% either way of two kernels at two
-    # programs per SM, slower than them at three (docs/benchmarks-archive.md, "The stdlib
-    # backward, twenty-sixth session's table -> twenty-ninth session's")
+    # head dims on wgmma targets, dense calls without softcap or deterministic=True: faster than
+    # two kernels at 128 only (docs/benchmarks-archive.md, "The stdlib backward, twenty-sixth
+    # session's table -> twenty-ninth session's")
     fused_dq_head_dims: Tuple[int, ...] = (128,)
-    # ... with grouped query heads under a causal mask only for groups of up to this many: groups
-    # of 8 ran 0.89-0.94x the two kernels at 1024-4096 tokens on an H200 (1.02x at 16384), groups
-    # of 4 0.99-1.08x, 2 1.08x; without the mask 1.06-1.10x (docs/benchmarks-archive.md)
+    # ... with grouped query heads under a causal mask only for groups of up to this many
+    # (larger groups were slower than two kernels: docs/benchmarks-archive.md, "dQ inside the
+    # dK/dV kernel with grouped query heads")
     fused_dq_max_group_causal: int = 4
     wgmma_dkdv: Tuple[int, int] = (128, 64)
     wgmma_dq: Tuple[int, int] = (128, 64)
@@ -267,8 +266,9 @@ class AttentionBwdTuning:
     # per SM (dK/dV 2, dQ 3; no spill); measured in docs/benchmarks-archive.md, "Backward
     # tilings and forms, twenty-second session"
     wgmma_small: Tuple[int, int, int, int, int] = (64, 64, 64, 64, 4)
-    # ... and the dense dK/dV kernel there held to this many programs per SM (ptxas: 168
-    # registers, no spill; 242 and two per SM without)
+    # ... and the dense dK/dV kernel there held to this many programs per SM (168 registers, no
+    # spill; timed in docs/benchmarks-archive.md, "The stdlib backward, twenty-sixth session's
+    # table -> twenty-ninth session's")
     wgmma_small_dkdv_programs: int = 3
     wgmma_small_max_head_dim: int = 64
     wgmma_max_head_dim: int = 128

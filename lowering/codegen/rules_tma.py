@@ -227,9 +227,8 @@ def _tma_store(ctx, op):
     deferred = op.attrs.get("deferred_read")
     for first in range(0, cols // box[-1], per):   # rounds of `per` column blocks through the scratch
         if deferred:   # the last round's copies (this iteration's or the one before) have read the scratch
-            with _thread0(ctx):
-                _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
-        if first or deferred or op.attrs.get("_smem_sync", True):
+            _await_reads(ctx)
+        elif first or op.attrs.get("_smem_sync", True):
             barrier(ctx)  # the scratch reuses bytes (the ring's, the last round's) others may still read
         columns = None if per * box[-1] == cols else (first * box[-1], per * box[-1])
         store_tile(ctx, t, vals, layout, off, columns)
@@ -253,6 +252,12 @@ def _tma_store(ctx, op):
 
 @rule(G.BulkReadWaitOp)
 def _bulk_read_wait(ctx, op):
+    _await_reads(ctx)
+
+
+def _await_reads(ctx):
+    """Thread 0 waits until its bulk copies have read their shared sources, then a barrier:
+    every thread may write those bytes again."""
     with _thread0(ctx):
         _asm(ctx, "cp.async.bulk.wait_group.read 0;", "", [])
     barrier(ctx)

@@ -375,8 +375,9 @@ class _Assigner:
             return
         # (holding more elements a thread than the value converted would: only where no floor of
         # programs per SM bounds the registers)
-        ops = _recomputable(v) if invariant_loop(op, v) is None and (self.widen or _per_thread(
-            want, v.type.shape) <= _per_thread(v.type.encoding, v.type.shape)) else None
+        shape = v.type.shape
+        ops = _recomputable(v) if invariant_loop(op, v) is None and (
+            self.widen or want.elems_per_thread(shape) <= v.type.encoding.elems_per_thread(shape)) else None
         if ops is not None:
             # a value a loop computes each iteration is computed again in `want` where `op` is,
             # not converted through shared memory (a store, barriers and a load per iteration)
@@ -612,11 +613,6 @@ def _recomputable(v: Value) -> Optional[List[Op]]:
         return len(order) <= _RECOMPUTE_LIMIT
 
     return order if visit(v) else None
-
-
-def _per_thread(layout, shape) -> int:
-    """Elements of a `shape` tile each thread holds in `layout`."""
-    return 1 << len(layout.bases(shape).reg)
 
 
 def _recompute(ops: List[Op], v: Value, want, b: Builder) -> Value:

@@ -20,7 +20,7 @@ __all__ = [
     "NOT_CONSTANT", "constant_of", "is_constant", "make_constant", "build_constant", "replace_op", "dtype_of",
     "is_side_effect_free", "is_removable", "apply_patterns", "PatternTable", "inline_block_before",
     "normalize_constant", "iteration_count", "iteration_at", "iteration_live", "loop_slice", "clone_ops",
-    "invariant_loop",
+    "invariant_loop", "enclosing_loops",
 ]
 
 Pattern = Callable[[Op], bool]
@@ -142,6 +142,17 @@ def holder_in(body, op: Op) -> Optional[Op]:
     while op is not None and op.parent is not body:
         op = op.parent_op()
     return op
+
+
+def enclosing_loops(op: Op) -> List[Op]:
+    """The loops around `op`, innermost first (through every kind of region)."""
+    out = []
+    p = op.parent_op()
+    while p is not None:
+        if isinstance(p, (T.ForOp, T.WhileOp)):
+            out.append(p)
+        p = p.parent_op()
+    return out
 
 
 def invariant_loop(op: Op, v: Value) -> Optional[Op]:

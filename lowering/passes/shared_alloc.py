@@ -50,11 +50,11 @@ from ..gpu.layouts import registers_match
 from ..gpu.ops import AllocOp, BarrierOp, ConvertLayoutOp
 from ..gpu.tma_ops import MbarrierInitOp, TmaStoreOp
 from ..gpu.swizzle import conversion_layout
+from .rewrite import enclosing_loops
 
 __all__ = ["allocate_shared", "shared_bytes", "convert_needs_shared", "GATHER_SLOTS", "gather_bytes",
            "live_alloc_bytes"]
 
-_LOOPS = (T.ForOp, T.WhileOp)
 GATHER_SLOTS = 2  # a tile.cluster_gather's buffer: two rounds of values, used in turn
 
 
@@ -84,24 +84,14 @@ def _numbering(func) -> Tuple[Dict[int, int], Dict[int, int]]:
     return index, end
 
 
-def _enclosing_loops(op: Op) -> List[Op]:
-    out = []
-    p = op.parent_op()
-    while p is not None:
-        if isinstance(p, _LOOPS):
-            out.append(p)
-        p = p.parent_op()
-    return out
-
-
 def _interval(op: Op, index, end) -> Tuple[int, int]:
     start = index[id(op)]
     last = start
-    own = set(id(x) for x in _enclosing_loops(op))
+    own = set(id(x) for x in enclosing_loops(op))
     for r in op.results:
         for user, _ in r.uses:
             u = index[id(user)]
-            for loop in _enclosing_loops(user):
+            for loop in enclosing_loops(user):
                 if id(loop) not in own:
                     u = max(u, end[id(loop)])
             last = max(last, u)
@@ -204,7 +194,7 @@ def _lifetime(op, lives: str, index, end, narrow: bool) -> Tuple[int, int]:
     if lives == _KERNEL:
         return 0, len(index)
     if lives == _LOOP:
-        loop = _enclosing_loops(op)[-1]
+        loop = enclosing_loops(op)[-1]
         return index[id(loop)], end[id(loop)] + 1
     return index[id(op)], index[id(op)]
 
@@ -253,7 +243,7 @@ def _mark_syncs(bufs, intervals, offsets) -> None:
         if lives not in (_OP, _LOOP):
             continue
         lo, hi = offsets[i], offsets[i] + size
-        reused = bool(_enclosing_loops(op)) or any(
+        reused = bool(enclosing_loops(op)) or any(
             intervals[j][0] < intervals[i][0] and offsets[j] < hi and lo < offsets[j] + bufs[j][1]
             for j in range(len(bufs)) if j != i)
         op.attrs["_smem_sync"] = reused

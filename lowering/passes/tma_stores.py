@@ -38,6 +38,7 @@ from tilec.ir.types import TileType, ViewType
 
 from ..gpu.tma_ops import REDUCE_DTYPES, REDUCE_KINDS, TMA_BOX_BYTES, BulkReadWaitOp, TmaStoreOp, rows_dim
 from .accelerate_dot import dot_acc_layout
+from .rewrite import enclosing_loops
 from .tma_loads import tma_view_ok
 
 __all__ = ["tma_stores", "MAX_TILE_BYTES"]
@@ -116,26 +117,17 @@ def tma_stores(module: Module, *, num_warps: int) -> Module:
         if box is None:
             continue
         extra = {"reduce": op.attrs["kind"]} if isinstance(op, T.AtomicRMWViewOp) else {}
-        loop = _outermost_loop(op)
-        if loop is not None:   # a reduction in a loop (stores qualify only at the top level)
+        loops = enclosing_loops(op)
+        if loops:   # a reduction in a loop (stores qualify only at the top level)
             extra["deferred_read"] = True
-            after = Builder().before(loop)
+            outer = loops[-1]
+            after = Builder().before(outer)
             after.index += 1
-            if not isinstance(loop.parent.ops[after.index] if after.index < len(loop.parent.ops) else None,
-                              BulkReadWaitOp):
-                after.create(BulkReadWaitOp, loc=loop.loc)
+            ops = outer.parent.ops
+            if after.index == len(ops) or not isinstance(ops[after.index], BulkReadWaitOp):
+                after.create(BulkReadWaitOp, loc=outer.loc)
         Builder().before(op).create(TmaStoreOp, op.operands[0], *op.group("indices"), op.operands[-1], box=box,
                                     loc=op.loc, **extra)
         op.erase()
     return module
 
-
-def _outermost_loop(op):
-    """The loop of the kernel's body that holds `op`, None outside loops."""
-    found = None
-    p = op.parent_op()
-    while p is not None:
-        if isinstance(p, (T.ForOp, T.WhileOp)):
-            found = p
-        p = p.parent_op()
-    return found
